@@ -1,0 +1,29 @@
+# Weave: one command to run the demo, one to run the tests. Both set up .venv on first use.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
+
+.PHONY: run test lint venv clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+## make run: the demo site, qcluster and fake services on SQLite (Ctrl-C stops all of it)
+run: $(STAMP)
+	PY=$(PY) bash scripts/run.sh
+
+## make test: the whole suite on SQLite, then on PostgreSQL (see README)
+test: $(STAMP)
+	PY=$(PY) bash scripts/test.sh $(ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+clean:
+	rm -rf $(VENV) db.sqlite3* test_db.sqlite3* .run

@@ -1,0 +1,1 @@
+"""Push notifications delivered in fenced batches through an HTTP provider."""

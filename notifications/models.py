@@ -1,0 +1,91 @@
+"""Notifications and their delivery receipts."""
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+from weave.leases import Clock, LeasedModel, LeaseQuerySet, default_clock
+
+
+class NotificationQuerySet(LeaseQuerySet):
+    def pending(self) -> "NotificationQuerySet":
+        return self.filter(status=Notification.Status.PENDING)
+
+    def due(self, clock: Clock = default_clock) -> "NotificationQuerySet":
+        """Pending rows whose next attempt is due by the database clock, oldest first."""
+        return self.pending().filter(next_attempt_at__lte=clock.now()).order_by("next_attempt_at", "pk")
+
+    def claimable(self, clock: Clock = default_clock) -> "NotificationQuerySet":
+        """Due rows that nobody holds under a live lease."""
+        return self.due(clock).free_or_expired(clock)
+
+
+class Notification(LeasedModel):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    device_token = models.CharField(max_length=512)
+    title = models.CharField(max_length=200)
+    body = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    # Sent as the provider's Idempotency-Key on every attempt, so a retry after an ambiguous
+    # timeout cannot deliver the message twice at a provider that honours it.
+    idempotency_key = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    provider_message_id = models.CharField(max_length=200, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = NotificationQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            # The claim query: pending rows by due time.
+            models.Index(fields=["status", "next_attempt_at"], name="notif_due_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["pending", "delivered", "failed", "cancelled"]), name="notif_status_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Notification {self.pk} to {self.device_token[:12]}… ({self.status})"
+
+
+class DeliveryAttempt(models.Model):
+    """The receipt of one send attempt, written whatever its outcome."""
+
+    class Outcome(models.TextChoices):
+        DELIVERED = "delivered"
+        TEMPORARY = "temporary"
+        PERMANENT = "permanent"
+        # Timed out or the connection dropped after the request went out: the provider may
+        # have delivered it. Retried with the same idempotency key.
+        UNKNOWN = "unknown"
+        # The guard refused our finish: another worker holds the row now. Nothing else written.
+        LEASE_LOST = "lease_lost"
+
+    notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="delivery_attempts")
+    owner = models.CharField(max_length=100)
+    fence = models.BigIntegerField()
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    http_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    outcome = models.CharField(max_length=20, choices=Outcome.choices)
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["started_at", "pk"]
+        indexes = [models.Index(fields=["notification", "started_at"], name="notif_attempt_idx")]
+
+    def __str__(self) -> str:
+        return f"Attempt on notification {self.notification_id} at fence {self.fence}: {self.outcome}"

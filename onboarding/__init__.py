@@ -1,0 +1,1 @@
+"""Supplier onboarding: fenced multi-step runs with heartbeats and receipts."""

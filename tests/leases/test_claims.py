@@ -1,0 +1,152 @@
+"""Claims, renewals, releases and batches."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from tests.factories import JobFactory
+from tests.leasetest.models import Job
+from weave.leases import LeaseBusy, LeaseLost, NotClaimable
+
+pytestmark = pytest.mark.django_db
+TTL = 30
+
+
+def test_claim__bumps_fence_and_sets_expiry_from_clock(clock):
+    job = JobFactory()
+    lease = Job.objects.claim(job.pk, owner="a", ttl=TTL, clock=clock)
+    job.refresh_from_db()
+    assert (lease.fence, job.fence, job.owner) == (1, 1, "a")
+    assert job.lease_expires_at == clock.current + timedelta(seconds=TTL)
+
+
+def test_claim__live_lease_is_busy_and_untouched(clock):
+    job = JobFactory()
+    Job.objects.claim(job.pk, owner="a", ttl=TTL, clock=clock)
+    before = Job.objects.values().get(pk=job.pk)
+    clock.advance(TTL - 1)
+    with pytest.raises(LeaseBusy, match="busy: a holds it at fence 1"):
+        Job.objects.claim(job.pk, owner="b", ttl=TTL, clock=clock)
+    assert Job.objects.values().get(pk=job.pk) == before
+
+
+def test_claim__outside_claimable_state_is_not_claimable(clock):
+    job = JobFactory(state="done")
+    with pytest.raises(NotClaimable):
+        Job.objects.filter(state="open").claim(job.pk, owner="a", ttl=TTL, clock=clock)
+    assert Job.objects.get(pk=job.pk).fence == 0
+
+
+def test_renew__lapsed_lease_cannot_be_renewed_and_reclaim_gives_next_fence(clock):
+    job = JobFactory()
+    lease = Job.objects.claim(job.pk, owner="a", ttl=TTL, clock=clock)
+    clock.advance(TTL + 5)
+    before = Job.objects.values().get(pk=job.pk)
+    with pytest.raises(LeaseLost, match="our lease expired"):
+        Job.objects.renew(lease, ttl=TTL, clock=clock)
+    assert Job.objects.values().get(pk=job.pk) == before
+    again = Job.objects.claim(job.pk, owner="a", ttl=TTL, clock=clock)
+    assert again.fence == lease.fence + 1
+
+
+def test_renew__live_lease_moves_expiry(clock):
+    job = JobFactory()
+    lease = Job.objects.claim(job.pk, owner="a", ttl=TTL, clock=clock)
+    clock.advance(20)
+    Job.objects.renew(lease, ttl=TTL, clock=clock)
+    job.refresh_from_db()
+    assert job.lease_expires_at == clock.current + timedelta(seconds=TTL)
+    assert job.fence == lease.fence  # renewal never changes the fence
+
+
+def test_takeover__old_holder_write_is_lost(clock):
+    job = JobFactory()
+    a = Job.objects.claim(job.pk, owner="a", ttl=TTL, clock=clock)
+    clock.advance(TTL + 1)
+    b = Job.objects.claim(job.pk, owner="b", ttl=TTL, clock=clock)
+    Job.objects.guarded_update(b, clock=clock, result="from-b", writes=1)
+    with pytest.raises(LeaseLost) as caught:
+        Job.objects.guarded_update(a, clock=clock, result="from-a", writes=2)
+    job.refresh_from_db()
+    assert (job.result, job.writes, job.owner, job.fence) == ("from-b", 1, "b", b.fence)
+    assert caught.value.holder_fence == b.fence == a.fence + 1
+
+
+def test_release__clears_holder_keeps_fence_and_is_claimable_at_once(clock):
+    job = JobFactory()
+    lease = Job.objects.claim(job.pk, owner="a", ttl=TTL, clock=clock)
+    Job.objects.release(lease, clock=clock, result="released")
+    job.refresh_from_db()
+    assert (job.owner, job.lease_expires_at, job.fence, job.result) == (None, None, 1, "released")
+    assert Job.objects.claim(job.pk, owner="b", ttl=TTL, clock=clock).fence == 2
+
+
+def test_release__by_stale_holder_is_refused(clock):
+    job = JobFactory()
+    a = Job.objects.claim(job.pk, owner="a", ttl=TTL, clock=clock)
+    clock.advance(TTL + 1)
+    Job.objects.claim(job.pk, owner="b", ttl=TTL, clock=clock)
+    with pytest.raises(LeaseLost):
+        Job.objects.release(a, clock=clock)
+    assert Job.objects.get(pk=job.pk).owner == "b"
+
+
+def test_claim_batch__takes_free_and_expired_rows_and_skips_live_ones(clock):
+    jobs = JobFactory.create_batch(5)
+    held = Job.objects.claim(jobs[0].pk, owner="other", ttl=TTL, clock=clock)
+    expired = Job.objects.claim(jobs[1].pk, owner="crashed", ttl=1, clock=clock)
+    clock.advance(2)
+    JobFactory(state="done")
+    batch = Job.objects.filter(state="open").order_by("pk").claim_batch(owner="me", ttl=TTL, limit=10, clock=clock)
+    assert set(batch.fences) == {j.pk for j in jobs[1:]}
+    assert batch.fences[jobs[1].pk] == expired.fence + 1
+    assert all(batch.fences[j.pk] == 1 for j in jobs[2:])
+    assert Job.objects.get(pk=jobs[0].pk).owner == "other" and held.fence == 1
+
+
+def test_claim_batch__respects_limit_and_order(clock):
+    jobs = JobFactory.create_batch(6)
+    batch = Job.objects.order_by("-pk").claim_batch(owner="me", ttl=TTL, limit=2, clock=clock)
+    assert set(batch.fences) == {jobs[-1].pk, jobs[-2].pk}
+
+
+def test_claim_batch__is_one_update(clock):
+    JobFactory.create_batch(3)
+    with CaptureQueriesContext(connection) as queries:
+        Job.objects.claim_batch(owner="me", ttl=TTL, limit=10, clock=clock)
+    updates = [q for q in queries if q["sql"].lstrip().upper().startswith("UPDATE")]
+    assert len(updates) == 1
+    if connection.vendor == "postgresql":
+        assert "FOR UPDATE SKIP LOCKED" in updates[0]["sql"]
+
+
+def test_renew_batch__drops_rows_taken_by_others(clock):
+    jobs = JobFactory.create_batch(3)
+    batch = Job.objects.claim_batch(owner="me", ttl=5, limit=10, clock=clock)
+    clock.advance(6)
+    Job.objects.claim(jobs[0].pk, owner="thief", ttl=TTL, clock=clock)
+    lost = Job.objects.renew_batch(batch, ttl=5, clock=clock)
+    # All three lapsed; one was taken. A lapsed lease is never renewed, so all three are lost.
+    assert set(lost) == {j.pk for j in jobs}
+    assert len(batch) == 0
+    assert Job.objects.get(pk=jobs[0].pk).owner == "thief"
+
+
+def test_renew_batch__keeps_live_rows(clock):
+    JobFactory.create_batch(3)
+    batch = Job.objects.claim_batch(owner="me", ttl=10, limit=10, clock=clock)
+    clock.advance(8)
+    assert Job.objects.renew_batch(batch, ttl=10, clock=clock) == []
+    clock.advance(8)  # 16 s after the claim, alive only because of the renewal
+    assert Job.objects.live(clock).filter(owner="me").count() == 3
+
+
+def test_release_batch__only_releases_rows_still_ours(clock):
+    jobs = JobFactory.create_batch(3)
+    batch = Job.objects.claim_batch(owner="me", ttl=5, limit=10, clock=clock)
+    clock.advance(6)
+    Job.objects.claim(jobs[0].pk, owner="thief", ttl=TTL, clock=clock)
+    assert Job.objects.release_batch(batch, clock=clock) == 0  # all lapsed: nothing is ours to release
+    assert Job.objects.get(pk=jobs[0].pk).owner == "thief"

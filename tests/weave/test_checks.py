@@ -1,0 +1,65 @@
+"""The system checks refuse an unsafe Q_CLUSTER and unknown WEAVE keys, with clear messages."""
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+
+from weave.checks import check_q_cluster, check_weave_settings
+
+SAFE = {"name": "t", "orm": "default", "timeout": 120, "retry": 300, "max_attempts": 3}
+
+
+def ids(errors):
+    return [e.id for e in errors]
+
+
+def test_safe_q_cluster_passes(settings):
+    settings.Q_CLUSTER = SAFE
+    assert check_q_cluster() == []
+
+
+@pytest.mark.parametrize(
+    ("override", "expected_id", "words"),
+    [
+        ({"timeout": None}, "weave.E002", "timeout"),
+        ({"retry": 120}, "weave.E003", "must be greater than 'timeout'"),
+        ({"retry": 60}, "weave.E003", "second worker"),
+        ({"max_attempts": 0}, "weave.E004", "re-run forever"),
+    ],
+)
+def test_unsafe_q_cluster_is_refused(settings, override, expected_id, words):
+    settings.Q_CLUSTER = {**SAFE, **override}
+    errors = check_q_cluster()
+    assert ids(errors) == [expected_id]
+    assert words in errors[0].msg
+
+
+def test_retry_left_at_django_q_default_is_refused(settings):
+    settings.Q_CLUSTER = {k: v for k, v in SAFE.items() if k != "retry"}  # django-q2 default retry is 60
+    assert ids(check_q_cluster()) == ["weave.E003"]
+
+
+def test_missing_q_cluster_is_refused(settings):
+    del settings.Q_CLUSTER
+    assert ids(check_q_cluster()) == ["weave.E001"]
+
+
+def test_manage_py_check_fails_on_unsafe_q_cluster(settings):
+    settings.Q_CLUSTER = {**SAFE, "retry": 100}
+    with pytest.raises(SystemCheckError, match="retry"):
+        call_command("check")
+
+
+def test_unknown_weave_key_is_refused(settings):
+    settings.WEAVE = {"PUSH_URLL": "http://x"}
+    errors = check_weave_settings()
+    assert ids(errors) == ["weave.E005"] and "PUSH_URLL" in errors[0].msg
+
+
+def test_weave_settings_are_read_lazily(settings):
+    from weave.conf import weave_settings
+
+    settings.WEAVE = {"LEASE_TTL": 7}
+    assert weave_settings.LEASE_TTL == 7
+    settings.WEAVE = {}
+    assert weave_settings.LEASE_TTL == 30.0

@@ -1,0 +1,1 @@
+"""Weave: Django apps that run background jobs safely when two workers reach for the same job."""

@@ -1,0 +1,67 @@
+"""System checks that stop `manage.py check` (and every command) on an unsafe configuration."""
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import Error, Tags, register
+
+from weave.conf import weave_settings
+
+
+@register(Tags.compatibility)
+def check_q_cluster(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Refuse a Q_CLUSTER that lets django-q2 run one task twice at once, or forever."""
+    conf = getattr(settings, "Q_CLUSTER", None)
+    if not isinstance(conf, dict):
+        return [
+            Error(
+                "Q_CLUSTER is missing or is not a dict.",
+                hint="Weave needs django-q2 configured; see the README section 'Add to an existing site'.",
+                id="weave.E001",
+            )
+        ]
+    errors: list[Error] = []
+    timeout = conf.get("timeout")
+    retry = conf.get("retry", 60)  # django-q2's own default
+    if not isinstance(timeout, (int, float)) or timeout <= 0:
+        errors.append(
+            Error(
+                f"Q_CLUSTER['timeout'] is {timeout!r}: a hung task would hold its worker forever.",
+                hint="Set a positive timeout in seconds, e.g. 120.",
+                id="weave.E002",
+            )
+        )
+    elif not isinstance(retry, (int, float)) or retry <= timeout:
+        errors.append(
+            Error(
+                f"Q_CLUSTER['retry'] ({retry!r}) must be greater than 'timeout' ({timeout!r}): the ORM broker "
+                "hands a task to a second worker once it is 'retry' seconds old, while the first may still run it.",
+                hint="Set retry comfortably above timeout, e.g. timeout=120, retry=300.",
+                id="weave.E003",
+            )
+        )
+    attempts = conf.get("max_attempts", 0)  # django-q2 treats 0 as unlimited
+    if not isinstance(attempts, int) or attempts <= 0:
+        errors.append(
+            Error(
+                f"Q_CLUSTER['max_attempts'] is {attempts!r}: a task that always fails would be re-run forever.",
+                hint="Set max_attempts to a small positive number, e.g. 3.",
+                id="weave.E004",
+            )
+        )
+    return errors
+
+
+@register(Tags.compatibility)
+def check_weave_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Refuse WEAVE keys that do not exist: a typo would silently fall back to a default."""
+    unknown = weave_settings.unknown_keys()
+    if unknown:
+        return [
+            Error(
+                f"Unknown WEAVE setting(s): {', '.join(unknown)}.",
+                hint="See weave/conf.py for the settings and their defaults.",
+                id="weave.E005",
+            )
+        ]
+    return []

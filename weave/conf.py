@@ -1,0 +1,53 @@
+"""The `WEAVE` settings dict: frozen defaults, merged with the site's settings when read.
+
+Values are read on every attribute access, never cached at import, so a test that changes
+`settings.WEAVE` (pytest-django's `settings` fixture) is seen at once.
+"""
+
+from types import MappingProxyType
+from typing import Any
+
+from django.conf import settings as django_settings
+
+DEFAULTS: MappingProxyType[str, Any] = MappingProxyType(
+    {
+        # --- leases (seconds) ---
+        "LEASE_TTL": 30.0,
+        # --- push notifications ---
+        "PUSH_URL": "",
+        "PUSH_TOKEN": "",
+        "PUSH_TIMEOUT": 10.0,  # per request, seconds
+        "PUSH_BATCH_SIZE": 100,  # rows claimed under one lease
+        "PUSH_CONCURRENCY": 20,  # requests in flight per worker
+        "PUSH_BUDGET": 60.0,  # seconds a drain may start new rows; must stay below Q_CLUSTER timeout
+        "PUSH_LEASE_TTL": 30.0,
+        "PUSH_MAX_ATTEMPTS": 5,
+        "PUSH_BACKOFF_BASE": 2.0,  # seconds; doubled per attempt, with jitter
+        "PUSH_BACKOFF_MAX": 3600.0,
+        "PUSH_MAX_PAYLOAD_BYTES": 4096,
+        # --- supplier onboarding ---
+        "SUPPLIER_API_URL": "",
+        "SUPPLIER_API_TIMEOUT": 10.0,
+        "ONBOARDING_LEASE_TTL": 30.0,
+        "ONBOARDING_BUDGET": 90.0,  # seconds one attempt may work; below Q_CLUSTER timeout
+        "ONBOARDING_STEP_RETRIES": 3,  # temporary failures retried within a step
+        "ONBOARDING_RETRY_BACKOFF": 0.5,  # seconds, doubled per retry
+    }
+)
+
+
+class WeaveSettings:
+    """Read-through view of `settings.WEAVE` over `DEFAULTS`."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"Unknown Weave setting {name!r}; known: {', '.join(sorted(DEFAULTS))}")
+        overrides = getattr(django_settings, "WEAVE", None) or {}
+        return overrides.get(name, DEFAULTS[name])
+
+    def unknown_keys(self) -> list[str]:
+        overrides = getattr(django_settings, "WEAVE", None) or {}
+        return sorted(set(overrides) - set(DEFAULTS))
+
+
+weave_settings = WeaveSettings()

@@ -1,0 +1,31 @@
+"""The lease core: the only place that knows the lease protocol (DESIGN §2).
+
+Import the public names from here:
+
+    from weave.leases import LeasedModel, LeaseQuerySet, Heartbeat, LeaseLost, LeaseBusy, ...
+"""
+
+from weave.leases.clock import Clock, DatabaseClock, DbNow, FakeClock, default_clock
+from weave.leases.errors import LeaseBusy, LeaseError, LeaseLost, NotClaimable
+from weave.leases.heartbeat import Heartbeat
+from weave.leases.lease import BatchLease, Lease, new_owner
+from weave.leases.models import LeasedModel
+from weave.leases.queryset import LeaseQuerySet
+
+__all__ = [
+    "BatchLease",
+    "Clock",
+    "DatabaseClock",
+    "DbNow",
+    "FakeClock",
+    "Heartbeat",
+    "Lease",
+    "LeaseBusy",
+    "LeaseError",
+    "LeaseLost",
+    "LeaseQuerySet",
+    "LeasedModel",
+    "NotClaimable",
+    "default_clock",
+    "new_owner",
+]

@@ -1,0 +1,104 @@
+"""Clocks for lease decisions.
+
+The database decides whether a lease is live, in the same statement as the write, so a clock here
+does not return "the time": it returns an SQL expression for "now (+ offset)" that goes into the
+guarded statement. `DatabaseClock` emits the database's own clock; `FakeClock` emits a literal that
+a test moves forward. The SQL around it is the same in both cases.
+
+`monotonic()` and `wait()` only schedule work (when to renew next); they never decide validity.
+"""
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+from django.db import NotSupportedError
+from django.db.models import DateTimeField, Expression, Func, Value
+
+ZERO = timedelta(0)
+
+
+class DbNow(Func):
+    """The database server's clock plus an offset, evaluated when the statement runs."""
+
+    output_field = DateTimeField()
+
+    def __init__(self, offset: timedelta = ZERO) -> None:
+        super().__init__()
+        self.offset_seconds = offset.total_seconds()
+
+    def as_sql(self, compiler, connection, **extra):  # type: ignore[override]
+        raise NotSupportedError(f"Weave leases support PostgreSQL and SQLite, not {connection.vendor}.")
+
+    def as_postgresql(self, compiler, connection, **extra):
+        # clock_timestamp(), not now(): now() is frozen at transaction start, so a long
+        # transaction would judge leases by a stale time.
+        return "(clock_timestamp() + make_interval(secs => %s))", [self.offset_seconds]
+
+    def as_sqlite(self, compiler, connection, **extra):
+        # Same text format Django stores datetimes in, so comparisons stay lexicographic-safe.
+        return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', %s)", [f"{self.offset_seconds:+.6f} seconds"]
+
+
+class Clock:
+    """What the lease core needs from time."""
+
+    def now(self, offset: timedelta = ZERO) -> Expression:
+        """Return an SQL expression for the database's 'now + offset'."""
+        raise NotImplementedError
+
+    def monotonic(self) -> float:
+        """Return seconds on a local clock that only moves forward (for scheduling, never validity)."""
+        raise NotImplementedError
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        """Wait until `event` is set or `seconds` pass on this clock; return whether it was set."""
+        raise NotImplementedError
+
+
+class DatabaseClock(Clock):
+    """The production clock: the database server's clock in every lease statement."""
+
+    def now(self, offset: timedelta = ZERO) -> Expression:
+        return DbNow(offset)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        return event.wait(max(seconds, 0.0))
+
+
+class FakeClock(Clock):
+    """A clock a test moves by hand. Its 'now' is a literal bound into the same guarded SQL."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._start = start or datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+        self._now = self._start
+        self._changed = threading.Condition()
+
+    @property
+    def current(self) -> datetime:
+        return self._now
+
+    def now(self, offset: timedelta = ZERO) -> Expression:
+        return Value(self._now + offset, output_field=DateTimeField())
+
+    def advance(self, seconds: float) -> None:
+        with self._changed:
+            self._now += timedelta(seconds=seconds)
+            self._changed.notify_all()
+
+    def monotonic(self) -> float:
+        return (self._now - self._start).total_seconds()
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        deadline = self.monotonic() + seconds
+        with self._changed:
+            while not event.is_set() and self.monotonic() < deadline:
+                # The real-time timeout only re-checks `event`; fake time moves by advance().
+                self._changed.wait(0.05)
+        return event.is_set()
+
+
+default_clock = DatabaseClock()

@@ -1,0 +1,25 @@
+"""The two ways a lease operation is refused, kept apart on purpose (DESIGN §2.6)."""
+
+
+class LeaseError(Exception):
+    """Base class for lease refusals."""
+
+
+class LeaseBusy(LeaseError):
+    """A claim found the row held by someone else under a live lease. Nothing was written."""
+
+
+class LeaseLost(LeaseError):
+    """A guarded write or renewal matched no row: the lease is no longer ours. Nothing was written.
+
+    `holder` and `holder_fence` name who holds the row now, when that could be read.
+    """
+
+    def __init__(self, message: str, *, holder: str | None = None, holder_fence: int | None = None):
+        super().__init__(message)
+        self.holder = holder
+        self.holder_fence = holder_fence
+
+
+class NotClaimable(LeaseError):
+    """A claim found the row free but outside the claimable state the caller asked for (e.g. done)."""

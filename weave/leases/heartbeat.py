@@ -1,0 +1,135 @@
+"""`Heartbeat`: keep a lease alive around slow work (DESIGN §2.4).
+
+It renews before the work starts, every `interval` (ttl/3) while it runs, and once more on demand
+right before the save. A failed renewal is remembered and wins: `check()` and `before_save()` raise
+it even if the work itself returned normally. Once the attempt's budget is spent it stops renewing,
+so a hung step cannot hold a lease forever.
+
+Renewals during the work run on a background thread with its own database connection (Django
+connections are per thread), closed when the thread ends. Timing comes from the clock, so a
+`FakeClock` drives it without sleeping: tests call `tick()` after advancing the clock.
+"""
+
+import logging
+import threading
+from datetime import timedelta
+from typing import Any
+
+from django.db import connections
+
+from weave.leases.clock import Clock, default_clock
+from weave.leases.errors import LeaseLost
+from weave.leases.lease import Lease
+
+logger = logging.getLogger("weave.leases")
+
+
+class Heartbeat:
+    """Renew `lease` on `queryset` while a block of slow work runs."""
+
+    def __init__(
+        self,
+        queryset: Any,
+        lease: Lease,
+        *,
+        ttl: float,
+        clock: Clock = default_clock,
+        budget: float | None = None,
+        interval: float | None = None,
+        background: bool = True,
+    ) -> None:
+        self.queryset = queryset
+        self.lease = lease
+        self.ttl = ttl
+        self.clock = clock
+        self.interval = interval if interval is not None else ttl / 3
+        self.background = background
+        self._budget_ends = None if budget is None else clock.monotonic() + budget
+        self._next_due = clock.monotonic()
+        self._failure: LeaseLost | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.renewals: list[float] = []  # clock.monotonic() of every renewal that landed
+
+    # --- context manager: renew before, keep renewing during, stop after ------------------------
+
+    def __enter__(self) -> "Heartbeat":
+        self.beat()
+        self.check()
+        if self.background:
+            self._thread = threading.Thread(target=self._run, name=f"heartbeat-{self.lease.pk}", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    # --- what callers use -------------------------------------------------------------------------
+
+    @property
+    def budget_spent(self) -> bool:
+        return self._budget_ends is not None and self.clock.monotonic() >= self._budget_ends
+
+    @property
+    def failed(self) -> bool:
+        return self._failure is not None
+
+    def check(self) -> None:
+        """Raise the first failed renewal, if any. A lost lease stays lost."""
+        if self._failure is not None:
+            raise self._failure
+
+    def before_save(self) -> None:
+        """Renew once more right before a save, then raise if any renewal has failed."""
+        self.check()
+        self.beat()
+        self.check()
+
+    def tick(self) -> bool:
+        """Renew if a renewal is due on the clock; return whether one was attempted."""
+        if self.clock.monotonic() < self._next_due:
+            return False
+        self.beat()
+        return True
+
+    def beat(self) -> None:
+        """Renew now unless the budget is spent or a renewal already failed. Failures are kept, not raised."""
+        with self._lock:
+            if self._failure is not None or self.budget_spent:
+                return
+            now = self.clock.monotonic()
+            try:
+                self.queryset.renew(self.lease, ttl=timedelta(seconds=self.ttl), clock=self.clock)
+            except LeaseLost as lost:
+                self._failure = lost
+                logger.warning(
+                    "event=renewal_failed model=%s id=%s owner=%s fence=%s reason=%r",
+                    self.queryset.model._meta.label,
+                    self.lease.pk,
+                    self.lease.owner,
+                    self.lease.fence,
+                    str(lost),
+                )
+                return
+            self.renewals.append(now)
+            self._next_due = now + self.interval
+
+    # --- the background thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set() and not self.failed and not self.budget_spent:
+                wait = self._next_due - self.clock.monotonic()
+                if self.clock.wait(self._stop, wait):
+                    break
+                self.tick()
+        finally:
+            # This thread's own connection: close it, or PostgreSQL keeps it until the process ends.
+            connections.close_all()

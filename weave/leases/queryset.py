@@ -1,0 +1,223 @@
+"""`LeaseQuerySet`: the only code that writes lease fields (DESIGN §2).
+
+Every method below is ONE `UPDATE`, whose WHERE clause carries the whole guard, judged by the
+database clock. A follow-up `SELECT` only reads back what the update assigned (the new fence), or,
+on refusal, who holds the row now so the error can say so.
+"""
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from functools import reduce
+from operator import or_
+from typing import Any, Self
+
+from django.db import connections, models, router, transaction
+from django.db.models import BooleanField, ExpressionWrapper, F, Q
+from django.db.models.sql import UpdateQuery
+
+from weave.leases.clock import Clock, default_clock
+from weave.leases.errors import LeaseBusy, LeaseLost, NotClaimable
+from weave.leases.lease import BatchLease, Lease
+
+
+def _seconds(ttl: float | timedelta) -> timedelta:
+    return ttl if isinstance(ttl, timedelta) else timedelta(seconds=ttl)
+
+
+class LeaseQuerySet(models.QuerySet):
+    """Claim, renew, guarded update and release, each a single guarded statement."""
+
+    # --- states -------------------------------------------------------------------------------
+
+    def free_or_expired(self, clock: Clock = default_clock) -> Self:
+        """Rows nobody holds, or whose holder's lease ran out by the database clock."""
+        return self.filter(Q(owner__isnull=True) | Q(lease_expires_at__lte=clock.now()))
+
+    def live(self, clock: Clock = default_clock) -> Self:
+        """Rows held under a lease that is still live by the database clock."""
+        return self.filter(owner__isnull=False, lease_expires_at__gt=clock.now())
+
+    def held_by(self, lease: Lease, clock: Clock = default_clock) -> Self:
+        """The row, only while `lease` still holds it: same owner, same fence, not expired."""
+        return self.filter(pk=lease.pk, owner=lease.owner, fence=lease.fence, lease_expires_at__gt=clock.now())
+
+    # --- claims -------------------------------------------------------------------------------
+
+    def claim(self, pk: Any, *, owner: str, ttl: float | timedelta, clock: Clock = default_clock) -> Lease:
+        """Claim one row if it is free or expired (and matches this queryset); bump its fence.
+
+        Raises `LeaseBusy` if someone else holds a live lease, `NotClaimable` otherwise.
+        """
+        claimed = (
+            self.filter(pk=pk)
+            .free_or_expired(clock)
+            ._update_returning(owner=owner, fence=F("fence") + 1, lease_expires_at=clock.now(_seconds(ttl)))
+        )
+        if not claimed:
+            raise self._claim_refusal(pk, clock)
+        ((_, fence, expires_at),) = claimed
+        return Lease(pk=pk, owner=owner, fence=fence, expires_at=expires_at)
+
+    def claim_batch(
+        self, *, owner: str, ttl: float | timedelta, limit: int, clock: Clock = default_clock
+    ) -> BatchLease:
+        """Claim up to `limit` free or expired rows of this queryset (in its order) under one owner.
+
+        One `UPDATE ... WHERE pk IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT n)` on PostgreSQL:
+        skip_locked lets concurrent claimers pass each other's rows instead of waiting or sharing.
+        On SQLite the IMMEDIATE transaction already serialises writers, so the same statement is atomic.
+        """
+        chosen = self.free_or_expired(clock).select_for_update(skip_locked=True)[:limit].values("pk")
+        # One statement; the atomic block only satisfies Django's rule that FOR UPDATE needs a transaction.
+        with transaction.atomic(using=self._write_db):
+            claimed = (
+                self._fresh()
+                .filter(pk__in=chosen)
+                .free_or_expired(clock)
+                ._update_returning(owner=owner, fence=F("fence") + 1, lease_expires_at=clock.now(_seconds(ttl)))
+            )
+        batch = BatchLease(owner=owner)
+        for pk, fence, expires_at in claimed:
+            batch.fences[pk] = fence
+            batch.expires_at = expires_at if batch.expires_at is None else min(batch.expires_at, expires_at)
+        return batch
+
+    # --- writes under a lease -------------------------------------------------------------------
+
+    def guarded_update(
+        self, lease: Lease, *, clock: Clock = default_clock, expect: Mapping[str, Any] | None = None, **fields: Any
+    ) -> None:
+        """Write `fields` only while `lease` holds the row (and the row matches `expect`, e.g. a phase).
+
+        Raises `LeaseLost` when no row matched; then nothing was written.
+        """
+        changed = self.held_by(lease, clock).filter(**(expect or {})).update(**fields)
+        if changed != 1:
+            raise self._lost(lease, clock, expect, action="write")
+
+    def renew(self, lease: Lease, *, ttl: float | timedelta, clock: Clock = default_clock) -> None:
+        """Push the expiry to db_now() + ttl, only while the lease is still live. A lapsed lease stays lapsed."""
+        changed = self.held_by(lease, clock).update(lease_expires_at=clock.now(_seconds(ttl)))
+        if changed != 1:
+            raise self._lost(lease, clock, None, action="renewal")
+
+    def release(self, lease: Lease, *, clock: Clock = default_clock, **fields: Any) -> None:
+        """Give the row up (owner and expiry cleared, fence kept), writing `fields` in the same statement."""
+        self.guarded_update(lease, clock=clock, owner=None, lease_expires_at=None, **fields)
+
+    # --- batches ---------------------------------------------------------------------------------
+
+    def renew_batch(self, batch: BatchLease, *, ttl: float | timedelta, clock: Clock = default_clock) -> list[Any]:
+        """Renew every row of `batch` still ours in one statement; drop and return the rows found lost."""
+        if not batch.fences:
+            return []
+        guard = self._batch_guard(batch, batch.fences, clock)
+        changed = self.filter(guard).update(lease_expires_at=clock.now(_seconds(ttl)))
+        if changed == len(batch.fences):
+            return []
+        still_ours = set(self._fresh().filter(guard).values_list("pk", flat=True))
+        lost = [pk for pk in batch.fences if pk not in still_ours]
+        for pk in lost:
+            batch.drop(pk)
+        return lost
+
+    def release_batch(
+        self, batch: BatchLease, pks: Iterable[Any] | None = None, *, clock: Clock = default_clock, **fields: Any
+    ) -> int:
+        """Release `pks` (default: all rows of `batch`) in one guarded statement; return how many were ours."""
+        wanted = {pk: batch.fences[pk] for pk in (batch.fences if pks is None else pks) if pk in batch.fences}
+        if not wanted:
+            return 0
+        released = self.filter(self._batch_guard(batch, wanted, clock)).update(
+            owner=None, lease_expires_at=None, **fields
+        )
+        for pk in wanted:
+            batch.drop(pk)
+        return released
+
+    # --- internals ------------------------------------------------------------------------------
+
+    @property
+    def _write_db(self) -> str:
+        return self._db or router.db_for_write(self.model)
+
+    def _update_returning(self, **values: Any) -> list[tuple[Any, int, datetime]]:
+        """Run this queryset's UPDATE with `RETURNING pk, fence, lease_expires_at`, as one statement.
+
+        Django's update() only returns a count; a claim must learn exactly which rows it took and
+        at which fence, and reading them back afterwards by owner name would trust the name.
+        PostgreSQL and SQLite (3.35+) both support RETURNING.
+        """
+        query = self.query.chain(UpdateQuery)
+        query.add_update_values(values)
+        compiler = query.get_compiler(self._write_db)
+        compiler.pre_sql_setup()
+        sql, params = compiler.as_sql()
+        connection = connections[self._write_db]
+        qn = connection.ops.quote_name
+        meta = self.model._meta
+        returning = ", ".join(qn(meta.get_field(name).column) for name in (meta.pk.name, "fence", "lease_expires_at"))
+        with connection.cursor() as cursor:
+            cursor.execute(f"{sql} RETURNING {returning}", params)
+            rows = cursor.fetchall()
+        expires_field = meta.get_field("lease_expires_at")
+        converters = connection.ops.get_db_converters(expires_field.get_col(meta.db_table))
+        result = []
+        for pk, fence, expires_at in rows:
+            for convert in converters:
+                expires_at = convert(expires_at, expires_field, connection)
+            result.append((pk, fence, expires_at))
+        return result
+
+    def _fresh(self) -> Self:
+        return type(self)(model=self.model, using=self._db)
+
+    def _batch_guard(self, batch: BatchLease, fences: Mapping[Any, int], clock: Clock) -> Q:
+        by_fence: dict[int, list[Any]] = defaultdict(list)
+        for pk, fence in fences.items():
+            by_fence[fence].append(pk)
+        # Same owner AND each row's own fence: an owner name alone is luck, not a guard.
+        rows = reduce(or_, (Q(fence=fence, pk__in=pks) for fence, pks in by_fence.items()))
+        return rows & Q(owner=batch.owner, lease_expires_at__gt=clock.now())
+
+    def _label(self, pk: Any) -> str:
+        return f"{self.model._meta.label} {pk}"
+
+    def _current(self, pk: Any, clock: Clock) -> dict[str, Any] | None:
+        live = ExpressionWrapper(Q(owner__isnull=False, lease_expires_at__gt=clock.now()), output_field=BooleanField())
+        return self._fresh().filter(pk=pk).annotate(_live=live).values().first()
+
+    def _claim_refusal(self, pk: Any, clock: Clock) -> Exception:
+        row = self._current(pk, clock)
+        if row is None:
+            return NotClaimable(f"{self._label(pk)} does not exist.")
+        if row["_live"]:
+            return LeaseBusy(
+                f"{self._label(pk)} is busy: {row['owner']} holds it at fence {row['fence']} "
+                f"until {row['lease_expires_at']:%Y-%m-%d %H:%M:%S.%f} (database time)."
+            )
+        return NotClaimable(f"{self._label(pk)} is free but not in a claimable state.")
+
+    def _lost(self, lease: Lease, clock: Clock, expect: Mapping[str, Any] | None, *, action: str) -> LeaseLost:
+        ours = f"{lease.owner} at fence {lease.fence}"
+        row = self._current(lease.pk, clock)
+        if row is None:
+            return LeaseLost(f"Lease lost on {self._label(lease.pk)} ({action} by {ours} refused): the row is gone.")
+        holder, fence = row["owner"], row["fence"]
+        if row["_live"] and (holder, fence) != (lease.owner, lease.fence):
+            why = f"now held by {holder} at fence {fence}"
+        elif (holder, fence) == (lease.owner, lease.fence) and not row["_live"]:
+            why = f"our lease expired at {row['lease_expires_at']:%Y-%m-%d %H:%M:%S.%f} (database time)"
+        elif holder is None:
+            why = f"the row was released or finished (fence now {fence})"
+        elif expect and any(row.get(k) != v for k, v in expect.items()):
+            found = ", ".join(f"{k}={row.get(k)!r} (expected {v!r})" for k, v in expect.items())
+            why = f"the row moved on: {found}"
+        else:
+            why = f"{holder} at fence {fence} took it and its lease has since expired"
+        return LeaseLost(
+            f"Lease lost on {self._label(lease.pk)} ({action} by {ours} refused): {why}.",
+            holder=holder,
+            holder_fence=fence,
+        )

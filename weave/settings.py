@@ -1,0 +1,143 @@
+"""Settings for the standalone Weave site, read from the environment.
+
+Only this site imports this module. The apps (`notifications`, `onboarding`) and the lease core
+read their configuration through `weave.conf`, so they run inside any Django site.
+"""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+DEBUG = env_bool("DEBUG", True)
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise RuntimeError("SECRET_KEY must be set when DEBUG is off.")
+    SECRET_KEY = "weave-insecure-development-key-do-not-use-in-production"
+ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h.strip()]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_q",
+    "weave",
+    "notifications",
+    "onboarding",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "weave.urls"
+WSGI_APPLICATION = "weave.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------------
+# DATABASE_URL picks the database; without it an SQLite file in the project is used.
+DATABASE_URL = os.environ.get("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
+# Workers keep their connection between tasks: reconnecting per task costs more than the task.
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {
+        # Several processes (site, qcluster workers, heartbeat threads) share one file:
+        # WAL lets readers run beside the writer, the timeout waits for the lock instead of
+        # failing, and IMMEDIATE takes the write lock at BEGIN so a transaction never has to
+        # upgrade a read lock midway (which SQLite answers with "database is locked").
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "timeout": 30,
+        "transaction_mode": "IMMEDIATE",
+    }
+    # Tests that start real worker processes need a file the processes can share.
+    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "test_db.sqlite3")}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+# --- django-q2 -------------------------------------------------------------------------------
+Q_WORKERS = int(os.environ.get("WEAVE_Q_WORKERS", "2"))
+Q_CLUSTER = {
+    "name": os.environ.get("WEAVE_Q_NAME", "weave"),
+    "orm": "default",  # the ORM broker: the queue lives in the same database as the jobs
+    "workers": Q_WORKERS,
+    # A task is killed after `timeout` seconds. Every Weave task stops starting new work well
+    # before that (WEAVE PUSH_BUDGET / ONBOARDING_BUDGET).
+    "timeout": 120,
+    # The ORM broker hands a task out again once it is `retry` seconds old, even if the first
+    # worker is still running it. Keep it well above `timeout` so that only happens after a crash.
+    "retry": 300,
+    "max_attempts": 3,
+    # One task per fetch and no more queued than there are workers: a task never waits in a
+    # worker's local queue while its `retry` clock runs.
+    "bulk": 1,
+    "queue_limit": Q_WORKERS,
+    "poll": 0.2,
+    "catch_up": False,
+    "ack_failures": True,
+    "save_limit": 1000,
+    "label": "Django Q2",
+}
+
+# --- Weave -------------------------------------------------------------------------------------
+WEAVE = {
+    "PUSH_URL": os.environ.get("WEAVE_PUSH_URL", "http://127.0.0.1:8100/push"),
+    "PUSH_TOKEN": os.environ.get("WEAVE_PUSH_TOKEN", "dev-token"),
+    "SUPPLIER_API_URL": os.environ.get("WEAVE_SUPPLIER_API_URL", "http://127.0.0.1:8200"),
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"line": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line"}},
+    "loggers": {
+        "weave": {"handlers": ["console"], "level": os.environ.get("WEAVE_LOG_LEVEL", "INFO"), "propagate": False},
+    },
+}
