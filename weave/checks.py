@@ -3,7 +3,7 @@
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import Error, Tags, register
+from django.core.checks import Error, Tags, Warning, register
 
 from weave.conf import weave_settings
 
@@ -62,6 +62,80 @@ def check_weave_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                 f"Unknown WEAVE setting(s): {', '.join(unknown)}.",
                 hint="See weave/conf.py for the settings and their defaults.",
                 id="weave.E005",
+            )
+        ]
+    return []
+
+
+def _q_timeout() -> float | None:
+    timeout = (getattr(settings, "Q_CLUSTER", None) or {}).get("timeout")
+    return timeout if isinstance(timeout, (int, float)) else None
+
+
+@register(Tags.compatibility)
+def check_lease_timing(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Refuse lease TTLs that heartbeats cannot keep alive, and budgets django-q2 would cut short."""
+    errors: list[Error] = []
+    interval = weave_settings.HEARTBEAT_INTERVAL
+    for key in ("LEASE_TTL", "PUSH_LEASE_TTL", "ONBOARDING_LEASE_TTL"):
+        ttl = getattr(weave_settings, key)
+        if not isinstance(ttl, (int, float)) or ttl <= 0:
+            errors.append(
+                Error(f"WEAVE['{key}'] is {ttl!r}; it must be a positive number of seconds.", id="weave.E010")
+            )
+        elif interval is not None and ttl < 3 * interval:
+            errors.append(
+                Error(
+                    f"WEAVE['{key}'] ({ttl} s) is shorter than three heartbeat intervals "
+                    f"(HEARTBEAT_INTERVAL={interval} s): one late renewal would lose the lease mid-work.",
+                    hint="Raise the TTL or lower HEARTBEAT_INTERVAL (or leave it None for ttl/3).",
+                    id="weave.E010",
+                )
+            )
+    timeout = _q_timeout()
+    if timeout is not None:
+        for key in ("PUSH_BUDGET", "ONBOARDING_BUDGET"):
+            budget = getattr(weave_settings, key)
+            if budget >= timeout:
+                errors.append(
+                    Error(
+                        f"WEAVE['{key}'] ({budget} s) must be below Q_CLUSTER['timeout'] ({timeout} s): django-q2 "
+                        "kills a task at its timeout, so the worker would die mid-row instead of stopping cleanly.",
+                        hint="Keep the budget well below timeout, e.g. timeout minus the push timeout and a margin.",
+                        id="weave.E011",
+                    )
+                )
+    return errors
+
+
+@register(Tags.compatibility)
+def check_provider_url(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Refuse an installed notifications app with nowhere to send."""
+    from django.apps import apps
+
+    if apps.is_installed("notifications") and not weave_settings.PUSH_URL:
+        return [
+            Error(
+                "WEAVE['PUSH_URL'] is empty, but the notifications app is installed: nothing could be delivered.",
+                hint="Set WEAVE = {'PUSH_URL': 'https://push.example.com/send', 'PUSH_TOKEN': ...}.",
+                id="weave.E012",
+            )
+        ]
+    return []
+
+
+@register(Tags.database)
+def check_sqlite_in_production(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """Warn when SQLite carries a production site with several workers."""
+    engine = settings.DATABASES.get("default", {}).get("ENGINE", "")
+    workers = (getattr(settings, "Q_CLUSTER", None) or {}).get("workers", 1)
+    if "sqlite" in engine and not settings.DEBUG and (workers or 1) > 1:
+        return [
+            Warning(
+                f"SQLite with DEBUG off and {workers} django-q2 workers per cluster: every lease write takes the "
+                "single database write lock, so several workers or clusters queue behind each other.",
+                hint="Use PostgreSQL in production; SQLite is meant for local runs and the demo.",
+                id="weave.W013",
             )
         ]
     return []

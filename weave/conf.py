@@ -13,6 +13,9 @@ DEFAULTS: MappingProxyType[str, Any] = MappingProxyType(
     {
         # --- leases (seconds) ---
         "LEASE_TTL": 30.0,
+        # Heartbeat renewal interval; None means a third of the lease TTL. A TTL shorter than three
+        # intervals leaves no room for one late renewal (a system check refuses it).
+        "HEARTBEAT_INTERVAL": None,
         # --- push notifications ---
         "PUSH_URL": "",
         "PUSH_TOKEN": "",

@@ -4,7 +4,13 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from weave.checks import check_q_cluster, check_weave_settings
+from weave.checks import (
+    check_lease_timing,
+    check_provider_url,
+    check_q_cluster,
+    check_sqlite_in_production,
+    check_weave_settings,
+)
 
 SAFE = {"name": "t", "orm": "default", "timeout": 120, "retry": 300, "max_attempts": 3}
 
@@ -63,3 +69,44 @@ def test_weave_settings_are_read_lazily(settings):
     assert weave_settings.LEASE_TTL == 7
     settings.WEAVE = {}
     assert weave_settings.LEASE_TTL == 30.0
+
+
+def test_lease_ttl_shorter_than_three_heartbeats_is_refused(settings):
+    settings.WEAVE = {"PUSH_URL": "http://x", "HEARTBEAT_INTERVAL": 5, "ONBOARDING_LEASE_TTL": 12}
+    errors = check_lease_timing()
+    assert ids(errors) == ["weave.E010"]
+    assert "ONBOARDING_LEASE_TTL" in errors[0].msg and "three heartbeat intervals" in errors[0].msg
+    settings.WEAVE = {"PUSH_URL": "http://x", "HEARTBEAT_INTERVAL": 5, "ONBOARDING_LEASE_TTL": 15}
+    assert check_lease_timing() == []
+
+
+@pytest.mark.parametrize("key", ["PUSH_BUDGET", "ONBOARDING_BUDGET"])
+def test_budget_at_or_above_q_timeout_is_refused(settings, key):
+    settings.Q_CLUSTER = SAFE
+    settings.WEAVE = {key: 120}
+    errors = check_lease_timing()
+    assert ids(errors) == ["weave.E011"] and key in errors[0].msg
+    settings.WEAVE = {key: 119}
+    assert check_lease_timing() == []
+
+
+def test_missing_provider_url_is_refused_when_notifications_installed(settings):
+    settings.WEAVE = {"PUSH_URL": ""}
+    errors = check_provider_url()
+    assert ids(errors) == ["weave.E012"]
+    settings.WEAVE = {"PUSH_URL": "http://push.example"}
+    assert check_provider_url() == []
+
+
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+def test_sqlite_in_production_with_several_workers_warns(settings):
+    settings.DATABASES = {"default": {**settings.DATABASES["default"], "ENGINE": "django.db.backends.sqlite3"}}
+    settings.DEBUG = False
+    settings.Q_CLUSTER = {**SAFE, "workers": 4}
+    warnings = check_sqlite_in_production()
+    assert ids(warnings) == ["weave.W013"] and "SQLite" in warnings[0].msg
+    settings.DEBUG = True
+    assert check_sqlite_in_production() == []
+    settings.DEBUG = False
+    settings.Q_CLUSTER = {**SAFE, "workers": 1}
+    assert check_sqlite_in_production() == []
