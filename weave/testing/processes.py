@@ -76,7 +76,9 @@ class ProcessGroups:
     def __exit__(self, *exc: object) -> None:
         self.stop_all()
 
-    def start(self, name: str, args: Sequence[str], *, env: dict[str, str] | None = None) -> Child:
+    def start(
+        self, name: str, args: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> Child:
         log_path = None
         stdout = subprocess.DEVNULL
         if self.log_dir is not None:
@@ -85,7 +87,7 @@ class ProcessGroups:
             stdout = log_path.open("ab")
         popen = subprocess.Popen(
             list(args),
-            cwd=PROJECT_ROOT,
+            cwd=cwd or PROJECT_ROOT,
             env={**os.environ, **(env or {})},
             stdout=stdout,
             stderr=subprocess.STDOUT,
