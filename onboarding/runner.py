@@ -82,12 +82,12 @@ class Attempt:
             return "not_claimable"
         try:
             if self.attempt_id is None:  # the run changed between the claim and our first save
-                return self.outcome or Outcome.BLOCKED
+                return str(self.outcome or Outcome.BLOCKED)
             self._work_through()
         finally:
             if self._own_services and self._services is not None:
                 self._services.close()
-        return self.outcome or Outcome.RUNNING
+        return str(self.outcome or Outcome.RUNNING)
 
     def _work_through(self) -> None:
         step: Step | None = None
@@ -260,8 +260,10 @@ class Attempt:
             self._end_attempt(Outcome.RELEASED, f"The run was cancelled; stopped {where} without saving.")
             return
         holder = ""
+        current = f"{lost.holder} at fence {lost.holder_fence}"
         if lost.holder is not None and (lost.holder, lost.holder_fence) != (self.lease.owner, self.lease.fence):
-            holder = f" The run is now held by {lost.holder} at fence {lost.holder_fence}."
+            if current not in str(lost):
+                holder = f" The run is now held by {current}."
         self._end_attempt(Outcome.BLOCKED, f"Lease lost {where}: {lost}{holder}")
 
     # --- helpers ------------------------------------------------------------------------------------
