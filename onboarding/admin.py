@@ -117,11 +117,7 @@ class OnboardingRunAdmin(admin.ModelAdmin):
         live = ExpressionWrapper(
             Q(owner__isnull=False, lease_expires_at__gt=default_clock.now()), output_field=BooleanField()
         )
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(lease_live=live, attempt_total=Count("attempts", distinct=True))
-        )
+        return super().get_queryset(request).annotate(lease_live=live, attempt_total=Count("attempts", distinct=True))
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # runs start from the supplier admin's "Start onboarding"

@@ -90,8 +90,15 @@ class SupplierServices:
                     delay = max(delay, min(_retry_after(response), self.retry_after_max))
                 else:
                     raise PermanentFailure(f"{path} refused the request: HTTP {status} {response.text[:200]}")
-            log_event(logger, "retry", **(log or {"job": "onboarding", "id": None}), path=path, key=key,
-                      tries=attempt + 1, reason=problem)
+            log_event(
+                logger,
+                "retry",
+                **(log or {"job": "onboarding", "id": None}),
+                path=path,
+                key=key,
+                tries=attempt + 1,
+                reason=problem,
+            )
             if attempt < self.retries:
                 self._pause.wait(delay)
         raise TemporaryFailure(f"{path}: {problem} after {self.retries + 1} tries")
