@@ -24,3 +24,13 @@ def sweep() -> int:
     from onboarding.services import onboarding_sweep
 
     return len(onboarding_sweep())
+
+
+def ensure_sweep_schedule(*, minutes: int = 1) -> None:
+    """Create or update the django-q2 Schedule that runs `sweep` every `minutes` minutes."""
+    from django_q.models import Schedule
+
+    Schedule.objects.update_or_create(
+        name="onboarding.sweep",
+        defaults={"func": "onboarding.tasks.sweep", "schedule_type": Schedule.MINUTES, "minutes": minutes},
+    )

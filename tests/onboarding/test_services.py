@@ -91,3 +91,12 @@ def test_task__busy_run_ends_quietly(clock):
     OnboardingRun.objects.active().claim(run.pk, owner="someone", ttl=timedelta(hours=1))
     assert tasks.run_onboarding(run.pk) == "busy"
     assert not RunAttempt.objects.exists()
+
+
+def test_sweep_schedule__is_created_once_and_points_at_the_task():
+    from django_q.models import Schedule
+
+    tasks.ensure_sweep_schedule()
+    tasks.ensure_sweep_schedule(minutes=2)
+    schedule = Schedule.objects.get(name="onboarding.sweep")
+    assert (schedule.func, schedule.minutes) == ("onboarding.tasks.sweep", 2)
