@@ -38,7 +38,8 @@ class SupplierServices:
     ) -> None:
         self.base_url = (base_url if base_url is not None else weave_settings.SUPPLIER_API_URL).rstrip("/")
         if not self.base_url:
-            raise PermanentFailure("WEAVE SUPPLIER_API_URL is not set: there is no supplier service to call.")
+            # A configuration gap, not the supplier's fault: keep the run for a later attempt.
+            raise TemporaryFailure("WEAVE SUPPLIER_API_URL is not set: there is no supplier service to call.")
         self.retries = retries if retries is not None else weave_settings.ONBOARDING_STEP_RETRIES
         self.backoff = backoff if backoff is not None else weave_settings.ONBOARDING_RETRY_BACKOFF
         self.retry_after_max = weave_settings.ONBOARDING_RETRY_AFTER_MAX

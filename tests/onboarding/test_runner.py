@@ -127,3 +127,11 @@ def test_run__finished_run_is_not_claimable_and_writes_nothing(fake_services):
     assert attempt(run) == "not_claimable"
     assert RunAttempt.objects.filter(run=run).count() == 1
     assert StepReceipt.objects.values("run", "step").annotate(n=Count("pk")).filter(n__gt=1).count() == 0
+
+
+def test_run__missing_service_url_waits_instead_of_failing(settings):
+    settings.WEAVE = {**getattr(settings, "WEAVE", {}), "SUPPLIER_API_URL": ""}
+    run = OnboardingRunFactory()
+    assert attempt(run) == "released"
+    run.refresh_from_db()
+    assert run.status == "pending" and "SUPPLIER_API_URL is not set" in run.reason
