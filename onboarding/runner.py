@@ -81,8 +81,8 @@ class Attempt:
             log_event(logger, "not_claimable", job=JOB, id=self.run_id, owner=self.owner, reason=str(exc))
             return "not_claimable"
         try:
-            if self.attempt_id is None:  # the run changed between the claim and our first save
-                return str(self.outcome or Outcome.BLOCKED)
+            if self.outcome is not None:  # the run changed between the claim and our first save
+                return str(self.outcome)
             self._work_through()
         finally:
             if self._own_services and self._services is not None:
@@ -90,22 +90,23 @@ class Attempt:
         return str(self.outcome or Outcome.RUNNING)
 
     def _work_through(self) -> None:
-        step: Step | None = None
+        stage = "resume"  # where we are, for the reasons a person reads
         try:
             try:
                 for step in self.remaining_steps():
+                    stage = step.name
                     if self.budget_left() <= 0:
                         self.give_back(f"Attempt budget of {self.budget:g} s spent before {step.name}.", requeue=True)
                         return
                     self.run_step(step)
-                step = None
+                stage = "completion"
                 self.complete()
             except TemporaryFailure as exc:
-                self.give_back(f"{_name(step)}: {exc.reason} Waiting for a later attempt.", requeue=False)
+                self.give_back(f"{stage}: {exc.reason} Waiting for a later attempt.", requeue=False)
             except PermanentFailure as exc:
-                self.fail(f"{_name(step)}: {exc.reason}")
+                self.fail(f"{stage}: {exc.reason}")
         except LeaseLost as lost:
-            self.on_lost(lost, step)
+            self.on_lost(lost, f"at {stage}")
 
     # --- the parts ----------------------------------------------------------------------------------
 
@@ -125,7 +126,7 @@ class Attempt:
                     run_id=self.run_id, fence=lease.fence, owner=lease.owner, started_at=self.clock.now()
                 ).pk
         except LeaseLost as lost:
-            self.on_lost(lost, None)
+            self.on_lost(lost, "right after the claim")
             return lease
         self.run = OnboardingRun.objects.select_related("supplier").get(pk=self.run_id)
         self.outputs = dict(StepReceipt.objects.filter(run_id=self.run_id).values_list("step", "output"))
@@ -246,11 +247,10 @@ class Attempt:
             )
             self._end_attempt(Outcome.FAILED, reason)
 
-    def on_lost(self, lost: LeaseLost, step: Step | None) -> None:
+    def on_lost(self, lost: LeaseLost, where: str) -> None:
         """Record our own attempt as blocked (or released, if the run was cancelled) and write nothing else."""
         assert self.lease is not None
         row = OnboardingRun.objects.filter(pk=self.run_id).values("status", "owner", "fence").first()
-        where = f"at {step.name}" if step else "after the claim"
         if row and row["status"] == Status.CANCELLED:
             if (row["owner"], row["fence"]) == (self.lease.owner, self.lease.fence):
                 try:
@@ -300,10 +300,6 @@ class Attempt:
             )
         event = {Outcome.COMPLETED: "completed", Outcome.RELEASED: "released"}.get(outcome, str(outcome))
         log_event(logger, event, job=JOB, id=self.run_id, owner=self.lease.owner, fence=self.lease.fence, reason=reason)
-
-
-def _name(step: Step | None) -> str:
-    return step.name if step else "run"
 
 
 def run_onboarding(run_id: Any, **options: Any) -> str:

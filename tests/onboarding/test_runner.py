@@ -5,7 +5,7 @@ from django.db.models import Count
 
 from notifications.models import Notification
 from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, RunAttempt, StepReceipt, VendorRecord
-from onboarding.runner import run_onboarding
+from onboarding.runner import Attempt, run_onboarding
 from onboarding.steps import STEP_NAMES, idempotency_key
 from tests.factories import OnboardingRunFactory, SupplierFactory
 
@@ -135,3 +135,17 @@ def test_run__missing_service_url_waits_instead_of_failing(settings):
     assert attempt(run) == "released"
     run.refresh_from_db()
     assert run.status == "pending" and "SUPPLIER_API_URL is not set" in run.reason
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run__background_heartbeat_renews_on_its_own_connection_during_a_slow_call(fake_services):
+    # As in a qcluster worker: the heartbeat thread renews while the main thread waits on HTTP.
+    fake_services.config.latency = 0.6
+    run = OnboardingRunFactory()
+    worker = Attempt(run.pk, ttl=1.5)
+
+    assert worker.execute() == "completed"
+
+    renewals = worker.heartbeats["verify_tax_id"].renewals
+    assert len(renewals) >= 3  # before, at least once at ttl/3 during the call, before the save
+    assert StepReceipt.objects.filter(run=run).count() == 6

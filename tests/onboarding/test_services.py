@@ -7,7 +7,7 @@ from django.db import IntegrityError, transaction
 
 from onboarding import tasks
 from onboarding.errors import RunAlreadyActive
-from onboarding.models import OnboardingRun, RunAttempt, StepReceipt, VendorRecord
+from onboarding.models import OnboardingRun, OnboardingRunQuerySet, RunAttempt, StepReceipt, VendorRecord
 from onboarding.runner import Attempt
 from onboarding.services import onboarding_cancel, onboarding_start, onboarding_sweep
 from onboarding.steps import STEPS, Step, StepContext
@@ -100,3 +100,19 @@ def test_sweep_schedule__is_created_once_and_points_at_the_task():
     tasks.ensure_sweep_schedule(minutes=2)
     schedule = Schedule.objects.get(name="onboarding.sweep")
     assert (schedule.func, schedule.minutes) == ("onboarding.tasks.sweep", 2)
+
+
+def test_cancel__between_the_claim_and_the_first_save_releases_at_once(fake_services, clock, monkeypatch):
+    run = OnboardingRunFactory()
+    claim = OnboardingRun.objects.active().claim
+
+    def claim_then_cancel(pk, **kwargs):
+        lease = claim(pk, **kwargs)
+        onboarding_cancel(run=run)
+        return lease
+
+    monkeypatch.setattr(OnboardingRunQuerySet, "claim", lambda self, pk, **kw: claim_then_cancel(pk, **kw))
+    assert Attempt(run.pk, ttl=TTL, clock=clock, background=False).execute() == "released"
+    row = OnboardingRun.objects.get(pk=run.pk)
+    assert (row.status, row.owner) == ("cancelled", None)
+    assert RunAttempt.objects.get(run=run).reason.startswith("The run was cancelled")
