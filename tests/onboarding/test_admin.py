@@ -131,6 +131,8 @@ def test_changelists_render_runs_with_receipts_and_attempts(operator, fake_servi
     assert attempts.status_code == 200
     assert list(attempts.context["cl"].result_list) == list(RunAttempt.objects.filter(outcome="blocked"))
     assert b"now held by fresh-worker at fence 2" in attempts.content
+    everything = operator.get(reverse("admin:onboarding_runattempt_changelist"), {"outcome": "all"})
+    assert everything.context["cl"].result_count == RunAttempt.objects.count() == 2
 
     receipts = operator.get(reverse("admin:onboarding_stepreceipt_changelist"))
     assert receipts.status_code == 200 and receipts.context["cl"].result_count == 6
