@@ -12,9 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.core.exceptions import ValidationError
+
 from notifications.services import notification_create
 from onboarding.client import SupplierServices
-from onboarding.errors import BusinessRefusal
+from onboarding.errors import BusinessRefusal, PermanentFailure
 from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, Supplier, VendorRecord
 from weave.leases import Clock, Heartbeat, Lease
 
@@ -170,12 +172,16 @@ def send_welcome(ctx: StepContext, output: Output) -> Output:
     if not supplier.device_token:
         return {"skipped": "the supplier's contact has no device token"}
     # notification_create enqueues delivery with on_commit: a refused save rolls the send back too.
-    notification = notification_create(
-        device_token=supplier.device_token,
-        title=f"Welcome aboard, {supplier.legal_name}",
-        body="Your supplier account is set up. You can now receive purchase orders.",
-        data={"supplier_id": supplier.pk, "onboarding_run_id": ctx.run.pk},
-    )
+    try:
+        notification = notification_create(
+            device_token=supplier.device_token,
+            title=f"Welcome aboard, {supplier.legal_name}",
+            body="Your supplier account is set up. You can now receive purchase orders.",
+            data={"supplier_id": supplier.pk, "onboarding_run_id": ctx.run.pk},
+        )
+    except ValidationError as exc:
+        # Raised inside the guarded transaction, so the phase save is rolled back with it.
+        raise PermanentFailure(f"The welcome notification was refused: {'; '.join(exc.messages)}") from exc
     return {"notification_id": notification.pk}
 
 

@@ -149,3 +149,14 @@ def test_run__background_heartbeat_renews_on_its_own_connection_during_a_slow_ca
     renewals = worker.heartbeats["verify_tax_id"].renewals
     assert len(renewals) >= 3  # before, at least once at ttl/3 during the call, before the save
     assert StepReceipt.objects.filter(run=run).count() == 6
+
+
+def test_run__refused_welcome_notification_fails_the_run_and_rolls_its_save_back(fake_services, settings):
+    settings.WEAVE = {**settings.WEAVE, "PUSH_MAX_PAYLOAD_BYTES": 10}
+    run = OnboardingRunFactory()
+    assert attempt(run) == "failed"
+    run.refresh_from_db()
+    assert run.phase == "register_bank_account"  # step 6's phase save was rolled back with the refusal
+    assert "welcome notification was refused" in run.reason
+    assert not StepReceipt.objects.filter(run=run, step="send_welcome_notification").exists()
+    assert not Notification.objects.exists()
