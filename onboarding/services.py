@@ -1,5 +1,6 @@
 """Public API of the onboarding app: start, resume, cancel and sweep runs."""
 
+import logging
 from functools import partial
 from typing import Any
 
@@ -7,8 +8,10 @@ from django.db import IntegrityError, transaction
 
 from onboarding.errors import RunAlreadyActive
 from onboarding.models import OnboardingRun, Supplier
+from weave.events import log_event
 from weave.leases import Clock, default_clock
 
+logger = logging.getLogger("weave.onboarding")
 Status = OnboardingRun.Status
 
 
@@ -35,6 +38,7 @@ def onboarding_start(*, supplier: Supplier, started_by: Any = None) -> Onboardin
         except IntegrityError as exc:
             raise RunAlreadyActive(f"{supplier} already has an active onboarding run.") from exc
         transaction.on_commit(partial(_enqueue, run.pk))
+    log_event(logger, "start", job="onboarding", id=run.pk, supplier=supplier.pk)
     return run
 
 
@@ -56,6 +60,8 @@ def onboarding_cancel(*, run: OnboardingRun, cancelled_by: Any = None, clock: Cl
     changed = OnboardingRun.objects.filter(pk=run.pk, status__in=OnboardingRun.ACTIVE).update(
         status=Status.CANCELLED, reason=f"Cancelled by {who}.", finished_at=clock.now()
     )
+    if changed:
+        log_event(logger, "cancelled", job="onboarding", id=run.pk, reason=f"by {who}")
     return changed == 1
 
 
@@ -66,5 +72,6 @@ def onboarding_sweep(*, clock: Clock = default_clock, limit: int = 500) -> list[
     """
     run_ids = list(OnboardingRun.objects.needing_a_worker(clock).order_by("pk").values_list("pk", flat=True)[:limit])
     for run_id in run_ids:
+        log_event(logger, "requeue", job="onboarding", id=run_id, reason="sweep: pending, released or lease expired")
         transaction.on_commit(partial(_enqueue, run_id))
     return run_ids

@@ -116,3 +116,11 @@ def test_cancel__between_the_claim_and_the_first_save_releases_at_once(fake_serv
     row = OnboardingRun.objects.get(pk=run.pk)
     assert (row.status, row.owner) == ("cancelled", None)
     assert RunAttempt.objects.get(run=run).reason.startswith("The run was cancelled")
+
+
+def test_created_by__follows_the_swappable_user_model():
+    from django.contrib.auth import get_user_model
+
+    field = OnboardingRun._meta.get_field("created_by")
+    assert field.remote_field.model is get_user_model()
+    assert field.swappable_setting == "AUTH_USER_MODEL"
