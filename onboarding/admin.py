@@ -3,13 +3,13 @@
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db.models import BooleanField, Count, Exists, ExpressionWrapper, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, QuerySet
 from django.http import HttpRequest
 
 from onboarding.errors import RunAlreadyActive
+from onboarding.explain import explain_run
 from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, RunAttempt, StepReceipt, Supplier, VendorRecord
 from onboarding.services import onboarding_cancel, onboarding_resume, onboarding_start
-from weave.leases import default_clock
 
 
 class ReadOnlyMixin:
@@ -108,16 +108,14 @@ class OnboardingRunAdmin(admin.ModelAdmin):
         "fence",
         "lease_expires_at",
         "lease",
+        "timeline",
     ]
     inlines = [StepReceiptInline, RunAttemptInline]
     actions = ["resume", "cancel"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         # Live or expired is the database clock's call, as for every lease decision.
-        live = ExpressionWrapper(
-            Q(owner__isnull=False, lease_expires_at__gt=default_clock.now()), output_field=BooleanField()
-        )
-        return super().get_queryset(request).annotate(lease_live=live, attempt_total=Count("attempts", distinct=True))
+        return super().get_queryset(request).with_lease_state().annotate(attempt_total=Count("attempts", distinct=True))
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # runs start from the supplier admin's "Start onboarding"
@@ -130,6 +128,10 @@ class OnboardingRunAdmin(admin.ModelAdmin):
         if live is None:
             live = OnboardingRun.objects.live().filter(pk=run.pk).exists()
         return "live" if live else "expired"
+
+    @admin.display(description="timeline")
+    def timeline(self, run: OnboardingRun) -> str:
+        return explain_run(run.pk).as_html()
 
     @admin.display(description="attempts", ordering="attempt_total")
     def attempt_count(self, run: OnboardingRun) -> int:

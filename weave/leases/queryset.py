@@ -42,6 +42,11 @@ class LeaseQuerySet(models.QuerySet):
         """The row, only while `lease` still holds it: same owner, same fence, not expired."""
         return self.filter(pk=lease.pk, owner=lease.owner, fence=lease.fence, lease_expires_at__gt=clock.now())
 
+    def with_lease_state(self, clock: Clock = default_clock) -> Self:
+        """Annotate `lease_live`: whether someone holds the row under a lease live by the database clock."""
+        live = ExpressionWrapper(Q(owner__isnull=False, lease_expires_at__gt=clock.now()), output_field=BooleanField())
+        return self.annotate(lease_live=live)
+
     # --- claims -------------------------------------------------------------------------------
 
     def claim(self, pk: Any, *, owner: str, ttl: float | timedelta, clock: Clock = default_clock) -> Lease:
@@ -185,14 +190,13 @@ class LeaseQuerySet(models.QuerySet):
         return f"{self.model._meta.label} {pk}"
 
     def _current(self, pk: Any, clock: Clock) -> dict[str, Any] | None:
-        live = ExpressionWrapper(Q(owner__isnull=False, lease_expires_at__gt=clock.now()), output_field=BooleanField())
-        return self._fresh().filter(pk=pk).annotate(_live=live).values().first()
+        return self._fresh().filter(pk=pk).with_lease_state(clock).values().first()
 
     def _claim_refusal(self, pk: Any, clock: Clock) -> Exception:
         row = self._current(pk, clock)
         if row is None:
             return NotClaimable(f"{self._label(pk)} does not exist.")
-        if row["_live"]:
+        if row["lease_live"]:
             return LeaseBusy(
                 f"{self._label(pk)} is busy: {row['owner']} holds it at fence {row['fence']} "
                 f"until {row['lease_expires_at']:%Y-%m-%d %H:%M:%S.%f} (database time)."
@@ -205,12 +209,14 @@ class LeaseQuerySet(models.QuerySet):
         if row is None:
             return LeaseLost(f"Lease lost on {self._label(lease.pk)} ({action} by {ours} refused): the row is gone.")
         holder, fence = row["owner"], row["fence"]
-        if row["_live"] and (holder, fence) != (lease.owner, lease.fence):
+        if row["lease_live"] and (holder, fence) != (lease.owner, lease.fence):
             why = f"now held by {holder} at fence {fence}"
-        elif (holder, fence) == (lease.owner, lease.fence) and not row["_live"]:
+        elif (holder, fence) == (lease.owner, lease.fence) and not row["lease_live"]:
             why = f"our lease expired at {row['lease_expires_at']:%Y-%m-%d %H:%M:%S.%f} (database time)"
+        elif holder is None and fence != lease.fence:
+            why = f"fence {fence} took the row over and has since released or finished it"
         elif holder is None:
-            why = f"the row was released or finished (fence now {fence})"
+            why = f"the row was released or finished (fence still {fence})"
         elif expect and any(row.get(k) != v for k, v in expect.items()):
             found = ", ".join(f"{k}={row.get(k)!r} (expected {v!r})" for k, v in expect.items())
             why = f"the row moved on: {found}"

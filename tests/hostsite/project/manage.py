@@ -1,5 +1,6 @@
 #!/usr/bin/env python
 """manage.py of a stand-in host site: someone else's Django project that adds Weave's apps."""
+
 import os
 import sys
 

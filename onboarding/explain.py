@@ -1,0 +1,51 @@
+"""The story of one onboarding run: its claims, steps, attempt endings and who holds it now."""
+
+from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
+from weave.leases import Clock, default_clock
+from weave.timeline import Timeline, clock_time
+
+
+def explain_run(pk: int, *, clock: Clock = default_clock) -> Timeline:
+    """Return the timeline of onboarding run `pk`, ending with a plain-language summary."""
+    run = OnboardingRun.objects.select_related("supplier").with_lease_state(clock).get(pk=pk)
+    attempts = list(RunAttempt.objects.filter(run_id=pk).order_by("fence", "pk"))
+    receipts = list(StepReceipt.objects.filter(run_id=pk).order_by("completed_at", "pk"))
+    t = Timeline(f"Onboarding run {run.pk} for {run.supplier.legal_name}: {run.status}, last step {run.phase or '-'}")
+    t.add(run.created_at, "created", f"by {run.created_by or 'nobody recorded'}")
+    for a in attempts:
+        t.add(a.started_at, "claim", f"fence {a.fence} claimed by {a.owner}")
+        if a.outcome != RunAttempt.Outcome.RUNNING:
+            t.add(a.ended_at, a.outcome, f"fence {a.fence}: {a.reason}".rstrip(": "))
+    for r in receipts:
+        t.add(r.completed_at, "receipt", f"step {r.step} saved by fence {r.fence} ({r.owner})")
+    t.add(None, "holder", _holder(run))
+    t.summary = _summary(run, attempts, receipts)
+    return t
+
+
+def _holder(run: OnboardingRun) -> str:
+    if run.owner is None:
+        return f"nobody holds it (fence {run.fence}); status {run.status}"
+    state = "live" if run.lease_live else "expired"
+    return f"{run.owner} at fence {run.fence}, lease {state} until {clock_time(run.lease_expires_at)}"
+
+
+def _summary(run: OnboardingRun, attempts: list[RunAttempt], receipts: list[StepReceipt]) -> str:
+    if not attempts:
+        return f"Run {run.pk} has not been claimed yet; it is {run.status}."
+    parts = []
+    for number, a in enumerate(attempts, 1):
+        steps = [r.step for r in receipts if r.fence == a.fence]
+        did = f"saved {', '.join(steps)}" if steps else "saved no step"
+        ending = {
+            RunAttempt.Outcome.RUNNING: "is still running",
+            RunAttempt.Outcome.COMPLETED: f"completed the run at {clock_time(a.ended_at)}",
+            RunAttempt.Outcome.BLOCKED: f"lost its lease and was blocked at {clock_time(a.ended_at)} ({a.reason})",
+            RunAttempt.Outcome.CRASHED: f"stopped without a word and was marked crashed at {clock_time(a.ended_at)}",
+            RunAttempt.Outcome.RELEASED: f"gave the run back at {clock_time(a.ended_at)} ({a.reason})",
+            RunAttempt.Outcome.FAILED: f"failed the run at {clock_time(a.ended_at)} ({a.reason})",
+        }.get(a.outcome, a.outcome)
+        parts.append(f"attempt {number} (fence {a.fence}) {did} and {ending}")
+    text = "; ".join(parts)
+    tail = f" Reason on the run: {run.reason}" if run.reason else ""
+    return f"{text[0].upper()}{text[1:]}. The run is {run.status} after step {run.phase or '-'}.{tail}"

@@ -1,0 +1,91 @@
+"""`weave_explain` tells a job's story: the key facts, in time order, and a summary that matches."""
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from onboarding.runner import Attempt
+from tests.factories import OnboardingRunFactory, SupplierFactory
+
+pytestmark = pytest.mark.django_db
+TTL = 30.0
+
+
+def explain(kind: str, pk: int) -> str:
+    from io import StringIO
+
+    out = StringIO()
+    call_command("weave_explain", kind, str(pk), stdout=out)
+    return out.getvalue()
+
+
+def assert_in_order(text: str, *facts: str) -> None:
+    position = 0
+    for fact in facts:
+        found = text.find(fact, position)
+        assert found >= 0, f"{fact!r} missing (or out of order) after position {position} in:\n{text}"
+        position = found + len(fact)
+
+
+def test_explain_run__blocked_attempt_then_the_new_owner_finishes(fake_services, clock):
+    run = OnboardingRunFactory()
+    a = Attempt(run.pk, ttl=TTL, clock=clock, background=False, owner="worker-a")
+    a.claim()
+    a.run_step(a.steps[0])  # A saves the first step, then stalls past its lease
+    clock.advance(TTL + 1)
+    b = Attempt(run.pk, ttl=TTL, clock=clock, background=False, owner="worker-b")
+    assert b.execute() == "completed"
+    clock.advance(1)
+    a._work_through()  # A wakes up and tries its next save
+    assert a.outcome == "blocked"
+
+    text = explain("run", run.pk)
+    assert_in_order(
+        text,
+        "claim      fence 1 claimed by worker-a",
+        "receipt    step verify_tax_id saved by fence 1",
+        "claim      fence 2 claimed by worker-b",
+        "receipt    step send_welcome_notification saved by fence 2",
+        "completed  fence 2",
+        "blocked    fence 1",
+        "fence 2 took the row over",
+        "holder     nobody holds it (fence 2); status completed",
+        "Attempt 1 (fence 1) saved verify_tax_id and lost its lease and was blocked",
+        "attempt 2 (fence 2) saved screen_sanctions",
+        "completed the run",
+        "The run is completed after step send_welcome_notification.",
+    )
+
+
+def test_explain_run__failed_run_gives_the_business_reason(fake_services, clock):
+    supplier = SupplierFactory(tax_id="XX-NOPE")
+    fake_services.config.invalid_tax_ids = ["XX-NOPE"]
+    run = OnboardingRunFactory(supplier=supplier)
+    assert Attempt(run.pk, ttl=TTL, clock=clock, background=False, owner="worker-a").execute() == "failed"
+
+    text = explain("run", run.pk)
+    assert_in_order(
+        text,
+        f"Onboarding run {run.pk} for {supplier.legal_name}: failed",
+        "claim      fence 1 claimed by worker-a",
+        "failed     fence 1: verify_tax_id",
+        "XX-NOPE",
+        "Attempt 1 (fence 1) saved no step and failed the run",
+        "The run is failed after step -. Reason on the run: verify_tax_id",
+    )
+
+
+def test_explain__unknown_id_is_a_clear_error():
+    with pytest.raises(CommandError, match="No run with id 987654"):
+        explain("run", 987654)
+
+
+def test_admin_change_page_renders_the_run_timeline(fake_services, clock, admin_client):
+    supplier = SupplierFactory(tax_id="XX-NOPE")
+    fake_services.config.invalid_tax_ids = ["XX-NOPE"]
+    run = OnboardingRunFactory(supplier=supplier)
+    Attempt(run.pk, ttl=TTL, clock=clock, background=False, owner="worker-a").execute()
+
+    page = admin_client.get(f"/admin/onboarding/onboardingrun/{run.pk}/change/").content.decode()
+    assert 'class="weave-timeline"' in page
+    assert_in_order(page, "fence 1 claimed by worker-a", "Attempt 1 (fence 1) saved no step and failed the run")

@@ -1,0 +1,57 @@
+"""A job's story in time order: what `weave_explain` prints and the admin change pages show."""
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.utils.html import format_html, format_html_join
+
+
+@dataclass(frozen=True)
+class Entry:
+    at: datetime | None  # database time; None sorts last ("now")
+    what: str  # claim, send, outcome, receipt, holder ...
+    text: str
+
+
+@dataclass
+class Timeline:
+    title: str
+    entries: list[Entry] = field(default_factory=list)
+    summary: str = ""
+
+    def add(self, at: datetime | None, what: str, text: str) -> None:
+        self.entries.append(Entry(at, what, text))
+
+    def ordered(self) -> list[Entry]:
+        # At the same database instant a claim comes before the work it did, and the work before the
+        # attempt's ending; otherwise entries keep the order they were added in (the sort is stable).
+        return sorted(self.entries, key=lambda e: (e.at is None, e.at or datetime.min, _RANK.get(e.what, 3)))
+
+    def as_text(self) -> str:
+        lines = [self.title, ""]
+        for entry in self.ordered():
+            lines.append(f"{stamp(entry.at):<26} {entry.what:<10} {entry.text}")
+        lines += ["", self.summary]
+        return "\n".join(lines)
+
+    def as_html(self) -> str:
+        rows = format_html_join(
+            "", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", ((stamp(e.at), e.what, e.text) for e in self.ordered())
+        )
+        return format_html(
+            '<table class="weave-timeline"><thead><tr><th>database time</th><th>event</th><th>detail</th></tr>'
+            "</thead><tbody>{}</tbody></table><p>{}</p>",
+            rows,
+            self.summary,
+        )
+
+
+_RANK = {"created": 0, "claim": 1, "send": 2, "receipt": 2}
+
+
+def stamp(at: datetime | None) -> str:
+    return "now" if at is None else at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def clock_time(at: datetime | None) -> str:
+    return "?" if at is None else at.strftime("%H:%M:%S.%f")[:-3]
