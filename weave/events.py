@@ -1,7 +1,7 @@
 """One structured log line per job event, so a log search by id tells the same story as the admin.
 
-log_event(logger, "claim", job="notification", id=42, owner="host:123:ab12", fence=3)
--> event=claim job=notification id=42 owner=host:123:ab12 fence=3
+    log_event(logger, "claim", job="notification", id=42, owner="host:123:ab12", fence=3)
+    -> event=claim job=notification id=42 owner=host:123:ab12 fence=3
 """
 
 import logging
