@@ -87,7 +87,7 @@ class _Breaker:
     run: int = 0
     reason: str = ""
 
-    def record(self, result: SendResult) -> None:
+    def record(self, result: SendResult, owner: str) -> None:
         if self.reason:
             return
         if result.fatal:
@@ -100,6 +100,8 @@ class _Breaker:
                 )
         elif result.outcome in (Outcome.DELIVERED, Outcome.PERMANENT):
             self.run = 0  # the provider answered sensibly: the run of failures is broken
+        if self.reason:
+            log_event(logger, "breaker_open", job=JOB, id="-", owner=owner, reason=self.reason)
 
 
 def backoff_seconds(attempt: int, *, base: float, cap: float, rng: random.Random | None = None) -> float:
@@ -225,6 +227,7 @@ class PushWorker:
                 if self.hooks.before_finish:
                     self.hooks.before_finish([item.pk for item, _ in group])
                 self._finish(batch, group, report)
+        report.breaker = self.breaker.reason
         return report
 
     def run(self) -> DeliveryReport:
@@ -286,7 +289,7 @@ class PushWorker:
         events: list[tuple[str, _InFlight, str]] = []
         with transaction.atomic():
             for item, result in group:
-                self.breaker.record(result)
+                self.breaker.record(result, self.owner)
                 fields, event = self._next_state(item, result)
                 try:
                     Notification.objects.release(item.lease, clock=self.clock, **fields)
