@@ -25,8 +25,10 @@ def assert_retry(notification, attempt, clock, *, outcome, low, high, reason):
     assert notification.status == Notification.Status.PENDING
     assert notification.attempts == 1
     assert attempt.outcome == outcome
-    assert clock.current + timedelta(seconds=low) <= notification.next_attempt_at <= clock.current + timedelta(
-        seconds=high
+    assert (
+        clock.current + timedelta(seconds=low)
+        <= notification.next_attempt_at
+        <= clock.current + timedelta(seconds=high)
     )
     assert reason in attempt.reason
     assert reason in notification.last_error
@@ -163,6 +165,7 @@ def test_out_of_attempts__failed_with_the_whole_story(push_settings, fake, clock
     assert lines[0] == "Gave up after 3 attempts (PUSH_MAX_ATTEMPTS=3)."
     assert [line[:14] for line in lines[1:]] == ["1. temporary: ", "2. temporary: ", "3. temporary: "]
     assert all("HTTP 503" in line for line in lines[1:])
-    assert list(DeliveryAttempt.objects.filter(notification=notification).values_list("outcome", flat=True)) == [
-        "temporary"
-    ] * 3
+    assert (
+        list(DeliveryAttempt.objects.filter(notification=notification).values_list("outcome", flat=True))
+        == ["temporary"] * 3
+    )
