@@ -82,7 +82,9 @@ class _InFlight:
 
 
 @dataclass
-class _Breaker:
+class CircuitBreaker:
+    """Open after `threshold` systemic failures in a row, or at once on a fatal one (bad credentials)."""
+
     threshold: int
     run: int = 0
     reason: str = ""
@@ -145,7 +147,7 @@ class PushWorker:
         # Renew when less than this is left: enough for one more request to time out and be finished,
         # but never so much that every send renews.
         self.renew_margin = min(self.ttl / 2, max(self.ttl / 3, timeout + 1))
-        self.breaker = _Breaker(conf.PUSH_BREAKER_THRESHOLD)
+        self.breaker = CircuitBreaker(conf.PUSH_BREAKER_THRESHOLD)
         self._own_provider = provider is None
         self.provider = provider or _default_provider(self.concurrency)
         self._budget_ends = clock.monotonic() + self.budget
