@@ -12,7 +12,9 @@ from weave.leases import DatabaseClock
 
 
 @pytest.mark.django_db
-def test_batch_sends_many_requests_at_once(push_settings, fake, clock):
+def test_batch_sends_many_requests_at_once(push_settings, fake, clock, settings):
+    # A generous timeout: on a loaded machine 200 ms of latency must not turn into client timeouts.
+    settings.WEAVE = {**push_settings, "PUSH_TIMEOUT": 5.0}
     fake.configure(latency_ms=200)
     NotificationFactory.create_batch(50, next_attempt_at=clock.current)
     report = deliver_batch(clock=clock, concurrency=10)
@@ -25,7 +27,8 @@ def test_batch_sends_many_requests_at_once(push_settings, fake, clock):
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_two_workers__every_notification_delivered_exactly_once(push_settings, fake):
+def test_two_workers__every_notification_delivered_exactly_once(push_settings, fake, settings):
+    settings.WEAVE = {**push_settings, "PUSH_TIMEOUT": 5.0}
     fake.configure(latency_ms=5)
     NotificationFactory.create_batch(300, next_attempt_at=None)
     Notification.objects.update(next_attempt_at=DatabaseClock().now())
