@@ -119,7 +119,8 @@ def test_401__temporary_and_opens_the_breaker(push_settings, fake, clock):
     assert report.breaker.startswith("Circuit breaker opened")
 
 
-def test_timeout_after_delivery__unknown_and_retried_with_the_same_key(push_settings, fake, clock):
+def test_timeout_after_delivery__unknown_and_retried_with_the_same_key(push_settings, fake, clock, settings):
+    settings.WEAVE = {**push_settings, "PUSH_TIMEOUT": 0.5}
     fake.configure(rate_hang=1.0, hang_seconds=2.0)
     notification, attempt, _ = deliver_one(clock)
     assert_retry(notification, attempt, clock, outcome="unknown", low=1, high=2, reason="may have delivered it")
