@@ -1,6 +1,7 @@
 """Public API of the notifications app."""
 
 import json
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,7 +11,10 @@ from django.db import transaction
 
 from notifications.models import Notification
 from weave.conf import weave_settings
+from weave.events import log_event
 from weave.leases import Clock, DbNow, default_clock
+
+logger = logging.getLogger("weave.notifications")
 
 
 def notification_create(
@@ -80,6 +84,8 @@ def notification_retry_now(
         )
         if pending or failed:
             transaction.on_commit(_enqueue_drain)
+    for pk in [*pending, *failed]:
+        log_event(logger, "retry_requested", job="notification", id=pk, reason=f"retry now requested{who}")
     return _sort(ids, set(pending) | set(failed), clock)
 
 
@@ -94,6 +100,8 @@ def notification_cancel(
         Notification.objects.filter(pk__in=pending).update(
             status=Notification.Status.CANCELLED, last_error=f"Cancelled{who}."
         )
+    for pk in pending:
+        log_event(logger, "cancelled", job="notification", id=pk, reason=f"cancelled{who}")
     return _sort(ids, set(pending), clock)
 
 
