@@ -16,7 +16,9 @@ pytestmark = pytest.mark.django_db
     ("kwargs", "field", "message"),
     [
         ({"device_token": "  "}, "device_token", "A device token is required."),
+        ({"device_token": "x" * 513}, "device_token", "at most 512 characters"),
         ({"title": ""}, "title", "A title is required."),
+        ({"title": "x" * 201}, "title", "at most 200 characters"),
         ({"data": ["not", "a", "dict"]}, "data", "data must be a JSON object, not list."),
         ({"data": {"when": object()}}, "data", "not JSON-serialisable"),
     ],
