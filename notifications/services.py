@@ -24,12 +24,12 @@ def notification_create(
     device_token = (device_token or "").strip()
     if not device_token:
         raise ValidationError({"device_token": "A device token is required."})
-    if len(device_token) > _field_length("device_token"):
-        raise ValidationError({"device_token": f"A device token has at most {_field_length('device_token')} characters."})
+    if len(device_token) > (most := _field_length("device_token")):
+        raise ValidationError({"device_token": f"A device token has at most {most} characters."})
     if not (title or "").strip():
         raise ValidationError({"title": "A title is required."})
-    if len(title) > _field_length("title"):
-        raise ValidationError({"title": f"A title has at most {_field_length('title')} characters."})
+    if len(title) > (most := _field_length("title")):
+        raise ValidationError({"title": f"A title has at most {most} characters."})
     data = {} if data is None else data
     if not isinstance(data, dict):
         raise ValidationError({"data": f"data must be a JSON object, not {type(data).__name__}."})
