@@ -394,6 +394,9 @@ def _default_provider(concurrency: int) -> Provider:
     url = weave_settings.PUSH_URL
     if not url:
         raise ImproperlyConfigured("WEAVE PUSH_URL is not set: there is no push provider to deliver to.")
+    if not url.startswith(("http://", "https://")):
+        # Refused here, before any row is claimed: a bad URL is not the notifications' fault.
+        raise ImproperlyConfigured(f"WEAVE PUSH_URL must be an http:// or https:// URL, not {url!r}.")
     return HttpJsonProvider(
         url=url, token=weave_settings.PUSH_TOKEN, timeout=weave_settings.PUSH_TIMEOUT, concurrency=concurrency
     )
