@@ -1,12 +1,12 @@
 """Admin for notifications: status, lease state by the database clock, attempt history, guarded actions."""
 
 from django.contrib import admin, messages
-from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Q, QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest
 
+from notifications.explain import explain_notification
 from notifications.models import DeliveryAttempt, Notification
 from notifications.services import BulkResult, notification_cancel, notification_retry_now
-from weave.leases import default_clock
 
 
 class AttemptOutcomeFilter(admin.SimpleListFilter):
@@ -77,6 +77,7 @@ class NotificationAdmin(admin.ModelAdmin):
         "fence",
         "lease_expires_at",
         "created_at",
+        "timeline",
     )
     fieldsets = (
         (None, {"fields": ("device_token", "title", "body", "data")}),
@@ -86,22 +87,24 @@ class NotificationAdmin(admin.ModelAdmin):
         ),
         ("Lease (written by workers only)", {"fields": ("lease_state", "owner", "fence", "lease_expires_at")}),
         ("Identity", {"fields": ("idempotency_key", "created_at")}),
+        ("Timeline", {"fields": ("timeline",)}),
     )
     inlines = (DeliveryAttemptInline,)
     actions = ("retry_now", "cancel")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         # "Live" is judged by the database clock in the same query, never by this web server's clock.
-        live = ExpressionWrapper(
-            Q(owner__isnull=False, lease_expires_at__gt=default_clock.now()), output_field=BooleanField()
-        )
-        return super().get_queryset(request).annotate(lease_live=live)
+        return super().get_queryset(request).with_lease_state()
 
     @admin.display(description="lease")
     def lease_state(self, obj: Notification) -> str:
         if obj.owner is None:
             return "free"
         return "live" if getattr(obj, "lease_live", False) else "expired"
+
+    @admin.display(description="timeline")
+    def timeline(self, obj: Notification) -> str:
+        return explain_notification(obj.pk).as_html()
 
     @admin.display(description="device token")
     def short_token(self, obj: Notification) -> str:

@@ -15,7 +15,7 @@ import random
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -79,6 +79,7 @@ class _InFlight:
     pk: Any
     lease: Lease
     attempts: int  # the row's attempts when claimed; only our lease can change it meanwhile
+    sent_at: datetime  # database time of the send, estimated without a query (see PushWorker.claim)
 
 
 @dataclass
@@ -152,6 +153,7 @@ class PushWorker:
         self.provider = provider or _default_provider(self.concurrency)
         self._budget_ends = clock.monotonic() + self.budget
         self._deadline = 0.0  # local estimate of the batch lease's expiry (clock.monotonic() scale)
+        self._claimed_at: tuple[datetime, float] | None = None  # (database time, local time) of the last claim
 
     # --- public -------------------------------------------------------------------------------------
 
@@ -172,6 +174,10 @@ class PushWorker:
             owner=self.owner, ttl=timedelta(seconds=self.ttl), limit=limit or self.batch_size, clock=self.clock
         )
         self._deadline = started + self.ttl
+        if batch.expires_at is not None:
+            # The database's time at the claim, paired with our local clock at the same moment: later
+            # database times (an attempt's send) follow from local elapsed time, with no extra query.
+            self._claimed_at = (batch.expires_at - timedelta(seconds=self.ttl), started)
         for pk, fence in batch.fences.items():
             log_event(logger, "claim", job=JOB, id=pk, owner=self.owner, fence=fence)
         return batch
@@ -209,7 +215,9 @@ class PushWorker:
                         self.hooks.before_send(pk)
                     row = rows[pk]
                     future = pool.submit(self.provider.send, _message(row))
-                    in_flight[future] = _InFlight(pk=pk, lease=batch.lease(pk), attempts=row["attempts"])
+                    in_flight[future] = _InFlight(
+                        pk=pk, lease=batch.lease(pk), attempts=row["attempts"], sent_at=self._database_time()
+                    )
                     report.sent += 1
                 if queue and (stop := stop or self._stop_reason()):
                     report.released += self._release_unstarted(batch, queue, stop)
@@ -263,6 +271,12 @@ class PushWorker:
         self._deadline = started + self.ttl
         for pk in lost:
             log_event(logger, "lease_lost", job=JOB, id=pk, owner=self.owner, reason="batch lease renewal refused")
+
+    def _database_time(self) -> datetime:
+        db_time, local = self._claimed_at or (None, 0.0)
+        if db_time is None:
+            raise RuntimeError("PushWorker.deliver() needs a batch from this worker's claim().")
+        return db_time + timedelta(seconds=self.clock.monotonic() - local)
 
     def _wait_seconds(self) -> float:
         # Wake up in time to renew; the real-time cap keeps a FakeClock-driven run responsive.
@@ -365,13 +379,12 @@ class PushWorker:
         return "\n".join([head, *lines])
 
     def _attempt(self, item: _InFlight, result: SendResult, outcome: str, reason: str) -> DeliveryAttempt:
-        latency = timedelta(milliseconds=result.latency_ms)
         return DeliveryAttempt(
             notification_id=item.pk,
             owner=item.lease.owner,
             fence=item.lease.fence,
-            # Both times from the database clock: "now" at finish, minus the measured latency.
-            started_at=self.clock.now(-latency),
+            # Both times on the database clock: the send's estimated from the claim, the end read at finish.
+            started_at=item.sent_at,
             finished_at=self.clock.now(),
             http_status=result.http_status,
             latency_ms=result.latency_ms,

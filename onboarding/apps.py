@@ -5,3 +5,9 @@ class OnboardingConfig(AppConfig):
     name = "onboarding"
     verbose_name = "Supplier onboarding"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from weave.schedules import ScheduleSpec, register_schedule
+
+        # The sweep: re-enqueues pending runs and runs whose worker died (expired lease).
+        register_schedule(ScheduleSpec(name="onboarding.sweep", func="onboarding.tasks.sweep", minutes=1))

@@ -1,7 +1,7 @@
 """Thin django-q2 entry points for onboarding.
 
-`onboarding.tasks.sweep` is meant for a django-q2 Schedule (e.g. every minute): it re-enqueues
-pending runs and runs whose lease expired.
+`onboarding.tasks.sweep` runs every minute from the django-q2 Schedule that `manage.py
+weave_schedules` creates: it re-enqueues pending runs and runs whose lease expired.
 """
 
 from django_q.tasks import async_task
@@ -24,13 +24,3 @@ def sweep() -> int:
     from onboarding.services import onboarding_sweep
 
     return len(onboarding_sweep())
-
-
-def ensure_sweep_schedule(*, minutes: int = 1) -> None:
-    """Create or update the django-q2 Schedule that runs `sweep` every `minutes` minutes."""
-    from django_q.models import Schedule
-
-    Schedule.objects.update_or_create(
-        name="onboarding.sweep",
-        defaults={"func": "onboarding.tasks.sweep", "schedule_type": Schedule.MINUTES, "minutes": minutes},
-    )

@@ -45,7 +45,7 @@ def test_overlap__late_answers_of_a_stale_worker_leave_the_new_holders_state_unt
             ("worker-a", 1, "lease_lost"),
             ("worker-b", 2, "delivered"),
         ]
-        assert "refused" in attempts[0].reason and "fence now 2" in attempts[0].reason
+        assert "refused" in attempts[0].reason and "fence 2 took the row over" in attempts[0].reason
     # The provider saw the same idempotency key from both workers, and delivered each message once.
     stats = fake.stats()
     keys = {str(k) for k in Notification.objects.filter(pk__in=pks).values_list("idempotency_key", flat=True)}

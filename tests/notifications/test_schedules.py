@@ -28,4 +28,4 @@ def test_weave_schedules__is_idempotent_and_repairs_drift():
     Schedule.objects.filter(pk=sweep.pk).update(minutes=15)
     assert "notifications.sweep: updated" in run()
     assert Schedule.objects.get(name="notifications.sweep").minutes == 1
-    assert Schedule.objects.count() == 1
+    assert sorted(Schedule.objects.values_list("name", flat=True)) == ["notifications.sweep", "onboarding.sweep"]

@@ -93,13 +93,14 @@ def test_task__busy_run_ends_quietly(clock):
     assert not RunAttempt.objects.exists()
 
 
-def test_sweep_schedule__is_created_once_and_points_at_the_task():
+def test_sweep_schedule__is_created_once_by_weave_schedules_and_points_at_the_task():
+    from django.core.management import call_command
     from django_q.models import Schedule
 
-    tasks.ensure_sweep_schedule()
-    tasks.ensure_sweep_schedule(minutes=2)
+    call_command("weave_schedules")
+    call_command("weave_schedules")
     schedule = Schedule.objects.get(name="onboarding.sweep")
-    assert (schedule.func, schedule.minutes) == ("onboarding.tasks.sweep", 2)
+    assert (schedule.func, schedule.minutes) == ("onboarding.tasks.sweep", 1)
 
 
 def test_cancel__between_the_claim_and_the_first_save_releases_at_once(fake_services, clock, monkeypatch):

@@ -4,8 +4,9 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from notifications.delivery import Hooks, deliver_batch
 from onboarding.runner import Attempt
-from tests.factories import OnboardingRunFactory, SupplierFactory
+from tests.factories import NotificationFactory, OnboardingRunFactory, SupplierFactory
 
 pytestmark = pytest.mark.django_db
 TTL = 30.0
@@ -89,3 +90,57 @@ def test_admin_change_page_renders_the_run_timeline(fake_services, clock, admin_
     page = admin_client.get(f"/admin/onboarding/onboardingrun/{run.pk}/change/").content.decode()
     assert 'class="weave-timeline"' in page
     assert_in_order(page, "fence 1 claimed by worker-a", "Attempt 1 (fence 1) saved no step and failed the run")
+
+
+def test_explain_notification__delivered_once(push_settings, fake, clock):
+    n = NotificationFactory(next_attempt_at=clock.current)
+    deliver_batch(clock=clock, owner="worker-a")
+
+    text = explain("notification", n.pk)
+    assert_in_order(
+        text,
+        f"Notification {n.pk} to {n.device_token} (key {n.idempotency_key}): delivered",
+        "claim      fence 1 held by worker-a",
+        f"send       fence 1 sent key {n.idempotency_key}",
+        "delivered  fence 1: HTTP 200",
+        "holder     nobody holds it (fence 1); status delivered",
+        "Fence 1 delivered it at",
+        f"Weave sent key {n.idempotency_key} to the provider once; the notification is delivered.",
+    )
+
+
+def test_explain_notification__tells_the_overlap_story(push_settings, fake, clock):
+    """The seed's overlap: A's lease runs out mid-send, B takes over and delivers, A's answer is refused."""
+    fake.configure(latency_ms=100)
+    n = NotificationFactory(next_attempt_at=clock.current)
+
+    def takeover(_finishing):
+        clock.advance(TTL + 1)
+        deliver_batch(clock=clock, owner="worker-b", ttl=TTL)
+        clock.advance(1)
+
+    deliver_batch(clock=clock, owner="worker-a", ttl=TTL, hooks=Hooks(before_finish=takeover))
+
+    text = explain("notification", n.pk)
+    assert_in_order(
+        text,
+        "claim      fence 1 held by worker-a",
+        "claim      fence 2 held by worker-b",
+        "delivered  fence 2: HTTP 200",
+        "lease_lost fence 1: HTTP 200",
+        "fence 2 took the row over",
+        "holder     nobody holds it (fence 2); status delivered",
+        "Attempt 1 (fence 1) lost its lease to fence 2 while waiting",
+        "on the provider, and its answer was refused at 12:00:32",
+        "fence 2 delivered it at 12:00:31",
+        f"Weave sent key {n.idempotency_key} to the provider twice; the notification is delivered.",
+    )
+    assert fake.stats()["per_key"][str(n.idempotency_key)] == 2
+
+
+def test_admin_change_page_renders_the_notification_timeline(push_settings, fake, clock, admin_client):
+    n = NotificationFactory(next_attempt_at=clock.current)
+    deliver_batch(clock=clock, owner="worker-a")
+    page = admin_client.get(f"/admin/notifications/notification/{n.pk}/change/").content.decode()
+    assert 'class="weave-timeline"' in page
+    assert_in_order(page, "fence 1 held by worker-a", "Fence 1 delivered it at")

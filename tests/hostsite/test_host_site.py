@@ -1,0 +1,158 @@
+"""Weave inside someone else's site: built as a wheel, installed into a fresh virtual environment,
+run by a host project with its own settings, its own custom user model and PostgreSQL.
+
+The host project (`tests/hostsite/project/`) never imports `weave.settings`; this test proves the
+wheel carries everything the apps need (migrations, templates, management commands) and that a real
+`qcluster` in that environment delivers a notification and completes an onboarding run.
+"""
+
+import os
+import subprocess
+import sys
+import sysconfig
+import uuid
+import venv
+import zipfile
+from pathlib import Path
+
+import psycopg
+import pytest
+from django.db import connection
+
+from notifications.fake_provider import FakePushProvider
+from onboarding.fake_services import FakeSupplierServices
+from weave.testing.processes import PROJECT_ROOT, ProcessGroups, wait_until
+
+pytestmark = [pytest.mark.postgres, pytest.mark.e2e]
+HOST_PROJECT = Path(__file__).parent / "project"
+
+
+def run(args, **kwargs) -> str:
+    done = subprocess.run(args, capture_output=True, text=True, **kwargs)
+    assert done.returncode == 0, f"{' '.join(map(str, args))} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    dist = tmp_path_factory.mktemp("dist")
+    build = tmp_path_factory.mktemp("build")
+    # --no-build-isolation: build with this environment's setuptools instead of downloading one.
+    run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", dist, PROJECT_ROOT],
+        env={**os.environ, "TMPDIR": str(build)},
+    )
+    (path,) = dist.glob("weave_jobs-*.whl")
+    return path
+
+
+@pytest.fixture(scope="module")
+def host_python(wheel, tmp_path_factory) -> Path:
+    env_dir = tmp_path_factory.mktemp("hostvenv")
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    # Third-party dependencies (Django, django-q2, httpx, psycopg) come from this test run's own
+    # environment through a .pth file, so the test needs no network; Weave itself comes only from the
+    # wheel. This interpreter's site-packages holds no copy of Weave (it runs from the checkout).
+    purelib = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip()
+    Path(purelib, "host_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    run([python, "-m", "pip", "install", "--quiet", "--no-deps", wheel])
+    return python
+
+
+@pytest.fixture
+def host_db():
+    name = f"weave_host_{uuid.uuid4().hex[:8]}"
+    admin = {k: v for k, v in connection.get_connection_params().items() if k in ("host", "port", "user", "password")}
+    with psycopg.connect(dbname="postgres", autocommit=True, **admin) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield name, admin
+    with psycopg.connect(dbname="postgres", autocommit=True, **admin) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_wheel_carries_migrations_templates_and_commands(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for expected in (
+        "weave/leases/queryset.py",
+        "notifications/migrations/0001_initial.py",
+        "onboarding/migrations/0001_initial.py",
+        "weave/management/commands/weave_schedules.py",
+        "weave/management/commands/weave_explain.py",
+    ):
+        assert expected in names, f"{expected} is missing from {wheel.name}"
+    assert not any(n.startswith("tests/") for n in names)
+
+
+def test_host_site_runs_weave_from_the_wheel(host_python, host_db, tmp_path):
+    db_name, admin = host_db
+    site = tmp_path / "site"
+    run(["cp", "-r", HOST_PROJECT, site])
+    with FakePushProvider() as push, FakeSupplierServices() as suppliers, ProcessGroups(tmp_path / "logs") as procs:
+        env = {
+            **{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+            "DJANGO_SETTINGS_MODULE": "hostsite.settings",
+            "HOST_DB_NAME": db_name,
+            "HOST_DB_HOST": str(admin.get("host") or "127.0.0.1"),
+            "HOST_DB_PORT": str(admin.get("port") or 5432),
+            "HOST_DB_USER": admin.get("user") or "postgres",
+            "HOST_PUSH_URL": push.push_url,
+            "HOST_SUPPLIER_API_URL": suppliers.url,
+        }
+
+        def manage(*args: str) -> str:
+            return run([host_python, "manage.py", *args], cwd=site, env=env)
+
+        # Weave is imported from the wheel inside the fresh environment, not from this checkout.
+        where = manage("shell", "-c", "import weave, notifications, onboarding; print(weave.__file__)")
+        assert str(host_python.parent.parent) in where and str(PROJECT_ROOT) not in where
+        manage("check", "--fail-level", "WARNING")
+        manage("migrate", "--noinput")
+        assert "notifications.sweep" in manage("weave_schedules")
+
+        cluster = procs.start("qcluster", [host_python, "manage.py", "qcluster"], env=env, cwd=site)
+        started = manage(
+            "shell",
+            "-c",
+            "from accounts.models import Member\n"
+            "from onboarding.models import Supplier\n"
+            "from onboarding.services import onboarding_start\n"
+            "from notifications.services import notification_create\n"
+            "m = Member.objects.create_user('buyer@host.example', 'pw')\n"
+            "s = Supplier.objects.create(legal_name='Host Supplies Ltd', country='DE', tax_id='DE123456789',"
+            " contact_email='ops@host-supplies.example', device_token='host-device-1', iban='DE89370400440532013000')\n"
+            "run = onboarding_start(supplier=s, started_by=m)\n"
+            "n = notification_create(device_token='host-device-2', title='Hello host', body='From the wheel')\n"
+            "print(run.pk, n.pk)\n",
+        )
+        run_id, notification_id = map(int, started.split()[-2:])
+
+        def state() -> tuple[str, list[str]]:
+            with psycopg.connect(dbname=db_name, autocommit=True, **admin) as conn:
+                run_status = conn.execute("SELECT status FROM onboarding_onboardingrun WHERE id = %s", [run_id])
+                notes = conn.execute("SELECT status FROM notifications_notification ORDER BY id")
+                return run_status.fetchone()[0], [row[0] for row in notes]
+
+        try:
+            wait_until(
+                # Done: the run completed, and both the direct notification and its welcome one delivered.
+                lambda: state() == ("completed", ["delivered", "delivered"]),
+                timeout=90,
+                message="the host site's run to complete and its notifications to be delivered",
+            )
+        except TimeoutError:
+            pytest.fail(f"qcluster log:\n{cluster.log_tail(60)}")
+
+        with psycopg.connect(dbname=db_name, autocommit=True, **admin) as conn:
+            creator = conn.execute(
+                "SELECT m.email FROM onboarding_onboardingrun r JOIN accounts_member m ON m.id = r.created_by_id "
+                "WHERE r.id = %s",
+                [run_id],
+            ).fetchone()[0]
+            receipts = conn.execute(
+                "SELECT count(*) FROM onboarding_stepreceipt WHERE run_id = %s", [run_id]
+            ).fetchone()
+        assert creator == "buyer@host.example"
+        assert receipts[0] == 6
+        # The direct notification and the run's welcome notification both reached the provider.
+        assert push.stats()["unique_deliveries"] == 2
