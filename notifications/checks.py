@@ -33,3 +33,17 @@ def check_push_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             )
         )
     return errors
+
+
+@register(Tags.compatibility)
+def check_provider_url(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Refuse an installed notifications app with nowhere to send."""
+    if weave_settings.PUSH_URL:
+        return []
+    return [
+        Error(
+            "WEAVE['PUSH_URL'] is empty, but the notifications app is installed: nothing could be delivered.",
+            hint="Set WEAVE = {'PUSH_URL': 'https://push.example.com/send', 'PUSH_TOKEN': ...}.",
+            id="notifications.E003",
+        )
+    ]

@@ -7,6 +7,7 @@ class OnboardingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from onboarding import checks  # noqa: F401  (registers the system checks)
         from weave.schedules import ScheduleSpec, register_schedule
 
         # The sweep: re-enqueues pending runs and runs whose worker died (expired lease).

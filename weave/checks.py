@@ -67,14 +67,9 @@ def check_weave_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     return []
 
 
-def _q_timeout() -> float | None:
-    timeout = (getattr(settings, "Q_CLUSTER", None) or {}).get("timeout")
-    return timeout if isinstance(timeout, (int, float)) else None
-
-
 @register(Tags.compatibility)
-def check_lease_timing(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """Refuse lease TTLs that heartbeats cannot keep alive, and budgets django-q2 would cut short."""
+def check_lease_ttls(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Refuse lease TTLs that heartbeats cannot keep alive."""
     errors: list[Error] = []
     interval = weave_settings.HEARTBEAT_INTERVAL
     for key in ("LEASE_TTL", "PUSH_LEASE_TTL", "ONBOARDING_LEASE_TTL"):
@@ -92,36 +87,7 @@ def check_lease_timing(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                     id="weave.E010",
                 )
             )
-    timeout = _q_timeout()
-    if timeout is not None:
-        for key in ("PUSH_BUDGET", "ONBOARDING_BUDGET"):
-            budget = getattr(weave_settings, key)
-            if budget >= timeout:
-                errors.append(
-                    Error(
-                        f"WEAVE['{key}'] ({budget} s) must be below Q_CLUSTER['timeout'] ({timeout} s): django-q2 "
-                        "kills a task at its timeout, so the worker would die mid-row instead of stopping cleanly.",
-                        hint="Keep the budget well below timeout, e.g. timeout minus the push timeout and a margin.",
-                        id="weave.E011",
-                    )
-                )
     return errors
-
-
-@register(Tags.compatibility)
-def check_provider_url(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """Refuse an installed notifications app with nowhere to send."""
-    from django.apps import apps
-
-    if apps.is_installed("notifications") and not weave_settings.PUSH_URL:
-        return [
-            Error(
-                "WEAVE['PUSH_URL'] is empty, but the notifications app is installed: nothing could be delivered.",
-                hint="Set WEAVE = {'PUSH_URL': 'https://push.example.com/send', 'PUSH_TOKEN': ...}.",
-                id="weave.E012",
-            )
-        ]
-    return []
 
 
 @register(Tags.database)

@@ -4,9 +4,10 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
+from notifications.checks import check_provider_url
+from onboarding.checks import check_onboarding_budget
 from weave.checks import (
-    check_lease_timing,
-    check_provider_url,
+    check_lease_ttls,
     check_q_cluster,
     check_sqlite_in_production,
     check_weave_settings,
@@ -73,27 +74,26 @@ def test_weave_settings_are_read_lazily(settings):
 
 def test_lease_ttl_shorter_than_three_heartbeats_is_refused(settings):
     settings.WEAVE = {"PUSH_URL": "http://x", "HEARTBEAT_INTERVAL": 5, "ONBOARDING_LEASE_TTL": 12}
-    errors = check_lease_timing()
+    errors = check_lease_ttls()
     assert ids(errors) == ["weave.E010"]
     assert "ONBOARDING_LEASE_TTL" in errors[0].msg and "three heartbeat intervals" in errors[0].msg
     settings.WEAVE = {"PUSH_URL": "http://x", "HEARTBEAT_INTERVAL": 5, "ONBOARDING_LEASE_TTL": 15}
-    assert check_lease_timing() == []
+    assert check_lease_ttls() == []
 
 
-@pytest.mark.parametrize("key", ["PUSH_BUDGET", "ONBOARDING_BUDGET"])
-def test_budget_at_or_above_q_timeout_is_refused(settings, key):
+def test_onboarding_budget_at_or_above_q_timeout_is_refused(settings):
     settings.Q_CLUSTER = SAFE
-    settings.WEAVE = {key: 120}
-    errors = check_lease_timing()
-    assert ids(errors) == ["weave.E011"] and key in errors[0].msg
-    settings.WEAVE = {key: 119}
-    assert check_lease_timing() == []
+    settings.WEAVE = {"ONBOARDING_BUDGET": 120}
+    errors = check_onboarding_budget()
+    assert ids(errors) == ["onboarding.E001"] and "ONBOARDING_BUDGET" in errors[0].msg
+    settings.WEAVE = {"ONBOARDING_BUDGET": 119}
+    assert check_onboarding_budget() == []
 
 
 def test_missing_provider_url_is_refused_when_notifications_installed(settings):
     settings.WEAVE = {"PUSH_URL": ""}
     errors = check_provider_url()
-    assert ids(errors) == ["weave.E012"]
+    assert ids(errors) == ["notifications.E003"]
     settings.WEAVE = {"PUSH_URL": "http://push.example"}
     assert check_provider_url() == []
 

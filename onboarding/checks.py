@@ -1,0 +1,25 @@
+"""System checks for onboarding settings."""
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import Error, Tags, register
+
+from weave.conf import weave_settings
+
+
+@register(Tags.compatibility)
+def check_onboarding_budget(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Refuse an attempt budget that django-q2 would cut short."""
+    budget = weave_settings.ONBOARDING_BUDGET
+    timeout = (getattr(settings, "Q_CLUSTER", None) or {}).get("timeout")
+    if isinstance(timeout, (int, float)) and budget >= timeout:
+        return [
+            Error(
+                f"WEAVE['ONBOARDING_BUDGET'] ({budget} s) must be below Q_CLUSTER['timeout'] ({timeout} s): django-q2 "
+                "kills a task at its timeout, so the attempt would die mid-step instead of handing the run back.",
+                hint="Keep the budget well below timeout, e.g. 90 s for a 120 s timeout.",
+                id="onboarding.E001",
+            )
+        ]
+    return []
