@@ -2,7 +2,7 @@
 
 from notifications.models import DeliveryAttempt, Notification
 from weave.leases import Clock, default_clock
-from weave.timeline import Timeline, clock_time
+from weave.timeline import Timeline, clock_time, holder
 
 
 def explain_notification(pk: int, *, clock: Clock = default_clock) -> Timeline:
@@ -19,16 +19,9 @@ def explain_notification(pk: int, *, clock: Clock = default_clock) -> Timeline:
         t.add(a.started_at, "send", f"fence {a.fence} sent key {n.idempotency_key}")
         status = f"HTTP {a.http_status}" if a.http_status else "no HTTP answer"
         t.add(a.finished_at, a.outcome, f"fence {a.fence}: {status}, {a.latency_ms or 0} ms. {a.reason}".strip())
-    t.add(None, "holder", _holder(n))
+    t.add(None, "holder", holder(n))
     t.summary = _summary(n, attempts)
     return t
-
-
-def _holder(n: Notification) -> str:
-    if n.owner is None:
-        return f"nobody holds it (fence {n.fence}); status {n.status}"
-    state = "live" if n.lease_live else "expired"
-    return f"{n.owner} at fence {n.fence}, lease {state} until {clock_time(n.lease_expires_at)}"
 
 
 def _summary(n: Notification, attempts: list[DeliveryAttempt]) -> str:

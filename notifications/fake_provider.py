@@ -19,10 +19,11 @@ import random
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from email.utils import formatdate
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from weave.testing.fake_http import FakeHandler, FakeHTTPServer, FakeService, update_settings
 
 
 @dataclass
@@ -43,12 +44,7 @@ class FaultConfig:
     seed: int | None = None
 
     def update(self, values: dict[str, Any]) -> None:
-        known = {f.name for f in fields(self)}
-        unknown = set(values) - known
-        if unknown:
-            raise ValueError(f"unknown fault setting(s): {', '.join(sorted(unknown))}")
-        for name, value in values.items():
-            setattr(self, name, value)
+        update_settings(self, values)
 
 
 class _State:
@@ -86,12 +82,8 @@ class _State:
         }
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive, like a real provider
+class _Handler(FakeHandler):
     server: "_Server"
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        pass  # one line per request would drown test and demo output
 
     # --- control endpoints --------------------------------------------------------------------------
 
@@ -223,54 +215,24 @@ def _retry_after(spec: str) -> str:
     return spec
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True  # a hanging handler must not keep the process alive
-    block_on_close = False
-    allow_reuse_address = True
+class _Server(FakeHTTPServer):
     state: _State
 
 
-class FakePushProvider:
+class FakePushProvider(FakeService):
     """The fake provider server. Start it with `start()` (a background thread) or `serve_forever()`."""
+
+    thread_name = "fake-push"
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, **faults: Any) -> None:
         self.config = FaultConfig(**faults)
-        self._server = _Server((host, port), _Handler)
-        self._server.state = _State(self.config)
-        self._thread: threading.Thread | None = None
-
-    @property
-    def port(self) -> int:
-        return self._server.server_address[1]
-
-    @property
-    def url(self) -> str:
-        return f"http://{self._server.server_address[0]}:{self.port}"
+        server = _Server((host, port), _Handler)
+        server.state = _State(self.config)
+        super().__init__(server)
 
     @property
     def push_url(self) -> str:
         return f"{self.url}/push"
-
-    def start(self) -> "FakePushProvider":
-        """Serve on a daemon thread and return at once."""
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-push", daemon=True)
-        self._thread.start()
-        return self
-
-    def serve_forever(self) -> None:
-        self._server.serve_forever()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join()
-
-    def __enter__(self) -> "FakePushProvider":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def stats(self) -> dict[str, Any]:
         """Return requests, unique_deliveries, duplicates, per_key, delivered_keys, by_status, max_in_flight."""

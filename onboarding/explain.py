@@ -2,7 +2,7 @@
 
 from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
 from weave.leases import Clock, default_clock
-from weave.timeline import Timeline, clock_time
+from weave.timeline import Timeline, clock_time, holder
 
 
 def explain_run(pk: int, *, clock: Clock = default_clock) -> Timeline:
@@ -18,16 +18,9 @@ def explain_run(pk: int, *, clock: Clock = default_clock) -> Timeline:
             t.add(a.ended_at, a.outcome, f"fence {a.fence}: {a.reason}".rstrip(": "))
     for r in receipts:
         t.add(r.completed_at, "receipt", f"step {r.step} saved by fence {r.fence} ({r.owner})")
-    t.add(None, "holder", _holder(run))
+    t.add(None, "holder", holder(run))
     t.summary = _summary(run, attempts, receipts)
     return t
-
-
-def _holder(run: OnboardingRun) -> str:
-    if run.owner is None:
-        return f"nobody holds it (fence {run.fence}); status {run.status}"
-    state = "live" if run.lease_live else "expired"
-    return f"{run.owner} at fence {run.fence}, lease {state} until {clock_time(run.lease_expires_at)}"
 
 
 def _summary(run: OnboardingRun, attempts: list[RunAttempt], receipts: list[StepReceipt]) -> str:

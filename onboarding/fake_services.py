@@ -24,9 +24,10 @@ import json
 import random
 import threading
 from collections import Counter
-from dataclasses import asdict, dataclass, field, fields
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from weave.testing.fake_http import FakeHandler, FakeHTTPServer, FakeService, update_settings
 
 ENDPOINTS = ("/tax-ids/verify", "/sanctions/screen", "/bank-accounts")
 
@@ -46,12 +47,7 @@ class FakeConfig:
     seed: int | None = None
 
     def update(self, changes: dict[str, Any]) -> None:
-        known = {f.name for f in fields(self)}
-        unknown = set(changes) - known
-        if unknown:
-            raise ValueError(f"unknown settings: {', '.join(sorted(unknown))}")
-        for name, value in changes.items():
-            setattr(self, name, value)
+        update_settings(self, changes)
 
 
 class Hold:
@@ -137,12 +133,8 @@ def _answer(endpoint: str, body: dict[str, Any], config: FakeConfig) -> tuple[in
     return 201, {"reference": reference, "last4": iban[-4:], "status": "verified"}
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(FakeHandler):
     server: "_Server"
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        return  # keep test output quiet; /_stats is the record
 
     def _send(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         data = json.dumps(body).encode()
@@ -264,57 +256,29 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, answer, {"Idempotent-Replayed": "true"} if replayed else {})
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
+class _Server(FakeHTTPServer):
     def __init__(self, address: tuple[str, int], state: _State) -> None:
         self.state = state
         super().__init__(address, _Handler)
 
 
-class FakeSupplierServices:
+class FakeSupplierServices(FakeService):
     """Run the fake in a background thread: `with FakeSupplierServices() as fake: fake.url`."""
+
+    thread_name = "fake-supplier-services"
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, config: FakeConfig | None = None) -> None:
         self.state = _State(config or FakeConfig())
-        self._server = _Server((host, port), self.state)
-        self._thread: threading.Thread | None = None
+        super().__init__(_Server((host, port), self.state))
 
     @property
     def config(self) -> FakeConfig:
         return self.state.config
 
-    @property
-    def port(self) -> int:
-        return self._server.server_address[1]
-
-    @property
-    def url(self) -> str:
-        return f"http://{self._server.server_address[0]}:{self.port}"
-
-    def start(self) -> "FakeSupplierServices":
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-supplier-services", daemon=True)
-        self._thread.start()
-        return self
-
-    def serve_forever(self) -> None:
-        self._server.serve_forever()
-
-    def stop(self) -> None:
+    def before_stop(self) -> None:
         self.state.stopping.set()
         for hold in list(self.state.holds.values()):
             hold.release()
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(5)
-
-    def __enter__(self) -> "FakeSupplierServices":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def stats(self) -> dict[str, Any]:
         """Return the same JSON `GET /_stats` returns."""

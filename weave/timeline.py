@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from django.utils.html import format_html, format_html_join
 
@@ -55,3 +56,11 @@ def stamp(at: datetime | None) -> str:
 
 def clock_time(at: datetime | None) -> str:
     return "?" if at is None else at.strftime("%H:%M:%S.%f")[:-3]
+
+
+def holder(job: Any) -> str:
+    """Say who holds a leased row now; `job` is annotated by `LeaseQuerySet.with_lease_state()`."""
+    if job.owner is None:
+        return f"nobody holds it (fence {job.fence}); status {job.status}"
+    state = "live" if job.lease_live else "expired"
+    return f"{job.owner} at fence {job.fence}, lease {state} until {clock_time(job.lease_expires_at)}"

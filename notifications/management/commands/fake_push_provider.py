@@ -37,11 +37,9 @@ class Command(BaseCommand):
             token=o["token"],
             seed=o["seed"],
         )
-        self.stdout.write(f"Fake push provider on {server.push_url} (stats: {server.url}/_stats)", ending="\n")
-        self.stdout.flush()
-        try:
-            server.serve_forever()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            server.stop()
+        banner = f"Fake push provider on {server.push_url} (stats: {server.url}/_stats)"
+        server.serve_until_interrupted(banner, self._announce)
+
+    def _announce(self, line: str) -> None:
+        self.stdout.write(line)
+        self.stdout.flush()  # a parent process waits for this line to know the port is open

@@ -34,10 +34,9 @@ class Command(BaseCommand):
             seed=o["seed"],
         )
         server = FakeSupplierServices(o["host"], o["port"], config)
-        self.stdout.write(f"Fake supplier services on {server.url} (GET /_stats, POST /_reset, POST /_config)")
-        try:
-            server.serve_forever()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            server.stop()
+        banner = f"Fake supplier services on {server.url} (GET /_stats, POST /_reset, POST /_config)"
+        server.serve_until_interrupted(banner, self._announce)
+
+    def _announce(self, line: str) -> None:
+        self.stdout.write(line)
+        self.stdout.flush()  # a parent process waits for this line to know the port is open
