@@ -274,11 +274,8 @@ class Attempt:
         return self._services
 
     def _guarded_release(self, *, expect: dict[str, Any], **fields: Any) -> None:
-        # release() with an expectation: clear owner and expiry in the same guarded statement.
         assert self.lease is not None
-        OnboardingRun.objects.guarded_update(
-            self.lease, clock=self.clock, expect=expect, owner=None, lease_expires_at=None, **fields
-        )
+        OnboardingRun.objects.release(self.lease, clock=self.clock, expect=expect, **fields)
 
     def _end_attempt(self, outcome: str, reason: str) -> None:
         assert self.lease is not None

@@ -107,9 +107,11 @@ class LeaseQuerySet(models.QuerySet):
         if changed != 1:
             raise self._lost(lease, clock, None, action="renewal")
 
-    def release(self, lease: Lease, *, clock: Clock = default_clock, **fields: Any) -> None:
+    def release(
+        self, lease: Lease, *, clock: Clock = default_clock, expect: Mapping[str, Any] | None = None, **fields: Any
+    ) -> None:
         """Give the row up (owner and expiry cleared, fence kept), writing `fields` in the same statement."""
-        self.guarded_update(lease, clock=clock, owner=None, lease_expires_at=None, **fields)
+        self.guarded_update(lease, clock=clock, expect=expect, owner=None, lease_expires_at=None, **fields)
 
     # --- batches ---------------------------------------------------------------------------------
 
