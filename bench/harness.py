@@ -155,14 +155,26 @@ def status_counts() -> dict[str, int]:
     return dict(Notification.objects.values_list("status").annotate(n=Count("pk")).order_by())
 
 
-def wait_for_terminal(expected: int, *, t0: float, timeout: float, interval: float = 0.1) -> tuple[float, int]:
-    """Poll until no row is pending; return (seconds since `t0`, a `time.monotonic()` value; polls made)."""
+def wait_for_terminal(
+    expected: int, *, t0: float, timeout: float, interval: float = 0.1, stall: float = 60.0
+) -> tuple[float, int]:
+    """Poll until no row is pending; return (seconds since `t0`, a `time.monotonic()` value; polls made).
+
+    Gives up after `timeout`, or sooner when the pending count has not moved for `stall` seconds
+    (a failing task would otherwise hold the whole run until the timeout).
+    """
     deadline = time.monotonic() + timeout
     polls = 0
+    last, moved = None, time.monotonic()
     while time.monotonic() < deadline:
         polls += 1
-        if pending_count() == 0:
+        pending = pending_count()
+        if pending == 0:
             return time.monotonic() - t0, polls
+        if pending != last:
+            last, moved = pending, time.monotonic()
+        elif time.monotonic() - moved > stall:
+            raise TimeoutError(f"{pending} of {expected} notifications still pending, none finished in {stall:.0f} s.")
         time.sleep(interval)
     raise TimeoutError(f"{pending_count()} of {expected} notifications still pending after {timeout:.0f} s.")
 

@@ -46,7 +46,7 @@ def _measure(run: Bench, label: str, n: int, workers: int, batch_size: int | Non
     run.provider_reset()
     xacts_before = harness.database_transactions()
     t0 = load()
-    seconds, polls = harness.wait_for_terminal(n, t0=t0, timeout=max(600, n / 5))
+    seconds, polls = harness.wait_for_terminal(n, t0=t0, timeout=max(120, n / 10))
     # Stop first: a session flushes its statistics when it ends, so the count below is complete.
     run.stop_clusters()
     stats = run.provider.stats()
@@ -179,10 +179,10 @@ def scenario_queries(results: Results, args: Any) -> None:
     from django.conf import settings
     from django.db import transaction
     from django_q.tasks import async_task
-    from notifications.delivery import drain
 
     from bench.baseline import send_push
     from bench.querycount import CountQueries
+    from notifications.delivery import drain
     from notifications.models import Notification
     from weave.conf import weave_settings
 
@@ -221,8 +221,8 @@ def scenario_queries(results: Results, args: Any) -> None:
 def scenario_profile(results: Results, args: Any) -> None:
     """Profile one in-process drain at 0 ms latency with pyinstrument (the database-bound hot path)."""
     from django.conf import settings
-    from notifications.delivery import drain
 
+    from notifications.delivery import drain
     from notifications.models import Notification
 
     try:
