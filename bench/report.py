@@ -231,10 +231,12 @@ def render(r: Results) -> str:
         )
         out += [
             "",
-            "One cluster (1 worker) claims a full batch of 100 and is SIGKILLed (whole process group) once its first",
-            "row is delivered; provider latency 200 ms. A second cluster (2 workers) is already running, and one",
-            "`notification_create` a second stands in for live traffic (each enqueues a drain). Without traffic the",
-            "rows wait for the minute sweep: up to TTL + 60 s + django-q2's 30 s scheduler cycle.",
+            "Two identical clusters (2 workers each) run; the one whose drain claims the full batch of 100 is",
+            "SIGKILLed (its whole process group) once its first row is delivered, provider latency 200 ms. Timed from",
+            "the kill until the other cluster has finished every row of the batch. One `notification_create` a",
+            "second stands in for live traffic (each enqueues a drain); with no traffic at all the rows wait for the",
+            "minute sweep instead: up to TTL + 60 s + django-q2's 30 s scheduler cycle. The rows that were in flight",
+            "at the kill go out again with the same Idempotency-Key (the provider dedups them).",
             "",
         ]
 

@@ -9,6 +9,7 @@ the bench database is created and migrated on first use.
 """
 
 import argparse
+import signal
 import sys
 import time
 from datetime import UTC, datetime
@@ -47,6 +48,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # SIGTERM (e.g. `timeout`) must unwind like Ctrl-C, so the provider and clusters are stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.drop:
         harness.drop_database()
         print("Dropped the bench database.")

@@ -12,7 +12,6 @@ from bench.report import Results
 WEAVE_DRAIN = "notifications.tasks.drain"
 UNFENCED_DRAIN = "bench.unfenced.drain"
 BASELINE_TASK = "bench.baseline.send_push"
-RECOVERY_QUEUE = "weave-bench-victim"  # the killed cluster's own django-q2 queue
 RECOVERY_LATENCY_MS = 200
 
 
@@ -264,18 +263,23 @@ def scenario_recovery(results: Results, args: Any) -> None:
             # A batch of 100 at 20 in flight takes ~1 s at 200 ms: the kill lands a quarter in.
             run.start_provider(RECOVERY_LATENCY_MS)
             harness.reset_tables()
-            rescuer = run.start_cluster(workers=2, push_lease_ttl=ttl, push_batch_size=batch)
-            victim = run.start_cluster(workers=1, q_name=RECOVERY_QUEUE, push_lease_ttl=ttl, push_batch_size=batch)
+            # Two identical clusters; whichever picks up the drain is the victim.
+            clusters = [run.start_cluster(workers=2, push_lease_ttl=ttl, push_batch_size=batch) for _ in range(2)]
             with transaction.atomic():
                 ids = [r.pk for r in Notification.objects.bulk_create(harness.build_rows(batch, due=True))]
-                async_task(WEAVE_DRAIN, cluster=RECOVERY_QUEUE, group="bench-recovery")
+                async_task(WEAVE_DRAIN, group="bench-recovery")
             ours = Notification.objects.filter(pk__in=ids)
 
             def mid_send(ours=ours) -> bool:
-                held_all = ours.filter(owner__isnull=False).count() == batch
-                return held_all and ours.filter(status="delivered").exists()
+                # Finished rows are released (owner cleared); the rest must all still be held.
+                pending = ours.filter(status="pending")
+                started = ours.filter(status="delivered").exists()
+                return started and pending.exists() and not pending.filter(owner__isnull=True).exists()
 
-            harness.wait_until(mid_send, timeout=60, interval=0.02, message="the victim to be mid-batch")
+            harness.wait_until(mid_send, timeout=60, interval=0.02, message="a cluster to be mid-batch")
+            owner = ours.filter(owner__isnull=False).values_list("owner", flat=True).first()
+            victim = _cluster_of(owner, clusters)
+            rescuer = next(c for c in clusters if c is not victim)
             held = ours.filter(status="pending").count()
             run.groups.kill(victim)
             killed = time.monotonic()
@@ -312,6 +316,15 @@ def scenario_recovery(results: Results, args: Any) -> None:
                 flush=True,
             )
     results.recovery = rows_out
+
+
+def _cluster_of(owner: str, clusters: list) -> Any:
+    """The cluster whose process group runs the worker named in `owner` (push:<host>:<pid>:<tag>)."""
+    pid = int(owner.split(":")[2])
+    for child in clusters:
+        if pid == child.pgid or pid in child.descendants():
+            return child
+    raise RuntimeError(f"No cluster runs pid {pid} (owner {owner!r}).")
 
 
 def _lease_left(ids: list[int]) -> float:
