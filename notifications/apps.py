@@ -7,6 +7,7 @@ class NotificationsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from notifications import checks  # noqa: F401  (registers the system checks)
         from weave.schedules import ScheduleSpec, register_schedule
 
         # The sweep: picks up expired leases and due retries even when nothing new is created.

@@ -82,7 +82,9 @@ class _InFlight:
 
 
 @dataclass
-class _Breaker:
+class CircuitBreaker:
+    """Open after `threshold` systemic failures in a row, or at once on a fatal one (bad credentials)."""
+
     threshold: int
     run: int = 0
     reason: str = ""
@@ -145,7 +147,7 @@ class PushWorker:
         # Renew when less than this is left: enough for one more request to time out and be finished,
         # but never so much that every send renews.
         self.renew_margin = min(self.ttl / 2, max(self.ttl / 3, timeout + 1))
-        self.breaker = _Breaker(conf.PUSH_BREAKER_THRESHOLD)
+        self.breaker = CircuitBreaker(conf.PUSH_BREAKER_THRESHOLD)
         self._own_provider = provider is None
         self.provider = provider or _default_provider(self.concurrency)
         self._budget_ends = clock.monotonic() + self.budget
@@ -185,19 +187,14 @@ class PushWorker:
         stop = ""
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="push-send") as pool:
             while queue or in_flight:
-                while queue and not stop and len(in_flight) < self.concurrency:
-                    if self.budget_spent:
-                        stop = "budget"
-                        report.budget_spent = True
-                        break
-                    if self.breaker.reason:
-                        stop = "breaker"
-                        report.breaker = self.breaker.reason
-                        break
+                # Checked before every send, and also while all slots are busy, so that unstarted rows
+                # go back as soon as the budget runs out or the breaker opens, not after the slowest request.
+                while queue and not (stop := stop or self._stop_reason()) and len(in_flight) < self.concurrency:
                     self._keep_alive(batch)
                     pk = queue.pop(0)
-                    if pk not in batch:
-                        # Our renewal was refused for this row: someone else holds it, so we must not send.
+                    if pk not in batch or pk not in rows:
+                        # Our renewal was refused for this row (someone else holds it) or it was deleted:
+                        # either way it must not be sent.
                         report.skipped += 1
                         log_event(
                             logger,
@@ -214,7 +211,7 @@ class PushWorker:
                     future = pool.submit(self.provider.send, _message(row))
                     in_flight[future] = _InFlight(pk=pk, lease=batch.lease(pk), attempts=row["attempts"])
                     report.sent += 1
-                if stop and queue:
+                if queue and (stop := stop or self._stop_reason()):
                     report.released += self._release_unstarted(batch, queue, stop)
                     queue = []
                 if not in_flight:
@@ -228,7 +225,14 @@ class PushWorker:
                     self.hooks.before_finish([item.pk for item, _ in group])
                 self._finish(batch, group, report)
         report.breaker = self.breaker.reason
+        report.budget_spent = stop == "budget"
         return report
+
+    def _stop_reason(self) -> str:
+        """Why no new row may start now: "budget", "breaker", or "" to go on."""
+        if self.budget_spent:
+            return "budget"
+        return "breaker" if self.breaker.reason else ""
 
     def run(self) -> DeliveryReport:
         """Claim and deliver batches until nothing is due, the budget is spent or the breaker opens."""
@@ -390,6 +394,9 @@ def _default_provider(concurrency: int) -> Provider:
     url = weave_settings.PUSH_URL
     if not url:
         raise ImproperlyConfigured("WEAVE PUSH_URL is not set: there is no push provider to deliver to.")
+    if not url.startswith(("http://", "https://")):
+        # Refused here, before any row is claimed: a bad URL is not the notifications' fault.
+        raise ImproperlyConfigured(f"WEAVE PUSH_URL must be an http:// or https:// URL, not {url!r}.")
     return HttpJsonProvider(
         url=url, token=weave_settings.PUSH_TOKEN, timeout=weave_settings.PUSH_TIMEOUT, concurrency=concurrency
     )

@@ -61,13 +61,15 @@ class _State:
         self.reset()
 
     def reset(self) -> None:
+        # Requests still being served (e.g. a hang from the previous test) stay counted as in flight,
+        # so the counter never goes negative when they finish.
+        self.in_flight = getattr(self, "in_flight", 0)
+        self.max_in_flight = self.in_flight
         self.requests = 0
         self.per_key: dict[str, int] = {}
         self.delivered: dict[str, str] = {}  # idempotency key -> message id
         self.by_status: dict[str, int] = {}
         self.tokens: dict[str, str] = {}  # idempotency key -> device token ("to")
-        self.in_flight = 0
-        self.max_in_flight = 0
         self.log: list[dict[str, Any]] = []
 
     def snapshot(self) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Public API of the notifications app."""
 
 import json
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,7 +11,10 @@ from django.db import transaction
 
 from notifications.models import Notification
 from weave.conf import weave_settings
+from weave.events import log_event
 from weave.leases import Clock, DbNow, default_clock
+
+logger = logging.getLogger("weave.notifications")
 
 
 def notification_create(
@@ -20,8 +24,12 @@ def notification_create(
     device_token = (device_token or "").strip()
     if not device_token:
         raise ValidationError({"device_token": "A device token is required."})
+    if len(device_token) > (most := _field_length("device_token")):
+        raise ValidationError({"device_token": f"A device token has at most {most} characters."})
     if not (title or "").strip():
         raise ValidationError({"title": "A title is required."})
+    if len(title) > (most := _field_length("title")):
+        raise ValidationError({"title": f"A title has at most {most} characters."})
     data = {} if data is None else data
     if not isinstance(data, dict):
         raise ValidationError({"data": f"data must be a JSON object, not {type(data).__name__}."})
@@ -42,6 +50,10 @@ def notification_create(
     notification.refresh_from_db(fields=["next_attempt_at"])
     transaction.on_commit(_enqueue_drain)
     return notification
+
+
+def _field_length(name: str) -> int:
+    return Notification._meta.get_field(name).max_length
 
 
 def _enqueue_drain() -> None:
@@ -80,6 +92,8 @@ def notification_retry_now(
         )
         if pending or failed:
             transaction.on_commit(_enqueue_drain)
+    for pk in [*pending, *failed]:
+        log_event(logger, "retry_requested", job="notification", id=pk, reason=f"retry now requested{who}")
     return _sort(ids, set(pending) | set(failed), clock)
 
 
@@ -94,6 +108,8 @@ def notification_cancel(
         Notification.objects.filter(pk__in=pending).update(
             status=Notification.Status.CANCELLED, last_error=f"Cancelled{who}."
         )
+    for pk in pending:
+        log_event(logger, "cancelled", job="notification", id=pk, reason=f"cancelled{who}")
     return _sort(ids, set(pending), clock)
 
 

@@ -25,11 +25,11 @@ def fake(fake_server):
 
 @pytest.fixture
 def push_settings(settings, fake):
-    """WEAVE settings pointing at the fake provider, with short timeouts so fault tests stay quick."""
+    """WEAVE settings pointing at the fake provider, with a timeout a loaded machine cannot hit by accident."""
     settings.WEAVE = {
         "PUSH_URL": fake.push_url,
         "PUSH_TOKEN": TOKEN,
-        "PUSH_TIMEOUT": 0.5,
+        "PUSH_TIMEOUT": 3.0,
         "PUSH_BATCH_SIZE": 50,
         "PUSH_CONCURRENCY": 10,
         "PUSH_BUDGET": 60.0,

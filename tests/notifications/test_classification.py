@@ -25,8 +25,10 @@ def assert_retry(notification, attempt, clock, *, outcome, low, high, reason):
     assert notification.status == Notification.Status.PENDING
     assert notification.attempts == 1
     assert attempt.outcome == outcome
-    assert clock.current + timedelta(seconds=low) <= notification.next_attempt_at <= clock.current + timedelta(
-        seconds=high
+    assert (
+        clock.current + timedelta(seconds=low)
+        <= notification.next_attempt_at
+        <= clock.current + timedelta(seconds=high)
     )
     assert reason in attempt.reason
     assert reason in notification.last_error
@@ -117,7 +119,8 @@ def test_401__temporary_and_opens_the_breaker(push_settings, fake, clock):
     assert report.breaker.startswith("Circuit breaker opened")
 
 
-def test_timeout_after_delivery__unknown_and_retried_with_the_same_key(push_settings, fake, clock):
+def test_timeout_after_delivery__unknown_and_retried_with_the_same_key(push_settings, fake, clock, settings):
+    settings.WEAVE = {**push_settings, "PUSH_TIMEOUT": 0.5}
     fake.configure(rate_hang=1.0, hang_seconds=2.0)
     notification, attempt, _ = deliver_one(clock)
     assert_retry(notification, attempt, clock, outcome="unknown", low=1, high=2, reason="may have delivered it")
@@ -163,6 +166,7 @@ def test_out_of_attempts__failed_with_the_whole_story(push_settings, fake, clock
     assert lines[0] == "Gave up after 3 attempts (PUSH_MAX_ATTEMPTS=3)."
     assert [line[:14] for line in lines[1:]] == ["1. temporary: ", "2. temporary: ", "3. temporary: "]
     assert all("HTTP 503" in line for line in lines[1:])
-    assert list(DeliveryAttempt.objects.filter(notification=notification).values_list("outcome", flat=True)) == [
-        "temporary"
-    ] * 3
+    assert (
+        list(DeliveryAttempt.objects.filter(notification=notification).values_list("outcome", flat=True))
+        == ["temporary"] * 3
+    )

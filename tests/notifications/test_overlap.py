@@ -27,6 +27,7 @@ def test_overlap__late_answers_of_a_stale_worker_leave_the_new_holders_state_unt
         clock.advance(TTL + 1)
         seen["b"] = deliver_batch(clock=clock, owner="worker-b", ttl=TTL)
         seen["after_b"] = state(pks)
+        clock.advance(1)  # A's late answers land at a later time, so any write of theirs would show
 
     a = deliver_batch(clock=clock, owner="worker-a", ttl=TTL, hooks=Hooks(before_finish=takeover))
 
