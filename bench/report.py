@@ -61,8 +61,8 @@ class Results:
     default_batch: int = 100
     queries: dict = field(default_factory=dict)
     recovery: list = field(default_factory=list)
-    profile: str = ""
-    profile_seconds: tuple[int, float] | None = None
+    profiles: dict = field(default_factory=dict)  # latency label -> (rows, seconds, pyinstrument text)
+    group_finish: Any = None
     total_seconds: float = 0.0
 
 
@@ -128,6 +128,15 @@ def render(r: Results) -> str:
                 rows,
             )
         )
+        if r.group_finish is not None:
+            base50 = next((b for lat, _, b in r.throughput if lat == 50), None)
+            g = r.group_finish
+            ratio = f"{g.rate / base50.rate:,.1f}×" if base50 else ""
+            out += [
+                "",
+                "Prototype of the recommended change (`bench/variants.py`: each group of answers finished by one"
+                f" guarded statement), 50 ms, W={g.workers}: **{g.rate:,.0f}/s**, {ratio} the baseline.",
+            ]
         out += [
             "",
             "DB transactions per notification: every session's commits in the bench database during the run",
@@ -251,15 +260,18 @@ def render(r: Results) -> str:
     if targets:
         out += ["## Targets", "", _table(["target", "value", "measured", ""], targets), ""]
 
-    if r.profile:
+    if r.profiles:
         out += ["## Profile of the hot path", ""]
-        if r.profile_seconds:
-            n, seconds = r.profile_seconds
-            out.append(
-                f"pyinstrument, one in-process `drain()` of {n:,} rows at 0 ms latency ({seconds:.1f} s, "
-                f"{n / seconds:,.0f}/s under the profiler), calling thread only (it runs every SQL statement):"
-            )
-        out += ["", "```", _trim_profile(r.profile), "```", ""]
+        out.append(
+            "pyinstrument, one in-process `drain()` (the delivery path a django-q2 worker runs), calling thread only:"
+            " it runs every SQL statement; the sends run on the pool's threads."
+            " Full trees: `bench/results/profile-*.txt`."
+        )
+        for label, (n, seconds, text) in r.profiles.items():
+            rate = f"{n / seconds:,.0f}/s under the profiler" if seconds else ""
+            out += ["", f"Provider latency {label}, {n:,} rows, {seconds:.1f} s ({rate}):", "", "```"]
+            out += [_trim_profile(text, 32), "```"]
+        out.append("")
     return "\n".join(out)
 
 
