@@ -30,14 +30,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", default="", help=f"comma-separated subset of: {', '.join(SCENARIOS)}")
     parser.add_argument("--workers", type=int, default=2, help="W for the throughput and fencing scenarios")
     parser.add_argument("--repeats", type=int, default=None, help="fenced/unfenced pairs (default 2, quick 1)")
-    parser.add_argument("--ttls", default=None, help="lease TTLs for recovery, seconds (default 5,15)")
+    parser.add_argument(
+        "--ttls", default=None, help="lease TTLs for recovery, seconds (default 15,30: above PUSH_TIMEOUT)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="results file (default bench/results/<date>.md)")
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--drop", action="store_true", help="drop the bench database and exit")
     args = parser.parse_args(argv)
     args.n = args.n or (300 if args.quick else 5000)
     args.repeats = args.repeats or (1 if args.quick else 2)
-    args.ttls = [float(t) for t in (args.ttls or ("3,6" if args.quick else "5,15")).split(",")]
+    args.ttls = [float(t) for t in (args.ttls or ("12,15" if args.quick else "15,30")).split(",")]
     chosen = [s.strip() for s in args.only.split(",") if s.strip()] or list(SCENARIOS)
     unknown = set(chosen) - set(SCENARIOS)
     if unknown:
