@@ -258,7 +258,8 @@ def scenario_profile(results: Results, args: Any) -> None:
                 settings.WEAVE = original
         text = profiler.output_text(unicode=False, color=False, show_all=False)
         results.profiles[f"{latency} ms"] = (n, seconds, text)
-        (harness.PROJECT_ROOT / "bench" / "results" / f"profile-{latency}ms.txt").write_text(text)
+        if not args.no_write:
+            (harness.PROJECT_ROOT / "bench" / "results" / f"profile-{latency}ms.txt").write_text(text)
 
 
 def scenario_recovery(results: Results, args: Any) -> None:
