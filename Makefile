@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test lint venv clean
+.PHONY: run test bench lint venv clean
 
 venv: $(STAMP)
 
@@ -20,6 +20,11 @@ run: $(STAMP)
 ## make test: the whole suite on SQLite, then on PostgreSQL (see README)
 test: $(STAMP)
 	PY=$(PY) bash scripts/test.sh $(ARGS)
+
+## make bench: the benchmarks on the local PostgreSQL (database weave_bench); ARGS="--quick" for a smoke run
+bench: $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r bench/requirements.txt
+	$(PY) bench/run.py $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
