@@ -25,7 +25,7 @@ from notifications.models import DeliveryAttempt, Notification
 from notifications.providers import HttpJsonProvider, Outcome, Provider, PushMessage, SendResult
 from weave.conf import weave_settings
 from weave.events import log_event
-from weave.leases import BatchLease, Clock, Lease, LeaseLost, default_clock, new_owner
+from weave.leases import BatchLease, Clock, Lease, default_clock, new_owner
 
 logger = logging.getLogger("weave.notifications")
 JOB = "notification"
@@ -302,24 +302,30 @@ class PushWorker:
     # --- finishing -------------------------------------------------------------------------------------
 
     def _finish(self, batch: BatchLease, group: list[tuple[_InFlight, SendResult]], report: DeliveryReport) -> None:
-        """Record the answers in one transaction: a guarded release per row, then all attempt rows."""
+        """Record the answers that arrived together in one transaction: one guarded release for all their
+        rows (each at its own fence), then all attempt rows. A row whose guard fails gets only a `lease_lost`
+        attempt."""
+        planned = []
+        for item, result in group:
+            self.breaker.record(result, self.owner)
+            fields, event = self._next_state(item, result)
+            planned.append((item, result, fields, event))
         attempts: list[DeliveryAttempt] = []
         events: list[tuple[str, _InFlight, str]] = []
         with transaction.atomic():
-            for item, result in group:
-                self.breaker.record(result, self.owner)
-                fields, event = self._next_state(item, result)
-                try:
-                    Notification.objects.release(item.lease, clock=self.clock, **fields)
-                except LeaseLost as lost:
+            landed = Notification.objects.release_many(
+                batch.owner, {item.pk: (item.lease.fence, fields) for item, _, fields, _ in planned}, clock=self.clock
+            )
+            for item, result, fields, event in planned:
+                batch.drop(item.pk)
+                if item.pk not in landed:
                     # Someone else owns the row now: record only that our answer came too late.
+                    lost = Notification.objects.refusal(item.lease, clock=self.clock)
                     reason = f"Answer not recorded ({result.outcome}: {result.reason or 'ok'}). {lost}"
                     attempts.append(self._attempt(item, result, DeliveryAttempt.Outcome.LEASE_LOST, reason))
                     events.append(("lease_lost", item, reason))
                     report.lease_lost += 1
                     continue
-                finally:
-                    batch.drop(item.pk)
                 attempts.append(self._attempt(item, result, result.outcome, fields.get("last_error", result.reason)))
                 events.append((event, item, fields.get("last_error", "")))
                 setattr(report, result.outcome.value, getattr(report, result.outcome.value) + 1)

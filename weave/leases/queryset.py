@@ -13,12 +13,16 @@ from operator import or_
 from typing import Any, Self
 
 from django.db import connections, models, router, transaction
-from django.db.models import BooleanField, ExpressionWrapper, F, Q
+from django.db.models import BooleanField, Case, ExpressionWrapper, F, Q, Value, When
 from django.db.models.sql import UpdateQuery
 
 from weave.leases.clock import Clock, default_clock
 from weave.leases.errors import LeaseBusy, LeaseLost, NotClaimable
 from weave.leases.lease import BatchLease, Lease
+
+
+def _expression(value: Any, field: models.Field) -> Any:
+    return value if hasattr(value, "resolve_expression") else Value(value, output_field=field)
 
 
 def _seconds(ttl: float | timedelta) -> timedelta:
@@ -112,6 +116,35 @@ class LeaseQuerySet(models.QuerySet):
     ) -> None:
         """Give the row up (owner and expiry cleared, fence kept), writing `fields` in the same statement."""
         self.guarded_update(lease, clock=clock, expect=expect, owner=None, lease_expires_at=None, **fields)
+
+    def release_many(
+        self, owner: str, rows: Mapping[Any, tuple[int, Mapping[str, Any]]], *, clock: Clock = default_clock
+    ) -> set[Any]:
+        """Release many rows `owner` holds, each at its own fence, each with its own fields: one statement.
+
+        `rows` maps pk -> (fence, fields). Each row lands only under the same guard as `release()`
+        (owner, its fence, a live lease); return the pks that landed. The others are not ours any
+        more and were not touched: `refusal(lease)` says why, row by row.
+        """
+        if not rows:
+            return set()
+        meta = self.model._meta
+        names = sorted({name for _, fields in rows.values() for name in fields})
+        updates = {}
+        for name in names:
+            field = meta.get_field(name)
+            whens = [
+                When(pk=pk, then=_expression(fields[name], field)) for pk, (_, fields) in rows.items() if name in fields
+            ]
+            # A row without this field keeps its value.
+            updates[name] = Case(*whens, default=F(name), output_field=field)
+        guard = self._batch_guard(BatchLease(owner=owner), {pk: fence for pk, (fence, _) in rows.items()}, clock)
+        landed = self.filter(guard)._update_returning(owner=None, lease_expires_at=None, **updates)
+        return {pk for pk, _, _ in landed}
+
+    def refusal(self, lease: Lease, *, clock: Clock = default_clock) -> LeaseLost:
+        """Return the `LeaseLost` a write under `lease` gets now: who holds the row instead, and since when."""
+        return self._lost(lease, clock, None, action="write")
 
     # --- batches ---------------------------------------------------------------------------------
 
