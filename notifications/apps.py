@@ -5,3 +5,10 @@ class NotificationsConfig(AppConfig):
     name = "notifications"
     verbose_name = "Push notifications"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from notifications import checks  # noqa: F401  (registers the system checks)
+        from weave.schedules import ScheduleSpec, register_schedule
+
+        # The sweep: picks up expired leases and due retries even when nothing new is created.
+        register_schedule(ScheduleSpec(name="notifications.sweep", func="notifications.tasks.sweep", minutes=1))

@@ -46,6 +46,7 @@ class Notification(LeasedModel):
     objects = NotificationQuerySet.as_manager()
 
     class Meta:
+        permissions = [("manage_delivery", "Can retry or cancel notification delivery")]
         indexes = [
             # The claim query: pending rows by due time.
             models.Index(fields=["status", "next_attempt_at"], name="notif_due_idx"),

@@ -28,6 +28,8 @@ DEFAULTS: MappingProxyType[str, Any] = MappingProxyType(
         "PUSH_BACKOFF_BASE": 2.0,  # seconds; doubled per attempt, with jitter
         "PUSH_BACKOFF_MAX": 3600.0,
         "PUSH_MAX_PAYLOAD_BYTES": 4096,
+        "PUSH_BREAKER_THRESHOLD": 5,  # consecutive systemic failures (5xx, 429, unreachable) that stop a batch
+        "PUSH_BREAKER_COOLDOWN": 30.0,  # seconds rows released by the breaker wait before they are due again
         # --- supplier onboarding ---
         "SUPPLIER_API_URL": "",
         "SUPPLIER_API_TIMEOUT": 10.0,

@@ -1,0 +1,164 @@
+"""Admin for notifications: status, lease state by the database clock, attempt history, guarded actions."""
+
+from django.contrib import admin, messages
+from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Q, QuerySet
+from django.http import HttpRequest
+
+from notifications.models import DeliveryAttempt, Notification
+from notifications.services import BulkResult, notification_cancel, notification_retry_now
+from weave.leases import default_clock
+
+
+class AttemptOutcomeFilter(admin.SimpleListFilter):
+    """Notifications that have at least one attempt with the chosen outcome."""
+
+    title = "attempt outcome"
+    parameter_name = "attempt_outcome"
+
+    def lookups(self, request, model_admin):
+        return DeliveryAttempt.Outcome.choices
+
+    def queryset(self, request, queryset):
+        if not self.value():
+            return queryset
+        attempts = DeliveryAttempt.objects.filter(notification=OuterRef("pk"), outcome=self.value())
+        return queryset.filter(Exists(attempts))
+
+
+class DeliveryAttemptInline(admin.TabularInline):
+    model = DeliveryAttempt
+    extra = 0
+    can_delete = False
+    fields = readonly_fields = (
+        "started_at",
+        "finished_at",
+        "outcome",
+        "http_status",
+        "latency_ms",
+        "owner",
+        "fence",
+        "reason",
+    )
+    ordering = ("started_at", "pk")
+
+    def has_add_permission(self, request, obj=None):
+        return False  # receipts are written by the worker only
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Notification)
+class NotificationAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "title",
+        "short_token",
+        "status",
+        "attempts",
+        "next_attempt_at",
+        "delivered_at",
+        "lease_state",
+        "owner",
+        "fence",
+    )
+    list_filter = ("status", AttemptOutcomeFilter)
+    search_fields = ("device_token", "title", "idempotency_key")
+    readonly_fields = (
+        "status",
+        "attempts",
+        "next_attempt_at",
+        "delivered_at",
+        "provider_message_id",
+        "last_error",
+        "idempotency_key",
+        "lease_state",
+        "owner",
+        "fence",
+        "lease_expires_at",
+        "created_at",
+    )
+    fieldsets = (
+        (None, {"fields": ("device_token", "title", "body", "data")}),
+        (
+            "Delivery",
+            {"fields": ("status", "attempts", "next_attempt_at", "delivered_at", "provider_message_id", "last_error")},
+        ),
+        ("Lease (written by workers only)", {"fields": ("lease_state", "owner", "fence", "lease_expires_at")}),
+        ("Identity", {"fields": ("idempotency_key", "created_at")}),
+    )
+    inlines = (DeliveryAttemptInline,)
+    actions = ("retry_now", "cancel")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        # "Live" is judged by the database clock in the same query, never by this web server's clock.
+        live = ExpressionWrapper(
+            Q(owner__isnull=False, lease_expires_at__gt=default_clock.now()), output_field=BooleanField()
+        )
+        return super().get_queryset(request).annotate(lease_live=live)
+
+    @admin.display(description="lease")
+    def lease_state(self, obj: Notification) -> str:
+        if obj.owner is None:
+            return "free"
+        return "live" if getattr(obj, "lease_live", False) else "expired"
+
+    @admin.display(description="device token")
+    def short_token(self, obj: Notification) -> str:
+        return obj.device_token if len(obj.device_token) <= 16 else f"{obj.device_token[:16]}…"
+
+    def has_manage_delivery_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("notifications.manage_delivery")
+
+    @admin.action(description="Retry now", permissions=["manage_delivery"])
+    def retry_now(self, request: HttpRequest, queryset: QuerySet) -> None:
+        result = notification_retry_now(
+            notification_ids=list(queryset.values_list("pk", flat=True)), requested_by=request.user.get_username()
+        )
+        self._report(request, result, "due now")
+
+    @admin.action(description="Cancel", permissions=["manage_delivery"])
+    def cancel(self, request: HttpRequest, queryset: QuerySet) -> None:
+        result = notification_cancel(
+            notification_ids=list(queryset.values_list("pk", flat=True)), requested_by=request.user.get_username()
+        )
+        self._report(request, result, "cancelled")
+
+    def _report(self, request: HttpRequest, result: BulkResult, done: str) -> None:
+        if result.changed:
+            self.message_user(request, f"{len(result.changed)} notification(s) {done}: {_ids(result.changed)}.")
+        if result.busy:
+            self.message_user(
+                request,
+                f"{len(result.busy)} notification(s) left alone because a worker holds them right now: "
+                f"{_ids(result.busy)}. Try again when the lease is released.",
+                level=messages.WARNING,
+            )
+        if result.skipped:
+            self.message_user(
+                request,
+                f"{len(result.skipped)} notification(s) not in a state this action applies to: {_ids(result.skipped)}.",
+                level=messages.WARNING,
+            )
+
+
+@admin.register(DeliveryAttempt)
+class DeliveryAttemptAdmin(admin.ModelAdmin):
+    list_display = ("id", "notification", "outcome", "http_status", "latency_ms", "owner", "fence", "started_at")
+    list_filter = ("outcome",)
+    search_fields = ("reason", "owner")
+    list_select_related = ("notification",)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+def _ids(pks: list[int]) -> str:
+    shown = ", ".join(str(pk) for pk in pks[:20])
+    return shown + (f" and {len(pks) - 20} more" if len(pks) > 20 else "")

@@ -1,0 +1,35 @@
+"""System checks for push settings that would let a lease run out under a request, or a task be killed mid-batch."""
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import Error, Tags, register
+
+from weave.conf import weave_settings
+
+
+@register(Tags.compatibility)
+def check_push_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Refuse a lease TTL shorter than a request, or a budget that outlasts the django-q2 timeout."""
+    errors = []
+    ttl, timeout, budget = weave_settings.PUSH_LEASE_TTL, weave_settings.PUSH_TIMEOUT, weave_settings.PUSH_BUDGET
+    if ttl <= timeout:
+        errors.append(
+            Error(
+                f"WEAVE PUSH_LEASE_TTL ({ttl}) must be greater than PUSH_TIMEOUT ({timeout}): a request that "
+                "times out would outlive the lease it was sent under.",
+                hint="Make the lease TTL at least a few times the request timeout, e.g. TTL 30, timeout 10.",
+                id="notifications.E001",
+            )
+        )
+    q_timeout = (getattr(settings, "Q_CLUSTER", None) or {}).get("timeout")
+    if isinstance(q_timeout, (int, float)) and budget + timeout >= q_timeout:
+        errors.append(
+            Error(
+                f"WEAVE PUSH_BUDGET ({budget}) + PUSH_TIMEOUT ({timeout}) must stay below Q_CLUSTER['timeout'] "
+                f"({q_timeout}): django-q2 would kill a drain while its last requests are still out.",
+                hint="Lower PUSH_BUDGET or raise Q_CLUSTER['timeout'].",
+                id="notifications.E002",
+            )
+        )
+    return errors

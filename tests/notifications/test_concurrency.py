@@ -1,0 +1,94 @@
+"""Concurrent sends within a worker, and (PostgreSQL) two workers draining the same backlog."""
+
+import threading
+
+import pytest
+from django.db import connections
+
+from notifications.delivery import Hooks, deliver_batch, drain
+from notifications.models import DeliveryAttempt, Notification
+from tests.factories import NotificationFactory
+from weave.leases import DatabaseClock
+
+
+@pytest.mark.django_db
+def test_batch_sends_many_requests_at_once(push_settings, fake, clock):
+    fake.configure(latency_ms=200)
+    NotificationFactory.create_batch(50, next_attempt_at=clock.current)
+    report = deliver_batch(clock=clock, concurrency=10)
+    stats = fake.stats()
+    assert report.delivered == 50, report
+    # The server saw requests overlapping: a slow request does not hold back the next. (Ideally 10;
+    # a loaded two-core CI box may start a few threads late, so the bar is half of that.)
+    assert 5 <= stats["max_in_flight"] <= 10, stats["max_in_flight"]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_workers__every_notification_delivered_exactly_once(push_settings, fake):
+    fake.configure(latency_ms=5)
+    NotificationFactory.create_batch(300, next_attempt_at=None)
+    Notification.objects.update(next_attempt_at=DatabaseClock().now())
+    reports: dict[str, object] = {}
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def worker(name: str) -> None:
+        try:
+            start.wait()
+            reports[name] = drain(owner=name, batch_size=10, concurrency=5, enqueue_more=False)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=worker, args=(name,)) for name in ("worker-a", "worker-b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert not errors
+    assert set(Notification.objects.values_list("status", flat=True)) == {"delivered"}
+    stats = fake.stats()
+    assert stats["unique_deliveries"] == stats["requests"] == 300
+    assert set(stats["per_key"].values()) == {1}
+    assert {str(k) for k in Notification.objects.values_list("idempotency_key", flat=True)} == set(
+        stats["delivered_keys"]
+    )
+    # No row finished twice: one attempt per row, delivered, written at the row's only fence.
+    assert DeliveryAttempt.objects.count() == 300
+    assert set(DeliveryAttempt.objects.values_list("outcome", "fence")) == {("delivered", 1)}
+    assert reports["worker-a"].delivered > 0 and reports["worker-b"].delivered > 0
+    assert reports["worker-a"].delivered + reports["worker-b"].delivered == 300
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_slow_request__batch_lease_is_renewed_in_real_time_so_nobody_takes_the_row(push_settings, fake):
+    # Real HTTP latency (1.5 s) longer than the lease (1 s): only renewals keep the row ours.
+    fake.configure(latency_ms=1500)
+    row = NotificationFactory()
+    Notification.objects.update(next_attempt_at=DatabaseClock().now())
+    stolen: list = []
+    done = threading.Event()
+
+    def rival() -> None:
+        try:
+            while not done.is_set():
+                stolen.extend(Notification.objects.due().claim_batch(owner="rival", ttl=60, limit=10).fences)
+                done.wait(0.05)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=rival)
+    try:
+        # The rival starts once the row is ours, and keeps trying to claim it for the whole request.
+        report = deliver_batch(ttl=1.0, owner="slow", hooks=Hooks(before_send=lambda _pk: thread.start()))
+    finally:
+        done.set()
+        thread.join()
+    assert stolen == []
+    assert (report.delivered, report.lease_lost) == (1, 0)
+    row.refresh_from_db()
+    assert (row.status, row.fence) == ("delivered", 1)

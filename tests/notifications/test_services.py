@@ -1,0 +1,70 @@
+"""notification_create validation and enqueueing; retry/cancel guards; drain coalescing."""
+
+import pytest
+from django.core.exceptions import ValidationError
+from django_q.models import OrmQ
+
+from notifications.models import Notification
+from notifications.services import notification_cancel, notification_create, notification_retry_now
+from notifications.tasks import enqueue_drain
+from tests.factories import NotificationFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "message"),
+    [
+        ({"device_token": "  "}, "device_token", "A device token is required."),
+        ({"device_token": "x" * 513}, "device_token", "at most 512 characters"),
+        ({"title": ""}, "title", "A title is required."),
+        ({"title": "x" * 201}, "title", "at most 200 characters"),
+        ({"data": ["not", "a", "dict"]}, "data", "data must be a JSON object, not list."),
+        ({"data": {"when": object()}}, "data", "not JSON-serialisable"),
+    ],
+)
+def test_create__rejects_bad_input_with_a_clear_error(kwargs, field, message):
+    values = {"device_token": "device-1", "title": "Hi", "body": "Hello", **kwargs}
+    with pytest.raises(ValidationError) as caught:
+        notification_create(**values)
+    assert any(message in m for m in caught.value.message_dict[field])
+    assert not Notification.objects.exists()
+
+
+def test_create__rejects_an_oversized_payload(settings):
+    settings.WEAVE = {"PUSH_MAX_PAYLOAD_BYTES": 256}
+    with pytest.raises(ValidationError) as caught:
+        notification_create(device_token="device-1", title="Hi", body="x" * 300)
+    assert "the provider limit is 256 bytes" in caught.value.messages[0]
+    assert not Notification.objects.exists()
+
+
+def test_create__stores_a_due_row_and_enqueues_one_drain_after_commit(django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        first = notification_create(device_token="device-1", title="Hi", body="Hello", data={"k": 1})
+        notification_create(device_token="device-2", title="Hi", body="Hello")
+    assert len(callbacks) == 2
+    assert first.status == "pending" and first.next_attempt_at is not None and first.idempotency_key
+    # Two creates, one queued drain: the second saw the first still waiting.
+    assert [q.name() for q in OrmQ.objects.all()] == ["notifications.drain"]
+    assert Notification.objects.claimable().count() == 2
+
+
+def test_enqueue_drain__enqueues_again_once_the_queued_drain_was_picked():
+    enqueue_drain()
+    enqueue_drain()
+    assert OrmQ.objects.count() == 1
+    OrmQ.objects.update(lock="2999-01-01T00:00:00Z")  # a worker picked it (locked into the future)
+    enqueue_drain()
+    assert OrmQ.objects.count() == 2
+
+
+def test_retry_and_cancel__never_touch_a_row_under_a_live_lease(clock):
+    held = NotificationFactory(next_attempt_at=clock.current)
+    Notification.objects.claim(held.pk, owner="worker-x", ttl=30, clock=clock)
+    assert notification_cancel(notification_ids=[held.pk], clock=clock).busy == [held.pk]
+    assert notification_retry_now(notification_ids=[held.pk], clock=clock).busy == [held.pk]
+    assert Notification.objects.get(pk=held.pk).status == "pending"
+    clock.advance(31)  # the lease expired: the row is free to cancel; the stale worker's guard will refuse it
+    assert notification_cancel(notification_ids=[held.pk], clock=clock).changed == [held.pk]
+    assert Notification.objects.get(pk=held.pk).status == "cancelled"
