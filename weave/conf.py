@@ -37,6 +37,7 @@ DEFAULTS: MappingProxyType[str, Any] = MappingProxyType(
         "ONBOARDING_BUDGET": 90.0,  # seconds one attempt may work; below Q_CLUSTER timeout
         "ONBOARDING_STEP_RETRIES": 3,  # temporary failures retried within a step
         "ONBOARDING_RETRY_BACKOFF": 0.5,  # seconds, doubled per retry
+        "ONBOARDING_RETRY_AFTER_MAX": 30.0,  # seconds; a longer Retry-After is capped to this
     }
 )
 

@@ -1,0 +1,29 @@
+"""Why a step or a run could not go on. Each class decides what happens to the run."""
+
+
+class OnboardingError(Exception):
+    """Base class for onboarding errors."""
+
+
+class RunAlreadyActive(OnboardingError):
+    """The supplier already has a pending or running onboarding run."""
+
+
+class StepFailure(OnboardingError):
+    """A step could not finish. Subclasses say whether the run fails or waits for a later attempt."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class TemporaryFailure(StepFailure):
+    """The service was unavailable (429, 5xx, timeout) after the retries: a later attempt tries again."""
+
+
+class PermanentFailure(StepFailure):
+    """The service refused the request in a way a retry cannot fix: the run fails."""
+
+
+class BusinessRefusal(PermanentFailure):
+    """The service answered, and the answer ends onboarding (invalid tax id, sanctions hit)."""

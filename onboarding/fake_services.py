@@ -1,0 +1,334 @@
+"""A fake supplier-services API: a real HTTP server with faults, dedup and stats.
+
+Tests start it in a thread on port 0; `manage.py fake_supplier_services` runs it standalone.
+
+Endpoints (all POST with a JSON body and an `Idempotency-Key` header):
+
+- `/tax-ids/verify`      `{"country", "tax_id"}` -> 200 `{"valid": bool, "reason": str}`
+- `/sanctions/screen`    `{"name", "country"}`   -> 200 `{"hit": bool, "list": str, "reason": str}`
+- `/bank-accounts`       `{"holder", "iban"}`    -> 201 `{"reference": str, "last4": str, "status": "verified"}`
+                                                    422 when the IBAN is unusable
+
+A request whose key was already answered gets the stored answer again (`Idempotent-Replayed: true`)
+without doing the work twice. Control endpoints: `GET /_stats`, `POST /_reset` (forget keys and
+counts), `POST /_config` (merge a JSON object into the configuration).
+
+Faults, drawn per request from a seeded generator: `error_rate` (503), `throttle_rate` (429 with
+`Retry-After`), `hang_rate` (do the work and store it, then hang for `hang_seconds` before
+answering: the client times out not knowing the work was done). `latency` delays every request.
+`hold(endpoint)` lets a test stop the next request(s) to an endpoint until it releases them.
+"""
+
+import hashlib
+import json
+import random
+import threading
+from collections import Counter
+from dataclasses import asdict, dataclass, field, fields
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+ENDPOINTS = ("/tax-ids/verify", "/sanctions/screen", "/bank-accounts")
+
+
+@dataclass
+class FakeConfig:
+    """What the fake answers and how badly it behaves."""
+
+    latency: float = 0.0  # seconds added to every request
+    error_rate: float = 0.0  # share of requests answered 503
+    throttle_rate: float = 0.0  # share answered 429 with Retry-After
+    retry_after: int = 1  # seconds, sent with every 429
+    hang_rate: float = 0.0  # share that do the work, then hang past the client's timeout
+    hang_seconds: float = 30.0
+    invalid_tax_ids: list[str] = field(default_factory=list)
+    sanctioned_names: list[str] = field(default_factory=list)
+    seed: int | None = None
+
+    def update(self, changes: dict[str, Any]) -> None:
+        known = {f.name for f in fields(self)}
+        unknown = set(changes) - known
+        if unknown:
+            raise ValueError(f"unknown settings: {', '.join(sorted(unknown))}")
+        for name, value in changes.items():
+            setattr(self, name, value)
+
+
+class Hold:
+    """Requests to one endpoint wait here until the test calls `release()`."""
+
+    def __init__(self, count: int) -> None:
+        self.remaining = count
+        self.arrived = threading.Event()
+        self.released = threading.Event()
+
+    def release(self) -> None:
+        self.released.set()
+
+
+class _State:
+    def __init__(self, config: FakeConfig) -> None:
+        self.lock = threading.Lock()
+        self.config = config
+        self.random = random.Random(config.seed)
+        self.holds: dict[str, Hold] = {}
+        self.stopping = threading.Event()
+        self.reset()
+
+    def reset(self) -> None:
+        with self.lock:
+            self.requests = 0
+            self.replays = 0
+            self.faults: Counter[str] = Counter()
+            self.by_endpoint: dict[str, Counter[str]] = {e: Counter() for e in ENDPOINTS}
+            self.key_requests: Counter[str] = Counter()
+            # key -> (endpoint, status, body): the stored answer a repeated key gets again.
+            self.answers: dict[str, tuple[str, int, dict[str, Any]]] = {}
+
+    def stats(self) -> dict[str, Any]:
+        with self.lock:
+            endpoints = {}
+            for name, counts in self.by_endpoint.items():
+                unique = sum(1 for endpoint, _, _ in self.answers.values() if endpoint == name)
+                endpoints[name] = {
+                    "requests": counts["requests"],
+                    "unique_keys": unique,
+                    "replays": counts["replays"],
+                    "faults": counts["faults"],
+                }
+            return {
+                "requests": self.requests,
+                "unique_keys": len(self.answers),
+                "replays": self.replays,
+                "faults": dict(self.faults),
+                "endpoints": endpoints,
+                "keys": dict(self.key_requests),
+            }
+
+
+def _is_sanctioned(name: str, config: FakeConfig) -> bool:
+    wanted = name.casefold().strip()
+    return any(wanted == listed.casefold().strip() for listed in config.sanctioned_names)
+
+
+def _answer(endpoint: str, body: dict[str, Any], config: FakeConfig) -> tuple[int, dict[str, Any]]:
+    """The business answer of one endpoint: what a real service would decide."""
+    if endpoint == "/tax-ids/verify":
+        tax_id = str(body.get("tax_id", "")).strip()
+        if not tax_id or not body.get("country"):
+            return 400, {"error": "tax_id and country are required"}
+        if tax_id in config.invalid_tax_ids:
+            return 200, {"valid": False, "reason": f"tax id {tax_id} is not registered"}
+        if not (4 <= len(tax_id) <= 20 and tax_id.isalnum()):
+            return 200, {"valid": False, "reason": f"tax id {tax_id!r} is malformed"}
+        return 200, {"valid": True, "reason": ""}
+    if endpoint == "/sanctions/screen":
+        name = str(body.get("name", ""))
+        if not name.strip():
+            return 400, {"error": "name is required"}
+        if _is_sanctioned(name, config):
+            return 200, {"hit": True, "list": "FAKE-CONSOLIDATED", "reason": f"{name} matches a sanctions entry"}
+        return 200, {"hit": False, "list": "FAKE-CONSOLIDATED", "reason": ""}
+    # /bank-accounts
+    iban = str(body.get("iban", "")).replace(" ", "").upper()
+    if len(iban) < 15 or not iban.isalnum():
+        return 422, {"error": f"IBAN {iban!r} cannot be verified"}
+    reference = "ba_" + hashlib.sha256(f"{body.get('holder')}|{iban}".encode()).hexdigest()[:16]
+    return 201, {"reference": reference, "last4": iban[-4:], "status": "verified"}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: "_Server"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        return  # keep test output quiet; /_stats is the record
+
+    def _send(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (timeout); what happened is in the stats
+
+    def _body(self) -> dict[str, Any] | None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b"{}"
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError:
+            return None
+        return body if isinstance(body, dict) else None
+
+    def do_GET(self) -> None:
+        if self.path == "/_stats":
+            self._send(200, self.server.state.stats())
+        elif self.path == "/_health":
+            self._send(200, {"ok": True})
+        else:
+            self._send(404, {"error": f"no such endpoint {self.path}"})
+
+    def do_POST(self) -> None:
+        state = self.server.state
+        body = self._body()
+        if self.path == "/_reset":
+            state.reset()
+            self._send(200, {"ok": True})
+            return
+        if self.path == "/_config":
+            try:
+                with state.lock:
+                    state.config.update(body or {})
+                    if "seed" in (body or {}):
+                        state.random.seed(state.config.seed)
+            except ValueError as exc:
+                self._send(400, {"error": str(exc)})
+                return
+            self._send(200, asdict(state.config))
+            return
+        if self.path not in ENDPOINTS:
+            self._send(404, {"error": f"no such endpoint {self.path}"})
+            return
+        self._serve(self.path, body)
+
+    def _serve(self, endpoint: str, body: dict[str, Any] | None) -> None:
+        state = self.server.state
+        key = self.headers.get("Idempotency-Key", "").strip()
+        with state.lock:
+            config = state.config
+            state.requests += 1
+            state.by_endpoint[endpoint]["requests"] += 1
+            if key:
+                state.key_requests[key] += 1
+            draw = state.random.random()
+            hold = state.holds.get(endpoint)
+            if hold is not None:
+                hold.remaining -= 1
+                if hold.remaining <= 0:
+                    del state.holds[endpoint]
+        if config.latency:
+            state.stopping.wait(config.latency)
+        if hold is not None:
+            hold.arrived.set()
+            hold.released.wait(60)  # bounded: a forgotten hold must not hang a test run forever
+        if not key:
+            self._send(400, {"error": "Idempotency-Key header is required"})
+            return
+        if body is None:
+            self._send(400, {"error": "body must be a JSON object"})
+            return
+
+        # One draw decides the fault, so the rates add up the way the flags read.
+        fault = None
+        if draw < config.error_rate:
+            fault = "5xx"
+        elif draw < config.error_rate + config.throttle_rate:
+            fault = "429"
+        elif draw < config.error_rate + config.throttle_rate + config.hang_rate:
+            fault = "hang"
+        if fault in ("5xx", "429"):
+            with state.lock:
+                state.faults[fault] += 1
+                state.by_endpoint[endpoint]["faults"] += 1
+            if fault == "5xx":
+                self._send(503, {"error": "service unavailable (injected)"})
+            else:
+                self._send(429, {"error": "slow down (injected)"}, {"Retry-After": str(config.retry_after)})
+            return
+
+        with state.lock:
+            stored = state.answers.get(key)
+            replayed = stored is not None
+            if replayed:
+                state.replays += 1
+                state.by_endpoint[endpoint]["replays"] += 1
+            else:
+                status, answer = _answer(endpoint, body, config)
+                # Only answers a retry must not redo are kept; a 400 is the client's mistake.
+                if status < 400 or status == 422:
+                    state.answers[key] = (endpoint, status, answer)
+                stored = (endpoint, status, answer)
+            if fault == "hang":
+                state.faults["hang"] += 1
+                state.by_endpoint[endpoint]["faults"] += 1
+        _, status, answer = stored
+        if fault == "hang":
+            # The work is done and stored; the client times out and must retry with the same key.
+            state.stopping.wait(config.hang_seconds)
+        self._send(status, answer, {"Idempotent-Replayed": "true"} if replayed else {})
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], state: _State) -> None:
+        self.state = state
+        super().__init__(address, _Handler)
+
+
+class FakeSupplierServices:
+    """Run the fake in a background thread: `with FakeSupplierServices() as fake: fake.url`."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, config: FakeConfig | None = None) -> None:
+        self.state = _State(config or FakeConfig())
+        self._server = _Server((host, port), self.state)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def config(self) -> FakeConfig:
+        return self.state.config
+
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self._server.server_address[0]}:{self.port}"
+
+    def start(self) -> "FakeSupplierServices":
+        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-supplier-services", daemon=True)
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        self._server.serve_forever()
+
+    def stop(self) -> None:
+        self.state.stopping.set()
+        for hold in list(self.state.holds.values()):
+            hold.release()
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def __enter__(self) -> "FakeSupplierServices":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stats(self) -> dict[str, Any]:
+        """Return the same JSON `GET /_stats` returns."""
+        return self.state.stats()
+
+    def reset(self) -> None:
+        """Forget every key, answer and count."""
+        self.state.reset()
+
+    def hold(self, endpoint: str, count: int = 1) -> Hold:
+        """Make the next `count` requests to `endpoint` wait until the returned hold is released."""
+        if endpoint not in ENDPOINTS:
+            raise ValueError(f"unknown endpoint {endpoint}")
+        hold = Hold(count)
+        with self.state.lock:
+            self.state.holds[endpoint] = hold
+        return hold

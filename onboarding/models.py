@@ -1,0 +1,168 @@
+"""Suppliers, the purchasing and setup rows onboarding writes, and the runs that write them."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from weave.leases import Clock, LeasedModel, LeaseQuerySet, default_clock
+
+
+class Supplier(models.Model):
+    legal_name = models.CharField(max_length=200)
+    country = models.CharField(max_length=2, help_text="ISO 3166 alpha-2 code.")
+    tax_id = models.CharField(max_length=40)
+    contact_email = models.EmailField()
+    # The contact's phone: the welcome notification goes to it.
+    device_token = models.CharField(max_length=512, blank=True)
+    iban = models.CharField("IBAN", max_length=34, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["legal_name", "pk"]
+        permissions = [("start_onboarding", "Can start supplier onboarding")]
+
+    def __str__(self) -> str:
+        return self.legal_name
+
+
+class VendorRecord(models.Model):
+    """The purchasing system's vendor: one per supplier, with its own vendor number."""
+
+    supplier = models.OneToOneField(Supplier, on_delete=models.CASCADE, related_name="vendor_record")
+    vendor_number = models.CharField(max_length=20, unique=True)
+    # The run and fence whose guarded save wrote this row: audits check no stale fence wrote it.
+    run = models.ForeignKey("OnboardingRun", on_delete=models.PROTECT, related_name="+")
+    fence = models.BigIntegerField()
+    created_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"Vendor {self.vendor_number}"
+
+
+class PaymentTerms(models.Model):
+    supplier = models.OneToOneField(Supplier, on_delete=models.CASCADE, related_name="payment_terms")
+    net_days = models.PositiveSmallIntegerField()
+    currency = models.CharField(max_length=3)
+    run = models.ForeignKey("OnboardingRun", on_delete=models.PROTECT, related_name="+")
+    fence = models.BigIntegerField()
+    created_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name_plural = "payment terms"
+
+    def __str__(self) -> str:
+        return f"Net {self.net_days} in {self.currency}"
+
+
+class BankAccount(models.Model):
+    """A bank account verified by the supplier services, kept by its reference there."""
+
+    supplier = models.OneToOneField(Supplier, on_delete=models.CASCADE, related_name="bank_account")
+    reference = models.CharField(max_length=64)
+    last4 = models.CharField(max_length=4)
+    run = models.ForeignKey("OnboardingRun", on_delete=models.PROTECT, related_name="+")
+    fence = models.BigIntegerField()
+    verified_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"Bank account {self.reference} (…{self.last4})"
+
+
+class OnboardingRunQuerySet(LeaseQuerySet):
+    def active(self) -> "OnboardingRunQuerySet":
+        """Runs not yet finished: pending or running. The claimable state."""
+        return self.filter(status__in=OnboardingRun.ACTIVE)
+
+    def needing_a_worker(self, clock: Clock = default_clock) -> "OnboardingRunQuerySet":
+        """Active runs nobody holds under a live lease: pending ones, released ones and crashed ones."""
+        return self.active().free_or_expired(clock)
+
+
+class OnboardingRun(LeasedModel):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    ACTIVE = (Status.PENDING, Status.RUNNING)
+
+    supplier = models.ForeignKey(Supplier, on_delete=models.PROTECT, related_name="onboarding_runs")
+    # The name of the last completed step; "" before the first. Every phase save checks it.
+    phase = models.CharField(max_length=40, blank=True, default="", editable=False)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING, editable=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reason = models.TextField(blank=True, help_text="Why the run is where it is, for a person.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    objects = OnboardingRunQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["supplier"],
+                condition=Q(status__in=["pending", "running"]),
+                name="onb_one_active_run_per_supplier",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=["pending", "running", "completed", "failed", "cancelled"]),
+                name="onb_run_status_valid",
+            ),
+        ]
+        indexes = [models.Index(fields=["status", "lease_expires_at"], name="onb_run_sweep_idx")]
+
+    def __str__(self) -> str:
+        return f"Onboarding run {self.pk} for {self.supplier} ({self.status})"
+
+
+class StepReceipt(models.Model):
+    """Proof that a step's guarded save landed, written in the same transaction."""
+
+    run = models.ForeignKey(OnboardingRun, on_delete=models.CASCADE, related_name="receipts")
+    step = models.CharField(max_length=40)
+    fence = models.BigIntegerField()
+    owner = models.CharField(max_length=100)
+    completed_at = models.DateTimeField(help_text="Database clock.")
+    output = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["run", "completed_at", "pk"]
+        constraints = [models.UniqueConstraint(fields=["run", "step"], name="onb_one_receipt_per_step")]
+
+    def __str__(self) -> str:
+        return f"Receipt for {self.step} of run {self.run_id} at fence {self.fence}"
+
+
+class RunAttempt(models.Model):
+    """One claim of a run by one worker, and how it ended."""
+
+    class Outcome(models.TextChoices):
+        RUNNING = "running"
+        COMPLETED = "completed"
+        # Gave the run back for a later attempt: temporary failure, budget spent, or cancelled.
+        RELEASED = "released"
+        FAILED = "failed"
+        # Lost its lease: another worker holds the run now. Wrote nothing else.
+        BLOCKED = "blocked"
+        # Found still running with an expired lease by the next claim: the worker died or stalled.
+        CRASHED = "crashed"
+
+    run = models.ForeignKey(OnboardingRun, on_delete=models.CASCADE, related_name="attempts")
+    fence = models.BigIntegerField()
+    owner = models.CharField(max_length=100)
+    started_at = models.DateTimeField(help_text="Database clock.")
+    ended_at = models.DateTimeField(null=True, blank=True, help_text="Database clock.")
+    outcome = models.CharField(max_length=20, choices=Outcome.choices, default=Outcome.RUNNING)
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["run", "fence", "pk"]
+        indexes = [models.Index(fields=["outcome", "run"], name="onb_attempt_outcome_idx")]
+
+    def __str__(self) -> str:
+        return f"Attempt at fence {self.fence} on run {self.run_id}: {self.outcome}"

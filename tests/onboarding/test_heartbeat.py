@@ -1,0 +1,116 @@
+"""Heartbeats around onboarding steps, on the fake clock: no sleeping, time moves by advance()."""
+
+from datetime import timedelta
+
+import pytest
+from django.db.models import F
+
+from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
+from onboarding.runner import Attempt
+from onboarding.steps import STEPS, Step, StepContext, verify_tax_id
+from tests.factories import OnboardingRunFactory
+from weave.leases import LeaseLost
+
+pytestmark = pytest.mark.django_db
+TTL = 30.0
+
+
+def slow_step(during=None, after=None):
+    """The real first step, with `during(ctx)` run in its slow part before the real HTTP call, `after` after it."""
+
+    def work(ctx: StepContext):
+        if during:
+            during(ctx)
+        output = verify_tax_id(ctx)
+        if after:
+            after(ctx)
+        return output
+
+    return (Step("verify_tax_id", "Verify tax id (slow)", work=work), *STEPS[1:])
+
+
+def test_step__renews_before_every_third_of_the_ttl_and_right_before_the_save(fake_services, clock):
+    def during(ctx):
+        for _ in range(2):
+            clock.advance(TTL / 3)
+            assert ctx.heartbeat.tick() is True
+        clock.advance(4)
+        assert ctx.heartbeat.tick() is False  # only 4 s since the last renewal
+
+    run = OnboardingRunFactory()
+    worker = Attempt(run.pk, ttl=TTL, clock=clock, background=False, steps=slow_step(during))
+    worker.claim()
+    clock.advance(1)
+    worker.run_step(worker.steps[0])
+
+    # Before the work (t=1), at each ttl/3 during it (11, 21), right before the save (25).
+    assert worker.heartbeats["verify_tax_id"].renewals == [1.0, 11.0, 21.0, 25.0]
+    row = OnboardingRun.objects.get(pk=run.pk)
+    assert row.lease_expires_at == clock.current + timedelta(seconds=TTL)
+    assert row.phase == "verify_tax_id"
+
+
+def test_step__failed_renewal_mid_step_ends_blocked_though_the_work_returned(fake_services, clock):
+    def after(ctx):
+        # Stolen as from psql: another owner, the next fence, a future expiry.
+        OnboardingRun.objects.filter(pk=ctx.run.pk).update(
+            owner="thief", fence=F("fence") + 1, lease_expires_at=clock.current + timedelta(hours=1)
+        )
+        clock.advance(TTL / 3)
+        ctx.heartbeat.tick()
+
+    run = OnboardingRunFactory()
+    worker = Attempt(run.pk, ttl=TTL, clock=clock, background=False, steps=slow_step(after=after))
+
+    assert worker.execute() == "blocked"
+
+    # The slow part did its work and the service answered...
+    assert fake_services.stats()["endpoints"]["/tax-ids/verify"]["unique_keys"] == 1
+    # ...but the failed renewal won: no save, no receipt, the thief's row untouched.
+    row = OnboardingRun.objects.get(pk=run.pk)
+    assert (row.phase, row.owner, row.fence, row.status) == ("", "thief", 2, "running")
+    assert not StepReceipt.objects.filter(run=run).exists()
+    blocked = RunAttempt.objects.get(run=run)
+    assert blocked.outcome == "blocked"
+    assert "thief at fence 2" in blocked.reason and "verify_tax_id" in blocked.reason
+
+
+def test_lease__lapsed_cannot_be_renewed_and_a_new_claim_gets_the_next_fence(fake_services, clock):
+    run = OnboardingRunFactory()
+    first = Attempt(run.pk, ttl=TTL, clock=clock, background=False)
+    lease = first.claim()
+    clock.advance(TTL + 1)
+
+    with pytest.raises(LeaseLost, match="expired"):
+        OnboardingRun.objects.renew(lease, ttl=TTL, clock=clock)
+    # The heartbeat's first renewal fails the same way, so the step never starts.
+    with pytest.raises(LeaseLost, match="expired"):
+        first.run_step(first.steps[0])
+    assert not StepReceipt.objects.exists()
+
+    second = Attempt(run.pk, ttl=TTL, clock=clock, background=False)
+    assert second.execute() == "completed"
+    assert second.lease.fence == lease.fence + 1
+    # The first attempt never ended, so the second claim recorded it as crashed.
+    outcomes = dict(RunAttempt.objects.filter(run=run).values_list("fence", "outcome"))
+    assert outcomes == {1: "crashed", 2: "completed"}
+
+
+def test_budget__spent_between_steps_releases_and_requeues(fake_services, clock, django_capture_on_commit_callbacks):
+    def during(ctx):
+        for _ in range(4):  # 45 s of work, renewed each third of the ttl until the budget is spent
+            clock.advance(TTL / 3)
+            ctx.heartbeat.tick()
+        clock.advance(5)
+
+    run = OnboardingRunFactory()
+    worker = Attempt(run.pk, ttl=TTL, budget=40, clock=clock, background=False, steps=slow_step(during))
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        assert worker.execute() == "released"
+
+    # No renewal once the budget ran out at 40 s; the lease from the 30 s renewal still covered the save.
+    assert worker.heartbeats["verify_tax_id"].renewals == [0.0, 10.0, 20.0, 30.0]
+    row = OnboardingRun.objects.get(pk=run.pk)
+    assert (row.status, row.phase, row.owner) == ("pending", "verify_tax_id", None)
+    assert "budget" in RunAttempt.objects.get(run=run).reason
+    assert len(callbacks) == 1  # the re-enqueue, sent once the release commits

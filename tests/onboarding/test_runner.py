@@ -1,0 +1,162 @@
+"""A whole attempt against the fake supplier services: the happy path and the failure paths."""
+
+import pytest
+from django.db.models import Count
+
+from notifications.models import Notification
+from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, RunAttempt, StepReceipt, VendorRecord
+from onboarding.runner import Attempt, run_onboarding
+from onboarding.steps import STEP_NAMES, idempotency_key
+from tests.factories import OnboardingRunFactory, SupplierFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def attempt(run, **options):
+    # background=False: these tests hold the test transaction, so a heartbeat thread must not write.
+    return run_onboarding(run.pk, background=False, **options)
+
+
+def test_run__completes_all_six_steps_with_receipts_and_domain_rows(fake_services):
+    run = OnboardingRunFactory()
+    assert attempt(run) == "completed"
+
+    run.refresh_from_db()
+    assert (run.status, run.phase, run.owner, run.lease_expires_at, run.fence) == (
+        "completed",
+        "send_welcome_notification",
+        None,
+        None,
+        1,
+    )
+    receipts = list(StepReceipt.objects.filter(run=run).values_list("step", "fence"))
+    assert receipts == [(name, 1) for name in STEP_NAMES]
+    supplier = run.supplier
+    assert VendorRecord.objects.get(supplier=supplier).fence == 1
+    assert PaymentTerms.objects.get(supplier=supplier).currency == "EUR"
+    assert BankAccount.objects.get(supplier=supplier).last4 == supplier.iban[-4:]
+    welcome = Notification.objects.get(device_token=supplier.device_token)
+    assert welcome.data == {"supplier_id": supplier.pk, "onboarding_run_id": run.pk}
+    assert list(RunAttempt.objects.filter(run=run).values_list("outcome", flat=True)) == ["completed"]
+
+    stats = fake_services.stats()
+    assert stats["requests"] == stats["unique_keys"] == 3
+    assert set(stats["keys"]) == {
+        idempotency_key(run.pk, step) for step in ("verify_tax_id", "screen_sanctions", "register_bank_account")
+    }
+
+
+def test_run__invalid_tax_id_fails_the_run_with_the_reason(fake_services):
+    supplier = SupplierFactory(tax_id="DE000BAD")
+    fake_services.config.invalid_tax_ids = ["DE000BAD"]
+    run = OnboardingRunFactory(supplier=supplier)
+
+    assert attempt(run) == "failed"
+
+    run.refresh_from_db()
+    assert run.status == "failed" and run.owner is None
+    assert "verify_tax_id" in run.reason and "DE000BAD" in run.reason and "invalid" in run.reason
+    assert not StepReceipt.objects.filter(run=run).exists()
+    only = RunAttempt.objects.get(run=run)
+    assert (only.outcome, only.reason) == ("failed", run.reason)
+
+
+def test_run__sanctions_hit_fails_after_the_tax_check(fake_services):
+    supplier = SupplierFactory(legal_name="Shady Exports Ltd")
+    fake_services.config.sanctioned_names = ["shady exports ltd"]
+    run = OnboardingRunFactory(supplier=supplier)
+
+    assert attempt(run) == "failed"
+
+    run.refresh_from_db()
+    assert run.status == "failed" and "Sanctions screening hit" in run.reason
+    assert list(StepReceipt.objects.filter(run=run).values_list("step", flat=True)) == ["verify_tax_id"]
+    assert not VendorRecord.objects.filter(supplier=supplier).exists()
+
+
+def test_run__unusable_bank_account_is_a_permanent_failure(fake_services):
+    run = OnboardingRunFactory(supplier=SupplierFactory(iban="DE12"))
+    assert attempt(run) == "failed"
+    run.refresh_from_db()
+    assert "register_bank_account" in run.reason and "cannot be verified" in run.reason
+    assert run.phase == "set_payment_terms"
+    assert not BankAccount.objects.exists()
+
+
+@pytest.mark.parametrize("fault", ["error_rate", "throttle_rate"])
+def test_run__temporary_failures_release_the_run_without_failing_it(fake_services, settings, fault):
+    setattr(fake_services.config, fault, 1.0)
+    run = OnboardingRunFactory()
+
+    assert attempt(run) == "released"
+
+    run.refresh_from_db()
+    assert (run.status, run.phase, run.owner, run.lease_expires_at) == ("pending", "", None, None)
+    assert "verify_tax_id" in run.reason and "later attempt" in run.reason
+    only = RunAttempt.objects.get(run=run)
+    assert only.outcome == "released"
+    assert ("HTTP 503" if fault == "error_rate" else "HTTP 429") in only.reason
+    assert "after 4 tries" in only.reason  # ONBOARDING_STEP_RETRIES = 3 retries after the first try
+    assert fake_services.stats()["requests"] == 4
+    assert not StepReceipt.objects.filter(run=run).exists()
+
+    # The service recovers: the next attempt (as the sweep would start it) finishes the run.
+    setattr(fake_services.config, fault, 0.0)
+    assert attempt(run) == "completed"
+    assert OnboardingRun.objects.get(pk=run.pk).fence == 2
+
+
+def test_run__timeouts_are_temporary_and_the_retry_reuses_the_key(fake_services, settings):
+    settings.WEAVE = {**settings.WEAVE, "SUPPLIER_API_TIMEOUT": 0.2, "ONBOARDING_STEP_RETRIES": 1}
+    fake_services.config.hang_rate = 1.0
+    fake_services.config.hang_seconds = 1.0
+    run = OnboardingRunFactory()
+
+    assert attempt(run) == "released"
+
+    assert "timed out" in RunAttempt.objects.get(run=run).reason
+    stats = fake_services.stats()
+    # The service did the work once and stored it; the retry with the same key was a replay.
+    assert stats["keys"] == {idempotency_key(run.pk, "verify_tax_id"): 2}
+    assert (stats["unique_keys"], stats["replays"]) == (1, 1)
+
+
+def test_run__finished_run_is_not_claimable_and_writes_nothing(fake_services):
+    run = OnboardingRunFactory()
+    assert attempt(run) == "completed"
+    assert attempt(run) == "not_claimable"
+    assert RunAttempt.objects.filter(run=run).count() == 1
+    assert StepReceipt.objects.values("run", "step").annotate(n=Count("pk")).filter(n__gt=1).count() == 0
+
+
+def test_run__missing_service_url_waits_instead_of_failing(settings):
+    settings.WEAVE = {**getattr(settings, "WEAVE", {}), "SUPPLIER_API_URL": ""}
+    run = OnboardingRunFactory()
+    assert attempt(run) == "released"
+    run.refresh_from_db()
+    assert run.status == "pending" and "SUPPLIER_API_URL is not set" in run.reason
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run__background_heartbeat_renews_on_its_own_connection_during_a_slow_call(fake_services):
+    # As in a qcluster worker: the heartbeat thread renews while the main thread waits on HTTP.
+    fake_services.config.latency = 0.6
+    run = OnboardingRunFactory()
+    worker = Attempt(run.pk, ttl=1.5)
+
+    assert worker.execute() == "completed"
+
+    renewals = worker.heartbeats["verify_tax_id"].renewals
+    assert len(renewals) >= 3  # before, at least once at ttl/3 during the call, before the save
+    assert StepReceipt.objects.filter(run=run).count() == 6
+
+
+def test_run__refused_welcome_notification_fails_the_run_and_rolls_its_save_back(fake_services, settings):
+    settings.WEAVE = {**settings.WEAVE, "PUSH_MAX_PAYLOAD_BYTES": 10}
+    run = OnboardingRunFactory()
+    assert attempt(run) == "failed"
+    run.refresh_from_db()
+    assert run.phase == "register_bank_account"  # step 6's phase save was rolled back with the refusal
+    assert "welcome notification was refused" in run.reason
+    assert not StepReceipt.objects.filter(run=run, step="send_welcome_notification").exists()
+    assert not Notification.objects.exists()

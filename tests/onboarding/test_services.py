@@ -1,0 +1,126 @@
+"""Starting, cancelling and sweeping runs."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import IntegrityError, transaction
+
+from onboarding import tasks
+from onboarding.errors import RunAlreadyActive
+from onboarding.models import OnboardingRun, OnboardingRunQuerySet, RunAttempt, StepReceipt, VendorRecord
+from onboarding.runner import Attempt
+from onboarding.services import onboarding_cancel, onboarding_start, onboarding_sweep
+from onboarding.steps import STEPS, Step, StepContext
+from tests.factories import OnboardingRunFactory, SupplierFactory
+
+pytestmark = pytest.mark.django_db
+TTL = 30.0
+
+
+def test_start__refuses_a_second_active_run_for_the_supplier():
+    supplier = SupplierFactory()
+    first = onboarding_start(supplier=supplier, started_by=None)
+    with pytest.raises(RunAlreadyActive, match=f"run {first.pk} \\(pending\\)"):
+        onboarding_start(supplier=supplier, started_by=None)
+    # The database constraint holds even without the service's check.
+    with pytest.raises(IntegrityError), transaction.atomic():
+        OnboardingRun.objects.create(supplier=supplier)
+    first.status = "completed"
+    first.save()
+    assert onboarding_start(supplier=supplier, started_by=None).pk != first.pk
+
+
+def test_start__enqueues_the_run_on_commit(django_capture_on_commit_callbacks, monkeypatch):
+    sent = []
+    monkeypatch.setattr(tasks, "enqueue_run", sent.append)
+    with django_capture_on_commit_callbacks(execute=True):
+        run = onboarding_start(supplier=SupplierFactory(), started_by=None)
+    assert sent == [run.pk]
+
+
+def test_cancel__a_running_worker_stops_at_its_next_save_and_gives_the_lease_back(fake_services, clock):
+    def cancel_midway(ctx: StepContext):
+        assert onboarding_cancel(run=ctx.run) is True
+        return {}
+
+    steps = (*STEPS[:2], Step("create_vendor_record", "cancelled here", work=cancel_midway, commit=STEPS[2].commit))
+    run = OnboardingRunFactory()
+    worker = Attempt(run.pk, ttl=TTL, clock=clock, background=False, steps=(*steps, *STEPS[3:]))
+
+    assert worker.execute() == "released"
+
+    row = OnboardingRun.objects.get(pk=run.pk)
+    assert (row.status, row.phase, row.owner, row.lease_expires_at) == ("cancelled", "screen_sanctions", None, None)
+    assert not VendorRecord.objects.exists()  # the refused save rolled the step's writes back
+    assert StepReceipt.objects.filter(run=run).count() == 2
+    attempt = RunAttempt.objects.get(run=run)
+    assert attempt.outcome == "released" and "cancelled" in attempt.reason
+    assert onboarding_cancel(run=row) is False  # already finished
+
+
+def test_sweep__enqueues_pending_and_expired_runs_but_not_live_or_finished_ones(
+    clock, monkeypatch, django_capture_on_commit_callbacks
+):
+    sent = []
+    monkeypatch.setattr(tasks, "enqueue_run", sent.append)
+    pending = OnboardingRunFactory()
+    crashed = OnboardingRunFactory()
+    live = OnboardingRunFactory()
+    OnboardingRunFactory(status="completed")
+    OnboardingRunFactory(status="failed")
+    OnboardingRun.objects.active().claim(crashed.pk, owner="gone", ttl=TTL, clock=clock)
+    clock.advance(TTL + 1)
+    OnboardingRun.objects.active().claim(live.pk, owner="busy", ttl=TTL, clock=clock)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        found = onboarding_sweep(clock=clock)
+    assert found == sent == [pending.pk, crashed.pk]
+
+
+def test_sweep_task__counts_what_it_enqueued(django_capture_on_commit_callbacks, monkeypatch):
+    sent = []
+    monkeypatch.setattr(tasks, "enqueue_run", sent.append)
+    runs = OnboardingRunFactory.create_batch(3)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert tasks.sweep() == 3
+    assert sent == [r.pk for r in runs]
+
+
+def test_task__busy_run_ends_quietly(clock):
+    run = OnboardingRunFactory()
+    OnboardingRun.objects.active().claim(run.pk, owner="someone", ttl=timedelta(hours=1))
+    assert tasks.run_onboarding(run.pk) == "busy"
+    assert not RunAttempt.objects.exists()
+
+
+def test_sweep_schedule__is_created_once_and_points_at_the_task():
+    from django_q.models import Schedule
+
+    tasks.ensure_sweep_schedule()
+    tasks.ensure_sweep_schedule(minutes=2)
+    schedule = Schedule.objects.get(name="onboarding.sweep")
+    assert (schedule.func, schedule.minutes) == ("onboarding.tasks.sweep", 2)
+
+
+def test_cancel__between_the_claim_and_the_first_save_releases_at_once(fake_services, clock, monkeypatch):
+    run = OnboardingRunFactory()
+    claim = OnboardingRun.objects.active().claim
+
+    def claim_then_cancel(pk, **kwargs):
+        lease = claim(pk, **kwargs)
+        onboarding_cancel(run=run)
+        return lease
+
+    monkeypatch.setattr(OnboardingRunQuerySet, "claim", lambda self, pk, **kw: claim_then_cancel(pk, **kw))
+    assert Attempt(run.pk, ttl=TTL, clock=clock, background=False).execute() == "released"
+    row = OnboardingRun.objects.get(pk=run.pk)
+    assert (row.status, row.owner) == ("cancelled", None)
+    assert RunAttempt.objects.get(run=run).reason.startswith("The run was cancelled")
+
+
+def test_created_by__follows_the_swappable_user_model():
+    from django.contrib.auth import get_user_model
+
+    field = OnboardingRun._meta.get_field("created_by")
+    assert field.remote_field.model is get_user_model()
+    assert field.swappable_setting == "AUTH_USER_MODEL"
