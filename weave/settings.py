@@ -132,6 +132,24 @@ WEAVE = {
     "SUPPLIER_API_URL": os.environ.get("WEAVE_SUPPLIER_API_URL", "http://127.0.0.1:8200"),
 }
 
+
+def _weave_env_overrides() -> dict:
+    """Read `WEAVE_<KEY>` for every numeric WEAVE setting, so a parent process (the chaos runner,
+    a demo script) can give its worker processes short leases, budgets or batch sizes."""
+    from weave.conf import DEFAULTS
+
+    overrides = {}
+    for key, default in DEFAULTS.items():
+        raw = os.environ.get(f"WEAVE_{key}")
+        if raw is None or isinstance(default, str) or key in WEAVE:
+            continue
+        kind = float if default is None else type(default)
+        overrides[key] = kind(raw)
+    return overrides
+
+
+WEAVE.update(_weave_env_overrides())
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
