@@ -395,7 +395,7 @@ def _recovery(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> 
     from notifications.models import DeliveryAttempt
     from onboarding.models import RunAttempt, StepReceipt
 
-    kills = [f for f in inp.faults if f.kind == "kill"]
+    kills = [f for f in inp.faults if f.kind == "kill" and f.db_time is not None]
     per_kill = []
     bad = []
     for record in kills:

@@ -17,9 +17,11 @@ class ChaosConfig:
     stops: int = 2  # SIGSTOP one worker holding a lease for `stop_factor` x TTL, then SIGCONT
     restarts: int = 1  # restart the fake push provider and supplier services
     stop_factor: float = 2.0
-    fault_window: tuple[float, float] = (4.0, 60.0)  # seconds after the load starts
-    # Faults land on a seeded schedule inside the window; this many seconds apart at least.
-    fault_gap: float = 4.0
+    # Faults are placed by progress, not by the clock, so they land while the load drains however fast
+    # this machine is: each fault fires once this share of the jobs is finished (seeded, spread over the
+    # window) and at least `fault_gap` seconds after the previous one.
+    fault_window: tuple[float, float] = (0.05, 0.7)
+    fault_gap: float = 3.0
 
     # Lease timing given to the workers: short, so the stale-worker path runs for real.
     lease_ttl: float = 4.0
@@ -36,6 +38,7 @@ class ChaosConfig:
 
     # Provider faults (issue 5): latency, 5-10 % 5xx, 5 % 429 with Retry-After, 1-2 % deliver-then-hang.
     latency_ms: int = 20
+    supplier_latency_ms: int = 150  # onboarding steps take a while, so faults find runs in flight
     rate_5xx: float = 0.07
     rate_429: float = 0.05
     retry_after: int = 1

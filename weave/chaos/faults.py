@@ -12,8 +12,9 @@ KILL, STOP, RESTART = "kill", "stop", "restart"
 
 @dataclass
 class Fault:
-    at: float  # seconds after the load starts
+    at: float  # share of the jobs finished when it fires (0..1)
     kind: str
+    index: int = 0  # its number among faults of its kind
 
 
 @dataclass
@@ -40,16 +41,21 @@ class FaultRecord:
 
 
 def plan(config: ChaosConfig) -> list[Fault]:
-    """Spread the configured faults over the fault window in a seeded random order, at least `fault_gap` apart."""
+    """Spread the configured faults over the progress window in a seeded random order."""
     rng = random.Random(config.seed)
     kinds = [KILL] * config.kills + [STOP] * config.stops + [RESTART] * config.restarts
     rng.shuffle(kinds)
-    start, end = config.fault_window
     if not kinds:
         return []
-    # Evenly spaced slots, each jittered within its own slot: random, but never bunched together.
-    slot = max(config.fault_gap, (end - start) / len(kinds))
-    return [Fault(at=start + i * slot + rng.uniform(0, slot - config.fault_gap), kind=k) for i, k in enumerate(kinds)]
+    start, end = config.fault_window
+    slot = (end - start) / len(kinds)
+    seen: dict[str, int] = {}
+    faults = []
+    for i, kind in enumerate(kinds):
+        # Each fault jittered within its own slot: random, but never bunched together.
+        faults.append(Fault(at=start + i * slot + rng.uniform(0, slot * 0.8), kind=kind, index=seen.get(kind, 0)))
+        seen[kind] = seen.get(kind, 0) + 1
+    return faults
 
 
 def owner_pid(owner: str) -> int | None:
@@ -74,14 +80,16 @@ def held_rows(pids: set[int]) -> list[HeldRow]:
     return rows
 
 
-def lease_holders() -> dict[int, int]:
-    """Pid -> number of rows it holds under a live lease right now."""
+def lease_holders(model: str | None = None) -> dict[int, int]:
+    """Pid -> number of rows it holds under a live lease right now (only `model` rows, if given)."""
     from notifications.models import Notification
     from onboarding.models import OnboardingRun
 
     counts: dict[int, int] = {}
-    for model in (Notification, OnboardingRun):
-        for owner in model.objects.live().values_list("owner", flat=True):
+    for label, queryset in (("notification", Notification.objects), ("run", OnboardingRun.objects)):
+        if model not in (None, label):
+            continue
+        for owner in queryset.live().values_list("owner", flat=True):
             pid = owner_pid(owner)
             if pid is not None:
                 counts[pid] = counts.get(pid, 0) + 1

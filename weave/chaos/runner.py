@@ -106,7 +106,7 @@ class ChaosRunner:
         for _ in range(c.clusters):
             self._start_cluster()
         plan = F.plan(c)
-        self.say(f"Fault plan: {', '.join(f'{f.kind}@{f.at:.0f}s' for f in plan) or 'none'}")
+        self.say(f"Fault plan (at share of jobs finished): {', '.join(f'{f.kind}@{f.at:.0%}' for f in plan) or 'none'}")
 
         progress = LoadProgress()
         loader = LoadThread(c, list(expectations), progress)
@@ -195,7 +195,8 @@ class ChaosRunner:
         state = c.log_dir / f"{kind}-state.json"
         args = [sys.executable, "-m", "weave.chaos.serve", kind, "--state", str(state.resolve())]
         args += ["--port", str(c.push_port if kind == "push" else c.supplier_port)]
-        args += ["--latency-ms", str(c.latency_ms), "--rate-5xx", str(c.rate_5xx), "--rate-429", str(c.rate_429)]
+        latency = c.latency_ms if kind == "push" else c.supplier_latency_ms
+        args += ["--latency-ms", str(latency), "--rate-5xx", str(c.rate_5xx), "--rate-429", str(c.rate_429)]
         args += ["--retry-after", str(c.retry_after), "--rate-hang", str(c.rate_hang)]
         args += ["--hang-seconds", str(c.hang_seconds), "--seed", str(c.seed + self._server_seq)]
         if kind == "supplier":
@@ -235,20 +236,24 @@ class ChaosRunner:
         bar = Progress(self.stdout, enabled=c.progress)
         pending = list(plan)
         next_sweep = 0.0
+        last_fault = -1e9
+        waited_since: float | None = None
         settled_since: float | None = None
         try:
             while True:
                 now = self.elapsed()
                 self._resume_due(now)
-                while pending and pending[0].at <= now:
-                    if self._inject(pending[0]):
+                done, total = self._terminal_counts()
+                share = done / max(total, c.notifications + c.runs, 1)
+                if pending and pending[0].at <= share and now >= last_fault + c.fault_gap:
+                    waited_since = now if waited_since is None else waited_since
+                    # A kill or a stop waits (up to 15 s) for a target that holds leases.
+                    if self._inject(pending[0], waited=now - waited_since):
                         pending.pop(0)
-                    else:
-                        break  # a stop waits for a worker that holds a lease; try again next tick
+                        last_fault, waited_since = now, None
                 if now >= next_sweep:
                     self._sweep()
                     next_sweep = now + c.sweep_every
-                done, total = self._terminal_counts()
                 bar.update(
                     now,
                     done=done,
@@ -271,7 +276,8 @@ class ChaosRunner:
         finally:
             bar.finish()
         for fault in pending:
-            self.records.append(F.FaultRecord(fault.kind, fault.at, None, "-", note="not run: the load had drained"))
+            note = f"not run: the load drained before {fault.at:.0%}"
+            self.records.append(F.FaultRecord(fault.kind, self.elapsed(), None, "-", note=note))
 
     def elapsed(self) -> float:
         return time.monotonic() - self._t0
@@ -308,21 +314,21 @@ class ChaosRunner:
 
     # --- faults ------------------------------------------------------------------------------------------
 
-    def _inject(self, fault: F.Fault) -> bool:
+    def _inject(self, fault: F.Fault, *, waited: float) -> bool:
+        """Inject `fault`; False means "no target yet, ask again next tick"."""
         if fault.kind == F.KILL:
-            return self._kill(fault)
-        elif fault.kind == F.RESTART:
-            self._restart()
-        elif fault.kind == F.STOP:
-            return self._stop(fault)
+            return self._kill(waited)
+        if fault.kind == F.STOP:
+            return self._stop(fault, waited)
+        self._restart()
         return True
 
-    def _kill(self, fault: F.Fault) -> bool:
+    def _kill(self, waited: float) -> bool:
         # Prefer a cluster that holds leases: killing an idle one tells nothing about recovery.
         holders = F.lease_holders()
         alive = [child for child in self.clusters if child.alive()]
         busy = [child for child in alive if any(holders.get(pid) for pid in child.descendants())]
-        if not busy and self.elapsed() - fault.at < 15:
+        if not busy and waited < 15:
             return False
         child = self.rng.choice(busy or alive)
         pids = {child.pgid, *child.descendants()}
@@ -335,17 +341,20 @@ class ChaosRunner:
         self.records.append(record)
         return True
 
-    def _stop(self, fault: F.Fault) -> bool:
-        holders = F.lease_holders()
-        candidates = sorted(
-            pid
-            for child in self.clusters
-            if child.alive()
-            for pid in child.descendants()
-            if holders.get(pid) and pid not in {p for p, _, _ in self.stopped}
-        )
+    def _stop(self, fault: F.Fault, waited: float) -> bool:
+        # Alternate between a worker holding onboarding runs and one holding notifications, so both
+        # stale-worker paths (blocked attempts, lease_lost deliveries) run; fall back to any holder.
+        prefer = "run" if fault.index % 2 == 0 else "notification"
+        frozen = {p for p, _, _ in self.stopped}
+        workers = [pid for child in self.clusters if child.alive() for pid in child.descendants()]
+        candidates = []
+        for model in (prefer, None):
+            holders = F.lease_holders(model)
+            candidates = sorted(pid for pid in workers if holders.get(pid) and pid not in frozen)
+            if candidates or waited < 8:
+                break
         if not candidates:
-            if self.elapsed() - fault.at < 15:
+            if waited < 15:
                 return False  # nobody holds a lease this instant; look again shortly
             self.records.append(F.FaultRecord(F.STOP, self.elapsed(), None, "-", note="no worker held a lease"))
             return True

@@ -25,7 +25,14 @@ class Command(BaseCommand):
         parser.add_argument("--kills", type=int, default=d.kills)
         parser.add_argument("--stops", type=int, default=d.stops)
         parser.add_argument("--restarts", type=int, default=d.restarts)
-        parser.add_argument("--fault-window", type=float, nargs=2, default=d.fault_window, metavar=("FROM", "TO"))
+        parser.add_argument(
+            "--fault-window",
+            type=float,
+            nargs=2,
+            default=d.fault_window,
+            metavar=("FROM", "TO"),
+            help="faults fire while this share of the jobs is finished (seeded positions)",
+        )
         parser.add_argument("--lease-ttl", type=float, default=d.lease_ttl)
         parser.add_argument("--deadline", type=float, default=d.deadline, help="seconds after the load starts")
         parser.add_argument("--push-port", type=int, default=d.push_port)
