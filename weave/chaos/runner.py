@@ -119,8 +119,7 @@ class ChaosRunner:
         elapsed = time.monotonic() - self._t0
 
         # Let the clusters finish what they hold (SIGTERM), so the audit reads a database at rest.
-        for child in list(self.clusters):
-            self.groups.stop(child, grace=max(15.0, c.push_budget))
+        self.groups.stop_many(self.clusters, grace=c.push_budget + c.push_timeout + 5)
         push_stats = _get_json(f"http://127.0.0.1:{c.push_port}/_stats", timeout=60)
         push_log = _get_json(f"http://127.0.0.1:{c.push_port}/_requests", timeout=60)["requests"]
         supplier_stats = _get_json(f"{c.supplier_url}/_stats", timeout=60)
