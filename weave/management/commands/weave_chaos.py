@@ -34,6 +34,9 @@ class Command(BaseCommand):
             help="faults fire while this share of the jobs is finished (seeded positions)",
         )
         parser.add_argument("--lease-ttl", type=float, default=d.lease_ttl)
+        parser.add_argument("--stop-factor", type=float, default=d.stop_factor, help="a stop lasts this many TTLs")
+        parser.add_argument("--latency-ms", type=int, default=d.latency_ms, help="fake push provider latency")
+        parser.add_argument("--supplier-latency-ms", type=int, default=d.supplier_latency_ms)
         parser.add_argument("--deadline", type=float, default=d.deadline, help="seconds after the load starts")
         parser.add_argument("--push-port", type=int, default=d.push_port)
         parser.add_argument("--supplier-port", type=int, default=d.supplier_port)
@@ -54,6 +57,9 @@ class Command(BaseCommand):
             restarts=o["restarts"],
             fault_window=tuple(o["fault_window"]),
             lease_ttl=o["lease_ttl"],
+            stop_factor=o["stop_factor"],
+            latency_ms=o["latency_ms"],
+            supplier_latency_ms=o["supplier_latency_ms"],
             deadline=o["deadline"],
             push_port=o["push_port"],
             supplier_port=o["supplier_port"],
