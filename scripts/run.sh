@@ -19,7 +19,7 @@ mkdir -p "$LOGS"
 "$PY" manage.py migrate --noinput
 "$PY" manage.py weave_demo_user --username "$ADMIN_USER" --password "$ADMIN_PASSWORD"
 "$PY" manage.py weave_schedules
-"$PY" manage.py shell -c "from onboarding.tasks import ensure_sweep_schedule; ensure_sweep_schedule()"
+"$PY" manage.py shell -v 0 -c "from onboarding.tasks import ensure_sweep_schedule; ensure_sweep_schedule()"
 
 pids=()
 start() {  # start a child in its own process group, remember its pgid; $1 names its log file

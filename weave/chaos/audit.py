@@ -401,8 +401,10 @@ def _recovery(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> 
     for record in kills:
         worst = 0.0
         for held in record.held:
+            # The holder's own finishing write (fence == held fence) counts too: the rows were listed a
+            # moment before the SIGKILL, and a row its holder finished in that moment needs no recovery.
             if held.model == "notification":
-                times = DeliveryAttempt.objects.filter(notification_id=held.pk, fence__gt=held.fence).exclude(
+                times = DeliveryAttempt.objects.filter(notification_id=held.pk, fence__gte=held.fence).exclude(
                     outcome="lease_lost"
                 )
                 first = times.order_by("finished_at").values_list("finished_at", flat=True).first()
@@ -415,7 +417,7 @@ def _recovery(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> 
                 )
                 first_end = (
                     RunAttempt.objects.filter(
-                        run_id=held.pk, fence__gt=held.fence, outcome__in=["completed", "released", "failed"]
+                        run_id=held.pk, fence__gte=held.fence, outcome__in=["completed", "released", "failed"]
                     )
                     .order_by("ended_at")
                     .values_list("ended_at", flat=True)
@@ -428,7 +430,7 @@ def _recovery(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> 
                     "never finished by another"
                 )
                 continue
-            worst = max(worst, (first - record.db_time).total_seconds())
+            worst = max(worst, (first - record.db_time).total_seconds())  # negative: finished before the kill
         per_kill.append({"target": record.target, "held": len(record.held), "max_recovery_s": round(worst, 2)})
     overall = max((k["max_recovery_s"] for k in per_kill), default=0.0)
     figures["recovery"] = {"kills": per_kill, "max_s": overall, "lease_ttl_s": inp.lease_ttl}
