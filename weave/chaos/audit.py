@@ -327,6 +327,24 @@ def _onboarding(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -
         )
     )
 
+    # External calls: every key the supplier services saw names a real run and an external step, and
+    # every receipt of an external step has its key there (the work behind it was done at the service).
+    from onboarding.steps import idempotency_key
+
+    external = ("verify_tax_id", "screen_sanctions", "register_bank_account")
+    service_keys = set(inp.supplier_stats.get("keys", {}))
+    known = {idempotency_key(pk, step) for pk in runs for step in external}
+    bad = [f"service key {k} names no run step" for k in sorted(service_keys - known)]
+    for pk in runs:
+        for rc in receipts.get(pk, []):
+            if rc["step"] in external and idempotency_key(pk, rc["step"]) not in service_keys:
+                bad.append(f"run #{pk} {rc['step']}: receipt, but the service never saw its key")
+    figure = (
+        f"{len(service_keys)} keys, {inp.supplier_stats.get('requests', 0)} requests, "
+        f"{inp.supplier_stats.get('replays', 0)} answered from the idempotency store"
+    )
+    checks.append(_check(S, "supplier-service calls keyed by (run, step); each external receipt backed", bad, figure))
+
     # Fencing of receipts.
     F = "Fencing"
     attempts: dict[int, list[dict[str, Any]]] = defaultdict(list)
