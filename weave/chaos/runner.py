@@ -214,8 +214,11 @@ class ChaosRunner:
 
     def _start_servers(self) -> None:
         self.config.log_dir.mkdir(parents=True, exist_ok=True)
+        # A fresh start: the fakes' stores and the children's logs belong to this run only.
         for kind in ("push", "supplier"):
             (self.config.log_dir / f"{kind}-state.json").unlink(missing_ok=True)
+        for log in self.config.log_dir.glob("*.log"):
+            log.unlink()
         self.push = self._start_server("push")
         self.supplier = self._start_server("supplier")
 
