@@ -27,7 +27,7 @@ def test_sigterm_to_the_cluster__in_flight_work_finishes_or_releases_its_leases(
     )
     # Slow services keep a run and a batch in flight; a long lease means a lease abandoned by the
     # stopping cluster would still be live when we look, so "no live lease" proves it was given back.
-    with FakeSupplierServices(config=FakeConfig(latency=0.7)) as services, FakePushProvider(latency_ms=400) as push:
+    with FakeSupplierServices(config=FakeConfig(latency=1.0)) as services, FakePushProvider(latency_ms=500) as push:
         env = {
             **worker_env,
             "WEAVE_SUPPLIER_API_URL": services.url,
