@@ -38,6 +38,7 @@ class FaultRecord:
     held: list[HeldRow] = field(default_factory=list)
     note: str = ""
     resumed_at: float | None = None  # SIGCONT time, for stops
+    thawed: bool = False  # a stopped worker that was let go on (not killed while frozen)
 
 
 def plan(config: ChaosConfig) -> list[Fault]:

@@ -131,7 +131,8 @@ class ChaosRunner:
                 supplier_stats=supplier_stats,
                 faults=self.records,
                 lease_ttl=c.lease_ttl,
-                stops_planned=sum(1 for r in self.records if r.kind == F.STOP and r.held),
+                # Only a frozen lease holder that was thawed again can attempt (and be refused) a stale write.
+                stops_planned=sum(1 for r in self.records if r.kind == F.STOP and r.held and r.thawed),
             )
         )
         summary = {
@@ -278,7 +279,7 @@ class ChaosRunner:
         finally:
             bar.finish()
         for fault in pending:
-            note = f"not run: the load drained before {fault.at:.0%}"
+            note = f"not run: the load drained first (due at {fault.at:.0%}, or no target held a lease)"
             self.records.append(F.FaultRecord(fault.kind, self.elapsed(), None, "-", note=note))
 
     def elapsed(self) -> float:
@@ -328,7 +329,10 @@ class ChaosRunner:
     def _kill(self, waited: float) -> bool:
         # Prefer a cluster that holds leases: killing an idle one tells nothing about recovery.
         holders = F.lease_holders()
-        alive = [child for child in self.clusters if child.alive()]
+        frozen = {pid for pid, _, _ in self.stopped}
+        # Spare clusters with a frozen worker: killing it would rob the stop of its stale write.
+        alive = [c for c in self.clusters if c.alive() and not frozen & set(c.descendants())]
+        alive = alive or [c for c in self.clusters if c.alive()]
         busy = [child for child in alive if any(holders.get(pid) for pid in child.descendants())]
         if not busy and waited < 15:
             return False
@@ -338,6 +342,9 @@ class ChaosRunner:
         record = F.FaultRecord(F.KILL, self.elapsed(), db_now(), child.name, held)
         self.groups.kill(child)
         self.clusters.remove(child)
+        for item in [item for item in self.stopped if item[0] in pids]:
+            self.stopped.remove(item)
+            item[2].note += "; its cluster was killed while it was frozen"
         replacement = self._start_cluster()
         record.note = f"SIGKILL group {child.pgid}; started {replacement.name}"
         self.records.append(record)
@@ -376,6 +383,7 @@ class ChaosRunner:
             if now >= resume_at:
                 _signal(pid, signal.SIGCONT)
                 record.resumed_at = now
+                record.thawed = True
                 self.stopped.remove(item)
 
     def _restart(self) -> None:

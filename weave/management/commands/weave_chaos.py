@@ -33,6 +33,7 @@ class Command(BaseCommand):
             metavar=("FROM", "TO"),
             help="faults fire while this share of the jobs is finished (seeded positions)",
         )
+        parser.add_argument("--fault-gap", type=float, default=d.fault_gap, help="seconds between faults, at least")
         parser.add_argument("--lease-ttl", type=float, default=d.lease_ttl)
         parser.add_argument("--stop-factor", type=float, default=d.stop_factor, help="a stop lasts this many TTLs")
         parser.add_argument("--latency-ms", type=int, default=d.latency_ms, help="fake push provider latency")
@@ -56,6 +57,7 @@ class Command(BaseCommand):
             stops=o["stops"],
             restarts=o["restarts"],
             fault_window=tuple(o["fault_window"]),
+            fault_gap=o["fault_gap"],
             lease_ttl=o["lease_ttl"],
             stop_factor=o["stop_factor"],
             latency_ms=o["latency_ms"],
