@@ -9,7 +9,7 @@ from weave.chaos.faults import FaultRecord
 
 
 def progress_line(*, elapsed: float, done: int, total: int, created: int, faults: int, width: int = 30) -> str:
-    share = done / total if total else 1.0
+    share = done / total if total else 0.0
     filled = int(share * width)
     bar = "#" * filled + "." * (width - filled)
     return f"\r[{bar}] {done}/{total} terminal ({created} created)  faults {faults}  {elapsed:5.0f} s"
