@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test bench lint venv clean
+.PHONY: run test bench chaos lint venv clean
 
 venv: $(STAMP)
 
@@ -25,6 +25,11 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r bench/requirements.txt
 	$(PY) bench/run.py $(ARGS)
+
+## make chaos: the full chaos audit on PostgreSQL (N=10,000, M=200, 4 clusters; a few minutes)
+CHAOS_ARGS ?= -n 10000 -m 200 -k 4 --kills 3 --stops 4 --restarts 2
+chaos: $(STAMP)
+	PY=$(PY) bash scripts/chaos.sh $(CHAOS_ARGS) $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -131,12 +131,24 @@ WEAVE = {
     "PUSH_TOKEN": os.environ.get("WEAVE_PUSH_TOKEN", "dev-token"),
     "SUPPLIER_API_URL": os.environ.get("WEAVE_SUPPLIER_API_URL", "http://127.0.0.1:8200"),
 }
-# Optional tuning from the environment (the benchmarks and load tests set these); unset keeps the
-# `weave.conf` default, so this site and an embedding site behave the same out of the box.
-_TUNING = {"PUSH_BATCH_SIZE": int, "PUSH_CONCURRENCY": int, "PUSH_LEASE_TTL": float, "PUSH_BUDGET": float}
-for _name, _cast in _TUNING.items():
-    if os.environ.get(f"WEAVE_{_name}"):
-        WEAVE[_name] = _cast(os.environ[f"WEAVE_{_name}"])
+
+
+def _weave_env_overrides() -> dict:
+    """Read `WEAVE_<KEY>` for every numeric WEAVE setting, so a parent process (the chaos runner,
+    a demo script) can give its worker processes short leases, budgets or batch sizes."""
+    from weave.conf import DEFAULTS
+
+    overrides = {}
+    for key, default in DEFAULTS.items():
+        raw = os.environ.get(f"WEAVE_{key}")
+        if raw is None or isinstance(default, str) or key in WEAVE:
+            continue
+        kind = float if default is None else type(default)
+        overrides[key] = kind(raw)
+    return overrides
+
+
+WEAVE.update(_weave_env_overrides())
 
 LOGGING = {
     "version": 1,

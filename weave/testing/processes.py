@@ -103,16 +103,22 @@ class ProcessGroups:
 
     def stop(self, child: Child, *, grace: float = 10.0) -> None:
         """SIGTERM the group, wait up to `grace` seconds, then SIGKILL whatever is left."""
-        child.signal(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
-        child.signal(signal.SIGTERM)
+        self.stop_many([child], grace=grace)
+
+    def stop_many(self, children: Sequence[Child], *, grace: float = 10.0) -> None:
+        """Stop several groups at once: one shared grace period, not one per child."""
+        for child in children:
+            child.signal(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
+            child.signal(signal.SIGTERM)
         deadline = time.monotonic() + grace
-        while child.alive() and time.monotonic() < deadline:
+        while any(child.alive() for child in children) and time.monotonic() < deadline:
             time.sleep(0.05)
-        child.signal(signal.SIGKILL)
-        try:
-            child.popen.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+        for child in children:
+            child.signal(signal.SIGKILL)
+            try:
+                child.popen.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
 
     def kill(self, child: Child) -> None:
         """SIGKILL the whole group at once: a crashed host."""
@@ -123,9 +129,9 @@ class ProcessGroups:
             pass
 
     def stop_all(self) -> None:
-        for child in reversed(self.children):
-            if child.alive() or child.descendants():
-                self.stop(child, grace=5.0)
+        running = [child for child in reversed(self.children) if child.alive() or child.descendants()]
+        if running:
+            self.stop_many(running, grace=5.0)
         self.children = [c for c in self.children if c.alive()]
 
 

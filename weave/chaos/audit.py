@@ -1,0 +1,473 @@
+"""The invariants of issue 5, checked against the database and the fake servers' records.
+
+Each check returns a `Check`: a section, a name, whether it held, the figure to print and, when it
+failed, a few examples. The audit never stops at the first failure: the report shows them all.
+
+Fencing, precisely. A write *lands* when its guarded UPDATE matched the row; the apps record every
+landed write with the (owner, fence) of the lease that made it, in the same transaction:
+- a notification's `DeliveryAttempt` whose outcome is not `lease_lost`;
+- an onboarding `StepReceipt`, and the vendor / payment-terms / bank-account row written with it.
+"The fence that wrote it was the row's fence at that time" then means, for every landed write W
+with fence f on row r:
+1. W's (owner, fence) is a real claim of r: a `RunAttempt` with that owner and fence (onboarding);
+   f <= r.fence now (notifications).
+2. No newer claim had happened when W landed. Every claim of r at a fence g > f is followed by that
+   claimant's own activity, stamped by the database clock; W's time must precede all of it. For a
+   run: no `RunAttempt` with fence g > f started before the receipt's `completed_at`. For a
+   notification: no attempt with fence g > f started (send start, database clock) before W finished.
+   A guarded write takes the row lock, so a claim that follows it waits for its commit: these
+   inequalities are strict for correct code.
+3. Each claim lands at most one finishing write (a notification is released by it), fences of landed
+   writes only grow, a finished row's last landed write carries the row's final fence, and the
+   counters equal the landed writes (`attempts` = landed attempts; receipts form the step prefix
+   up to `phase`).
+"""
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from weave.chaos.faults import FaultRecord
+from weave.chaos.load import EXPECT_COMPLETED, REASON_FRAGMENT
+
+MAX_EXAMPLES = 5
+# A send's start is derived (finish time on the database clock minus the latency measured in whole
+# milliseconds), so allow a few milliseconds of rounding before calling a write late. Stale writes
+# that matter land seconds late.
+SEND_START_TOLERANCE = timedelta(milliseconds=5)
+
+
+@dataclass
+class Check:
+    section: str
+    name: str
+    ok: bool
+    figure: str
+    examples: list[str] = field(default_factory=list)
+
+
+@dataclass
+class AuditInput:
+    expectations: dict[int, str]  # supplier id -> expected end (see load.py)
+    push_stats: dict[str, Any]
+    push_log: list[dict[str, Any]]
+    supplier_stats: dict[str, Any]
+    faults: list[FaultRecord]
+    lease_ttl: float
+    stops_planned: int
+
+
+@dataclass
+class AuditResult:
+    checks: list[Check]
+    figures: dict[str, Any]
+
+    @property
+    def violations(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+
+def _check(section: str, name: str, bad: list[str], figure: str) -> Check:
+    return Check(section, name, not bad, figure, bad[:MAX_EXAMPLES])
+
+
+# --- notifications ---------------------------------------------------------------------------------
+
+
+def _notifications(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> None:
+    from notifications.models import DeliveryAttempt, Notification
+
+    rows = {
+        r["pk"]: r
+        for r in Notification.objects.values(
+            "pk", "status", "owner", "fence", "attempts", "last_error", "idempotency_key"
+        )
+    }
+    attempts: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for a in DeliveryAttempt.objects.order_by("finished_at", "pk").values(
+        "notification_id", "owner", "fence", "outcome", "started_at", "finished_at"
+    ):
+        attempts[a["notification_id"]].append(a)
+    S = "Notifications"
+    status = Counter(r["status"] for r in rows.values())
+    figures["notifications"] = dict(status)
+    bad = [
+        f"#{pk} {r['status']} owner={r['owner']}"
+        for pk, r in rows.items()
+        if r["status"] not in ("delivered", "failed") or r["owner"]
+    ]
+    checks.append(
+        _check(S, "every row delivered or failed, none pending or leased", bad, f"{len(rows)} rows: {dict(status)}")
+    )
+    bad = [f"#{pk}" for pk, r in rows.items() if r["status"] == "failed" and not r["last_error"].strip()]
+    checks.append(_check(S, "every failed row has a reason", bad, f"{status.get('failed', 0)} failed"))
+
+    # Unique deliveries at the provider by Idempotency-Key against delivered rows.
+    provider_keys = set(inp.push_stats.get("delivered_keys", []))
+    by_key = {str(r["idempotency_key"]): pk for pk, r in rows.items()}
+    delivered_keys = {str(r["idempotency_key"]) for r in rows.values() if r["status"] == "delivered"}
+    missing = [
+        f"#{by_key[k]} delivered but the provider never delivered key {k}" for k in delivered_keys - provider_keys
+    ]
+    extra = [
+        f"key {k} delivered at the provider, row #{by_key.get(k, '?')} is "
+        f"{rows[by_key[k]]['status'] if k in by_key else 'unknown'}"
+        for k in provider_keys - delivered_keys
+    ]
+    checks.append(
+        _check(
+            S,
+            "unique deliveries at the provider = delivered rows",
+            missing + extra,
+            f"{len(provider_keys)} unique keys delivered, {len(delivered_keys)} delivered rows",
+        )
+    )
+
+    # Duplicate sends: requests for a key after its first delivery, and what explains each.
+    requests_by_key: dict[str, list[int]] = defaultdict(list)
+    for entry in inp.push_log:
+        requests_by_key[entry["key"]].append(entry["status"])
+    per_key = inp.push_stats.get("per_key", {})
+    duplicates = 0
+    causes: Counter[str] = Counter()
+    bad = []
+    for key, statuses in requests_by_key.items():
+        if 200 not in statuses:
+            continue
+        after = len(statuses) - statuses.index(200) - 1
+        after += max(0, per_key.get(key, 0) - len(statuses))  # sent but never answered (a restart cut it)
+        if not after:
+            continue
+        duplicates += after
+        pk = by_key.get(key)
+        history = attempts.get(pk, [])
+        row = rows.get(pk)
+        # A row only sends again after a delivery when some worker did not learn of it: the answer was
+        # lost (unknown), its finish was refused (lease_lost), or it died or stalled between sending and
+        # recording (a claim that left no attempt row: its fence has no attempt). One such event explains
+        # every retry that follows it, including retries refused with 429/5xx on the way.
+        silent = (row["fence"] if row else 0) - len({a["fence"] for a in history})
+        if any(a["outcome"] == "unknown" for a in history):
+            causes["unknown"] += after
+        elif any(a["outcome"] == "lease_lost" for a in history):
+            causes["lease_lost"] += after
+        elif silent > 0:
+            causes["crash_or_release"] += after
+        else:
+            causes["UNEXPLAINED"] += after
+            bad.append(f"#{pk} key {key}: {after} sends after delivery; history: {[a['outcome'] for a in history]}")
+    raw = inp.push_stats.get("requests", 0)
+    figures["push"] = {
+        "raw_requests": raw,
+        "unique_deliveries": len(provider_keys),
+        "raw_minus_unique": raw - len(provider_keys),
+        "duplicate_sends": duplicates,
+        "duplicate_causes": dict(causes),
+        "by_status": inp.push_stats.get("by_status", {}),
+    }
+    checks.append(
+        _check(
+            S,
+            "each duplicate send explained by unknown, lease_lost or a crash",
+            bad,
+            f"raw {raw} - unique {len(provider_keys)} = {raw - len(provider_keys)}; "
+            f"{duplicates} sent after delivery ({dict(causes)})",
+        )
+    )
+
+    # Fencing.
+    F = "Fencing"
+    bad = []
+    for pk, row in rows.items():
+        history = attempts.get(pk, [])
+        landed = [a for a in history if a["outcome"] != "lease_lost"]
+        fences = [a["fence"] for a in landed]
+        if fences != sorted(set(fences)):
+            bad.append(
+                f"notification #{pk}: landed attempts at fences {fences} (one claim wrote twice, or a fence went back)"
+            )
+        if any(f > row["fence"] for f in fences):
+            bad.append(f"notification #{pk}: a landed attempt's fence is above the row's {row['fence']}")
+        if row["attempts"] != len(landed):
+            bad.append(f"notification #{pk}: attempts={row['attempts']} but {len(landed)} landed attempts")
+        if row["status"] in ("delivered", "failed") and landed:
+            last = landed[-1]
+            if last["fence"] != row["fence"]:
+                bad.append(
+                    f"notification #{pk}: finished at fence {row['fence']} by an attempt at fence {last['fence']}"
+                )
+            if (row["status"] == "delivered") != (last["outcome"] == "delivered"):
+                bad.append(f"notification #{pk}: status {row['status']} but last landed outcome {last['outcome']}")
+        for a in landed:
+            later = [
+                b
+                for b in history
+                if b["fence"] > a["fence"] and b["started_at"] + SEND_START_TOLERANCE < a["finished_at"]
+            ]
+            if later:
+                b = later[0]
+                bad.append(
+                    f"notification #{pk}: fence {a['fence']} ({a['outcome']}) landed at {a['finished_at']:%H:%M:%S.%f} "
+                    f"after fence {b['fence']} had started sending at {b['started_at']:%H:%M:%S.%f}"
+                )
+    landed_total = sum(1 for h in attempts.values() for a in h if a["outcome"] != "lease_lost")
+    checks.append(
+        _check(
+            F,
+            "every finished notification written by the row's fence at that time",
+            bad,
+            f"{landed_total} landed attempts",
+        )
+    )
+
+
+# --- onboarding ------------------------------------------------------------------------------------
+
+
+def _onboarding(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> None:
+    from notifications.models import Notification
+    from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, RunAttempt, StepReceipt, VendorRecord
+    from onboarding.steps import STEP_NAMES
+
+    S = "Onboarding"
+    runs = {
+        r["pk"]: r
+        for r in OnboardingRun.objects.values("pk", "supplier_id", "status", "phase", "owner", "fence", "reason")
+    }
+    status = Counter(r["status"] for r in runs.values())
+    figures["runs"] = dict(status)
+    bad = [
+        f"run #{pk} {r['status']} owner={r['owner']}"
+        for pk, r in runs.items()
+        if r["status"] not in ("completed", "failed") or r["owner"]
+    ]
+    checks.append(
+        _check(S, "every run completed or failed, none active or leased", bad, f"{len(runs)} runs: {dict(status)}")
+    )
+
+    bad = []
+    by_supplier = defaultdict(list)
+    for pk, r in runs.items():
+        by_supplier[r["supplier_id"]].append(pk)
+        expect = inp.expectations.get(r["supplier_id"])
+        if expect == EXPECT_COMPLETED and r["status"] != "completed":
+            bad.append(f"run #{pk} should complete, is {r['status']}: {r['reason'][:120]}")
+        elif expect in REASON_FRAGMENT and not (r["status"] == "failed" and REASON_FRAGMENT[expect] in r["reason"]):
+            bad.append(f"run #{pk} should fail ({expect}), is {r['status']}: {r['reason'][:120]}")
+    bad += [f"supplier {s} has {len(p)} runs" for s, p in by_supplier.items() if len(p) != 1]
+    bad += [f"supplier {s} has no run" for s in inp.expectations if s not in by_supplier]
+    planned_failures = sum(1 for e in inp.expectations.values() if e != EXPECT_COMPLETED)
+    checks.append(
+        _check(
+            S,
+            "failed runs are exactly the business refusals, with the reason",
+            bad,
+            f"{planned_failures} built to fail",
+        )
+    )
+
+    receipts: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for rc in StepReceipt.objects.order_by("completed_at", "pk").values(
+        "run_id", "step", "fence", "owner", "completed_at", "output"
+    ):
+        receipts[rc["run_id"]].append(rc)
+    bad = []
+    for pk, r in runs.items():
+        steps = [rc["step"] for rc in receipts.get(pk, [])]
+        if steps != list(STEP_NAMES[: len(steps)]):
+            bad.append(f"run #{pk}: receipts {steps} are not the step prefix")
+        if (steps[-1] if steps else "") != r["phase"]:
+            bad.append(f"run #{pk}: phase {r['phase']!r} but last receipt {steps[-1] if steps else None!r}")
+        if r["status"] == "completed" and len(steps) != len(STEP_NAMES):
+            bad.append(f"run #{pk}: completed with {len(steps)} receipts")
+    total = sum(len(v) for v in receipts.values())
+    checks.append(_check(S, "exactly one receipt per (run, step)", bad, f"{total} receipts"))
+
+    # Domain rows: one per completed supplier, written by the fence of the matching receipt.
+    bad = []
+    tables = (
+        ("create_vendor_record", VendorRecord, "vendor"),
+        ("set_payment_terms", PaymentTerms, "payment terms"),
+        ("register_bank_account", BankAccount, "bank account"),
+    )
+    counts = {}
+    for step, model, label in tables:
+        written = {row["supplier_id"]: row for row in model.objects.values("supplier_id", "run_id", "fence")}
+        counts[label] = len(written)
+        for pk, r in runs.items():
+            receipt = next((rc for rc in receipts.get(pk, []) if rc["step"] == step), None)
+            row = written.get(r["supplier_id"])
+            if receipt is None and row is not None:
+                bad.append(f"run #{pk}: a {label} row without its step's receipt")
+            elif receipt is not None and row is None:
+                bad.append(f"run #{pk}: {step} receipt but no {label} row")
+            elif row is not None and (row["run_id"], row["fence"]) != (pk, receipt["fence"]):
+                bad.append(
+                    f"run #{pk}: {label} written by run {row['run_id']} fence {row['fence']}, "
+                    f"receipt fence {receipt['fence']}"
+                )
+    welcome: dict[int, list[int]] = defaultdict(list)
+    for n_pk, data in Notification.objects.filter(data__has_key="onboarding_run_id").values_list("pk", "data"):
+        welcome[data["onboarding_run_id"]].append(n_pk)
+    for pk, r in runs.items():
+        want = 1 if r["status"] == "completed" else 0
+        if len(welcome.get(pk, [])) != want:
+            bad.append(f"run #{pk} ({r['status']}): {len(welcome.get(pk, []))} welcome notifications")
+        last = receipts.get(pk, [])
+        if want and last and last[-1]["output"].get("notification_id") not in welcome.get(pk, []):
+            bad.append(f"run #{pk}: welcome receipt names notification {last[-1]['output'].get('notification_id')}")
+    counts["welcome notifications"] = sum(len(v) for v in welcome.values())
+    checks.append(
+        _check(
+            S,
+            "one vendor, payment-terms, bank-account row and welcome notification per completed supplier",
+            bad,
+            str(counts),
+        )
+    )
+
+    # External calls: every key the supplier services saw names a real run and an external step, and
+    # every receipt of an external step has its key there (the work behind it was done at the service).
+    from onboarding.steps import idempotency_key
+
+    external = ("verify_tax_id", "screen_sanctions", "register_bank_account")
+    service_keys = set(inp.supplier_stats.get("keys", {}))
+    known = {idempotency_key(pk, step) for pk in runs for step in external}
+    bad = [f"service key {k} names no run step" for k in sorted(service_keys - known)]
+    for pk in runs:
+        for rc in receipts.get(pk, []):
+            if rc["step"] in external and idempotency_key(pk, rc["step"]) not in service_keys:
+                bad.append(f"run #{pk} {rc['step']}: receipt, but the service never saw its key")
+    figure = (
+        f"{len(service_keys)} keys, {inp.supplier_stats.get('requests', 0)} requests, "
+        f"{inp.supplier_stats.get('replays', 0)} answered from the idempotency store"
+    )
+    checks.append(_check(S, "supplier-service calls keyed by (run, step); each external receipt backed", bad, figure))
+
+    # Fencing of receipts.
+    F = "Fencing"
+    attempts: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for a in RunAttempt.objects.order_by("fence", "pk").values(
+        "run_id", "fence", "owner", "started_at", "ended_at", "outcome"
+    ):
+        attempts[a["run_id"]].append(a)
+    bad = []
+    for pk, r in runs.items():
+        history = attempts.get(pk, [])
+        claims = Counter(a["fence"] for a in history)
+        bad += [f"run #{pk}: {n} attempts at fence {f}" for f, n in claims.items() if n > 1]
+        completed = [a for a in history if a["outcome"] == "completed"]
+        if r["status"] == "completed" and (len(completed) != 1 or completed[0]["fence"] != r["fence"]):
+            bad.append(
+                f"run #{pk}: completed at fence {r['fence']}, completed attempts at {[a['fence'] for a in completed]}"
+            )
+        previous = 0
+        for rc in receipts.get(pk, []):
+            if not any(a["fence"] == rc["fence"] and a["owner"] == rc["owner"] for a in history):
+                bad.append(
+                    f"run #{pk} {rc['step']}: written by {rc['owner']} at fence {rc['fence']}, which never claimed it"
+                )
+            newer = [a for a in history if a["fence"] > rc["fence"] and a["started_at"] < rc["completed_at"]]
+            if newer:
+                bad.append(
+                    f"run #{pk} {rc['step']}: fence {rc['fence']} wrote at {rc['completed_at']:%H:%M:%S.%f} "
+                    f"after fence {newer[0]['fence']} claimed at {newer[0]['started_at']:%H:%M:%S.%f}"
+                )
+            if rc["fence"] < previous:
+                bad.append(f"run #{pk} {rc['step']}: fence {rc['fence']} after a later step at fence {previous}")
+            previous = max(previous, rc["fence"])
+    checks.append(_check(F, "every receipt written by the run's fence at that time", bad, f"{total} receipts audited"))
+    outcomes = Counter(a["outcome"] for h in attempts.values() for a in h)
+    figures["run_attempts"] = dict(outcomes)
+
+
+# --- refusals and recovery -------------------------------------------------------------------------
+
+
+def _refusals(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> None:
+    from notifications.models import DeliveryAttempt
+    from onboarding.models import RunAttempt
+
+    lease_lost = DeliveryAttempt.objects.filter(outcome="lease_lost").count()
+    blocked = RunAttempt.objects.filter(outcome="blocked").count()
+    crashed = RunAttempt.objects.filter(outcome="crashed").count()
+    unknown = DeliveryAttempt.objects.filter(outcome="unknown").count()
+    figures["refusals"] = {"lease_lost": lease_lost, "blocked": blocked, "crashed_runs": crashed, "unknown": unknown}
+    exercised = lease_lost + blocked > 0
+    figure = f"{lease_lost} lease_lost + {blocked} blocked refused by guards"
+    if not exercised:
+        figure += " -- ZERO refusals: this run did not exercise the stale-worker path"
+    # Only a run that stalled workers must show refusals; a run without stops can honestly have none.
+    checks.append(
+        Check(
+            "Fencing",
+            "guards refused stale writes (stale-worker path exercised)",
+            exercised or not inp.stops_planned,
+            figure,
+        )
+    )
+
+
+def _recovery(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> None:
+    from notifications.models import DeliveryAttempt
+    from onboarding.models import RunAttempt, StepReceipt
+
+    kills = [f for f in inp.faults if f.kind == "kill" and f.db_time is not None]
+    per_kill = []
+    bad = []
+    for record in kills:
+        worst = 0.0
+        for held in record.held:
+            # The holder's own finishing write (fence == held fence) counts too: the rows were listed a
+            # moment before the SIGKILL, and a row its holder finished in that moment needs no recovery.
+            if held.model == "notification":
+                times = DeliveryAttempt.objects.filter(notification_id=held.pk, fence__gte=held.fence).exclude(
+                    outcome="lease_lost"
+                )
+                first = times.order_by("finished_at").values_list("finished_at", flat=True).first()
+            else:
+                first_receipt = (
+                    StepReceipt.objects.filter(run_id=held.pk, fence__gt=held.fence)
+                    .order_by("completed_at")
+                    .values_list("completed_at", flat=True)
+                    .first()
+                )
+                first_end = (
+                    RunAttempt.objects.filter(
+                        run_id=held.pk, fence__gte=held.fence, outcome__in=["completed", "released", "failed"]
+                    )
+                    .order_by("ended_at")
+                    .values_list("ended_at", flat=True)
+                    .first()
+                )
+                first = min([t for t in (first_receipt, first_end) if t is not None], default=None)
+            if first is None:
+                bad.append(
+                    f"{held.model} #{held.pk} (fence {held.fence}) held by killed {record.target}: "
+                    "never finished by another"
+                )
+                continue
+            worst = max(worst, (first - record.db_time).total_seconds())  # negative: finished before the kill
+        per_kill.append({"target": record.target, "held": len(record.held), "max_recovery_s": round(worst, 2)})
+    overall = max((k["max_recovery_s"] for k in per_kill), default=0.0)
+    figures["recovery"] = {"kills": per_kill, "max_s": overall, "lease_ttl_s": inp.lease_ttl}
+    held_total = sum(k["held"] for k in per_kill)
+    figure = (
+        f"{len(kills)} kills, {held_total} rows held; max recovery {overall:.1f} s "
+        f"= {overall / inp.lease_ttl:.1f} x TTL ({inp.lease_ttl:g} s)"
+    )
+    checks.append(_check("Recovery", "every row a killed cluster held finished by another", bad, figure))
+
+
+def audit(inp: AuditInput) -> AuditResult:
+    """Run every check; never raises for a violation (the result lists them)."""
+    checks: list[Check] = []
+    figures: dict[str, Any] = {}
+    _notifications(inp, checks, figures)
+    _onboarding(inp, checks, figures)
+    _refusals(inp, checks, figures)
+    _recovery(inp, checks, figures)
+    order = {"Notifications": 0, "Onboarding": 1, "Fencing": 2, "Recovery": 3}
+    checks.sort(key=lambda c: order[c.section])
+    return AuditResult(checks=checks, figures=figures)

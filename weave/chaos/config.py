@@ -1,0 +1,89 @@
+"""What one chaos run does: its size, its faults, its timing."""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class ChaosConfig:
+    notifications: int = 10_000  # N, created through notification_create
+    runs: int = 200  # M, onboarding runs created through onboarding_start
+    clusters: int = 4  # K qcluster processes, each its own process group
+    workers: int = 2  # django-q2 workers per cluster
+    seed: int = 1
+
+    # Faults on a seeded schedule while the load drains.
+    kills: int = 2  # SIGKILL a whole cluster, start a fresh one
+    stops: int = 2  # SIGSTOP one worker holding a lease for `stop_factor` x TTL, then SIGCONT
+    restarts: int = 1  # restart the fake push provider and supplier services
+    stop_factor: float = 2.0
+    # Faults are placed by progress, not by the clock, so they land while the load drains however fast
+    # this machine is: each fault fires once this share of the jobs is finished (seeded, spread over the
+    # window) and at least `fault_gap` seconds after the previous one.
+    fault_window: tuple[float, float] = (0.05, 0.7)
+    fault_gap: float = 3.0
+
+    # Lease timing given to the workers: short, so the stale-worker path runs for real.
+    lease_ttl: float = 4.0
+    push_timeout: float = 1.5
+    push_batch: int = 50
+    push_concurrency: int = 10
+    push_budget: float = 20.0
+    push_max_attempts: int = 8
+    onboarding_budget: float = 30.0
+    supplier_timeout: float = 1.5
+    # The runner enqueues both sweeps this often: django-q2 schedules tick once a minute at best,
+    # which would make the recovery figure measure the schedule, not the protocol.
+    sweep_every: float = 3.0
+
+    # Provider faults (issue 5): latency, 5-10 % 5xx, 5 % 429 with Retry-After, 1-2 % deliver-then-hang.
+    latency_ms: int = 20
+    supplier_latency_ms: int = 150  # onboarding steps take a while, so faults find runs in flight
+    rate_5xx: float = 0.07
+    rate_429: float = 0.05
+    retry_after: int = 1
+    rate_hang: float = 0.015
+    hang_seconds: float = 3.0  # past the client timeouts above
+
+    # Share of suppliers built to fail, by kind: each must end failed with that business reason.
+    invalid_tax_share: float = 0.04
+    sanctioned_share: float = 0.03
+    bad_iban_share: float = 0.03
+
+    deadline: float = 600.0  # seconds after the load starts; then the audit runs on whatever is there
+    push_port: int = 18100
+    supplier_port: int = 18200
+    log_dir: Path = field(default_factory=lambda: Path(".run/chaos"))
+    progress: bool = True
+
+    @property
+    def push_url(self) -> str:
+        return f"http://127.0.0.1:{self.push_port}/push"
+
+    @property
+    def supplier_url(self) -> str:
+        return f"http://127.0.0.1:{self.supplier_port}"
+
+    def worker_env(self) -> dict[str, str]:
+        """Environment for every qcluster child (read by weave/settings.py)."""
+        return {
+            "WEAVE_PUSH_URL": self.push_url,
+            "WEAVE_SUPPLIER_API_URL": self.supplier_url,
+            "WEAVE_Q_WORKERS": str(self.workers),
+            "WEAVE_LEASE_TTL": str(self.lease_ttl),
+            "WEAVE_PUSH_LEASE_TTL": str(self.lease_ttl),
+            "WEAVE_ONBOARDING_LEASE_TTL": str(self.lease_ttl),
+            "WEAVE_PUSH_TIMEOUT": str(self.push_timeout),
+            "WEAVE_PUSH_BATCH_SIZE": str(self.push_batch),
+            "WEAVE_PUSH_CONCURRENCY": str(self.push_concurrency),
+            "WEAVE_PUSH_BUDGET": str(self.push_budget),
+            "WEAVE_PUSH_MAX_ATTEMPTS": str(self.push_max_attempts),
+            "WEAVE_PUSH_BACKOFF_BASE": "0.5",
+            "WEAVE_PUSH_BACKOFF_MAX": "5",
+            "WEAVE_PUSH_BREAKER_COOLDOWN": "2",
+            "WEAVE_ONBOARDING_BUDGET": str(self.onboarding_budget),
+            "WEAVE_SUPPLIER_API_TIMEOUT": str(self.supplier_timeout),
+            "WEAVE_ONBOARDING_RETRY_BACKOFF": "0.2",
+            "WEAVE_ONBOARDING_RETRY_AFTER_MAX": "2",
+            "WEAVE_LOG_LEVEL": "WARNING",
+        }

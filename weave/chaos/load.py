@@ -1,0 +1,144 @@
+"""The load: suppliers built to succeed or to fail for a known business reason, and the calls that start work.
+
+Everything goes through the apps' public services (`notification_create`, `onboarding_start`), the
+way a real caller would, so the enqueueing on commit is exercised too.
+"""
+
+import random
+import threading
+from dataclasses import dataclass, field
+
+from django.db import close_old_connections, connection, transaction
+
+from weave.chaos.config import ChaosConfig
+
+# What a supplier is built to end as. The audit checks each run ends exactly so.
+EXPECT_COMPLETED = "completed"
+EXPECT_INVALID_TAX = "invalid_tax_id"
+EXPECT_SANCTIONED = "sanctioned"
+EXPECT_BAD_IBAN = "bad_iban"
+# A fragment the failed run's reason must contain, per kind (the steps' own wording).
+REASON_FRAGMENT = {
+    EXPECT_INVALID_TAX: "is invalid",
+    EXPECT_SANCTIONED: "Sanctions screening hit",
+    EXPECT_BAD_IBAN: "Bank account refused",
+}
+CHAOS_PREFIX = "Chaos supplier"
+
+
+@dataclass
+class SupplierPlan:
+    legal_name: str
+    tax_id: str
+    iban: str
+    expect: str
+
+
+def supplier_plans(config: ChaosConfig) -> list[SupplierPlan]:
+    """M suppliers; a seeded share of them built to fail at tax id, sanctions or bank account."""
+    rng = random.Random(config.seed * 7919)
+    plans = []
+    for i in range(config.runs):
+        draw = rng.random()
+        expect = EXPECT_COMPLETED
+        if draw < config.invalid_tax_share:
+            expect = EXPECT_INVALID_TAX
+        elif draw < config.invalid_tax_share + config.sanctioned_share:
+            expect = EXPECT_SANCTIONED
+        elif draw < config.invalid_tax_share + config.sanctioned_share + config.bad_iban_share:
+            expect = EXPECT_BAD_IBAN
+        plans.append(
+            SupplierPlan(
+                legal_name=f"{CHAOS_PREFIX} {config.seed}-{i:05d}",
+                # The fake answers a tax id that is not 4-20 alphanumerics "malformed", i.e. invalid.
+                tax_id="BAD-TAX-ID" if expect == EXPECT_INVALID_TAX else f"DE{100000 + i:09d}",
+                # Shorter than 15 characters: the fake refuses it with 422, a business refusal.
+                iban="DE00SHORT" if expect == EXPECT_BAD_IBAN else f"DE89370400440{i:09d}",
+                expect=expect,
+            )
+        )
+    return plans
+
+
+def sanctioned_names(config: ChaosConfig) -> list[str]:
+    return [p.legal_name for p in supplier_plans(config) if p.expect == EXPECT_SANCTIONED]
+
+
+@dataclass
+class LoadProgress:
+    notifications: int = 0
+    runs: int = 0
+    done: bool = False
+    error: BaseException | None = None
+    run_ids: list[int] = field(default_factory=list)
+    notification_ids: list[int] = field(default_factory=list)
+
+
+def create_suppliers(config: ChaosConfig) -> dict[int, str]:
+    """Create the suppliers (not the runs); return supplier id -> expected end."""
+    from onboarding.models import Supplier
+
+    plans = supplier_plans(config)
+    suppliers = Supplier.objects.bulk_create(
+        [
+            Supplier(
+                legal_name=p.legal_name,
+                country="DE",
+                tax_id=p.tax_id,
+                contact_email=f"contact{i}@chaos.example",
+                device_token=f"chaos-device-{config.seed}-{i:05d}",
+                iban=p.iban,
+            )
+            for i, p in enumerate(plans)
+        ]
+    )
+    return {s.pk: p.expect for s, p in zip(suppliers, plans, strict=True)}
+
+
+class LoadThread(threading.Thread):
+    """Create N notifications and M runs, interleaved, in small transactions (each enqueues on commit)."""
+
+    def __init__(self, config: ChaosConfig, supplier_ids: list[int], progress: LoadProgress) -> None:
+        super().__init__(name="chaos-load", daemon=True)
+        self.config = config
+        self.supplier_ids = supplier_ids
+        self.progress = progress
+
+    def run(self) -> None:
+        from notifications.services import notification_create
+        from onboarding.models import Supplier
+        from onboarding.services import onboarding_start
+
+        try:
+            n, m = self.config.notifications, len(self.supplier_ids)
+            chunk = 100
+            suppliers = iter(Supplier.objects.filter(pk__in=self.supplier_ids).order_by("pk"))
+            # Spread the runs evenly between the notification chunks.
+            chunks = max(1, -(-n // chunk))
+            runs_per_chunk = -(-m // chunks)
+            created = 0
+            while created < n or self.progress.runs < m:
+                with transaction.atomic():
+                    for _ in range(min(chunk, n - created)):
+                        row = notification_create(
+                            device_token=f"chaos-token-{created:06d}",
+                            title=f"Chaos message {created}",
+                            body="Sent by weave_chaos.",
+                            data={"chaos": self.config.seed, "n": created},
+                        )
+                        self.progress.notification_ids.append(row.pk)
+                        created += 1
+                self.progress.notifications = created
+                for _ in range(runs_per_chunk):
+                    supplier = next(suppliers, None)
+                    if supplier is None:
+                        break
+                    run = onboarding_start(supplier=supplier, started_by=None)
+                    self.progress.run_ids.append(run.pk)
+                    self.progress.runs += 1
+        except BaseException as exc:  # reported by the runner, which fails the whole run
+            self.progress.error = exc
+        finally:
+            self.progress.done = True
+            close_old_connections()
+            connection.close()

@@ -1,0 +1,411 @@
+"""The chaos run: real servers, K real qcluster process groups, load through the services, seeded faults, audit.
+
+    outcome = ChaosRunner(ChaosConfig(notifications=300, runs=12, clusters=3)).run()
+    outcome.result.violations   # [] when every invariant held
+    print(outcome.report)
+
+Every process it starts lives in `ProcessGroups`, which stops them all on every exit path (a normal
+end, an exception, Ctrl-C, interpreter exit).
+"""
+
+import json
+import logging
+import os
+import random
+import signal
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TextIO
+
+from django.core.management import call_command
+from django.db import connection
+from django.utils import timezone
+
+from weave.chaos import faults as F
+from weave.chaos.audit import AuditInput, AuditResult, audit
+from weave.chaos.config import ChaosConfig
+from weave.chaos.load import LoadProgress, LoadThread, create_suppliers, sanctioned_names
+from weave.chaos.report import Progress, render
+from weave.testing.processes import Child, ProcessGroups, wait_until
+
+
+@dataclass
+class ChaosOutcome:
+    result: AuditResult
+    report: str
+    faults: list[F.FaultRecord]
+    elapsed: float
+
+
+def db_now() -> datetime:
+    """The database clock, so fault times compare with the times the apps record."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT clock_timestamp()")
+            return cursor.fetchone()[0]
+    return timezone.now()
+
+
+def _get_json(url: str, timeout: float = 10.0) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (our own local fake)
+        return json.loads(response.read())
+
+
+def _answers(url: str) -> bool:
+    try:
+        _get_json(url, timeout=1.0)
+    except OSError:
+        return False
+    return True
+
+
+class ChaosRunner:
+    def __init__(self, config: ChaosConfig, *, stdout: TextIO = sys.stdout, database_url: str | None = None) -> None:
+        self.config = config
+        self.stdout = stdout
+        self.database_url = database_url
+        self.rng = random.Random(config.seed)
+        self.groups = ProcessGroups(log_dir=config.log_dir)
+        self.clusters: list[Child] = []
+        self.push: Child | None = None
+        self.supplier: Child | None = None
+        self.records: list[F.FaultRecord] = []
+        self.stopped: list[tuple[int, float, F.FaultRecord]] = []  # (pid, resume at, record)
+        self._cluster_seq = 0
+        self._server_seq = 0
+        self._t0 = 0.0
+
+    # --- the whole run -------------------------------------------------------------------------------
+
+    def run(self) -> ChaosOutcome:
+        """Run the load under faults, audit, and stop every process started, whatever happens."""
+        previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+        # This process creates the load: one log line per created job would bury the progress bar.
+        for name in ("weave", "django-q"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        try:
+            with self.groups:
+                return self._run()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            for pid, _, _ in self.stopped:  # never leave a frozen process behind
+                _signal(pid, signal.SIGCONT)
+
+    def _run(self) -> ChaosOutcome:
+        c = self.config
+        self.say(
+            f"Chaos run: N={c.notifications} notifications, M={c.runs} runs, K={c.clusters} clusters, seed {c.seed}"
+        )
+        self._prepare_database()
+        expectations = create_suppliers(c)
+        self._start_servers()
+        self._ensure_schedules()
+        for _ in range(c.clusters):
+            self._start_cluster()
+        plan = F.plan(c)
+        self.say(f"Fault plan (at share of jobs finished): {', '.join(f'{f.kind}@{f.at:.0%}' for f in plan) or 'none'}")
+
+        progress = LoadProgress()
+        loader = LoadThread(c, list(expectations), progress)
+        self._t0 = time.monotonic()
+        loader.start()
+        self._drive(plan, progress)
+        loader.join(timeout=5)
+        if progress.error is not None:
+            raise RuntimeError(f"Creating the load failed: {progress.error!r}") from progress.error
+        elapsed = time.monotonic() - self._t0
+
+        # Let the clusters finish what they hold (SIGTERM), so the audit reads a database at rest.
+        self.groups.stop_many(self.clusters, grace=c.push_budget + c.push_timeout + 5)
+        push_stats = _get_json(f"http://127.0.0.1:{c.push_port}/_stats", timeout=60)
+        push_log = _get_json(f"http://127.0.0.1:{c.push_port}/_requests", timeout=60)["requests"]
+        supplier_stats = _get_json(f"{c.supplier_url}/_stats", timeout=60)
+        result = audit(
+            AuditInput(
+                expectations=expectations,
+                push_stats=push_stats,
+                push_log=push_log,
+                supplier_stats=supplier_stats,
+                faults=self.records,
+                lease_ttl=c.lease_ttl,
+                # Only a frozen lease holder that was thawed again can attempt (and be refused) a stale write.
+                stops_planned=sum(1 for r in self.records if r.kind == F.STOP and r.held and r.thawed),
+            )
+        )
+        summary = {
+            "size": f"N={c.notifications} notifications (+ welcome), M={c.runs} runs, K={c.clusters} clusters x "
+            f"{c.workers} workers, seed {c.seed}",
+            "timing": f"lease TTL {c.lease_ttl:g} s, push timeout {c.push_timeout:g} s, "
+            f"sweep every {c.sweep_every:g} s",
+            "provider faults": f"latency {c.latency_ms} ms, 5xx {c.rate_5xx:.0%}, 429 {c.rate_429:.0%} "
+            f"(Retry-After {c.retry_after} s), deliver-then-hang {c.rate_hang:.1%} ({c.hang_seconds:g} s)",
+            "supplier services": f"requests {supplier_stats.get('requests')}, unique keys "
+            f"{supplier_stats.get('unique_keys')}, replays {supplier_stats.get('replays')}, faults "
+            f"{supplier_stats.get('faults')}",
+            "drained in": f"{elapsed:.1f} s (deadline {c.deadline:g} s)",
+        }
+        report = render(result, faults=self.records, summary=summary)
+        return ChaosOutcome(result=result, report=report, faults=self.records, elapsed=elapsed)
+
+    def say(self, text: str) -> None:
+        self.stdout.write(text + "\n")
+        self.stdout.flush()
+
+    # --- setup ----------------------------------------------------------------------------------------
+
+    def _prepare_database(self) -> None:
+        name = str(connection.settings_dict["NAME"])
+        if connection.vendor != "postgresql":
+            raise RuntimeError("The chaos run needs PostgreSQL (set DATABASE_URL=postgres://...).")
+        if "chaos" not in name and "test" not in name:
+            # The run empties the job tables; refuse a database that looks like someone's real one.
+            raise RuntimeError(f"Refusing to empty database {name!r}: its name must contain 'chaos' or 'test'.")
+        call_command("migrate", verbosity=0, interactive=False)
+        from django_q.models import OrmQ, Schedule, Task
+
+        from notifications.models import DeliveryAttempt, Notification
+        from onboarding.models import (
+            BankAccount,
+            OnboardingRun,
+            PaymentTerms,
+            RunAttempt,
+            StepReceipt,
+            Supplier,
+            VendorRecord,
+        )
+
+        models = [DeliveryAttempt, Notification, StepReceipt, RunAttempt, VendorRecord, PaymentTerms, BankAccount]
+        models += [OnboardingRun, Supplier, OrmQ, Task, Schedule]
+        tables = ", ".join(connection.ops.quote_name(m._meta.db_table) for m in models)
+        with connection.cursor() as cursor:
+            cursor.execute(f"TRUNCATE {tables} CASCADE")
+
+    def _ensure_schedules(self) -> None:
+        from weave.schedules import ensure_schedules
+
+        ensure_schedules()
+
+    def _server_args(self, kind: str) -> list[str]:
+        c = self.config
+        state = c.log_dir / f"{kind}-state.json"
+        args = [sys.executable, "-m", "weave.chaos.serve", kind, "--state", str(state.resolve())]
+        args += ["--port", str(c.push_port if kind == "push" else c.supplier_port)]
+        latency = c.latency_ms if kind == "push" else c.supplier_latency_ms
+        args += ["--latency-ms", str(latency), "--rate-5xx", str(c.rate_5xx), "--rate-429", str(c.rate_429)]
+        args += ["--retry-after", str(c.retry_after), "--rate-hang", str(c.rate_hang)]
+        args += ["--hang-seconds", str(c.hang_seconds), "--seed", str(c.seed + self._server_seq)]
+        if kind == "supplier":
+            for name in sanctioned_names(c):
+                args += ["--sanctioned", name]
+        return args
+
+    def _start_server(self, kind: str) -> Child:
+        self._server_seq += 1
+        child = self.groups.start(f"fake-{kind}-{self._server_seq}", self._server_args(kind))
+        url = f"http://127.0.0.1:{self.config.push_port if kind == 'push' else self.config.supplier_port}/_stats"
+        wait_until(lambda: _answers(url) or not child.alive(), timeout=30, message=f"the fake {kind} server")
+        if not child.alive():
+            raise RuntimeError(f"The fake {kind} server exited:\n{child.log_tail()}")
+        return child
+
+    def _start_servers(self) -> None:
+        self.config.log_dir.mkdir(parents=True, exist_ok=True)
+        # A fresh start: the fakes' stores and the children's logs belong to this run only.
+        for kind in ("push", "supplier"):
+            (self.config.log_dir / f"{kind}-state.json").unlink(missing_ok=True)
+        for log in self.config.log_dir.glob("*.log"):
+            log.unlink()
+        self.push = self._start_server("push")
+        self.supplier = self._start_server("supplier")
+
+    def _start_cluster(self) -> Child:
+        self._cluster_seq += 1
+        env = self.config.worker_env()
+        if self.database_url:
+            env["DATABASE_URL"] = self.database_url
+        child = self.groups.manage(f"qcluster-{self._cluster_seq}", "qcluster", env=env)
+        self.clusters.append(child)
+        return child
+
+    # --- the loop while the load drains -----------------------------------------------------------------
+
+    def _drive(self, plan: list[F.Fault], progress: LoadProgress) -> None:
+        c = self.config
+        bar = Progress(self.stdout, enabled=c.progress)
+        pending = list(plan)
+        next_sweep = 0.0
+        last_fault = -1e9
+        waited_since: float | None = None
+        settled_since: float | None = None
+        try:
+            while True:
+                now = self.elapsed()
+                self._resume_due(now)
+                done, total = self._terminal_counts()
+                share = done / max(total, c.notifications + c.runs, 1)
+                if pending and pending[0].at <= share and now >= last_fault + c.fault_gap:
+                    waited_since = now if waited_since is None else waited_since
+                    # A kill or a stop waits (up to 15 s) for a target that holds leases.
+                    if self._inject(pending[0], waited=now - waited_since):
+                        pending.pop(0)
+                        last_fault, waited_since = now, None
+                if now >= next_sweep:
+                    self._sweep()
+                    next_sweep = now + c.sweep_every
+                bar.update(
+                    now,
+                    done=done,
+                    total=total,
+                    created=progress.notifications + progress.runs,
+                    faults=len(self.records),
+                )
+                quiet = progress.done and done == total and not self.stopped
+                if quiet and settled_since is None:
+                    settled_since = now
+                elif not quiet:
+                    settled_since = None
+                # Everything is finished and every frozen worker is thawed: give stale workers one TTL
+                # to try (and fail) their late writes, so the audit sees their refusals.
+                if settled_since is not None and now - settled_since >= c.lease_ttl:
+                    break
+                if now >= c.deadline or progress.error is not None:
+                    break
+                time.sleep(0.5)
+        finally:
+            bar.finish()
+        for fault in pending:
+            note = f"not run: the load drained first (due at {fault.at:.0%}, or no target held a lease)"
+            self.records.append(F.FaultRecord(fault.kind, self.elapsed(), None, "-", note=note))
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self._t0
+
+    def _terminal_counts(self) -> tuple[int, int]:
+        from notifications.models import Notification
+        from onboarding.models import OnboardingRun
+
+        total = Notification.objects.count() + OnboardingRun.objects.count()
+        active = Notification.objects.pending().count() + OnboardingRun.objects.active().count()
+        return total - active, total
+
+    def _sweep(self) -> None:
+        """Enqueue work for rows that need a worker: a fast stand-in for the once-a-minute schedules."""
+        from django_q.models import OrmQ
+
+        from notifications.models import Notification
+        from notifications.tasks import enqueue_drain
+        from onboarding.models import OnboardingRun
+        from onboarding.tasks import enqueue_run
+
+        # Keep at most one drain per cluster running, so drains do not starve onboarding tasks.
+        drains = Notification.objects.live().filter(owner__startswith="push:").values("owner").distinct().count()
+        if drains < self.config.clusters and Notification.objects.claimable().exists():
+            enqueue_drain()
+        queued = set()
+        for package in OrmQ.objects.filter(lock__lte=timezone.now()):
+            task = package.task  # a cached_property on OrmQ
+            if task.get("func") == "onboarding.tasks.run_onboarding" and task.get("args"):
+                queued.add(task["args"][0])
+        for run_id in OnboardingRun.objects.needing_a_worker().values_list("pk", flat=True):
+            if run_id not in queued:
+                enqueue_run(run_id)
+
+    # --- faults ------------------------------------------------------------------------------------------
+
+    def _inject(self, fault: F.Fault, *, waited: float) -> bool:
+        """Inject `fault`; False means "no target yet, ask again next tick"."""
+        if fault.kind == F.KILL:
+            return self._kill(waited)
+        if fault.kind == F.STOP:
+            return self._stop(fault, waited)
+        self._restart()
+        return True
+
+    def _kill(self, waited: float) -> bool:
+        # Prefer a cluster that holds leases: killing an idle one tells nothing about recovery.
+        holders = F.lease_holders()
+        frozen = {pid for pid, _, _ in self.stopped}
+        # Spare clusters with a frozen worker: killing it would rob the stop of its stale write.
+        alive = [c for c in self.clusters if c.alive() and not frozen & set(c.descendants())]
+        alive = alive or [c for c in self.clusters if c.alive()]
+        busy = [child for child in alive if any(holders.get(pid) for pid in child.descendants())]
+        if not busy and waited < 15:
+            return False
+        child = self.rng.choice(busy or alive)
+        pids = {child.pgid, *child.descendants()}
+        held = F.held_rows(pids)
+        record = F.FaultRecord(F.KILL, self.elapsed(), db_now(), child.name, held)
+        self.groups.kill(child)
+        self.clusters.remove(child)
+        for item in [item for item in self.stopped if item[0] in pids]:
+            self.stopped.remove(item)
+            item[2].note += "; its cluster was killed while it was frozen"
+        replacement = self._start_cluster()
+        record.note = f"SIGKILL group {child.pgid}; started {replacement.name}"
+        self.records.append(record)
+        return True
+
+    def _stop(self, fault: F.Fault, waited: float) -> bool:
+        # Alternate between a worker holding onboarding runs and one holding notifications, so both
+        # stale-worker paths (blocked attempts, lease_lost deliveries) run; fall back to any holder.
+        prefer = "run" if fault.index % 2 == 0 else "notification"
+        frozen = {p for p, _, _ in self.stopped}
+        workers = [pid for child in self.clusters if child.alive() for pid in child.descendants()]
+        candidates = []
+        for model in (prefer, None):
+            holders = F.lease_holders(model)
+            candidates = sorted(pid for pid in workers if holders.get(pid) and pid not in frozen)
+            if candidates or waited < 8:
+                break
+        if not candidates:
+            if waited < 15:
+                return False  # nobody holds a lease this instant; look again shortly
+            self.records.append(F.FaultRecord(F.STOP, self.elapsed(), None, "-", note="no worker held a lease"))
+            return True
+        pid = self.rng.choice(candidates)
+        held = F.held_rows({pid})
+        pause = self.config.stop_factor * self.config.lease_ttl
+        record = F.FaultRecord(F.STOP, self.elapsed(), db_now(), f"worker pid {pid}", held)
+        _signal(pid, signal.SIGSTOP)
+        record.note = f"SIGSTOP for {pause:g} s (TTL {self.config.lease_ttl:g} s), then SIGCONT"
+        self.stopped.append((pid, self.elapsed() + pause, record))
+        self.records.append(record)
+        return True
+
+    def _resume_due(self, now: float) -> None:
+        for item in list(self.stopped):
+            pid, resume_at, record = item
+            if now >= resume_at:
+                _signal(pid, signal.SIGCONT)
+                record.resumed_at = now
+                record.thawed = True
+                self.stopped.remove(item)
+
+    def _restart(self) -> None:
+        record = F.FaultRecord(F.RESTART, self.elapsed(), db_now(), "fake push + supplier services")
+        for kind in ("push", "supplier"):
+            old = self.push if kind == "push" else self.supplier
+            assert old is not None
+            self.groups.stop(old, grace=10)
+            new = self._start_server(kind)
+            if kind == "push":
+                self.push = new
+            else:
+                self.supplier = new
+        record.note = "SIGTERM (state kept), started again on the same ports"
+        self.records.append(record)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
+    # A SIGTERM to the runner unwinds like Ctrl-C, so every `finally` (and stop_all) runs.
+    raise KeyboardInterrupt

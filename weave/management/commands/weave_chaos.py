@@ -1,0 +1,79 @@
+"""Run the chaos audit: real fake servers, K qcluster process groups, seeded faults, every invariant checked."""
+
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from weave.chaos.config import ChaosConfig
+from weave.chaos.runner import ChaosRunner
+
+
+class Command(BaseCommand):
+    help = (
+        "Drain N notifications and M onboarding runs with K real qcluster processes while clusters are killed, "
+        "workers frozen past their lease and the fake services restarted; audit the invariants (exit 1 on any "
+        "violation). Empties the job tables of the database: its name must contain 'chaos' or 'test'."
+    )
+
+    def add_arguments(self, parser):
+        d = ChaosConfig()
+        parser.add_argument("-n", "--notifications", type=int, default=d.notifications)
+        parser.add_argument("-m", "--runs", type=int, default=d.runs)
+        parser.add_argument("-k", "--clusters", type=int, default=d.clusters)
+        parser.add_argument("--workers", type=int, default=d.workers, help="django-q2 workers per cluster")
+        parser.add_argument("--seed", type=int, default=d.seed)
+        parser.add_argument("--kills", type=int, default=d.kills)
+        parser.add_argument("--stops", type=int, default=d.stops)
+        parser.add_argument("--restarts", type=int, default=d.restarts)
+        parser.add_argument(
+            "--fault-window",
+            type=float,
+            nargs=2,
+            default=d.fault_window,
+            metavar=("FROM", "TO"),
+            help="faults fire while this share of the jobs is finished (seeded positions)",
+        )
+        parser.add_argument("--fault-gap", type=float, default=d.fault_gap, help="seconds between faults, at least")
+        parser.add_argument("--lease-ttl", type=float, default=d.lease_ttl)
+        parser.add_argument("--stop-factor", type=float, default=d.stop_factor, help="a stop lasts this many TTLs")
+        parser.add_argument("--latency-ms", type=int, default=d.latency_ms, help="fake push provider latency")
+        parser.add_argument("--supplier-latency-ms", type=int, default=d.supplier_latency_ms)
+        parser.add_argument("--deadline", type=float, default=d.deadline, help="seconds after the load starts")
+        parser.add_argument("--push-port", type=int, default=d.push_port)
+        parser.add_argument("--supplier-port", type=int, default=d.supplier_port)
+        parser.add_argument("--log-dir", type=Path, default=d.log_dir, help="children's logs and server state")
+        parser.add_argument("--no-progress", action="store_true")
+
+    def handle(self, *args, **o):
+        if o["clusters"] < 3:
+            raise CommandError("The chaos run needs at least 3 clusters (-k 3).")
+        config = ChaosConfig(
+            notifications=o["notifications"],
+            runs=o["runs"],
+            clusters=o["clusters"],
+            workers=o["workers"],
+            seed=o["seed"],
+            kills=o["kills"],
+            stops=o["stops"],
+            restarts=o["restarts"],
+            fault_window=tuple(o["fault_window"]),
+            fault_gap=o["fault_gap"],
+            lease_ttl=o["lease_ttl"],
+            stop_factor=o["stop_factor"],
+            latency_ms=o["latency_ms"],
+            supplier_latency_ms=o["supplier_latency_ms"],
+            deadline=o["deadline"],
+            push_port=o["push_port"],
+            supplier_port=o["supplier_port"],
+            log_dir=o["log_dir"],
+            progress=not o["no_progress"],
+        )
+        try:
+            outcome = ChaosRunner(config, stdout=self.stdout).run()
+        except KeyboardInterrupt:
+            raise CommandError("Interrupted: every process the run started has been stopped.") from None
+        except RuntimeError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(outcome.report)
+        if outcome.result.violations:
+            raise CommandError(f"{len(outcome.result.violations)} invariant(s) violated; see the report above.")

@@ -1,0 +1,53 @@
+"""Create the demo's suppliers and a few notifications, once: running it again changes nothing."""
+
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+# (legal name, country, tax id, IBAN): the fake supplier services accept all of them, except the last,
+# whose IBAN is too short to verify, so the demo shows a run that fails with a business reason too.
+SUPPLIERS = [
+    ("Acme Fasteners GmbH", "DE", "DE811907980", "DE89370400440532013000"),
+    ("Blue Harbour Logistics BV", "NL", "NL853746333B01", "NL91ABNA0417164300"),
+    ("Clyde Valley Paper Ltd", "GB", "GB980780684", "GB33BUKB20201555555555"),
+    ("Dupont Emballages SARL", "FR", "FR40303265045", "FR1420041010050500013M02606"),
+    ("Evergreen Office Supply Inc", "US", "US943213276", "US64SVBKUS6S3300958879"),
+    ("Faulty Fixtures Co", "DE", "DE813030979", "DE00SHORT"),
+]
+DEMO_TOKEN_PREFIX = "demo-device-"
+
+
+class Command(BaseCommand):
+    help = "Create demo suppliers and a few notifications (idempotent: existing demo rows are left alone)."
+
+    def handle(self, *args, **options):
+        from notifications.models import Notification
+        from notifications.services import notification_create
+        from onboarding.models import Supplier
+
+        created = 0
+        with transaction.atomic():
+            for i, (name, country, tax_id, iban) in enumerate(SUPPLIERS):
+                _, new = Supplier.objects.get_or_create(
+                    legal_name=name,
+                    defaults={
+                        "country": country,
+                        "tax_id": tax_id,
+                        "iban": iban,
+                        "contact_email": f"accounts{i}@{name.split()[0].lower()}.example",
+                        "device_token": f"{DEMO_TOKEN_PREFIX}supplier-{i}",
+                    },
+                )
+                created += new
+            self.stdout.write(f"Suppliers: {created} created, {len(SUPPLIERS) - created} already there.")
+
+            if Notification.objects.filter(device_token__startswith=DEMO_TOKEN_PREFIX + "phone").exists():
+                self.stdout.write("Demo notifications already there.")
+                return
+            for i in range(3):
+                notification_create(
+                    device_token=f"{DEMO_TOKEN_PREFIX}phone-{i}",
+                    title=f"Demo notification {i + 1}",
+                    body="Sent through the fake push provider by the demo.",
+                    data={"demo": True},
+                )
+            self.stdout.write("Notifications: 3 created (delivery is queued for qcluster).")
