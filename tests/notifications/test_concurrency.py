@@ -8,6 +8,7 @@ from django.db import connections
 from notifications.delivery import Hooks, deliver_batch, drain
 from notifications.models import DeliveryAttempt, Notification
 from tests.factories import NotificationFactory
+from tests.threads import run_threads
 from weave.leases import DatabaseClock
 
 
@@ -30,25 +31,11 @@ def test_two_workers__every_notification_delivered_exactly_once(push_settings, f
     NotificationFactory.create_batch(300, next_attempt_at=None)
     Notification.objects.update(next_attempt_at=DatabaseClock().now())
     reports: dict[str, object] = {}
-    errors: list[BaseException] = []
-    start = threading.Barrier(2)
 
     def worker(name: str) -> None:
-        try:
-            start.wait()
-            reports[name] = drain(owner=name, batch_size=10, concurrency=5, enqueue_more=False)
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-        finally:
-            connections.close_all()
+        reports[name] = drain(owner=name, batch_size=10, concurrency=5, enqueue_more=False)
 
-    threads = [threading.Thread(target=worker, args=(name,)) for name in ("worker-a", "worker-b")]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-    assert not errors
+    run_threads(worker, ["worker-a", "worker-b"])
     assert set(Notification.objects.values_list("status", flat=True)) == {"delivered"}
     stats = fake.stats()
     assert stats["unique_deliveries"] == stats["requests"] == 300

@@ -1,14 +1,13 @@
 """PostgreSQL: two workers drain a backlog through a faulty provider until every row is terminal."""
 
-import threading
 import time
 
 import pytest
-from django.db import connections
 
 from notifications.delivery import drain
 from notifications.models import DeliveryAttempt, Notification
 from tests.factories import NotificationFactory
+from tests.threads import run_threads
 from weave.leases import DatabaseClock
 
 ROWS = 200
@@ -38,26 +37,14 @@ def test_faulty_provider__every_row_ends_delivered_and_each_key_is_delivered_onc
     )
     NotificationFactory.create_batch(ROWS)
     Notification.objects.update(next_attempt_at=DatabaseClock().now())
-    errors: list[BaseException] = []
     deadline = time.monotonic() + 60
 
     def worker(name: str) -> None:
-        try:
-            while time.monotonic() < deadline and Notification.objects.filter(status="pending").exists():
-                drain(owner=f"{name}-{time.monotonic()}", batch_size=20, concurrency=5, enqueue_more=False)
-                time.sleep(0.05)  # real time for due retries to come due (backoff is ≤ 0.2 s)
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-        finally:
-            connections.close_all()
+        while time.monotonic() < deadline and Notification.objects.filter(status="pending").exists():
+            drain(owner=f"{name}-{time.monotonic()}", batch_size=20, concurrency=5, enqueue_more=False)
+            time.sleep(0.05)  # real time for due retries to come due (backoff is ≤ 0.2 s)
 
-    threads = [threading.Thread(target=worker, args=(n,)) for n in ("a", "b")]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-    assert not errors
+    run_threads(worker, ["a", "b"])
     assert set(Notification.objects.values_list("status", flat=True)) == {"delivered"}
     stats = fake.stats()
     keys = {str(k) for k in Notification.objects.values_list("idempotency_key", flat=True)}
