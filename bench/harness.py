@@ -212,15 +212,16 @@ class Provider:
 
 
 def provider_command(port: int, latency_ms: int) -> list[str]:
-    """The provider's command line: the app's fake provider via `bench.provider` (TCP_NODELAY, see there).
-
-    BENCH_PROVIDER_CMD (a format string with {python}, {port}, {latency_ms}) overrides it, e.g.
-    "{python} manage.py fake_push_provider --port {port} --latency-ms {latency_ms}" for the app's own command.
-    """
-    override = os.environ.get("BENCH_PROVIDER_CMD")
-    if override:
-        return override.format(python=sys.executable, port=port, latency_ms=latency_ms).split()
-    return [sys.executable, "-m", "bench.provider", "--port", str(port), "--latency-ms", str(latency_ms)]
+    """The provider's command line: the app's own fake provider, as the demo and the chaos run use it."""
+    return [
+        sys.executable,
+        str(PROJECT_ROOT / "manage.py"),
+        "fake_push_provider",
+        "--port",
+        str(port),
+        "--latency-ms",
+        str(latency_ms),
+    ]
 
 
 class Bench:

@@ -138,7 +138,7 @@ class LeaseQuerySet(models.QuerySet):
             ]
             # A row without this field keeps its value.
             updates[name] = Case(*whens, default=F(name), output_field=field)
-        guard = self._batch_guard(BatchLease(owner=owner), {pk: fence for pk, (fence, _) in rows.items()}, clock)
+        guard = self._batch_guard(owner, {pk: fence for pk, (fence, _) in rows.items()}, clock)
         landed = self.filter(guard)._update_returning(owner=None, lease_expires_at=None, **updates)
         return {pk for pk, _, _ in landed}
 
@@ -152,7 +152,7 @@ class LeaseQuerySet(models.QuerySet):
         """Renew every row of `batch` still ours in one statement; drop and return the rows found lost."""
         if not batch.fences:
             return []
-        guard = self._batch_guard(batch, batch.fences, clock)
+        guard = self._batch_guard(batch.owner, batch.fences, clock)
         changed = self.filter(guard).update(lease_expires_at=clock.now(_seconds(ttl)))
         if changed == len(batch.fences):
             return []
@@ -169,7 +169,7 @@ class LeaseQuerySet(models.QuerySet):
         wanted = {pk: batch.fences[pk] for pk in (batch.fences if pks is None else pks) if pk in batch.fences}
         if not wanted:
             return 0
-        released = self.filter(self._batch_guard(batch, wanted, clock)).update(
+        released = self.filter(self._batch_guard(batch.owner, wanted, clock)).update(
             owner=None, lease_expires_at=None, **fields
         )
         for pk in wanted:
@@ -213,13 +213,13 @@ class LeaseQuerySet(models.QuerySet):
     def _fresh(self) -> Self:
         return type(self)(model=self.model, using=self._db)
 
-    def _batch_guard(self, batch: BatchLease, fences: Mapping[Any, int], clock: Clock) -> Q:
+    def _batch_guard(self, owner: str, fences: Mapping[Any, int], clock: Clock) -> Q:
         by_fence: dict[int, list[Any]] = defaultdict(list)
         for pk, fence in fences.items():
             by_fence[fence].append(pk)
         # Same owner AND each row's own fence: an owner name alone is luck, not a guard.
         rows = reduce(or_, (Q(fence=fence, pk__in=pks) for fence, pks in by_fence.items()))
-        return rows & Q(owner=batch.owner, lease_expires_at__gt=clock.now())
+        return rows & Q(owner=owner, lease_expires_at__gt=clock.now())
 
     def _label(self, pk: Any) -> str:
         return f"{self.model._meta.label} {pk}"
