@@ -2,7 +2,7 @@
 
 Everything a scenario needs to run one measurement side by side with another: reset the tables,
 load a backlog, start the provider at a given latency and K clusters with W workers, and time how
-long it takes until every row is terminal. Processes are started through `weave.testing.processes`
+long it takes until every row is terminal. Processes are started through `tools.processes`
 so each sits in its own process group and a crashed host is one `killpg` away.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import dj_database_url
 import httpx
 
-from weave.testing.processes import PROJECT_ROOT, Child, ProcessGroups, wait_until
+from tools.processes import PROJECT_ROOT, Child, ProcessGroups, wait_until
 
 BENCH_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/weave_bench"
 LOG_DIR = PROJECT_ROOT / "bench" / ".logs"
@@ -27,7 +27,7 @@ LOG_DIR = PROJECT_ROOT / "bench" / ".logs"
 # The environment every process of a run shares (this one and the clusters it starts). DEBUG off:
 # with DEBUG on Django keeps every query in memory, a cost neither Weave nor the baseline has in production.
 BASE_ENV = {
-    "DJANGO_SETTINGS_MODULE": "weave.settings",
+    "DJANGO_SETTINGS_MODULE": "demo.settings",
     "DEBUG": "false",
     "SECRET_KEY": "weave-bench-only-not-a-secret-" + "x" * 32,
     "WEAVE_Q_NAME": "weave-bench",
@@ -100,12 +100,12 @@ def reset_tables() -> None:
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "TRUNCATE notifications_deliveryattempt, notifications_notification, django_q_ormq, django_q_task "
-            "RESTART IDENTITY CASCADE"
+            "TRUNCATE weave_notifications_deliveryattempt, weave_notifications_notification, "
+            "django_q_ormq, django_q_task RESTART IDENTITY CASCADE"
         )
     # Fresh statistics: a TRUNCATEd table's plan should not come from the previous run's numbers.
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE notifications_notification")
+        cursor.execute("ANALYZE weave_notifications_notification")
 
 
 def build_rows(n: int, *, due: bool) -> list:

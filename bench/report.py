@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from weave.testing.processes import PROJECT_ROOT
+from tools.processes import PROJECT_ROOT
 
 TARGET_SPEEDUP = 20.0
 TARGET_FENCING = 0.9

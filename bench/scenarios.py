@@ -347,7 +347,7 @@ def _lease_left(ids: list[int]) -> float:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT EXTRACT(EPOCH FROM max(lease_expires_at) - clock_timestamp()) "
-            "FROM notifications_notification WHERE id = ANY(%s) AND status = 'pending'",
+            "FROM weave_notifications_notification WHERE id = ANY(%s) AND status = 'pending'",
             [ids],
         )
         value = cursor.fetchone()[0]

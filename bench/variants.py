@@ -6,7 +6,7 @@ during which the calling thread gives up the GIL, and getting it back from twent
 costs up to `sys.getswitchinterval()` (5 ms) per statement. So the fix is fewer statements, not
 faster ones: every delivered answer of a group is finished by ONE guarded statement,
 
-    UPDATE notifications_notification AS n SET status = 'delivered', ... , owner = NULL, lease_expires_at = NULL
+    UPDATE weave_notifications_notification AS n SET status = 'delivered', ... , owner = NULL, lease_expires_at = NULL
     FROM (VALUES (id, fence, attempts, message_id, note), ...) AS v(...)
     WHERE n.id = v.id AND n.owner = %s AND n.fence = v.fence AND n.lease_expires_at > clock_timestamp()
     RETURNING n.id

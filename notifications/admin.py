@@ -111,7 +111,7 @@ class NotificationAdmin(admin.ModelAdmin):
         return obj.device_token if len(obj.device_token) <= 16 else f"{obj.device_token[:16]}…"
 
     def has_manage_delivery_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("notifications.manage_delivery")
+        return request.user.has_perm("weave_notifications.manage_delivery")
 
     @admin.action(description="Retry now", permissions=["manage_delivery"])
     def retry_now(self, request: HttpRequest, queryset: QuerySet) -> None:

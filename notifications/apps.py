@@ -3,12 +3,16 @@ from django.apps import AppConfig
 
 class NotificationsConfig(AppConfig):
     name = "notifications"
+    label = "weave_notifications"  # a host site may already have an app labelled "notifications"
     verbose_name = "Push notifications"
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
         from notifications import checks  # noqa: F401  (registers the system checks)
+        from notifications.explain import explain_notification
+        from weave.explain import register_explainer
         from weave.schedules import ScheduleSpec, register_schedule
 
         # The sweep: picks up expired leases and due retries even when nothing new is created.
         register_schedule(ScheduleSpec(name="notifications.sweep", func="notifications.tasks.sweep", minutes=1))
+        register_explainer("notification", explain_notification)

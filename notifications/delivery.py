@@ -21,6 +21,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
+from notifications import queue
 from notifications.models import DeliveryAttempt, Notification
 from notifications.providers import HttpJsonProvider, Outcome, Provider, PushMessage, SendResult
 from weave.conf import weave_settings
@@ -440,9 +441,7 @@ def drain(
     finally:
         worker.close()
     if report.budget_spent and enqueue_more and Notification.objects.claimable(clock).exists():
-        from notifications.tasks import enqueue_drain
-
-        enqueue_drain()
+        queue.enqueue_drain()
         report.more_enqueued = True
     log_event(
         logger,

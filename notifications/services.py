@@ -9,6 +9,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from notifications import queue
 from notifications.models import Notification
 from weave.conf import weave_settings
 from weave.events import log_event
@@ -57,9 +58,7 @@ def _field_length(name: str) -> int:
 
 
 def _enqueue_drain() -> None:
-    from notifications.tasks import enqueue_drain
-
-    enqueue_drain()
+    queue.enqueue_drain()
 
 
 @dataclass

@@ -38,7 +38,7 @@ class SupplierAdmin(admin.ModelAdmin):
         return f"#{run.pk} {run.status}" if run else "—"
 
     def has_start_onboarding_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("onboarding.start_onboarding")
+        return request.user.has_perm("weave_onboarding.start_onboarding")
 
     @admin.action(description="Start onboarding", permissions=["start_onboarding"])
     def start_onboarding(self, request: HttpRequest, queryset: QuerySet[Supplier]) -> None:

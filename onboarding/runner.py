@@ -19,6 +19,7 @@ from typing import Any
 
 from django.db import transaction
 
+from onboarding import queue
 from onboarding.client import SupplierServices
 from onboarding.errors import PermanentFailure, StepFailure, TemporaryFailure
 from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
@@ -235,9 +236,7 @@ class Attempt:
             self._guarded_release(expect={"status": Status.RUNNING}, status=Status.PENDING, reason=reason)
             self._end_attempt(Outcome.RELEASED, reason)
             if requeue:
-                from onboarding.tasks import enqueue_run
-
-                transaction.on_commit(partial(enqueue_run, self.run_id))
+                transaction.on_commit(partial(queue.enqueue_run, self.run_id))
 
     def fail(self, reason: str) -> None:
         """End the run as failed with `reason`, under the guard."""

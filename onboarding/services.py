@@ -6,6 +6,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from onboarding import queue
 from onboarding.errors import RunAlreadyActive
 from onboarding.models import OnboardingRun, Supplier
 from weave.events import log_event
@@ -16,9 +17,7 @@ Status = OnboardingRun.Status
 
 
 def _enqueue(run_id: int) -> None:
-    from onboarding.tasks import enqueue_run
-
-    enqueue_run(run_id)
+    queue.enqueue_run(run_id)
 
 
 def onboarding_start(*, supplier: Supplier, started_by: Any = None) -> OnboardingRun:

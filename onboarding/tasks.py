@@ -1,26 +1,18 @@
 """Thin django-q2 entry points for onboarding.
 
-`onboarding.tasks.sweep` runs every minute from the django-q2 Schedule that `manage.py
-weave_schedules` creates: it re-enqueues pending runs and runs whose lease expired.
+`onboarding.tasks.sweep` runs every minute from the django-q2 Schedule: it re-enqueues pending runs
+and runs whose lease expired.
 """
 
-from django_q.tasks import async_task
-
-
-def enqueue_run(run_id: int) -> None:
-    """Ask the workers to run one attempt at onboarding run `run_id`."""
-    async_task("onboarding.tasks.run_onboarding", run_id, group="onboarding")
+from onboarding.runner import run_onboarding as run
+from onboarding.services import onboarding_sweep
 
 
 def run_onboarding(run_id: int) -> str:
     """Run one attempt at `run_id`; return its outcome for the task result."""
-    from onboarding.runner import run_onboarding as run
-
     return run(run_id)
 
 
 def sweep() -> int:
     """Enqueue runs that need a worker; return how many."""
-    from onboarding.services import onboarding_sweep
-
     return len(onboarding_sweep())

@@ -3,8 +3,8 @@ from dataclasses import asdict
 import pytest
 from django.db import connection
 
-from notifications.fake_provider import FakePushProvider, FaultConfig
-from onboarding.fake_services import FakeSupplierServices
+from notifications.testing.fake_provider import FakePushProvider, FaultConfig
+from onboarding.testing.fake_services import FakeSupplierServices
 from weave.leases import FakeClock
 
 

@@ -1,6 +1,6 @@
 """Test settings: the standalone site plus a small app with a concrete leased model."""
 
-from weave.settings import *  # noqa: F403
+from demo.settings import *  # noqa: F403
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.leasetest"]  # noqa: F405
 

@@ -9,8 +9,8 @@ from notifications.models import DeliveryAttempt, Notification
 from onboarding.models import RunAttempt, StepReceipt
 from onboarding.steps import STEP_NAMES
 from tests.factories import NotificationFactory, OnboardingRunFactory
-from weave.chaos.audit import AuditInput, audit
-from weave.chaos.faults import FaultRecord, HeldRow
+from tools.chaos.audit import AuditInput, audit
+from tools.chaos.faults import FaultRecord, HeldRow
 
 pytestmark = pytest.mark.django_db
 

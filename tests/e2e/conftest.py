@@ -11,7 +11,7 @@ from urllib.parse import quote
 import pytest
 from django.db import connection
 
-from weave.testing.processes import ProcessGroups
+from tools.processes import ProcessGroups
 
 
 def database_url() -> str:

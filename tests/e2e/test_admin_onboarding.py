@@ -3,12 +3,12 @@
 import pytest
 from django.urls import reverse
 
-from notifications.fake_provider import FakePushProvider
 from notifications.models import Notification
-from onboarding.fake_services import FakeSupplierServices
+from notifications.testing.fake_provider import FakePushProvider
 from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, StepReceipt, Supplier, VendorRecord
 from onboarding.steps import STEP_NAMES
-from weave.testing.processes import wait_until
+from onboarding.testing.fake_services import FakeSupplierServices
+from tools.processes import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -27,7 +27,7 @@ def test_admin_start_onboarding__a_real_qcluster_completes_the_run(admin_client,
         cluster = groups.manage("qcluster", "qcluster", env=env)
 
         response = admin_client.post(
-            reverse("admin:onboarding_supplier_changelist"),
+            reverse("admin:weave_onboarding_supplier_changelist"),
             {"action": "start_onboarding", "_selected_action": [supplier.pk]},
             follow=True,
         )

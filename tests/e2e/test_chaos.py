@@ -5,9 +5,9 @@ The full-size run is `make chaos`; this one is small enough for CI (about a minu
 
 import pytest
 
-from weave.chaos.config import ChaosConfig
-from weave.chaos.faults import KILL, STOP
-from weave.chaos.runner import ChaosRunner
+from tools.chaos.config import ChaosConfig
+from tools.chaos.faults import KILL, STOP
+from tools.chaos.runner import ChaosRunner
 
 from .conftest import database_url, free_port
 

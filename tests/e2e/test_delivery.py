@@ -2,10 +2,10 @@
 
 import pytest
 
-from notifications.fake_provider import FakePushProvider
 from notifications.models import DeliveryAttempt, Notification
 from notifications.services import notification_create
-from weave.testing.processes import wait_until
+from notifications.testing.fake_provider import FakePushProvider
+from tools.processes import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -5,13 +5,13 @@ import signal
 
 import pytest
 
-from notifications.fake_provider import FakePushProvider
 from notifications.models import Notification
 from notifications.services import notification_create
-from onboarding.fake_services import FakeConfig, FakeSupplierServices
+from notifications.testing.fake_provider import FakePushProvider
 from onboarding.models import OnboardingRun, RunAttempt, Supplier
 from onboarding.services import onboarding_start
-from weave.testing.processes import wait_until
+from onboarding.testing.fake_services import FakeConfig, FakeSupplierServices
+from tools.processes import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -1,7 +1,7 @@
 """Weave inside someone else's site: built as a wheel, installed into a fresh virtual environment,
 run by a host project with its own settings, its own custom user model and PostgreSQL.
 
-The host project (`tests/hostsite/project/`) never imports `weave.settings`; this test proves the
+The host project (`tests/hostsite/project/`) never imports `demo.settings`; this test proves the
 wheel carries everything the apps need (migrations, templates, management commands) and that a real
 `qcluster` in that environment delivers a notification and completes an onboarding run.
 """
@@ -19,9 +19,9 @@ import psycopg
 import pytest
 from django.db import connection
 
-from notifications.fake_provider import FakePushProvider
-from onboarding.fake_services import FakeSupplierServices
-from weave.testing.processes import PROJECT_ROOT, ProcessGroups, wait_until
+from notifications.testing.fake_provider import FakePushProvider
+from onboarding.testing.fake_services import FakeSupplierServices
+from tools.processes import PROJECT_ROOT, ProcessGroups, wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.e2e]
 HOST_PROJECT = Path(__file__).parent / "project"
@@ -81,7 +81,14 @@ def test_wheel_carries_migrations_templates_and_commands(wheel):
         "weave/management/commands/weave_explain.py",
     ):
         assert expected in names, f"{expected} is missing from {wheel.name}"
-    assert not any(n.startswith("tests/") for n in names)
+    # The wheel is the library only: no standalone site, demo commands, chaos runner or bench.
+    for package in ("tests/", "demo/", "tools/", "bench/"):
+        assert not any(n.startswith(package) for n in names), f"{package} must not ship in {wheel.name}"
+    for module in ("settings.py", "urls.py", "wsgi.py"):
+        assert not any(n.endswith(f"/{module}") for n in names), f"a site's {module} must not ship"
+    assert not any("weave_chaos" in n or "weave_demo" in n or "fake_push_provider.py" in n for n in names)
+    # The shipped test fakes a host site's own tests may use.
+    assert {"notifications/testing/fake_provider.py", "onboarding/testing/fake_services.py"} <= names
 
 
 def test_host_site_runs_weave_from_the_wheel(host_python, host_db, tmp_path):
@@ -129,8 +136,8 @@ def test_host_site_runs_weave_from_the_wheel(host_python, host_db, tmp_path):
 
         def state() -> tuple[str, list[str]]:
             with psycopg.connect(dbname=db_name, autocommit=True, **admin) as conn:
-                run_status = conn.execute("SELECT status FROM onboarding_onboardingrun WHERE id = %s", [run_id])
-                notes = conn.execute("SELECT status FROM notifications_notification ORDER BY id")
+                run_status = conn.execute("SELECT status FROM weave_onboarding_onboardingrun WHERE id = %s", [run_id])
+                notes = conn.execute("SELECT status FROM weave_notifications_notification ORDER BY id")
                 return run_status.fetchone()[0], [row[0] for row in notes]
 
         try:
@@ -145,12 +152,12 @@ def test_host_site_runs_weave_from_the_wheel(host_python, host_db, tmp_path):
 
         with psycopg.connect(dbname=db_name, autocommit=True, **admin) as conn:
             creator = conn.execute(
-                "SELECT m.email FROM onboarding_onboardingrun r JOIN accounts_member m ON m.id = r.created_by_id "
+                "SELECT m.email FROM weave_onboarding_onboardingrun r JOIN accounts_member m ON m.id = r.created_by_id "
                 "WHERE r.id = %s",
                 [run_id],
             ).fetchone()[0]
             receipts = conn.execute(
-                "SELECT count(*) FROM onboarding_stepreceipt WHERE run_id = %s", [run_id]
+                "SELECT count(*) FROM weave_onboarding_stepreceipt WHERE run_id = %s", [run_id]
             ).fetchone()
         assert creator == "buyer@host.example"
         assert receipts[0] == 6

@@ -9,12 +9,12 @@ from tests.factories import NotificationFactory
 from weave.leases import default_clock
 
 pytestmark = pytest.mark.django_db
-CHANGELIST = reverse("admin:notifications_notification_changelist")
+CHANGELIST = reverse("admin:weave_notifications_notification_changelist")
 
 
 def staff(*codenames: str) -> User:
     user = User.objects.create_user("staff", password="pw", is_staff=True)
-    perms = Permission.objects.filter(content_type__app_label="notifications", codename__in=codenames)
+    perms = Permission.objects.filter(content_type__app_label="weave_notifications", codename__in=codenames)
     user.user_permissions.set(perms)
     return user
 
@@ -44,7 +44,7 @@ def test_changelist_and_change_page_render_with_lease_state_and_attempts(admin_c
         assert admin_client.get(CHANGELIST + query).status_code == 200
     filtered = admin_client.get(CHANGELIST + "?attempt_outcome=temporary")
     assert list(filtered.context["cl"].result_list) == [failed_row]
-    change = admin_client.get(reverse("admin:notifications_notification_change", args=[failed_row.pk]))
+    change = admin_client.get(reverse("admin:weave_notifications_notification_change", args=[failed_row.pk]))
     assert change.status_code == 200
     assert b"HTTP 503" in change.content  # the inline attempt history
     form_fields = change.context["adminform"].form.fields

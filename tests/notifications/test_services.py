@@ -5,8 +5,8 @@ from django.core.exceptions import ValidationError
 from django_q.models import OrmQ
 
 from notifications.models import Notification
+from notifications.queue import enqueue_drain
 from notifications.services import notification_cancel, notification_create, notification_retry_now
-from notifications.tasks import enqueue_drain
 from tests.factories import NotificationFactory
 
 pytestmark = pytest.mark.django_db

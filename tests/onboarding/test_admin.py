@@ -12,8 +12,8 @@ from onboarding.runner import Attempt, run_onboarding
 from tests.factories import OnboardingRunFactory, SupplierFactory
 
 pytestmark = pytest.mark.django_db
-SUPPLIERS = reverse("admin:onboarding_supplier_changelist")
-RUNS = reverse("admin:onboarding_onboardingrun_changelist")
+SUPPLIERS = reverse("admin:weave_onboarding_supplier_changelist")
+RUNS = reverse("admin:weave_onboarding_onboardingrun_changelist")
 
 
 def staff(*perms: str):
@@ -121,20 +121,20 @@ def test_changelists_render_runs_with_receipts_and_attempts(operator, fake_servi
     blocked = operator.get(RUNS, {"blocked": "yes"})
     assert list(blocked.context["cl"].result_list) == [blocked_run]
 
-    detail = operator.get(reverse("admin:onboarding_onboardingrun_change", args=[run.pk]))
+    detail = operator.get(reverse("admin:weave_onboarding_onboardingrun_change", args=[run.pk]))
     assert detail.status_code == 200
     for step in ("verify_tax_id", "register_bank_account", "send_welcome_notification"):
         assert step.encode() in detail.content
     assert b"completed" in detail.content
 
-    attempts = operator.get(reverse("admin:onboarding_runattempt_changelist"))
+    attempts = operator.get(reverse("admin:weave_onboarding_runattempt_changelist"))
     assert attempts.status_code == 200
     assert list(attempts.context["cl"].result_list) == list(RunAttempt.objects.filter(outcome="blocked"))
     assert b"now held by fresh-worker at fence 2" in attempts.content
-    everything = operator.get(reverse("admin:onboarding_runattempt_changelist"), {"outcome": "all"})
+    everything = operator.get(reverse("admin:weave_onboarding_runattempt_changelist"), {"outcome": "all"})
     assert everything.context["cl"].result_count == RunAttempt.objects.count() == 2
 
-    receipts = operator.get(reverse("admin:onboarding_stepreceipt_changelist"))
+    receipts = operator.get(reverse("admin:weave_onboarding_stepreceipt_changelist"))
     assert receipts.status_code == 200 and receipts.context["cl"].result_count == 6
 
 
@@ -146,5 +146,7 @@ def test_run_admin__lease_fields_are_read_only_and_judged_live_by_the_database(o
     assert page.status_code == 200
     row = page.context["cl"].result_list[0]
     assert row.lease_live is True
-    admin_form = operator.get(reverse("admin:onboarding_onboardingrun_change", args=[run.pk])).context["adminform"]
+    admin_form = operator.get(reverse("admin:weave_onboarding_onboardingrun_change", args=[run.pk])).context[
+        "adminform"
+    ]
     assert {"owner", "fence", "lease_expires_at", "status", "phase"} <= set(admin_form.readonly_fields)

@@ -5,7 +5,7 @@ import threading
 import httpx
 import pytest
 
-from onboarding.fake_services import FakeConfig, FakeSupplierServices
+from onboarding.testing.fake_services import FakeConfig, FakeSupplierServices
 
 
 @pytest.fixture

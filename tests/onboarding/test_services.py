@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from django.db import IntegrityError, transaction
 
-from onboarding import tasks
+from onboarding import queue, tasks
 from onboarding.errors import RunAlreadyActive
 from onboarding.models import OnboardingRun, OnboardingRunQuerySet, RunAttempt, StepReceipt, VendorRecord
 from onboarding.runner import Attempt
@@ -32,7 +32,7 @@ def test_start__refuses_a_second_active_run_for_the_supplier():
 
 def test_start__enqueues_the_run_on_commit(django_capture_on_commit_callbacks, monkeypatch):
     sent = []
-    monkeypatch.setattr(tasks, "enqueue_run", sent.append)
+    monkeypatch.setattr(queue, "enqueue_run", sent.append)
     with django_capture_on_commit_callbacks(execute=True):
         run = onboarding_start(supplier=SupplierFactory(), started_by=None)
     assert sent == [run.pk]
@@ -62,7 +62,7 @@ def test_sweep__enqueues_pending_and_expired_runs_but_not_live_or_finished_ones(
     clock, monkeypatch, django_capture_on_commit_callbacks
 ):
     sent = []
-    monkeypatch.setattr(tasks, "enqueue_run", sent.append)
+    monkeypatch.setattr(queue, "enqueue_run", sent.append)
     pending = OnboardingRunFactory()
     crashed = OnboardingRunFactory()
     live = OnboardingRunFactory()
@@ -79,7 +79,7 @@ def test_sweep__enqueues_pending_and_expired_runs_but_not_live_or_finished_ones(
 
 def test_sweep_task__counts_what_it_enqueued(django_capture_on_commit_callbacks, monkeypatch):
     sent = []
-    monkeypatch.setattr(tasks, "enqueue_run", sent.append)
+    monkeypatch.setattr(queue, "enqueue_run", sent.append)
     runs = OnboardingRunFactory.create_batch(3)
     with django_capture_on_commit_callbacks(execute=True):
         assert tasks.sweep() == 3

@@ -87,7 +87,7 @@ def test_admin_change_page_renders_the_run_timeline(fake_services, clock, admin_
     run = OnboardingRunFactory(supplier=supplier)
     Attempt(run.pk, ttl=TTL, clock=clock, background=False, owner="worker-a").execute()
 
-    page = admin_client.get(f"/admin/onboarding/onboardingrun/{run.pk}/change/").content.decode()
+    page = admin_client.get(f"/admin/weave_onboarding/onboardingrun/{run.pk}/change/").content.decode()
     assert 'class="weave-timeline"' in page
     assert_in_order(page, "fence 1 claimed by worker-a", "Attempt 1 (fence 1) saved no step and failed the run")
 
@@ -141,6 +141,6 @@ def test_explain_notification__tells_the_overlap_story(push_settings, fake, cloc
 def test_admin_change_page_renders_the_notification_timeline(push_settings, fake, clock, admin_client):
     n = NotificationFactory(next_attempt_at=clock.current)
     deliver_batch(clock=clock, owner="worker-a")
-    page = admin_client.get(f"/admin/notifications/notification/{n.pk}/change/").content.decode()
+    page = admin_client.get(f"/admin/weave_notifications/notification/{n.pk}/change/").content.decode()
     assert 'class="weave-timeline"' in page
     assert_in_order(page, "fence 1 held by worker-a", "Fence 1 delivered it at")

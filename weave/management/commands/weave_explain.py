@@ -1,29 +1,25 @@
 """`manage.py weave_explain notification <id>` / `weave_explain run <id>`: one job's story."""
 
-from django.apps import apps
+from argparse import ArgumentParser
+from typing import Any
+
 from django.core.exceptions import ObjectDoesNotExist
 from django.core.management.base import BaseCommand, CommandError
 
-# kind -> (app that must be installed, "module:function" returning a weave.timeline.Timeline)
-EXPLAINERS = {
-    "notification": ("notifications", "notifications.explain:explain_notification"),
-    "run": ("onboarding", "onboarding.explain:explain_run"),
-}
+from weave.explain import explainers
 
 
 class Command(BaseCommand):
     help = "Print one job's timeline (claims, attempts, receipts, current holder) and a plain summary."
 
-    def add_arguments(self, parser):
-        parser.add_argument("kind", choices=sorted(EXPLAINERS))
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("kind", choices=sorted(explainers()) or None)
         parser.add_argument("id", type=int)
 
-    def handle(self, *args, kind: str, id: int, **options):
-        app, target = EXPLAINERS[kind]
-        if not apps.is_installed(app):
-            raise CommandError(f"The {app} app is not installed; there are no {kind}s to explain.")
-        module, function = target.split(":")
-        explain = getattr(__import__(module, fromlist=[function]), function)
+    def handle(self, *args: Any, kind: str, id: int, **options: Any) -> None:
+        explain = explainers().get(kind)
+        if explain is None:
+            raise CommandError(f"No app that explains {kind!r} jobs is installed.")
         try:
             timeline = explain(id)
         except ObjectDoesNotExist as exc:

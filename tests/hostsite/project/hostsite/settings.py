@@ -1,4 +1,4 @@
-"""Settings of a host site that installs Weave's apps. It never imports `weave.settings`."""
+"""Settings of a host site that installs Weave's apps. It never imports `demo.settings`."""
 
 import os
 
@@ -17,6 +17,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "accounts",
+    "alerts",  # its own app labelled "notifications"
     # Weave, as the README's "Add to an existing site" section lists it:
     "django_q",
     "weave",

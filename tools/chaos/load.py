@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from django.db import close_old_connections, connection, transaction
 
-from weave.chaos.config import ChaosConfig
+from tools.chaos.config import ChaosConfig
 
 # What a supplier is built to end as. The audit checks each run ends exactly so.
 EXPECT_COMPLETED = "completed"

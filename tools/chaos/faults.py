@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from weave.chaos.config import ChaosConfig
+from tools.chaos.config import ChaosConfig
 
 KILL, STOP, RESTART = "kill", "stop", "restart"
 

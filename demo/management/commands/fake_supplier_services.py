@@ -1,8 +1,8 @@
-"""Run the fake supplier services (see onboarding.fake_services) until Ctrl-C."""
+"""Run the fake supplier services (see onboarding.testing.fake_services) until Ctrl-C."""
 
 from django.core.management.base import BaseCommand
 
-from onboarding.fake_services import FakeConfig, FakeSupplierServices
+from onboarding.testing.fake_services import FakeConfig, FakeSupplierServices
 
 
 class Command(BaseCommand):

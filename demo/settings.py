@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "weave",
     "notifications",
     "onboarding",
+    "demo",
 ]
 
 MIDDLEWARE = [
@@ -50,8 +51,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-ROOT_URLCONF = "weave.urls"
-WSGI_APPLICATION = "weave.wsgi.application"
+ROOT_URLCONF = "demo.urls"
+WSGI_APPLICATION = "demo.wsgi.application"
 
 TEMPLATES = [
     {

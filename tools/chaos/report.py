@@ -4,8 +4,8 @@ import sys
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-from weave.chaos.audit import AuditResult
-from weave.chaos.faults import FaultRecord
+from tools.chaos.audit import AuditResult
+from tools.chaos.faults import FaultRecord
 
 
 def progress_line(*, elapsed: float, done: int, total: int, created: int, faults: int, width: int = 30) -> str:

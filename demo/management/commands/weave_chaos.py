@@ -4,8 +4,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from weave.chaos.config import ChaosConfig
-from weave.chaos.runner import ChaosRunner
+from tools.chaos.config import ChaosConfig
+from tools.chaos.runner import ChaosRunner
 
 
 class Command(BaseCommand):

@@ -1,7 +1,7 @@
 """Run one of the apps' fake servers as a process whose idempotency store survives a restart.
 
-    python -m weave.chaos.serve push --port 8100 --state /tmp/push.json --rate-5xx 0.07 ...
-    python -m weave.chaos.serve supplier --port 8200 --state /tmp/supplier.json --error-rate 0.07 ...
+    python -m tools.chaos.serve push --port 8100 --state /tmp/push.json --rate-5xx 0.07 ...
+    python -m tools.chaos.serve supplier --port 8200 --state /tmp/supplier.json --error-rate 0.07 ...
 
 The fakes keep what they have seen in memory. A real provider keeps its idempotency store when it
 restarts, so the chaos runner's "restart the fake services" must not wipe it: on SIGTERM this wrapper
@@ -52,7 +52,7 @@ def _push_load(state: Any, data: dict[str, Any]) -> None:
 
 
 def _serve_push(args: argparse.Namespace) -> tuple[Any, Any]:
-    from notifications.fake_provider import FakePushProvider
+    from notifications.testing.fake_provider import FakePushProvider
 
     server = FakePushProvider(
         host=args.host,
@@ -93,7 +93,7 @@ def _supplier_load(state: Any, data: dict[str, Any]) -> None:
 
 
 def _serve_supplier(args: argparse.Namespace) -> tuple[Any, Any]:
-    from onboarding.fake_services import FakeConfig, FakeSupplierServices
+    from onboarding.testing.fake_services import FakeConfig, FakeSupplierServices
 
     config = FakeConfig(
         latency=args.latency_ms / 1000,

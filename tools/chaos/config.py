@@ -65,7 +65,7 @@ class ChaosConfig:
         return f"http://127.0.0.1:{self.supplier_port}"
 
     def worker_env(self) -> dict[str, str]:
-        """Environment for every qcluster child (read by weave/settings.py)."""
+        """Environment for every qcluster child (read by demo/settings.py)."""
         return {
             "WEAVE_PUSH_URL": self.push_url,
             "WEAVE_SUPPLIER_API_URL": self.supplier_url,

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from weave.chaos.faults import FaultRecord
-from weave.chaos.load import EXPECT_COMPLETED, REASON_FRAGMENT
+from tools.chaos.faults import FaultRecord
+from tools.chaos.load import EXPECT_COMPLETED, REASON_FRAGMENT
 
 MAX_EXAMPLES = 5
 # A send's start is derived (finish time on the database clock minus the latency measured in whole

@@ -24,12 +24,12 @@ from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
-from weave.chaos import faults as F
-from weave.chaos.audit import AuditInput, AuditResult, audit
-from weave.chaos.config import ChaosConfig
-from weave.chaos.load import LoadProgress, LoadThread, create_suppliers, sanctioned_names
-from weave.chaos.report import Progress, render
-from weave.testing.processes import Child, ProcessGroups, wait_until
+from tools.chaos import faults as F
+from tools.chaos.audit import AuditInput, AuditResult, audit
+from tools.chaos.config import ChaosConfig
+from tools.chaos.load import LoadProgress, LoadThread, create_suppliers, sanctioned_names
+from tools.chaos.report import Progress, render
+from tools.processes import Child, ProcessGroups, wait_until
 
 
 @dataclass
@@ -191,7 +191,7 @@ class ChaosRunner:
     def _server_args(self, kind: str) -> list[str]:
         c = self.config
         state = c.log_dir / f"{kind}-state.json"
-        args = [sys.executable, "-m", "weave.chaos.serve", kind, "--state", str(state.resolve())]
+        args = [sys.executable, "-m", "tools.chaos.serve", kind, "--state", str(state.resolve())]
         args += ["--port", str(c.push_port if kind == "push" else c.supplier_port)]
         latency = c.latency_ms if kind == "push" else c.supplier_latency_ms
         args += ["--latency-ms", str(latency), "--rate-5xx", str(c.rate_5xx), "--rate-429", str(c.rate_429)]
@@ -296,9 +296,9 @@ class ChaosRunner:
         from django_q.models import OrmQ
 
         from notifications.models import Notification
-        from notifications.tasks import enqueue_drain
+        from notifications.queue import enqueue_drain
         from onboarding.models import OnboardingRun
-        from onboarding.tasks import enqueue_run
+        from onboarding.queue import enqueue_run
 
         # Keep at most one drain per cluster running, so drains do not starve onboarding tasks.
         drains = Notification.objects.live().filter(owner__startswith="push:").values("owner").distinct().count()

@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand
 
-from notifications.fake_provider import FakePushProvider
+from notifications.testing.fake_provider import FakePushProvider
 
 
 class Command(BaseCommand):
