@@ -27,6 +27,7 @@ from notifications.providers import HttpJsonProvider, Outcome, Provider, PushMes
 from weave.conf import weave_settings
 from weave.events import log_event
 from weave.leases import BatchLease, Clock, Lease, default_clock, new_owner
+from weave.retry import backoff_seconds
 
 logger = logging.getLogger("weave.notifications")
 JOB = "notification"
@@ -106,14 +107,6 @@ class CircuitBreaker:
             self.run = 0  # the provider answered sensibly: the run of failures is broken
         if self.reason:
             log_event(logger, "breaker_open", job=JOB, id="-", owner=owner, reason=self.reason)
-
-
-def backoff_seconds(attempt: int, *, base: float, cap: float, rng: random.Random | None = None) -> float:
-    """Return the delay before retry number `attempt` (1-based): base·2^(attempt-1), capped, with equal jitter."""
-    delay = min(cap, base * (2 ** max(0, attempt - 1)))
-    # Equal jitter: at least half the delay (the backoff still grows), the rest random so that rows
-    # failed together by one outage do not all come due in the same instant.
-    return delay / 2 + (rng or random).uniform(0, delay / 2)
 
 
 class PushWorker:

@@ -2,39 +2,13 @@
 
 import json
 import time
-from datetime import datetime
-from email.utils import parsedate_to_datetime
 
 import httpx
 
 from notifications.providers.base import Outcome, PushMessage, SendResult
+from weave.retry import parse_retry_after
 
 _SNIPPET = 200
-
-
-def parse_retry_after(value: str | None, date_header: str | None = None) -> float | None:
-    """Return the delay a Retry-After header asks for, in seconds (delta-seconds or HTTP-date).
-
-    An HTTP-date is measured against the provider's own `Date` header when it sent one, so neither
-    side's local clock skew leaks into the delay; otherwise against this host's clock.
-    """
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    reference: datetime | None = None
-    if date_header:
-        try:
-            reference = parsedate_to_datetime(date_header)
-        except (TypeError, ValueError):
-            reference = None
-    now = reference.timestamp() if reference is not None else time.time()
-    return max(0.0, when.timestamp() - now)
 
 
 def _snippet(response: httpx.Response) -> str:
