@@ -131,6 +131,8 @@ WEAVE = {
     "PUSH_URL": os.environ.get("WEAVE_PUSH_URL", "http://127.0.0.1:8100/push"),
     "PUSH_TOKEN": os.environ.get("WEAVE_PUSH_TOKEN", "dev-token"),
     "SUPPLIER_API_URL": os.environ.get("WEAVE_SUPPLIER_API_URL", "http://127.0.0.1:8200"),
+    # Prometheus scrapes /metrics with this bearer token; unset, only staff sessions may read it.
+    "METRICS_TOKEN": os.environ.get("WEAVE_METRICS_TOKEN", ""),
 }
 
 

@@ -16,3 +16,28 @@ class NotificationsConfig(AppConfig):
         # The sweep: picks up expired leases and due retries even when nothing new is created.
         register_schedule(ScheduleSpec(name="notifications.sweep", func="notifications.tasks.sweep", minutes=1))
         register_explainer("notification", explain_notification)
+
+        # The operator console: lease counts, the dashboard panel, latency for the TTL advice, metrics.
+        from notifications import console
+        from notifications.models import Notification
+        from weave.telemetry import (
+            LatencySource,
+            Panel,
+            register_latency_source,
+            register_lease_job,
+            register_metrics,
+            register_panel,
+        )
+
+        register_lease_job("notification", Notification)
+        register_panel(Panel(key="notifications", title="Push notifications", order=10, render=console.render_panel))
+        register_latency_source(
+            LatencySource(
+                job="notification",
+                group="backend",
+                ttl_setting="PUSH_LEASE_TTL",
+                timeout_setting="PUSH_TIMEOUT",
+                fetch=console.recent_latencies,
+            )
+        )
+        register_metrics("notifications", console.collect_metrics)

@@ -14,7 +14,7 @@ import logging
 import random
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,7 +22,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
 from notifications import queue
-from notifications.models import DeliveryAttempt, Notification
+from notifications.models import BreakerOpening, DeliveryAttempt, Notification
 from notifications.providers import HttpJsonProvider, Outcome, Provider, PushMessage, SendResult
 from weave.conf import weave_settings
 from weave.events import log_event
@@ -91,6 +91,7 @@ class CircuitBreaker:
     threshold: int
     run: int = 0
     reason: str = ""
+    opened: list[str] = field(default_factory=list)  # openings not yet written to BreakerOpening
 
     def record(self, result: SendResult, owner: str) -> None:
         if self.reason:
@@ -107,6 +108,7 @@ class CircuitBreaker:
             self.run = 0  # the provider answered sensibly: the run of failures is broken
         if self.reason:
             log_event(logger, "breaker_open", job=JOB, id="-", owner=owner, reason=self.reason)
+            self.opened.append(self.reason)
 
 
 class PushWorker:
@@ -325,6 +327,10 @@ class PushWorker:
                 setattr(report, result.outcome.value, getattr(report, result.outcome.value) + 1)
                 report.failed += fields.get("status") == Notification.Status.FAILED
             DeliveryAttempt.objects.bulk_create(attempts)
+            # A breaker opening is an event, not a leased write: it is kept for the console and the metrics.
+            for reason in self.breaker.opened:
+                BreakerOpening.objects.create(opened_at=self.clock.now(), owner=self.owner, reason=reason)
+            self.breaker.opened.clear()
         for event, item, reason in events:
             log_event(logger, event, job=JOB, id=item.pk, owner=item.lease.owner, fence=item.lease.fence, reason=reason)
 

@@ -16,3 +16,27 @@ class OnboardingConfig(AppConfig):
         # The sweep: re-enqueues pending runs and runs whose worker died (expired lease).
         register_schedule(ScheduleSpec(name="onboarding.sweep", func="onboarding.tasks.sweep", minutes=1))
         register_explainer("run", explain_run)
+
+        # The operator console: lease counts, the dashboard panel, step durations for the TTL advice, metrics.
+        from onboarding import console
+        from onboarding.models import OnboardingRun
+        from weave.telemetry import (
+            LatencySource,
+            Panel,
+            register_latency_source,
+            register_lease_job,
+            register_metrics,
+            register_panel,
+        )
+
+        register_lease_job("onboarding", OnboardingRun)
+        register_panel(Panel(key="onboarding", title="Supplier onboarding", order=20, render=console.render_panel))
+        register_latency_source(
+            LatencySource(
+                job="onboarding",
+                group="step",
+                ttl_setting="ONBOARDING_LEASE_TTL",
+                fetch=console.recent_step_durations,
+            )
+        )
+        register_metrics("onboarding", console.collect_metrics)

@@ -114,7 +114,12 @@ class OnboardingRun(LeasedModel):
                 name="onb_run_status_valid",
             ),
         ]
-        indexes = [models.Index(fields=["status", "lease_expires_at"], name="onb_run_sweep_idx")]
+        indexes = [
+            models.Index(fields=["status", "lease_expires_at"], name="onb_run_sweep_idx"),
+            # The console: runs by status and step, and lease counts over held rows only.
+            models.Index(fields=["status", "phase"], name="onb_run_status_phase_idx"),
+            models.Index(fields=["lease_expires_at"], condition=Q(owner__isnull=False), name="onb_run_held_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"Onboarding run {self.pk} for {self.supplier} ({self.status})"
@@ -132,6 +137,8 @@ class StepReceipt(models.Model):
 
     class Meta:
         ordering = ["run", "completed_at", "pk"]
+        # Step durations of the last day (lease TTL advice per step) are read by completion time.
+        indexes = [models.Index(fields=["completed_at"], name="onb_receipt_completed_idx")]
         constraints = [models.UniqueConstraint(fields=["run", "step"], name="onb_one_receipt_per_step")]
 
     def __str__(self) -> str:
@@ -162,7 +169,11 @@ class RunAttempt(models.Model):
 
     class Meta:
         ordering = ["run", "fence", "pk"]
-        indexes = [models.Index(fields=["outcome", "run"], name="onb_attempt_outcome_idx")]
+        indexes = [
+            models.Index(fields=["outcome", "run"], name="onb_attempt_outcome_idx"),
+            # The console's last-24-hours views and the metrics' running counts read by end time.
+            models.Index(fields=["ended_at"], include=["outcome"], name="onb_attempt_ended_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"Attempt at fence {self.fence} on run {self.run_id}: {self.outcome}"

@@ -30,6 +30,10 @@ DEFAULTS: MappingProxyType[str, Any] = MappingProxyType(
         "PUSH_MAX_PAYLOAD_BYTES": 4096,
         "PUSH_BREAKER_THRESHOLD": 5,  # consecutive systemic failures (5xx, 429, unreachable) that stop a batch
         "PUSH_BREAKER_COOLDOWN": 30.0,  # seconds rows released by the breaker wait before they are due again
+        # --- operator console ---
+        # Bearer token for the Prometheus endpoint (weave.urls); empty means staff sessions only.
+        "METRICS_TOKEN": "",
+        "DASHBOARD_REFRESH": 10,  # seconds between the dashboard's automatic reloads; 0 turns it off
         # --- supplier onboarding ---
         "SUPPLIER_API_URL": "",
         "SUPPLIER_API_TIMEOUT": 10.0,

@@ -1,0 +1,246 @@
+"""What the push notifications contribute to the operator console: a dashboard panel, latency for the
+lease TTL advice, and Prometheus metric families. Registered in `NotificationsConfig.ready()`.
+
+Every query is bounded: counts by status and the due backlog read `notif_due_idx`; the hour and day
+windows read `notif_attempt_finished_idx` (finish time, with outcome and latency included); held
+leases read the partial index `notif_held_idx`.
+"""
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, F, Min, Q, Sum, Value
+from django.db.models.functions import TruncMinute
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from notifications.models import BreakerOpening, DeliveryAttempt, Notification
+from weave.charts import age, bar_chart, line_chart, stats, table, when
+from weave.metrics import RunningCounts, seconds_since
+from weave.telemetry import db_now, minute_buckets, percentiles_by
+
+HOUR = timedelta(hours=1)
+DAY = timedelta(hours=24)
+# Attempts that did not deliver: the "failed" series of the throughput chart.
+NOT_DELIVERED = [DeliveryAttempt.Outcome.TEMPORARY, DeliveryAttempt.Outcome.UNKNOWN, DeliveryAttempt.Outcome.PERMANENT]
+# Upper bounds (seconds) of the latency histogram's buckets.
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+def backend_expression() -> Any:
+    """The backend an attempt went to: the notification's backend alias where the model has one."""
+    names = {f.name for f in DeliveryAttempt._meta.get_fields()}
+    if "backend" in names:
+        return F("backend")
+    if "backend" in {f.name for f in Notification._meta.get_fields()}:
+        return F("notification__backend")
+    return Value("default")
+
+
+# --- figures ---------------------------------------------------------------------------------------
+
+
+def status_counts() -> dict[str, int]:
+    counts = dict(Notification.objects.order_by().values_list("status").annotate(n=Count("pk")))
+    return {status: counts.get(status, 0) for status in Notification.Status.values}
+
+
+def due_backlog(now: datetime) -> tuple[int, datetime | None]:
+    """Pending rows due by `now` (database time) and the oldest due time among them."""
+    due = Notification.objects.pending().filter(next_attempt_at__lte=now)
+    agg = due.aggregate(n=Count("pk"), oldest=Min("next_attempt_at"))
+    return agg["n"], agg["oldest"]
+
+
+def throughput(now: datetime) -> tuple[list[datetime], dict[str, list[float]]]:
+    minutes = minute_buckets(now, 60)
+    rows = (
+        DeliveryAttempt.objects.filter(finished_at__gt=now - HOUR, finished_at__lte=now)
+        .annotate(minute=TruncMinute("finished_at"))
+        .values("minute")
+        .annotate(
+            delivered=Count("pk", filter=Q(outcome=DeliveryAttempt.Outcome.DELIVERED)),
+            failed=Count("pk", filter=Q(outcome__in=NOT_DELIVERED)),
+        )
+        .order_by()
+    )
+    index = {m: i for i, m in enumerate(minutes)}
+    series: dict[str, list[float]] = {"delivered": [0.0] * len(minutes), "failed": [0.0] * len(minutes)}
+    for row in rows:
+        i = index.get(row["minute"])
+        if i is not None:
+            series["delivered"][i] += row["delivered"]
+            series["failed"][i] += row["failed"]
+    return minutes, series
+
+
+def latency_by_backend(now: datetime) -> tuple[list[datetime], dict[str, dict[str, list[float | None]]]]:
+    """Per backend, per minute of the last hour: p50/p95/p99 of latency in milliseconds."""
+    minutes = minute_buckets(now, 60)
+    index = {m: i for i, m in enumerate(minutes)}
+    qs = DeliveryAttempt.objects.filter(
+        finished_at__gt=now - HOUR, finished_at__lte=now, latency_ms__isnull=False
+    ).annotate(minute=TruncMinute("finished_at"), backend_alias=backend_expression())
+    result: dict[str, dict[str, list[float | None]]] = {}
+    for (backend, minute), (p50, p95, p99) in percentiles_by(qs, ["backend_alias", "minute"], "latency_ms").items():
+        lines = result.setdefault(str(backend), {name: [None] * len(minutes) for name in ("p50", "p95", "p99")})
+        i = index.get(minute)
+        if i is not None:
+            lines["p50"][i], lines["p95"][i], lines["p99"][i] = p50, p95, p99
+    return minutes, result
+
+
+def outcomes_since(since: datetime, now: datetime) -> dict[str, int]:
+    rows = (
+        DeliveryAttempt.objects.filter(finished_at__gt=since, finished_at__lte=now)
+        .order_by()
+        .values_list("outcome")
+        .annotate(n=Count("pk"))
+    )
+    counts = dict(rows)
+    return {outcome: counts.get(outcome, 0) for outcome in DeliveryAttempt.Outcome.values}
+
+
+def breaker_openings(now: datetime, limit: int = 5) -> tuple[int, list[BreakerOpening]]:
+    recent = BreakerOpening.objects.filter(opened_at__gt=now - DAY)
+    return recent.count(), list(recent.order_by("-opened_at", "-pk")[:limit])
+
+
+# --- the dashboard panel ----------------------------------------------------------------------------
+
+
+def render_panel(now: datetime) -> SafeString:
+    """The push notifications section of the Weave dashboard."""
+    statuses = status_counts()
+    backlog, oldest = due_backlog(now)
+    minutes, series = throughput(now)
+    lat_minutes, latency = latency_by_backend(now)
+    outcomes = outcomes_since(now - HOUR, now)
+    openings, last_openings = breaker_openings(now)
+    headline = stats(
+        [
+            ("due backlog", backlog),
+            ("oldest due", age(seconds_since(now, oldest)) if oldest else "—"),
+            *((status, n) for status, n in statuses.items()),
+            ("breaker openings (24 h)", openings),
+        ]
+    )
+    throughput_chart = bar_chart(minutes, series, title="Delivery attempts per minute, last hour")
+    if not latency:
+        latency = {"default": {name: [None] * len(lat_minutes) for name in ("p50", "p95", "p99")}}
+    latency_charts = [
+        line_chart(lat_minutes, lines, title=f"Provider latency, backend {backend!r}", unit="ms")
+        for backend, lines in sorted(latency.items())
+    ]
+    outcome_table = table(["outcome", "attempts in the last hour"], list(outcomes.items()))
+    breaker_table = table(
+        ["opened at", "worker", "reason"],
+        [(when(o.opened_at), o.owner, o.reason) for o in last_openings],
+        empty="No breaker opened in the last 24 hours.",
+    )
+    return format_html(
+        '{}<div class="weave-row"><div class="weave-cell">{}</div><div class="weave-cell">{}</div></div>'
+        '<div class="weave-row"><div class="weave-cell"><h3>Outcomes, last hour</h3>{}</div>'
+        '<div class="weave-cell"><h3>Breaker openings, last 24 hours</h3>{}</div></div>',
+        headline,
+        throughput_chart,
+        SafeString("".join(latency_charts)),
+        outcome_table,
+        breaker_table,
+    )
+
+
+# --- latency for the lease TTL advice ---------------------------------------------------------------
+
+
+def recent_latencies(window: timedelta, limit: int) -> dict[str, list[float]]:
+    """The newest `limit` send latencies (seconds) finished within `window`, by backend."""
+    now = db_now()
+    rows = (
+        DeliveryAttempt.objects.filter(finished_at__gt=now - window, latency_ms__isnull=False)
+        .annotate(backend_alias=backend_expression())
+        .order_by("-finished_at")
+        .values_list("backend_alias", "latency_ms")[:limit]
+    )
+    result: dict[str, list[float]] = {}
+    for backend, latency_ms in rows:
+        result.setdefault(str(backend), []).append(latency_ms / 1000)
+    return result
+
+
+# --- Prometheus -------------------------------------------------------------------------------------
+
+_attempts = RunningCounts()
+_latency = RunningCounts()
+
+
+def _attempts_between(after: datetime | None, upto: datetime) -> dict[tuple[str, ...], float]:
+    qs = DeliveryAttempt.objects.filter(finished_at__lte=upto)
+    if after is not None:
+        qs = qs.filter(finished_at__gt=after)
+    return {(outcome,): n for outcome, n in qs.order_by().values_list("outcome").annotate(n=Count("pk"))}
+
+
+def _latency_between(after: datetime | None, upto: datetime) -> dict[tuple[str, ...], float]:
+    """Cumulative bucket counts per backend: ("backend", "le") -> count, plus ("backend", "sum")."""
+    qs = DeliveryAttempt.objects.filter(finished_at__lte=upto, latency_ms__isnull=False)
+    if after is not None:
+        qs = qs.filter(finished_at__gt=after)
+    buckets = {f"b{i}": Count("pk", filter=Q(latency_ms__lte=b * 1000)) for i, b in enumerate(LATENCY_BUCKETS)}
+    rows = (
+        qs.annotate(backend_alias=backend_expression())
+        .values("backend_alias")
+        .annotate(total=Count("pk"), ms=Sum("latency_ms"), **buckets)
+        .order_by()
+    )
+    result: dict[tuple[str, ...], float] = {}
+    for row in rows:
+        backend = str(row["backend_alias"])
+        for i, bound in enumerate(LATENCY_BUCKETS):
+            result[(backend, repr(bound))] = row[f"b{i}"]
+        result[(backend, "+Inf")] = row["total"]
+        result[(backend, "sum")] = (row["ms"] or 0) / 1000
+    return result
+
+
+def collect_metrics() -> Iterable[Metric]:
+    """The push notifications' metric families, read from the database."""
+    now = db_now()
+    statuses = GaugeMetricFamily("weave_notifications", "Notifications by status.", labels=["status"])
+    for status, n in status_counts().items():
+        statuses.add_metric([status], n)
+    yield statuses
+    backlog, oldest = due_backlog(now)
+    yield GaugeMetricFamily("weave_due_backlog", "Pending notifications due now (database clock).", value=backlog)
+    yield GaugeMetricFamily(
+        "weave_oldest_due_age_seconds",
+        "How long the oldest due notification has waited (database clock); 0 with no backlog.",
+        value=seconds_since(now, oldest),
+    )
+    totals = _attempts.advance(_attempts_between, now)
+    attempts = CounterMetricFamily(
+        "weave_delivery_attempts", "Push delivery attempts by outcome (all workers).", labels=["outcome"]
+    )
+    for outcome in DeliveryAttempt.Outcome.values:
+        attempts.add_metric([outcome], totals.get((outcome,), 0))
+    yield attempts
+    refusals = CounterMetricFamily(
+        "weave_lease_refusals", "Writes refused because the lease was lost, by job type.", labels=["job"]
+    )
+    refusals.add_metric(["notification"], totals.get((DeliveryAttempt.Outcome.LEASE_LOST.value,), 0))
+    yield refusals
+    latency = _latency.advance(_latency_between, now)
+    histogram = HistogramMetricFamily(
+        "weave_provider_latency_seconds", "Push provider response time per backend.", labels=["backend"]
+    )
+    for backend in sorted({labels[0] for labels in latency}):
+        buckets = [(repr(b), latency.get((backend, repr(b)), 0)) for b in LATENCY_BUCKETS]
+        buckets.append(("+Inf", latency.get((backend, "+Inf"), 0)))
+        histogram.add_metric([backend], buckets, sum_value=latency.get((backend, "sum"), 0))
+    yield histogram
+    openings = CounterMetricFamily("weave_breaker_openings", "Circuit breaker openings (all workers).")
+    openings.add_metric([], BreakerOpening.objects.count())
+    yield openings

@@ -1,0 +1,160 @@
+"""What supplier onboarding contributes to the operator console: a dashboard panel, step durations for
+the lease TTL advice, and Prometheus metric families. Registered in `OnboardingConfig.ready()`.
+
+Runs by status and step read `onb_run_status_phase_idx`; the last-24-hours attempt views and the
+running counters read `onb_attempt_ended_idx`; step durations read `onb_receipt_completed_idx`.
+"""
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from django.db.models import Count
+from django.urls import NoReverseMatch, reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
+from onboarding.steps import STEPS
+from weave.charts import stats, table, when
+from weave.metrics import RunningCounts
+from weave.telemetry import db_now
+
+DAY = timedelta(hours=24)
+TROUBLE = [RunAttempt.Outcome.BLOCKED, RunAttempt.Outcome.CRASHED]
+
+
+def failed_step(run: OnboardingRun) -> str:
+    """The step a failed run stopped at: the one after its last saved step (phase)."""
+    names = [step.name for step in STEPS]
+    if run.phase not in names:
+        return names[0]
+    index = names.index(run.phase) + 1
+    return names[index] if index < len(names) else run.phase
+
+
+def runs_by_status_and_step() -> list[tuple[str, str, int]]:
+    rows = OnboardingRun.objects.order_by().values_list("status", "phase").annotate(n=Count("pk"))
+    order = {step.name: i for i, step in enumerate(STEPS)}
+    return sorted(
+        ((status, phase or "(no step yet)", n) for status, phase, n in rows),
+        key=lambda r: (r[0], order.get(r[1], -1)),
+    )
+
+
+def troubled_attempts(now: datetime, limit: int = 20) -> tuple[dict[str, int], list[RunAttempt]]:
+    """Blocked and crashed attempts that ended in the last 24 hours: counts, and the newest with reasons."""
+    recent = RunAttempt.objects.filter(ended_at__gt=now - DAY, outcome__in=TROUBLE)
+    counts = dict(recent.order_by().values_list("outcome").annotate(n=Count("pk")))
+    newest = list(recent.select_related("run__supplier").order_by("-ended_at", "-pk")[:limit])
+    return {o: counts.get(o, 0) for o in TROUBLE}, newest
+
+
+def _run_link(run_id: int) -> SafeString:
+    try:
+        url = reverse("admin:weave_onboarding_onboardingrun_change", args=[run_id])
+    except NoReverseMatch:
+        return format_html("#{}", run_id)
+    return format_html('<a href="{}">run #{}</a>', url, run_id)
+
+
+def render_panel(now: datetime) -> SafeString:
+    """The supplier onboarding section of the Weave dashboard."""
+    by_step = runs_by_status_and_step()
+    totals: dict[str, int] = {}
+    for status, _, n in by_step:
+        totals[status] = totals.get(status, 0) + n
+    counts, newest = troubled_attempts(now)
+    headline = stats(
+        [
+            *((status, totals.get(status, 0)) for status in OnboardingRun.Status.values),
+            *((f"{outcome} attempts (24 h)", n) for outcome, n in counts.items()),
+        ]
+    )
+    step_table = table(["status", "last saved step", "runs"], by_step, empty="No onboarding runs yet.")
+    trouble_table = table(
+        ["ended at", "run", "supplier", "outcome", "fence", "reason"],
+        [
+            (when(a.ended_at), _run_link(a.run_id), a.run.supplier.legal_name, a.outcome, a.fence, a.reason)
+            for a in newest
+        ],
+        empty="No blocked or crashed attempt in the last 24 hours.",
+    )
+    return format_html(
+        '{}<div class="weave-row"><div class="weave-cell"><h3>Runs by status and step</h3>{}</div>'
+        '<div class="weave-cell wide"><h3>Blocked and crashed attempts, last 24 hours</h3>{}</div></div>',
+        headline,
+        step_table,
+        trouble_table,
+    )
+
+
+# --- step durations for the lease TTL advice --------------------------------------------------------
+
+
+def recent_step_durations(window: timedelta, limit: int) -> dict[str, list[float]]:
+    """Seconds each step's work took, from the newest `limit` receipts saved within `window`.
+
+    A step's work runs from the previous receipt of the same attempt (or the attempt's claim, for its
+    first step) to its own receipt. That includes every retry within the step, so it bounds the
+    slowest single request from above: the advice errs on the long side.
+    """
+    now = db_now()
+    receipts = list(
+        StepReceipt.objects.filter(completed_at__gt=now - window)
+        .order_by("-completed_at")
+        .values_list("run_id", "fence", "step", "completed_at")[:limit]
+    )
+    run_ids = {r[0] for r in receipts}
+    starts = {
+        (run_id, fence): started
+        for run_id, fence, started in RunAttempt.objects.filter(run_id__in=run_ids).values_list(
+            "run_id", "fence", "started_at"
+        )
+    }
+    previous: dict[tuple[int, int], datetime] = {}
+    result: dict[str, list[float]] = {}
+    for run_id, fence, step, completed in sorted(receipts, key=lambda r: (r[0], r[3])):
+        begun = previous.get((run_id, fence)) or starts.get((run_id, fence))
+        previous[(run_id, fence)] = completed
+        if begun is not None and completed >= begun:
+            result.setdefault(step, []).append((completed - begun).total_seconds())
+    return result
+
+
+# --- Prometheus -------------------------------------------------------------------------------------
+
+_attempts = RunningCounts()
+
+
+def _attempts_between(after: datetime | None, upto: datetime) -> dict[tuple[str, ...], float]:
+    qs = RunAttempt.objects.filter(ended_at__lte=upto)
+    if after is not None:
+        qs = qs.filter(ended_at__gt=after)
+    return {(outcome,): n for outcome, n in qs.order_by().values_list("outcome").annotate(n=Count("pk"))}
+
+
+def collect_metrics() -> Iterable[Metric]:
+    """Supplier onboarding's metric families, read from the database."""
+    now = db_now()
+    runs = GaugeMetricFamily("weave_onboarding_runs", "Onboarding runs by status.", labels=["status"])
+    counts = dict(OnboardingRun.objects.order_by().values_list("status").annotate(n=Count("pk")))
+    for status in OnboardingRun.Status.values:
+        runs.add_metric([status], counts.get(status, 0))
+    yield runs
+    totals = _attempts.advance(_attempts_between, now)
+    attempts = CounterMetricFamily(
+        "weave_run_attempts", "Onboarding run attempts that ended, by outcome (all workers).", labels=["outcome"]
+    )
+    for outcome in RunAttempt.Outcome.values:
+        if outcome != RunAttempt.Outcome.RUNNING:
+            attempts.add_metric([outcome], totals.get((outcome,), 0))
+    yield attempts
+    refusals = CounterMetricFamily(
+        "weave_lease_refusals", "Writes refused because the lease was lost, by job type.", labels=["job"]
+    )
+    refusals.add_metric(["onboarding"], totals.get((RunAttempt.Outcome.BLOCKED.value,), 0))
+    yield refusals
+    running = RunAttempt.objects.filter(outcome=RunAttempt.Outcome.RUNNING).aggregate(n=Count("pk"))
+    yield GaugeMetricFamily("weave_run_attempts_running", "Run attempts still running.", value=running["n"])

@@ -1,0 +1,150 @@
+"""Prometheus metrics: one collector that reads the database, plus this process's own counters.
+
+Workers run in many `qcluster` processes on many hosts, so counters kept in a worker's memory would
+each see a slice. The figures that matter are read from the database at scrape time instead: the
+apps register functions (`weave.telemetry.register_metrics`) that yield metric families, and this
+collector merges families of the same name (both apps report `weave_leases`, for instance).
+
+Counters (`*_total`) over insert-only rows (attempts) are kept exact and cheap with `RunningCounts`:
+the first scrape counts everything once, every later scrape counts only the rows that finished since
+the previous one (an index range scan on the finish time). Rows are counted once they are `LAG`
+seconds old by the database clock, so a transaction that commits a little after its rows' finish
+time is never missed.
+
+Only this process's own work is counted in memory (`weave_metrics_*`), where it is exact.
+"""
+
+import hmac
+import threading
+import time
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.cache import never_cache
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from weave.conf import weave_settings
+from weave.telemetry import db_now, metrics_collectors
+
+Labels = tuple[str, ...]
+LAG = timedelta(seconds=60)
+
+
+class RunningCounts:
+    """Exact running totals of insert-only rows, grouped by labels, advanced with delta queries.
+
+    `fetch(after, upto)` returns {labels: count} for rows whose time is in (after, upto]; `after` is
+    None on the first call (count everything up to `upto`).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._upto: datetime | None = None
+        self._totals: dict[Labels, float] = {}
+
+    def advance(
+        self, fetch: Callable[[datetime | None, datetime], dict[Labels, float]], now: datetime
+    ) -> dict[Labels, float]:
+        with self._lock:
+            upto = now - LAG
+            if self._upto is None or upto > self._upto:
+                for labels, count in fetch(self._upto, upto).items():
+                    self._totals[labels] = self._totals.get(labels, 0) + count
+                self._upto = upto
+            return dict(self._totals)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._upto = None
+            self._totals = {}
+
+
+class DatabaseCollector(Collector):
+    """Yield every registered app's metric families, merged by name, read at scrape time."""
+
+    def collect(self) -> Iterable[Metric]:
+        merged: dict[str, Metric] = {}
+        for collect in metrics_collectors():
+            for family in collect():
+                if family.name in merged:
+                    merged[family.name].samples.extend(family.samples)
+                else:
+                    merged[family.name] = family
+        return list(merged.values())
+
+
+# This process's own counters: exact, because this process is the one doing the counting.
+_process_registry = CollectorRegistry(auto_describe=True)
+SCRAPES = Counter("weave_metrics_scrapes", "Scrapes this process answered.", ["result"], registry=_process_registry)
+COLLECT_SECONDS = Histogram(
+    "weave_metrics_collect_seconds",
+    "Time this process spent reading the database for one scrape.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+    registry=_process_registry,
+)
+
+
+def render() -> bytes:
+    """Return the exposition text: the database figures, then this process's counters."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DatabaseCollector())
+    started = time.perf_counter()
+    try:
+        body = generate_latest(registry)
+    except Exception:
+        SCRAPES.labels("error").inc()
+        raise
+    COLLECT_SECONDS.observe(time.perf_counter() - started)
+    SCRAPES.labels("ok").inc()
+    return body + generate_latest(_process_registry)
+
+
+def _token_ok(request: HttpRequest, token: str) -> bool:
+    header = request.headers.get("Authorization", "")
+    scheme, _, given = header.partition(" ")
+    # compare_digest: the comparison time must not tell how much of a guessed token was right.
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+
+
+@never_cache
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """Serve the metrics to a bearer of WEAVE["METRICS_TOKEN"]; without a token set, to staff sessions only."""
+    token = weave_settings.METRICS_TOKEN
+    if token:
+        if not _token_ok(request, token):
+            response = HttpResponse("A valid bearer token is required.\n", status=401, content_type="text/plain")
+            response["WWW-Authenticate"] = 'Bearer realm="weave-metrics"'
+            return response
+    elif not (request.user.is_authenticated and request.user.is_active and request.user.is_staff):
+        return HttpResponse(
+            "Staff only: log in to the admin, or set WEAVE['METRICS_TOKEN'] and send it as a bearer token.\n",
+            status=403,
+            content_type="text/plain",
+        )
+    return HttpResponse(render(), content_type=CONTENT_TYPE_LATEST)
+
+
+def seconds_since(now: datetime, then: datetime | None) -> float:
+    return 0.0 if then is None else max(0.0, (now - then).total_seconds())
+
+
+def scrape_now() -> datetime:
+    """The database's time for this scrape (one query)."""
+    return db_now()
+
+
+def collect_lease_metrics() -> Iterable[Metric]:
+    """Live and expired leases per registered job type, judged by the database clock."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    from weave.telemetry import lease_counts
+
+    leases = GaugeMetricFamily("weave_leases", "Held leases by job type, live or expired.", labels=["job", "state"])
+    for job, counts in lease_counts().items():
+        for state in ("live", "expired"):
+            leases.add_metric([job, state], counts[state])
+    yield leases

@@ -1,0 +1,219 @@
+"""Registries the operator console reads: leased job types, latency sources, dashboard panels, metrics.
+
+The core never imports an app. Each app registers what it has in `AppConfig.ready()`:
+
+    register_lease_job("notification", Notification)
+    register_latency_source(LatencySource(job="notification", group="backend", ...))
+    register_panel(Panel(key="notifications", title="Push notifications", order=10, render=...))
+    register_metrics(collect_notification_metrics)
+
+The dashboard (`weave.dashboard`), the Prometheus endpoint (`weave.metrics`), `manage.py weave_tune`
+and the TTL system check all read these registries and nothing else.
+"""
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connection, models
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.utils.safestring import SafeString
+
+from weave.conf import weave_settings
+from weave.leases import Clock, default_clock
+from weave.tuning import TtlAdvice, recommend_ttl
+
+# --- database time ------------------------------------------------------------------------------
+
+
+def db_now() -> datetime:
+    """Read the database clock once (aware, UTC): windows and ages are judged by it, not by this host."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT clock_timestamp()")
+            value = cursor.fetchone()[0]
+        else:
+            cursor.execute("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")
+            value = parse_datetime(cursor.fetchone()[0])
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value, timezone.UTC)
+    return value
+
+
+# --- leased job types ---------------------------------------------------------------------------
+
+_lease_jobs: dict[str, type[models.Model]] = {}
+
+
+def register_lease_job(job: str, model: type[models.Model]) -> None:
+    """Name a leased model, so the console counts its live and expired leases."""
+    _lease_jobs[job] = model
+
+
+def lease_jobs() -> dict[str, type[models.Model]]:
+    return dict(sorted(_lease_jobs.items()))
+
+
+def lease_counts(clock: Clock = default_clock) -> dict[str, dict[str, int]]:
+    """Return {job: {"live": n, "expired": n}}, judged by the database clock in the same query.
+
+    Held rows are few (a worker's batch), and each app indexes `lease_expires_at` for held rows only,
+    so this reads a small partial index even on a table of millions.
+    """
+    now = clock.now()
+    result = {}
+    for job, model in lease_jobs().items():
+        counts = model._default_manager.filter(owner__isnull=False).aggregate(
+            live=models.Count("pk", filter=models.Q(lease_expires_at__gt=now)),
+            expired=models.Count("pk", filter=models.Q(lease_expires_at__lte=now)),
+        )
+        result[job] = {"live": counts["live"] or 0, "expired": counts["expired"] or 0}
+    return result
+
+
+# --- latency sources and the TTL they need ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LatencySource:
+    """Recent latencies of one job type, grouped (by backend, by step), and the settings they bear on.
+
+    `fetch(window, limit)` returns {group: [seconds, ...]} for the most recent `limit` samples
+    finished within `window` of the database clock.
+    """
+
+    job: str
+    group: str  # what the keys are: "backend", "step"
+    ttl_setting: str  # the WEAVE key of the lease TTL this job runs under
+    fetch: Callable[[timedelta, int], dict[str, list[float]]]
+    timeout_setting: str | None = None  # the WEAVE key capping one request, if a group is one request
+
+
+_latency_sources: dict[str, LatencySource] = {}
+
+
+def register_latency_source(source: LatencySource) -> None:
+    _latency_sources[source.job] = source
+
+
+def latency_sources() -> list[LatencySource]:
+    return [_latency_sources[job] for job in sorted(_latency_sources)]
+
+
+@dataclass(frozen=True)
+class TtlReport:
+    """The advice for one group of one job type."""
+
+    job: str
+    group_kind: str
+    group: str
+    setting: str
+    advice: TtlAdvice
+
+
+TUNE_WINDOW = timedelta(hours=24)
+TUNE_LIMIT = 20_000  # newest samples per job type: the percentile is stable long before this
+
+
+def ttl_reports(*, window: timedelta = TUNE_WINDOW, limit: int = TUNE_LIMIT) -> list[TtlReport]:
+    """Return the TTL advice per job type and group from recent traffic."""
+    reports = []
+    interval = weave_settings.HEARTBEAT_INTERVAL
+    for source in latency_sources():
+        configured = float(getattr(weave_settings, source.ttl_setting))
+        timeout = float(getattr(weave_settings, source.timeout_setting)) if source.timeout_setting else None
+        for group, values in sorted(source.fetch(window, limit).items()):
+            advice = recommend_ttl(values, configured=configured, heartbeat_interval=interval, timeout=timeout)
+            reports.append(TtlReport(source.job, source.group, group, source.ttl_setting, advice))
+    return reports
+
+
+# --- dashboard panels ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One section of the Weave dashboard: `render(now)` returns its HTML (charts included)."""
+
+    key: str
+    title: str
+    order: int
+    render: Callable[[datetime], SafeString]
+
+
+_panels: dict[str, Panel] = {}
+
+
+def register_panel(panel: Panel) -> None:
+    _panels[panel.key] = panel
+
+
+def panels() -> list[Panel]:
+    return sorted(_panels.values(), key=lambda p: (p.order, p.key))
+
+
+# --- Prometheus metric families -----------------------------------------------------------------
+
+MetricsCollector = Callable[[], Iterable[Any]]  # yields prometheus_client metric families
+_metrics: dict[str, MetricsCollector] = {}
+
+
+def register_metrics(name: str, collect: MetricsCollector) -> None:
+    """Add a function yielding prometheus_client metric families read from the database."""
+    _metrics[name] = collect
+
+
+def metrics_collectors() -> list[MetricsCollector]:
+    return [_metrics[name] for name in sorted(_metrics)]
+
+
+# --- query helpers the apps' panels share ------------------------------------------------------
+
+
+class _PercentileCont(models.Aggregate):
+    """PostgreSQL's percentile_cont(fraction) WITHIN GROUP (ORDER BY expr)."""
+
+    function = "percentile_cont"
+    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
+    output_field = models.FloatField()
+
+    def __init__(self, expression: Any, fraction: float) -> None:
+        super().__init__(expression)
+        self.extra["fraction"] = float(fraction)
+
+
+QUANTILES = (0.5, 0.95, 0.99)
+
+
+def percentiles_by(
+    queryset: models.QuerySet, keys: list[str], field: str, quantiles: tuple[float, ...] = QUANTILES
+) -> dict[tuple[Any, ...], list[float]]:
+    """Return {key values: [quantile values]} of `field` over `queryset` grouped by the `keys` annotations.
+
+    PostgreSQL computes them in the query (percentile_cont); other databases get the values and
+    compute here, which is fine for the bounded windows the console asks for on a demo database.
+    """
+    if connection.vendor == "postgresql":
+        named = {f"q{i}": _PercentileCont(field, q) for i, q in enumerate(quantiles)}
+        rows = queryset.values(*keys).annotate(**named).order_by()
+        return {tuple(row[k] for k in keys): [row[f"q{i}"] for i in range(len(quantiles))] for row in rows}
+    from weave.tuning import percentile
+
+    grouped: dict[tuple[Any, ...], list[float]] = {}
+    for row in queryset.values_list(*keys, field):
+        grouped.setdefault(tuple(row[:-1]), []).append(float(row[-1]))
+    return {key: [percentile(values, q * 100) for q in quantiles] for key, values in grouped.items()}
+
+
+def minute_buckets(now: datetime, minutes: int, step: int = 1) -> list[datetime]:
+    """Return the starts of the last `minutes` minutes (in steps of `step`), oldest first, ending with now's."""
+    end = now.replace(second=0, microsecond=0)
+    end -= timedelta(minutes=end.minute % step)
+    return [end - timedelta(minutes=m) for m in range(minutes - step, -1, -step)]
+
+
+def bucket_of(at: datetime, step: int) -> datetime:
+    at = at.astimezone(timezone.UTC).replace(second=0, microsecond=0)
+    return at - timedelta(minutes=at.minute % step)
