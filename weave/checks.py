@@ -105,3 +105,34 @@ def check_sqlite_in_production(app_configs: Any = None, **kwargs: Any) -> list[W
             )
         ]
     return []
+
+
+@register(Tags.database)
+def check_ttl_fits_traffic(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Warning]:
+    """Warn when a configured lease TTL is below what the last day's latencies need (weave.tuning).
+
+    A database check: it runs with `manage.py check --database default` (and `migrate`), never on
+    every command, and says nothing while the tables do not exist yet.
+    """
+    if not databases:
+        return []
+    from django.db import DatabaseError
+
+    from weave.telemetry import ttl_reports
+
+    try:
+        reports = ttl_reports()
+    except DatabaseError:
+        return []  # tables not migrated yet: nothing to judge
+    warnings = []
+    for r in reports:
+        if r.advice.too_short:
+            warnings.append(
+                Warning(
+                    f"WEAVE['{r.setting}'] is {r.advice.configured:g} s, but recent {r.job} traffic "
+                    f"({r.group_kind} {r.group}) needs {r.advice.needed:.0f} s: {r.advice.explain()}.",
+                    hint="Raise the TTL (see `manage.py weave_tune` for the data), or find out why requests got slow.",
+                    id="weave.W020",
+                )
+            )
+    return warnings

@@ -13,7 +13,7 @@ and the TTL system check all read these registries and nothing else.
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection, models
@@ -38,7 +38,7 @@ def db_now() -> datetime:
             cursor.execute("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")
             value = parse_datetime(cursor.fetchone()[0])
     if timezone.is_naive(value):
-        value = timezone.make_aware(value, timezone.UTC)
+        value = timezone.make_aware(value, UTC)
     return value
 
 
@@ -215,5 +215,5 @@ def minute_buckets(now: datetime, minutes: int, step: int = 1) -> list[datetime]
 
 
 def bucket_of(at: datetime, step: int) -> datetime:
-    at = at.astimezone(timezone.UTC).replace(second=0, microsecond=0)
+    at = at.astimezone(UTC).replace(second=0, microsecond=0)
     return at - timedelta(minutes=at.minute % step)

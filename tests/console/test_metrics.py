@@ -1,0 +1,97 @@
+"""The Prometheus endpoint: bearer token or staff session, figures read from the database, exact counters."""
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from prometheus_client.parser import text_string_to_metric_families
+
+from notifications import console as notification_console
+from onboarding import console as onboarding_console
+from onboarding.models import RunAttempt
+from tests.console.conftest import add_attempts
+from tests.factories import NotificationFactory, OnboardingRunFactory
+from weave.telemetry import db_now
+
+pytestmark = pytest.mark.django_db
+URL = "/metrics"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_counters():
+    # The running counters live for the process; each test starts from an empty database.
+    for counts in (notification_console._attempts, notification_console._latency, onboarding_console._attempts):
+        counts.reset()
+
+
+def samples(text: str) -> dict[tuple[str, tuple], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_without_token__anonymous_and_non_staff_refused_staff_allowed(client):
+    assert client.get(URL).status_code == 403
+    User.objects.create_user("plain", password="pw")
+    client.login(username="plain", password="pw")
+    assert client.get(URL).status_code == 403
+    User.objects.create_user("ops", password="pw", is_staff=True)
+    client.login(username="ops", password="pw")
+    response = client.get(URL)
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/plain")
+
+
+def test_with_token__only_the_bearer_may_read_even_staff_needs_it(client, admin_client, settings):
+    settings.WEAVE = {**settings.WEAVE, "METRICS_TOKEN": "s3cret"}
+    assert client.get(URL).status_code == 401
+    assert client.get(URL, HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+    assert client.get(URL, HTTP_AUTHORIZATION="Basic s3cret").status_code == 401
+    assert admin_client.get(URL).status_code == 401
+    assert client.get(URL, HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
+
+
+def test_figures_come_from_the_database(admin_client):
+    add_attempts(3, latency_ms=80)
+    add_attempts(2, outcome="lease_lost", latency_ms=3000)
+    NotificationFactory(next_attempt_at=db_now() - timedelta(seconds=90))
+    run = OnboardingRunFactory()
+    now = db_now()
+    RunAttempt.objects.create(
+        run=run, fence=1, owner="w", started_at=now - timedelta(minutes=5), ended_at=now - timedelta(minutes=4),
+        outcome="blocked", reason="lost",
+    )
+    got = samples(admin_client.get(URL).content.decode())
+    assert got[("weave_notifications", (("status", "delivered"),))] == 1
+    assert got[("weave_due_backlog", ())] == 1
+    assert 85 <= got[("weave_oldest_due_age_seconds", ())] <= 600
+    assert got[("weave_delivery_attempts_total", (("outcome", "delivered"),))] == 3
+    assert got[("weave_delivery_attempts_total", (("outcome", "lease_lost"),))] == 2
+    assert got[("weave_lease_refusals_total", (("job", "notification"),))] == 2
+    assert got[("weave_lease_refusals_total", (("job", "onboarding"),))] == 1
+    assert got[("weave_run_attempts_total", (("outcome", "blocked"),))] == 1
+    assert got[("weave_onboarding_runs", (("status", "pending"),))] == 1
+    assert got[("weave_leases", (("job", "notification"), ("state", "live")))] == 0
+    assert got[("weave_provider_latency_seconds_bucket", (("backend", "default"), ("le", "0.1")))] == 3
+    assert got[("weave_provider_latency_seconds_bucket", (("backend", "default"), ("le", "+Inf")))] == 5
+    assert got[("weave_provider_latency_seconds_count", (("backend", "default"),))] == 5
+    assert got[("weave_provider_latency_seconds_sum", (("backend", "default"),))] == pytest.approx(6.24)
+    assert got[("weave_metrics_scrapes_total", (("result", "ok"),))] >= 0
+
+
+def test_counters_count_each_row_once_and_only_once_it_is_lag_old(admin_client, monkeypatch):
+    add_attempts(4)
+    key = ("weave_delivery_attempts_total", (("outcome", "delivered"),))
+    assert samples(admin_client.get(URL).content.decode())[key] == 4
+    add_attempts(2, ago=5)  # may still be inside an uncommitted transaction elsewhere: not counted yet
+    assert samples(admin_client.get(URL).content.decode())[key] == 4
+    monkeypatch.setattr("weave.metrics.LAG", timedelta(0))  # stand-in for time passing by the lag
+    assert samples(admin_client.get(URL).content.decode())[key] == 6
+    assert samples(admin_client.get(URL).content.decode())[key] == 6  # the next scrape adds nothing twice
+
+
+def test_metric_names_are_unique_in_the_exposition(admin_client):
+    text = admin_client.get(URL).content.decode()
+    types = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")]
+    assert len(types) == len(set(types))

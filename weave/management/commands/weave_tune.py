@@ -1,0 +1,56 @@
+"""`manage.py weave_tune`: the lease TTL recent traffic needs, per job type and group, with the data."""
+
+from argparse import ArgumentParser
+from datetime import timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from weave.conf import weave_settings
+from weave.telemetry import TUNE_LIMIT, ttl_reports
+from weave.tuning import MARGIN_FLOOR, MARGIN_SHARE, MIN_SAMPLES, PERCENTILE
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+class Command(BaseCommand):
+    help = "Print the lease TTL that recent latencies need, beside the configured TTL, with the data behind it."
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--hours", type=float, default=24.0, help="How far back to read samples (default 24).")
+        parser.add_argument("--limit", type=int, default=TUNE_LIMIT, help="Newest samples per job type.")
+
+    def handle(self, *args: Any, hours: float, limit: int, **options: Any) -> None:
+        reports = ttl_reports(window=timedelta(hours=hours), limit=limit)
+        interval = weave_settings.HEARTBEAT_INTERVAL
+        self.stdout.write(
+            f"Needed TTL = p{PERCENTILE:g} latency (capped at the request timeout) + heartbeat interval "
+            f"({'ttl/3' if interval is None else f'{interval:g} s'}) + margin (max({MARGIN_FLOOR:g} s, "
+            f"{MARGIN_SHARE:.0%} of p{PERCENTILE:g})); at least {MIN_SAMPLES} samples; last {hours:g} h.\n"
+        )
+        if not reports:
+            self.stdout.write("No latency recorded in that window: nothing to recommend yet.")
+            return
+        header = f"{'job':<13}{'group':<34}{'samples':>8}{'p50 s':>9}{'p95 s':>9}{'p99 s':>9}{'needed':>8}  configured"
+        self.stdout.write(header)
+        needed_by_setting: dict[str, float] = {}
+        for r in reports:
+            a = r.advice
+            needed = "-" if a.needed is None else f"{a.needed:.0f} s"
+            self.stdout.write(
+                f"{r.job:<13}{(r.group_kind + ' ' + r.group)[:33]:<34}{a.samples:>8}{_s(a.p50):>9}{_s(a.p95):>9}"
+                f"{_s(a.p99):>9}{needed:>8}  {r.setting}={a.configured:g} s"
+            )
+            if a.needed is not None:
+                needed_by_setting[r.setting] = max(needed_by_setting.get(r.setting, 0.0), a.needed)
+        self.stdout.write("")
+        for setting, needed in sorted(needed_by_setting.items()):
+            configured = float(getattr(weave_settings, setting))
+            if configured < needed:
+                self.stdout.write(
+                    self.style.WARNING(f"{setting}: raise from {configured:g} s to at least {needed:.0f} s.")
+                )
+            else:
+                self.stdout.write(self.style.SUCCESS(f"{setting}: {configured:g} s covers the {needed:.0f} s needed."))
