@@ -3,10 +3,12 @@
 from django.contrib import admin, messages
 from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest
+from django.utils.html import format_html_join
 
 from notifications.explain import explain_notification
 from notifications.models import DeliveryAttempt, Notification
 from notifications.services import BulkResult, notification_cancel, notification_retry_now
+from weave.display import admin_link_to, timestamp_column
 
 
 class AttemptOutcomeFilter(admin.SimpleListFilter):
@@ -30,8 +32,8 @@ class DeliveryAttemptInline(admin.TabularInline):
     extra = 0
     can_delete = False
     fields = readonly_fields = (
-        "started_at",
-        "finished_at",
+        "started_at_display",
+        "finished_at_display",
         "outcome",
         "http_status",
         "latency_ms",
@@ -40,6 +42,8 @@ class DeliveryAttemptInline(admin.TabularInline):
         "reason",
     )
     ordering = ("started_at", "pk")
+    started_at_display = timestamp_column("started_at", "sent at (database clock)")
+    finished_at_display = timestamp_column("finished_at", "finished at (database clock)")
 
     def has_add_permission(self, request, obj=None):
         return False  # receipts are written by the worker only
@@ -56,8 +60,9 @@ class NotificationAdmin(admin.ModelAdmin):
         "short_token",
         "status",
         "attempts",
-        "next_attempt_at",
-        "delivered_at",
+        "next_attempt_at_display",
+        "delivered_at_display",
+        "reason",
         "lease_state",
         "owner",
         "fence",
@@ -69,6 +74,8 @@ class NotificationAdmin(admin.ModelAdmin):
         "attempts",
         "next_attempt_at",
         "delivered_at",
+        "next_attempt_at_display",
+        "delivered_at_display",
         "provider_message_id",
         "last_error",
         "idempotency_key",
@@ -76,19 +83,38 @@ class NotificationAdmin(admin.ModelAdmin):
         "owner",
         "fence",
         "lease_expires_at",
+        "lease_expires_at_display",
         "created_at",
+        "created_at_display",
+        "sent_for",
         "timeline",
     )
     fieldsets = (
-        (None, {"fields": ("device_token", "title", "body", "data")}),
+        (None, {"fields": ("device_token", "title", "body", "data", "sent_for")}),
         (
             "Delivery",
-            {"fields": ("status", "attempts", "next_attempt_at", "delivered_at", "provider_message_id", "last_error")},
+            {
+                "fields": (
+                    "status",
+                    "attempts",
+                    "next_attempt_at_display",
+                    "delivered_at_display",
+                    "provider_message_id",
+                    "last_error",
+                )
+            },
         ),
-        ("Lease (written by workers only)", {"fields": ("lease_state", "owner", "fence", "lease_expires_at")}),
-        ("Identity", {"fields": ("idempotency_key", "created_at")}),
+        (
+            "Lease (written by workers only)",
+            {"fields": ("lease_state", "owner", "fence", "lease_expires_at_display")},
+        ),
+        ("Identity", {"fields": ("idempotency_key", "created_at_display")}),
         ("Timeline", {"fields": ("timeline",)}),
     )
+    next_attempt_at_display = timestamp_column("next_attempt_at", "next attempt at (database clock)")
+    delivered_at_display = timestamp_column("delivered_at")
+    lease_expires_at_display = timestamp_column("lease_expires_at", "lease expires at (database clock)")
+    created_at_display = timestamp_column("created_at")
     inlines = (DeliveryAttemptInline,)
     actions = ("retry_now", "cancel")
 
@@ -102,6 +128,24 @@ class NotificationAdmin(admin.ModelAdmin):
             return "free"
         return "live" if getattr(obj, "lease_live", False) else "expired"
 
+    @admin.display(description="reason")
+    def reason(self, obj: Notification) -> str:
+        # The first line: the story of a row that gave up goes on over several lines (the change page has it all).
+        return (obj.last_error or "").split("\n", 1)[0] or "—"
+
+    @admin.display(description="sent for")
+    def sent_for(self, obj: Notification) -> str:
+        """The onboarding run and supplier a welcome notification belongs to (by URL name: no import of onboarding)."""
+        data = obj.data if isinstance(obj.data, dict) else {}
+        links = []
+        if data.get("onboarding_run_id") is not None:
+            run_id = data["onboarding_run_id"]
+            links.append(admin_link_to("weave_onboarding", "onboardingrun", run_id, f"onboarding run #{run_id}"))
+        if data.get("supplier_id") is not None:
+            supplier_id = data["supplier_id"]
+            links.append(admin_link_to("weave_onboarding", "supplier", supplier_id, f"supplier #{supplier_id}"))
+        return format_html_join(", ", "{}", ((link,) for link in links)) if links else "—"
+
     @admin.display(description="timeline")
     def timeline(self, obj: Notification) -> str:
         return explain_notification(obj.pk).as_html()
@@ -113,21 +157,21 @@ class NotificationAdmin(admin.ModelAdmin):
     def has_manage_delivery_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("weave_notifications.manage_delivery")
 
-    @admin.action(description="Retry now", permissions=["manage_delivery"])
+    @admin.action(description="Retry pending or failed notifications now", permissions=["manage_delivery"])
     def retry_now(self, request: HttpRequest, queryset: QuerySet) -> None:
         result = notification_retry_now(
             notification_ids=list(queryset.values_list("pk", flat=True)), requested_by=request.user.get_username()
         )
-        self._report(request, result, "due now")
+        self._report(request, result, "due now", applies_to="pending or failed")
 
-    @admin.action(description="Cancel", permissions=["manage_delivery"])
+    @admin.action(description="Cancel pending notifications", permissions=["manage_delivery"])
     def cancel(self, request: HttpRequest, queryset: QuerySet) -> None:
         result = notification_cancel(
             notification_ids=list(queryset.values_list("pk", flat=True)), requested_by=request.user.get_username()
         )
-        self._report(request, result, "cancelled")
+        self._report(request, result, "cancelled", applies_to="pending")
 
-    def _report(self, request: HttpRequest, result: BulkResult, done: str) -> None:
+    def _report(self, request: HttpRequest, result: BulkResult, done: str, *, applies_to: str) -> None:
         if result.changed:
             self.message_user(request, f"{len(result.changed)} notification(s) {done}: {_ids(result.changed)}.")
         if result.busy:
@@ -140,14 +184,26 @@ class NotificationAdmin(admin.ModelAdmin):
         if result.skipped:
             self.message_user(
                 request,
-                f"{len(result.skipped)} notification(s) not in a state this action applies to: {_ids(result.skipped)}.",
+                f"This action applies to {applies_to} notifications only; "
+                f"{len(result.skipped)} left alone: {_ids(result.skipped)}.",
                 level=messages.WARNING,
             )
 
 
 @admin.register(DeliveryAttempt)
 class DeliveryAttemptAdmin(admin.ModelAdmin):
-    list_display = ("id", "notification", "outcome", "http_status", "latency_ms", "owner", "fence", "started_at")
+    list_display = (
+        "id",
+        "notification",
+        "outcome",
+        "http_status",
+        "latency_ms",
+        "owner",
+        "fence",
+        "started_at_display",
+        "reason",
+    )
+    started_at_display = timestamp_column("started_at", "sent at (database clock)")
     list_filter = ("outcome",)
     search_fields = ("reason", "owner")
     list_select_related = ("notification",)

@@ -4,16 +4,29 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.db.models import Count, Exists, OuterRef, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.utils.html import format_html, format_html_join
 
 from onboarding.errors import RunAlreadyActive
 from onboarding.explain import explain_run
 from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, RunAttempt, StepReceipt, Supplier, VendorRecord
 from onboarding.services import onboarding_cancel, onboarding_resume, onboarding_start
+from onboarding.steps import STEPS
+from weave.display import admin_link, admin_link_to, changelist_link, timestamp_column
+
+STEP_TITLES = {step.name: step.title for step in STEPS}
 
 
 class ReadOnlyMixin:
-    """Rows written only by workers: visible, never edited by hand."""
+    """Rows written only by workers: visible, never edited by hand; linked to their run and supplier."""
+
+    @admin.display(description="run", ordering="run")
+    def run_link(self, obj: Any) -> str:
+        return admin_link(obj.run)
+
+    @admin.display(description="supplier", ordering="supplier")
+    def supplier_link(self, obj: Any) -> str:
+        return admin_link(obj.supplier)
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -27,7 +40,7 @@ class ReadOnlyMixin:
 
 @admin.register(Supplier)
 class SupplierAdmin(admin.ModelAdmin):
-    list_display = ["legal_name", "country", "tax_id", "contact_email", "latest_run"]
+    list_display = ["legal_name", "country", "tax_id", "contact_email", "latest_run", "runs"]
     search_fields = ["legal_name", "tax_id", "contact_email"]
     list_filter = ["country"]
     actions = ["start_onboarding"]
@@ -35,7 +48,11 @@ class SupplierAdmin(admin.ModelAdmin):
     @admin.display(description="latest run")
     def latest_run(self, supplier: Supplier) -> str:
         run = supplier.onboarding_runs.order_by("-pk").first()
-        return f"#{run.pk} {run.status}" if run else "—"
+        return admin_link(run, f"#{run.pk} {run.status}") if run else "—"
+
+    @admin.display(description="runs")
+    def runs(self, supplier: Supplier) -> str:
+        return changelist_link(OnboardingRun, "all runs", supplier__id__exact=supplier.pk)
 
     def has_start_onboarding_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("weave_onboarding.start_onboarding")
@@ -55,23 +72,57 @@ class SupplierAdmin(admin.ModelAdmin):
         if skipped:
             self.message_user(
                 request,
-                f"Skipped {len(skipped)} with an active run: {' '.join(skipped)}",
+                f"Start onboarding applies to suppliers without a pending or running run; "
+                f"skipped {len(skipped)}: {' '.join(skipped)}",
                 level=messages.WARNING,
             )
+
+
+def _notification_link(notification_id: Any) -> str:
+    # By URL name, not by model: onboarding may use notifications' services only (DESIGN §3).
+    return admin_link_to("weave_notifications", "notification", notification_id, f"notification #{notification_id}")
+
+
+def receipt_output(receipt: StepReceipt) -> str:
+    """A receipt's output with the rows it names linked: the welcome notification, the domain rows."""
+    output = dict(receipt.output or {})
+    links = []
+    notification_id = output.pop("notification_id", None)
+    if notification_id is not None:
+        links.append(("welcome notification", _notification_link(notification_id)))
+    domain = {
+        "create_vendor_record": VendorRecord,
+        "set_payment_terms": PaymentTerms,
+        "register_bank_account": BankAccount,
+    }.get(receipt.step)
+    if domain is not None:
+        row = domain.objects.filter(run_id=receipt.run_id).first()
+        if row is not None:
+            links.append((domain._meta.verbose_name, admin_link(row)))
+    rest = ", ".join(f"{key}: {value}" for key, value in output.items())
+    parts = format_html_join("; ", "{}: {}", links)
+    return format_html("{}{}{}", parts, "; " if links and rest else "", rest) if (links or rest) else "—"
 
 
 class StepReceiptInline(ReadOnlyMixin, admin.TabularInline):
     model = StepReceipt
     extra = 0
-    fields = readonly_fields = ["step", "fence", "owner", "completed_at", "output"]
+    fields = readonly_fields = ["step", "fence", "owner", "completed_at_display", "linked_output"]
     ordering = ["completed_at", "pk"]
+    completed_at_display = timestamp_column("completed_at", "completed at (database clock)")
+
+    @admin.display(description="output")
+    def linked_output(self, receipt: StepReceipt) -> str:
+        return receipt_output(receipt)
 
 
 class RunAttemptInline(ReadOnlyMixin, admin.TabularInline):
     model = RunAttempt
     extra = 0
-    fields = readonly_fields = ["fence", "owner", "outcome", "started_at", "ended_at", "reason"]
+    fields = readonly_fields = ["fence", "owner", "outcome", "started_at_display", "ended_at_display", "reason"]
     ordering = ["fence", "pk"]
+    started_at_display = timestamp_column("started_at", "started at (database clock)")
+    ended_at_display = timestamp_column("ended_at", "ended at (database clock)")
 
 
 class HasBlockedAttemptsFilter(admin.SimpleListFilter):
@@ -92,24 +143,43 @@ class HasBlockedAttemptsFilter(admin.SimpleListFilter):
 
 @admin.register(OnboardingRun)
 class OnboardingRunAdmin(admin.ModelAdmin):
-    list_display = ["id", "supplier", "status", "phase", "owner", "fence", "lease", "attempt_count", "created_at"]
+    list_display = [
+        "id",
+        "supplier_link",
+        "status",
+        "step",
+        "reason",
+        "owner",
+        "fence",
+        "lease",
+        "attempt_count",
+        "created_at_display",
+    ]
     list_filter = ["status", HasBlockedAttemptsFilter]
     list_select_related = ["supplier"]
     search_fields = ["supplier__legal_name", "owner"]
     readonly_fields = [
-        "supplier",
+        "supplier_link",
         "status",
-        "phase",
+        "step",
         "reason",
         "created_by",
-        "created_at",
-        "finished_at",
+        "created_at_display",
+        "finished_at_display",
         "owner",
         "fence",
-        "lease_expires_at",
+        "lease_expires_at_display",
         "lease",
+        "welcome_notification",
+        "written_rows",
         "timeline",
     ]
+    fields = list(readonly_fields)
+    # The raw columns stay read-only too, should anyone add them to `fields`: only workers write them.
+    readonly_fields = [*readonly_fields, "phase", "lease_expires_at"]
+    created_at_display = timestamp_column("created_at")
+    finished_at_display = timestamp_column("finished_at")
+    lease_expires_at_display = timestamp_column("lease_expires_at", "lease expires at (database clock)")
     inlines = [StepReceiptInline, RunAttemptInline]
     actions = ["resume", "cancel"]
 
@@ -119,6 +189,55 @@ class OnboardingRunAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # runs start from the supplier admin's "Start onboarding"
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict | None = None
+    ) -> HttpResponse:
+        # Nothing on a run is edited by hand: no Save buttons that would save nothing.
+        extra = {"show_save": False, "show_save_and_continue": False, "show_save_and_add_another": False}
+        return super().change_view(request, object_id, form_url, {**(extra_context or {}), **extra})
+
+    def get_actions(self, request: HttpRequest) -> dict:
+        actions = super().get_actions(request)
+        # Domain rows point at their run with PROTECT: a bulk delete of runs could only ever fail.
+        actions.pop("delete_selected", None)
+        return actions
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # a run is the audit trail of its receipts and domain rows
+
+    @admin.display(description="supplier", ordering="supplier__legal_name")
+    def supplier_link(self, run: OnboardingRun) -> str:
+        return admin_link(run.supplier)
+
+    @admin.display(description="step")
+    def step(self, run: OnboardingRun) -> str:
+        """The last saved step; for a failed run, the step it failed at."""
+        if run.status == OnboardingRun.Status.FAILED:
+            from onboarding.console import failed_step
+
+            name = failed_step(run)
+            return f"failed at {name} ({STEP_TITLES.get(name, name)})"
+        return run.phase or "—"
+
+    @admin.display(description="welcome notification")
+    def welcome_notification(self, run: OnboardingRun) -> str:
+        receipt = run.receipts.filter(step="send_welcome_notification").first()
+        notification_id = (receipt.output or {}).get("notification_id") if receipt else None
+        if notification_id is None:
+            return "— (not sent yet)" if receipt is None else f"— ({(receipt.output or {}).get('skipped', 'none')})"
+        return _notification_link(notification_id)
+
+    @admin.display(description="rows this run wrote")
+    def written_rows(self, run: OnboardingRun) -> str:
+        rows = [
+            (model._meta.verbose_name, row)
+            for model in (VendorRecord, PaymentTerms, BankAccount)
+            for row in model.objects.filter(run=run)
+        ]
+        if not rows:
+            return "—"
+        return format_html_join(", ", "{}: {}", ((label, admin_link(row)) for label, row in rows))
 
     @admin.display(description="lease")
     def lease(self, run: OnboardingRun) -> str:
@@ -137,19 +256,25 @@ class OnboardingRunAdmin(admin.ModelAdmin):
     def attempt_count(self, run: OnboardingRun) -> int:
         return getattr(run, "attempt_total", 0)
 
-    @admin.action(description="Resume (enqueue a worker)", permissions=["change"])
+    @admin.action(description="Resume pending or running runs (enqueue a worker)", permissions=["change"])
     def resume(self, request: HttpRequest, queryset: QuerySet[OnboardingRun]) -> None:
-        resumed = [run.pk for run in queryset if onboarding_resume(run=run)]
-        skipped = queryset.count() - len(resumed)
+        runs = list(queryset)
+        resumed = [run.pk for run in runs if onboarding_resume(run=run)]
+        skipped = [f"#{run.pk} ({run.status})" for run in runs if run.pk not in resumed]
         if resumed:
             self.message_user(request, f"Enqueued {len(resumed)} run(s): {', '.join(map(str, resumed))}.")
         if skipped:
-            self.message_user(request, f"Skipped {skipped} finished run(s).", level=messages.WARNING)
+            self.message_user(
+                request,
+                f"Resume applies to pending and running runs only; skipped {len(skipped)}: {', '.join(skipped)}.",
+                level=messages.WARNING,
+            )
 
-    @admin.action(description="Cancel", permissions=["change"])
+    @admin.action(description="Cancel pending or running runs", permissions=["change"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[OnboardingRun]) -> None:
-        cancelled = [run.pk for run in queryset if onboarding_cancel(run=run, cancelled_by=request.user)]
-        skipped = queryset.count() - len(cancelled)
+        runs = list(queryset)
+        cancelled = [run.pk for run in runs if onboarding_cancel(run=run, cancelled_by=request.user)]
+        skipped = [f"#{run.pk} ({run.status})" for run in runs if run.pk not in cancelled]
         if cancelled:
             self.message_user(
                 request,
@@ -157,7 +282,11 @@ class OnboardingRunAdmin(admin.ModelAdmin):
                 "A worker holding one stops at its next save.",
             )
         if skipped:
-            self.message_user(request, f"Skipped {skipped} finished run(s).", level=messages.WARNING)
+            self.message_user(
+                request,
+                f"Cancel applies to pending and running runs only; skipped {len(skipped)}: {', '.join(skipped)}.",
+                level=messages.WARNING,
+            )
 
 
 class AttemptOutcomeFilter(admin.SimpleListFilter):
@@ -191,30 +320,48 @@ class AttemptOutcomeFilter(admin.SimpleListFilter):
 class RunAttemptAdmin(ReadOnlyMixin, admin.ModelAdmin):
     """Blocked attempts and why (the page opens on them); other outcomes are a filter away."""
 
-    list_display = ["run", "fence", "owner", "outcome", "started_at", "ended_at", "reason"]
+    list_display = ["run_link", "fence", "owner", "outcome", "started_at_display", "ended_at_display", "reason"]
     list_filter = [AttemptOutcomeFilter]
     list_select_related = ["run__supplier"]
     search_fields = ["owner", "reason"]
     ordering = ["-pk"]
+    started_at_display = timestamp_column("started_at", "started at (database clock)")
+    ended_at_display = timestamp_column("ended_at", "ended at (database clock)")
+
+    @admin.display(description="run", ordering="run")
+    def run_link(self, attempt: RunAttempt) -> str:
+        return admin_link(attempt.run)
 
 
 @admin.register(StepReceipt)
 class StepReceiptAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["run", "step", "fence", "owner", "completed_at"]
+    list_display = ["run_link", "step", "fence", "owner", "completed_at_display", "linked_output"]
     list_filter = ["step"]
     list_select_related = ["run__supplier"]
+    completed_at_display = timestamp_column("completed_at", "completed at (database clock)")
+
+    @admin.display(description="run", ordering="run")
+    def run_link(self, receipt: StepReceipt) -> str:
+        return admin_link(receipt.run)
+
+    @admin.display(description="output")
+    def linked_output(self, receipt: StepReceipt) -> str:
+        return receipt_output(receipt)
 
 
 @admin.register(VendorRecord)
 class VendorRecordAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["vendor_number", "supplier", "run", "fence", "created_at"]
+    list_display = ["vendor_number", "supplier_link", "run_link", "fence", "created_at_display"]
+    created_at_display = timestamp_column("created_at")
 
 
 @admin.register(PaymentTerms)
 class PaymentTermsAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["supplier", "net_days", "currency", "run", "fence"]
+    list_display = ["supplier_link", "net_days", "currency", "run_link", "fence", "created_at_display"]
+    created_at_display = timestamp_column("created_at")
 
 
 @admin.register(BankAccount)
 class BankAccountAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["supplier", "reference", "last4", "run", "fence", "verified_at"]
+    list_display = ["supplier_link", "reference", "last4", "run_link", "fence", "verified_at_display"]
+    verified_at_display = timestamp_column("verified_at")

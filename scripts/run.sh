@@ -11,6 +11,8 @@ PUSH_PORT=${PUSH_PORT:-8100}
 SUPPLIER_PORT=${SUPPLIER_PORT:-8200}
 export WEAVE_PUSH_URL=${WEAVE_PUSH_URL:-http://127.0.0.1:$PUSH_PORT/push}
 export WEAVE_SUPPLIER_API_URL=${WEAVE_SUPPLIER_API_URL:-http://127.0.0.1:$SUPPLIER_PORT}
+# A short onboarding lease, so a stalled worker (weave_demo_stalls below) is taken over within seconds.
+export WEAVE_ONBOARDING_LEASE_TTL=${WEAVE_ONBOARDING_LEASE_TTL:-10}
 ADMIN_USER=${ADMIN_USER:-admin}
 ADMIN_PASSWORD=${ADMIN_PASSWORD:-weave-demo}
 LOGS=.run/demo
@@ -42,6 +44,8 @@ start fake_supplier "$PY" manage.py fake_supplier_services --port "$SUPPLIER_POR
   --error-rate 0.05 --throttle-rate 0.03
 start runserver "$PY" manage.py runserver "127.0.0.1:$PORT" --noreload
 start qcluster "$PY" manage.py qcluster
+# Now and then freeze the worker holding a run past its lease: its attempt ends blocked, with the reason.
+start stalls "$PY" manage.py weave_demo_stalls --every "${STALL_EVERY:-40}"
 "$PY" manage.py weave_demo_data
 
 cat <<MSG
@@ -50,11 +54,15 @@ cat <<MSG
     Admin:  http://127.0.0.1:$PORT/admin/
     Login:  $ADMIN_USER / $ADMIN_PASSWORD
 
+  Dashboard: http://127.0.0.1:$PORT/admin/weave/dashboard/   Metrics: http://127.0.0.1:$PORT/metrics (staff)
+
   What to click:
     1. Supplier onboarding > Suppliers: tick a few suppliers, choose "Start onboarding", press Go.
     2. Supplier onboarding > Onboarding runs: open a run and reload; receipts and attempts appear
        step by step. "Faulty Fixtures Co" ends failed: its bank account is refused.
-    3. Push notifications > Notifications: the demo notifications and each supplier's welcome
+    3. Weave > Dashboard: throughput, provider latency, leases, blocked attempts (a demo fault freezes
+       a worker about every ${STALL_EVERY:-40} s while it holds a run) and the lease TTL advice.
+    4. Push notifications > Notifications: the demo notifications and each supplier's welcome
        message, with their delivery attempts (a few retries: the fake provider has faults on).
   Fake services: http://127.0.0.1:$PUSH_PORT/_stats and http://127.0.0.1:$SUPPLIER_PORT/_stats
   Logs: $LOGS/.  Ctrl-C stops everything.

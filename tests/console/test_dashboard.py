@@ -53,7 +53,12 @@ def test_with_traffic__charts_have_points_and_panels_tell_the_story(admin_client
     BreakerOpening.objects.create(opened_at=db_now(), owner="push:h:1", reason="Circuit breaker opened: HTTP 401")
     run = OnboardingRunFactory()
     RunAttempt.objects.create(
-        run=run, fence=1, owner="w1", started_at=db_now(), ended_at=db_now(), outcome="blocked",
+        run=run,
+        fence=1,
+        owner="w1",
+        started_at=db_now(),
+        ended_at=db_now(),
+        outcome="blocked",
         reason="Lease lost: w2 holds the run at fence 2",
     )
     page = admin_client.get(URL).content.decode()

@@ -59,8 +59,13 @@ def test_figures_come_from_the_database(admin_client):
     run = OnboardingRunFactory()
     now = db_now()
     RunAttempt.objects.create(
-        run=run, fence=1, owner="w", started_at=now - timedelta(minutes=5), ended_at=now - timedelta(minutes=4),
-        outcome="blocked", reason="lost",
+        run=run,
+        fence=1,
+        owner="w",
+        started_at=now - timedelta(minutes=5),
+        ended_at=now - timedelta(minutes=4),
+        outcome="blocked",
+        reason="lost",
     )
     got = samples(admin_client.get(URL).content.decode())
     assert got[("weave_notifications", (("status", "delivered"),))] == 1

@@ -76,8 +76,9 @@ def test_start_action__skips_a_supplier_with_an_active_run(starter):
     assert OnboardingRun.objects.filter(supplier=busy).count() == 1
     assert OnboardingRun.objects.filter(supplier=free).count() == 1
     assert any("Started onboarding for 1" in m for m in messages)
-    skipped = [m for m in messages if m.startswith("Skipped 1")]
+    skipped = [m for m in messages if "skipped 1" in m]
     assert skipped and f"run {active.pk}" in skipped[0]
+    assert "applies to suppliers without a pending or running run" in skipped[0]
 
 
 def test_resume_action__enqueues_active_runs_and_skips_finished_ones(operator, django_capture_on_commit_callbacks):
@@ -87,7 +88,10 @@ def test_resume_action__enqueues_active_runs_and_skips_finished_ones(operator, d
         _, messages = act(operator, RUNS, "resume", [active, done])
     assert OrmQ.objects.count() == 1
     assert any(m.startswith("Enqueued 1 run") for m in messages)
-    assert any("Skipped 1 finished" in m for m in messages)
+    assert any(
+        f"Resume applies to pending and running runs only; skipped 1: #{done.pk} ({done.status})" in m
+        for m in messages
+    )
 
 
 def test_cancel_action__cancels_active_runs_only(operator):
