@@ -98,6 +98,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# Times with seconds and zone wherever Django formats one (demo/formats/en/formats.py).
+FORMAT_MODULE_PATH = ["demo.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"

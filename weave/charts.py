@@ -161,7 +161,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, empty: st
 def stats(items: Sequence[tuple[str, object]]) -> SafeString:
     """Big figures with a label under each (the dashboard's headline numbers)."""
     cells = format_html_join(
-        "", '<div class="weave-stat"><div class="value">{}</div><div class="label">{}</div></div>', items
+        "",
+        '<div class="weave-stat"><div class="value">{}</div><div class="label">{}</div></div>',
+        ((value, label) for label, value in items),
     )
     return format_html('<div class="weave-stats">{}</div>', cells)
 

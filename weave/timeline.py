@@ -31,7 +31,7 @@ class Timeline:
     def as_text(self) -> str:
         lines = [self.title, ""]
         for entry in self.ordered():
-            lines.append(f"{stamp(entry.at):<26} {entry.what:<10} {entry.text}")
+            lines.append(f"{stamp(entry.at):<30} {entry.what:<10} {entry.text}")
         lines += ["", self.summary]
         return "\n".join(lines)
 
@@ -51,7 +51,10 @@ _RANK = {"created": 0, "claim": 1, "send": 2, "receipt": 2}
 
 
 def stamp(at: datetime | None) -> str:
-    return "now" if at is None else at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    """Database time to the millisecond, with its zone (the database clock speaks UTC here)."""
+    if at is None:
+        return "now"
+    return f"{at.strftime('%Y-%m-%d %H:%M:%S.%f')[:-3]} {at.tzname() or 'UTC'}"
 
 
 def clock_time(at: datetime | None) -> str:

@@ -1,0 +1,86 @@
+"""The admin as an operator reads it: reasons, the failed step, times with seconds and zone, links, no dead buttons."""
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from onboarding.models import OnboardingRun, RunAttempt, StepReceipt, VendorRecord
+from tests.factories import NotificationFactory, OnboardingRunFactory
+from weave.telemetry import db_now
+
+pytestmark = pytest.mark.django_db
+SECONDS_AND_ZONE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
+
+
+@pytest.fixture
+def failed_run():
+    run = OnboardingRunFactory()
+    now = db_now()
+    OnboardingRun.objects.filter(pk=run.pk).update(
+        status="failed", phase="set_payment_terms", reason="Bank account refused: IBAN is closed", finished_at=now
+    )
+    StepReceipt.objects.create(
+        run=run, step="create_vendor_record", fence=1, owner="w", completed_at=now, output={"vendor_number": "V-1"}
+    )
+    VendorRecord.objects.create(supplier=run.supplier, vendor_number="V-1", run=run, fence=1, created_at=now)
+    StepReceipt.objects.create(
+        run=run,
+        step="send_welcome_notification",
+        fence=1,
+        owner="w",
+        completed_at=now,
+        output={
+            "notification_id": NotificationFactory(
+                data={"onboarding_run_id": run.pk, "supplier_id": run.supplier_id}
+            ).pk
+        },
+    )
+    RunAttempt.objects.create(
+        run=run,
+        fence=1,
+        owner="w",
+        started_at=now,
+        ended_at=now,
+        outcome="failed",
+        reason="Bank account refused: IBAN is closed",
+    )
+    return OnboardingRun.objects.get(pk=run.pk)
+
+
+def test_run_list__reason_and_the_step_a_failed_run_failed_at(admin_client, failed_run):
+    page = admin_client.get(reverse("admin:weave_onboarding_onboardingrun_changelist")).content.decode()
+    assert "failed at register_bank_account (Register bank account)" in page
+    assert "Bank account refused: IBAN is closed" in page
+    assert SECONDS_AND_ZONE.search(page)
+    assert 'value="delete_selected"' not in page  # the bulk delete that could only fail is gone
+
+
+def test_run_page__links_to_supplier_rows_and_welcome_notification_with_no_save_or_delete(admin_client, failed_run):
+    page = admin_client.get(reverse("admin:weave_onboarding_onboardingrun_change", args=[failed_run.pk])).content
+    page = page.decode()
+    assert reverse("admin:weave_onboarding_supplier_change", args=[failed_run.supplier_id]) in page
+    vendor = VendorRecord.objects.get(run=failed_run)
+    assert reverse("admin:weave_onboarding_vendorrecord_change", args=[vendor.pk]) in page
+    notification_id = StepReceipt.objects.get(run=failed_run, step="send_welcome_notification").output[
+        "notification_id"
+    ]
+    assert reverse("admin:weave_notifications_notification_change", args=[notification_id]) in page
+    assert 'name="_save"' not in page and 'name="_continue"' not in page
+    assert "deletelink" not in page
+    assert len(SECONDS_AND_ZONE.findall(page)) >= 3
+
+
+def test_notification_page__links_back_to_its_run_and_supplier(admin_client, failed_run):
+    receipt = StepReceipt.objects.get(run=failed_run, step="send_welcome_notification")
+    url = reverse("admin:weave_notifications_notification_change", args=[receipt.output["notification_id"]])
+    page = admin_client.get(url).content.decode()
+    assert reverse("admin:weave_onboarding_onboardingrun_change", args=[failed_run.pk]) in page
+    assert reverse("admin:weave_onboarding_supplier_change", args=[failed_run.supplier_id]) in page
+    assert SECONDS_AND_ZONE.search(page)
+
+
+def test_supplier_list__links_to_its_latest_run(admin_client, failed_run):
+    page = admin_client.get(reverse("admin:weave_onboarding_supplier_changelist")).content.decode()
+    assert reverse("admin:weave_onboarding_onboardingrun_change", args=[failed_run.pk]) in page
+    assert f"supplier__id__exact={failed_run.supplier_id}" in page
