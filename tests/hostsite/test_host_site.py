@@ -79,13 +79,19 @@ def test_wheel_carries_migrations_templates_and_commands(wheel):
         "onboarding/migrations/0001_initial.py",
         "weave/management/commands/weave_schedules.py",
         "weave/management/commands/weave_explain.py",
+        "weave/management/commands/weave_tune.py",
+        "weave/migrations/0001_dashboard_admin_page.py",
+        "weave/templates/admin/weave/dashboard.html",
+        "weave/urls.py",
     ):
         assert expected in names, f"{expected} is missing from {wheel.name}"
     # The wheel is the library only: no standalone site, demo commands, chaos runner or bench.
     for package in ("tests/", "demo/", "tools/", "bench/"):
         assert not any(n.startswith(package) for n in names), f"{package} must not ship in {wheel.name}"
+    # weave/urls.py is the library's URLconf a site includes (the metrics endpoint), not a site's root URLconf.
     for module in ("settings.py", "urls.py", "wsgi.py"):
-        assert not any(n.endswith(f"/{module}") for n in names), f"a site's {module} must not ship"
+        shipped = [n for n in names if n.endswith(f"/{module}") and n != "weave/urls.py"]
+        assert not shipped, f"a site's {module} must not ship: {shipped}"
     assert not any("weave_chaos" in n or "weave_demo" in n or "fake_push_provider.py" in n for n in names)
     # The shipped test fakes a host site's own tests may use.
     assert {"notifications/testing/fake_provider.py", "onboarding/testing/fake_services.py"} <= names
@@ -159,6 +165,13 @@ def test_host_site_runs_weave_from_the_wheel(host_python, host_db, tmp_path):
             receipts = conn.execute(
                 "SELECT count(*) FROM weave_onboarding_stepreceipt WHERE run_id = %s", [run_id]
             ).fetchone()
+        # The console from the wheel: metrics read this site's database, the dashboard sits in its admin.
+        metrics = manage("shell", "-c", "from weave.metrics import render; print(render().decode())")
+        assert 'weave_onboarding_runs{status="completed"} 1.0' in metrics
+        assert 'weave_notifications{status="delivered"} 2.0' in metrics
+        dashboard = "from django.urls import reverse; print(reverse('admin:weave_dashboard_changelist'))"
+        urls = manage("shell", "-c", dashboard)
+        assert "/admin/weave/dashboard/" in urls
         assert creator == "buyer@host.example"
         assert receipts[0] == 6
         # The direct notification and the run's welcome notification both reached the provider.

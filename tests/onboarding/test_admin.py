@@ -89,8 +89,7 @@ def test_resume_action__enqueues_active_runs_and_skips_finished_ones(operator, d
     assert OrmQ.objects.count() == 1
     assert any(m.startswith("Enqueued 1 run") for m in messages)
     assert any(
-        f"Resume applies to pending and running runs only; skipped 1: #{done.pk} ({done.status})" in m
-        for m in messages
+        f"Resume applies to pending and running runs only; skipped 1: #{done.pk} ({done.status})" in m for m in messages
     )
 
 
