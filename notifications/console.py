@@ -20,7 +20,7 @@ from prometheus_client.metrics_core import Metric
 from notifications.models import BreakerOpening, DeliveryAttempt, Notification
 from weave.charts import age, bar_chart, line_chart, stats, table, when
 from weave.metrics import RunningCounts, seconds_since
-from weave.telemetry import db_now, minute_buckets, percentiles_by
+from weave.telemetry import db_now, minute_buckets, percentiles_by, planner_counts
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(hours=24)
@@ -43,9 +43,20 @@ def backend_expression() -> Any:
 # --- figures ---------------------------------------------------------------------------------------
 
 
-def status_counts() -> dict[str, int]:
-    counts = dict(Notification.objects.order_by().values_list("status").annotate(n=Count("pk")))
-    return {status: counts.get(status, 0) for status in Notification.Status.values}
+def status_counts() -> tuple[dict[str, int], bool]:
+    """Notifications per status, and whether the finished states' counts are estimates.
+
+    Pending is always exact (a range of `notif_due_idx`; the rows an operator acts on). On a large
+    PostgreSQL table the finished states come from the planner's statistics instead of a scan of
+    every row (weave.telemetry.planner_counts); below that size everything is counted exactly.
+    """
+    estimates = planner_counts(Notification, "status")
+    if estimates is None:
+        counts = dict(Notification.objects.order_by().values_list("status").annotate(n=Count("pk")))
+        return {status: counts.get(status, 0) for status in Notification.Status.values}, False
+    counts = {status: estimates.get(status, 0) for status in Notification.Status.values}
+    counts[Notification.Status.PENDING] = Notification.objects.pending().count()
+    return counts, True
 
 
 def due_backlog(now: datetime) -> tuple[int, datetime | None]:
@@ -114,7 +125,7 @@ def breaker_openings(now: datetime, limit: int = 5) -> tuple[int, list[BreakerOp
 
 def render_panel(now: datetime) -> SafeString:
     """The push notifications section of the Weave dashboard."""
-    statuses = status_counts()
+    statuses, estimated = status_counts()
     backlog, oldest = due_backlog(now)
     minutes, series = throughput(now)
     lat_minutes, latency = latency_by_backend(now)
@@ -124,7 +135,10 @@ def render_panel(now: datetime) -> SafeString:
         [
             ("due backlog", backlog),
             ("oldest due", age(seconds_since(now, oldest)) if oldest else "—"),
-            *((status, n) for status, n in statuses.items()),
+            *(
+                (status, f"≈ {n:,}" if estimated and status != Notification.Status.PENDING else f"{n:,}")
+                for status, n in statuses.items()
+            ),
             ("breaker openings (24 h)", openings),
         ]
     )
@@ -210,7 +224,8 @@ def collect_metrics() -> Iterable[Metric]:
     """The push notifications' metric families, read from the database."""
     now = db_now()
     statuses = GaugeMetricFamily("weave_notifications", "Notifications by status.", labels=["status"])
-    for status, n in status_counts().items():
+    counts, _ = status_counts()  # finished states estimated on a large PostgreSQL table (see status_counts)
+    for status, n in counts.items():
         statuses.add_metric([status], n)
     yield statuses
     backlog, oldest = due_backlog(now)
