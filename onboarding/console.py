@@ -19,7 +19,7 @@ from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
 from onboarding.steps import STEPS
 from weave.charts import stats, table, when
 from weave.metrics import RunningCounts
-from weave.telemetry import db_now
+from weave.telemetry import db_now, planner_counts
 
 DAY = timedelta(hours=24)
 TROUBLE = [RunAttempt.Outcome.BLOCKED, RunAttempt.Outcome.CRASHED]
@@ -34,13 +34,43 @@ def failed_step(run: OnboardingRun) -> str:
     return names[index] if index < len(names) else run.phase
 
 
-def runs_by_status_and_step() -> list[tuple[str, str, int]]:
-    rows = OnboardingRun.objects.order_by().values_list("status", "phase").annotate(n=Count("pk"))
+# Exact per step, always: the runs an operator may have to act on (a range of onb_run_status_phase_idx).
+WATCHED = [OnboardingRun.Status.PENDING, OnboardingRun.Status.RUNNING, OnboardingRun.Status.FAILED]
+
+
+def runs_by_status_and_step() -> tuple[list[tuple[str, str, str]], bool]:
+    """(status, step, count) rows, and whether completed/cancelled counts are planner estimates.
+
+    Pending, running and failed runs are counted exactly per step. On a large PostgreSQL table the
+    completed and cancelled totals come from the planner's statistics (weave.telemetry.planner_counts)
+    instead of a scan of every finished run.
+    """
+    estimates = planner_counts(OnboardingRun, "status")
+    qs = OnboardingRun.objects.order_by()
+    if estimates is not None:
+        qs = qs.filter(status__in=WATCHED)
+    rows = [
+        (status, phase or "(no step yet)", f"{n:,}")
+        for status, phase, n in qs.values_list("status", "phase").annotate(n=Count("pk"))
+    ]
+    if estimates is not None:
+        for status in (OnboardingRun.Status.COMPLETED, OnboardingRun.Status.CANCELLED):
+            rows.append((status, "(any)", f"≈ {estimates.get(status, 0):,}"))
     order = {step.name: i for i, step in enumerate(STEPS)}
-    return sorted(
-        ((status, phase or "(no step yet)", n) for status, phase, n in rows),
-        key=lambda r: (r[0], order.get(r[1], -1)),
-    )
+    return sorted(rows, key=lambda r: (r[0], order.get(r[1], -1))), estimates is not None
+
+
+def run_status_counts() -> tuple[dict[str, int], bool]:
+    """Runs per status; finished ones estimated on a large PostgreSQL table (see runs_by_status_and_step)."""
+    estimates = planner_counts(OnboardingRun, "status")
+    qs = OnboardingRun.objects.order_by()
+    if estimates is not None:
+        qs = qs.filter(status__in=WATCHED)
+    counts = dict(qs.values_list("status").annotate(n=Count("pk")))
+    if estimates is not None:
+        for status in (OnboardingRun.Status.COMPLETED, OnboardingRun.Status.CANCELLED):
+            counts[status] = estimates.get(status, 0)
+    return {status: counts.get(status, 0) for status in OnboardingRun.Status.values}, estimates is not None
 
 
 def troubled_attempts(now: datetime, limit: int = 20) -> tuple[dict[str, int], list[RunAttempt]]:
@@ -61,14 +91,13 @@ def _run_link(run_id: int) -> SafeString:
 
 def render_panel(now: datetime) -> SafeString:
     """The supplier onboarding section of the Weave dashboard."""
-    by_step = runs_by_status_and_step()
-    totals: dict[str, int] = {}
-    for status, _, n in by_step:
-        totals[status] = totals.get(status, 0) + n
+    by_step, _ = runs_by_status_and_step()
+    totals, estimated = run_status_counts()
+    finished = {OnboardingRun.Status.COMPLETED, OnboardingRun.Status.CANCELLED}
     counts, newest = troubled_attempts(now)
     headline = stats(
         [
-            *((status, totals.get(status, 0)) for status in OnboardingRun.Status.values),
+            *((status, f"≈ {n:,}" if estimated and status in finished else f"{n:,}") for status, n in totals.items()),
             *((f"{outcome} attempts (24 h)", n) for outcome, n in counts.items()),
         ]
     )
@@ -109,9 +138,10 @@ def recent_step_durations(window: timedelta, limit: int) -> dict[str, list[float
     run_ids = {r[0] for r in receipts}
     starts = {
         (run_id, fence): started
-        for run_id, fence, started in RunAttempt.objects.filter(run_id__in=run_ids).values_list(
-            "run_id", "fence", "started_at"
-        )
+        # order_by(): the default ordering ("run" -> the run's own ordering) would join every run.
+        for run_id, fence, started in RunAttempt.objects.filter(run_id__in=run_ids)
+        .order_by()
+        .values_list("run_id", "fence", "started_at")
     }
     previous: dict[tuple[int, int], datetime] = {}
     result: dict[str, list[float]] = {}
@@ -139,9 +169,9 @@ def collect_metrics() -> Iterable[Metric]:
     """Supplier onboarding's metric families, read from the database."""
     now = db_now()
     runs = GaugeMetricFamily("weave_onboarding_runs", "Onboarding runs by status.", labels=["status"])
-    counts = dict(OnboardingRun.objects.order_by().values_list("status").annotate(n=Count("pk")))
-    for status in OnboardingRun.Status.values:
-        runs.add_metric([status], counts.get(status, 0))
+    counts, _ = run_status_counts()  # finished runs estimated on a large PostgreSQL table
+    for status, n in counts.items():
+        runs.add_metric([status], n)
     yield runs
     totals = _attempts.advance(_attempts_between, now)
     attempts = CounterMetricFamily(

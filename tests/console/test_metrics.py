@@ -100,3 +100,27 @@ def test_metric_names_are_unique_in_the_exposition(admin_client):
     text = admin_client.get(URL).content.decode()
     types = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")]
     assert len(types) == len(set(types))
+
+
+@pytest.mark.postgres
+def test_large_table__finished_states_from_planner_statistics_pending_exact(admin_client, monkeypatch):
+    from django.db import connection
+
+    from notifications.models import Notification
+
+    for _ in range(40):
+        NotificationFactory(status="delivered")
+    for _ in range(10):
+        NotificationFactory()  # pending
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {Notification._meta.db_table}")
+    monkeypatch.setattr("weave.telemetry.EXACT_BELOW", 0)  # stand-in for a table of millions
+    counts, estimated = notification_console.status_counts()
+    assert estimated
+    assert counts["pending"] == 10  # counted exactly, whatever the statistics say
+    assert counts["delivered"] == 40  # the planner's estimate: exact here, as ANALYZE read every row
+    monkeypatch.setattr("weave.telemetry.EXACT_BELOW", 10**9)
+    assert notification_console.status_counts() == (
+        {"pending": 10, "delivered": 40, "failed": 0, "cancelled": 0},
+        False,
+    )
