@@ -1,0 +1,47 @@
+"""The demo's stall fault (`manage.py weave_demo_stalls`) really produces a blocked attempt in a real qcluster."""
+
+import pytest
+
+from onboarding.models import OnboardingRun, RunAttempt, Supplier
+from onboarding.services import onboarding_start
+from onboarding.testing.fake_services import FakeConfig, FakeSupplierServices
+from tools.processes import wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+def test_stall__the_frozen_worker_is_taken_over_and_its_attempt_ends_blocked(groups, worker_env):
+    suppliers = [
+        Supplier.objects.create(
+            legal_name=f"Stalled Supplier {n}",
+            country="DE",
+            tax_id=f"DE12345678{n}",
+            contact_email=f"ap{n}@stall.example",
+            iban="DE89370400440532013000",
+        )
+        for n in range(3)
+    ]
+    # Slow services keep each run under its lease for a few seconds: time for the stall to find one.
+    with FakeSupplierServices(config=FakeConfig(latency=0.4)) as services:
+        env = {**worker_env, "WEAVE_SUPPLIER_API_URL": services.url, "WEAVE_ONBOARDING_LEASE_TTL": "3"}
+        cluster = groups.manage("qcluster", "qcluster", env=env)
+        stalls = groups.manage("stalls", "weave_demo_stalls", "--every", "0.01", "--stalls", "1", env=env)
+        for supplier in suppliers:
+            onboarding_start(supplier=supplier)
+
+        def done() -> bool:
+            assert cluster.alive(), cluster.log_tail()
+            finished = OnboardingRun.objects.exclude(status__in=OnboardingRun.ACTIVE).count() == len(suppliers)
+            return finished and RunAttempt.objects.filter(outcome=RunAttempt.Outcome.BLOCKED).exists()
+
+        try:
+            wait_until(done, timeout=120, interval=0.5, message="a blocked attempt and every run finished")
+        except TimeoutError:
+            pytest.fail(f"stalls log:\n{stalls.log_tail()}\nqcluster log:\n{cluster.log_tail(40)}")
+
+    blocked = RunAttempt.objects.get(outcome=RunAttempt.Outcome.BLOCKED)
+    run = blocked.run
+    # The run was taken over under a newer fence and still completed; the frozen attempt wrote nothing more.
+    assert run.status == OnboardingRun.Status.COMPLETED and run.fence > blocked.fence
+    assert "fence" in blocked.reason and blocked.ended_at is not None
+    assert not run.receipts.filter(fence=blocked.fence, completed_at__gt=blocked.ended_at).exists()
