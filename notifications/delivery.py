@@ -415,9 +415,30 @@ def _default_provider(concurrency: int) -> Provider:
     )
 
 
-def deliver_batch(*, clock: Clock = default_clock, provider: Provider | None = None, **options: Any) -> DeliveryReport:
-    """Claim one batch and deliver it. `options` go to `PushWorker` (owner, hooks, batch_size, budget, ...)."""
-    worker = PushWorker(clock=clock, provider=provider, **options)
+def deliver_batch(
+    *,
+    clock: Clock = default_clock,
+    provider: Provider | None = None,
+    owner: str | None = None,
+    hooks: Hooks | None = None,
+    batch_size: int | None = None,
+    concurrency: int | None = None,
+    budget: float | None = None,
+    ttl: float | None = None,
+    rng: random.Random | None = None,
+) -> DeliveryReport:
+    """Claim one batch and deliver it; the keywords are `PushWorker`'s."""
+    worker = PushWorker(
+        clock=clock,
+        provider=provider,
+        owner=owner,
+        hooks=hooks,
+        batch_size=batch_size,
+        concurrency=concurrency,
+        budget=budget,
+        ttl=ttl,
+        rng=rng,
+    )
     try:
         return worker.deliver(worker.claim())
     finally:
@@ -425,10 +446,30 @@ def deliver_batch(*, clock: Clock = default_clock, provider: Provider | None = N
 
 
 def drain(
-    *, clock: Clock = default_clock, provider: Provider | None = None, enqueue_more: bool = True, **options: Any
+    *,
+    clock: Clock = default_clock,
+    provider: Provider | None = None,
+    enqueue_more: bool = True,
+    owner: str | None = None,
+    hooks: Hooks | None = None,
+    batch_size: int | None = None,
+    concurrency: int | None = None,
+    budget: float | None = None,
+    ttl: float | None = None,
+    rng: random.Random | None = None,
 ) -> DeliveryReport:
     """Deliver due notifications until none are left or the budget is spent; then re-enqueue if rows remain."""
-    worker = PushWorker(clock=clock, provider=provider, **options)
+    worker = PushWorker(
+        clock=clock,
+        provider=provider,
+        owner=owner,
+        hooks=hooks,
+        batch_size=batch_size,
+        concurrency=concurrency,
+        budget=budget,
+        ttl=ttl,
+        rng=rng,
+    )
     try:
         report = worker.run()
     finally:

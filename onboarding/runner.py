@@ -294,10 +294,24 @@ class Attempt:
             RunAttempt.objects.filter(pk=self.attempt_id).update(
                 outcome=outcome, reason=reason, ended_at=self.clock.now()
             )
-        event = {Outcome.COMPLETED: "completed", Outcome.RELEASED: "released"}.get(outcome, str(outcome))
+        events: dict[str, str] = {Outcome.COMPLETED: "completed", Outcome.RELEASED: "released"}
+        event = events.get(outcome, str(outcome))
         log_event(logger, event, job=JOB, id=self.run_id, owner=self.lease.owner, fence=self.lease.fence, reason=reason)
 
 
-def run_onboarding(run_id: Any, **options: Any) -> str:
-    """Run one attempt at onboarding run `run_id`; return its outcome (see `Attempt`)."""
-    return Attempt(run_id, **options).execute()
+def run_onboarding(
+    run_id: Any,
+    *,
+    owner: str | None = None,
+    ttl: float | None = None,
+    budget: float | None = None,
+    clock: Clock = default_clock,
+    background: bool = True,
+    steps: Sequence[Step] = STEPS,
+    services: SupplierServices | None = None,
+) -> str:
+    """Run one attempt at onboarding run `run_id`; return its outcome (see `Attempt`); the keywords are `Attempt`'s."""
+    attempt = Attempt(
+        run_id, owner=owner, ttl=ttl, budget=budget, clock=clock, background=background, steps=steps, services=services
+    )
+    return attempt.execute()

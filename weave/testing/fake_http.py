@@ -8,7 +8,7 @@ a management command runs one in the foreground for the demo, the chaos run and 
 import threading
 from dataclasses import fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Self
+from typing import Any, Generic, Self, TypeVar
 
 
 class FakeHTTPServer(ThreadingHTTPServer):
@@ -28,12 +28,15 @@ class FakeHandler(BaseHTTPRequestHandler):
         pass  # one line per request would drown test and demo output
 
 
-class FakeService:
+_Server = TypeVar("_Server", bound=ThreadingHTTPServer)
+
+
+class FakeService(Generic[_Server]):
     """Runs a `FakeHTTPServer` in the foreground or on a daemon thread; subclasses hold the state."""
 
     thread_name = "fake-http"
 
-    def __init__(self, server: ThreadingHTTPServer) -> None:
+    def __init__(self, server: _Server) -> None:
         self._server = server
         self._thread: threading.Thread | None = None
 
@@ -43,7 +46,9 @@ class FakeService:
 
     @property
     def url(self) -> str:
-        return f"http://{self._server.server_address[0]}:{self.port}"
+        host = self._server.server_address[0]
+        assert isinstance(host, str)  # an AF_INET server's address; bytes only for AF_UNIX
+        return f"http://{host}:{self.port}"
 
     def start(self) -> Self:
         """Serve on a daemon thread and return at once."""
