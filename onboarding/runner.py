@@ -15,7 +15,7 @@ refuses the worker's next save, and the worker gives its lease back.
 import logging
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from django.db import transaction
 
@@ -299,19 +299,18 @@ class Attempt:
         log_event(logger, event, job=JOB, id=self.run_id, owner=self.lease.owner, fence=self.lease.fence, reason=reason)
 
 
-def run_onboarding(
-    run_id: Any,
-    *,
-    owner: str | None = None,
-    ttl: float | None = None,
-    budget: float | None = None,
-    clock: Clock = default_clock,
-    background: bool = True,
-    steps: Sequence[Step] = STEPS,
-    services: SupplierServices | None = None,
-) -> str:
-    """Run one attempt at onboarding run `run_id`; return its outcome (see `Attempt`); the keywords are `Attempt`'s."""
-    attempt = Attempt(
-        run_id, owner=owner, ttl=ttl, budget=budget, clock=clock, background=background, steps=steps, services=services
-    )
-    return attempt.execute()
+class AttemptOptions(TypedDict, total=False):
+    """The `Attempt` keywords `run_onboarding` passes on (unset or None: the WEAVE setting)."""
+
+    owner: str | None
+    ttl: float | None
+    budget: float | None
+    clock: Clock
+    background: bool
+    steps: Sequence[Step]
+    services: SupplierServices | None
+
+
+def run_onboarding(run_id: Any, **options: Unpack[AttemptOptions]) -> str:
+    """Run one attempt at onboarding run `run_id`; return its outcome (see `Attempt`)."""
+    return Attempt(run_id, **options).execute()
