@@ -6,6 +6,7 @@ a management command runs one in the foreground for the demo, the chaos run and 
 """
 
 import threading
+from collections.abc import Callable
 from dataclasses import fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Generic, Self, TypeVar
@@ -59,7 +60,7 @@ class FakeService(Generic[_Server]):
     def serve_forever(self) -> None:
         self._server.serve_forever()
 
-    def serve_until_interrupted(self, banner: str, write: Any) -> None:
+    def serve_until_interrupted(self, banner: str, write: Callable[[str], object]) -> None:
         """Serve in the foreground until Ctrl-C or SIGTERM's KeyboardInterrupt; announce `banner` first."""
         write(banner)
         try:
