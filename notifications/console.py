@@ -181,7 +181,8 @@ def recent_latencies(window: timedelta, limit: int) -> dict[str, list[float]]:
     )
     result: dict[str, list[float]] = {}
     for backend, latency_ms in rows:
-        result.setdefault(str(backend), []).append(latency_ms / 1000)
+        if latency_ms is not None:  # excluded by the filter; the check keeps the type honest
+            result.setdefault(str(backend), []).append(latency_ms / 1000)
     return result
 
 
@@ -212,9 +213,10 @@ def _latency_between(after: datetime | None, upto: datetime) -> dict[tuple[str, 
     )
     result: dict[tuple[str, ...], float] = {}
     for row in rows:
-        backend = str(row["backend_alias"])
+        values: dict[str, Any] = dict(row)
+        backend = str(values["backend_alias"])
         for i, bound in enumerate(LATENCY_BUCKETS):
-            result[(backend, repr(bound))] = row[f"b{i}"]
+            result[(backend, repr(bound))] = values[f"b{i}"]
         result[(backend, "+Inf")] = row["total"]
         result[(backend, "sum")] = (row["ms"] or 0) / 1000
     return result

@@ -8,17 +8,17 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html, format_html_join
 
 from onboarding.errors import RunAlreadyActive
-from onboarding.explain import explain_run
 from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, RunAttempt, StepReceipt, Supplier, VendorRecord
 from onboarding.services import onboarding_cancel, onboarding_resume, onboarding_start
 from onboarding.steps import STEPS
+from weave.admin import LeasedModelAdmin, ReadOnlyAdminMixin
 from weave.display import admin_link, admin_link_to, changelist_link, timestamp_column
 
 STEP_TITLES = {step.name: step.title for step in STEPS}
 
 
-class ReadOnlyMixin:
-    """Rows written only by workers: visible, never edited by hand; linked to their run and supplier."""
+class LinkedReadOnlyMixin(ReadOnlyAdminMixin):
+    """Rows written only by workers (weave.admin.ReadOnlyAdminMixin), linked to their run and supplier."""
 
     @admin.display(description="run", ordering="run")
     def run_link(self, obj: Any) -> str:
@@ -27,15 +27,6 @@ class ReadOnlyMixin:
     @admin.display(description="supplier", ordering="supplier")
     def supplier_link(self, obj: Any) -> str:
         return admin_link(obj.supplier)
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Supplier)
@@ -90,24 +81,25 @@ def receipt_output(receipt: StepReceipt) -> str:
     notification_id = output.pop("notification_id", None)
     if notification_id is not None:
         links.append(("welcome notification", _notification_link(notification_id)))
-    domain = {
+    domain: dict[str, type[VendorRecord] | type[PaymentTerms] | type[BankAccount]] = {
         "create_vendor_record": VendorRecord,
         "set_payment_terms": PaymentTerms,
         "register_bank_account": BankAccount,
-    }.get(receipt.step)
-    if domain is not None:
-        row = domain.objects.filter(run_id=receipt.run_id).first()
+    }
+    model = domain.get(receipt.step)
+    if model is not None:
+        row = model._default_manager.filter(run_id=receipt.run_id).first()
         if row is not None:
-            links.append((domain._meta.verbose_name, admin_link(row)))
+            links.append((str(model._meta.verbose_name), admin_link(row)))
     rest = ", ".join(f"{key}: {value}" for key, value in output.items())
     parts = format_html_join("; ", "{}: {}", links)
     return format_html("{}{}{}", parts, "; " if links and rest else "", rest) if (links or rest) else "—"
 
 
-class StepReceiptInline(ReadOnlyMixin, admin.TabularInline):
+class StepReceiptInline(LinkedReadOnlyMixin, admin.TabularInline):
     model = StepReceipt
     extra = 0
-    fields = readonly_fields = ["step", "fence", "owner", "completed_at_display", "linked_output"]
+    fields = readonly_fields = ("step", "fence", "owner", "completed_at_display", "linked_output")
     ordering = ["completed_at", "pk"]
     completed_at_display = timestamp_column("completed_at", "completed at (database clock)")
 
@@ -116,10 +108,10 @@ class StepReceiptInline(ReadOnlyMixin, admin.TabularInline):
         return receipt_output(receipt)
 
 
-class RunAttemptInline(ReadOnlyMixin, admin.TabularInline):
+class RunAttemptInline(LinkedReadOnlyMixin, admin.TabularInline):
     model = RunAttempt
     extra = 0
-    fields = readonly_fields = ["fence", "owner", "outcome", "started_at_display", "ended_at_display", "reason"]
+    fields = readonly_fields = ("fence", "owner", "outcome", "started_at_display", "ended_at_display", "reason")
     ordering = ["fence", "pk"]
     started_at_display = timestamp_column("started_at", "started at (database clock)")
     ended_at_display = timestamp_column("ended_at", "ended at (database clock)")
@@ -142,7 +134,7 @@ class HasBlockedAttemptsFilter(admin.SimpleListFilter):
 
 
 @admin.register(OnboardingRun)
-class OnboardingRunAdmin(admin.ModelAdmin):
+class OnboardingRunAdmin(LeasedModelAdmin):
     list_display = [
         "id",
         "supplier_link",
@@ -151,7 +143,7 @@ class OnboardingRunAdmin(admin.ModelAdmin):
         "reason",
         "owner",
         "fence",
-        "lease",
+        "lease_state",
         "attempt_count",
         "created_at_display",
     ]
@@ -169,7 +161,7 @@ class OnboardingRunAdmin(admin.ModelAdmin):
         "owner",
         "fence",
         "lease_expires_at_display",
-        "lease",
+        "lease_state",
         "welcome_notification",
         "written_rows",
         "timeline",
@@ -182,10 +174,11 @@ class OnboardingRunAdmin(admin.ModelAdmin):
     lease_expires_at_display = timestamp_column("lease_expires_at", "lease expires at (database clock)")
     inlines = [StepReceiptInline, RunAttemptInline]
     actions = ["resume", "cancel"]
+    explain_kind = "run"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
-        # Live or expired is the database clock's call, as for every lease decision.
-        return super().get_queryset(request).with_lease_state().annotate(attempt_total=Count("attempts", distinct=True))
+        runs: QuerySet = super().get_queryset(request).annotate(attempt_total=Count("attempts", distinct=True))
+        return runs
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # runs start from the supplier admin's "Start onboarding"
@@ -239,19 +232,6 @@ class OnboardingRunAdmin(admin.ModelAdmin):
             return "—"
         return format_html_join(", ", "{}: {}", ((label, admin_link(row)) for label, row in rows))
 
-    @admin.display(description="lease")
-    def lease(self, run: OnboardingRun) -> str:
-        if run.owner is None:
-            return "free"
-        live = getattr(run, "lease_live", None)
-        if live is None:
-            live = OnboardingRun.objects.live().filter(pk=run.pk).exists()
-        return "live" if live else "expired"
-
-    @admin.display(description="timeline")
-    def timeline(self, run: OnboardingRun) -> str:
-        return explain_run(run.pk).as_html()
-
     @admin.display(description="attempts", ordering="attempt_total")
     def attempt_count(self, run: OnboardingRun) -> int:
         return getattr(run, "attempt_total", 0)
@@ -289,8 +269,8 @@ class OnboardingRunAdmin(admin.ModelAdmin):
             )
 
 
-class AttemptOutcomeFilter(admin.SimpleListFilter):
-    """Outcome, opening on "blocked": the attempts that lost their lease, with their reasons."""
+class RunAttemptOutcomeFilter(admin.SimpleListFilter):
+    """A run attempt's own outcome, opening on "blocked": the attempts that lost their lease, with their reasons."""
 
     title = "outcome"
     parameter_name = "outcome"
@@ -317,11 +297,11 @@ class AttemptOutcomeFilter(admin.SimpleListFilter):
 
 
 @admin.register(RunAttempt)
-class RunAttemptAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class RunAttemptAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
     """Blocked attempts and why (the page opens on them); other outcomes are a filter away."""
 
     list_display = ["run_link", "fence", "owner", "outcome", "started_at_display", "ended_at_display", "reason"]
-    list_filter = [AttemptOutcomeFilter]
+    list_filter = [RunAttemptOutcomeFilter]
     list_select_related = ["run__supplier"]
     search_fields = ["owner", "reason"]
     ordering = ["-pk"]
@@ -334,7 +314,7 @@ class RunAttemptAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(StepReceipt)
-class StepReceiptAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class StepReceiptAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
     list_display = ["run_link", "step", "fence", "owner", "completed_at_display", "linked_output"]
     list_filter = ["step"]
     list_select_related = ["run__supplier"]
@@ -350,18 +330,18 @@ class StepReceiptAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(VendorRecord)
-class VendorRecordAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class VendorRecordAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
     list_display = ["vendor_number", "supplier_link", "run_link", "fence", "created_at_display"]
     created_at_display = timestamp_column("created_at")
 
 
 @admin.register(PaymentTerms)
-class PaymentTermsAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class PaymentTermsAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
     list_display = ["supplier_link", "net_days", "currency", "run_link", "fence", "created_at_display"]
     created_at_display = timestamp_column("created_at")
 
 
 @admin.register(BankAccount)
-class BankAccountAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class BankAccountAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
     list_display = ["supplier_link", "reference", "last4", "run_link", "fence", "verified_at_display"]
     verified_at_display = timestamp_column("verified_at")

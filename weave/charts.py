@@ -27,11 +27,11 @@ def _colour(name: str, index: int) -> str:
 def _nice_max(value: float) -> float:
     if value <= 0:
         return 1.0
-    step = 10 ** len(str(int(value))) / 10
-    for factor in (1, 2, 2.5, 5, 10):
+    step = 10.0 ** len(str(int(value))) / 10
+    for factor in (1.0, 2.0, 2.5, 5.0, 10.0):
         if value <= step * factor:
             return step * factor
-    return value
+    return float(value)
 
 
 def _frame(title: str, times: Sequence[datetime], top: float, unit: str, points: int, body: SafeString) -> SafeString:

@@ -131,7 +131,7 @@ def dashboard_view(request: HttpRequest, admin_site: admin.AdminSite) -> HttpRes
     return TemplateResponse(request, "admin/weave/dashboard.html", context)
 
 
-class DashboardAdmin(admin.ModelAdmin):
+class DashboardAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Serves the dashboard at the model's changelist URL; nothing to add, change or delete."""
 
     def get_urls(self) -> list[URLPattern]:

@@ -37,6 +37,8 @@ def db_now() -> datetime:
         else:
             cursor.execute("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")
             value = parse_datetime(cursor.fetchone()[0])
+    if not isinstance(value, datetime):
+        raise TypeError(f"the database clock answered {value!r}")
     if timezone.is_naive(value):
         value = timezone.make_aware(value, UTC)
     return value
@@ -188,7 +190,7 @@ QUANTILES = (0.5, 0.95, 0.99)
 
 
 def percentiles_by(
-    queryset: models.QuerySet, keys: list[str], field: str, quantiles: tuple[float, ...] = QUANTILES
+    queryset: "models.QuerySet[Any]", keys: list[str], field: str, quantiles: tuple[float, ...] = QUANTILES
 ) -> dict[tuple[Any, ...], list[float]]:
     """Return {key values: [quantile values]} of `field` over `queryset` grouped by the `keys` annotations.
 

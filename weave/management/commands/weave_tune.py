@@ -38,10 +38,10 @@ class Command(BaseCommand):
         needed_by_setting: dict[str, float] = {}
         for r in reports:
             a = r.advice
-            needed = "-" if a.needed is None else f"{a.needed:.0f} s"
+            shown = "-" if a.needed is None else f"{a.needed:.0f} s"
             self.stdout.write(
                 f"{r.job:<13}{(r.group_kind + ' ' + r.group)[:33]:<34}{a.samples:>8}{_s(a.p50):>9}{_s(a.p95):>9}"
-                f"{_s(a.p99):>9}{needed:>8}  {r.setting}={a.configured:g} s"
+                f"{_s(a.p99):>9}{shown:>8}  {r.setting}={a.configured:g} s"
             )
             if a.needed is not None:
                 needed_by_setting[r.setting] = max(needed_by_setting.get(r.setting, 0.0), a.needed)
