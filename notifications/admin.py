@@ -7,7 +7,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html_join
 
-from notifications.models import DeliveryAttempt, Notification
+from notifications.models import BreakerOpening, DeliveryAttempt, Notification
 from notifications.services import BulkResult, notification_cancel, notification_retry_now
 from weave.admin import LeasedModelAdmin, ReadOnlyAdminMixin
 from weave.display import admin_link_to, timestamp_column
@@ -192,6 +192,15 @@ class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ("outcome",)
     search_fields = ("reason", "owner")
     list_select_related = ("notification",)
+
+
+@admin.register(BreakerOpening)
+class BreakerOpeningAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """When a push worker's circuit breaker opened, and why (also on the Weave dashboard)."""
+
+    list_display = ("opened_at_display", "owner", "reason")
+    search_fields = ("owner", "reason")
+    opened_at_display = timestamp_column("opened_at", "opened at (database clock)")
 
 
 def _ids(pks: list[int]) -> str:

@@ -15,6 +15,7 @@ from weave.admin import LeasedModelAdmin, ReadOnlyAdminMixin
 from weave.display import admin_link, admin_link_to, changelist_link, timestamp_column
 
 STEP_TITLES = {step.name: step.title for step in STEPS}
+ACTIVE_REFRESH = 2  # seconds between reloads of run pages while a run is pending or running
 
 
 class LinkedReadOnlyMixin(ReadOnlyAdminMixin):
@@ -187,8 +188,17 @@ class OnboardingRunAdmin(LeasedModelAdmin):
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict | None = None
     ) -> HttpResponse:
         # Nothing on a run is edited by hand: no Save buttons that would save nothing.
-        extra = {"show_save": False, "show_save_and_continue": False, "show_save_and_add_another": False}
+        extra: dict[str, Any] = {"show_save": False, "show_save_and_continue": False}
+        extra["show_save_and_add_another"] = False
+        # A run takes seconds: while it is active the page reloads itself, so its steps appear as they land.
+        active = OnboardingRun.objects.filter(pk=object_id, status__in=OnboardingRun.ACTIVE).exists()
+        extra["weave_refresh"] = ACTIVE_REFRESH if active else 0
         return super().change_view(request, object_id, form_url, {**(extra_context or {}), **extra})
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
+        active = OnboardingRun.objects.active().exists()  # the partial unique index keeps this cheap
+        extra = {"weave_refresh": ACTIVE_REFRESH if active else 0}
+        return super().changelist_view(request, {**(extra_context or {}), **extra})
 
     def get_actions(self, request: HttpRequest) -> dict:
         actions = super().get_actions(request)

@@ -84,3 +84,23 @@ def test_supplier_list__links_to_its_latest_run(admin_client, failed_run):
     page = admin_client.get(reverse("admin:weave_onboarding_supplier_changelist")).content.decode()
     assert reverse("admin:weave_onboarding_onboardingrun_change", args=[failed_run.pk]) in page
     assert f"supplier__id__exact={failed_run.supplier_id}" in page
+
+
+def test_run_pages_reload_while_a_run_is_active_and_stop_when_it_finished(admin_client, failed_run):
+    active = OnboardingRunFactory()
+    change = "admin:weave_onboarding_onboardingrun_change"
+    assert 'http-equiv="refresh"' in admin_client.get(reverse(change, args=[active.pk])).content.decode()
+    assert 'http-equiv="refresh"' not in admin_client.get(reverse(change, args=[failed_run.pk])).content.decode()
+    changelist = reverse("admin:weave_onboarding_onboardingrun_changelist")
+    assert 'http-equiv="refresh"' in admin_client.get(changelist).content.decode()
+    OnboardingRun.objects.filter(pk=active.pk).update(status="cancelled")
+    assert 'http-equiv="refresh"' not in admin_client.get(changelist).content.decode()
+
+
+def test_breaker_openings_are_listed_read_only_with_their_reason(admin_client):
+    from notifications.models import BreakerOpening
+
+    BreakerOpening.objects.create(opened_at=db_now(), owner="push:h:1:x", reason="Circuit breaker opened: HTTP 401")
+    page = admin_client.get(reverse("admin:weave_notifications_breakeropening_changelist")).content.decode()
+    assert "Circuit breaker opened: HTTP 401" in page and SECONDS_AND_ZONE.search(page)
+    assert 'value="delete_selected"' not in page

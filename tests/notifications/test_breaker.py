@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 
 from notifications.delivery import CircuitBreaker, deliver_batch
-from notifications.models import Notification
+from notifications.models import BreakerOpening, Notification
 from notifications.providers import Outcome, SendResult
 from tests.factories import NotificationFactory
 
@@ -26,6 +26,10 @@ def test_breaker__a_run_of_5xx_stops_the_batch_and_holds_the_rest_back(push_sett
         ("pending", None, clock.current + timedelta(seconds=30))
     }
     assert all("without using an attempt" in e for e in held_back.values_list("last_error", flat=True))
+    # The opening outlives the worker: one row, at the database time of the finish, for the console.
+    opening = BreakerOpening.objects.get()
+    assert opening.reason == report.breaker and opening.owner == report.owner
+    assert opening.opened_at == clock.current
 
 
 def test_breaker__bad_credentials_stop_the_batch_after_one_request(push_settings, fake, clock):
