@@ -219,7 +219,7 @@ class OnboardingRunAdmin(LeasedModelAdmin):
         if run.status == OnboardingRun.Status.FAILED:
             from onboarding.console import failed_step
 
-            name = failed_step(run)
+            name = failed_step(run.phase)
             return f"failed at {name} ({STEP_TITLES.get(name, name)})"
         return run.phase or "—"
 

@@ -25,17 +25,23 @@ DAY = timedelta(hours=24)
 TROUBLE = [RunAttempt.Outcome.BLOCKED, RunAttempt.Outcome.CRASHED]
 
 
-def failed_step(run: OnboardingRun) -> str:
-    """The step a failed run stopped at: the one after its last saved step (phase)."""
+def failed_step(phase: str) -> str:
+    """The step a failed run stopped at: the one after its last saved step (`phase`)."""
     names = [step.name for step in STEPS]
-    if run.phase not in names:
+    if phase not in names:
         return names[0]
-    index = names.index(run.phase) + 1
-    return names[index] if index < len(names) else run.phase
+    index = names.index(phase) + 1
+    return names[index] if index < len(names) else phase
 
 
 # Exact per step, always: the runs an operator may have to act on (a range of onb_run_status_phase_idx).
 WATCHED = [OnboardingRun.Status.PENDING, OnboardingRun.Status.RUNNING, OnboardingRun.Status.FAILED]
+
+
+def _step_label(status: str, phase: str) -> str:
+    if status == OnboardingRun.Status.FAILED:
+        return f"failed at {failed_step(phase)}"
+    return phase or "(no step yet)"
 
 
 def runs_by_status_and_step() -> tuple[list[tuple[str, str, str]], bool]:
@@ -50,14 +56,14 @@ def runs_by_status_and_step() -> tuple[list[tuple[str, str, str]], bool]:
     if estimates is not None:
         qs = qs.filter(status__in=WATCHED)
     rows = [
-        (status, phase or "(no step yet)", f"{n:,}")
+        (status, _step_label(status, phase), f"{n:,}")
         for status, phase, n in qs.values_list("status", "phase").annotate(n=Count("pk"))
     ]
     if estimates is not None:
         for status in (OnboardingRun.Status.COMPLETED, OnboardingRun.Status.CANCELLED):
             rows.append((status, "(any)", f"≈ {estimates.get(status, 0):,}"))
     order = {step.name: i for i, step in enumerate(STEPS)}
-    return sorted(rows, key=lambda r: (r[0], order.get(r[1], -1))), estimates is not None
+    return sorted(rows, key=lambda r: (r[0], order.get(r[1].removeprefix("failed at "), -1))), estimates is not None
 
 
 def run_status_counts() -> tuple[dict[str, int], bool]:
@@ -101,7 +107,7 @@ def render_panel(now: datetime) -> SafeString:
             *((f"{outcome} attempts (24 h)", n) for outcome, n in counts.items()),
         ]
     )
-    step_table = table(["status", "last saved step", "runs"], by_step, empty="No onboarding runs yet.")
+    step_table = table(["status", "step", "runs"], by_step, empty="No onboarding runs yet.")
     trouble_table = table(
         ["ended at", "run", "supplier", "outcome", "fence", "reason"],
         [

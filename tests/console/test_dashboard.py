@@ -84,3 +84,12 @@ def test_slow_traffic__ttl_verdict_says_too_short(admin_client, settings):
 def test_refresh_can_be_turned_off(admin_client):
     page = admin_client.get(URL + "?refresh=0").content.decode()
     assert 'http-equiv="refresh"' not in page
+
+
+def test_failed_runs_are_counted_by_the_step_they_failed_at(admin_client):
+    from onboarding.models import OnboardingRun
+
+    run = OnboardingRunFactory()
+    OnboardingRun.objects.filter(pk=run.pk).update(status="failed", phase="set_payment_terms")
+    page = admin_client.get(URL).content.decode()
+    assert "<td>failed</td><td>failed at register_bank_account</td><td>1</td>" in page

@@ -14,11 +14,13 @@ import os
 import random
 import signal
 import socket
+import sqlite3
 import time
 from argparse import ArgumentParser
 from typing import Any
 
 from django.core.management.base import BaseCommand
+from django.db import DatabaseError, connection, transaction
 
 from onboarding import queue
 from onboarding.models import OnboardingRun
@@ -48,8 +50,12 @@ class Command(BaseCommand):
         done = 0
         while not stalls or done < stalls:
             time.sleep(rng.uniform(0.5, 1.5) * every)
-            if self.stall_one():
-                done += 1
+            try:
+                if self.stall_one():
+                    done += 1
+            except DatabaseError as exc:
+                # A demo fault must never take the demo down: say so and try again later.
+                self.stderr.write(f"stall: skipped after a database error: {exc}")
 
     def stall_one(self) -> bool:
         """Freeze one run holder until another worker took the run over; return whether one was found."""
@@ -67,8 +73,13 @@ class Command(BaseCommand):
             os.kill(pid, signal.SIGSTOP)
         except ProcessLookupError:
             return False
-        self.stdout.write(f"stall: froze worker pid {pid} ({owner}) holding run {run_id} at fence {fence}")
         try:
+            if self._frozen_inside_a_transaction(run_id):
+                # Frozen mid-write, it would hold its locks (on SQLite: the whole database) until thawed,
+                # and nobody could take the run over. Let it go and pick another moment.
+                self.stdout.write(f"stall: pid {pid} was inside a write; let go at once")
+                return False
+            self.stdout.write(f"stall: froze worker pid {pid} ({owner}) holding run {run_id} at fence {fence}")
             # Wait past the lease, then hand the run to another worker, as the sweep would.
             time.sleep(float(weave_settings.ONBOARDING_LEASE_TTL) + 1.0)
             queue.enqueue_run(run_id)
@@ -78,6 +89,28 @@ class Command(BaseCommand):
                     break
                 time.sleep(0.2)
         finally:
-            os.kill(pid, signal.SIGCONT)
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
         self.stdout.write(f"stall: thawed pid {pid}; its attempt at fence {fence} should end blocked")
         return True
+
+    def _frozen_inside_a_transaction(self, run_id: int) -> bool:
+        """Whether the frozen worker holds write locks we would wait on: try to take them without waiting."""
+        if connection.vendor == "sqlite":
+            probe = sqlite3.connect(connection.settings_dict["NAME"], timeout=0.5)
+            try:
+                probe.execute("BEGIN IMMEDIATE")  # the database's one write lock
+                probe.execute("ROLLBACK")
+                return False
+            except sqlite3.OperationalError:
+                return True
+            finally:
+                probe.close()
+        try:
+            with transaction.atomic():
+                OnboardingRun.objects.select_for_update(nowait=True).filter(pk=run_id).exists()
+            return False
+        except DatabaseError:
+            return True
