@@ -142,7 +142,7 @@ def _weave_env_overrides() -> dict:
     overrides = {}
     for key, default in DEFAULTS.items():
         raw = os.environ.get(f"WEAVE_{key}")
-        if raw is None or isinstance(default, str) or key in WEAVE:
+        if raw is None or isinstance(default, (str, tuple, list)) or key in WEAVE:
             continue
         kind = float if default is None else type(default)
         overrides[key] = kind(raw)
@@ -150,6 +150,9 @@ def _weave_env_overrides() -> dict:
 
 
 WEAVE.update(_weave_env_overrides())
+# The onboarding plan, as comma-separated dotted paths (the chaos run adds the demo's own ERP step).
+if os.environ.get("WEAVE_ONBOARDING_STEPS"):
+    WEAVE["ONBOARDING_STEPS"] = [p.strip() for p in os.environ["WEAVE_ONBOARDING_STEPS"].split(",") if p.strip()]
 
 LOGGING = {
     "version": 1,

@@ -38,6 +38,16 @@ DEFAULTS: MappingProxyType[str, Any] = MappingProxyType(
         "ONBOARDING_STEP_RETRIES": 3,  # temporary failures retried within a step
         "ONBOARDING_RETRY_BACKOFF": 0.5,  # seconds, doubled per retry
         "ONBOARDING_RETRY_AFTER_MAX": 30.0,  # seconds; a longer Retry-After is capped to this
+        # The steps a new run takes, as dotted paths (see README "Write your own step"). A run records
+        # the list when it starts, so changing it never reshapes runs in flight.
+        "ONBOARDING_STEPS": (
+            "onboarding.steps.builtin.verify_tax_id",
+            "onboarding.steps.builtin.screen_sanctions",
+            "onboarding.steps.builtin.create_vendor_record",
+            "onboarding.steps.builtin.set_payment_terms",
+            "onboarding.steps.builtin.register_bank_account",
+            "onboarding.steps.builtin.send_welcome_notification",
+        ),
     }
 )
 

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from notifications.models import DeliveryAttempt, Notification
 from onboarding.models import RunAttempt, StepReceipt
-from onboarding.steps import STEP_NAMES
+from onboarding.steps.builtin import STEP_NAMES
 from tests.factories import NotificationFactory, OnboardingRunFactory
 from tools.chaos.audit import AuditInput, audit
 from tools.chaos.faults import FaultRecord, HeldRow

@@ -6,7 +6,7 @@ from django.urls import reverse
 from notifications.models import Notification
 from notifications.testing.fake_provider import FakePushProvider
 from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, StepReceipt, Supplier, VendorRecord
-from onboarding.steps import STEP_NAMES
+from onboarding.steps.builtin import STEP_NAMES
 from onboarding.testing.fake_services import FakeSupplierServices
 from tools.processes import wait_until
 

@@ -5,7 +5,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from notifications.delivery import Hooks, deliver_batch
-from onboarding.runner import Attempt
+from onboarding.runner import claim_attempt
 from tests.factories import NotificationFactory, OnboardingRunFactory, SupplierFactory
 
 pytestmark = pytest.mark.django_db
@@ -30,11 +30,10 @@ def assert_in_order(text: str, *facts: str) -> None:
 
 def test_explain_run__blocked_attempt_then_the_new_owner_finishes(fake_services, clock):
     run = OnboardingRunFactory()
-    a = Attempt(run.pk, ttl=TTL, clock=clock, background=False, owner="worker-a")
-    a.claim()
+    a = claim_attempt(run.pk, ttl=TTL, clock=clock, background=False, owner="worker-a")
     a.run_step(a.steps[0])  # A saves the first step, then stalls past its lease
     clock.advance(TTL + 1)
-    b = Attempt(run.pk, ttl=TTL, clock=clock, background=False, owner="worker-b")
+    b = claim_attempt(run.pk, ttl=TTL, clock=clock, background=False, owner="worker-b")
     assert b.execute() == "completed"
     clock.advance(1)
     a._work_through()  # A wakes up and tries its next save
@@ -62,7 +61,7 @@ def test_explain_run__failed_run_gives_the_business_reason(fake_services, clock)
     supplier = SupplierFactory(tax_id="XX-NOPE")
     fake_services.config.invalid_tax_ids = ["XX-NOPE"]
     run = OnboardingRunFactory(supplier=supplier)
-    assert Attempt(run.pk, ttl=TTL, clock=clock, background=False, owner="worker-a").execute() == "failed"
+    assert claim_attempt(run.pk, ttl=TTL, clock=clock, background=False, owner="worker-a").execute() == "failed"
 
     text = explain("run", run.pk)
     assert_in_order(
@@ -85,7 +84,7 @@ def test_admin_change_page_renders_the_run_timeline(fake_services, clock, admin_
     supplier = SupplierFactory(tax_id="XX-NOPE")
     fake_services.config.invalid_tax_ids = ["XX-NOPE"]
     run = OnboardingRunFactory(supplier=supplier)
-    Attempt(run.pk, ttl=TTL, clock=clock, background=False, owner="worker-a").execute()
+    claim_attempt(run.pk, ttl=TTL, clock=clock, background=False, owner="worker-a").execute()
 
     page = admin_client.get(f"/admin/weave_onboarding/onboardingrun/{run.pk}/change/").content.decode()
     assert 'class="weave-timeline"' in page
