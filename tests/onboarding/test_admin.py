@@ -140,7 +140,7 @@ def test_changelists_render_runs_with_receipts_and_attempts(operator, fake_servi
 
 def test_run_admin__lease_fields_are_read_only_and_judged_live_by_the_database(operator, fake_services):
     run = OnboardingRunFactory()
-    worker = claim_attempt(run.pk, background=False)
+    claim_attempt(run.pk, background=False)
     page = operator.get(RUNS)
     assert page.status_code == 200
     row = page.context["cl"].result_list[0]
