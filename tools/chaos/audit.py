@@ -29,7 +29,7 @@ from datetime import timedelta
 from typing import Any
 
 from tools.chaos.faults import FaultRecord
-from tools.chaos.load import EXPECT_COMPLETED, REASON_FRAGMENT
+from tools.chaos.load import EXPECT_COMPLETED, FAILED_STEP, REASON_FRAGMENT
 
 MAX_EXAMPLES = 5
 # A send's start is derived (finish time on the database clock minus the latency measured in whole
@@ -235,7 +235,7 @@ def _onboarding(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -
     runs = {
         r["pk"]: r
         for r in OnboardingRun.objects.values(
-            "pk", "supplier_id", "status", "phase", "owner", "fence", "reason", "plan", "reopened"
+            "pk", "supplier_id", "status", "phase", "owner", "fence", "reason", "plan", "reopened", "failed_step"
         )
     }
     # Each run is judged by the plan it recorded when it started, custom steps included.
@@ -271,13 +271,15 @@ def _onboarding(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -
             bad.append(f"run #{pk} should complete, is {r['status']}: {r['reason'][:120]}")
         elif expect in REASON_FRAGMENT and not (r["status"] == "failed" and REASON_FRAGMENT[expect] in r["reason"]):
             bad.append(f"run #{pk} should fail ({expect}), is {r['status']}: {r['reason'][:120]}")
+        elif expect in FAILED_STEP and r["failed_step"] != FAILED_STEP[expect]:
+            bad.append(f"run #{pk} should fail at {FAILED_STEP[expect]}, failed at {r['failed_step'] or '-'}")
     bad += [f"supplier {s} has {len(p)} runs" for s, p in by_supplier.items() if len(p) != 1]
     bad += [f"supplier {s} has no run" for s in inp.expectations if s not in by_supplier]
     planned_failures = sum(1 for e in inp.expectations.values() if e != EXPECT_COMPLETED)
     checks.append(
         _check(
             S,
-            "failed runs are exactly the business refusals, with the reason",
+            "failed runs are exactly the business refusals, with the reason, at the step that checks it",
             bad,
             f"{planned_failures} built to fail",
         )

@@ -24,6 +24,12 @@ REASON_FRAGMENT = {
     EXPECT_SANCTIONED: "Sanctions screening hit",
     EXPECT_BAD_IBAN: "Bank account refused",
 }
+# The step each kind must fail at (the run's stored `failed_step`): the one whose service refuses it.
+FAILED_STEP = {
+    EXPECT_INVALID_TAX: "verify_tax_id",
+    EXPECT_SANCTIONED: "screen_sanctions",
+    EXPECT_BAD_IBAN: "register_bank_account",
+}
 CHAOS_PREFIX = "Chaos supplier"
 
 
