@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from stdnum.de import vat as de_vat
 
+from demo.management.commands.weave_demo_data import SUPPLIERS as DEMO_SUPPLIERS
 from onboarding.models import OnboardingRun, Supplier
 from onboarding.services import onboarding_start
 from onboarding.testing.numbers import german_iban, german_vat_number
@@ -141,3 +142,9 @@ def test_admin_form__a_good_supplier_is_stored_normalized(editor):
     assert response.status_code == 302
     stored = Supplier.objects.get()
     assert (stored.country, stored.tax_id, stored.iban) == ("DE", GOOD["tax_id"], GOOD["iban"])
+
+
+@pytest.mark.parametrize("row", DEMO_SUPPLIERS, ids=[row[0] for row in DEMO_SUPPLIERS])
+def test_demo_data__every_demo_supplier_passes_validation(row):
+    _, country, tax_id, iban = row
+    assert clean_supplier_fields(country=country, tax_id=tax_id, iban=iban)["tax_id"] == tax_id
