@@ -17,7 +17,7 @@ def test_admin_start_onboarding__a_real_qcluster_completes_the_run(admin_client,
     supplier = Supplier.objects.create(
         legal_name="Acme Fasteners GmbH",
         country="DE",
-        tax_id="DE123456789",
+        tax_id="DE811907980",  # well-formed: validation refuses a bad checksum before any run
         contact_email="ap@acme.example",
         device_token="acme-device",
         iban="DE89370400440532013000",

@@ -8,6 +8,7 @@ from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, RunAttem
 from onboarding.runner import claim_attempt, run_onboarding
 from onboarding.steps import idempotency_key
 from onboarding.steps.builtin import STEP_NAMES
+from onboarding.testing.numbers import german_vat_number
 from tests.factories import OnboardingRunFactory, SupplierFactory
 
 pytestmark = pytest.mark.django_db
@@ -48,15 +49,19 @@ def test_run__completes_all_six_steps_with_receipts_and_domain_rows(fake_service
 
 
 def test_run__invalid_tax_id_fails_the_run_with_the_reason(fake_services):
-    supplier = SupplierFactory(tax_id="DE000BAD")
-    fake_services.config.invalid_tax_ids = ["DE000BAD"]
+    supplier = SupplierFactory(tax_id=german_vat_number(9090))  # well-formed: the registry just does not know it
+    fake_services.config.invalid_tax_ids = [supplier.tax_id]
     run = OnboardingRunFactory(supplier=supplier)
 
     assert attempt(run) == "failed"
 
     run.refresh_from_db()
     assert run.status == "failed" and run.owner is None
-    assert "verify_tax_id" in run.reason and "DE000BAD" in run.reason and "invalid" in run.reason
+    assert (
+        run.reason
+        == f"verify_tax_id: Tax id {supplier.tax_id} (DE) is invalid: tax id {supplier.tax_id} is not registered."
+    )
+    assert (run.failed_step, run.failure_fixable) == ("verify_tax_id", True)
     assert not StepReceipt.objects.filter(run=run).exists()
     only = RunAttempt.objects.get(run=run)
     assert (only.outcome, only.reason) == ("failed", run.reason)

@@ -6,9 +6,11 @@ from django.core.management.base import CommandError
 
 from notifications.delivery import Hooks, deliver_batch
 from onboarding.runner import claim_attempt
+from onboarding.testing.numbers import german_vat_number
 from tests.factories import NotificationFactory, OnboardingRunFactory, SupplierFactory
 
 pytestmark = pytest.mark.django_db
+UNREGISTERED = german_vat_number(9090)
 TTL = 30.0
 
 
@@ -58,8 +60,8 @@ def test_explain_run__blocked_attempt_then_the_new_owner_finishes(fake_services,
 
 
 def test_explain_run__failed_run_gives_the_business_reason(fake_services, clock):
-    supplier = SupplierFactory(tax_id="XX-NOPE")
-    fake_services.config.invalid_tax_ids = ["XX-NOPE"]
+    supplier = SupplierFactory(tax_id=UNREGISTERED)
+    fake_services.config.invalid_tax_ids = [UNREGISTERED]  # well-formed, but the registry does not know it
     run = OnboardingRunFactory(supplier=supplier)
     assert claim_attempt(run.pk, ttl=TTL, clock=clock, background=False, owner="worker-a").execute() == "failed"
 
@@ -69,7 +71,7 @@ def test_explain_run__failed_run_gives_the_business_reason(fake_services, clock)
         f"Onboarding run {run.pk} for {supplier.legal_name}: failed",
         "claim      fence 1 claimed by worker-a",
         "failed     fence 1: verify_tax_id",
-        "XX-NOPE",
+        f"{UNREGISTERED} (DE) is invalid: tax id {UNREGISTERED} is not registered",
         "Attempt 1 (fence 1) saved no step and failed the run",
         "The run is failed after step -. Reason on the run: verify_tax_id",
     )
@@ -81,8 +83,8 @@ def test_explain__unknown_id_is_a_clear_error():
 
 
 def test_admin_change_page_renders_the_run_timeline(fake_services, clock, admin_client):
-    supplier = SupplierFactory(tax_id="XX-NOPE")
-    fake_services.config.invalid_tax_ids = ["XX-NOPE"]
+    supplier = SupplierFactory(tax_id=UNREGISTERED)
+    fake_services.config.invalid_tax_ids = [UNREGISTERED]  # well-formed, but the registry does not know it
     run = OnboardingRunFactory(supplier=supplier)
     claim_attempt(run.pk, ttl=TTL, clock=clock, background=False, owner="worker-a").execute()
 
