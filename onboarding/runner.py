@@ -84,7 +84,7 @@ class Claim:
         else:
             # Unconditional on purpose: a stalled attempt marked crashed by a newer claim says "blocked" in the end.
             RunAttempt.objects.filter(pk=self.attempt_id).update(outcome=outcome, reason=reason, ended_at=now)
-        event = {Outcome.COMPLETED: "completed", Outcome.RELEASED: "released"}.get(outcome, str(outcome))
+        event = {str(Outcome.COMPLETED): "completed", str(Outcome.RELEASED): "released"}.get(outcome, str(outcome))
         log_event(logger, event, job=JOB, id=self.run_id, owner=self.lease.owner, fence=self.lease.fence, reason=reason)
 
     def lost(self, lost: LeaseLost, where: str) -> None:

@@ -12,7 +12,6 @@ the tax-id service is the judge; `tax_id_checked()` says which.
 
 import re
 from collections.abc import Callable, Iterable
-from types import ModuleType
 from typing import TYPE_CHECKING
 
 import pycountry
@@ -21,6 +20,7 @@ from schwifty import BIC, IBAN
 from schwifty.exceptions import SchwiftyException
 from stdnum import get_cc_module
 from stdnum.exceptions import ValidationError as StdnumError
+from stdnum.util import NumberValidationModule
 
 if TYPE_CHECKING:
     from onboarding.models import Supplier
@@ -47,7 +47,7 @@ def clean_country(value: str) -> str:
     return code
 
 
-def tax_module(country: str) -> ModuleType | None:
+def tax_module(country: str) -> NumberValidationModule | None:
     """The python-stdnum module that checks `country`'s tax ids, or None if stdnum has none."""
     name = _TAX_MODULE_NAMES.get(country, "vat")
     return get_cc_module(country.lower(), name)
@@ -75,7 +75,7 @@ def clean_tax_id(country: str, value: str) -> str:
         module.validate(bare)
     except StdnumError as exc:
         kind = (module.__doc__ or module.__name__).strip().splitlines()[0].rstrip(".")
-        why = exc.message
+        why = str(exc)
         if re.match(r"^[A-Z]{2}[0-9]", number) and number[:2] not in (prefix, country):
             why = f"it starts with {number[:2]}, but the supplier's country is {country}"
         raise ValidationError({"tax_id": f"Tax id {value!r} is not a valid {kind}: {why}"}) from exc

@@ -18,8 +18,9 @@ A step is any object with these attributes (`Step` below is a ready-made one; su
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from django.db.models import Expression
 
 from onboarding.errors import PermanentFailure
 from weave.leases import Clock, Heartbeat, Lease
@@ -82,8 +83,8 @@ class StepContext:
             raise RuntimeError(f"Step {self.step_name}: outside calls belong in work(), not in commit().")
         return self.services()
 
-    def now(self) -> datetime:
-        """The database clock's time (a literal under the fake clock)."""
+    def now(self) -> Expression:
+        """The database clock's time for a timestamp field: `clock_timestamp()` in the SQL (a fake clock's literal)."""
         return self.clock.now()
 
     def post(self, path: str, payload: dict[str, Any]) -> tuple[int, Output]:
