@@ -20,9 +20,10 @@ from schwifty import BIC, IBAN
 from schwifty.exceptions import SchwiftyException
 from stdnum import get_cc_module
 from stdnum.exceptions import ValidationError as StdnumError
-from stdnum.util import NumberValidationModule
 
 if TYPE_CHECKING:
+    from stdnum.util import NumberValidationModule  # a typing-only name (None at run time)
+
     from onboarding.models import Supplier
 
 FIELDS = ("country", "tax_id", "iban", "bic")
@@ -47,7 +48,7 @@ def clean_country(value: str) -> str:
     return code
 
 
-def tax_module(country: str) -> NumberValidationModule | None:
+def tax_module(country: str) -> "NumberValidationModule | None":
     """The python-stdnum module that checks `country`'s tax ids, or None if stdnum has none."""
     name = _TAX_MODULE_NAMES.get(country, "vat")
     return get_cc_module(country.lower(), name)
@@ -70,11 +71,12 @@ def clean_tax_id(country: str, value: str) -> str:
         return number
     prefix = _VAT_PREFIX.get(country, country)
     # VAT modules drop their own country prefix; the others (the US EIN) are given the bare number.
-    bare = number[2:] if number[:2] in (prefix, country) and not module.__name__.endswith(".vat") else number
+    name = str(getattr(module, "__name__", ""))
+    bare = number[2:] if number[:2] in (prefix, country) and not name.endswith(".vat") else number
     try:
         module.validate(bare)
     except StdnumError as exc:
-        kind = (module.__doc__ or module.__name__).strip().splitlines()[0].rstrip(".")
+        kind = (module.__doc__ or name).strip().splitlines()[0].rstrip(".")
         why = str(exc)
         if re.match(r"^[A-Z]{2}[0-9]", number) and number[:2] not in (prefix, country):
             why = f"it starts with {number[:2]}, but the supplier's country is {country}"
