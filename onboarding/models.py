@@ -69,7 +69,7 @@ class BankAccount(models.Model):
         return f"Bank account {self.reference} (…{self.last4})"
 
 
-class OnboardingRunQuerySet(LeaseQuerySet):
+class OnboardingRunQuerySet(LeaseQuerySet["OnboardingRun"]):
     def active(self) -> "OnboardingRunQuerySet":
         """Runs not yet finished: pending or running."""
         return self.filter(status__in=OnboardingRun.ACTIVE)
@@ -126,7 +126,7 @@ class OnboardingRun(LeasedModel):
     failure_fixable = models.BooleanField(default=True, editable=False)
     undo_state = models.CharField(max_length=10, choices=Undo.choices, blank=True, default="", editable=False)
 
-    objects = OnboardingRunQuerySet.as_manager()
+    objects = OnboardingRunQuerySet.as_manager()  # type: ignore[misc]  # replaces the abstract base's manager
 
     class Meta:
         ordering = ["-pk"]

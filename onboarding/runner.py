@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from django.db import transaction
 
@@ -123,25 +123,29 @@ def _mark_crashed(run_id: Any, lease: Lease, clock: Clock) -> None:
         log_event(logger, "crashed", job=JOB, id=run_id, owner=owner, fence=fence, reason=reason)
 
 
-def claim_attempt(
-    run_id: Any,
-    *,
-    owner: str | None = None,
-    ttl: float | None = None,
-    budget: float | None = None,
-    clock: Clock = default_clock,
-    background: bool = True,
-    steps: Sequence[Step] | None = None,
-    services: SupplierServices | None = None,
-) -> "Attempt":
+class AttemptOptions(TypedDict, total=False):
+    """The keywords of `claim_attempt` and `run_onboarding` (unset or None: the WEAVE setting)."""
+
+    owner: str | None
+    ttl: float | None
+    budget: float | None
+    clock: Clock
+    background: bool  # False renews only before the work and before the save (FakeClock tests tick())
+    steps: Sequence[Step] | None  # replaces the run's recorded plan: a seam for tests, not for sites
+    services: SupplierServices | None
+
+
+def claim_attempt(run_id: Any, **options: Unpack[AttemptOptions]) -> "Attempt":
     """Claim run `run_id` for one attempt and return it, ready to `execute()`.
 
     Raises `LeaseBusy` (a live lease is someone else's), `NotClaimable` (finished or gone), or
     `AttemptEnded` (claimed, but the first guarded write was refused; the attempt row says why).
-    `steps` replaces the run's recorded plan: a seam for tests, not for sites (they set the plan).
     """
-    owner = owner or new_owner("onboarding:")
-    ttl = float(ttl if ttl is not None else weave_settings.ONBOARDING_LEASE_TTL)
+    owner = options.get("owner") or new_owner("onboarding:")
+    ttl_option, budget = options.get("ttl"), options.get("budget")
+    ttl = float(ttl_option if ttl_option is not None else weave_settings.ONBOARDING_LEASE_TTL)
+    clock = options.get("clock", default_clock)
+    steps = options.get("steps")
     lease = OnboardingRun.objects.claimable().claim(run_id, owner=owner, ttl=ttl, clock=clock)
     started = clock.monotonic()
     log_event(logger, "claim", job=JOB, id=run_id, owner=lease.owner, fence=lease.fence)
@@ -180,11 +184,11 @@ def claim_attempt(
         outputs={step: output for step, output in receipts.values_list("step", "output")},
         ttl=ttl,
         budget=float(budget if budget is not None else weave_settings.ONBOARDING_BUDGET),
-        background=background,
+        background=options.get("background", True),
         started=started,
         undoing=undoing,
         plan_error=plan_error,
-        services_given=services,
+        services_given=options.get("services"),
     )
 
 
@@ -447,29 +451,10 @@ def _names(names: list[str]) -> str:
     return ", ".join(names) or "nothing"
 
 
-def run_onboarding(
-    run_id: Any,
-    *,
-    owner: str | None = None,
-    ttl: float | None = None,
-    budget: float | None = None,
-    clock: Clock = default_clock,
-    background: bool = True,
-    steps: Sequence[Step] | None = None,
-    services: SupplierServices | None = None,
-) -> str:
+def run_onboarding(run_id: Any, **options: Unpack[AttemptOptions]) -> str:
     """Claim run `run_id` and run one attempt at it; return how it ended (see the module docstring)."""
     try:
-        attempt = claim_attempt(
-            run_id,
-            owner=owner,
-            ttl=ttl,
-            budget=budget,
-            clock=clock,
-            background=background,
-            steps=steps,
-            services=services,
-        )
+        attempt = claim_attempt(run_id, **options)
     except LeaseBusy as busy:
         # Another worker is on it: at-least-once delivery makes this normal, not an error.
         log_event(logger, "busy", job=JOB, id=run_id, reason=str(busy))
