@@ -150,8 +150,8 @@ def claim_attempt(run_id: Any, **options: Unpack[AttemptOptions]) -> "Attempt":
     started = clock.monotonic()
     log_event(logger, "claim", job=JOB, id=run_id, owner=lease.owner, fence=lease.fence)
     claim = Claim(run_id, lease, clock)
-    row = OnboardingRun.objects.filter(pk=run_id).values("status", "undo_state").first() or {}
-    undoing = row.get("status") == Status.CANCELLED and row.get("undo_state") == Undo.REQUESTED
+    # What the claim took: an active run, or a cancelled one waiting for its undo (claimable() allows both).
+    undoing = OnboardingRun.objects.undo_requested().filter(pk=run_id).exists()
     try:
         with transaction.atomic():
             if undoing:
@@ -408,7 +408,9 @@ class Attempt:
     def undo_step(self, step: Step, receipt: StepReceipt) -> None:
         """One step's undo: the guarded save (the run is still cancelled, undo still asked, lease ours), the
         step's compensating writes and the receipt's undone mark, in one transaction."""
-        assert step.undo is not None  # the caller picked a step that has one
+        undo = step.undo
+        if undo is None:
+            raise PermanentFailure(f"Step {step.name} declares no undo.")
         ctx = self.context(step)
         ctx.committing = True
         with transaction.atomic():
@@ -418,7 +420,7 @@ class Attempt:
                 expect=UNDOING,
                 reason=f"Undoing: {step.name} at fence {self.lease.fence}.",
             )
-            step.undo(ctx, dict(receipt.output))
+            undo(ctx, dict(receipt.output))
             StepReceipt.objects.filter(pk=receipt.pk, undone_at__isnull=True).update(
                 undone_at=self.clock.now(), undone_fence=self.lease.fence
             )

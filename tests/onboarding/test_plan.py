@@ -126,9 +126,11 @@ def test_system_check__refuses_a_plan_that_cannot_run(settings, plan, says):
     assert len(errors) == 1 and says in errors[0].msg
 
 
-def test_system_check__refuses_a_plan_that_is_not_a_list(settings):
-    settings.WEAVE = {"ONBOARDING_STEPS": ERP}
-    assert [e.id for e in run_checks() if e.id.startswith("onboarding.")] == ["onboarding.E002"]
+@pytest.mark.parametrize("plan", [ERP, [ERP, 3]])
+def test_system_check__a_plan_that_is_not_a_list_of_strings_is_a_settings_error(settings, plan):
+    settings.WEAVE = {"ONBOARDING_STEPS": plan}
+    errors = [e for e in run_checks() if e.id in ("weave.E006", "onboarding.E003")]
+    assert [e.id for e in errors] == ["weave.E006"] and "ONBOARDING_STEPS" in errors[0].msg
 
 
 def test_system_check__accepts_functions_classes_and_objects(settings):

@@ -56,6 +56,8 @@ class AuditInput:
     faults: list[FaultRecord]
     lease_ttl: float
     stops_planned: int
+    # (step, model label, label) of custom steps' tables; checked when a run's plan has the step.
+    step_tables: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclass
@@ -310,10 +312,9 @@ def _onboarding(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -
         ("set_payment_terms", PaymentTerms, "payment terms"),
         ("register_bank_account", BankAccount, "bank account"),
     ]
-    if "create_erp_vendor" in custom:
-        from demo.models import ErpVendor
+    from django.apps import apps
 
-        tables.append(("create_erp_vendor", ErpVendor, "ERP vendor (custom step)"))
+    tables += [(step, apps.get_model(model), label) for step, model, label in inp.step_tables if step in custom]
     counts = {}
     for step, model, label in tables:
         written = {row["supplier_id"]: row for row in model.objects.values("supplier_id", "run_id", "fence")}

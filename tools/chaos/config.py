@@ -55,6 +55,11 @@ class ChaosConfig:
     # The onboarding plan: the six built-in steps with the demo site's own ERP step among them, so the
     # audit shows a custom step is fenced like the built-ins.
     steps: tuple[str, ...] = (*DEFAULT_PLAN[:3], "demo.steps.CreateErpVendor", *DEFAULT_PLAN[3:])
+    # The custom steps' own tables, by model label (tools never import the demo site): each row must be
+    # written by its step's receipt (run, fence), like the built-in vendor, terms and bank rows.
+    step_tables: tuple[tuple[str, str, str], ...] = (
+        ("create_erp_vendor", "weave_demo.ErpVendor", "ERP vendor (custom step)"),
+    )
 
     deadline: float = 600.0  # seconds after the load starts; then the audit runs on whatever is there
     push_port: int = 18100

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TextIO
 
+from django.apps import apps
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
@@ -144,6 +145,7 @@ class ChaosRunner:
                 lease_ttl=c.lease_ttl,
                 # Only a frozen lease holder that was thawed again can attempt (and be refused) a stale write.
                 stops_planned=sum(1 for r in self.records if r.kind == F.STOP and r.held and r.thawed),
+                step_tables=c.step_tables,
             )
         )
         summary = {
@@ -177,7 +179,6 @@ class ChaosRunner:
         call_command("migrate", verbosity=0, interactive=False)
         from django_q.models import OrmQ, Schedule, Task
 
-        from demo.models import ErpVendor
         from notifications.models import DeliveryAttempt, Notification
         from onboarding.models import (
             BankAccount,
@@ -190,7 +191,8 @@ class ChaosRunner:
         )
 
         models = [DeliveryAttempt, Notification, StepReceipt, RunAttempt, VendorRecord, PaymentTerms, BankAccount]
-        models += [ErpVendor, OnboardingRun, Supplier, OrmQ, Task, Schedule]
+        models += [apps.get_model(model) for _, model, _ in self.config.step_tables]
+        models += [OnboardingRun, Supplier, OrmQ, Task, Schedule]
         tables = ", ".join(connection.ops.quote_name(m._meta.db_table) for m in models)
         with connection.cursor() as cursor:
             cursor.execute(f"TRUNCATE {tables} CASCADE")
