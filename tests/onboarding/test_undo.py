@@ -161,3 +161,30 @@ def test_run_page__lists_a_cancelled_runs_committed_rows_with_a_note(client, hal
     assert f"Vendor {vendor.vendor_number}" in page and "Net 30 in EUR" in page
     assert "committed; has an undo" in page and "committed; no undo (stays)" in page
     assert "demo.steps.CreateErpVendor" in page  # the recorded plan
+
+
+def test_explain__shows_the_undone_steps(halfway, undoer, clock):
+    from onboarding.explain import explain_run
+
+    onboarding_cancel(run=halfway, cancelled_by=undoer, undo=True, clock=clock)
+    run_onboarding(halfway.pk, clock=clock, background=False, owner="undo-worker")
+    text = explain_run(halfway.pk).as_text()
+    assert "step set_payment_terms undone by fence 2 (Cancel and undo)" in text
+    assert "Cancelled and undone: set_payment_terms, create_erp_vendor, create_vendor_record." in text
+
+
+def test_cancel_and_undo_action__confirms_then_cancels_and_queues_the_undo(
+    client, halfway, undoer, django_capture_on_commit_callbacks
+):
+    client.force_login(undoer)
+    runs = reverse("admin:weave_onboarding_onboardingrun_changelist")
+    selection = {"action": "cancel_and_undo", "_selected_action": [halfway.pk]}
+    page = client.post(runs, selection)
+    assert page.status_code == 200 and b"Steps without an undo stay as they are." in page.content
+    assert OnboardingRun.objects.get(pk=halfway.pk).status == "pending"  # nothing before the answer
+
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        client.post(runs, {**selection, "post": "yes"}, follow=True)
+    row = OnboardingRun.objects.get(pk=halfway.pk)
+    assert (row.status, row.undo_state) == ("cancelled", "requested") and "Cancelled by undoer" in row.reason
+    assert len(callbacks) == 1  # the undo is enqueued once the cancel commits
