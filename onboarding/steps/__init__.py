@@ -1,8 +1,8 @@
 """Onboarding steps: the protocol a step follows, the plan that lists them, and the six built-ins.
 
-    from onboarding.steps import Step, BaseStep, StepContext, idempotency_key
-    from onboarding.steps.plan import DEFAULT_PLAN, load_plan
-    from onboarding.steps.builtin import STEPS, STEP_NAMES
+from onboarding.steps import Step, BaseStep, StepContext, idempotency_key
+from onboarding.steps.plan import DEFAULT_PLAN, load_plan
+from onboarding.steps.builtin import STEPS, STEP_NAMES
 """
 
 from typing import Any
