@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
-from onboarding.steps import STEPS
+from onboarding.steps.builtin import STEPS
 from weave.charts import stats, table, when
 from weave.metrics import RunningCounts
 from weave.telemetry import db_now, planner_counts
@@ -27,7 +27,7 @@ TROUBLE = [RunAttempt.Outcome.BLOCKED, RunAttempt.Outcome.CRASHED]
 
 def failed_step(phase: str) -> str:
     """The step a failed run stopped at: the one after its last saved step (`phase`)."""
-    names = [step.name for step in STEPS]
+    names: list[str] = [step.name for step in STEPS]
     if phase not in names:
         return names[0]
     index = names.index(phase) + 1
@@ -38,9 +38,10 @@ def failed_step(phase: str) -> str:
 WATCHED = [OnboardingRun.Status.PENDING, OnboardingRun.Status.RUNNING, OnboardingRun.Status.FAILED]
 
 
-def _step_label(status: str, phase: str) -> str:
+def _step_label(status: str, phase: str, failed_at: str) -> str:
     if status == OnboardingRun.Status.FAILED:
-        return f"failed at {failed_step(phase)}"
+        # The run records the step it failed at; older rows fall back to the step after the last saved one.
+        return f"failed at {failed_at or failed_step(phase)}"
     return phase or "(no step yet)"
 
 
@@ -56,8 +57,8 @@ def runs_by_status_and_step() -> tuple[list[tuple[str, str, str]], bool]:
     if estimates is not None:
         qs = qs.filter(status__in=WATCHED)
     rows = [
-        (status, _step_label(status, phase), f"{n:,}")
-        for status, phase, n in qs.values_list("status", "phase").annotate(n=Count("pk"))
+        (status, _step_label(status, phase, failed_at), f"{n:,}")
+        for status, phase, failed_at, n in qs.values_list("status", "phase", "failed_step").annotate(n=Count("pk"))
     ]
     if estimates is not None:
         for status in (OnboardingRun.Status.COMPLETED, OnboardingRun.Status.CANCELLED):

@@ -24,7 +24,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='deliveryattempt',
-            index=models.Index(fields=['finished_at'], include=('outcome', 'latency_ms'), name='notif_attempt_finished_idx'),
+            index=models.Index(fields=['finished_at', 'outcome', 'latency_ms'], name='notif_attempt_finished_idx'),
         ),
         migrations.AddIndex(
             model_name='notification',

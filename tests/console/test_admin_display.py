@@ -18,7 +18,11 @@ def failed_run():
     run = OnboardingRunFactory()
     now = db_now()
     OnboardingRun.objects.filter(pk=run.pk).update(
-        status="failed", phase="set_payment_terms", reason="Bank account refused: IBAN is closed", finished_at=now
+        status="failed",
+        phase="set_payment_terms",
+        failed_step="register_bank_account",
+        reason="Bank account refused: IBAN is closed",
+        finished_at=now,
     )
     StepReceipt.objects.create(
         run=run, step="create_vendor_record", fence=1, owner="w", completed_at=now, output={"vendor_number": "V-1"}
@@ -50,7 +54,7 @@ def failed_run():
 
 def test_run_list__reason_and_the_step_a_failed_run_failed_at(admin_client, failed_run):
     page = admin_client.get(reverse("admin:weave_onboarding_onboardingrun_changelist")).content.decode()
-    assert "failed at register_bank_account (Register bank account)" in page
+    assert "failed at register_bank_account" in page
     assert "Bank account refused: IBAN is closed" in page
     assert SECONDS_AND_ZONE.search(page)
     assert 'value="delete_selected"' not in page  # the bulk delete that could only fail is gone

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('weave_onboarding', '0001_initial'),
+        ('weave_onboarding', '0002_step_plans_retry_and_undo'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
@@ -22,7 +22,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='runattempt',
-            index=models.Index(fields=['ended_at'], include=('outcome',), name='onb_attempt_ended_idx'),
+            index=models.Index(fields=['ended_at', 'outcome'], name='onb_attempt_ended_idx'),
         ),
         migrations.AddIndex(
             model_name='stepreceipt',
