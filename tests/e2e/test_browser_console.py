@@ -19,6 +19,7 @@ from django.contrib.auth.models import User
 from notifications.testing.fake_provider import FakePushProvider
 from onboarding.models import OnboardingRun, Supplier
 from onboarding.testing.fake_services import FakeSupplierServices
+from onboarding.testing.numbers import german_iban, german_vat_number
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -67,10 +68,10 @@ def test_operator_walkthrough(live_server, groups, worker_env, chromium, monkeyp
         Supplier.objects.create(
             legal_name=f"Browser Test Supplier {n}",
             country="DE",
-            tax_id=f"DE12345678{n}",
+            tax_id=german_vat_number(n),  # well-formed: validation refuses a bad checksum before any run
             contact_email=f"ap{n}@supplier.example",
             device_token=f"browser-device-{n}",
-            iban="DE89370400440532013000",
+            iban=german_iban(n),
         )
     with FakeSupplierServices() as services, FakePushProvider() as push:
         env = {**worker_env, "WEAVE_SUPPLIER_API_URL": services.url, "WEAVE_PUSH_URL": push.push_url}

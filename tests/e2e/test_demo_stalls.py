@@ -5,6 +5,7 @@ import pytest
 from onboarding.models import OnboardingRun, RunAttempt, Supplier
 from onboarding.services import onboarding_start
 from onboarding.testing.fake_services import FakeConfig, FakeSupplierServices
+from onboarding.testing.numbers import german_iban, german_vat_number
 from tools.processes import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -15,9 +16,9 @@ def test_stall__the_frozen_worker_is_taken_over_and_its_attempt_ends_blocked(gro
         Supplier.objects.create(
             legal_name=f"Stalled Supplier {n}",
             country="DE",
-            tax_id=f"DE12345678{n}",
+            tax_id=german_vat_number(n),  # well-formed: validation refuses a bad checksum before any run
             contact_email=f"ap{n}@stall.example",
-            iban="DE89370400440532013000",
+            iban=german_iban(n),
         )
         for n in range(3)
     ]
