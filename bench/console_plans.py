@@ -56,18 +56,21 @@ SELECT 1 + (g % %(notifications)s), 'push:bench:1:x', 1,
 FROM generate_series(1, %(attempts)s) AS g;
 TRUNCATE weave_onboarding_stepreceipt, weave_onboarding_runattempt, weave_onboarding_onboardingrun,
          weave_onboarding_supplier RESTART IDENTITY CASCADE;
-INSERT INTO weave_onboarding_supplier (legal_name, country, tax_id, contact_email, device_token, iban, created_at)
-SELECT 'Supplier ' || g, 'DE', 'DE' || (100000000 + g), 's' || g || '@x.example', 'd' || g, '', now()
+INSERT INTO weave_onboarding_supplier
+    (legal_name, country, tax_id, contact_email, device_token, iban, bic, created_at)
+SELECT 'Supplier ' || g, 'DE', 'DE' || (100000000 + g), 's' || g || '@x.example', 'd' || g, '', '', now()
 FROM generate_series(1, %(runs)s) AS g;
 INSERT INTO weave_onboarding_onboardingrun
-    (supplier_id, phase, status, reason, created_at, finished_at, owner, fence, lease_expires_at)
+    (supplier_id, phase, status, reason, created_at, finished_at, owner, fence, lease_expires_at,
+     plan, reopened, failed_step, failure_fixable, undo_state)
 SELECT g,
        CASE WHEN g % 200 = 0 THEN 'create_vendor_record' WHEN g % 50 = 0 THEN 'set_payment_terms'
             ELSE 'send_welcome_notification' END,
        CASE WHEN g % 200 = 0 THEN 'running' WHEN g % 50 = 0 THEN 'failed' ELSE 'completed' END,
        '', now() - (g * 2592000.0 / %(runs)s) * interval '1 second', NULL,
        CASE WHEN g % 200 = 0 THEN 'onboarding:bench:1:x' ELSE NULL END, 2,
-       CASE WHEN g % 200 = 0 THEN now() + (g % 3 - 1) * interval '20 seconds' ELSE NULL END
+       CASE WHEN g % 200 = 0 THEN now() + (g % 3 - 1) * interval '20 seconds' ELSE NULL END,
+       '[]', 0, CASE WHEN g % 200 <> 0 AND g % 50 = 0 THEN 'register_bank_account' ELSE '' END, true, ''
 FROM generate_series(1, %(runs)s) AS g;
 INSERT INTO weave_onboarding_runattempt (run_id, fence, owner, started_at, ended_at, outcome, reason)
 SELECT 1 + (g / 2), 1 + g % 2, 'onboarding:bench:1:x',
@@ -76,9 +79,10 @@ SELECT 1 + (g / 2), 1 + g % 2, 'onboarding:bench:1:x',
        CASE WHEN g % 2 = 1 THEN 'completed' WHEN g % 97 = 0 THEN 'blocked' WHEN g % 89 = 0 THEN 'crashed'
             ELSE 'released' END, 'bench'
 FROM generate_series(0, 2 * %(runs)s - 1) AS g;
-INSERT INTO weave_onboarding_stepreceipt (run_id, step, fence, owner, completed_at, output)
+INSERT INTO weave_onboarding_stepreceipt (run_id, step, fence, owner, completed_at, output, undone_at, undone_fence)
 SELECT r, s.step, 2, 'onboarding:bench:1:x',
-       now() - (r * 2592000.0 / %(runs)s) * interval '1 second' - (6 - s.n) * interval '900 milliseconds', '{}'
+       now() - (r * 2592000.0 / %(runs)s) * interval '1 second' - (6 - s.n) * interval '900 milliseconds', '{}',
+       NULL, NULL
 FROM generate_series(1, %(runs)s) AS r,
      (VALUES (1, 'verify_tax_id'), (2, 'screen_sanctions'), (3, 'create_vendor_record'), (4, 'set_payment_terms'),
              (5, 'register_bank_account'), (6, 'send_welcome_notification')) AS s(n, step);

@@ -7,6 +7,7 @@ wheel carries everything the apps need (migrations, templates, management comman
 """
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -37,9 +38,19 @@ def run(args, **kwargs) -> str:
 def wheel(tmp_path_factory) -> Path:
     dist = tmp_path_factory.mktemp("dist")
     build = tmp_path_factory.mktemp("build")
+    # Build from a clean copy: setuptools reuses a checkout's build/ directory, so a file renamed or
+    # deleted since the last build (a renumbered migration) would otherwise still ship in the wheel.
+    source = tmp_path_factory.mktemp("source") / "weave"
+    shutil.copytree(
+        PROJECT_ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "build", "dist", "*.egg-info", ".run", "__pycache__", "*.sqlite3*", ".hypothesis"
+        ),
+    )
     # --no-build-isolation: build with this environment's setuptools instead of downloading one.
     run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", dist, PROJECT_ROOT],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", dist, source],
         env={**os.environ, "TMPDIR": str(build)},
     )
     (path,) = dist.glob("weave_jobs-*.whl")
