@@ -122,7 +122,7 @@ def main() -> None:
             sql = sql.replace("%(runs)s", str(args.runs))
             cursor.execute(sql.replace("%(attempts)s", str(args.attempts)))
         print(
-            f"-- filled {args.notifications:,} notifications, {args.attempts:,} attempts in "
+            f"-- filled {args.notifications:,} notifications, {args.attempts:,} attempts, {args.runs:,} runs in "
             f"{time.monotonic() - started:.0f} s"
         )
     user, _ = User.objects.get_or_create(username="plans", defaults={"is_staff": True, "is_superuser": True})
