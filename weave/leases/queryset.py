@@ -12,13 +12,16 @@ from functools import reduce
 from operator import or_
 from typing import Any, Self
 
-from django.db import connections, models, router, transaction
+from django.db import OperationalError, connections, models, router, transaction
 from django.db.models import BooleanField, Case, ExpressionWrapper, F, Q, Value, When
 from django.db.models.sql import UpdateQuery
 
 from weave.leases.clock import Clock, default_clock
 from weave.leases.errors import LeaseBusy, LeaseLost, NotClaimable
 from weave.leases.lease import BatchLease, Lease
+
+# SQLSTATE lock_not_available: FOR UPDATE NOWAIT found the row locked by another transaction.
+LOCK_NOT_AVAILABLE = "55P03"
 
 
 def _expression(value: Any, field: models.Field) -> Any:
@@ -58,11 +61,24 @@ class LeaseQuerySet(models.QuerySet):
 
         Raises `LeaseBusy` if someone else holds a live lease, `NotClaimable` otherwise.
         """
-        claimed = (
-            self.filter(pk=pk)
-            .free_or_expired(clock)
-            ._update_returning(owner=owner, fence=F("fence") + 1, lease_expires_at=clock.now(_seconds(ttl)))
-        )
+        # nowait: a row locked by another transaction (a save in flight, or a worker cut off before its
+        # COMMIT) refuses at once instead of queueing behind the lock. Picking the row in the subselect
+        # locks it before the outer UPDATE computes its SET clause, so the expiry's db_now() is read
+        # while we hold the row: a claim can never land with an expiry measured before a wait.
+        chosen = self.filter(pk=pk).free_or_expired(clock).select_for_update(nowait=True).values("pk")
+        try:
+            # A savepoint when nested, so a refusal leaves the caller's transaction usable.
+            with transaction.atomic(using=self._write_db):
+                claimed = (
+                    self._fresh()
+                    .filter(pk__in=chosen)
+                    .free_or_expired(clock)
+                    ._update_returning(owner=owner, fence=F("fence") + 1, lease_expires_at=clock.now(_seconds(ttl)))
+                )
+        except OperationalError as error:
+            if getattr(error.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            raise self._locked_refusal(pk, clock) from error
         if not claimed:
             raise self._claim_refusal(pk, clock)
         ((_, fence, expires_at),) = claimed
@@ -74,7 +90,9 @@ class LeaseQuerySet(models.QuerySet):
         """Claim up to `limit` free or expired rows of this queryset (in its order) under one owner.
 
         One `UPDATE ... WHERE pk IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT n)` on PostgreSQL:
-        skip_locked lets concurrent claimers pass each other's rows instead of waiting or sharing.
+        skip_locked lets concurrent claimers pass each other's rows instead of waiting or sharing,
+        and passes at once over rows a cut-off worker's open transaction still locks. The rows are
+        locked by the subselect before the SET clause runs, so each expiry counts from the lock.
         On SQLite the IMMEDIATE transaction already serialises writers, so the same statement is atomic.
         """
         chosen = self.free_or_expired(clock).select_for_update(skip_locked=True)[:limit].values("pk")
@@ -237,6 +255,17 @@ class LeaseQuerySet(models.QuerySet):
                 f"until {row['lease_expires_at']:%Y-%m-%d %H:%M:%S.%f} (database time)."
             )
         return NotClaimable(f"{self._label(pk)} is free but not in a claimable state.")
+
+    def _locked_refusal(self, pk: Any, clock: Clock) -> LeaseBusy:
+        row = self._current(pk, clock)
+        held = ""
+        if row is not None and row["owner"] is not None:
+            state = "live" if row["lease_live"] else "expired"
+            held = f"; its lease ({row['owner']} at fence {row['fence']}) is {state}"
+        return LeaseBusy(
+            f"{self._label(pk)} is busy: its row is locked by another transaction (a write in flight, or a "
+            f"worker cut off before its COMMIT, which the server aborts after its session timeouts){held}."
+        )
 
     def _lost(self, lease: Lease, clock: Clock, expect: Mapping[str, Any] | None, *, action: str) -> LeaseLost:
         ours = f"{lease.owner} at fence {lease.fence}"
