@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 
 from onboarding import queue
 from onboarding.client import SupplierServices
@@ -32,6 +32,8 @@ logger = logging.getLogger("weave.onboarding")
 JOB = "onboarding"
 Status = OnboardingRun.Status
 Outcome = RunAttempt.Outcome
+# The database link failed under us (a partition, a server-side session timeout, a restart).
+CUT_OFF = (OperationalError, InterfaceError)
 
 
 class Attempt:
@@ -66,6 +68,7 @@ class Attempt:
         self.heartbeats: dict[str, Heartbeat] = {}
         self.outcome: str | None = None
         self.reason = ""
+        self.stage = "claim"
         self._started = 0.0
 
     # --- the whole attempt ------------------------------------------------------------------------
@@ -74,6 +77,11 @@ class Attempt:
         """Claim the run and take it as far as it goes; return how the attempt ended."""
         try:
             self.claim()
+        except CUT_OFF as cut:
+            if self.lease is None:
+                return self.on_claim_cut_off(cut)
+            self.on_cut_off(cut, "right after the claim")
+            return str(self.outcome or "cut_off")
         except LeaseBusy as busy:
             # Another worker is on it: at-least-once delivery makes this normal, not an error.
             log_event(logger, "busy", job=JOB, id=self.run_id, owner=self.owner, reason=str(busy))
@@ -91,23 +99,29 @@ class Attempt:
         return str(self.outcome or Outcome.RUNNING)
 
     def _work_through(self) -> None:
-        stage = "resume"  # where we are, for the reasons a person reads
+        self.stage = "resume"  # where we are, for the reasons a person reads
         try:
             try:
-                for step in self.remaining_steps():
-                    stage = step.name
-                    if self.budget_left() <= 0:
-                        self.give_back(f"Attempt budget of {self.budget:g} s spent before {step.name}.", requeue=True)
-                        return
-                    self.run_step(step)
-                stage = "completion"
-                self.complete()
-            except TemporaryFailure as exc:
-                self.give_back(f"{stage}: {exc.reason} Waiting for a later attempt.", requeue=False)
-            except PermanentFailure as exc:
-                self.fail(f"{stage}: {exc.reason}")
-        except LeaseLost as lost:
-            self.on_lost(lost, f"at {stage}")
+                try:
+                    for step in self.remaining_steps():
+                        self.stage = step.name
+                        if self.budget_left() <= 0:
+                            self.give_back(
+                                f"Attempt budget of {self.budget:g} s spent before {step.name}.", requeue=True
+                            )
+                            return
+                        self.run_step(step)
+                    self.stage = "completion"
+                    self.complete()
+                except TemporaryFailure as exc:
+                    self.give_back(f"{self.stage}: {exc.reason} Waiting for a later attempt.", requeue=False)
+                except PermanentFailure as exc:
+                    self.fail(f"{self.stage}: {exc.reason}")
+            except LeaseLost as lost:
+                self.on_lost(lost, f"at {self.stage}")
+        except CUT_OFF as cut:
+            # The link to the database failed (a partition, a server-side timeout): say so on a fresh one.
+            self.on_cut_off(cut, f"at {self.stage}")
 
     # --- the parts ----------------------------------------------------------------------------------
 
@@ -265,6 +279,58 @@ class Attempt:
                 holder = f" The run is now held by {current}."
         self._end_attempt(Outcome.BLOCKED, f"Lease lost {where}: {lost}{holder}")
 
+    def on_cut_off(self, cut: DatabaseError, where: str) -> None:
+        """End our own attempt honestly after the database link failed mid-attempt, and write nothing else.
+
+        Runs on a fresh connection once the database answers again. Whether the step being saved landed
+        is read back (its receipt at our fence), never assumed; a lease still ours is given back.
+        """
+        assert self.lease is not None
+        log_event(
+            logger,
+            "cut_off",
+            job=JOB,
+            id=self.run_id,
+            owner=self.lease.owner,
+            fence=self.lease.fence,
+            reason=_first_line(cut),
+        )
+        connection.close()  # the broken one; the next query opens a fresh connection
+        saved = StepReceipt.objects.filter(run_id=self.run_id, step=self.stage, fence=self.lease.fence).exists()
+        landed = (
+            f"its save of {self.stage} had landed before the link failed"
+            if saved
+            else "the open transaction was aborted by the server and nothing of it landed"
+        )
+        row = (
+            OnboardingRun.objects.filter(pk=self.run_id)
+            .with_lease_state(self.clock)
+            .values("owner", "fence", "lease_live")
+            .first()
+        )
+        reason = f"Cut off from the database {where} ({_first_line(cut)}); {landed}."
+        if row and (row["owner"], row["fence"]) == (self.lease.owner, self.lease.fence) and row["lease_live"]:
+            try:
+                self.give_back(f"{reason} Gave the run back.", requeue=True)
+                return
+            except LeaseLost as lost:
+                reason = f"{reason} {lost}"
+        elif row and row["fence"] != self.lease.fence:
+            holder = f"{row['owner']} at fence {row['fence']}" if row["owner"] else f"fence {row['fence']}"
+            reason = f"{reason} Taken over meanwhile by {holder}."
+        else:
+            reason = f"{reason} Our lease ran out meanwhile."
+        self._end_attempt(Outcome.BLOCKED, reason)
+
+    def on_claim_cut_off(self, cut: DatabaseError) -> str:
+        """The claim itself was cut off: its transaction never committed (the server aborts it), so nothing
+        of ours exists to end. Log it; the run stays claimable."""
+        connection.close()
+        log_event(
+            logger, "cut_off", job=JOB, id=self.run_id, owner=self.owner, reason=f"during the claim: {_first_line(cut)}"
+        )
+        return "cut_off"
+
     # --- helpers ------------------------------------------------------------------------------------
 
     def services(self) -> SupplierServices:
@@ -296,6 +362,11 @@ class Attempt:
             )
         event = {Outcome.COMPLETED: "completed", Outcome.RELEASED: "released"}.get(outcome, str(outcome))
         log_event(logger, event, job=JOB, id=self.run_id, owner=self.lease.owner, fence=self.lease.fence, reason=reason)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def run_onboarding(run_id: Any, **options: Any) -> str:

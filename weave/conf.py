@@ -16,6 +16,17 @@ DEFAULTS: MappingProxyType[str, Any] = MappingProxyType(
         # Heartbeat renewal interval; None means a third of the lease TTL. A TTL shorter than three
         # intervals leaves no room for one late renewal (a system check refuses it).
         "HEARTBEAT_INTERVAL": None,
+        # --- worker database sessions (issue 17: a worker cut off from PostgreSQL) ---
+        # Applied only to connections opened in django-q2 worker processes (weave/worker_db.py), never to
+        # the host site's web requests. Seconds; each must stay below every lease TTL (a check warns).
+        "WORKER_DB_LIMITS": True,  # False leaves worker connections exactly as DATABASES configures them
+        "WORKER_DB_STATEMENT_TIMEOUT": 10.0,  # server aborts one statement running longer
+        "WORKER_DB_IDLE_IN_TRANSACTION_TIMEOUT": 10.0,  # server ends a session idle inside a transaction
+        "WORKER_DB_CONNECT_TIMEOUT": 5,  # whole seconds (libpq); at least 2
+        "WORKER_DB_KEEPALIVES_IDLE": 5,  # whole seconds of silence before the first TCP keepalive probe
+        "WORKER_DB_KEEPALIVES_INTERVAL": 2,  # whole seconds between probes
+        "WORKER_DB_KEEPALIVES_COUNT": 3,  # unanswered probes that drop the connection
+        "WORKER_DB_TCP_USER_TIMEOUT": 10.0,  # sent data unacknowledged this long drops the connection
         # --- push notifications ---
         "PUSH_URL": "",
         "PUSH_TOKEN": "",
