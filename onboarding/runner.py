@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 from onboarding import queue
 from onboarding.client import SupplierServices
@@ -27,13 +27,12 @@ from onboarding.steps import STEPS, Step, StepContext
 from weave.conf import weave_settings
 from weave.events import log_event
 from weave.leases import Clock, Heartbeat, Lease, LeaseBusy, LeaseLost, NotClaimable, default_clock, new_owner
+from weave.worker_db import is_cut_off
 
 logger = logging.getLogger("weave.onboarding")
 JOB = "onboarding"
 Status = OnboardingRun.Status
 Outcome = RunAttempt.Outcome
-# The database link failed under us (a partition, a server-side session timeout, a restart).
-CUT_OFF = (OperationalError, InterfaceError)
 
 
 class Attempt:
@@ -77,7 +76,9 @@ class Attempt:
         """Claim the run and take it as far as it goes; return how the attempt ended."""
         try:
             self.claim()
-        except CUT_OFF as cut:
+        except DatabaseError as cut:
+            if not is_cut_off(cut):
+                raise
             if self.lease is None:
                 return self.on_claim_cut_off(cut)
             self.on_cut_off(cut, "right after the claim")
@@ -119,7 +120,9 @@ class Attempt:
                     self.fail(f"{self.stage}: {exc.reason}")
             except LeaseLost as lost:
                 self.on_lost(lost, f"at {self.stage}")
-        except CUT_OFF as cut:
+        except DatabaseError as cut:
+            if not is_cut_off(cut):
+                raise
             # The link to the database failed (a partition, a server-side timeout): say so on a fresh one.
             self.on_cut_off(cut, f"at {self.stage}")
 
@@ -316,7 +319,14 @@ class Attempt:
             except LeaseLost as lost:
                 reason = f"{reason} {lost}"
         elif row and row["fence"] != self.lease.fence:
-            holder = f"{row['owner']} at fence {row['fence']}" if row["owner"] else f"fence {row['fence']}"
+            # The run may be finished and free by now: its newest attempt names who took it over.
+            taker = (
+                row["owner"]
+                or RunAttempt.objects.filter(run_id=self.run_id, fence=row["fence"])
+                .values_list("owner", flat=True)
+                .first()
+            )
+            holder = f"{taker} at fence {row['fence']}" if taker else f"fence {row['fence']}"
             reason = f"{reason} Taken over meanwhile by {holder}."
         else:
             reason = f"{reason} Our lease ran out meanwhile."

@@ -24,7 +24,7 @@ import logging
 import threading
 from typing import Any
 
-from django.db import connections
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
 from weave.conf import weave_settings
 
@@ -103,6 +103,19 @@ def connect_signals() -> None:
         return
     post_spawn.connect(enter_worker_mode, dispatch_uid="weave.worker_db.post_spawn")
     pre_execute.connect(enter_worker_mode, dispatch_uid="weave.worker_db.pre_execute")
+
+
+# SQLSTATEs that mean the session itself is gone or was stopped by a server-side limit: connection
+# exceptions (08...), idle-in-transaction timeout, query cancelled (statement_timeout), server shutdowns.
+_CUT_OFF_STATES = {"25P03", "57014", "57P01", "57P02", "57P03", "57P05"}
+
+
+def is_cut_off(error: BaseException) -> bool:
+    """Whether `error` means the database link failed or the server ended the session, not a refusal of the SQL."""
+    if isinstance(error, (OperationalError, InterfaceError)):
+        return True
+    state = getattr(error.__cause__, "sqlstate", None) or ""
+    return isinstance(error, DatabaseError) and (state.startswith("08") or state in _CUT_OFF_STATES)
 
 
 def _ms(seconds: float) -> int:
