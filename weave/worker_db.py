@@ -95,6 +95,25 @@ def enter_worker_mode(**signal_kwargs: Any) -> None:
         logger.info("event=worker_db_limits aliases=%s settings=%s", ",".join(aliases), server_settings())
 
 
+def session_limits(using: str = "default") -> dict[str, Any]:
+    """Return the limits in effect on this thread's connection to `using`, as the server and libpq see them.
+
+    A diagnostic: enqueue it as a django-q2 task to see what a worker's sessions really run with.
+    """
+    conn = connections[using]
+    if conn.vendor != "postgresql":
+        return {}
+    conn.ensure_connection()
+    with conn.cursor() as cursor:
+        server = {}
+        for name in server_settings():
+            cursor.execute(f"SHOW {name}")  # names from our own fixed list, never outside input
+            server[name] = cursor.fetchone()[0]
+    params = conn.connection.info.get_parameters()
+    client = {name: params.get(name) for name in client_options()}
+    return {"worker_mode": _worker_mode, "server": server, "client": client}
+
+
 def connect_signals() -> None:
     """Hook worker mode to django-q2's worker signals (called from WeaveConfig.ready)."""
     try:
