@@ -6,7 +6,7 @@ The full-size run is `make chaos`; this one is small enough for CI (about a minu
 import pytest
 
 from tools.chaos.config import ChaosConfig
-from tools.chaos.faults import KILL, STOP
+from tools.chaos.faults import KILL, PARTITION, STOP
 from tools.chaos.runner import ChaosRunner
 
 from .conftest import database_url, free_port
@@ -14,7 +14,7 @@ from .conftest import database_url, free_port
 pytestmark = [pytest.mark.postgres, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
-def test_chaos__every_invariant_holds_under_kills_stops_and_restarts(tmp_path, capsys):
+def test_chaos__every_invariant_holds_under_kills_stops_restarts_and_partitions(tmp_path, capsys):
     config = ChaosConfig(
         notifications=800,
         runs=16,
@@ -22,6 +22,7 @@ def test_chaos__every_invariant_holds_under_kills_stops_and_restarts(tmp_path, c
         kills=1,
         stops=2,
         restarts=1,
+        partitions=1,
         # Early in the load and close together, with slower sends (more leases held at any instant):
         # every fault must land on a lease holder while there is still work to disturb.
         fault_window=(0.02, 0.35),
@@ -42,5 +43,6 @@ def test_chaos__every_invariant_holds_under_kills_stops_and_restarts(tmp_path, c
     ran = [f for f in outcome.faults if f.db_time is not None]
     assert any(f.kind == KILL for f in ran), f"no kill was injected\n{report}"
     assert any(f.kind == STOP and f.held and f.thawed for f in ran), f"no lease holder was frozen and thawed\n{report}"
+    assert any(f.kind == PARTITION for f in ran), f"no cluster was cut off from PostgreSQL\n{report}"
     with capsys.disabled():
         print(report)

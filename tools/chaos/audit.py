@@ -56,6 +56,8 @@ class AuditInput:
     faults: list[FaultRecord]
     lease_ttl: float
     stops_planned: int
+    # A row a partitioned cluster held must be finished by another within TTL + this of its lease expiry.
+    recovery_slack: float = 5.0
 
 
 @dataclass
@@ -460,6 +462,69 @@ def _recovery(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> 
     checks.append(_check("Recovery", "every row a killed cluster held finished by another", bad, figure))
 
 
+def _first_finish(held: Any) -> Any:
+    """Database time of the first write that finished `held`'s row at or after its fence, or None."""
+    from notifications.models import DeliveryAttempt
+    from onboarding.models import RunAttempt, StepReceipt
+
+    if held.model == "notification":
+        times = DeliveryAttempt.objects.filter(notification_id=held.pk, fence__gte=held.fence).exclude(
+            outcome="lease_lost"
+        )
+        return times.order_by("finished_at").values_list("finished_at", flat=True).first()
+    first_receipt = (
+        StepReceipt.objects.filter(run_id=held.pk, fence__gt=held.fence)
+        .order_by("completed_at")
+        .values_list("completed_at", flat=True)
+        .first()
+    )
+    first_end = (
+        RunAttempt.objects.filter(
+            run_id=held.pk, fence__gte=held.fence, outcome__in=["completed", "released", "failed"]
+        )
+        .order_by("ended_at")
+        .values_list("ended_at", flat=True)
+        .first()
+    )
+    return min([t for t in (first_receipt, first_end) if t is not None], default=None)
+
+
+def _partition_recovery(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> None:
+    """Issue 17: a row held by a cluster cut off from PostgreSQL moves on within TTL + slack of its lease expiry."""
+    cuts = [f for f in inp.faults if f.kind == "partition" and f.db_time is not None]
+    if not cuts:
+        return
+    bound = inp.lease_ttl + inp.recovery_slack
+    per_cut = []
+    bad = []
+    for record in cuts:
+        worst = 0.0
+        for held in record.held:
+            first = _first_finish(held)
+            since = held.expires_at or record.db_time
+            if first is None:
+                bad.append(
+                    f"{held.model} #{held.pk} (fence {held.fence}) held by cut-off {record.target}: never finished"
+                )
+                continue
+            late = (first - since).total_seconds()  # negative: finished before its lease could expire
+            worst = max(worst, late)
+            if late > bound:
+                bad.append(
+                    f"{held.model} #{held.pk} (fence {held.fence}) held by cut-off {record.target}: finished "
+                    f"{late:.1f} s after its lease could expire (bound {bound:g} s)"
+                )
+        per_cut.append({"target": record.target, "held": len(record.held), "max_after_expiry_s": round(worst, 2)})
+    overall = max((k["max_after_expiry_s"] for k in per_cut), default=0.0)
+    figures["partition_recovery"] = {"partitions": per_cut, "max_s": overall, "bound_s": bound}
+    held_total = sum(k["held"] for k in per_cut)
+    figure = (
+        f"{len(cuts)} partitions, {held_total} rows held; finished at most {overall:.1f} s after their lease "
+        f"could expire (bound TTL + {inp.recovery_slack:g} s = {bound:g} s)"
+    )
+    checks.append(_check("Recovery", "every row a cut-off cluster held moved on within TTL + slack", bad, figure))
+
+
 def audit(inp: AuditInput) -> AuditResult:
     """Run every check; never raises for a violation (the result lists them)."""
     checks: list[Check] = []
@@ -468,6 +533,7 @@ def audit(inp: AuditInput) -> AuditResult:
     _onboarding(inp, checks, figures)
     _refusals(inp, checks, figures)
     _recovery(inp, checks, figures)
+    _partition_recovery(inp, checks, figures)
     order = {"Notifications": 0, "Onboarding": 1, "Fencing": 2, "Recovery": 3}
     checks.sort(key=lambda c: order[c.section])
     return AuditResult(checks=checks, figures=figures)

@@ -16,7 +16,11 @@ class ChaosConfig:
     kills: int = 2  # SIGKILL a whole cluster, start a fresh one
     stops: int = 2  # SIGSTOP one worker holding a lease for `stop_factor` x TTL, then SIGCONT
     restarts: int = 1  # restart the fake push provider and supplier services
+    # Cut one cluster's link to PostgreSQL silently (tools/partition.py: no close, no reset) for
+    # `partition_factor` x TTL, then heal it. Each cluster reaches PostgreSQL through its own proxy.
+    partitions: int = 1
     stop_factor: float = 2.0
+    partition_factor: float = 2.0
     # Faults are placed by progress, not by the clock, so they land while the load drains however fast
     # this machine is: each fault fires once this share of the jobs is finished (seeded, spread over the
     # window) and at least `fault_gap` seconds after the previous one.
@@ -86,4 +90,13 @@ class ChaosConfig:
             "WEAVE_ONBOARDING_RETRY_BACKOFF": "0.2",
             "WEAVE_ONBOARDING_RETRY_AFTER_MAX": "2",
             "WEAVE_LOG_LEVEL": "WARNING",
+            # Worker session limits scaled to the short lease (issue 17): the server ends a partitioned
+            # worker's transaction well before its lease could be taken over.
+            "WEAVE_WORKER_DB_STATEMENT_TIMEOUT": str(self.lease_ttl / 2),
+            "WEAVE_WORKER_DB_IDLE_IN_TRANSACTION_TIMEOUT": str(self.lease_ttl / 2),
+            "WEAVE_WORKER_DB_TCP_USER_TIMEOUT": str(self.lease_ttl / 2),
+            "WEAVE_WORKER_DB_CONNECT_TIMEOUT": "2",  # libpq's minimum
+            "WEAVE_WORKER_DB_KEEPALIVES_IDLE": "1",
+            "WEAVE_WORKER_DB_KEEPALIVES_INTERVAL": "1",
+            "WEAVE_WORKER_DB_KEEPALIVES_COUNT": "1",
         }

@@ -29,6 +29,7 @@ from tools.chaos.audit import AuditInput, AuditResult, audit
 from tools.chaos.config import ChaosConfig
 from tools.chaos.load import LoadProgress, LoadThread, create_suppliers, sanctioned_names
 from tools.chaos.report import Progress, render
+from tools.partition import SilentProxy
 from tools.processes import Child, ProcessGroups, wait_until
 
 
@@ -74,6 +75,8 @@ class ChaosRunner:
         self.supplier: Child | None = None
         self.records: list[F.FaultRecord] = []
         self.stopped: list[tuple[int, float, F.FaultRecord]] = []  # (pid, resume at, record)
+        self.proxies: dict[str, SilentProxy] = {}  # cluster name -> its link to PostgreSQL
+        self.partitioned: list[tuple[str, float, F.FaultRecord]] = []  # (cluster, heal at, record)
         self._cluster_seq = 0
         self._server_seq = 0
         self._t0 = 0.0
@@ -93,6 +96,8 @@ class ChaosRunner:
             signal.signal(signal.SIGTERM, previous)
             for pid, _, _ in self.stopped:  # never leave a frozen process behind
                 _signal(pid, signal.SIGCONT)
+            for proxy in self.proxies.values():  # the clusters are gone by now: close their links
+                proxy.close()
 
     def _run(self) -> ChaosOutcome:
         c = self.config
@@ -131,6 +136,7 @@ class ChaosRunner:
                 supplier_stats=supplier_stats,
                 faults=self.records,
                 lease_ttl=c.lease_ttl,
+                recovery_slack=5.0 + c.sweep_every,
                 # Only a frozen lease holder that was thawed again can attempt (and be refused) a stale write.
                 stops_planned=sum(1 for r in self.records if r.kind == F.STOP and r.held and r.thawed),
             )
@@ -223,10 +229,17 @@ class ChaosRunner:
 
     def _start_cluster(self) -> Child:
         self._cluster_seq += 1
+        name = f"qcluster-{self._cluster_seq}"
         env = self.config.worker_env()
         if self.database_url:
             env["DATABASE_URL"] = self.database_url
-        child = self.groups.manage(f"qcluster-{self._cluster_seq}", "qcluster", env=env)
+        if self.config.partitions:
+            # Its own silent proxy, so a partition cuts this cluster off and no other.
+            s = connection.settings_dict
+            proxy = SilentProxy((s["HOST"] or "127.0.0.1", int(s["PORT"] or 5432)))
+            self.proxies[name] = proxy
+            env["DATABASE_URL"] = proxy.url(self.database_url or _database_url())
+        child = self.groups.manage(name, "qcluster", env=env)
         self.clusters.append(child)
         return child
 
@@ -262,7 +275,7 @@ class ChaosRunner:
                     created=progress.notifications + progress.runs,
                     faults=len(self.records),
                 )
-                quiet = progress.done and done == total and not self.stopped
+                quiet = progress.done and done == total and not self.stopped and not self.partitioned
                 if quiet and settled_since is None:
                     settled_since = now
                 elif not quiet:
@@ -321,6 +334,8 @@ class ChaosRunner:
             return self._kill(waited)
         if fault.kind == F.STOP:
             return self._stop(fault, waited)
+        if fault.kind == F.PARTITION:
+            return self._partition(waited)
         self._restart()
         return True
 
@@ -340,6 +355,7 @@ class ChaosRunner:
         record = F.FaultRecord(F.KILL, self.elapsed(), db_now(), child.name, held)
         self.groups.kill(child)
         self.clusters.remove(child)
+        self._drop_proxy(child.name)
         for item in [item for item in self.stopped if item[0] in pids]:
             self.stopped.remove(item)
             item[2].note += "; its cluster was killed while it was frozen"
@@ -375,6 +391,38 @@ class ChaosRunner:
         self.records.append(record)
         return True
 
+    def _partition(self, waited: float) -> bool:
+        """Cut one cluster off from PostgreSQL (silently, both ways) for partition_factor x TTL."""
+        holders = F.lease_holders()
+        cut = {name for name, _, _ in self.partitioned}
+        frozen = {pid for pid, _, _ in self.stopped}
+        alive = [c for c in self.clusters if c.alive() and c.name in self.proxies and c.name not in cut]
+        alive = [c for c in alive if not frozen & set(c.descendants())] or alive
+        busy = [c for c in alive if any(holders.get(pid) for pid in c.descendants())]
+        if not busy and waited < 15:
+            return False
+        if not alive:
+            self.records.append(F.FaultRecord(F.PARTITION, self.elapsed(), None, "-", note="no cluster to cut off"))
+            return True
+        child = self.rng.choice(busy or alive)
+        pause = self.config.partition_factor * self.config.lease_ttl
+        held = F.held_rows({child.pgid, *child.descendants()})
+        record = F.FaultRecord(F.PARTITION, self.elapsed(), db_now(), child.name, held)
+        # Bounded twice: healed by _resume_due, and by the proxy itself should this loop stall.
+        self.proxies[child.name].partition(max_seconds=pause + 30)
+        record.note = f"silent link to PostgreSQL for {pause:g} s (TTL {self.config.lease_ttl:g} s), then healed"
+        self.partitioned.append((child.name, self.elapsed() + pause, record))
+        self.records.append(record)
+        return True
+
+    def _drop_proxy(self, name: str) -> None:
+        proxy = self.proxies.pop(name, None)
+        if proxy is not None:
+            proxy.close()
+        for item in [item for item in self.partitioned if item[0] == name]:
+            self.partitioned.remove(item)
+            item[2].note += "; its cluster was killed while cut off"
+
     def _resume_due(self, now: float) -> None:
         for item in list(self.stopped):
             pid, resume_at, record = item
@@ -383,6 +431,13 @@ class ChaosRunner:
                 record.resumed_at = now
                 record.thawed = True
                 self.stopped.remove(item)
+        for item in list(self.partitioned):
+            name, heal_at, record = item
+            if now >= heal_at:
+                self.proxies[name].heal()
+                record.resumed_at = now
+                record.thawed = True
+                self.partitioned.remove(item)
 
     def _restart(self) -> None:
         record = F.FaultRecord(F.RESTART, self.elapsed(), db_now(), "fake push + supplier services")
@@ -397,6 +452,17 @@ class ChaosRunner:
                 self.supplier = new
         record.note = "SIGTERM (state kept), started again on the same ports"
         self.records.append(record)
+
+
+def _database_url() -> str:
+    """A DATABASE_URL for the database this process uses (the children get it through their proxy)."""
+    from urllib.parse import quote
+
+    s = connection.settings_dict
+    auth = quote(s["USER"] or "", safe="")
+    if s.get("PASSWORD"):
+        auth += ":" + quote(s["PASSWORD"], safe="")
+    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
 def _signal(pid: int, sig: int) -> None:

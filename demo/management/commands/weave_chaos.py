@@ -26,6 +26,9 @@ class Command(BaseCommand):
         parser.add_argument("--stops", type=int, default=d.stops)
         parser.add_argument("--restarts", type=int, default=d.restarts)
         parser.add_argument(
+            "--partitions", type=int, default=d.partitions, help="silent cuts of a cluster's link to PostgreSQL"
+        )
+        parser.add_argument(
             "--fault-window",
             type=float,
             nargs=2,
@@ -36,6 +39,9 @@ class Command(BaseCommand):
         parser.add_argument("--fault-gap", type=float, default=d.fault_gap, help="seconds between faults, at least")
         parser.add_argument("--lease-ttl", type=float, default=d.lease_ttl)
         parser.add_argument("--stop-factor", type=float, default=d.stop_factor, help="a stop lasts this many TTLs")
+        parser.add_argument(
+            "--partition-factor", type=float, default=d.partition_factor, help="a partition lasts this many TTLs"
+        )
         parser.add_argument("--latency-ms", type=int, default=d.latency_ms, help="fake push provider latency")
         parser.add_argument("--supplier-latency-ms", type=int, default=d.supplier_latency_ms)
         parser.add_argument("--deadline", type=float, default=d.deadline, help="seconds after the load starts")
@@ -56,6 +62,8 @@ class Command(BaseCommand):
             kills=o["kills"],
             stops=o["stops"],
             restarts=o["restarts"],
+            partitions=o["partitions"],
+            partition_factor=o["partition_factor"],
             fault_window=tuple(o["fault_window"]),
             fault_gap=o["fault_gap"],
             lease_ttl=o["lease_ttl"],
