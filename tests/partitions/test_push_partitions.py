@@ -32,7 +32,8 @@ def _db_now():
 def test_partition_during_group_finish__locks_freed_and_b_delivers_each_once(push_settings, fake, cut_off):
     NotificationFactory.create_batch(ROWS, next_attempt_at=_db_now() - timedelta(seconds=1))
     cut = cut_off("push-a")
-    cut.after(rf'UPDATE "{TABLE}" SET "owner" = .*CASE WHEN')  # A's guarded release landed; its COMMIT will not
+    # A's group finish (CASE form or UPDATE ... FROM (VALUES ...)) landed; its attempt rows and COMMIT will not.
+    cut.after(rf'UPDATE "{TABLE}".*(CASE WHEN|FROM \(VALUES)')
     thread, result = run_in_thread("push-a", lambda: deliver_batch(owner="push-a", ttl=TTL, batch_size=ROWS))
     cut.wait_cut()
     a_expires = Notification.objects.aggregate(latest=Max("lease_expires_at"))["latest"]
