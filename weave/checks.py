@@ -162,6 +162,10 @@ def check_worker_db_limits(app_configs: Any = None, **kwargs: Any) -> list[Warni
         "WORKER_DB_TCP_USER_TIMEOUT": weave_settings.WORKER_DB_TCP_USER_TIMEOUT,
         "WORKER_DB_CONNECT_TIMEOUT": weave_settings.WORKER_DB_CONNECT_TIMEOUT,
         "WORKER_DB_KEEPALIVES_IDLE + INTERVAL x COUNT": dead_link,
+        # A statement cut off mid-way leaves an aborted transaction that still holds its locks until the
+        # idle-in-transaction timeout ends the session: the two add up.
+        "WORKER_DB_STATEMENT_TIMEOUT + IDLE_IN_TRANSACTION_TIMEOUT": weave_settings.WORKER_DB_STATEMENT_TIMEOUT
+        + weave_settings.WORKER_DB_IDLE_IN_TRANSACTION_TIMEOUT,
     }
     for name, seconds in bounds.items():
         if seconds >= shortest:

@@ -65,6 +65,7 @@ def test_check__warns_when_a_limit_is_not_below_the_shortest_ttl(settings, monke
         ("weave.W021", "WEAVE['WORKER_DB_IDLE_IN_TRANSACTION_TIMEOUT'"),
         ("weave.W021", "WEAVE['WORKER_DB_TCP_USER_TIMEOUT'"),
         ("weave.W021", "WEAVE['WORKER_DB_KEEPALIVES_IDLE + INTERVAL x COUNT'"),
+        ("weave.W021", "WEAVE['WORKER_DB_STATEMENT_TIMEOUT + IDLE_IN_TRANSACTION_TIMEOUT'"),
     }
     assert "8 s" in warnings[0].msg
 
@@ -114,3 +115,12 @@ def test_worker_mode__new_connections_carry_the_limits_sync_tasks_do_not(restore
     assert seen["client"]["keepalives_idle"] == "5" and seen["client"]["connect_timeout"] == "5"
     # This thread's connection was closed on entering worker mode and reopens with the limits too.
     assert worker_db.session_limits()["server"]["statement_timeout"] == "10s"
+
+
+def test_check__chaos_worker_limits_pass_for_its_short_ttl(settings, monkeypatch):
+    from tools.chaos.config import ChaosConfig
+
+    env = ChaosConfig().worker_env()
+    weave = {k.removeprefix("WEAVE_"): float(v) for k, v in env.items() if k.startswith("WEAVE_WORKER_DB_")}
+    weave |= {"LEASE_TTL": 4.0, "PUSH_LEASE_TTL": 4.0, "ONBOARDING_LEASE_TTL": 4.0}
+    assert _check(settings, monkeypatch, **weave) == []

@@ -92,8 +92,8 @@ class ChaosConfig:
             "WEAVE_LOG_LEVEL": "WARNING",
             # Worker session limits scaled to the short lease (issue 17): the server ends a partitioned
             # worker's transaction well before its lease could be taken over.
-            "WEAVE_WORKER_DB_STATEMENT_TIMEOUT": str(self.lease_ttl / 2),
-            "WEAVE_WORKER_DB_IDLE_IN_TRANSACTION_TIMEOUT": str(self.lease_ttl / 2),
+            "WEAVE_WORKER_DB_STATEMENT_TIMEOUT": str(self.lease_ttl / 4),
+            "WEAVE_WORKER_DB_IDLE_IN_TRANSACTION_TIMEOUT": str(self.lease_ttl / 4),
             "WEAVE_WORKER_DB_TCP_USER_TIMEOUT": str(self.lease_ttl / 2),
             "WEAVE_WORKER_DB_CONNECT_TIMEOUT": "2",  # libpq's minimum
             "WEAVE_WORKER_DB_KEEPALIVES_IDLE": "1",
