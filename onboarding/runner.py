@@ -299,6 +299,18 @@ class Attempt:
             reason=_first_line(cut),
         )
         connection.close()  # the broken one; the next query opens a fresh connection
+        if self.attempt_id is not None:
+            # An ending (completed, released, failed) commits with the write it ends: if the COMMIT landed
+            # and only its reply was lost, our attempt already says how it ended. Leave it as it is.
+            ended = (
+                RunAttempt.objects.filter(pk=self.attempt_id)
+                .exclude(outcome__in=[Outcome.RUNNING, Outcome.CRASHED])
+                .values_list("outcome", "reason")
+                .first()
+            )
+            if ended is not None:
+                self.outcome, self.reason = ended
+                return
         saved = StepReceipt.objects.filter(run_id=self.run_id, step=self.stage, fence=self.lease.fence).exists()
         landed = (
             f"its save of {self.stage} had landed before the link failed"
@@ -333,9 +345,22 @@ class Attempt:
         self._end_attempt(Outcome.BLOCKED, reason)
 
     def on_claim_cut_off(self, cut: DatabaseError) -> str:
-        """The claim itself was cut off: its transaction never committed (the server aborts it), so nothing
-        of ours exists to end. Log it; the run stays claimable."""
+        """The claim itself was cut off. Usually its transaction never committed (the server aborts it) and
+        nothing of ours exists to end: log it, the run stays claimable. If the COMMIT landed and only its
+        reply was lost, the row names us: give it back under that lease and say so in our own attempt."""
         connection.close()
+        row = OnboardingRun.objects.filter(pk=self.run_id, owner=self.owner).values("fence").first()
+        if row is not None:
+            self.lease = Lease(pk=self.run_id, owner=self.owner, fence=row["fence"])
+            reason = f"The claim landed but its reply was cut off ({_first_line(cut)})"
+            try:
+                with transaction.atomic():
+                    OnboardingRun.objects.release(self.lease, clock=self.clock)
+                    self._end_attempt(Outcome.RELEASED, f"{reason}; gave the run back.")
+                    transaction.on_commit(partial(queue.enqueue_run, self.run_id))
+            except LeaseLost as lost:
+                self._end_attempt(Outcome.BLOCKED, f"{reason}; {lost}")
+            return str(self.outcome)
         log_event(
             logger, "cut_off", job=JOB, id=self.run_id, owner=self.owner, reason=f"during the claim: {_first_line(cut)}"
         )

@@ -65,7 +65,8 @@ class LeaseQuerySet(models.QuerySet):
         # COMMIT) refuses at once instead of queueing behind the lock. Picking the row in the subselect
         # locks it before the outer UPDATE computes its SET clause, so the expiry's db_now() is read
         # while we hold the row: a claim can never land with an expiry measured before a wait.
-        chosen = self.filter(pk=pk).free_or_expired(clock).select_for_update(nowait=True).values("pk")
+        # of=self: only the leased row is locked, never rows of tables the queryset's filters join.
+        chosen = self.filter(pk=pk).free_or_expired(clock).select_for_update(nowait=True, of=("self",)).values("pk")
         try:
             # A savepoint when nested, so a refusal leaves the caller's transaction usable.
             with transaction.atomic(using=self._write_db):
