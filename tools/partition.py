@@ -26,7 +26,7 @@ import selectors
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -124,7 +124,7 @@ class SilentProxy:
 
     # --- the threads ----------------------------------------------------------------------------------
 
-    def _start(self, target, name: str, *args) -> None:  # type: ignore[no-untyped-def]
+    def _start(self, target: Callable[..., None], name: str, *args: object) -> None:
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)
         self._threads.append(thread)
         thread.start()

@@ -495,14 +495,14 @@ def _partition_recovery(inp: AuditInput, checks: list[Check], figures: dict[str,
     if not cuts:
         return
     bound = inp.lease_ttl + inp.recovery_slack
-    per_cut = []
-    bad = []
+    per_cut: list[dict[str, Any]] = []
+    bad: list[str] = []
     for record in cuts:
         worst = 0.0
         for held in record.held:
             first = _first_finish(held)
             since = held.expires_at or record.db_time
-            if first is None:
+            if first is None or since is None:
                 bad.append(
                     f"{held.model} #{held.pk} (fence {held.fence}) held by cut-off {record.target}: never finished"
                 )
@@ -515,7 +515,7 @@ def _partition_recovery(inp: AuditInput, checks: list[Check], figures: dict[str,
                     f"{late:.1f} s after its lease could expire (bound {bound:g} s)"
                 )
         per_cut.append({"target": record.target, "held": len(record.held), "max_after_expiry_s": round(worst, 2)})
-    overall = max((k["max_after_expiry_s"] for k in per_cut), default=0.0)
+    overall = max((float(k["max_after_expiry_s"]) for k in per_cut), default=0.0)
     figures["partition_recovery"] = {"partitions": per_cut, "max_s": overall, "bound_s": bound}
     held_total = sum(k["held"] for k in per_cut)
     figure = (

@@ -419,9 +419,9 @@ class ChaosRunner:
         proxy = self.proxies.pop(name, None)
         if proxy is not None:
             proxy.close()
-        for item in [item for item in self.partitioned if item[0] == name]:
-            self.partitioned.remove(item)
-            item[2].note += "; its cluster was killed while cut off"
+        for cut in [cut for cut in self.partitioned if cut[0] == name]:
+            self.partitioned.remove(cut)
+            cut[2].note += "; its cluster was killed while cut off"
 
     def _resume_due(self, now: float) -> None:
         for item in list(self.stopped):
@@ -431,13 +431,13 @@ class ChaosRunner:
                 record.resumed_at = now
                 record.thawed = True
                 self.stopped.remove(item)
-        for item in list(self.partitioned):
-            name, heal_at, record = item
+        for cut in list(self.partitioned):
+            name, heal_at, cut_record = cut
             if now >= heal_at:
                 self.proxies[name].heal()
-                record.resumed_at = now
-                record.thawed = True
-                self.partitioned.remove(item)
+                cut_record.resumed_at = now
+                cut_record.thawed = True
+                self.partitioned.remove(cut)
 
     def _restart(self) -> None:
         record = F.FaultRecord(F.RESTART, self.elapsed(), db_now(), "fake push + supplier services")
