@@ -299,6 +299,10 @@ class Attempt:
             reason=_first_line(cut),
         )
         connection.close()  # the broken one; the next query opens a fresh connection
+        opened = self.attempt_id is not None and RunAttempt.objects.filter(pk=self.attempt_id).exists()
+        if not opened:
+            # The transaction that opened our attempt (right after the claim) never landed: write a new one.
+            self.attempt_id = None
         if self.attempt_id is not None:
             # An ending (completed, released, failed) commits with the write it ends: if the COMMIT landed
             # and only its reply was lost, our attempt already says how it ended. Leave it as it is.
@@ -311,9 +315,12 @@ class Attempt:
             if ended is not None:
                 self.outcome, self.reason = ended
                 return
-        saved = StepReceipt.objects.filter(run_id=self.run_id, step=self.stage, fence=self.lease.fence).exists()
+        if self.stage == "claim":
+            saved = opened
+        else:
+            saved = StepReceipt.objects.filter(run_id=self.run_id, step=self.stage, fence=self.lease.fence).exists()
         landed = (
-            f"its save of {self.stage} had landed before the link failed"
+            f"its {'start' if self.stage == 'claim' else f'save of {self.stage}'} had landed before the link failed"
             if saved
             else "the open transaction was aborted by the server and nothing of it landed"
         )
@@ -326,7 +333,13 @@ class Attempt:
         reason = f"Cut off from the database {where} ({_first_line(cut)}); {landed}."
         if row and (row["owner"], row["fence"]) == (self.lease.owner, self.lease.fence) and row["lease_live"]:
             try:
-                self.give_back(f"{reason} Gave the run back.", requeue=True)
+                # Like give_back(), but the run may still be pending: the cut may have undone "running".
+                with transaction.atomic():
+                    self._guarded_release(
+                        expect={"status__in": OnboardingRun.ACTIVE}, status=Status.PENDING, reason=reason
+                    )
+                    self._end_attempt(Outcome.RELEASED, f"{reason} Gave the run back.")
+                    transaction.on_commit(partial(queue.enqueue_run, self.run_id))
                 return
             except LeaseLost as lost:
                 reason = f"{reason} {lost}"

@@ -55,3 +55,25 @@ def test_save_reply_lost__the_landed_save_is_read_back_not_assumed(monkeypatch):
     assert "its save of alpha had landed" in ending.reason
     run.refresh_from_db()
     assert (run.owner, run.phase, run.status) == (None, "alpha", "pending")
+
+
+def test_start_cut_off__the_attempt_is_written_afresh_when_its_opening_never_landed(monkeypatch):
+    run = OnboardingRunFactory()
+    real = connection._commit
+    seen = {"commits": 0}
+
+    def lose_the_second_commit():
+        seen["commits"] += 1
+        if seen["commits"] == 2:  # status running + attempt row: rolled back, as the server would
+            connection.connection.rollback()
+            raise OperationalError("terminating connection due to idle-in-transaction timeout")
+        real()
+
+    monkeypatch.setattr(connection, "_commit", lose_the_second_commit)
+    attempt = Attempt(run.pk, owner="worker-a", ttl=30, steps=STEPS)
+    assert attempt.execute() == "released"
+    (ending,) = RunAttempt.objects.filter(run=run)
+    assert (ending.fence, ending.outcome) == (1, "released")
+    assert "Cut off from the database right after the claim" in ending.reason
+    assert "nothing of it landed" in ending.reason
+    assert OnboardingRun.objects.values_list("owner", flat=True).get(pk=run.pk) is None
