@@ -15,7 +15,7 @@ refuses the worker's next save, and the worker gives its lease back.
 import logging
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from django.db import DatabaseError, connection, transaction
 
@@ -324,14 +324,9 @@ class Attempt:
             if saved
             else "the open transaction was aborted by the server and nothing of it landed"
         )
-        row = (
-            OnboardingRun.objects.filter(pk=self.run_id)
-            .with_lease_state(self.clock)
-            .values("owner", "fence", "lease_live")
-            .first()
-        )
+        row = OnboardingRun.objects.filter(pk=self.run_id).values("owner", "fence").first()
         reason = f"Cut off from the database {where} ({_first_line(cut)}); {landed}."
-        if row and (row["owner"], row["fence"]) == (self.lease.owner, self.lease.fence) and row["lease_live"]:
+        if OnboardingRun.objects.held_by(self.lease, self.clock).exists():
             try:
                 # Like give_back(), but the run may still be pending: the cut may have undone "running".
                 with transaction.atomic():
@@ -408,7 +403,8 @@ class Attempt:
             RunAttempt.objects.filter(pk=self.attempt_id).update(
                 outcome=outcome, reason=reason, ended_at=self.clock.now()
             )
-        event = {Outcome.COMPLETED: "completed", Outcome.RELEASED: "released"}.get(outcome, str(outcome))
+        events: dict[str, str] = {Outcome.COMPLETED: "completed", Outcome.RELEASED: "released"}
+        event = events.get(outcome, str(outcome))
         log_event(logger, event, job=JOB, id=self.run_id, owner=self.lease.owner, fence=self.lease.fence, reason=reason)
 
 
@@ -417,6 +413,18 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def run_onboarding(run_id: Any, **options: Any) -> str:
+class AttemptOptions(TypedDict, total=False):
+    """The `Attempt` keywords `run_onboarding` passes on (unset or None: the WEAVE setting)."""
+
+    owner: str | None
+    ttl: float | None
+    budget: float | None
+    clock: Clock
+    background: bool
+    steps: Sequence[Step]
+    services: SupplierServices | None
+
+
+def run_onboarding(run_id: Any, **options: Unpack[AttemptOptions]) -> str:
     """Run one attempt at onboarding run `run_id`; return its outcome (see `Attempt`)."""
     return Attempt(run_id, **options).execute()
