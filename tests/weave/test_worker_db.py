@@ -117,10 +117,24 @@ def test_worker_mode__new_connections_carry_the_limits_sync_tasks_do_not(restore
     assert worker_db.session_limits()["server"]["statement_timeout"] == "10s"
 
 
+def weave_settings_valid() -> bool:
+    from weave.conf import weave_settings
+
+    return not weave_settings.problems()
+
+
 def test_check__chaos_worker_limits_pass_for_its_short_ttl(settings, monkeypatch):
     from tools.chaos.config import ChaosConfig
 
     env = ChaosConfig().worker_env()
-    weave = {k.removeprefix("WEAVE_"): float(v) for k, v in env.items() if k.startswith("WEAVE_WORKER_DB_")}
+    from weave.conf import KEYS
+
+    weave = {}
+    for name, raw in env.items():
+        if name.startswith("WEAVE_WORKER_DB_"):
+            key = name.removeprefix("WEAVE_")
+            weave[key] = KEYS[key].kind(raw)  # as demo/settings.py reads them
     weave |= {"LEASE_TTL": 4.0, "PUSH_LEASE_TTL": 4.0, "ONBOARDING_LEASE_TTL": 4.0}
+    settings.WEAVE = weave
+    assert weave_settings_valid()
     assert _check(settings, monkeypatch, **weave) == []
