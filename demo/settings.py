@@ -142,7 +142,7 @@ def _weave_env_overrides() -> dict[str, float | int]:
     overrides: dict[str, float | int] = {}
     for name, key in KEYS.items():
         raw = os.environ.get(f"WEAVE_{name}")
-        if raw is None or key.kind is str or name in WEAVE:
+        if raw is None or key.kind not in (int, float, bool) or name in WEAVE:
             continue
         # bool("false") is True: a flag reads the usual spellings instead.
         overrides[name] = raw.strip().lower() in ("1", "true", "yes", "on") if key.kind is bool else key.kind(raw)
@@ -150,6 +150,9 @@ def _weave_env_overrides() -> dict[str, float | int]:
 
 
 WEAVE.update(_weave_env_overrides())
+# The onboarding plan, as comma-separated dotted paths (the chaos run adds the demo's own ERP step).
+if os.environ.get("WEAVE_ONBOARDING_STEPS"):
+    WEAVE["ONBOARDING_STEPS"] = [p.strip() for p in os.environ["WEAVE_ONBOARDING_STEPS"].split(",") if p.strip()]
 
 LOGGING = {
     "version": 1,

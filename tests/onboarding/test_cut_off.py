@@ -9,7 +9,7 @@ import pytest
 from django.db import OperationalError, connection
 
 from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
-from onboarding.runner import Attempt
+from onboarding.runner import run_onboarding
 from onboarding.steps import Step
 from tests.factories import OnboardingRunFactory
 
@@ -33,8 +33,7 @@ def _reply_lost_after_commit(monkeypatch, *, on_commit_number: int):
 def test_claim_reply_lost__the_landed_claim_is_given_back_and_said_so(monkeypatch):
     run = OnboardingRunFactory()
     _reply_lost_after_commit(monkeypatch, on_commit_number=1)  # the claim's own transaction
-    attempt = Attempt(run.pk, owner="worker-a", ttl=30, steps=STEPS)
-    assert attempt.execute() == "released"
+    assert run_onboarding(run.pk, owner="worker-a", ttl=30, steps=STEPS) == "released"
     row = OnboardingRun.objects.values("owner", "fence", "lease_expires_at").get(pk=run.pk)
     assert row == {"owner": None, "fence": 1, "lease_expires_at": None}
     (ending,) = RunAttempt.objects.filter(run=run)
@@ -46,8 +45,9 @@ def test_save_reply_lost__the_landed_save_is_read_back_not_assumed(monkeypatch):
     run = OnboardingRunFactory()
     # 1: the claim, 2: status running + attempt row, 3: alpha's save (lands; its reply is lost).
     _reply_lost_after_commit(monkeypatch, on_commit_number=3)
-    attempt = Attempt(run.pk, owner="worker-a", ttl=30, steps=STEPS)
-    assert attempt.execute() == "released"  # our lease was still live: the run is given back
+    assert (
+        run_onboarding(run.pk, owner="worker-a", ttl=30, steps=STEPS) == "released"
+    )  # our lease was still live: the run is given back
     assert list(StepReceipt.objects.filter(run=run).values_list("step", "fence")) == [("alpha", 1)]
     ending = RunAttempt.objects.get(run=run, fence=1)
     assert ending.outcome == "released"
@@ -70,8 +70,7 @@ def test_start_cut_off__the_attempt_is_written_afresh_when_its_opening_never_lan
         real()
 
     monkeypatch.setattr(connection, "_commit", lose_the_second_commit)
-    attempt = Attempt(run.pk, owner="worker-a", ttl=30, steps=STEPS)
-    assert attempt.execute() == "released"
+    assert run_onboarding(run.pk, owner="worker-a", ttl=30, steps=STEPS) == "released"
     (ending,) = RunAttempt.objects.filter(run=run)
     assert (ending.fence, ending.outcome) == (1, "released")
     assert "Cut off from the database right after the claim" in ending.reason

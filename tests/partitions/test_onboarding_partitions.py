@@ -14,7 +14,7 @@ import pytest
 
 from onboarding.explain import explain_run
 from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
-from onboarding.runner import Attempt
+from onboarding.runner import claim_attempt, run_onboarding
 from onboarding.steps import Step
 from tests.factories import OnboardingRunFactory
 from tests.partitions.conftest import RECOVERY_SLACK, TTL, poll, run_in_thread
@@ -37,8 +37,10 @@ SLOW = (Step("alpha", "Alpha", work=_waiting_work), Step("beta", "Beta"))
 
 def _take_over(run_id, steps, a_expires):
     """B claims as soon as the database lets it (no other traffic), then finishes the run."""
-    b = Attempt(run_id, owner="worker-b", ttl=30, background=False, steps=steps)
-    poll(b.claim, refusals=(LeaseBusy, NotClaimable))
+    b = poll(
+        lambda: claim_attempt(run_id, owner="worker-b", ttl=30, background=False, steps=steps),
+        refusals=(LeaseBusy, NotClaimable),
+    )
     row = OnboardingRun.objects.values("lease_expires_at", "fence").get(pk=run_id)
     claimed_at = row["lease_expires_at"] - timedelta(seconds=30)
     if a_expires is not None:
@@ -50,13 +52,26 @@ def _take_over(run_id, steps, a_expires):
     return b
 
 
+class WorkerA:
+    """Worker A on its own thread: claim, keep the attempt for the test to look at, execute."""
+
+    def __init__(self, run_id, steps):
+        self.attempt = None
+        self.thread, self.result = run_in_thread("worker-a", lambda: self._run(run_id, steps))
+
+    def _run(self, run_id, steps):
+        self.attempt = claim_attempt(run_id, owner="worker-a", ttl=TTL, steps=steps)
+        return self.attempt.execute()
+
+
 def test_partition_during_step_save__server_aborts_it_and_b_takes_over(cut_off):
     run = OnboardingRunFactory()
     cut = cut_off("worker-a", "heartbeat-")
     cut.after(rf'UPDATE "{RUNS}" SET "phase"')  # A's guarded save of alpha landed; its COMMIT will not
-    a = Attempt(run.pk, owner="worker-a", ttl=TTL, steps=QUICK)
-    thread, result = run_in_thread("worker-a", a.execute)
+    worker = WorkerA(run.pk, QUICK)
+    thread, result = worker.thread, worker.result
     cut.wait_cut()
+    a = worker.attempt
     a_expires = OnboardingRun.objects.values_list("lease_expires_at", flat=True).get(pk=run.pk)
 
     b = _take_over(run.pk, QUICK, a_expires)
@@ -88,10 +103,11 @@ def test_partition_during_renewal__heartbeat_failure_wins_and_a_writes_only_its_
     cut = cut_off("worker-a", "heartbeat-")
     # The background heartbeat's renewal landed; the link then falls silent under A and its heartbeat.
     cut.after(rf'UPDATE "{RUNS}" SET "lease_expires_at"', thread_prefix="heartbeat-")
-    a = Attempt(run.pk, owner="worker-a", ttl=TTL, steps=SLOW)
-    thread, result = run_in_thread("worker-a", a.execute)
+    worker = WorkerA(run.pk, SLOW)
+    thread, result = worker.thread, worker.result
     try:
         cut.wait_cut()
+        a = worker.attempt
         a_expires = OnboardingRun.objects.values_list("lease_expires_at", flat=True).get(pk=run.pk)
         b = _take_over(run.pk, QUICK, a_expires)
         cut.proxy.heal()
@@ -114,8 +130,7 @@ def test_partition_during_claim__server_rolls_the_claim_back_and_a_writes_nothin
     cut = cut_off("worker-a")
     # A's claim UPDATE ran (A even read its fence back); its COMMIT meets the silent link.
     cut.after(rf'UPDATE "{RUNS}" SET "owner"')
-    a = Attempt(run.pk, owner="worker-a", ttl=TTL, steps=QUICK)
-    thread, result = run_in_thread("worker-a", a.execute)
+    thread, result = run_in_thread("worker-a", lambda: run_onboarding(run.pk, owner="worker-a", ttl=TTL, steps=QUICK))
     partitioned_at = cut.wait_cut()
 
     # The claim never committed, so no lease of A's could outlive it: measure from the cut.
@@ -125,7 +140,6 @@ def test_partition_during_claim__server_rolls_the_claim_back_and_a_writes_nothin
     assert not thread.is_alive() and "error" not in result, result
 
     assert result["value"] == "cut_off"
-    assert a.lease is None
     # A wrote nothing: the only attempt is B's, and B got the first fence.
     assert list(RunAttempt.objects.filter(run=run).values_list("owner", "outcome")) == [("worker-b", "completed")]
     assert b.lease.fence == 1
