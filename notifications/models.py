@@ -29,6 +29,8 @@ class Notification(LeasedModel):
         CANCELLED = "cancelled"
 
     device_token = models.CharField(max_length=512)
+    # The alias in WEAVE["PUSH_BACKENDS"] that sends this row ("default": the webhook from PUSH_URL).
+    backend = models.CharField(max_length=50, default="default")
     title = models.CharField(max_length=200)
     body = models.TextField(blank=True)
     data = models.JSONField(default=dict, blank=True)

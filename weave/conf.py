@@ -17,6 +17,9 @@ DEFAULTS: MappingProxyType[str, Any] = MappingProxyType(
         # intervals leaves no room for one late renewal (a system check refuses it).
         "HEARTBEAT_INTERVAL": None,
         # --- push notifications ---
+        # alias -> {"BACKEND": dotted path, "OPTIONS": {...}}, like Django's STORAGES; None: one "default"
+        # webhook backend built from PUSH_URL / PUSH_TOKEN (see notifications.backends.registry).
+        "PUSH_BACKENDS": None,
         "PUSH_URL": "",
         "PUSH_TOKEN": "",
         "PUSH_TIMEOUT": 10.0,  # per request, seconds
