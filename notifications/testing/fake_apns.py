@@ -95,7 +95,7 @@ class FakeAPNs:
         self.state = FakeState(Faults(**faults))
         self._lock = threading.Lock()
         self.provider_tokens: dict[str, float] = {}  # JWT -> when first seen
-        self.expire_tokens_before = 0.0  # JWTs issued (iat) before this are ExpiredProviderToken
+        self.expired: set[str] = set()  # provider tokens to answer ExpiredProviderToken for
         self.dead: dict[str, int] = {}  # token -> unregistered at (ms)
         self.server = HypercornFake(
             AsgiApp(self._handle), host=host, port=port, certfile=keys.server_cert, keyfile=keys.server_key,
@@ -151,18 +151,18 @@ class FakeAPNs:
     def expire_provider_tokens(self) -> None:
         """Treat every provider token issued until now as older than an hour (ExpiredProviderToken)."""
         with self._lock:
-            self.expire_tokens_before = time.time() + 1
+            self.expired |= set(self.provider_tokens)
 
     # --- the endpoint -----------------------------------------------------------------------------------
 
     async def _handle(self, request: Request) -> Response:
-        faults, draw, scripted = self.state.begin(request.http_version)
-        response = await self._answer(request, faults, draw, scripted)
+        faults, draw = self.state.begin(request.http_version)
+        response = await self._answer(request, faults, draw)
         reason = json.loads(response.body).get("reason", "") if response.body else ""
         self.state.end(response.status, reason)
         return response
 
-    async def _answer(self, request: Request, faults: Faults, draw: float, scripted: str) -> Response:
+    async def _answer(self, request: Request, faults: Faults, draw: float) -> Response:
         if request.http_version != "2":
             return Response(505, b"", {})  # APNs speaks HTTP/2 only
         match = _PATH_RE.match(request.path)
@@ -185,7 +185,7 @@ class FakeAPNs:
         if not isinstance(payload, dict) or not isinstance(payload.get("aps"), dict):
             return _reason("PayloadEmpty")
         hang = await apply_latency(faults, draw)
-        if error := pick_error(faults, draw, scripted):
+        if error := pick_error(faults, draw, self.state.pop_script()):
             response = _reason(error)
             if faults.retry_after and response.status in (429, 503):
                 response.headers["retry-after"] = faults.retry_after
@@ -233,7 +233,9 @@ class FakeAPNs:
             return "InvalidProviderToken"
         now = time.time()
         issued = float(claims["iat"])
-        if issued < now - 3600 or issued < self.expire_tokens_before:
+        with self._lock:
+            expired = token in self.expired
+        if issued < now - 3600 or expired:
             return "ExpiredProviderToken"
         if issued > now + 60:
             return "InvalidProviderToken"

@@ -35,6 +35,7 @@ from notifications.testing.asgi_fake import AsgiApp, HypercornFake, Request, Res
 from notifications.testing.fake_state import Delivery, FakeState, Faults, apply_latency, pick_error
 from notifications.testing.keys import FCM_CLIENT_EMAIL, FCM_PROJECT_ID, TestKeys
 
+GOOGLE_TOKEN_URI = "https://oauth2.googleapis.com/token"
 SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
 FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 BAD_REQUEST_TYPE = "type.googleapis.com/google.rpc.BadRequest"
@@ -60,7 +61,12 @@ ERRORS: dict[str, tuple[int, str, str, str | None]] = {
     ),
     "UNAVAILABLE": (503, "UNAVAILABLE", "The service is currently unavailable.", "UNAVAILABLE"),
     "INTERNAL": (500, "INTERNAL", "Internal error encountered.", "INTERNAL"),
-    "THIRD_PARTY_AUTH_ERROR": (401, "UNAUTHENTICATED", "Auth error from APNS or Web Push Service", "THIRD_PARTY_AUTH_ERROR"),
+    "THIRD_PARTY_AUTH_ERROR": (
+        401,
+        "UNAUTHENTICATED",
+        "Auth error from APNS or Web Push Service",
+        "THIRD_PARTY_AUTH_ERROR",
+    ),
     "UNAUTHENTICATED": (
         401,
         "UNAUTHENTICATED",
@@ -94,7 +100,9 @@ def google_error(name: str, *, message: str | None = None, field: str | None = N
     if code is not None:
         details.append({"@type": FCM_ERROR_TYPE, "errorCode": code})
     if field is not None:
-        details.append({"@type": BAD_REQUEST_TYPE, "fieldViolations": [{"field": field, "description": message or text}]})
+        details.append(
+            {"@type": BAD_REQUEST_TYPE, "fieldViolations": [{"field": field, "description": message or text}]}
+        )
     body: dict[str, Any] = {"code": status, "message": message or text, "status": rpc_status}
     if details:
         body["details"] = details
@@ -112,7 +120,9 @@ def _check_fields(value: Any, allowed: set[str], where: str) -> dict[str, Any]:
         raise SchemaError(where, f"Invalid value at '{where}': expected an object.")
     for key in value:
         if _snake(key) not in allowed:
-            raise SchemaError(where, f"Invalid JSON payload received. Unknown name \"{key}\" at '{where}': Cannot find field.")
+            raise SchemaError(
+                where, f"Invalid JSON payload received. Unknown name \"{key}\" at '{where}': Cannot find field."
+            )
     return {_snake(k): v for k, v in value.items()}
 
 
@@ -278,7 +288,8 @@ class FakeFCM:
                 form.get("assertion", ""),
                 self.keys.fcm_public_key_pem,
                 algorithms=["RS256"],
-                audience=self.token_uri,
+                # google-auth signs for Google's token URI even when the file names another; both are fine.
+                audience=[self.token_uri, GOOGLE_TOKEN_URI],
                 issuer=self.client_email,
                 options={"require": ["exp", "iat", "iss", "aud"]},
                 leeway=5,
@@ -306,8 +317,8 @@ class FakeFCM:
         return scheme.lower() == "bearer" and expiry is not None and expiry > time.time()
 
     async def _send(self, request: Request, project: str) -> Response:
-        faults, draw, scripted = self.state.begin(request.http_version)
-        response = await self._answer(request, project, faults, draw, scripted)
+        faults, draw = self.state.begin(request.http_version)
+        response = await self._answer(request, project, faults, draw)
         reason = ""
         if response.status >= 400:
             error = response.body.decode(errors="replace")
@@ -316,13 +327,19 @@ class FakeFCM:
         self.state.end(response.status, reason)
         return response
 
-    async def _answer(self, request: Request, project: str, faults: Faults, draw: float, scripted: str) -> Response:
+    async def _answer(self, request: Request, project: str, faults: Faults, draw: float) -> Response:
         if not self._authorised(request):
             return google_error("UNAUTHENTICATED")
         if project != self.project_id:
             return Response.json(
                 403,
-                {"error": {"code": 403, "message": f"Permission denied on project {project}.", "status": "PERMISSION_DENIED"}},
+                {
+                    "error": {
+                        "code": 403,
+                        "message": f"Permission denied on project {project}.",
+                        "status": "PERMISSION_DENIED",
+                    }
+                },
             )
         try:
             message = validate_message(request.json())
@@ -330,7 +347,7 @@ class FakeFCM:
             field = getattr(exc, "field", "") or None
             return google_error("INVALID_ARGUMENT", message=str(exc), field=field)
         hang = await apply_latency(faults, draw)
-        if error := pick_error(faults, draw, scripted):
+        if error := pick_error(faults, draw, self.state.pop_script()):
             response = google_error(error)
             if faults.retry_after and response.status in (429, 503):
                 response.headers["retry-after"] = faults.retry_after

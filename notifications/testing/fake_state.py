@@ -70,16 +70,20 @@ class FakeState:
             if "seed" in faults:
                 self.random = random.Random(self.faults.seed)
 
-    def begin(self, http_version: str) -> tuple[Faults, float, str]:
-        """Count a push request; return a copy of the faults, a random draw, and the scripted error if any."""
+    def begin(self, http_version: str) -> tuple[Faults, float]:
+        """Count a push request; return a copy of the faults and a random draw."""
         with self.lock:
             self.requests += 1
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             self.http_versions[http_version] = self.http_versions.get(http_version, 0) + 1
-            scripted = self.faults.script.pop(0) if self.faults.script else ""
             faults = Faults(**{**asdict(self.faults), "script": []})
-            return faults, self.random.random(), scripted
+            return faults, self.random.random()
+
+    def pop_script(self) -> str:
+        """The next scripted error, taken only by a request that got past the provider's own checks."""
+        with self.lock:
+            return self.faults.script.pop(0) if self.faults.script else ""
 
     def end(self, status: int, reason: str = "") -> None:
         with self.lock:

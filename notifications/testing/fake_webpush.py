@@ -53,7 +53,9 @@ def derive_subscription(base_url: str, sub_id: str, secret: bytes = DEFAULT_SECR
     key = ec.derive_private_key(int.from_bytes(seed, "big") % (2**255) + 1, ec.SECP256R1())
     point = key.public_key().public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
     auth = hashlib.sha256(secret + b"/auth/" + sub_id.encode()).digest()[:16]
-    return WebPushSubscription(endpoint=f"{base_url}/wp/{sub_id}", p256dh=b64url(point), auth=b64url(auth), private_key=key)
+    return WebPushSubscription(
+        endpoint=f"{base_url}/wp/{sub_id}", p256dh=b64url(point), auth=b64url(auth), private_key=key
+    )
 
 
 class FakeWebPush:
@@ -135,15 +137,15 @@ class FakeWebPush:
     # --- the endpoint -----------------------------------------------------------------------------------
 
     async def _handle(self, request: Request) -> Response:
-        faults, draw, scripted = self.state.begin(request.http_version)
-        response = await self._answer(request, faults, draw, scripted)
+        faults, draw = self.state.begin(request.http_version)
+        response = await self._answer(request, faults, draw)
         if response.status >= 400:
             with self._lock:
                 self.refusals.append(response.body.decode(errors="replace")[:200])
         self.state.end(response.status, str(response.status) if response.status >= 400 else "")
         return response
 
-    async def _answer(self, request: Request, faults: Faults, draw: float, scripted: str) -> Response:
+    async def _answer(self, request: Request, faults: Faults, draw: float) -> Response:
         match = _PATH_RE.match(request.path)
         if request.method != "POST" or not match:
             return _error(404, "No such subscription endpoint.")
@@ -162,7 +164,7 @@ class FakeWebPush:
         if request.body and headers.get("content-encoding") != "aes128gcm":
             return _error(415, "Content-Encoding must be aes128gcm (RFC 8188).")
         hang = await apply_latency(faults, draw)
-        if error := pick_error(faults, draw, scripted):
+        if error := pick_error(faults, draw, self.state.pop_script()):
             response = _error(ERRORS.get(error, 500), error)
             if faults.retry_after and response.status in (429, 503):
                 response.headers["retry-after"] = faults.retry_after
