@@ -23,7 +23,7 @@ from notifications.backends import classify
 from notifications.backends.base import Outcome, Priority, PushBackend, PushMessage, SendResult
 from notifications.backends.credentials import APNsProviderToken, shared, tls_context
 from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request
-from notifications.backends.options import missing, short_key, unknown, unreadable
+from notifications.backends.options import expired_before_sending, missing, short_key, unknown, unreadable
 from weave.retry import HttpClass, http_class
 from weave.sanitize import outside_text
 
@@ -96,10 +96,7 @@ class APNsBackend(PushBackend):
         deadline = started + self.timeout
         ttl = message.remaining_ttl()
         if ttl == 0:
-            return SendResult(
-                outcome=Outcome.PERMANENT,
-                reason=f"Not sent: the notification expired at {message.expires_at:%Y-%m-%d %H:%M:%S} UTC before it left.",
-            )
+            return expired_before_sending(message)
         url = f"{self.base_url}/3/device/{message.token}"
         headers, content = apns_request(message, topic=self.topic, push_type=self.push_type, ttl=ttl)
         refused: str | None = None

@@ -26,7 +26,7 @@ from notifications.backends.credentials import (
     tls_context,
 )
 from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request
-from notifications.backends.options import missing, unknown, unreadable
+from notifications.backends.options import expired_before_sending, short_key, missing, unknown, unreadable
 from weave.retry import HttpClass, http_class
 from weave.sanitize import outside_text
 
@@ -87,7 +87,7 @@ class FCMBackend(PushBackend):
         deadline = started + self.timeout  # one deadline for token fetch, send and the one retry
         ttl = message.remaining_ttl()
         if ttl == 0:
-            return _expired(message)
+            return expired_before_sending(message)
         content = json.dumps(fcm_message(message, ttl), separators=(",", ":"), ensure_ascii=False).encode()
         refused: str | None = None
         for attempt in (1, 2):
@@ -154,8 +154,6 @@ def fcm_message(message: PushMessage, ttl: int | None) -> dict[str, Any]:
 
 
 def _apns_collapse_id(key: str) -> str:
-    from notifications.backends.options import short_key
-
     return short_key(key, limit=64)
 
 
@@ -246,13 +244,6 @@ def _auth_failed(reason: str, started: float | None, **base: Any) -> SendResult:
     if started is not None:
         base.setdefault("latency_ms", _ms(started))
     return SendResult(outcome=Outcome.TEMPORARY, reason=reason, systemic=True, fatal=True, **base)
-
-
-def _expired(message: PushMessage) -> SendResult:
-    return SendResult(
-        outcome=Outcome.PERMANENT,
-        reason=f"Not sent: the notification expired at {message.expires_at:%Y-%m-%d %H:%M:%S} UTC before it left.",
-    )
 
 
 def _ms(started: float) -> int:

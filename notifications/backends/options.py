@@ -7,6 +7,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from notifications.backends.base import Outcome, PushMessage, SendResult
+
 
 def missing(options: Mapping[str, Any], *names: str) -> list[str]:
     """One sentence per required option that is absent or empty."""
@@ -54,3 +56,9 @@ def web_push_topic(key: str) -> str:
     """A Web Push `Topic` (at most 32 characters of the URL-safe base64 alphabet) for a collapse key."""
     compact = key.replace("-", "") if re.fullmatch(r"[0-9a-fA-F\-]{36}", key) else key  # a UUID fits in 32
     return short_key(compact, limit=32, alphabet_ok=_TOPIC_RE)
+
+
+def expired_before_sending(message: PushMessage) -> SendResult:
+    """The answer for a message whose remaining TTL ran out before it left: never sent, never retried."""
+    when = f"{message.expires_at:%Y-%m-%d %H:%M:%S} UTC" if message.expires_at else "its expiry"
+    return SendResult(outcome=Outcome.PERMANENT, reason=f"Not sent: the notification expired at {when} before it left.")

@@ -25,7 +25,7 @@ from notifications.backends import classify
 from notifications.backends.base import Outcome, Priority, PushBackend, PushMessage, SendResult
 from notifications.backends.credentials import VapidSigner, shared, tls_context
 from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request
-from notifications.backends.options import missing, unknown, unreadable, web_push_topic
+from notifications.backends.options import expired_before_sending, missing, unknown, unreadable, web_push_topic
 from weave.retry import HttpClass, http_class
 
 OPTIONS = {"vapid_private_key_file", "vapid_subject", "ca_file"}
@@ -105,10 +105,7 @@ class WebPushBackend(PushBackend):
         deadline = started + self.timeout
         ttl = message.remaining_ttl()
         if ttl == 0:
-            return SendResult(
-                outcome=Outcome.PERMANENT,
-                reason=f"Not sent: the notification expired at {message.expires_at:%Y-%m-%d %H:%M:%S} UTC before it left.",
-            )
+            return expired_before_sending(message)
         try:
             endpoint, p256dh, auth = parse_subscription(message.token)
         except SubscriptionError as exc:

@@ -158,8 +158,10 @@ def validate_message(body: Any) -> dict[str, Any]:
             raise SchemaError("message.android.ttl", f"Invalid value at 'message.android.ttl' ({android['ttl']!r}): "
                               "expected a duration such as \"3.5s\".")  # fmt: skip
         if "priority" in android and android["priority"] not in ("NORMAL", "HIGH"):
-            raise SchemaError("message.android.priority", f"Invalid value at 'message.android.priority' "
-                              f"(type.googleapis.com/google.firebase.fcm.v1.AndroidMessagePriority), {android['priority']!r}")  # fmt: skip
+            raise SchemaError(
+                "message.android.priority",
+                f"Invalid value at 'message.android.priority' (AndroidMessagePriority), {android['priority']!r}",
+            )
         if "data" in android:
             _check_string_map(android["data"], "message.android.data")
         if "notification" in android:
