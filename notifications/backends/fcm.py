@@ -26,7 +26,7 @@ from notifications.backends.credentials import (
     tls_context,
 )
 from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request
-from notifications.backends.options import expired_before_sending, short_key, missing, unknown, unreadable
+from notifications.backends.options import expired_before_sending, missing, short_key, unknown, unreadable
 from weave.retry import HttpClass, http_class
 from weave.sanitize import outside_text
 
