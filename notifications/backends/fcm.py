@@ -26,12 +26,13 @@ from notifications.backends.credentials import (
     tls_context,
 )
 from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request
-from notifications.backends.options import expired_before_sending, missing, short_key, unknown, unreadable
+from notifications.backends.options import DataError, expired_before_sending, missing, short_key, unknown, unreadable
 from weave.retry import HttpClass, http_class
 from weave.sanitize import outside_text
 
 FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 BAD_REQUEST_TYPE = "type.googleapis.com/google.rpc.BadRequest"
+RESERVED_KEYS = {"from", "notification", "message_type", "collapse_key", "priority", "time_to_live"}
 OPTIONS = {"project_id", "credentials_file", "base_url", "ca_file"}
 
 
@@ -74,6 +75,29 @@ class FCMBackend(PushBackend):
         if base_url and not str(base_url).startswith(("https://", "http://")):
             problems.append("OPTIONS['base_url'] must be an https:// URL.")
         return problems
+
+    @classmethod
+    def prepare_data(cls, data: Mapping[str, Any]) -> dict[str, str]:
+        """Return `data` with string values only, as FCM requires; numbers and booleans are converted
+        (`1` -> "1", `True` -> "true"), anything else refused with a DataError naming the key."""
+        prepared: dict[str, str] = {}
+        for key, value in data.items():
+            if not isinstance(key, str) or not key:
+                raise DataError(f"FCM data keys are non-empty strings, not {key!r}.")
+            if key in RESERVED_KEYS or key.startswith(("google", "gcm")):
+                raise DataError(f"FCM reserves the data key {key!r} (also any key starting with google or gcm).")
+            if isinstance(value, str):
+                prepared[key] = value
+            elif isinstance(value, bool):
+                prepared[key] = "true" if value else "false"
+            elif isinstance(value, int | float) and value == value and abs(value) != float("inf"):
+                prepared[key] = str(value)
+            else:
+                raise DataError(
+                    f"FCM data values must be strings: data[{key!r}] is {type(value).__name__}. "
+                    "Send it as a string (JSON-encode it yourself if the app expects JSON)."
+                )
+        return prepared
 
     def make_client(self, **extra: Any) -> Any:
         return super().make_client(verify=tls_context(self.ca_file), **extra)
