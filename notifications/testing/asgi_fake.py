@@ -37,7 +37,7 @@ class Request:
     headers: dict[str, str]
     body: bytes
     http_version: str
-    client: str = ""
+    client: str = ""  # host:port of the peer: one value per connection
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -95,7 +95,7 @@ class AsgiApp:
             headers={k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]},
             body=b"".join(chunks),
             http_version=scope.get("http_version", "1.1"),
-            client=str((scope.get("client") or ("", 0))[0]),
+            client=":".join(str(part) for part in (scope.get("client") or ("", 0))),
         )
         response = await self.handler(request)
         headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.items()]

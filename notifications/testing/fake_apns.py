@@ -156,7 +156,7 @@ class FakeAPNs:
     # --- the endpoint -----------------------------------------------------------------------------------
 
     async def _handle(self, request: Request) -> Response:
-        faults, draw = self.state.begin(request.http_version)
+        faults, draw = self.state.begin(request.http_version, request.client)
         response = await self._answer(request, faults, draw)
         reason = json.loads(response.body).get("reason", "") if response.body else ""
         self.state.end(response.status, reason)

@@ -319,7 +319,7 @@ class FakeFCM:
         return scheme.lower() == "bearer" and expiry is not None and expiry > time.time()
 
     async def _send(self, request: Request, project: str) -> Response:
-        faults, draw = self.state.begin(request.http_version)
+        faults, draw = self.state.begin(request.http_version, request.client)
         response = await self._answer(request, project, faults, draw)
         reason = ""
         if response.status >= 400:

@@ -63,6 +63,7 @@ class FakeState:
         self.deliveries: list[Delivery] = []
         self.shown: dict[str, dict[str, Delivery]] = {}  # token -> collapse (or a unique id) -> delivery
         self.http_versions: dict[str, int] = {}
+        self.connections: set[str] = set()  # peers (host:port) seen: HTTP/2 multiplexing keeps this small
 
     def configure(self, **faults: Any) -> None:
         with self.lock:
@@ -70,13 +71,14 @@ class FakeState:
             if "seed" in faults:
                 self.random = random.Random(self.faults.seed)
 
-    def begin(self, http_version: str) -> tuple[Faults, float]:
+    def begin(self, http_version: str, client: str = "") -> tuple[Faults, float]:
         """Count a push request; return a copy of the faults and a random draw."""
         with self.lock:
             self.requests += 1
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             self.http_versions[http_version] = self.http_versions.get(http_version, 0) + 1
+            self.connections.add(client)
             faults = Faults(**{**asdict(self.faults), "script": []})
             return faults, self.random.random()
 
@@ -109,6 +111,7 @@ class FakeState:
                 "by_status": dict(self.by_status),
                 "by_reason": dict(self.by_reason),
                 "http_versions": dict(self.http_versions),
+                "connections": len(self.connections),
                 "in_flight": self.in_flight,
                 "max_in_flight": self.max_in_flight,
                 "faults": asdict(self.faults),

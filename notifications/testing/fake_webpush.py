@@ -137,7 +137,7 @@ class FakeWebPush:
     # --- the endpoint -----------------------------------------------------------------------------------
 
     async def _handle(self, request: Request) -> Response:
-        faults, draw = self.state.begin(request.http_version)
+        faults, draw = self.state.begin(request.http_version, request.client)
         response = await self._answer(request, faults, draw)
         if response.status >= 400:
             with self._lock:
