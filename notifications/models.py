@@ -140,7 +140,12 @@ class DeliveryAttempt(models.Model):
     http_status = models.PositiveSmallIntegerField(null=True, blank=True)
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
     outcome = models.CharField(max_length=20, choices=Outcome.choices)
+    # The provider's answer in words (sanitized); the row's `last_error` adds what happens next.
     reason = models.TextField(blank=True)
+    # Which of the notification's attempts this was (1-based); null for `lease_lost`, which used none.
+    number = models.PositiveIntegerField(null=True, blank=True)
+    # When the next try was made due (database clock), for an answer that is retried; else null.
+    retry_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["started_at", "pk"]

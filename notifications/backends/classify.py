@@ -20,7 +20,7 @@ def failed_exchange(exc: ExchangeFailed, *, where: str) -> SendResult:
             systemic=True,
         )
     if exc.kind == "timeout":
-        why = f"No response within the deadline after the request was sent ({exc.detail})"
+        why = f"No response within {exc.deadline:g} s after the request was sent ({exc.detail})"
     else:
         why = f"The connection dropped after the request was sent ({exc.detail})"
     return SendResult(
@@ -51,8 +51,10 @@ def throttled_or_unavailable(response: CappedResponse, *, what: str, secrets: li
     status = response.status
     retry_after = response.retry_after() if status in (429, 503) else None
     asked = ""
-    if status in (429, 503):
-        asked = f", Retry-After {retry_after:g} s" if retry_after is not None else ", no usable Retry-After"
+    if retry_after is not None:
+        asked = f", Retry-After {retry_after:g} s"
+    elif status == 429 or (status == 503 and "Retry-After" in response.headers):
+        asked = ", no usable Retry-After"
     body = response.snippet(secrets=secrets)
     return SendResult(
         outcome=Outcome.TEMPORARY,

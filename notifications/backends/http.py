@@ -75,8 +75,9 @@ class CappedResponse:
 class ExchangeFailed(Exception):
     """The exchange produced no complete response. `sent` says whether the request may have arrived."""
 
-    def __init__(self, *, kind: str, detail: str, sent: bool, latency_ms: int) -> None:
+    def __init__(self, *, kind: str, detail: str, sent: bool, latency_ms: int, deadline: float = 0.0) -> None:
         super().__init__(detail)
+        self.deadline = deadline  # the whole exchange's bound, seconds
         self.kind = kind  # "unreachable", "timeout", "dropped"
         self.detail = detail  # sanitized by the caller's secrets
         self.sent = sent
@@ -135,9 +136,10 @@ async def capped_request(
     except TimeoutError as exc:
         raise ExchangeFailed(
             kind="timeout" if progress.maybe_sent else "unreachable",
-            detail=f"no complete answer within {deadline:g} s ({_name(exc)})",
+            detail=f"the whole exchange is capped at {deadline:g} s; {_name(exc)}",
             sent=progress.maybe_sent,
             latency_ms=_ms(started),
+            deadline=deadline,
         ) from exc
     except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
         raise ExchangeFailed(
@@ -149,9 +151,10 @@ async def capped_request(
     except httpx.TimeoutException as exc:
         raise ExchangeFailed(
             kind="timeout",
-            detail=f"no answer within {deadline:g} s ({_name(exc)})",
+            detail=_name(exc),
             sent=progress.maybe_sent,
             latency_ms=_ms(started),
+            deadline=deadline,
         ) from exc
     except (httpx.HTTPError, httpx.InvalidURL, UnicodeError, ValueError) as exc:
         # Transport errors, protocol violations, header garbage: the answer is unusable.
