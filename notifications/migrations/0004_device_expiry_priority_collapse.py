@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('weave_notifications', '0002_notification_backend'),
+        ('weave_notifications', '0003_attempt_number_and_retry_at'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
