@@ -55,6 +55,19 @@ def fail_queued_for_device(*, device_id: Any, clock: Clock = default_clock) -> l
     return pks
 
 
+def inactive_devices(device_ids: set[Any]) -> dict[Any, str]:
+    """Return {device id: deactivation reason} for those of `device_ids` that are inactive (no query for none)."""
+    if not device_ids:
+        return {}
+    rows = Device.objects.filter(pk__in=device_ids, active=False).values_list("pk", "deactivation_reason")
+    return {pk: reason or "deactivated" for pk, reason in rows}
+
+
+def device_for_token(backend: str, token: str) -> Any:
+    """The id of the registered device with `token` on `backend`, or None."""
+    return Device.objects.filter(backend=backend, token=token).values_list("pk", flat=True).first()
+
+
 def inactive_reason(why: str) -> str:
     return f"Not sent: the device was deactivated ({why or 'no reason given'})."
 
@@ -90,4 +103,12 @@ def expired_pending(clock: Clock = default_clock) -> Q:
     return Q(status=Notification.Status.PENDING, expires_at__isnull=False, expires_at__lte=clock.now())
 
 
-__all__ = ["Unsendable", "deactivate_device", "expired_pending", "fail_queued_for_device", "unsendable"]
+__all__ = [
+    "Unsendable",
+    "deactivate_device",
+    "device_for_token",
+    "expired_pending",
+    "fail_queued_for_device",
+    "inactive_devices",
+    "unsendable",
+]

@@ -34,6 +34,14 @@ from notifications.backends import PushBackend, PushMessage, SendResult, backend
 from notifications.delivery import policy
 from notifications.delivery.policy import CircuitBreaker, PastAttempt, RetryPolicy, Transition
 from notifications.delivery.sender import AsyncSender, build_result_missing
+from notifications.devices import (
+    Unsendable,
+    deactivate_device,
+    device_for_token,
+    fail_queued_for_device,
+    inactive_devices,
+    unsendable,
+)
 from notifications.models import DeliveryAttempt, Notification
 from weave.conf import weave_settings
 from weave.events import log_event
@@ -45,7 +53,7 @@ JOB = "notification"
 
 _BASE_FIELDS = ("device_token", "title", "body", "data", "idempotency_key", "attempts", "backend", "next_attempt_at")
 # Read when the model has them (issue 11 adds expiry, priority and collapse to notifications).
-_OPTIONAL_FIELDS = ("collapse_key", "priority", "expires_at")
+_OPTIONAL_FIELDS = ("collapse_key", "priority", "expires_at", "device")
 # If nothing was due, look again this often (real time) while sends are still out, so a drain picks
 # up rows created meanwhile instead of ending with them queued.
 _RECHECK_SECONDS = 0.25
@@ -69,7 +77,9 @@ class DeliveryReport:
     permanent: int = 0
     unknown: int = 0
     lease_lost: int = 0
-    failed: int = 0  # rows that became `failed` (permanent, or out of attempts)
+    failed: int = 0  # rows that became `failed` (permanent, out of attempts, or their device deactivated)
+    expired: int = 0  # rows past their expires_at: ended `expired`, never sent
+    pruned: int = 0  # devices deactivated because the provider called their token dead
     skipped: int = 0  # rows found lost before they were sent
     released: int = 0  # unstarted rows handed back (budget spent or breaker open)
     fallbacks: int = 0  # groups whose one-statement finish failed and were finished row by row
@@ -80,7 +90,7 @@ class DeliveryReport:
     def add(self, other: "DeliveryReport") -> None:
         for name in ("batches", "claimed", "sent", "delivered", "temporary", "permanent", "unknown"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
-        for name in ("lease_lost", "failed", "skipped", "released", "fallbacks"):
+        for name in ("lease_lost", "failed", "expired", "pruned", "skipped", "released", "fallbacks"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.budget_spent = self.budget_spent or other.budget_spent
         self.breaker = self.breaker or other.breaker
@@ -109,6 +119,7 @@ class _Claim:
     local_at: float  # ... and ours at the same moment, to date sends without a query
     open: int = 0  # rows not yet finished, released or skipped
     counts: Counter[str] = field(default_factory=Counter)
+    inactive: dict[Any, str] = field(default_factory=dict)  # the claim's devices found inactive: id -> reason
 
 
 @dataclass
@@ -119,6 +130,7 @@ class _Row:
     attempts: int  # the row's attempts when claimed; only our lease can change it meanwhile
     message: PushMessage
     sent_at: datetime | None = None
+    device_id: Any = None
 
     @property
     def lease(self) -> Lease:
@@ -177,6 +189,9 @@ class PushWorker:
         self._budget_ends = clock.monotonic() + self.budget
         self._claims: dict[int, tuple[_Claim, list[_Row]]] = {}  # claimed by claim(), not yet delivered
         self._closed = False
+        # Devices this worker deactivated: their other rows in its claims are not sent.
+        self._dead_devices: dict[Any, str] = {}
+        self._pruned = 0  # devices deactivated by the finish in progress
 
     # --- public -------------------------------------------------------------------------------------
 
@@ -246,6 +261,7 @@ class PushWorker:
                 claims.append(claim)
                 waiting.extend(rows)
             starting: list[tuple[Any, PushMessage]] = []
+            unsent: list[tuple[_Row, Unsendable]] = []
             while waiting and len(in_flight) < self.concurrency and not (stop := stop or self._stop_reason()):
                 self._keep_alive(claims)
                 row = waiting.popleft()
@@ -262,12 +278,17 @@ class PushWorker:
                         reason="skipped before sending: the lease renewal was refused for this row",
                     )
                     continue
+                if ending := self._unsendable(row):
+                    unsent.append((row, ending))  # expired, or its device is inactive: ends without a send
+                    continue
                 if self.hooks.before_send:
                     self.hooks.before_send(row.pk)
                 row.sent_at = self._database_time(row.claim)
                 in_flight[row.pk] = row
                 starting.append((row.pk, row.message))
                 report.sent += 1
+            if unsent:
+                self._end_unsent(unsent, report)
             if starting:
                 if not started:
                     self.sender.start()
@@ -314,10 +335,19 @@ class PushWorker:
         # RETURNING keeps no order: send in due order, as the claim chose them.
         values.sort(key=lambda v: (v["next_attempt_at"], v["pk"]))
         rows = [
-            _Row(pk=v["pk"], claim=claim, fence=batch.fences[v["pk"]], attempts=v["attempts"], message=_message(v))
+            _Row(
+                pk=v["pk"],
+                claim=claim,
+                fence=batch.fences[v["pk"]],
+                attempts=v["attempts"],
+                message=_message(v),
+                device_id=v.get("device"),
+            )
             for v in values
         ]
         claim.open = len(rows)
+        # One read per claim, and only when its rows name devices: which of them were deactivated.
+        claim.inactive = inactive_devices({row.device_id for row in rows if row.device_id is not None})
         for row in rows:
             log_event(logger, "claim", job=JOB, id=row.pk, owner=self.owner, fence=row.fence, level=logging.DEBUG)
         return claim, rows
@@ -407,6 +437,8 @@ class PushWorker:
                 written.extend(self._write_alone(plan, stories))
         for plan, landed in written:
             self._count(plan, landed, report)
+        report.pruned += self._pruned
+        self._pruned = 0
 
     def _write_alone(self, plan: _Plan, stories: dict[Any, str]) -> list[tuple[_Plan, bool]]:
         try:
@@ -476,7 +508,55 @@ class PushWorker:
         return written
 
     def _prune(self, plans: list[_Plan]) -> None:
-        """Deactivate the devices the provider called dead, in the finish's transaction (issue 11 fills this in)."""
+        """Deactivate the devices the provider called dead, in the finish's transaction, after the guard landed.
+
+        Called only for rows whose guarded finish landed, inside its transaction: a stale worker (whose
+        finish the guard refused) never deactivates anything, and a rolled-back finish takes the
+        deactivation with it. The device's other queued rows end `failed` with the reason."""
+        for plan in plans:
+            device_id = plan.row.device_id
+            if device_id is None:
+                # A row made from a raw token: prune the registered device with that token, if there is one.
+                device_id = device_for_token(plan.row.message.backend, plan.row.message.token)
+            if device_id is None:
+                continue
+            reason = f"The provider refused its token: {plan.result.reason}"
+            if deactivate_device(device_id=device_id, reason=reason, clock=self.clock):
+                self._pruned += 1
+                fail_queued_for_device(device_id=device_id, clock=self.clock)
+            self._dead_devices[device_id] = reason
+
+    def _unsendable(self, row: _Row) -> Unsendable | None:
+        """Whether `row` must end without a send (expired; device inactive), judged at the send's database time."""
+        reason = row.claim.inactive.get(row.device_id) or self._dead_devices.get(row.device_id)
+        return unsendable(
+            expires_at=row.message.expires_at,
+            now=self._database_time(row.claim),
+            device_active=None if row.device_id is None else reason is None,
+            device_reason=reason or "",
+        )
+
+    def _end_unsent(self, rows: list[tuple[_Row, Unsendable]], report: DeliveryReport) -> None:
+        """End rows that must not be sent, through their guard; no attempt is used or recorded (nothing was sent)."""
+        with transaction.atomic():
+            landed = Notification.objects.release_each(
+                [(row.lease, {"status": ending.status, "last_error": ending.reason}) for row, ending in rows],
+                clock=self.clock,
+            )
+        for row, ending in rows:
+            row.claim.batch.drop(row.pk)
+            if row.pk not in landed:
+                report.lease_lost += 1
+                self._settle(row.claim, "lease_lost")
+                log_event(logger, "lease_lost", job=JOB, id=row.pk, owner=self.owner, reason="ending unsent refused")
+                continue
+            expired = ending.status == Notification.Status.EXPIRED
+            report.expired += expired
+            report.failed += not expired
+            self._settle(row.claim, "expired" if expired else "failed")
+            log_event(
+                logger, ending.status, job=JOB, id=row.pk, owner=self.owner, fence=row.fence, reason=ending.reason
+            )
 
     def _count(self, plan: _Plan, landed: bool, report: DeliveryReport) -> None:
         row, result, t = plan.row, plan.result, plan.transition
@@ -528,6 +608,7 @@ class PushWorker:
                 lease_lost=counts["lease_lost"],
                 skipped=counts["skipped"],
                 released=counts["released"],
+                expired=counts["expired"],
             )
 
     def _stories(self, plans: list[_Plan]) -> dict[Any, str]:
@@ -619,6 +700,8 @@ def drain(*, clock: Clock = default_clock, enqueue_more: bool = True, **options:
         delivered=report.delivered,
         retried=report.temporary + report.unknown,
         failed=report.failed,
+        expired=report.expired,
+        pruned=report.pruned,
         lease_lost=report.lease_lost,
         released=report.released,
         reason=report.breaker,
