@@ -62,7 +62,8 @@ def test_check__a_key_file_that_is_not_a_key_is_refused(settings, apns_options, 
     junk = tmp_path / "junk.txt"
     junk.write_text("not a key")
     backends = {
-        "apns": {"BACKEND": "notifications.backends.apns.APNsBackend", "OPTIONS": {**apns_options, "key_file": str(junk)}},
+        "apns": {"BACKEND": "notifications.backends.apns.APNsBackend",
+                 "OPTIONS": {**apns_options, "key_file": str(junk)}},
         "fcm": {"BACKEND": "notifications.backends.fcm.FCMBackend",
                 "OPTIONS": {**fcm_options, "credentials_file": str(junk)}},
     }  # fmt: skip
