@@ -272,6 +272,8 @@ class FakeFCM:
     # --- the endpoints ----------------------------------------------------------------------------------
 
     async def _handle(self, request: Request) -> Response:
+        if request.method == "GET" and request.path == "/_stats":
+            return Response.json(200, self.stats())  # for a fake in another process (the demo, the chaos run)
         if request.method == "POST" and request.path == "/token":
             return self._token(request)
         match = _SEND_RE.match(request.path)

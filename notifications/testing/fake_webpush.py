@@ -137,6 +137,8 @@ class FakeWebPush:
     # --- the endpoint -----------------------------------------------------------------------------------
 
     async def _handle(self, request: Request) -> Response:
+        if request.method == "GET" and request.path == "/_stats":
+            return Response.json(200, self.stats())  # for a fake in another process (the demo, the chaos run)
         faults, draw = self.state.begin(request.http_version, request.client)
         response = await self._answer(request, faults, draw)
         if response.status >= 400:
