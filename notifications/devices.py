@@ -63,6 +63,13 @@ def inactive_devices(device_ids: set[Any]) -> dict[Any, str]:
     return {pk: reason or "deactivated" for pk, reason in rows}
 
 
+def touch_devices(device_ids: set[Any], *, clock: Clock = default_clock) -> None:
+    """Set `last_used_at` of the devices that just got a delivery (one statement; none for no device)."""
+    device_ids.discard(None)
+    if device_ids:
+        Device.objects.filter(pk__in=device_ids).update(last_used_at=clock.now())
+
+
 def device_for_token(backend: str, token: str) -> Any:
     """The id of the registered device with `token` on `backend`, or None."""
     return Device.objects.filter(backend=backend, token=token).values_list("pk", flat=True).first()
@@ -110,5 +117,6 @@ __all__ = [
     "expired_pending",
     "fail_queued_for_device",
     "inactive_devices",
+    "touch_devices",
     "unsendable",
 ]

@@ -40,6 +40,7 @@ from notifications.devices import (
     device_for_token,
     fail_queued_for_device,
     inactive_devices,
+    touch_devices,
     unsendable,
 )
 from notifications.models import DeliveryAttempt, Notification
@@ -505,6 +506,10 @@ class PushWorker:
             written.append((plan, False))
         DeliveryAttempt.objects.bulk_create(attempts)
         self._prune([plan for plan, ok in written if ok and plan.transition.deactivate_device])
+        touch_devices(
+            {plan.row.device_id for plan, ok in written if ok and plan.transition.status == policy.DELIVERED},
+            clock=self.clock,
+        )
         return written
 
     def _prune(self, plans: list[_Plan]) -> None:

@@ -206,9 +206,14 @@ CLASSIFIERS = [classify_fcm, classify_apns, classify_webpush]
     status=st.integers(min_value=100, max_value=599),
     body=st.one_of(
         st.binary(max_size=300),
-        st.builds(lambda v: json.dumps(v).encode(), st.recursive(st.none() | st.text(max_size=20) | st.integers(),
-                  lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3),
-                  max_leaves=10)),  # fmt: skip
+        st.builds(
+            lambda v: json.dumps(v).encode(),
+            st.recursive(
+                st.none() | st.text(max_size=20) | st.integers(),
+                lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3),
+                max_leaves=10,
+            ),
+        ),  # fmt: skip
     ),
     classifier=st.sampled_from(CLASSIFIERS),
 )

@@ -56,6 +56,7 @@ def test_send_to_user__reaches_every_backend_and_prunes_the_dead_devices(all_bac
     assert {statuses[d.pk] for d in live} == {"delivered"}
     assert {statuses[d.pk] for d in dead} == {"failed"}
     assert set(Device.objects.filter(active=False).values_list("pk", flat=True)) == {d.pk for d in dead}
+    assert set(Device.objects.filter(last_used_at__isnull=False).values_list("pk", flat=True)) == {d.pk for d in live}
     # Each provider got exactly its own messages, and each decrypted / verified its way.
     assert fake.stats()["unique_deliveries"] == 1
     assert fcm.stats()["delivered"] == 1 and fcm.stats()["by_reason"] == {"UNREGISTERED": 1}
