@@ -23,7 +23,7 @@ from notifications.backends import classify
 from notifications.backends.base import Outcome, Priority, PushBackend, PushMessage, SendResult
 from notifications.backends.credentials import APNsProviderToken, shared, tls_context
 from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request
-from notifications.backends.options import expired_before_sending, missing, short_key, unknown, unreadable
+from notifications.backends.options import expired_before_sending, missing, short_key, ttl_to_send, unknown, unreadable
 from weave.retry import HttpClass, http_class
 from weave.sanitize import outside_text
 
@@ -94,7 +94,7 @@ class APNsBackend(PushBackend):
     async def send(self, message: PushMessage) -> SendResult:
         started = time.monotonic()
         deadline = started + self.timeout
-        ttl = message.remaining_ttl()
+        ttl = ttl_to_send(message)
         if ttl == 0:
             return expired_before_sending(message)
         url = f"{self.base_url}/3/device/{message.token}"

@@ -26,7 +26,15 @@ from notifications.backends.credentials import (
     tls_context,
 )
 from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request
-from notifications.backends.options import DataError, expired_before_sending, missing, short_key, unknown, unreadable
+from notifications.backends.options import (
+    DataError,
+    expired_before_sending,
+    missing,
+    short_key,
+    ttl_to_send,
+    unknown,
+    unreadable,
+)
 from weave.retry import HttpClass, http_class
 from weave.sanitize import outside_text
 
@@ -109,7 +117,7 @@ class FCMBackend(PushBackend):
     async def send(self, message: PushMessage) -> SendResult:
         started = time.monotonic()
         deadline = started + self.timeout  # one deadline for token fetch, send and the one retry
-        ttl = message.remaining_ttl()
+        ttl = ttl_to_send(message)
         if ttl == 0:
             return expired_before_sending(message)
         content = json.dumps(fcm_message(message, ttl), separators=(",", ":"), ensure_ascii=False).encode()

@@ -5,6 +5,7 @@ import hashlib
 import os
 import re
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from notifications.backends.base import Outcome, PushMessage, SendResult
@@ -56,6 +57,17 @@ def web_push_topic(key: str) -> str:
     """A Web Push `Topic` (at most 32 characters of the URL-safe base64 alphabet) for a collapse key."""
     compact = key.replace("-", "") if re.fullmatch(r"[0-9a-fA-F\-]{36}", key) else key  # a UUID fits in 32
     return short_key(compact, limit=32, alphabet_ok=_TOPIC_RE)
+
+
+def ttl_to_send(message: PushMessage) -> int | None:
+    """Seconds of life to give the provider: None (no expiry), 0 (already expired: do not send), else at least 1.
+
+    Less than a second left is rounded up to one, not down to zero: zero means "deliver now or never" to
+    APNs and Web Push, and the worker has already judged the row unexpired on the database clock."""
+    if message.expires_at is None:
+        return None
+    left = (message.expires_at - datetime.now(UTC)).total_seconds()
+    return 0 if left <= 0 else max(1, int(left))
 
 
 def expired_before_sending(message: PushMessage) -> SendResult:

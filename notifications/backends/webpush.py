@@ -25,7 +25,14 @@ from notifications.backends import classify
 from notifications.backends.base import Outcome, Priority, PushBackend, PushMessage, SendResult
 from notifications.backends.credentials import VapidSigner, shared, tls_context
 from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request
-from notifications.backends.options import expired_before_sending, missing, unknown, unreadable, web_push_topic
+from notifications.backends.options import (
+    expired_before_sending,
+    missing,
+    ttl_to_send,
+    unknown,
+    unreadable,
+    web_push_topic,
+)
 from weave.retry import HttpClass, http_class
 
 OPTIONS = {"vapid_private_key_file", "vapid_subject", "ca_file"}
@@ -103,7 +110,7 @@ class WebPushBackend(PushBackend):
     async def send(self, message: PushMessage) -> SendResult:
         started = time.monotonic()
         deadline = started + self.timeout
-        ttl = message.remaining_ttl()
+        ttl = ttl_to_send(message)
         if ttl == 0:
             return expired_before_sending(message)
         try:
