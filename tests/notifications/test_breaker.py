@@ -4,9 +4,9 @@ from datetime import timedelta
 
 import pytest
 
+from notifications.backends import Outcome, SendResult
 from notifications.delivery import CircuitBreaker, deliver_batch
 from notifications.models import Notification
-from notifications.backends import Outcome, SendResult
 from tests.factories import NotificationFactory
 
 pytestmark = pytest.mark.django_db
