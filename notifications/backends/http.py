@@ -28,16 +28,26 @@ from weave.sanitize import outside_text, safe_url
 BODY_CAP = 64 * 1024
 
 
-def make_client(*, timeout: float, concurrency: int, http2: bool = False, **extra: Any) -> httpx.AsyncClient:
-    """Return a pooled async client as wide as the worker's concurrency, which never follows redirects."""
-    return httpx.AsyncClient(
-        # Per-phase timeouts are only a backstop: `capped_request()` bounds the whole exchange.
-        timeout=httpx.Timeout(timeout),
-        limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
-        follow_redirects=False,
-        http2=http2,
-        **extra,
-    )
+def make_client(
+    *, timeout: float, concurrency: int, http2: bool = False, verify: Any = True, **extra: Any
+) -> httpx.AsyncClient:
+    """Return a pooled async client as wide as the worker's concurrency, which never follows redirects.
+
+    HTTP/1.1 backends get the lean transport (`notifications.backends.transport`); HTTP/2 backends get
+    httpx's own, where one connection multiplexes the worker's requests.
+    """
+    # Per-phase timeouts are only a backstop: `capped_request()` bounds the whole exchange.
+    common: dict[str, Any] = {"timeout": httpx.Timeout(timeout), "follow_redirects": False, **extra}
+    if http2:
+        return httpx.AsyncClient(
+            http2=True,
+            verify=verify,
+            limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
+            **common,
+        )
+    from notifications.backends.transport import LeanTransport
+
+    return httpx.AsyncClient(transport=LeanTransport(max_connections=concurrency, verify=verify), **common)
 
 
 @dataclass(frozen=True)

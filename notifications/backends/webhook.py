@@ -10,12 +10,13 @@ id is read from the JSON body's `id`), 401/403 refuses our credentials, 429/408/
 import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from notifications.backends import classify
 from notifications.backends.base import Outcome, PushBackend, PushMessage, SendResult
 from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request
 from weave.retry import HttpClass, http_class
-from weave.sanitize import safe_url
+from weave.sanitize import outside_text, safe_url
 
 
 class WebhookBackend(PushBackend):
@@ -29,6 +30,9 @@ class WebhookBackend(PushBackend):
         self.token: str = options.get("token") or ""
         # The URL as it may appear in a reason or a log line: no userinfo.
         self.where = safe_url(self.url)
+        password = urlsplit(self.url).password  # a password in the URL is still a password
+        self._secrets = [s for s in (self.token, password) if s]
+        self._headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[str]:
@@ -43,23 +47,14 @@ class WebhookBackend(PushBackend):
         return []
 
     def secrets(self) -> list[str]:
-        secrets = [self.token] if self.token else []
-        # A password in the URL is still a password.
-        from urllib.parse import urlsplit
-
-        password = urlsplit(self.url).password
-        return [*secrets, password] if password else secrets
+        return self._secrets
 
     async def send(self, message: PushMessage) -> SendResult:
         payload = {"to": message.token, "title": message.title, "body": message.body, "data": dict(message.data)}
-        headers = {
-            "Authorization": f"Bearer {self.token}",
-            # The same key on every retry: a provider that honours it delivers at most once.
-            "Idempotency-Key": message.idempotency_key,
-            "Content-Type": "application/json",
-        }
+        # The same Idempotency-Key on every retry: a provider that honours it delivers at most once.
+        headers = {**self._headers, "Idempotency-Key": message.idempotency_key}
         content = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
-        secrets = self.secrets()
+        secrets = self._secrets
         try:
             response = await capped_request(
                 self.client, "POST", self.url, deadline=self.timeout, headers=headers, content=content, secrets=secrets
@@ -153,6 +148,4 @@ def _delivered(response: CappedResponse, secrets: list[str]) -> SendResult:
 
 
 def _safe_id(value: Any, secrets: list[str]) -> str:
-    from weave.sanitize import outside_text
-
     return outside_text(str(value), secrets=secrets, limit=200) if value not in (None, "") else ""

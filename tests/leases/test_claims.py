@@ -226,7 +226,13 @@ def test_release_each__one_statement_every_row_under_its_own_guard(clock):
     # Refused rows: not a byte changed, the thief's lease intact.
     assert {j.pk: Job.objects.values().get(pk=j.pk) for j in jobs[:3]} == before
     done = Job.objects.get(pk=jobs[3].pk)
-    assert (done.result, done.state, done.writes, done.owner, done.lease_expires_at) == ("done", "closed", 0, None, None)
+    assert (done.result, done.state, done.writes, done.owner, done.lease_expires_at) == (
+        "done",
+        "closed",
+        0,
+        None,
+        None,
+    )
     assert done.fence == mine.fences[jobs[3].pk]
     assert Job.objects.get(pk=jobs[0].pk).owner == "thief" and thief.fence == 2
 

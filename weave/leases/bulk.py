@@ -59,6 +59,8 @@ def finish_sql(
     using: str,
     rows: Sequence[tuple[Lease, Mapping[str, Any]]],
     clock: Clock,
+    *,
+    guarded: bool = True,
 ) -> tuple[str, list[Any]]:
     """Return one statement releasing every row of `rows` still held by its lease, writing its fields.
 
@@ -121,6 +123,8 @@ def finish_sql(
         f"AND n.{qn(fence_field.column)} = v._w_fence "
         f"AND n.{qn(meta.get_field('lease_expires_at').column)} > {now_sql}"
     )
+    if not guarded:
+        guard, now_params = f"n.{qn(pk_field.column)} = v._w_pk", []
     table = qn(meta.db_table)
     columns = ", ".join(value_columns)
     values_sql = ", ".join(tuples)
