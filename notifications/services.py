@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured, ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 
 from notifications import queue
 from notifications.backends import DEFAULT_ALIAS, PushBackend, backend_configs
@@ -257,7 +257,9 @@ def device_deactivate(*, device: Device, reason: str, clock: Clock = default_clo
 
 
 def _field_length(name: str) -> int:
-    return Notification._meta.get_field(name).max_length or 0
+    field = Notification._meta.get_field(name)
+    assert isinstance(field, models.CharField) and field.max_length is not None  # a bounded text column
+    return field.max_length
 
 
 def _enqueue_drain() -> None:
