@@ -22,7 +22,7 @@ class NotificationQuerySet(LeaseQuerySet["Notification"]):
         return self.due(clock).free_or_expired(clock)
 
 
-class DeviceQuerySet(models.QuerySet):
+class DeviceQuerySet(models.QuerySet["Device"]):
     def active(self) -> "DeviceQuerySet":
         return self.filter(active=True)
 

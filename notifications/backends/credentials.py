@@ -72,9 +72,12 @@ class _TimedRequest(google.auth.transport.requests.Request):
         super().__init__(session=session)
         self._timeout = timeout
 
-    def __call__(self, url: str, method: str = "GET", body: Any = None, headers: Any = None, **kwargs: Any) -> Any:
-        kwargs["timeout"] = min(float(kwargs.get("timeout") or self._timeout), self._timeout)
-        return super().__call__(url, method=method, body=body, headers=headers, **kwargs)
+    def __call__(
+        self, url: Any, method: Any = "GET", body: Any = None, headers: Any = None, timeout: Any = None, **kwargs: Any
+    ) -> Any:
+        bounded = min(float(timeout or self._timeout), self._timeout)
+        # google-auth's transport is untyped.
+        return super().__call__(url, method=method, body=body, headers=headers, timeout=bounded, **kwargs)  # type: ignore[no-untyped-call]
 
 
 class GoogleAccessToken:
@@ -82,7 +85,9 @@ class GoogleAccessToken:
 
     def __init__(self, credentials_file: str, *, ca_file: str | None = None, timeout: float = 10.0) -> None:
         # google-auth reads token_uri from the file and posts its signed assertion there.
-        self._credentials = service_account.Credentials.from_service_account_file(credentials_file, scopes=[FCM_SCOPE])
+        self._credentials = service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
+            credentials_file, scopes=[FCM_SCOPE]
+        )
         session = requests.Session()
         if ca_file:
             session.verify = ca_file

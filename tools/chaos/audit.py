@@ -487,14 +487,15 @@ def _devices(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> N
             "pk", "device_id", "status", "expires_at", "last_error"
         )
     }
-    landed: dict[int, list[dict[str, Any]]] = defaultdict(list)  # device id -> landed attempts on its rows
+    landed: dict[int, list[Any]] = defaultdict(list)  # device id -> landed attempts on its rows
     late_sends, bad_expired = [], []
     attempts = DeliveryAttempt.objects.filter(notification_id__in=list(rows)).exclude(outcome="lease_lost")
     for a in attempts.values("notification_id", "outcome", "started_at", "finished_at", "reason", "fence"):
         row = rows[a["notification_id"]]
         landed[row["device_id"]].append(a)
         # The send's start is the worker's estimate of the database time; allow its rounding.
-        if row["expires_at"] is not None and a["started_at"] > row["expires_at"] + SEND_START_TOLERANCE:
+        expires_at = row["expires_at"]
+        if expires_at is not None and a["started_at"] > expires_at + SEND_START_TOLERANCE:
             late_sends.append(
                 f"notification #{row['pk']}: sent at {a['started_at']:%H:%M:%S.%f}, expired at "
                 f"{row['expires_at']:%H:%M:%S.%f} (fence {a['fence']}, {a['outcome']})"
@@ -525,15 +526,19 @@ def _devices(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> N
         if plan == "dead" and refusals and device["active"]:
             missed.append(f"device #{pk} ({device['backend']}): {len(refusals)} token refusals landed, still active")
         if not device["active"]:
+            deactivated_at = device["deactivated_at"]
+            if deactivated_at is None:
+                unbacked.append(f"device #{pk}: inactive without a deactivation time")
+                continue
             # Deactivated in the transaction of a landed finish: that attempt was written first.
-            if not any(a["finished_at"] <= device["deactivated_at"] for a in refusals):
+            if not any(a["finished_at"] <= deactivated_at for a in refusals):
                 unbacked.append(
                     f"device #{pk}: deactivated at {device['deactivated_at']} with no landed refusal before"
                 )
             # Rows already claimed when another worker pruned the device may still go out, within one lease.
             window = timedelta(seconds=inp.lease_ttl)
             for a in history:
-                if a["started_at"] > device["deactivated_at"] + window:
+                if a["started_at"] > deactivated_at + window:
                     after.append(f"device #{pk}: a row sent at {a['started_at']} long after deactivation")
     inactive = sum(1 for d in devices.values() if not d["active"])
     dead = sum(1 for v in inp.devices.values() if v == "dead")
