@@ -131,6 +131,9 @@ class DeliveryAttempt(models.Model):
         UNKNOWN = "unknown"
         # The guard refused our finish: another worker holds the row now. Nothing else written.
         LEASE_LOST = "lease_lost"
+        # Ended without a send (expired, or its device deactivated): the receipt of that guarded finish,
+        # so the row's timeline says who ended it, at which fence and when. Uses no attempt.
+        NOT_SENT = "not_sent"
 
     notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="delivery_attempts")
     owner = models.CharField(max_length=100)

@@ -542,12 +542,21 @@ class PushWorker:
         )
 
     def _end_unsent(self, rows: list[tuple[_Row, Unsendable]], report: DeliveryReport) -> None:
-        """End rows that must not be sent, through their guard; no attempt is used or recorded (nothing was sent)."""
+        """End rows that must not be sent, through their guard, with a `not_sent` receipt each (no attempt used)."""
         with transaction.atomic():
             landed = Notification.objects.release_each(
                 [(row.lease, {"status": ending.status, "last_error": ending.reason}) for row, ending in rows],
                 clock=self.clock,
             )
+            now = self.clock.now()
+            DeliveryAttempt.objects.bulk_create(
+                DeliveryAttempt(
+                    notification_id=row.pk, owner=self.owner, fence=row.fence, started_at=now, finished_at=now,
+                    outcome=DeliveryAttempt.Outcome.NOT_SENT, reason=ending.reason,
+                )
+                for row, ending in rows
+                if row.pk in landed
+            )  # fmt: skip
         for row, ending in rows:
             row.claim.batch.drop(row.pk)
             if row.pk not in landed:

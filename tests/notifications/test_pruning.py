@@ -92,7 +92,9 @@ def test_expiry__a_row_past_expires_at_is_never_sent_and_ends_expired(push_setti
     assert (report.expired, report.delivered, report.sent) == (1, 1, 1)
     assert (stale.status, stale.attempts, stale.owner) == ("expired", 0, None)
     assert stale.last_error.startswith("Expired at 2030-01-01 11:59:55 UTC, 5.0 s before it could be sent")
-    assert not DeliveryAttempt.objects.filter(notification=stale).exists()
+    (receipt,) = DeliveryAttempt.objects.filter(notification=stale)  # who ended it, at which fence, when
+    assert (receipt.outcome, receipt.owner, receipt.fence, receipt.number) == ("not_sent", "worker-a", 1, None)
+    assert receipt.reason == stale.last_error
     assert fresh.status == "delivered"
     assert fake.stats()["requests"] == 1
 

@@ -198,8 +198,9 @@ def _notifications(inp: AuditInput, checks: list[Check], figures: dict[str, Any]
             )
         if any(f > row["fence"] for f in fences):
             bad.append(f"notification #{pk}: a landed attempt's fence is above the row's {row['fence']}")
-        if row["attempts"] != len(landed):
-            bad.append(f"notification #{pk}: attempts={row['attempts']} but {len(landed)} landed attempts")
+        sent = [a for a in landed if a["outcome"] != "not_sent"]  # a not_sent receipt uses no attempt
+        if row["attempts"] != len(sent):
+            bad.append(f"notification #{pk}: attempts={row['attempts']} but {len(sent)} landed attempts")
         if row["status"] in ("delivered", "failed") and landed:
             last = landed[-1]
             if last["fence"] != row["fence"]:
@@ -489,7 +490,10 @@ def _devices(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> N
     }
     landed: dict[int, list[Any]] = defaultdict(list)  # device id -> landed attempts on its rows
     late_sends, bad_expired = [], []
-    attempts = DeliveryAttempt.objects.filter(notification_id__in=list(rows)).exclude(outcome="lease_lost")
+    # Sends only: a not_sent receipt records an ending without a send.
+    attempts = DeliveryAttempt.objects.filter(notification_id__in=list(rows)).exclude(
+        outcome__in=["lease_lost", "not_sent"]
+    )
     for a in attempts.values("notification_id", "outcome", "started_at", "finished_at", "reason", "fence"):
         row = rows[a["notification_id"]]
         landed[row["device_id"]].append(a)
