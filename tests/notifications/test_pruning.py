@@ -138,3 +138,17 @@ def test_inactive_device__rows_behind_a_pruned_one_in_the_same_claim_are_not_sen
     assert report.pruned == 1 and report.sent == 1
     assert set(Notification.objects.filter(pk__in=[r.pk for r in rows]).values_list("status", flat=True)) == {"failed"}
     assert fake.stats()["requests"] == 1
+
+
+def test_expiry__the_timeline_says_who_ended_it_unsent(push_settings, fake, clock):
+    from notifications.explain import explain_notification
+
+    row = NotificationFactory(next_attempt_at=clock.current, expires_at=clock.current - timedelta(seconds=1))
+    deliver_batch(clock=clock, owner="worker-a", ttl=TTL)
+
+    timeline = explain_notification(row.pk, clock=clock)
+
+    text = timeline.as_text()
+    assert "not_sent" in text and "fence 1 ended it without sending" in text
+    assert "sent key" not in text
+    assert "Weave never sent it to the provider; the notification is expired: Expired at" in timeline.summary
