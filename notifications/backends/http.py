@@ -117,7 +117,7 @@ class _Progress:
 async def capped_request(
     client: httpx.AsyncClient,
     method: str,
-    url: str,
+    url: str | httpx.URL,
     *,
     deadline: float,
     headers: Mapping[str, str] | None = None,

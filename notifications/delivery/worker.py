@@ -3,9 +3,9 @@
     report = drain()                      # what the django-q2 task runs
     report = deliver_batch(clock=clock)   # one claim only; tests inject a FakeClock, backends and hooks
 
-Threads: every database statement runs on the calling thread (one connection, so a test's
-transaction sees it all, and a worker never holds more than one connection). The sends run on the
-`AsyncSender`'s event loop thread, up to `concurrency` at once. The calling thread
+One thread: every database statement runs on the calling thread (one connection, so a test's
+transaction sees it all, and a worker never holds more than one connection), and the same thread
+steps the `AsyncSender`'s event loop between statements, up to `concurrency` sends in flight. It
 
 1. claims `batch_size` due rows whenever no more than `concurrency` rows are left to it, so a buffer of
    claimed rows is always ready and no batch waits for its slowest send (one lease per claim; the
@@ -33,6 +33,7 @@ from notifications import queue
 from notifications.backends import PushBackend, PushMessage, SendResult, backend_aliases, get_backend
 from notifications.delivery import policy
 from notifications.delivery.policy import CircuitBreaker, PastAttempt, RetryPolicy, Transition
+from notifications.delivery.receipts import Receipt, insert_receipts
 from notifications.delivery.sender import AsyncSender, build_result_missing
 from notifications.models import DeliveryAttempt, Notification
 from weave.conf import weave_settings
@@ -222,7 +223,6 @@ class PushWorker:
             waiting.extend(rows)
         nothing_due_at: float | None = None  # real time of the last claim that found nothing
         stop = ""
-        started = False
         while True:
             self._keep_alive(claims)
             stop = stop or self._stop_reason()
@@ -269,9 +269,6 @@ class PushWorker:
                 starting.append((row.pk, row.message))
                 report.sent += 1
             if starting:
-                if not started:
-                    self.sender.start()
-                    started = True
                 self.sender.submit(starting)
             if stop and waiting:
                 continue  # released at the top of the loop
@@ -447,7 +444,7 @@ class PushWorker:
                 fields["next_attempt_at"] = self.clock.now(timedelta(seconds=t.delay))
             updates.append((plan.row.lease, fields))
         landed = Notification.objects.release_each(updates, clock=self.clock)
-        attempts = []
+        attempts: list[Receipt] = []
         written = []
         for plan in plans:
             row, result, t = plan.row, plan.result, plan.transition
@@ -460,7 +457,7 @@ class PushWorker:
                         outcome=result.outcome,
                         reason=result.reason,
                         number=t.number,
-                        retry_at=None if t.delay is None else self.clock.now(timedelta(seconds=t.delay)),
+                        retry_in=t.delay,
                     )
                 )
                 written.append((plan, True))
@@ -471,7 +468,7 @@ class PushWorker:
                 reason = f"Answer not recorded ({result.outcome}: {result.reason or 'ok'}). {lost}"
                 attempts.append(self._attempt(row, result, outcome=DeliveryAttempt.Outcome.LEASE_LOST, reason=reason))
             written.append((plan, False))
-        DeliveryAttempt.objects.bulk_create(attempts)
+        insert_receipts(attempts, clock=self.clock)
         self._prune([plan for plan, ok in written if ok and plan.transition.deactivate_device])
         return written
 
@@ -559,21 +556,21 @@ class PushWorker:
         outcome: str,
         reason: str,
         number: int | None = None,
-        retry_at: Any = None,
-    ) -> DeliveryAttempt:
-        return DeliveryAttempt(
+        retry_in: float | None = None,
+    ) -> Receipt:
+        # Both times on the database clock: the send's estimated from the claim, the end is the
+        # database's now when the receipt is written (right after the guarded finish).
+        return Receipt(
             notification_id=row.pk,
             owner=self.owner,
             fence=row.fence,
-            # Both times on the database clock: the send's estimated from the claim, the end read at finish.
             started_at=row.sent_at,
-            finished_at=self.clock.now(),
             http_status=result.http_status,
             latency_ms=result.latency_ms,
             outcome=outcome,
             reason=reason,
             number=number,
-            retry_at=retry_at,
+            retry_in=retry_in,
         )
 
 

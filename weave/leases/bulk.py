@@ -19,7 +19,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.sql import UpdateQuery
 from django.db.models.sql.compiler import SQLCompiler
 
-from weave.leases.clock import Clock
+from weave.leases.clock import Clock, DbNow
 from weave.leases.lease import Lease
 
 
@@ -42,15 +42,29 @@ class _Compiler:
         self.connection = connection
         self.query = UpdateQuery(model)
         self.compiler: SQLCompiler = self.query.get_compiler(using)
+        # A group's rows share expressions (one "now" for all, a clock offset per retry delay):
+        # compiling each through the ORM cost more than the statement, so each is compiled once.
+        self._compiled: dict[Any, tuple[str, list[Any]]] = {}
+        self._placeholders: dict[str, str] = {}
 
     def value(self, value: Any, field: models.Field) -> tuple[str, list[Any]]:
         if hasattr(value, "resolve_expression"):
-            expression = value.resolve_expression(self.query, allow_joins=False, for_save=True)
-            if expression.contains_column_references:
-                raise ValueError(f"{field.name}: a group finish takes values, not column references.")
-            sql, params = self.compiler.compile(expression)
-            return _cast(self.connection, sql, field), list(params)
-        return _cast(self.connection, "%s", field), [field.get_db_prep_save(value, self.connection)]
+            key = ("now", value.offset_seconds, field.name) if type(value) is DbNow else (id(value), field.name)
+            compiled = self._compiled.get(key)
+            if compiled is None:
+                compiled = self._compiled[key] = self._expression(value, field)
+            return compiled
+        placeholder = self._placeholders.get(field.name)
+        if placeholder is None:
+            placeholder = self._placeholders[field.name] = _cast(self.connection, "%s", field)
+        return placeholder, [field.get_db_prep_save(value, self.connection)]
+
+    def _expression(self, value: Any, field: models.Field) -> tuple[str, list[Any]]:
+        expression = value.resolve_expression(self.query, allow_joins=False, for_save=True)
+        if expression.contains_column_references:
+            raise ValueError(f"{field.name}: a group finish takes values, not column references.")
+        sql, params = self.compiler.compile(expression)
+        return _cast(self.connection, sql, field), list(params)
 
 
 def finish_sql(
