@@ -7,9 +7,10 @@ are still Django's (`get_db_prep_save`), and the clock's "now" is compiled once 
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from django.db import connections, router
+from django.db.models import Field
 from django.db.models.sql import InsertQuery
 
 from notifications.models import DeliveryAttempt
@@ -53,7 +54,7 @@ def insert_receipts(receipts: list[Receipt], *, clock: Clock) -> None:
     using = router.db_for_write(DeliveryAttempt)
     connection = connections[using]
     meta = DeliveryAttempt._meta
-    fields = [meta.get_field(name) for name in _COLUMNS]
+    fields = [cast("Field[Any, Any]", meta.get_field(name)) for name in _COLUMNS]
     query = InsertQuery(DeliveryAttempt)
     compiler = query.get_compiler(using)
 
@@ -64,7 +65,7 @@ def insert_receipts(receipts: list[Receipt], *, clock: Clock) -> None:
 
     now_sql, now_params = compiled(0.0)
     qn = connection.ops.quote_name
-    head = f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) VALUES "
+    head = f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(f.column or f.name) for f in fields)}) VALUES "
     prep = {f.name: f for f in fields}
     per_row = len(fields) + len(now_params) * 2
     limit = connection.features.max_query_params or 65535
@@ -74,8 +75,9 @@ def insert_receipts(receipts: list[Receipt], *, clock: Clock) -> None:
             tuples = []
             params: list[Any] = []
             for r in receipts[start : start + chunk]:
+                retry_params: list[Any] = []
                 if r.retry_in is None:
-                    retry_sql, retry_params = "NULL", []
+                    retry_sql = "NULL"
                 else:
                     retry_sql, retry_params = compiled(r.retry_in)
                 tuples.append(f"(%s, %s, %s, %s, {now_sql}, %s, %s, %s, %s, %s, {retry_sql})")

@@ -92,11 +92,11 @@ class AsyncSender:
                 outcome=Outcome.UNKNOWN,
                 reason=f"Backend {backend.alias!r} raised instead of answering ({detail}); the provider may have it.",
             )
-        else:
-            if not isinstance(result, SendResult):
-                result = SendResult(
-                    outcome=Outcome.UNKNOWN, reason=f"Backend {backend.alias!r} returned {type(result).__name__}."
-                )
+        checked: object = result  # a third-party backend may break its contract
+        if not isinstance(checked, SendResult):
+            result = SendResult(
+                outcome=Outcome.UNKNOWN, reason=f"Backend {backend.alias!r} returned {type(checked).__name__}."
+            )
         self._answer(key, safe_result(result, backend.secrets()))
 
     async def _shutdown(self) -> None:
