@@ -50,7 +50,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--profile", action="store_true", help="yappi CPU profile (slows the run several-fold)")
+    parser.add_argument("--sample", action="store_true", help="cProfile (CPU clock) of the worker's thread")
+    parser.add_argument("--split", action="store_true", help="CPU split: sending loop / finish / claim / rest")
     args = parser.parse_args()
     settings.DEBUG = False  # no query log: a production worker keeps none
     call_command("migrate", verbosity=0)
@@ -77,9 +79,13 @@ def main() -> None:
 
         yappi.set_clock_type("cpu")
         yappi.start(builtins=True)
+    sampler = _Sampler() if args.sample else None
+    split = _split() if args.split else None
     cpu0, wall0 = time.process_time(), time.perf_counter()
     report = drain(**options)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    if sampler:
+        sampler.stop()
     if args.profile:
         yappi.stop()
     delivered = Notification.objects.filter(status="delivered").count()
@@ -95,7 +101,69 @@ def main() -> None:
     }
     if args.profile:
         out["profile"] = _profile(yappi)
+    if sampler:
+        out["samples"] = sampler.report()
+    if split is not None:
+        out["cpu_ms_per_push"] = {k: round(v / delivered * 1000, 3) for k, v in split.items()}
+        out["cpu_ms_per_push"]["rest of the worker"] = round((cpu - sum(split.values())) / delivered * 1000, 3)
     print(json.dumps(out, indent=2))
+
+
+def _split() -> dict[str, float]:
+    """Wrap the worker's phases to add up the thread CPU each one uses (cheap: two clock reads a call)."""
+    from notifications.delivery import sender, worker
+
+    spent: dict[str, float] = defaultdict(float)
+
+    def timed(owner, name, label):
+        original = getattr(owner, name)
+
+        def wrapper(*a, **k):
+            start = time.thread_time()
+            try:
+                return original(*a, **k)
+            finally:
+                spent[label] += time.thread_time() - start
+
+        setattr(owner, name, wrapper)
+
+    timed(sender.AsyncSender, "collect", "sending loop (httpx, transport, backend)")
+    timed(worker.PushWorker, "_finish", "group finish (policy, UPDATE, INSERT)")
+    timed(worker.PushWorker, "_claim", "claim")
+    timed(worker.PushWorker, "_keep_alive", "renewals")
+    return spent
+
+
+class _Sampler:
+    """A cProfile of the worker's thread (it runs the database work and steps the sending loop)."""
+
+    def __init__(self) -> None:
+        import cProfile
+
+        self.profile = cProfile.Profile(time.thread_time)  # CPU, not wall: the box is shared
+        self.profile.enable()
+
+    def stop(self) -> None:
+        self.profile.disable()
+
+    def report(self) -> dict[str, object]:
+        import pstats
+
+        stats = pstats.Stats(self.profile).stats
+        total = sum(v[2] for v in stats.values()) or 1.0
+        own: dict[str, float] = defaultdict(float)
+        for (path, _, name), value in stats.items():
+            for label, needles in GROUPS:
+                if any(needle in path for needle in needles):
+                    own[label] += value[2]
+                    break
+            else:
+                own[f"other: {name[:50]}"] += value[2]
+        shares = {
+            k: round(100 * v / total, 1) for k, v in sorted(own.items(), key=lambda kv: -kv[1]) if v / total >= 0.01
+        }
+        rows = sorted(stats.items(), key=lambda kv: -kv[1][2])[:15]
+        return {"share_of_own_time_%": shares, "top": [f"{v[2]:.3f}s {Path(k[0]).name}:{k[2]}" for k, v in rows]}
 
 
 def _profile(yappi) -> dict[str, float]:

@@ -23,7 +23,13 @@ def explain_notification(pk: int, *, clock: Clock = default_clock) -> Timeline:
             continue
         t.add(a.started_at, "send", f"fence {a.fence} sent key {n.idempotency_key}")
         status = f"HTTP {a.http_status}" if a.http_status else "no HTTP answer"
-        t.add(a.finished_at, a.outcome, f"fence {a.fence}: {status}, {a.latency_ms or 0} ms. {a.reason}".strip())
+        which = f" (attempt {a.number})" if a.number else ""
+        due = f" Next try due {clock_time(a.retry_at)}." if a.retry_at else ""
+        t.add(
+            a.finished_at,
+            a.outcome,
+            f"fence {a.fence}: {status}, {a.latency_ms or 0} ms{which}. {a.reason}{due}".strip(),
+        )
     t.add(None, "holder", holder(n))
     t.summary = _summary(n, attempts)
     return t

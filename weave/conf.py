@@ -71,10 +71,10 @@ class Key(Generic[T]):
         """Say what is wrong with `value` for this key, or None if it is allowed."""
         if value is None:
             return None if self.optional else f"must be {self.expected()}, not None"
-        if self.kind is str:
-            return None if isinstance(value, str) else f"must be {self.expected()}, not {type(value).__name__}"
         if self.kind is dict:
             return None if isinstance(value, Mapping) else f"must be {self.expected()}, not {type(value).__name__}"
+        if self.kind is str:
+            return None if isinstance(value, str) else f"must be {self.expected()}, not {type(value).__name__}"
         numeric = (int, float) if self.kind is float else (int,)
         if isinstance(value, bool) or not isinstance(value, numeric):
             return f"must be {self.expected()}, not {type(value).__name__}"
@@ -118,14 +118,14 @@ def count(default: int, doc: str, *, minimum: int = 1) -> Key[int]:
     return Key(default, doc, kind=int, minimum=minimum)
 
 
+def mapping_or_none(doc: str) -> Key[Mapping[str, Any] | None]:
+    """A dict (its app checks the contents), or None (the key's `doc` says what None means)."""
+    return Key[Mapping[str, Any] | None](None, doc, kind=dict, optional=True)
+
+
 def text(default: str, doc: str) -> Key[str]:
     """A string (URLs are checked by the app that uses them)."""
     return Key(default, doc, kind=str)
-
-
-def mapping_or_none(doc: str) -> Key[Mapping[str, Any] | None]:
-    """A dict (its entries are checked by the app that uses them), or None."""
-    return Key[Mapping[str, Any] | None](None, doc, kind=dict, optional=True)
 
 
 class WeaveSettings:
@@ -139,12 +139,12 @@ class WeaveSettings:
     )
     # --- push notifications ---
     PUSH_BACKENDS = mapping_or_none(
-        # Like Django's STORAGES; entries are checked by notifications.E003 (notifications.backends.registry).
-        'alias -> {"BACKEND": dotted path, "OPTIONS": {...}}; None: one "default" webhook from PUSH_URL / PUSH_TOKEN'
+        'alias -> {"BACKEND": dotted path, "OPTIONS": {...}}, like STORAGES; None: one "default" webhook '
+        "built from PUSH_URL / PUSH_TOKEN (notifications.backends.registry)"
     )
-    PUSH_URL = text("", "the provider endpoint; each message is a JSON POST")
+    PUSH_URL = text("", "the default webhook's endpoint; each message is a JSON POST")
     PUSH_TOKEN = text("", "sent as Authorization: Bearer ...")
-    PUSH_TIMEOUT = seconds(10.0, "per request")
+    PUSH_TIMEOUT = seconds(10.0, "per request: connect, send, headers and the whole body together")
     PUSH_BATCH_SIZE = count(100, "rows claimed under one lease")
     PUSH_CONCURRENCY = count(20, "requests in flight per worker")
     PUSH_BUDGET = seconds(60.0, "seconds a drain may start new rows; must stay below Q_CLUSTER timeout")

@@ -28,6 +28,22 @@ from weave.sanitize import outside_text, safe_url
 BODY_CAP = 64 * 1024
 
 
+class _NoCookies(httpx.Cookies):
+    """A cookie jar that keeps nothing: push providers authenticate every request, and parsing each
+    answer's Set-Cookie (httpx builds an email.message per response) cost a worker CPU for nothing."""
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        return None
+
+
+class PushClient(httpx.AsyncClient):
+    """`httpx.AsyncClient` without a cookie jar: a provider cannot plant state between sends."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._cookies = _NoCookies()
+
+
 def make_client(
     *, timeout: float, concurrency: int, http2: bool = False, verify: Any = True, **extra: Any
 ) -> httpx.AsyncClient:
@@ -39,7 +55,7 @@ def make_client(
     # Per-phase timeouts are only a backstop: `capped_request()` bounds the whole exchange.
     common: dict[str, Any] = {"timeout": httpx.Timeout(timeout), "follow_redirects": False, **extra}
     if http2:
-        return httpx.AsyncClient(
+        return PushClient(
             http2=True,
             verify=verify,
             limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
@@ -47,7 +63,7 @@ def make_client(
         )
     from notifications.backends.transport import LeanTransport
 
-    return httpx.AsyncClient(transport=LeanTransport(max_connections=concurrency, verify=verify), **common)
+    return PushClient(transport=LeanTransport(max_connections=concurrency, verify=verify), **common)
 
 
 @dataclass(frozen=True)
@@ -117,7 +133,7 @@ class _Progress:
 async def capped_request(
     client: httpx.AsyncClient,
     method: str,
-    url: str,
+    url: str | httpx.URL,
     *,
     deadline: float,
     headers: Mapping[str, str] | None = None,

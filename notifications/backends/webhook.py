@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
+import httpx
+
 from notifications.backends import classify
 from notifications.backends.base import Outcome, PushBackend, PushMessage, SendResult
 from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request
@@ -32,6 +34,7 @@ class WebhookBackend(PushBackend):
         self.where = safe_url(self.url)
         password = urlsplit(self.url).password  # a password in the URL is still a password
         self._secrets = [s for s in (self.token, password) if s]
+        self._url = httpx.URL(self.url)  # parsed once, not per send
         self._headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
 
     @classmethod
@@ -57,7 +60,7 @@ class WebhookBackend(PushBackend):
         secrets = self._secrets
         try:
             response = await capped_request(
-                self.client, "POST", self.url, deadline=self.timeout, headers=headers, content=content, secrets=secrets
+                self.client, "POST", self._url, deadline=self.timeout, headers=headers, content=content, secrets=secrets
             )
         except ExchangeFailed as exc:
             return classify.failed_exchange(exc, where=self.where)

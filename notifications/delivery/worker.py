@@ -3,9 +3,9 @@
     report = drain()                      # what the django-q2 task runs
     report = deliver_batch(clock=clock)   # one claim only; tests inject a FakeClock, backends and hooks
 
-Threads: every database statement runs on the calling thread (one connection, so a test's
-transaction sees it all, and a worker never holds more than one connection). The sends run on the
-`AsyncSender`'s event loop thread, up to `concurrency` at once. The calling thread
+One thread: every database statement runs on the calling thread (one connection, so a test's
+transaction sees it all, and a worker never holds more than one connection), and the same thread
+steps the `AsyncSender`'s event loop between statements, up to `concurrency` sends in flight. It
 
 1. claims `batch_size` due rows whenever no more than `concurrency` rows are left to it, so a buffer of
    claimed rows is always ready and no batch waits for its slowest send (one lease per claim; the
@@ -25,7 +25,7 @@ from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from django.db import DatabaseError, transaction
 
@@ -33,6 +33,7 @@ from notifications import queue
 from notifications.backends import PushBackend, PushMessage, SendResult, backend_aliases, get_backend
 from notifications.delivery import policy
 from notifications.delivery.policy import CircuitBreaker, PastAttempt, RetryPolicy, Transition
+from notifications.delivery.receipts import Receipt, insert_receipts
 from notifications.delivery.sender import AsyncSender, build_result_missing
 from notifications.devices import (
     Unsendable,
@@ -238,7 +239,6 @@ class PushWorker:
             waiting.extend(rows)
         nothing_due_at: float | None = None  # real time of the last claim that found nothing
         stop = ""
-        started = False
         while True:
             self._keep_alive(claims)
             stop = stop or self._stop_reason()
@@ -291,9 +291,6 @@ class PushWorker:
             if unsent:
                 self._end_unsent(unsent, report)
             if starting:
-                if not started:
-                    self.sender.start()
-                    started = True
                 self.sender.submit(starting)
             if stop and waiting:
                 continue  # released at the top of the loop
@@ -480,7 +477,7 @@ class PushWorker:
                 fields["next_attempt_at"] = self.clock.now(timedelta(seconds=t.delay))
             updates.append((plan.row.lease, fields))
         landed = Notification.objects.release_each(updates, clock=self.clock)
-        attempts = []
+        attempts: list[Receipt] = []
         written = []
         for plan in plans:
             row, result, t = plan.row, plan.result, plan.transition
@@ -493,7 +490,7 @@ class PushWorker:
                         outcome=result.outcome,
                         reason=result.reason,
                         number=t.number,
-                        retry_at=None if t.delay is None else self.clock.now(timedelta(seconds=t.delay)),
+                        retry_in=t.delay,
                     )
                 )
                 written.append((plan, True))
@@ -504,7 +501,7 @@ class PushWorker:
                 reason = f"Answer not recorded ({result.outcome}: {result.reason or 'ok'}). {lost}"
                 attempts.append(self._attempt(row, result, outcome=DeliveryAttempt.Outcome.LEASE_LOST, reason=reason))
             written.append((plan, False))
-        DeliveryAttempt.objects.bulk_create(attempts)
+        insert_receipts(attempts, clock=self.clock)
         self._prune([plan for plan, ok in written if ok and plan.transition.deactivate_device])
         touch_devices(
             {plan.row.device_id for plan, ok in written if ok and plan.transition.status == policy.DELIVERED},
@@ -654,21 +651,21 @@ class PushWorker:
         outcome: str,
         reason: str,
         number: int | None = None,
-        retry_at: Any = None,
-    ) -> DeliveryAttempt:
-        return DeliveryAttempt(
+        retry_in: float | None = None,
+    ) -> Receipt:
+        # Both times on the database clock: the send's estimated from the claim, the end is the
+        # database's now when the receipt is written (right after the guarded finish).
+        return Receipt(
             notification_id=row.pk,
             owner=self.owner,
             fence=row.fence,
-            # Both times on the database clock: the send's estimated from the claim, the end read at finish.
             started_at=row.sent_at,
-            finished_at=self.clock.now(),
             http_status=result.http_status,
             latency_ms=result.latency_ms,
             outcome=outcome,
             reason=reason,
             number=number,
-            retry_at=retry_at,
+            retry_in=retry_in,
         )
 
 
@@ -686,23 +683,37 @@ def _message(row: Mapping[str, Any]) -> PushMessage:
     )
 
 
-def deliver_batch(*, clock: Clock = default_clock, **options: Any) -> DeliveryReport:
-    """Claim one batch and deliver it. `options` go to `PushWorker` (owner, hooks, batch_size, backends, ...)."""
-    worker = PushWorker(clock=clock, **options)
+class WorkerOptions(TypedDict, total=False):
+    """The `PushWorker` keywords `deliver_batch` and `drain` pass on (unset or None: the WEAVE setting)."""
+
+    clock: Clock
+    owner: str | None
+    hooks: Hooks | None
+    batch_size: int | None
+    concurrency: int | None
+    budget: float | None
+    ttl: float | None
+    rng: random.Random | None
+    backends: Mapping[str, PushBackend] | None
+
+
+def deliver_batch(**options: Unpack[WorkerOptions]) -> DeliveryReport:
+    """Claim one batch and deliver it."""
+    worker = PushWorker(**options)
     try:
         return worker.deliver(worker.claim())
     finally:
         worker.close()
 
 
-def drain(*, clock: Clock = default_clock, enqueue_more: bool = True, **options: Any) -> DeliveryReport:
+def drain(*, enqueue_more: bool = True, **options: Unpack[WorkerOptions]) -> DeliveryReport:
     """Deliver due notifications until none are left or the budget is spent; then re-enqueue if rows remain."""
-    worker = PushWorker(clock=clock, **options)
+    worker = PushWorker(**options)
     try:
         report = worker.run()
     finally:
         worker.close()
-    if report.budget_spent and enqueue_more and Notification.objects.claimable(clock).exists():
+    if report.budget_spent and enqueue_more and Notification.objects.claimable(worker.clock).exists():
         queue.enqueue_drain()
         report.more_enqueued = True
     log_event(

@@ -12,22 +12,31 @@ The clock's "now" goes into the same SQL (the database clock, or a FakeClock's l
 """
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias, cast
 
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.sql import UpdateQuery
 from django.db.models.sql.compiler import SQLCompiler
 
-from weave.leases.clock import Clock
+from weave.leases.clock import Clock, DbNow
 from weave.leases.lease import Lease
 
-
-def _column(connection: BaseDatabaseWrapper, name: str) -> str:
-    return connection.ops.quote_name(name)
+Field: TypeAlias = "models.Field[Any, Any]"  # a string: Field is generic only in django-stubs
 
 
-def _cast(connection: BaseDatabaseWrapper, sql: str, field: models.Field) -> str:
+def _field(model: type[models.Model], name: str) -> Field:
+    """The concrete field `name` (lease writes name concrete columns, never relations)."""
+    meta = model._meta
+    return cast(Field, meta.pk if name == "pk" else meta.get_field(name))
+
+
+def _col(field: Field) -> str:
+    assert field.column is not None, f"{field.name} is a concrete column"
+    return field.column
+
+
+def _cast(connection: BaseDatabaseWrapper, sql: str, field: Field) -> str:
     # PostgreSQL types a VALUES list from its contents; untyped parameters would be text. SQLite is
     # dynamically typed, and a CAST there would turn a datetime string into a number.
     if connection.vendor == "postgresql":
@@ -42,15 +51,29 @@ class _Compiler:
         self.connection = connection
         self.query = UpdateQuery(model)
         self.compiler: SQLCompiler = self.query.get_compiler(using)
+        # A group's rows share expressions (one "now" for all, a clock offset per retry delay):
+        # compiling each through the ORM cost more than the statement, so each is compiled once.
+        self._compiled: dict[Any, tuple[str, list[Any]]] = {}
+        self._placeholders: dict[str, str] = {}
 
-    def value(self, value: Any, field: models.Field) -> tuple[str, list[Any]]:
+    def value(self, value: Any, field: Field) -> tuple[str, list[Any]]:
         if hasattr(value, "resolve_expression"):
-            expression = value.resolve_expression(self.query, allow_joins=False, for_save=True)
-            if expression.contains_column_references:
-                raise ValueError(f"{field.name}: a group finish takes values, not column references.")
-            sql, params = self.compiler.compile(expression)
-            return _cast(self.connection, sql, field), list(params)
-        return _cast(self.connection, "%s", field), [field.get_db_prep_save(value, self.connection)]
+            key = ("now", value.offset_seconds, field.name) if type(value) is DbNow else (id(value), field.name)
+            compiled = self._compiled.get(key)
+            if compiled is None:
+                compiled = self._compiled[key] = self._expression(value, field)
+            return compiled
+        placeholder = self._placeholders.get(field.name)
+        if placeholder is None:
+            placeholder = self._placeholders[field.name] = _cast(self.connection, "%s", field)
+        return placeholder, [field.get_db_prep_save(value, self.connection)]
+
+    def _expression(self, value: Any, field: Field) -> tuple[str, list[Any]]:
+        expression = value.resolve_expression(self.query, allow_joins=False, for_save=True)
+        if expression.contains_column_references:
+            raise ValueError(f"{field.name}: a group finish takes values, not column references.")
+        sql, params = self.compiler.compile(expression)
+        return _cast(self.connection, sql, field), list(params)
 
 
 def finish_sql(
@@ -70,33 +93,35 @@ def finish_sql(
     meta = model._meta
     qn = connection.ops.quote_name
     compiler = _Compiler(model, connection, using)
-    pk_field = meta.pk
-    owner_field = meta.get_field("owner")
-    fence_field = meta.get_field("fence")
+    pk_field = _field(model, "pk")
+    owner_field = _field(model, "owner")
+    fence_field = _field(model, "fence")
+    expires_column = _col(_field(model, "lease_expires_at"))
     names = sorted({name for _, fields in rows for name in fields})
-    fields = [meta.get_field(name) for name in names]
+    fields = [_field(model, name) for name in names]
     partial = {name for name in names if any(name not in values for _, values in rows)}
     flag = models.BooleanField()
 
     value_columns = ["_w_pk", "_w_owner", "_w_fence"]
     for field in fields:
-        value_columns.append(f"_w_{field.column}")
+        value_columns.append(f"_w_{_col(field)}")
         if field.name in partial:
-            value_columns.append(f"_w_set_{field.column}")
+            value_columns.append(f"_w_set_{_col(field)}")
 
     tuples: list[str] = []
     params: list[Any] = []
     for lease, values in rows:
-        cells = []
+        cells: list[str] = []
         for value, field in ((lease.pk, pk_field), (lease.owner, owner_field), (lease.fence, fence_field)):
             sql, cell_params = compiler.value(value, field)
             cells.append(sql)
             params.extend(cell_params)
         for field in fields:
             present = field.name in values
-            sql, cell_params = (
-                compiler.value(values[field.name], field) if present else (_cast(connection, "NULL", field), [])
-            )
+            if present:
+                sql, cell_params = compiler.value(values[field.name], field)
+            else:
+                sql, cell_params = _cast(connection, "NULL", field), []
             cells.append(sql)
             params.extend(cell_params)
             if field.name in partial:
@@ -105,31 +130,32 @@ def finish_sql(
         tuples.append(f"({', '.join(cells)})")
 
     assignments = [
-        f"{qn(meta.get_field('owner').column)} = NULL",
-        f"{qn(meta.get_field('lease_expires_at').column)} = NULL",
+        f"{qn(_col(owner_field))} = NULL",
+        f"{qn(expires_column)} = NULL",
     ]
     for field in fields:
-        column = qn(field.column)
-        new = f"v.{qn('_w_' + field.column)}"
+        column = qn(_col(field))
+        new = f"v.{qn('_w_' + _col(field))}"
         if field.name in partial:
-            new = f"CASE WHEN v.{qn('_w_set_' + field.column)} THEN {new} ELSE n.{column} END"
+            new = f"CASE WHEN v.{qn('_w_set_' + _col(field))} THEN {new} ELSE n.{column} END"
         assignments.append(f"{column} = {new}")
 
-    now_sql, now_params = compiler.compiler.compile(
+    now_sql, compiled_params = compiler.compiler.compile(
         clock.now().resolve_expression(compiler.query, allow_joins=False, for_save=True)
     )
+    now_params: list[Any] = list(compiled_params)
     guard = (
-        f"n.{qn(pk_field.column)} = v._w_pk AND n.{qn(owner_field.column)} = v._w_owner "
-        f"AND n.{qn(fence_field.column)} = v._w_fence "
-        f"AND n.{qn(meta.get_field('lease_expires_at').column)} > {now_sql}"
+        f"n.{qn(_col(pk_field))} = v._w_pk AND n.{qn(_col(owner_field))} = v._w_owner "
+        f"AND n.{qn(_col(fence_field))} = v._w_fence "
+        f"AND n.{qn(expires_column)} > {now_sql}"
     )
     if not guarded:
-        guard, now_params = f"n.{qn(pk_field.column)} = v._w_pk", []
+        guard, now_params = f"n.{qn(_col(pk_field))} = v._w_pk", []
     table = qn(meta.db_table)
     columns = ", ".join(value_columns)
     values_sql = ", ".join(tuples)
     set_sql = ", ".join(assignments)
-    returning = f"RETURNING {qn(pk_field.column)}"
+    returning = f"RETURNING {qn(_col(pk_field))}"
     if connection.vendor == "postgresql":
         sql = f"UPDATE {table} AS n SET {set_sql} FROM (VALUES {values_sql}) AS v({columns}) WHERE {guard} {returning}"
         return sql, [*params, *now_params]

@@ -280,7 +280,7 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
 
     def _update_returning_fields(self, names: list[str], **values: Any) -> list[dict[str, Any]]:
         """Run this queryset's UPDATE with `RETURNING` the columns of `names`, converted like a query's."""
-        query = self.query.chain(UpdateQuery)
+        query = cast(UpdateQuery, self.query.chain(UpdateQuery))
         query.add_update_values(values)
         compiler = query.get_compiler(self._write_db)
         compiler.pre_sql_setup()
@@ -288,8 +288,8 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
         connection = connections[self._write_db]
         qn = connection.ops.quote_name
         meta = self.model._meta
-        fields = [meta.pk if name == "pk" else meta.get_field(name) for name in names]
-        returning = ", ".join(qn(field.column) for field in fields)
+        fields = [cast("models.Field[Any, Any]", meta.pk if name == "pk" else meta.get_field(name)) for name in names]
+        returning = ", ".join(qn(self._column(field.name)) for field in fields)
         with connection.cursor() as cursor:
             cursor.execute(f"{sql} RETURNING {returning}", params)
             raw = cursor.fetchall()
