@@ -44,8 +44,9 @@ rm -f "$LOGS/push-fakes/push_backends.json"
 start fake_providers "$PY" manage.py fake_push_services --dir "$LOGS/push-fakes" --latency-ms 120
 for _ in $(seq 1 100); do [ -f "$LOGS/push-fakes/push_backends.json" ] && break; sleep 0.1; done
 export WEAVE_PUSH_BACKENDS_FILE="$PWD/$LOGS/push-fakes/push_backends.json"
+# Faulty Fixtures Co's account is closed (demo/management/commands/weave_demo_data.py: CLOSED_ACCOUNT_IBAN).
 start fake_supplier "$PY" manage.py fake_supplier_services --port "$SUPPLIER_PORT" --latency 0.8 \
-  --error-rate 0.05 --throttle-rate 0.03
+  --error-rate 0.05 --throttle-rate 0.03 --refused-iban DE91370400440000004242
 start runserver "$PY" manage.py runserver "127.0.0.1:$PORT" --noreload
 start qcluster "$PY" manage.py qcluster
 "$PY" manage.py weave_demo_data
