@@ -116,6 +116,5 @@ class ChaosConfig:
             "WEAVE_ONBOARDING_RETRY_AFTER_MAX": "2",
             "WEAVE_LOG_LEVEL": "WARNING",
             "WEAVE_ONBOARDING_STEPS": ",".join(self.steps),
-
             **({"WEAVE_PUSH_BACKENDS_FILE": str(self.push_backends_file.resolve())} if self.devices else {}),
         }
