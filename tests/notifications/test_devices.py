@@ -212,3 +212,20 @@ def test_deactivate__needs_a_reason(backends, user):
     assert fields_of(caught) == {"reason"}
     device.refresh_from_db()
     assert device.active
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_register__concurrent_first_registrations_of_one_token_make_one_device(backends):
+    from tests.threads import run_threads
+
+    users = {name: get_user_model().objects.create_user(name) for name in ("u1", "u2", "u3", "u4")}
+    got: dict[str, int] = {}
+
+    def register(name: str) -> None:
+        got[name] = device_register(user=users[name], backend="fcm", token="one-install").pk
+
+    run_threads(register, users)
+
+    assert len(set(got.values())) == 1
+    assert Device.objects.filter(backend="fcm", token="one-install").count() == 1
