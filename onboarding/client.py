@@ -10,18 +10,12 @@ from onboarding.errors import PermanentFailure, TemporaryFailure
 from weave.conf import weave_settings
 from weave.events import log_event
 from weave.leases import Heartbeat
+from weave.retry import backoff_seconds, parse_retry_after
 
 logger = logging.getLogger("weave.onboarding")
 
 # 408 and 425 are "try again" answers too; every other 4xx means the request itself is wrong.
 _TEMPORARY_4XX = {408, 425, 429}
-
-
-def _retry_after(response: httpx.Response) -> float:
-    try:
-        return max(float(response.headers.get("Retry-After", "0")), 0.0)
-    except ValueError:
-        return 0.0  # an HTTP-date: fall back to our own backoff
 
 
 class SupplierServices:
@@ -74,7 +68,8 @@ class SupplierServices:
                 heartbeat.check()
                 if attempt and heartbeat.budget_spent:
                     raise TemporaryFailure(f"{path}: attempt budget spent while retrying; last error: {problem}")
-            delay = self.backoff * (2**attempt)
+            # The shared policy (weave.retry): exponential with jitter, capped like a Retry-After.
+            delay = backoff_seconds(attempt + 1, base=self.backoff, cap=self.retry_after_max)
             try:
                 response = self._client.post(path, json=payload, headers={"Idempotency-Key": key})
             except httpx.TimeoutException as exc:
@@ -88,7 +83,8 @@ class SupplierServices:
                     return status, self._json(path, response)
                 if status >= 500 or status in _TEMPORARY_4XX:
                     problem = f"HTTP {status}"
-                    delay = max(delay, min(_retry_after(response), self.retry_after_max))
+                    asked = parse_retry_after(response.headers.get("Retry-After"), response.headers.get("Date"))
+                    delay = max(delay, min(asked or 0.0, self.retry_after_max))
                 else:
                     raise PermanentFailure(f"{path} refused the request: HTTP {status} {response.text[:200]}")
             log_event(
