@@ -97,6 +97,8 @@ def main() -> None:
         "rate_per_s": round(delivered / wall, 1),
         "cpu_s": round(cpu, 3),
         "cpu_s_per_1000": round(cpu / delivered * 1000, 3),
+        "answers_per_group": round(report.sent / max(1, report.groups), 1),
+        "claims": report.batches,
         "vendor": connection.vendor,
     }
     if args.profile:

@@ -90,7 +90,7 @@ class Key(Generic[T]):
         return None
 
     def expected(self) -> str:
-        what = {float: "a number", int: "a whole number", str: "a string", dict: "a dict", tuple: "a list of strings"}[
+        what = {float: "a number", int: "a whole number", str: "a string", tuple: "a list of strings", dict: "a dict"}[
             self.kind
         ]
         if self.above is not None:

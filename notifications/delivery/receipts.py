@@ -10,11 +10,11 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from django.db import connections, router
-from django.db.models import Field
+from django.db.models import Field, Value
 from django.db.models.sql import InsertQuery
 
 from notifications.models import DeliveryAttempt
-from weave.leases import Clock
+from weave.leases import Clock, DbNow
 
 _COLUMNS = (
     "notification",
@@ -53,6 +53,8 @@ def insert_receipts(receipts: list[Receipt], *, clock: Clock) -> None:
         return
     using = router.db_for_write(DeliveryAttempt)
     connection = connections[using]
+    if connection.vendor == "postgresql" and _insert_arrays(receipts, connection, clock):
+        return
     meta = DeliveryAttempt._meta
     fields = [cast("Field[Any, Any]", meta.get_field(name)) for name in _COLUMNS]
     query = InsertQuery(DeliveryAttempt)
@@ -95,3 +97,51 @@ def insert_receipts(receipts: list[Receipt], *, clock: Clock) -> None:
                     *retry_params,
                 ]
             cursor.execute(head + ", ".join(tuples), params)
+
+
+def _insert_arrays(receipts: list[Receipt], connection: Any, clock: Clock) -> bool:
+    """PostgreSQL: one INSERT ... SELECT FROM unnest(<one array per column>); its SQL text never changes.
+
+    The database's clock gives `finished_at` (and `retry_at` = now + the row's delay) when the clock is
+    the database's; a FakeClock's literal is computed here. Return False for any other clock.
+    """
+    now = clock.now()
+    meta = DeliveryAttempt._meta
+    fields = {name: cast("Field[Any, Any]", meta.get_field(name)) for name in _COLUMNS}
+    qn = connection.ops.quote_name
+
+    plain = ["notification", "owner", "fence", "started_at", "http_status", "latency_ms", "outcome", "reason", "number"]
+    columns = {
+        "notification": [r.notification_id for r in receipts],
+        "owner": [r.owner for r in receipts],
+        "fence": [r.fence for r in receipts],
+        "started_at": [r.started_at for r in receipts],
+        "http_status": [r.http_status for r in receipts],
+        "latency_ms": [r.latency_ms for r in receipts],
+        "outcome": [r.outcome for r in receipts],
+        "reason": [r.reason for r in receipts],
+        "number": [r.number for r in receipts],
+    }
+    params: list[Any] = [columns[name] for name in plain]
+    sources = [f"%s::{fields[name].cast_db_type(connection)}[]" for name in plain]
+    if isinstance(now, DbNow) and now.offset_seconds == 0:
+        finished = "clock_timestamp()"
+        sources.append("%s::double precision[]")
+        params.append([r.retry_in for r in receipts])
+        retry = "CASE WHEN v.retry_in IS NULL THEN NULL ELSE clock_timestamp() + make_interval(secs => v.retry_in) END"
+    elif isinstance(now, Value) and isinstance(now.value, datetime):
+        finished = "%s::timestamp with time zone"
+        sources.append("%s::timestamp with time zone[]")
+        params.append([None if r.retry_in is None else now.value + timedelta(seconds=r.retry_in) for r in receipts])
+        retry = "v.retry_in"
+    else:
+        return False
+    names = ", ".join([*plain, "retry_in"])
+    select = ", ".join([*(f"v.{name}" for name in plain[:4]), finished, *(f"v.{name}" for name in plain[4:]), retry])
+    target = ", ".join(qn(fields[name].column or name) for name in _COLUMNS)
+    sql = f"INSERT INTO {qn(meta.db_table)} ({target}) SELECT {select} FROM unnest({', '.join(sources)}) AS v({names})"
+    if isinstance(now, Value):
+        params.insert(0, now.value)  # the FakeClock's literal sits in the SELECT list, before FROM's arrays
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+    return True

@@ -84,6 +84,7 @@ class DeliveryReport:
     pruned: int = 0  # devices deactivated because the provider called their token dead
     skipped: int = 0  # rows found lost before they were sent
     released: int = 0  # unstarted rows handed back (budget spent or breaker open)
+    groups: int = 0  # answers finished together in one transaction (one guarded UPDATE + one INSERT)
     fallbacks: int = 0  # groups whose one-statement finish failed and were finished row by row
     budget_spent: bool = False
     breaker: str = ""  # why the circuit breaker opened, if it did
@@ -92,7 +93,7 @@ class DeliveryReport:
     def add(self, other: "DeliveryReport") -> None:
         for name in ("batches", "claimed", "sent", "delivered", "temporary", "permanent", "unknown"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
-        for name in ("lease_lost", "failed", "expired", "pruned", "skipped", "released", "fallbacks"):
+        for name in ("lease_lost", "failed", "expired", "pruned", "skipped", "released", "groups", "fallbacks"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.budget_spent = self.budget_spent or other.budget_spent
         self.breaker = self.breaker or other.breaker
@@ -412,6 +413,7 @@ class PushWorker:
                     row, result, policy.decide(result, attempts_before=row.attempts, policy=self.policy, rng=self.rng)
                 )
             )
+        report.groups += 1
         stories = self._stories([plan for plan in plans if plan.transition.exhausted])
         try:
             with transaction.atomic():

@@ -17,11 +17,15 @@ def test_delivery__few_statements_per_delivered_notification(push_settings, fake
     assert report.delivered == 50
     statements = [q["sql"] for q in queries.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
     # The claim returns the rows it took (no SELECT after it); then per group of answers finished
-    # together ONE guarded UPDATE ... FROM (VALUES ...) for all its rows (a WITH ... UPDATE on SQLite)
-    # and ONE multi-row INSERT for all its attempts. Before this, a batch also read its rows back
-    # (one SELECT) and finished through an ORM CASE statement.
-    claims = [s for s in statements if s.startswith("UPDATE") and "FROM (VALUES" not in s]
-    finishes = [s for s in statements if "FROM (VALUES" in s or s.startswith("WITH")]
+    # together ONE guarded UPDATE for all its rows (PostgreSQL: FROM unnest(<one array per column>);
+    # SQLite: WITH v AS (VALUES ...) UPDATE ... FROM v) and ONE multi-row INSERT for all its attempts.
+    # Before this, a batch also read its rows back (one SELECT) and finished through an ORM CASE statement.
+    finishes = [
+        s
+        for s in statements
+        if s.startswith("WITH") or (s.startswith("UPDATE") and ("FROM unnest(" in s or "FROM (VALUES" in s))
+    ]
+    claims = [s for s in statements if s.startswith("UPDATE") and s not in finishes]
     inserts = [s for s in statements if s.startswith("INSERT")]
     assert len(claims) == 1
     assert len(finishes) == len(inserts) <= 50

@@ -16,6 +16,7 @@ from typing import Any, TypeAlias, cast
 
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Value
 from django.db.models.sql import UpdateQuery
 from django.db.models.sql.compiler import SQLCompiler
 
@@ -90,6 +91,10 @@ def finish_sql(
     Each row lands only under the guard of `LeaseQuerySet.release()`: `pk` and the row's own owner and
     fence, with a lease live by `clock`. A field missing from some rows keeps its value there.
     """
+    if connection.vendor == "postgresql":
+        arrays = _finish_sql_arrays(model, connection, using, rows, clock, guarded=guarded)
+        if arrays is not None:
+            return arrays
     meta = model._meta
     qn = connection.ops.quote_name
     compiler = _Compiler(model, connection, using)
@@ -163,3 +168,111 @@ def finish_sql(
         f"WITH v({columns}) AS (VALUES {values_sql}) UPDATE {table} AS n SET {set_sql} FROM v WHERE {guard} {returning}"
     )
     return sql, [*params, *now_params]
+
+
+# Field types whose values go into a PostgreSQL array as they are.
+_ARRAY_TYPES = frozenset(
+    {
+        "AutoField",
+        "BigAutoField",
+        "BigIntegerField",
+        "BooleanField",
+        "CharField",
+        "DateTimeField",
+        "FloatField",
+        "IntegerField",
+        "PositiveBigIntegerField",
+        "PositiveIntegerField",
+        "PositiveSmallIntegerField",
+        "SmallIntegerField",
+        "TextField",
+    }
+)
+
+
+def _finish_sql_arrays(
+    model: type[models.Model],
+    connection: BaseDatabaseWrapper,
+    using: str,
+    rows: Sequence[tuple[Lease, Mapping[str, Any]]],
+    clock: Clock,
+    *,
+    guarded: bool,
+) -> tuple[str, list[Any]] | None:
+    """PostgreSQL: the same statement with the VALUES list sent as one array per column (`unnest`).
+
+    The SQL text then depends only on which fields are written, not on how many rows: psycopg reuses
+    its parsed form and the worker builds no per-row SQL. A clock "now + offset" travels as its offset
+    (the database adds it to `clock_timestamp()` for the row); a FakeClock's now is a literal value.
+    Return None when a value is neither a constant nor a clock's now: the VALUES form handles it.
+    """
+    qn = connection.ops.quote_name
+    pk_field = _field(model, "pk")
+    owner_field = _field(model, "owner")
+    fence_field = _field(model, "fence")
+    expires_column = _col(_field(model, "lease_expires_at"))
+    names = sorted({name for _, fields in rows for name in fields})
+    fields = [_field(model, name) for name in names]
+    if any(field.get_internal_type() not in _ARRAY_TYPES for field in (pk_field, *fields)):
+        return None
+    partial = {name for name in names if any(name not in values for _, values in rows)}
+
+    columns: list[tuple[str, str, list[Any]]] = [  # (column name in v, SQL array type, values)
+        ("_w_pk", f"{pk_field.cast_db_type(connection)}[]", []),
+        ("_w_owner", f"{owner_field.cast_db_type(connection)}[]", []),
+        ("_w_fence", f"{fence_field.cast_db_type(connection)}[]", []),
+    ]
+    for lease, _ in rows:
+        columns[0][2].append(lease.pk)
+        columns[1][2].append(lease.owner)
+        columns[2][2].append(lease.fence)
+    assignments = [f"{qn(_col(owner_field))} = NULL", f"{qn(expires_column)} = NULL"]
+    for field in fields:
+        column = _col(field)
+        given: list[Any] = []
+        offsets: list[float | None] = []
+        flags: list[bool] = []
+        for _, values in rows:
+            present = field.name in values
+            flags.append(present)
+            value = values.get(field.name)
+            if isinstance(value, DbNow):
+                given.append(None)
+                offsets.append(value.offset_seconds)
+                continue
+            if isinstance(value, Value):
+                value = value.value
+            elif hasattr(value, "resolve_expression"):
+                return None
+            given.append(field.get_db_prep_save(value, connection) if present else None)
+            offsets.append(None)
+        new = f"v.{qn('_w_' + column)}"
+        columns.append((f"_w_{column}", f"{field.cast_db_type(connection)}[]", given))
+        if any(offset is not None for offset in offsets):
+            columns.append((f"_w_off_{column}", "double precision[]", offsets))
+            offset = f"v.{qn('_w_off_' + column)}"
+            # The same expression as DbNow: the database's clock when the statement runs, plus the offset.
+            new = f"CASE WHEN {offset} IS NULL THEN {new} ELSE clock_timestamp() + make_interval(secs => {offset}) END"
+        if field.name in partial:
+            columns.append((f"_w_set_{column}", "boolean[]", flags))
+            new = f"CASE WHEN v.{qn('_w_set_' + column)} THEN {new} ELSE n.{qn(column)} END"
+        assignments.append(f"{qn(column)} = {new}")
+
+    query = UpdateQuery(model)
+    now_sql, compiled_params = query.get_compiler(using).compile(
+        clock.now().resolve_expression(query, allow_joins=False, for_save=True)
+    )
+    now_params: list[Any] = list(compiled_params)
+    guard = (
+        f"n.{qn(_col(pk_field))} = v._w_pk AND n.{qn(_col(owner_field))} = v._w_owner "
+        f"AND n.{qn(_col(fence_field))} = v._w_fence AND n.{qn(expires_column)} > {now_sql}"
+    )
+    if not guarded:
+        guard, now_params = f"n.{qn(_col(pk_field))} = v._w_pk", []
+    arrays = ", ".join(f"%s::{kind}" for _, kind, _ in columns)
+    names_sql = ", ".join(name for name, _, _ in columns)
+    sql = (
+        f"UPDATE {qn(model._meta.db_table)} AS n SET {', '.join(assignments)} "
+        f"FROM unnest({arrays}) AS v({names_sql}) WHERE {guard} RETURNING {qn(_col(pk_field))}"
+    )
+    return sql, [*(values for _, _, values in columns), *now_params]
