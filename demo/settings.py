@@ -154,6 +154,22 @@ WEAVE.update(_weave_env_overrides())
 if os.environ.get("WEAVE_ONBOARDING_STEPS"):
     WEAVE["ONBOARDING_STEPS"] = [p.strip() for p in os.environ["WEAVE_ONBOARDING_STEPS"].split(",") if p.strip()]
 
+
+def _push_backends_from_file() -> dict | None:
+    """`WEAVE_PUSH_BACKENDS_FILE`: a JSON file of PUSH_BACKENDS (written by `manage.py fake_push_services`)."""
+    path = os.environ.get("WEAVE_PUSH_BACKENDS_FILE")
+    if not path:
+        return None
+    import json
+
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+if (_backends := _push_backends_from_file()) is not None:
+    # The PUSH_URL webhook stays the "default" alias next to these (see notifications.backends.registry).
+    WEAVE["PUSH_BACKENDS"] = _backends
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

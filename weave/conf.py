@@ -71,6 +71,8 @@ class Key(Generic[T]):
         """Say what is wrong with `value` for this key, or None if it is allowed."""
         if value is None:
             return None if self.optional else f"must be {self.expected()}, not None"
+        if self.kind is dict:
+            return None if isinstance(value, Mapping) else f"must be {self.expected()}, not {type(value).__name__}"
         if self.kind in (str, bool):
             fits = isinstance(value, self.kind)
             return None if fits else f"must be {self.expected()}, not {type(value).__name__}"
@@ -95,6 +97,7 @@ class Key(Generic[T]):
             str: "a string",
             bool: "True or False",
             tuple: "a list of strings",
+            dict: "a dict",
         }[self.kind]
         if self.above is not None:
             what += f" above {self.above:g}"
@@ -129,6 +132,11 @@ def count(default: int, doc: str, *, minimum: int = 1) -> Key[int]:
 def flag(default: bool, doc: str) -> Key[bool]:
     """True or False."""
     return Key(default, doc, kind=bool)
+
+
+def mapping_or_none(doc: str) -> Key[Mapping[str, Any] | None]:
+    """A dict (its app checks the contents), or None (the key's `doc` says what None means)."""
+    return Key[Mapping[str, Any] | None](None, doc, kind=dict, optional=True)
 
 
 def text(default: str, doc: str) -> Key[str]:
@@ -167,9 +175,13 @@ class WeaveSettings:
         10.0, "sent data unacknowledged this long drops the connection (both ends)", minimum=0.0
     )
     # --- push notifications ---
-    PUSH_URL = text("", "the provider endpoint; each message is a JSON POST")
+    PUSH_BACKENDS = mapping_or_none(
+        'alias -> {"BACKEND": dotted path, "OPTIONS": {...}}, like STORAGES; None: one "default" webhook '
+        "built from PUSH_URL / PUSH_TOKEN (notifications.backends.registry)"
+    )
+    PUSH_URL = text("", "the default webhook's endpoint; each message is a JSON POST")
     PUSH_TOKEN = text("", "sent as Authorization: Bearer ...")
-    PUSH_TIMEOUT = seconds(10.0, "per request")
+    PUSH_TIMEOUT = seconds(10.0, "per request: connect, send, headers and the whole body together")
     PUSH_BATCH_SIZE = count(100, "rows claimed under one lease")
     PUSH_CONCURRENCY = count(20, "requests in flight per worker")
     PUSH_BUDGET = seconds(60.0, "seconds a drain may start new rows; must stay below Q_CLUSTER timeout")

@@ -101,7 +101,7 @@ def test_audit__a_row_a_killed_cluster_held_must_be_finished_by_another_claim():
     result = audit(_inputs([], faults=[kill], stops_planned=0))
 
     assert _failed(result) == {
-        "every row delivered or failed, none pending or leased",
+        "every row delivered, failed or expired, none pending or leased",
         "every row a killed cluster held finished by another",
     }
 

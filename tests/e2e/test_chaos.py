@@ -11,6 +11,28 @@ from tools.chaos.runner import ChaosRunner
 
 from .conftest import database_url, free_port
 
+
+def three_free_ports() -> int:
+    """A port p with p, p + 1 and p + 2 free (the three provider fakes), found by binding them."""
+    import socket
+
+    for _ in range(50):
+        base = free_port()
+        sockets = []
+        try:
+            for offset in range(3):
+                sock = socket.socket()
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", base + offset))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    raise RuntimeError("no three consecutive free ports")
+
+
 pytestmark = [pytest.mark.postgres, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
@@ -34,6 +56,9 @@ def test_chaos__every_invariant_holds_under_kills_stops_restarts_and_partitions(
         supplier_port=free_port(),
         log_dir=tmp_path / "chaos",
         progress=False,
+        # Issue 11: devices on the FCM, APNs and Web Push fakes, some dead, some sends expiring.
+        devices=30,
+        push_fakes_port=three_free_ports(),
     )
 
     outcome = ChaosRunner(config, database_url=database_url()).run()
@@ -44,5 +69,8 @@ def test_chaos__every_invariant_holds_under_kills_stops_restarts_and_partitions(
     assert any(f.kind == KILL for f in ran), f"no kill was injected\n{report}"
     assert any(f.kind == STOP and f.held and f.thawed for f in ran), f"no lease holder was frozen and thawed\n{report}"
     assert any(f.kind == PARTITION for f in ran), f"no cluster was cut off from PostgreSQL\n{report}"
+    devices = outcome.result.figures["devices"]
+    assert devices["deactivated"] == devices["dead_tokens"] > 0, report
+    assert devices["expired_rows"] > 0, report
     with capsys.disabled():
         print(report)

@@ -31,8 +31,10 @@ from tools.chaos import faults as F
 from tools.chaos.audit import AuditInput, AuditResult, audit
 from tools.chaos.config import ChaosConfig
 from tools.chaos.load import (
+    DEVICE_USER_PREFIX,
     LoadProgress,
     LoadThread,
+    create_devices,
     create_suppliers,
     refused_ibans,
     sanctioned_names,
@@ -119,6 +121,7 @@ class ChaosRunner:
         self._prepare_database()
         expectations = create_suppliers(c)
         self._start_servers()
+        devices, user_ids = create_devices(c)
         self._ensure_schedules()
         for _ in range(c.clusters):
             self._start_cluster()
@@ -126,7 +129,7 @@ class ChaosRunner:
         self.say(f"Fault plan (at share of jobs finished): {', '.join(f'{f.kind}@{f.at:.0%}' for f in plan) or 'none'}")
 
         progress = LoadProgress()
-        loader = LoadThread(c, list(expectations), progress)
+        loader = LoadThread(c, list(expectations), progress, user_ids)
         self._t0 = time.monotonic()
         loader.start()
         self._drive(plan, progress)
@@ -140,6 +143,7 @@ class ChaosRunner:
         push_stats = _get_json(f"http://127.0.0.1:{c.push_port}/_stats", timeout=60)
         push_log = _get_json(f"http://127.0.0.1:{c.push_port}/_requests", timeout=60)["requests"]
         supplier_stats = _get_json(f"{c.supplier_url}/_stats", timeout=60)
+        provider_fakes = self._push_fakes_stats() if c.devices else {}
         result = audit(
             AuditInput(
                 expectations=expectations,
@@ -152,6 +156,8 @@ class ChaosRunner:
                 # Only a frozen lease holder that was thawed again can attempt (and be refused) a stale write.
                 stops_planned=sum(1 for r in self.records if r.kind == F.STOP and r.held and r.thawed),
                 step_tables=c.step_tables,
+                devices=devices,
+                provider_fakes=provider_fakes,
             )
         )
         summary = {
@@ -166,6 +172,12 @@ class ChaosRunner:
             f"{supplier_stats.get('faults')}",
             "drained in": f"{elapsed:.1f} s (deadline {c.deadline:g} s)",
         }
+        if c.devices:
+            dead = sum(1 for v in devices.values() if v == "dead")
+            summary["devices"] = (
+                f"{len(devices)} on fcm/apns/webpush ({dead} with dead tokens), {progress.device_notifications} "
+                f"notifications sent to them ({c.expiring_share:.0%} of sends with a {c.short_ttl} s TTL)"
+            )
         report = render(result, faults=self.records, summary=summary)
         return ChaosOutcome(result=result, report=report, faults=self.records, elapsed=elapsed)
 
@@ -185,7 +197,7 @@ class ChaosRunner:
         call_command("migrate", verbosity=0, interactive=False)
         from django_q.models import OrmQ, Schedule, Task
 
-        from notifications.models import DeliveryAttempt, Notification
+        from notifications.models import DeliveryAttempt, Device, Notification
         from onboarding.models import (
             BankAccount,
             OnboardingRun,
@@ -196,12 +208,16 @@ class ChaosRunner:
             VendorRecord,
         )
 
-        models = [DeliveryAttempt, Notification, StepReceipt, RunAttempt, VendorRecord, PaymentTerms, BankAccount]
+        models = [DeliveryAttempt, Notification, Device, StepReceipt, RunAttempt, VendorRecord, PaymentTerms]
+        models += [BankAccount]
         models += [apps.get_model(model) for _, model, _ in self.config.step_tables]
         models += [OnboardingRun, Supplier, OrmQ, Task, Schedule]
         tables = ", ".join(connection.ops.quote_name(m._meta.db_table) for m in models)
         with connection.cursor() as cursor:
             cursor.execute(f"TRUNCATE {tables} CASCADE")
+        from django.contrib.auth import get_user_model
+
+        get_user_model().objects.filter(username__startswith=DEVICE_USER_PREFIX).delete()
 
     def _ensure_schedules(self) -> None:
         from weave.schedules import ensure_schedules
@@ -244,6 +260,38 @@ class ChaosRunner:
             log.unlink()
         self.push = self._start_server("push")
         self.supplier = self._start_server("supplier")
+        if self.config.devices:
+            self._start_push_fakes()
+
+    def _start_push_fakes(self) -> None:
+        """FCM, APNs and Web Push fakes in one child (same latency and hangs as the webhook fake); this
+        process reads the PUSH_BACKENDS they write, as the workers do (WEAVE_PUSH_BACKENDS_FILE)."""
+        from django.conf import settings
+
+        c = self.config
+        c.push_backends_file.unlink(missing_ok=True)
+        args = [sys.executable, "manage.py", "fake_push_services", "--dir", str(c.push_fakes_dir.resolve())]
+        args += ["--fcm-port", str(c.push_fakes_port), "--apns-port", str(c.push_fakes_port + 1)]
+        args += ["--webpush-port", str(c.push_fakes_port + 2), "--latency-ms", str(c.latency_ms)]
+        args += ["--rate-hang", str(c.rate_hang), "--hang-seconds", str(c.hang_seconds), "--seed", str(c.seed)]
+        child = self.groups.start("fake-push-providers", args)
+        wait_until(lambda: c.push_backends_file.exists() or not child.alive(), timeout=60, message="the fakes")
+        if not child.alive():
+            raise RuntimeError(f"The provider fakes exited:\n{child.log_tail()}")
+        backends = json.loads(c.push_backends_file.read_text())
+        settings.WEAVE = {**getattr(settings, "WEAVE", {}), "PUSH_BACKENDS": backends}
+        self._push_fakes_ca = backends["fcm"]["OPTIONS"]["ca_file"]
+
+    def _push_fakes_stats(self) -> dict[str, Any]:
+        import ssl
+
+        context = ssl.create_default_context(cafile=self._push_fakes_ca)
+        stats = {}
+        for offset, name in enumerate(("fcm", "apns", "webpush")):
+            url = f"https://127.0.0.1:{self.config.push_fakes_port + offset}/_stats"
+            with urllib.request.urlopen(url, timeout=60, context=context) as response:  # noqa: S310 (our fake)
+                stats[name] = json.loads(response.read())
+        return stats
 
     def _start_cluster(self) -> Child:
         self._cluster_seq += 1

@@ -16,6 +16,7 @@ from django.db import OperationalError, connections, models, router, transaction
 from django.db.models import BooleanField, Case, ExpressionWrapper, F, Q, Value, When
 from django.db.models.sql import UpdateQuery
 
+from weave.leases.bulk import finish_sql
 from weave.leases.clock import Clock, default_clock
 from weave.leases.errors import LeaseBusy, LeaseLost, NotClaimable
 from weave.leases.lease import BatchLease, Lease
@@ -115,6 +116,43 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
             batch.expires_at = expires_at if batch.expires_at is None else min(batch.expires_at, expires_at)
         return batch
 
+    def claim_rows(
+        self,
+        *,
+        owner: str,
+        ttl: float | timedelta,
+        limit: int,
+        fields: Iterable[str],
+        clock: Clock = default_clock,
+    ) -> tuple[BatchLease, list[dict[str, Any]]]:
+        """Claim like `claim_batch()` and return the claimed rows' `fields` too: one statement, no SELECT after.
+
+        Rows come back in this queryset's order as far as the database keeps it in `RETURNING`, which
+        it does not promise: callers that care sort them.
+        """
+        names = list(fields)
+        chosen = self.free_or_expired(clock).select_for_update(skip_locked=True)[:limit].values("pk")
+        with transaction.atomic(using=self._write_db):
+            claimed = (
+                self._fresh()
+                .filter(pk__in=chosen)
+                .free_or_expired(clock)
+                ._update_returning_fields(
+                    ["pk", "fence", "lease_expires_at", *names],
+                    owner=owner,
+                    fence=F("fence") + 1,
+                    lease_expires_at=clock.now(_seconds(ttl)),
+                )
+            )
+        batch = BatchLease(owner=owner)
+        rows = []
+        for row in claimed:
+            batch.fences[row["pk"]] = row["fence"]
+            expires_at = row["lease_expires_at"]
+            batch.expires_at = expires_at if batch.expires_at is None else min(batch.expires_at, expires_at)
+            rows.append({"pk": row["pk"], **{name: row[name] for name in names}})
+        return batch, rows
+
     def reopen(self, pk: Any, *, clock: Clock = default_clock, **fields: Any) -> int:
         """Start a new epoch on a free row of this queryset: bump its fence, leave it unowned, write `fields`.
 
@@ -183,6 +221,32 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
         landed = self.filter(guard)._update_returning(owner=None, lease_expires_at=None, **updates)
         return {pk for pk, _, _ in landed}
 
+    def release_each(
+        self, rows: Iterable[tuple[Lease, Mapping[str, Any]]], *, clock: Clock = default_clock
+    ) -> set[Any]:
+        """Release many rows, each under its own lease (owner, fence, live expiry), each with its own fields.
+
+        ONE `UPDATE ... FROM (VALUES ...)`: the same guard as `release()`, row by row, in one statement
+        the ORM need not compile. Field values are constants or clock expressions. Return the pks that
+        landed; the others are not ours any more and were not touched (`refusal(lease)` says why).
+        """
+        rows = list(rows)
+        if not rows:
+            return set()
+        connection = connections[self._write_db]
+        sql, params = finish_sql(self.model, connection, self._write_db, rows, clock)
+        pk_field = self.model._meta.pk
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            landed = cursor.fetchall()
+        converters = connection.ops.get_db_converters(pk_field.get_col(self.model._meta.db_table))
+        result = set()
+        for (pk,) in landed:
+            for convert in converters:
+                pk = convert(pk, pk_field, connection)
+            result.add(pk)
+        return result
+
     def refusal(self, lease: Lease, *, clock: Clock = default_clock) -> LeaseLost:
         """Return the `LeaseLost` a write under `lease` gets now: who holds the row instead, and since when."""
         return self._lost(lease, clock, None, action="write")
@@ -250,6 +314,35 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
                 expires_at = convert(expires_at, expires_field, connection)
             result.append((pk, fence, expires_at))
         return result
+
+    def _update_returning_fields(self, names: list[str], **values: Any) -> list[dict[str, Any]]:
+        """Run this queryset's UPDATE with `RETURNING` the columns of `names`, converted like a query's."""
+        query = cast(UpdateQuery, self.query.chain(UpdateQuery))
+        query.add_update_values(values)
+        compiler = query.get_compiler(self._write_db)
+        compiler.pre_sql_setup()
+        sql, params = compiler.as_sql()
+        connection = connections[self._write_db]
+        qn = connection.ops.quote_name
+        meta = self.model._meta
+        fields = [cast("models.Field[Any, Any]", meta.pk if name == "pk" else meta.get_field(name)) for name in names]
+        returning = ", ".join(qn(self._column(field.name)) for field in fields)
+        with connection.cursor() as cursor:
+            cursor.execute(f"{sql} RETURNING {returning}", params)
+            raw = cursor.fetchall()
+        converters = []
+        for field in fields:
+            col = field.get_col(meta.db_table)
+            converters.append((col, connection.ops.get_db_converters(col) + col.get_db_converters(connection)))
+        rows = []
+        for values_row in raw:
+            row = {}
+            for name, value, (col, convert_all) in zip(names, values_row, converters, strict=True):
+                for convert in convert_all:
+                    value = convert(value, col, connection)
+                row[name] = value
+            rows.append(row)
+        return rows
 
     def _column(self, name: str) -> str:
         column = cast("models.Field[Any, Any]", self.model._meta.get_field(name)).column

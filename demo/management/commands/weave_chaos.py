@@ -50,6 +50,12 @@ class Command(BaseCommand):
         parser.add_argument("--supplier-port", type=int, default=d.supplier_port)
         parser.add_argument("--log-dir", type=Path, default=d.log_dir, help="children's logs and server state")
         parser.add_argument("--no-progress", action="store_true")
+        parser.add_argument(
+            "--devices", type=int, default=d.devices,
+            help="devices on the FCM, APNs and Web Push fakes (a share with dead tokens); 0 leaves them out",
+        )  # fmt: skip
+        parser.add_argument("--device-sends", type=int, default=d.device_sends, help="sends to a user's devices")
+        parser.add_argument("--push-fakes-port", type=int, default=d.push_fakes_port)
 
     def handle(self, *args, **o):
         if o["clusters"] < 3:
@@ -76,6 +82,9 @@ class Command(BaseCommand):
             supplier_port=o["supplier_port"],
             log_dir=o["log_dir"],
             progress=not o["no_progress"],
+            devices=o["devices"],
+            device_sends=o["device_sends"],
+            push_fakes_port=o["push_fakes_port"],
         )
         try:
             outcome = ChaosRunner(config, stdout=cast(TextIO, self.stdout)).run()
