@@ -35,7 +35,11 @@ class WebhookBackend(PushBackend):
         password = urlsplit(self.url).password  # a password in the URL is still a password
         self._secrets = [s for s in (self.token, password) if s]
         self._url = httpx.URL(self.url)  # parsed once, not per send
-        self._headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
+        self._headers = {"Content-Type": "application/json"}
+        if self.token:
+            # No token, no header: "Bearer " with nothing after it is malformed, and a strict transport
+            # refuses it before a byte leaves.
+            self._headers["Authorization"] = f"Bearer {self.token}"
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[str]:

@@ -41,6 +41,18 @@ def test_webhook__wire_format_is_kept():
     assert (result.outcome, result.provider_message_id, result.http_status) == (Outcome.DELIVERED, "msg-1", 200)
 
 
+def test_webhook__without_a_token_no_authorization_header_is_sent():
+    seen = {}
+
+    def handler(request):
+        seen["request"] = request
+        return httpx.Response(200, json={"id": "msg-1"})
+
+    result = send_with(handler, token="")
+    assert "Authorization" not in seen["request"].headers
+    assert result.outcome == Outcome.DELIVERED
+
+
 def test_webhook__a_redirect_is_systemic_fatal_and_names_the_location_without_userinfo():
     result = send_with(lambda r: httpx.Response(301, headers={"Location": "https://bob:hunter22@elsewhere/x"}))
     assert (result.outcome, result.systemic, result.fatal) == (Outcome.TEMPORARY, True, True)
