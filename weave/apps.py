@@ -8,6 +8,11 @@ class WeaveConfig(AppConfig):
 
     def ready(self) -> None:
         from weave import checks  # noqa: F401  (registers the system checks)
+        from weave.worker_db import connect_signals
+
+        # Worker processes only: their PostgreSQL sessions get the WORKER_DB_* limits (issue 17).
+        connect_signals()
+
         from weave.dashboard import register_admin, register_core_panels
         from weave.metrics import collect_lease_metrics
         from weave.telemetry import register_metrics

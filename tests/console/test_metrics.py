@@ -124,3 +124,18 @@ def test_large_table__finished_states_from_planner_statistics_pending_exact(admi
         {"pending": 10, "delivered": 40, "failed": 0, "cancelled": 0},
         False,
     )
+
+
+def test_latency_is_grouped_by_the_notifications_backend_alias(admin_client):
+    from notifications.models import DeliveryAttempt, Notification
+
+    add_attempts(3, latency_ms=80)
+    fcm = add_attempts(4, latency_ms=400)
+    Notification.objects.filter(pk=fcm[0].notification_id).update(backend="fcm")
+    assert DeliveryAttempt.objects.filter(notification__backend="fcm").count() == 4
+    got = samples(admin_client.get(URL).content.decode())
+    assert got[("weave_provider_latency_seconds_count", (("backend", "default"),))] == 3
+    assert got[("weave_provider_latency_seconds_count", (("backend", "fcm"),))] == 4
+    assert got[("weave_provider_latency_seconds_bucket", (("backend", "fcm"), ("le", "0.25")))] == 0
+    page = admin_client.get("/admin/weave/dashboard/").content.decode()
+    assert "Provider latency, backend &#x27;fcm&#x27;" in page and "backend fcm" in page

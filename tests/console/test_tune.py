@@ -1,4 +1,4 @@
-"""`manage.py weave_tune` and the system check weave.W020, both fed by recent attempts in the database."""
+"""`manage.py weave_tune` and the system check weave.W030, both fed by recent attempts in the database."""
 
 from datetime import timedelta
 from io import StringIO
@@ -39,7 +39,7 @@ def test_slow_traffic__warns_in_the_command_and_the_check(settings):
     add_attempts(50, latency_ms=7000)
     assert "PUSH_LEASE_TTL: raise from 6 s to at least 13 s." in tune()  # 1.5 * (7 + 1.4) = 12.6
     warnings = check_ttl_fits_traffic(databases=["default"])
-    assert [w.id for w in warnings] == ["weave.W020"]
+    assert [w.id for w in warnings] == ["weave.W030"]
     assert "PUSH_LEASE_TTL" in warnings[0].msg and "13 s" in warnings[0].msg
 
 

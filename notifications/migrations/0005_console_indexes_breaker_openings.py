@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('weave_notifications', '0001_initial'),
+        ('weave_notifications', '0004_device_expiry_priority_collapse'),
     ]
 
     operations = [
