@@ -15,7 +15,7 @@ REDACTED = "[redacted]"
 
 # Credentials that an echoing peer (or an exception message) may carry, whatever the secret's value.
 _CREDENTIALS = re.compile(
-    r"(?i)(authorization\s*[:=]\s*|\b(?:bearer|basic|key)\s+)[^\s\"',;]+"
+    r"(?i)(authorization\s*[:=]\s*(?:(?:bearer|basic|token|key)\s+)?|\b(?:bearer|basic|key)\s+)[^\s\"',;]+"
     r"|(?<=://)[^/@\s:]+:[^/@\s]+@"
 )
 # C0 and C1 controls, DEL, and line/paragraph separators: one event must stay one line.
