@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand
 
-from onboarding.testing.fake_services import FakeConfig, FakeSupplierServices
+from onboarding.testing.fake_services import MODES, FakeConfig, FakeSupplierServices
 
 
 class Command(BaseCommand):
@@ -19,6 +19,8 @@ class Command(BaseCommand):
         parser.add_argument("--hang-seconds", type=float, default=30.0)
         parser.add_argument("--invalid-tax-id", action="append", default=[], help="answer this tax id invalid")
         parser.add_argument("--sanctioned", action="append", default=[], help="a legal name that hits screening")
+        parser.add_argument("--mode", choices=MODES, default="", help="a hostile answer (see fake_services)")
+        parser.add_argument("--mode-rate", type=float, default=1.0, help="share of requests given --mode")
         parser.add_argument("--seed", type=int, default=None)
 
     def handle(self, *args, **o):
@@ -31,6 +33,8 @@ class Command(BaseCommand):
             hang_seconds=o["hang_seconds"],
             invalid_tax_ids=o["invalid_tax_id"],
             sanctioned_names=o["sanctioned"],
+            mode=o["mode"],
+            mode_rate=o["mode_rate"],
             seed=o["seed"],
         )
         server = FakeSupplierServices(o["host"], o["port"], config)
