@@ -1,60 +1,60 @@
 """Public API of the notifications app."""
 
-import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from notifications import queue
 from notifications.models import Notification
-from weave.conf import weave_settings
+from notifications.validation import TITLE_MAX as NOTIFICATION_TITLE_MAX
+from notifications.validation import check_message
 from weave.events import log_event
 from weave.leases import Clock, DbNow, default_clock
+from weave.validation import check_ids, check_text
 
 logger = logging.getLogger("weave.notifications")
 
+__all__ = [
+    "NOTIFICATION_TITLE_MAX",
+    "BulkResult",
+    "notification_cancel",
+    "notification_check",
+    "notification_create",
+    "notification_retry_now",
+]
+
 
 def notification_create(
-    *, device_token: str, title: str, body: str, data: dict[str, Any] | None = None
+    *, device_token: str, title: str, body: str = "", data: dict[str, Any] | None = None
 ) -> Notification:
-    """Create a notification and enqueue its delivery once the transaction commits."""
-    device_token = (device_token or "").strip()
-    if not device_token:
-        raise ValidationError({"device_token": "A device token is required."})
-    if len(device_token) > (most := _field_length("device_token")):
-        raise ValidationError({"device_token": f"A device token has at most {most} characters."})
-    if not (title or "").strip():
-        raise ValidationError({"title": "A title is required."})
-    if len(title) > (most := _field_length("title")):
-        raise ValidationError({"title": f"A title has at most {most} characters."})
-    data = {} if data is None else data
-    if not isinstance(data, dict):
-        raise ValidationError({"data": f"data must be a JSON object, not {type(data).__name__}."})
-    try:
-        payload = json.dumps({"to": device_token, "title": title, "body": body, "data": data})
-    except (TypeError, ValueError) as exc:
-        raise ValidationError({"data": f"data is not JSON-serialisable: {exc}"}) from exc
-    limit = weave_settings.PUSH_MAX_PAYLOAD_BYTES
-    size = len(payload.encode())
-    if size > limit:
-        raise ValidationError(
-            f"Payload is {size} bytes; the provider limit is {limit} bytes (WEAVE PUSH_MAX_PAYLOAD_BYTES)."
-        )
+    """Create a notification and enqueue its delivery once the transaction commits.
 
+    Every argument is checked first (`notifications.validation.check_message`): a bad one raises a
+    `ValidationError` naming its field, nothing is stored and the caller's transaction stays usable.
+    """
+    message = check_message(device_token=device_token, title=title, body=body, data=data)
     notification = Notification.objects.create(
-        device_token=device_token, title=title, body=body, data=data, next_attempt_at=DbNow()
+        device_token=message.device_token,
+        title=message.title,
+        body=message.body,
+        data=message.data,
+        next_attempt_at=DbNow(),
     )
     notification.refresh_from_db(fields=["next_attempt_at"])
     transaction.on_commit(_enqueue_drain)
     return notification
 
 
-def _field_length(name: str) -> int:
-    return Notification._meta.get_field(name).max_length
+def notification_check(*, device_token: str, title: str, body: str = "", data: dict[str, Any] | None = None) -> None:
+    """Raise the `ValidationError` `notification_create` would raise for these arguments; store nothing.
+
+    For callers that must know before their first side effect that a notification they will create
+    later is acceptable (onboarding checks its welcome message before any external call).
+    """
+    check_message(device_token=device_token, title=title, body=body, data=data)
 
 
 def _enqueue_drain() -> None:
@@ -77,7 +77,8 @@ def notification_retry_now(
 
     A failed row starts over with a fresh attempt count; its attempt history is kept.
     """
-    ids = list(notification_ids)
+    ids = check_ids(notification_ids, field="notification_ids")
+    requested_by = check_text(requested_by, field="requested_by", max_chars=150, one_line=True)
     who = f" by {requested_by}" if requested_by else ""
     with transaction.atomic():
         pending = _lock_free(ids, Notification.Status.PENDING, clock)
@@ -100,7 +101,8 @@ def notification_cancel(
     *, notification_ids: Iterable[int], requested_by: str = "", clock: Clock = default_clock
 ) -> BulkResult:
     """Cancel pending notifications that no worker holds; report busy and finished ones instead of forcing them."""
-    ids = list(notification_ids)
+    ids = check_ids(notification_ids, field="notification_ids")
+    requested_by = check_text(requested_by, field="requested_by", max_chars=150, one_line=True)
     who = f" by {requested_by}" if requested_by else ""
     with transaction.atomic():
         pending = _lock_free(ids, Notification.Status.PENDING, clock)

@@ -23,7 +23,7 @@ from onboarding import queue
 from onboarding.client import SupplierServices
 from onboarding.errors import PermanentFailure, StepFailure, TemporaryFailure
 from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
-from onboarding.steps import STEPS, Step, StepContext
+from onboarding.steps import STEPS, Step, StepContext, preflight
 from weave.conf import weave_settings
 from weave.events import log_event
 from weave.leases import Clock, Heartbeat, Lease, LeaseBusy, LeaseLost, NotClaimable, default_clock, new_owner
@@ -94,6 +94,8 @@ class Attempt:
         stage = "resume"  # where we are, for the reasons a person reads
         try:
             try:
+                assert self.run is not None
+                preflight(self.run, self.run.supplier)  # before any external call or domain write
                 for step in self.remaining_steps():
                     stage = step.name
                     if self.budget_left() <= 0:

@@ -4,7 +4,10 @@ import logging
 from functools import partial
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AnonymousUser
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, models, transaction
 
 from onboarding import queue
 from onboarding.errors import RunAlreadyActive
@@ -20,12 +23,32 @@ def _enqueue(run_id: int) -> None:
     queue.enqueue_run(run_id)
 
 
+def _check_user(value: Any, field: str) -> Any:
+    """Return `value` as a saved user, or None for no one / an anonymous user; refuse anything else."""
+    if value is None or isinstance(value, AnonymousUser):
+        return None
+    if not isinstance(value, get_user_model()):
+        raise ValidationError({field: f"{field} must be a user or None, not {type(value).__name__}."})
+    return value if value.pk is not None and value.is_authenticated else None
+
+
+def _check_instance(value: Any, model: type[models.Model], field: str) -> None:
+    if value is None:
+        raise ValidationError({field: f"A {field} is required (got None)."})
+    if not isinstance(value, model):
+        raise ValidationError({field: f"{field} must be a {model.__name__}, not {type(value).__name__}."})
+    if value.pk is None:
+        raise ValidationError({field: f"{field} must be saved first (it has no primary key)."})
+
+
 def onboarding_start(*, supplier: Supplier, started_by: Any = None) -> OnboardingRun:
     """Create a pending run for `supplier` and enqueue it once the transaction commits.
 
-    Raises `RunAlreadyActive` if the supplier already has a pending or running run.
+    Raises `ValidationError` naming the argument for a missing or wrong supplier or user, and
+    `RunAlreadyActive` if the supplier already has a pending or running run.
     """
-    user = started_by if getattr(started_by, "is_authenticated", False) else None
+    _check_instance(supplier, Supplier, "supplier")
+    user = _check_user(started_by, "started_by")
     with transaction.atomic():
         active = OnboardingRun.objects.active().filter(supplier=supplier).first()
         if active is not None:
@@ -43,6 +66,7 @@ def onboarding_start(*, supplier: Supplier, started_by: Any = None) -> Onboardin
 
 def onboarding_resume(*, run: OnboardingRun) -> bool:
     """Enqueue an active run again; return False for a finished run (nothing to resume)."""
+    _check_instance(run, OnboardingRun, "run")
     if run.status not in OnboardingRun.ACTIVE:
         return False
     transaction.on_commit(partial(_enqueue, run.pk))
@@ -55,7 +79,9 @@ def onboarding_cancel(*, run: OnboardingRun, cancelled_by: Any = None, clock: Cl
     Only the status changes, in one conditional statement. A worker holding the run is refused at
     its next guarded save (which expects status = running) and gives its lease back.
     """
-    who = getattr(cancelled_by, "get_username", lambda: "")() or "an operator"
+    _check_instance(run, OnboardingRun, "run")
+    user = _check_user(cancelled_by, "cancelled_by")
+    who = user.get_username() if user is not None else "an operator"
     changed = OnboardingRun.objects.filter(pk=run.pk, status__in=OnboardingRun.ACTIVE).update(
         status=Status.CANCELLED, reason=f"Cancelled by {who}.", finished_at=clock.now()
     )

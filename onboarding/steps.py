@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from notifications.services import notification_create
+from notifications.services import NOTIFICATION_TITLE_MAX, notification_check, notification_create
 from onboarding.client import SupplierServices
 from onboarding.errors import BusinessRefusal, PermanentFailure
 from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, Supplier, VendorRecord
@@ -167,18 +167,43 @@ def store_bank_account(ctx: StepContext, output: Output) -> Output:
 # --- 6. welcome notification ---------------------------------------------------------------------
 
 
+WELCOME_PREFIX = "Welcome aboard, "
+
+
+def welcome_message(supplier: Supplier, run: OnboardingRun) -> dict[str, Any]:
+    """The welcome notification's arguments. The title fits whatever the legal name's length."""
+    room = NOTIFICATION_TITLE_MAX - len(WELCOME_PREFIX)
+    name = supplier.legal_name if len(supplier.legal_name) <= room else supplier.legal_name[: room - 1] + "…"
+    return {
+        "device_token": supplier.device_token,
+        "title": WELCOME_PREFIX + name,
+        "body": "Your supplier account is set up. You can now receive purchase orders.",
+        "data": {"supplier_id": supplier.pk, "onboarding_run_id": run.pk},
+    }
+
+
+def preflight(run: OnboardingRun, supplier: Supplier) -> None:
+    """Raise `PermanentFailure` now if a later step's commit part could not succeed with this supplier.
+
+    Runs before the first external call or domain write, so a run never fails halfway through for
+    a reason that was knowable at the start.
+    """
+    if not supplier.iban:
+        raise BusinessRefusal(f"{supplier.legal_name} has no IBAN on file to register.")
+    if supplier.device_token:
+        try:
+            notification_check(**welcome_message(supplier, run))
+        except ValidationError as exc:
+            raise PermanentFailure(f"The welcome notification would be refused: {'; '.join(exc.messages)}") from exc
+
+
 def send_welcome(ctx: StepContext, output: Output) -> Output:
     supplier = ctx.supplier
     if not supplier.device_token:
         return {"skipped": "the supplier's contact has no device token"}
     # notification_create enqueues delivery with on_commit: a refused save rolls the send back too.
     try:
-        notification = notification_create(
-            device_token=supplier.device_token,
-            title=f"Welcome aboard, {supplier.legal_name}",
-            body="Your supplier account is set up. You can now receive purchase orders.",
-            data={"supplier_id": supplier.pk, "onboarding_run_id": ctx.run.pk},
-        )
+        notification = notification_create(**welcome_message(supplier, ctx.run))
     except ValidationError as exc:
         # Raised inside the guarded transaction, so the phase save is rolled back with it.
         raise PermanentFailure(f"The welcome notification was refused: {'; '.join(exc.messages)}") from exc
