@@ -1,12 +1,24 @@
 """Admin for notifications: status, lease state by the database clock, attempt history, guarded actions."""
 
+from typing import Any
+
+from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 from django.db.models import Exists, OuterRef, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
 from notifications.explain import explain_notification
 from notifications.models import DeliveryAttempt, Notification
-from notifications.services import BulkResult, notification_cancel, notification_retry_now
+from notifications.services import (
+    BulkResult,
+    ContentLocked,
+    notification_cancel,
+    notification_check,
+    notification_create,
+    notification_edit,
+    notification_retry_now,
+)
 
 
 class AttemptOutcomeFilter(admin.SimpleListFilter):
@@ -48,8 +60,44 @@ class DeliveryAttemptInline(admin.TabularInline):
         return False
 
 
+class NotificationForm(forms.ModelForm):
+    """The content fields, checked by the same rules as `notification_create`."""
+
+    class Meta:
+        model = Notification
+        fields = ("device_token", "title", "body", "data")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if self.instance.pk is not None and not _unclaimed(self.instance.pk):
+            raise ValidationError("A worker has claimed this notification: its content can no longer change.")
+        if not self.errors:
+            try:
+                notification_check(
+                    device_token=data.get("device_token"),
+                    title=data.get("title"),
+                    body=data.get("body") or "",
+                    data=data.get("data"),
+                )
+            except ValidationError as exc:
+                self.add_error(None, exc)
+        return data
+
+
+def _unclaimed(pk: int) -> bool:
+    # Read fresh: the object the page was built from may be older than a claim.
+    return Notification.objects.filter(pk=pk, status=Notification.Status.PENDING, fence=0, owner__isnull=True).exists()
+
+
 @admin.register(Notification)
 class NotificationAdmin(admin.ModelAdmin):
+    """Add goes through `notification_create`, edits through `notification_edit` (only before the first claim).
+
+    A claimed or finished notification is the record of what was sent: its page is read-only, with
+    no Save or Delete. Lease fields are never written here (`LeasedModel.save` would refuse anyway).
+    """
+
+    form = NotificationForm
     list_display = (
         "id",
         "title",
@@ -96,6 +144,43 @@ class NotificationAdmin(admin.ModelAdmin):
         # "Live" is judged by the database clock in the same query, never by this web server's clock.
         return super().get_queryset(request).with_lease_state()
 
+    def get_inlines(self, request: HttpRequest, obj: Notification | None) -> Any:
+        return self.inlines if obj is not None else ()  # a new notification has no attempts yet
+
+    def has_change_permission(self, request: HttpRequest, obj: Notification | None = None) -> bool:
+        if obj is not None and (obj.fence > 0 or obj.owner is not None or obj.status != Notification.Status.PENDING):
+            return False  # claimed or finished: a read-only page
+        return super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Notification | None = None) -> bool:
+        return False  # cancel instead: the row and its attempts are the delivery record
+
+    def save_model(self, request: HttpRequest, obj: Notification, form: forms.ModelForm, change: bool) -> None:
+        content = {name: form.cleaned_data.get(name) for name in ("device_token", "title", "body", "data")}
+        content["body"] = content["body"] or ""
+        if not change:
+            created = notification_create(**content)  # due at once and enqueued, like any other
+            obj.pk = created.pk
+            obj._state.adding = False
+            return
+        try:
+            notification_edit(notification_id=obj.pk, **content)
+        except ContentLocked as exc:
+            # A claim landed between the form check and this save: nothing was written.
+            request._weave_refused = str(exc)  # type: ignore[attr-defined]
+
+    def log_change(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        if getattr(request, "_weave_refused", None):
+            return None  # nothing changed: no history entry claiming it did
+        return super().log_change(request, obj, message)
+
+    def response_change(self, request: HttpRequest, obj: Notification) -> HttpResponse:
+        refused = getattr(request, "_weave_refused", None)
+        if refused:
+            self.message_user(request, refused, level=messages.ERROR)
+            return HttpResponseRedirect(request.path)
+        return super().response_change(request, obj)
+
     @admin.display(description="lease")
     def lease_state(self, obj: Notification) -> str:
         if obj.owner is None:
@@ -118,6 +203,7 @@ class NotificationAdmin(admin.ModelAdmin):
         result = notification_retry_now(
             notification_ids=list(queryset.values_list("pk", flat=True)), requested_by=request.user.get_username()
         )
+        self._log(request, result, "Retry now requested.")
         self._report(request, result, "due now")
 
     @admin.action(description="Cancel", permissions=["manage_delivery"])
@@ -125,7 +211,13 @@ class NotificationAdmin(admin.ModelAdmin):
         result = notification_cancel(
             notification_ids=list(queryset.values_list("pk", flat=True)), requested_by=request.user.get_username()
         )
+        self._log(request, result, "Cancelled.")
         self._report(request, result, "cancelled")
+
+    def _log(self, request: HttpRequest, result: BulkResult, message: str) -> None:
+        """Write each changed row to the admin history (LogEntry): who did what to which notification."""
+        for row in Notification.objects.filter(pk__in=result.changed):
+            super().log_change(request, row, message)
 
     def _report(self, request: HttpRequest, result: BulkResult, done: str) -> None:
         if result.changed:

@@ -1,6 +1,7 @@
 """Notifications and their delivery receipts."""
 
 import uuid
+from typing import Any
 
 from django.db import models
 from django.db.models import Q
@@ -19,6 +20,14 @@ class NotificationQuerySet(LeaseQuerySet):
     def claimable(self, clock: Clock = default_clock) -> "NotificationQuerySet":
         """Due rows that nobody holds under a live lease."""
         return self.due(clock).free_or_expired(clock)
+
+
+# What the provider is sent. Once a worker has claimed the row, this is the record of what went out.
+CONTENT_FIELDS = ("device_token", "title", "body", "data")
+
+
+class ContentLocked(Exception):
+    """The notification was claimed (or finished): its content is the record of what was sent."""
 
 
 class Notification(LeasedModel):
@@ -56,6 +65,16 @@ class Notification(LeasedModel):
                 condition=Q(status__in=["pending", "delivered", "failed", "cancelled"]), name="notif_status_valid"
             ),
         ]
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Save; content changes to an existing row are refused here (use `notification_edit`)."""
+        update_fields = kwargs.get("update_fields")
+        # A full-row save is refused by LeasedModel.save (it would write the lease fields too).
+        if not self._state.adding and update_fields is not None and set(CONTENT_FIELDS) & set(update_fields):
+            raise ContentLocked(
+                "A notification's content is changed only by notification_edit, which refuses once it was claimed."
+            )
+        super().save(*args, **kwargs)
 
     def __str__(self) -> str:
         return f"Notification {self.pk} to {self.device_token[:12]}… ({self.status})"

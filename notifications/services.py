@@ -8,7 +8,7 @@ from typing import Any
 from django.db import transaction
 
 from notifications import queue
-from notifications.models import Notification
+from notifications.models import ContentLocked, Notification
 from notifications.validation import TITLE_MAX as NOTIFICATION_TITLE_MAX
 from notifications.validation import check_message
 from weave.events import log_event
@@ -23,6 +23,8 @@ __all__ = [
     "notification_cancel",
     "notification_check",
     "notification_create",
+    "notification_edit",
+    "ContentLocked",
     "notification_retry_now",
 ]
 
@@ -46,6 +48,28 @@ def notification_create(
     notification.refresh_from_db(fields=["next_attempt_at"])
     transaction.on_commit(_enqueue_drain)
     return notification
+
+
+def notification_edit(
+    *, notification_id: int, device_token: str, title: str, body: str = "", data: dict[str, Any] | None = None
+) -> int:
+    """Change a notification's content while no worker has ever claimed it; return the id.
+
+    One conditional UPDATE (pending, fence 0, no owner): a claim that lands first makes it match no
+    row, and `ContentLocked` is raised; the record of what was sent never changes afterwards.
+    """
+    (notification_id,) = check_ids([notification_id], field="notification_id")
+    message = check_message(device_token=device_token, title=title, body=body, data=data)
+    changed = Notification.objects.filter(
+        pk=notification_id, status=Notification.Status.PENDING, fence=0, owner__isnull=True
+    ).update(device_token=message.device_token, title=message.title, body=message.body, data=message.data)
+    if changed != 1:
+        raise ContentLocked(
+            f"Notification {notification_id} was already claimed by a worker (or is gone): its content "
+            "is the record of what was sent and cannot change."
+        )
+    log_event(logger, "edited", job="notification", id=notification_id)
+    return notification_id
 
 
 def notification_check(*, device_token: str, title: str, body: str = "", data: dict[str, Any] | None = None) -> None:

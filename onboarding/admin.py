@@ -50,6 +50,7 @@ class SupplierAdmin(admin.ModelAdmin):
                 skipped.append(str(exc))
             else:
                 started.append(f"{supplier} (run {run.pk})")
+                self.log_change(request, supplier, f"Started onboarding run {run.pk}.")
         if started:
             self.message_user(request, f"Started onboarding for {len(started)}: {', '.join(started)}.")
         if skipped:
@@ -120,6 +121,14 @@ class OnboardingRunAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # runs start from the supplier admin's "Start onboarding"
 
+    def has_change_permission(self, request: HttpRequest, obj: OnboardingRun | None = None) -> bool:
+        # A run's page is read-only: a form Save would write the whole row (lease fields and status
+        # read moments before) over whatever a worker saved since. Operators use the actions.
+        return False if obj is not None else super().has_change_permission(request)
+
+    def has_delete_permission(self, request: HttpRequest, obj: OnboardingRun | None = None) -> bool:
+        return False  # cancel instead; the run, its receipts and attempts are the record
+
     @admin.display(description="lease")
     def lease(self, run: OnboardingRun) -> str:
         if run.owner is None:
@@ -139,7 +148,11 @@ class OnboardingRunAdmin(admin.ModelAdmin):
 
     @admin.action(description="Resume (enqueue a worker)", permissions=["change"])
     def resume(self, request: HttpRequest, queryset: QuerySet[OnboardingRun]) -> None:
-        resumed = [run.pk for run in queryset if onboarding_resume(run=run)]
+        resumed = []
+        for run in queryset:
+            if onboarding_resume(run=run):
+                resumed.append(run.pk)
+                self.log_change(request, run, "Resumed: a worker was enqueued.")
         skipped = queryset.count() - len(resumed)
         if resumed:
             self.message_user(request, f"Enqueued {len(resumed)} run(s): {', '.join(map(str, resumed))}.")
@@ -148,7 +161,11 @@ class OnboardingRunAdmin(admin.ModelAdmin):
 
     @admin.action(description="Cancel", permissions=["change"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[OnboardingRun]) -> None:
-        cancelled = [run.pk for run in queryset if onboarding_cancel(run=run, cancelled_by=request.user)]
+        cancelled = []
+        for run in queryset:
+            if onboarding_cancel(run=run, cancelled_by=request.user):
+                cancelled.append(run.pk)
+                self.log_change(request, run, "Cancelled.")
         skipped = queryset.count() - len(cancelled)
         if cancelled:
             self.message_user(

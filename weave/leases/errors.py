@@ -23,3 +23,7 @@ class LeaseLost(LeaseError):
 
 class NotClaimable(LeaseError):
     """A claim found the row free but outside the claimable state the caller asked for (e.g. done)."""
+
+
+class LeaseFieldsProtected(LeaseError):
+    """A `save()` would have written owner, fence or lease_expires_at outside the lease core. Nothing was written."""
