@@ -6,7 +6,7 @@ Import the public names from here:
 """
 
 from weave.leases.clock import Clock, DatabaseClock, DbNow, FakeClock, default_clock
-from weave.leases.errors import LeaseBusy, LeaseError, LeaseFieldsProtected, LeaseLost, NotClaimable
+from weave.leases.errors import LeaseBusy, LeaseError, LeaseFieldsProtected, LeaseLapsed, LeaseLost, NotClaimable
 from weave.leases.heartbeat import Heartbeat
 from weave.leases.lease import BatchLease, Lease, new_owner
 from weave.leases.models import LEASE_FIELDS, LeasedModel
@@ -23,6 +23,7 @@ __all__ = [
     "LeaseBusy",
     "LeaseError",
     "LeaseFieldsProtected",
+    "LeaseLapsed",
     "LeaseLost",
     "LeaseQuerySet",
     "LEASE_FIELDS",

@@ -21,6 +21,10 @@ class LeaseLost(LeaseError):
         self.holder_fence = holder_fence
 
 
+class LeaseLapsed(LeaseLost):
+    """No renewal landed before the lease's expiry (database errors, not a refusal): stop before saving."""
+
+
 class NotClaimable(LeaseError):
     """A claim found the row free but outside the claimable state the caller asked for (e.g. done)."""
 
