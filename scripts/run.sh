@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 export DATABASE_URL=${DATABASE_URL:-sqlite:///$PWD/db.sqlite3}
+# The demo is a local run: development mode unless the caller says otherwise.
+export DEBUG=${DEBUG:-true}
 PORT=${PORT:-8000}
 PUSH_PORT=${PUSH_PORT:-8100}
 SUPPLIER_PORT=${SUPPLIER_PORT:-8200}
