@@ -19,6 +19,7 @@ from notifications.services import (
     notification_edit,
     notification_retry_now,
 )
+from weave.display import shown
 
 
 class AttemptOutcomeFilter(admin.SimpleListFilter):
@@ -49,9 +50,13 @@ class DeliveryAttemptInline(admin.TabularInline):
         "latency_ms",
         "owner",
         "fence",
-        "reason",
+        "shown_reason",
     )
     ordering = ("started_at", "pk")
+
+    @admin.display(description="reason")
+    def shown_reason(self, obj: DeliveryAttempt) -> str:
+        return shown(obj.reason)
 
     def has_add_permission(self, request, obj=None):
         return False  # receipts are written by the worker only
@@ -118,7 +123,7 @@ class NotificationAdmin(admin.ModelAdmin):
         "next_attempt_at",
         "delivered_at",
         "provider_message_id",
-        "last_error",
+        "shown_last_error",
         "idempotency_key",
         "lease_state",
         "owner",
@@ -131,7 +136,16 @@ class NotificationAdmin(admin.ModelAdmin):
         (None, {"fields": ("device_token", "title", "body", "data")}),
         (
             "Delivery",
-            {"fields": ("status", "attempts", "next_attempt_at", "delivered_at", "provider_message_id", "last_error")},
+            {
+                "fields": (
+                    "status",
+                    "attempts",
+                    "next_attempt_at",
+                    "delivered_at",
+                    "provider_message_id",
+                    "shown_last_error",
+                )
+            },
         ),
         ("Lease (written by workers only)", {"fields": ("lease_state", "owner", "fence", "lease_expires_at")}),
         ("Identity", {"fields": ("idempotency_key", "created_at")}),
@@ -187,6 +201,10 @@ class NotificationAdmin(admin.ModelAdmin):
             return "free"
         return "live" if getattr(obj, "lease_live", False) else "expired"
 
+    @admin.display(description="last error")
+    def shown_last_error(self, obj: Notification) -> str:
+        return shown(obj.last_error)
+
     @admin.display(description="timeline")
     def timeline(self, obj: Notification) -> str:
         return explain_notification(obj.pk).as_html()
@@ -240,6 +258,22 @@ class NotificationAdmin(admin.ModelAdmin):
 @admin.register(DeliveryAttempt)
 class DeliveryAttemptAdmin(admin.ModelAdmin):
     list_display = ("id", "notification", "outcome", "http_status", "latency_ms", "owner", "fence", "started_at")
+    fields = readonly_fields = (
+        "notification",
+        "owner",
+        "fence",
+        "started_at",
+        "finished_at",
+        "http_status",
+        "latency_ms",
+        "outcome",
+        "shown_reason",
+    )
+
+    @admin.display(description="reason")
+    def shown_reason(self, obj: DeliveryAttempt) -> str:
+        return shown(obj.reason)
+
     list_filter = ("outcome",)
     search_fields = ("reason", "owner")
     list_select_related = ("notification",)

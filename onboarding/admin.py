@@ -10,6 +10,7 @@ from onboarding.errors import RunAlreadyActive
 from onboarding.explain import explain_run
 from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, RunAttempt, StepReceipt, Supplier, VendorRecord
 from onboarding.services import onboarding_cancel, onboarding_resume, onboarding_start
+from weave.display import shown
 
 
 class ReadOnlyMixin:
@@ -71,8 +72,12 @@ class StepReceiptInline(ReadOnlyMixin, admin.TabularInline):
 class RunAttemptInline(ReadOnlyMixin, admin.TabularInline):
     model = RunAttempt
     extra = 0
-    fields = readonly_fields = ["fence", "owner", "outcome", "started_at", "ended_at", "reason"]
+    fields = readonly_fields = ["fence", "owner", "outcome", "started_at", "ended_at", "shown_reason"]
     ordering = ["fence", "pk"]
+
+    @admin.display(description="reason")
+    def shown_reason(self, attempt: RunAttempt) -> str:
+        return shown(attempt.reason)
 
 
 class HasBlockedAttemptsFilter(admin.SimpleListFilter):
@@ -101,7 +106,7 @@ class OnboardingRunAdmin(admin.ModelAdmin):
         "supplier",
         "status",
         "phase",
-        "reason",
+        "shown_reason",
         "created_by",
         "created_at",
         "finished_at",
@@ -111,6 +116,7 @@ class OnboardingRunAdmin(admin.ModelAdmin):
         "lease",
         "timeline",
     ]
+    fields = readonly_fields  # the raw `reason` never: `shown_reason` redacts it for the page
     inlines = [StepReceiptInline, RunAttemptInline]
     actions = ["resume", "cancel"]
 
@@ -137,6 +143,10 @@ class OnboardingRunAdmin(admin.ModelAdmin):
         if live is None:
             live = OnboardingRun.objects.live().filter(pk=run.pk).exists()
         return "live" if live else "expired"
+
+    @admin.display(description="reason")
+    def shown_reason(self, run: OnboardingRun) -> str:
+        return shown(run.reason)
 
     @admin.display(description="timeline")
     def timeline(self, run: OnboardingRun) -> str:
@@ -208,7 +218,13 @@ class AttemptOutcomeFilter(admin.SimpleListFilter):
 class RunAttemptAdmin(ReadOnlyMixin, admin.ModelAdmin):
     """Blocked attempts and why (the page opens on them); other outcomes are a filter away."""
 
-    list_display = ["run", "fence", "owner", "outcome", "started_at", "ended_at", "reason"]
+    list_display = ["run", "fence", "owner", "outcome", "started_at", "ended_at", "shown_reason"]
+    fields = readonly_fields = ["run", "fence", "owner", "outcome", "started_at", "ended_at", "shown_reason"]
+
+    @admin.display(description="reason")
+    def shown_reason(self, attempt: RunAttempt) -> str:
+        return shown(attempt.reason)
+
     list_filter = [AttemptOutcomeFilter]
     list_select_related = ["run__supplier"]
     search_fields = ["owner", "reason"]
