@@ -283,6 +283,9 @@ class SupplierServices:
                 declared = response.headers.get("Content-Length", "")
                 if declared.isdigit() and int(declared) > BODY_CAP:
                     dropped = True  # do not even start reading it
+                elif response.is_stream_consumed:  # an in-memory answer (a test transport): already read
+                    chunks.append(response.content)
+                    dropped = len(response.content) > BODY_CAP
                 else:
                     for chunk in response.iter_raw():
                         chunks.append(chunk)

@@ -27,6 +27,7 @@ from onboarding.steps import STEPS, Step, StepContext, preflight
 from weave.conf import weave_settings
 from weave.events import log_event
 from weave.leases import Clock, Heartbeat, Lease, LeaseBusy, LeaseLost, NotClaimable, default_clock, new_owner
+from weave.sanitize import decode
 
 logger = logging.getLogger("weave.onboarding")
 JOB = "onboarding"
@@ -276,10 +277,13 @@ class Attempt:
 
     def _guarded_release(self, *, expect: dict[str, Any], **fields: Any) -> None:
         assert self.lease is not None
+        if "reason" in fields:
+            fields["reason"] = storable(fields["reason"])
         OnboardingRun.objects.release(self.lease, clock=self.clock, expect=expect, **fields)
 
     def _end_attempt(self, outcome: str, reason: str) -> None:
         assert self.lease is not None
+        reason = storable(reason)  # a reason PostgreSQL refuses would leave the attempt running forever
         self.outcome, self.reason = outcome, reason
         if self.attempt_id is None:
             self.attempt_id = RunAttempt.objects.create(
@@ -298,6 +302,11 @@ class Attempt:
             )
         event = {Outcome.COMPLETED: "completed", Outcome.RELEASED: "released"}.get(outcome, str(outcome))
         log_event(logger, event, job=JOB, id=self.run_id, owner=self.lease.owner, fence=self.lease.fence, reason=reason)
+
+
+def storable(reason: str) -> str:
+    """Return `reason` as text every database stores: valid Unicode, no NUL."""
+    return decode(reason).replace("\x00", "\ufffd")
 
 
 def run_onboarding(run_id: Any, **options: Any) -> str:

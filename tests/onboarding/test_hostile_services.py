@@ -164,3 +164,57 @@ def test_every_mode__ends_in_a_classified_failure_never_an_exception(fake_servic
         finally:
             services.close()
     assert OnboardingRun.objects.count() == 0
+
+
+# --- fuzzing the classification (pure policy: httpx.MockTransport, no sockets) --------------------------
+
+import httpx  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+content_types = st.sampled_from(
+    ["application/json", "application/problem+json", "text/html", "text/plain", "", "application/json; charset=x"]
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(status=st.integers(100, 599), body=st.binary(max_size=300), content_type=content_types, location=st.text())
+def test_any_answer__is_a_clean_dict_or_a_classified_failure_with_a_safe_reason(status, body, content_type, location):
+    headers = [(b"Content-Type", content_type.encode())] if content_type else []
+    if 300 <= status < 400:
+        headers.append((b"Location", location.encode("utf-8", "surrogatepass").replace(b"\r", b"").replace(b"\n", b"")))
+
+    def answer(request):
+        return httpx.Response(status, content=body, headers=headers)
+
+    services = SupplierServices(
+        "http://svc.test", timeout=1.0, retries=0, backoff=0.0, transport=httpx.MockTransport(answer)
+    )
+    try:
+        got_status, got = services.post(TAX, PAYLOAD, key="k")
+    except (TemporaryFailure, PermanentFailure) as exc:
+        assert_safe(exc.reason)
+        assert len(exc.reason) < 1200
+        if 300 <= status < 400:
+            assert isinstance(exc, TemporaryFailure)  # a redirect is never the supplier's fault
+    else:
+        assert 200 <= got_status < 300 or got_status == 422
+        assert isinstance(got, dict)
+        assert "json" in content_type
+        assert_safe(repr(got).replace("\\n", ""))  # repr escapes; check no raw NUL/surrogate survived
+        for text in _strings(got):
+            assert "\x00" not in text and "\n" not in text
+    finally:
+        services.close()
+
+
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
