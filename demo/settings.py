@@ -158,7 +158,7 @@ Q_CLUSTER = {
 }
 
 # --- Weave -------------------------------------------------------------------------------------
-WEAVE = {
+WEAVE: dict[str, object] = {
     # Local defaults only with DEBUG on (a production start without them stopped above).
     "PUSH_URL": _PUSH_URL or "http://127.0.0.1:8100/push",
     "PUSH_TOKEN": _PUSH_TOKEN or "dev-token",
@@ -166,18 +166,17 @@ WEAVE = {
 }
 
 
-def _weave_env_overrides() -> dict:
+def _weave_env_overrides() -> dict[str, float | int]:
     """Read `WEAVE_<KEY>` for every numeric WEAVE setting, so a parent process (the chaos runner,
     a demo script) can give its worker processes short leases, budgets or batch sizes."""
-    from weave.conf import DEFAULTS
+    from weave.conf import KEYS
 
-    overrides = {}
-    for key, default in DEFAULTS.items():
-        raw = os.environ.get(f"WEAVE_{key}")
-        if raw is None or isinstance(default, str) or key in WEAVE:
+    overrides: dict[str, float | int] = {}
+    for name, key in KEYS.items():
+        raw = os.environ.get(f"WEAVE_{name}")
+        if raw is None or key.kind is str or name in WEAVE:
             continue
-        kind = float if default is None else type(default)
-        overrides[key] = kind(raw)
+        overrides[name] = key.kind(raw)
     return overrides
 
 

@@ -8,7 +8,6 @@ from django.core.exceptions import ValidationError
 from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
-from notifications.explain import explain_notification
 from notifications.models import DeliveryAttempt, Notification
 from notifications.services import (
     BulkResult,
@@ -19,26 +18,29 @@ from notifications.services import (
     notification_edit,
     notification_retry_now,
 )
+from weave.admin import LeasedModelAdmin, ReadOnlyAdminMixin
 from weave.display import shown
 
 
-class AttemptOutcomeFilter(admin.SimpleListFilter):
+class HasAttemptWithOutcomeFilter(admin.SimpleListFilter):
     """Notifications that have at least one attempt with the chosen outcome."""
 
     title = "attempt outcome"
     parameter_name = "attempt_outcome"
 
-    def lookups(self, request, model_admin):
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return DeliveryAttempt.Outcome.choices
 
-    def queryset(self, request, queryset):
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         if not self.value():
             return queryset
         attempts = DeliveryAttempt.objects.filter(notification=OuterRef("pk"), outcome=self.value())
         return queryset.filter(Exists(attempts))
 
 
-class DeliveryAttemptInline(admin.TabularInline):
+class DeliveryAttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
+    """Receipts are written by the worker only."""
+
     model = DeliveryAttempt
     extra = 0
     can_delete = False
@@ -58,12 +60,6 @@ class DeliveryAttemptInline(admin.TabularInline):
     def shown_reason(self, obj: DeliveryAttempt) -> str:
         return shown(obj.reason)
 
-    def has_add_permission(self, request, obj=None):
-        return False  # receipts are written by the worker only
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
 
 class NotificationForm(forms.ModelForm):
     """The content fields, checked by the same rules as `notification_create`."""
@@ -73,7 +69,7 @@ class NotificationForm(forms.ModelForm):
         fields = ("device_token", "title", "body", "data")
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = super().clean() or {}
         if self.instance.pk is not None and not _unclaimed(self.instance.pk):
             raise ValidationError("A worker has claimed this notification: its content can no longer change.")
         if not self.errors:
@@ -95,7 +91,7 @@ def _unclaimed(pk: int) -> bool:
 
 
 @admin.register(Notification)
-class NotificationAdmin(admin.ModelAdmin):
+class NotificationAdmin(LeasedModelAdmin):
     """Add goes through `notification_create`, edits through `notification_edit` (only before the first claim).
 
     A claimed or finished notification is the record of what was sent: its page is read-only, with
@@ -115,7 +111,7 @@ class NotificationAdmin(admin.ModelAdmin):
         "owner",
         "fence",
     )
-    list_filter = ("status", AttemptOutcomeFilter)
+    list_filter = ("status", HasAttemptWithOutcomeFilter)
     search_fields = ("device_token", "title", "idempotency_key")
     readonly_fields = (
         "status",
@@ -153,10 +149,11 @@ class NotificationAdmin(admin.ModelAdmin):
     )
     inlines = (DeliveryAttemptInline,)
     actions = ("retry_now", "cancel")
+    explain_kind = "notification"
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet:
-        # "Live" is judged by the database clock in the same query, never by this web server's clock.
-        return super().get_queryset(request).with_lease_state()
+    @admin.display(description="last error")
+    def shown_last_error(self, obj: Notification) -> str:
+        return shown(obj.last_error)
 
     def get_inlines(self, request: HttpRequest, obj: Notification | None) -> Any:
         return self.inlines if obj is not None else ()  # a new notification has no attempts yet
@@ -194,20 +191,6 @@ class NotificationAdmin(admin.ModelAdmin):
             self.message_user(request, refused, level=messages.ERROR)
             return HttpResponseRedirect(request.path)
         return super().response_change(request, obj)
-
-    @admin.display(description="lease")
-    def lease_state(self, obj: Notification) -> str:
-        if obj.owner is None:
-            return "free"
-        return "live" if getattr(obj, "lease_live", False) else "expired"
-
-    @admin.display(description="last error")
-    def shown_last_error(self, obj: Notification) -> str:
-        return shown(obj.last_error)
-
-    @admin.display(description="timeline")
-    def timeline(self, obj: Notification) -> str:
-        return explain_notification(obj.pk).as_html()
 
     @admin.display(description="device token")
     def short_token(self, obj: Notification) -> str:
@@ -256,8 +239,11 @@ class NotificationAdmin(admin.ModelAdmin):
 
 
 @admin.register(DeliveryAttempt)
-class DeliveryAttemptAdmin(admin.ModelAdmin):
+class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("id", "notification", "outcome", "http_status", "latency_ms", "owner", "fence", "started_at")
+    list_filter = ("outcome",)
+    search_fields = ("reason", "owner")
+    list_select_related = ("notification",)
     fields = readonly_fields = (
         "notification",
         "owner",
@@ -273,19 +259,6 @@ class DeliveryAttemptAdmin(admin.ModelAdmin):
     @admin.display(description="reason")
     def shown_reason(self, obj: DeliveryAttempt) -> str:
         return shown(obj.reason)
-
-    list_filter = ("outcome",)
-    search_fields = ("reason", "owner")
-    list_select_related = ("notification",)
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 def _ids(pks: list[int]) -> str:

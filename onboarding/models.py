@@ -68,7 +68,7 @@ class BankAccount(models.Model):
         return f"Bank account {self.reference} (…{self.last4})"
 
 
-class OnboardingRunQuerySet(LeaseQuerySet):
+class OnboardingRunQuerySet(LeaseQuerySet["OnboardingRun"]):
     def active(self) -> "OnboardingRunQuerySet":
         """Runs not yet finished: pending or running. The claimable state."""
         return self.filter(status__in=OnboardingRun.ACTIVE)
@@ -99,7 +99,7 @@ class OnboardingRun(LeasedModel):
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True, editable=False)
 
-    objects = OnboardingRunQuerySet.as_manager()
+    objects = OnboardingRunQuerySet.as_manager()  # type: ignore[misc]  # replaces the abstract base's manager
 
     class Meta:
         ordering = ["-pk"]
