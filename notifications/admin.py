@@ -74,9 +74,10 @@ class NotificationForm(forms.ModelForm):
             raise ValidationError("A worker has claimed this notification: its content can no longer change.")
         if not self.errors:
             try:
+                # The form hands over whatever was typed; notification_check types and checks it.
                 notification_check(
-                    device_token=data.get("device_token"),
-                    title=data.get("title"),
+                    device_token=data.get("device_token", ""),
+                    title=data.get("title", ""),
                     body=data.get("body") or "",
                     data=data.get("data"),
                 )
@@ -167,8 +168,13 @@ class NotificationAdmin(LeasedModelAdmin):
         return False  # cancel instead: the row and its attempts are the delivery record
 
     def save_model(self, request: HttpRequest, obj: Notification, form: forms.ModelForm, change: bool) -> None:
-        content = {name: form.cleaned_data.get(name) for name in ("device_token", "title", "body", "data")}
-        content["body"] = content["body"] or ""
+        cleaned = form.cleaned_data
+        content: dict[str, Any] = {
+            "device_token": cleaned.get("device_token", ""),
+            "title": cleaned.get("title", ""),
+            "body": cleaned.get("body") or "",
+            "data": cleaned.get("data"),
+        }
         if not change:
             created = notification_create(**content)  # due at once and enqueued, like any other
             obj.pk = created.pk

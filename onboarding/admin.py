@@ -103,7 +103,7 @@ class OnboardingRunAdmin(LeasedModelAdmin):
         "lease_state",
         "timeline",
     ]
-    fields = readonly_fields  # never the raw `reason`: `shown_reason` redacts it for the page
+    fields = tuple(readonly_fields)  # never the raw `reason`: `shown_reason` redacts it for the page
     inlines = [StepReceiptInline, RunAttemptInline]
     actions = ["resume", "cancel"]
     explain_kind = "run"
@@ -194,7 +194,7 @@ class RunAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Blocked attempts and why (the page opens on them); other outcomes are a filter away."""
 
     list_display = ["run", "fence", "owner", "outcome", "started_at", "ended_at", "shown_reason"]
-    fields = readonly_fields = ["run", "fence", "owner", "outcome", "started_at", "ended_at", "shown_reason"]
+    fields = readonly_fields = ("run", "fence", "owner", "outcome", "started_at", "ended_at", "shown_reason")
     list_filter = [RunAttemptOutcomeFilter]
     list_select_related = ["run__supplier"]
     search_fields = ["owner", "reason"]

@@ -55,24 +55,24 @@ def check_text(
     """Return `value` if it is acceptable text for `field`; raise a `ValidationError` naming it otherwise.
 
     `controls=False` also refuses control characters other than tab and newlines; `one_line` refuses
-    line breaks too; `strip` trims
-    surrounding whitespace first; `required` refuses empty (or blank) text.
+    line breaks too; `strip` trims surrounding whitespace first; `required` refuses empty (or blank) text.
     """
     if not isinstance(value, str):
         raise _refuse(field, f"{field} must be text, not {_describe(value)}.")
-    if problem := text_problem(value):
+    text: str = value
+    if problem := text_problem(text):
         raise _refuse(field, f"{field} {problem}.")
-    if not controls and any(c in _CONTROLS for c in value):
+    if not controls and any(c in _CONTROLS for c in text):
         raise _refuse(field, f"{field} contains a control character.")
-    if one_line and any(c in "\n\r\u2028\u2029\x85" for c in value):
+    if one_line and any(c in "\n\r\u2028\u2029\x85" for c in text):
         raise _refuse(field, f"{field} must be one line.")
     if strip:
-        value = value.strip()
-    if required and not value.strip():
+        text = text.strip()
+    if required and not text.strip():
         raise _refuse(field, required_message or f"{field} is required.")
-    if max_chars is not None and len(value) > max_chars:
-        raise _refuse(field, f"{field} has at most {max_chars} characters ({len(value)} given).")
-    return value
+    if max_chars is not None and len(text) > max_chars:
+        raise _refuse(field, f"{field} has at most {max_chars} characters ({len(text)} given).")
+    return text
 
 
 def check_json(value: Any, *, field: str, max_depth: int = MAX_DEPTH, object_only: bool = False) -> Any:

@@ -313,12 +313,12 @@ class _Handler(FakeHandler):
         stopping = self.server.state.stopping
         self.close_connection = True  # never reuse a connection after a hostile answer
         if mode == "nul_json":
-            refusal = {
+            refusals: dict[str, tuple[int, dict[str, Any]]] = {
                 "/tax-ids/verify": (200, {"valid": False, "reason": POISON}),
                 "/sanctions/screen": (200, {"hit": True, "list": POISON, "reason": POISON}),
                 "/bank-accounts": (422, {"error": POISON}),
-            }[endpoint]
-            self._send(*refusal)
+            }
+            self._send(*refusals[endpoint])
         elif mode == "binary":
             self._send_bytes(200, b'\x00\xff\xfe{"valid": \x00true\xc3\x28}\x00', "application/json")
         elif mode == "html":
