@@ -174,13 +174,16 @@ def _weave_env_overrides() -> dict[str, float | int]:
     overrides: dict[str, float | int] = {}
     for name, key in KEYS.items():
         raw = os.environ.get(f"WEAVE_{name}")
-        if raw is None or key.kind is str or name in WEAVE:
+        if raw is None or key.kind not in (int, float) or name in WEAVE:
             continue
         overrides[name] = key.kind(raw)
     return overrides
 
 
 WEAVE.update(_weave_env_overrides())
+# The onboarding plan, as comma-separated dotted paths (the chaos run adds the demo's own ERP step).
+if os.environ.get("WEAVE_ONBOARDING_STEPS"):
+    WEAVE["ONBOARDING_STEPS"] = [p.strip() for p in os.environ["WEAVE_ONBOARDING_STEPS"].split(",") if p.strip()]
 
 LOGGING = {
     "version": 1,

@@ -27,7 +27,7 @@ from onboarding.errors import PermanentFailure, TemporaryFailure
 from weave.conf import weave_settings
 from weave.events import log_event
 from weave.leases import Heartbeat
-from weave.retry import HttpClass, http_class, is_json_content_type, parse_retry_after
+from weave.retry import HttpClass, backoff_seconds, http_class, is_json_content_type, parse_retry_after
 from weave.sanitize import decode, escape_controls, outside_text, safe_url
 
 logger = logging.getLogger("weave.onboarding")
@@ -221,7 +221,8 @@ class SupplierServices:
                 heartbeat.check()
                 if attempt and heartbeat.budget_spent:
                     raise TemporaryFailure(f"{path}: attempt budget spent while retrying; last error: {problem}")
-            delay = self.backoff * (2**attempt)
+            # The shared policy (weave.retry): exponential with jitter, capped like a Retry-After.
+            delay = backoff_seconds(attempt + 1, base=self.backoff, cap=self.retry_after_max)
             try:
                 answer = self._send(path, payload, key)
             except httpx.TimeoutException as exc:

@@ -15,6 +15,7 @@ class Supplier(models.Model):
     # The contact's phone: the welcome notification goes to it.
     device_token = models.CharField(max_length=512, blank=True)
     iban = models.CharField("IBAN", max_length=34, blank=True)
+    bic = models.CharField("BIC", max_length=11, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -70,12 +71,23 @@ class BankAccount(models.Model):
 
 class OnboardingRunQuerySet(LeaseQuerySet["OnboardingRun"]):
     def active(self) -> "OnboardingRunQuerySet":
-        """Runs not yet finished: pending or running. The claimable state."""
+        """Runs not yet finished: pending or running."""
         return self.filter(status__in=OnboardingRun.ACTIVE)
 
+    def undo_requested(self) -> "OnboardingRunQuerySet":
+        """Cancelled runs whose committed steps an operator asked to undo, not done yet."""
+        return self.filter(status=OnboardingRun.Status.CANCELLED, undo_state=OnboardingRun.Undo.REQUESTED)
+
+    def claimable(self) -> "OnboardingRunQuerySet":
+        """What a worker may claim: active runs, and cancelled runs waiting for their undo."""
+        return self.filter(
+            Q(status__in=OnboardingRun.ACTIVE)
+            | Q(status=OnboardingRun.Status.CANCELLED, undo_state=OnboardingRun.Undo.REQUESTED)
+        )
+
     def needing_a_worker(self, clock: Clock = default_clock) -> "OnboardingRunQuerySet":
-        """Active runs nobody holds under a live lease: pending ones, released ones and crashed ones."""
-        return self.active().free_or_expired(clock)
+        """Claimable runs nobody holds under a live lease: pending, released, crashed, or waiting to undo."""
+        return self.claimable().free_or_expired(clock)
 
 
 class OnboardingRun(LeasedModel):
@@ -85,6 +97,12 @@ class OnboardingRun(LeasedModel):
         COMPLETED = "completed"
         FAILED = "failed"
         CANCELLED = "cancelled"
+
+    class Undo(models.TextChoices):
+        NONE = "", "not asked"
+        REQUESTED = "requested"
+        DONE = "done"
+        FAILED = "failed"
 
     ACTIVE = (Status.PENDING, Status.RUNNING)
 
@@ -98,11 +116,24 @@ class OnboardingRun(LeasedModel):
     reason = models.TextField(blank=True, help_text="Why the run is where it is, for a person.")
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # The steps this run takes (dotted paths), recorded when it started: a changed setting never
+    # reshapes a run in flight.
+    plan = models.JSONField(default=list, blank=True, editable=False)
+    # How often "Retry failed run" re-opened it; part of the idempotency keys from then on.
+    reopened = models.PositiveIntegerField(default=0, editable=False)
+    # Where and how a failed run failed, stored rather than read back out of the reason.
+    failed_step = models.CharField(max_length=40, blank=True, default="", editable=False)
+    failure_fixable = models.BooleanField(default=True, editable=False)
+    undo_state = models.CharField(max_length=10, choices=Undo.choices, blank=True, default="", editable=False)
 
     objects = OnboardingRunQuerySet.as_manager()  # type: ignore[misc]  # replaces the abstract base's manager
 
     class Meta:
         ordering = ["-pk"]
+        permissions = [
+            ("retry_run", "Can re-open a failed onboarding run"),
+            ("undo_run", "Can cancel an onboarding run and undo its committed steps"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["supplier"],
@@ -129,6 +160,9 @@ class StepReceipt(models.Model):
     owner = models.CharField(max_length=100)
     completed_at = models.DateTimeField(help_text="Database clock.")
     output = models.JSONField(default=dict, blank=True)
+    # Set by the guarded transaction that ran the step's undo ("Cancel and undo").
+    undone_at = models.DateTimeField(null=True, blank=True, help_text="Database clock.")
+    undone_fence = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["run", "completed_at", "pk"]

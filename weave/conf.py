@@ -73,6 +73,9 @@ class Key(Generic[T]):
             return None if self.optional else f"must be {self.expected()}, not None"
         if self.kind is str:
             return None if isinstance(value, str) else f"must be {self.expected()}, not {type(value).__name__}"
+        if self.kind is tuple:
+            strings = isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value)
+            return None if strings else f"must be {self.expected()}, not {type(value).__name__}"
         numeric = (int, float) if self.kind is float else (int,)
         if isinstance(value, bool) or not isinstance(value, numeric):
             return f"must be {self.expected()}, not {type(value).__name__}"
@@ -85,7 +88,7 @@ class Key(Generic[T]):
         return None
 
     def expected(self) -> str:
-        what = {float: "a number", int: "a whole number", str: "a string"}[self.kind]
+        what = {float: "a number", int: "a whole number", str: "a string", tuple: "a list of strings"}[self.kind]
         if self.above is not None:
             what += f" above {self.above:g}"
         elif self.minimum is not None:
@@ -121,6 +124,11 @@ def text(default: str, doc: str) -> Key[str]:
     return Key(default, doc, kind=str)
 
 
+def dotted_paths(default: tuple[str, ...], doc: str) -> Key[tuple[str, ...]]:
+    """A list (or tuple) of dotted import paths; what they must name is checked by the app that loads them."""
+    return Key(default, doc, kind=tuple)
+
+
 class WeaveSettings:
     """Read-through, typed view of `settings.WEAVE`: one attribute per key."""
 
@@ -152,6 +160,19 @@ class WeaveSettings:
     ONBOARDING_STEP_RETRIES = count(3, "temporary failures retried within a step", minimum=0)
     ONBOARDING_RETRY_BACKOFF = seconds(0.5, "seconds before the first retry in a step, doubled per retry", minimum=0.0)
     ONBOARDING_RETRY_AFTER_MAX = seconds(30.0, "a longer Retry-After is capped to this", minimum=0.0)
+    # A run records the list when it starts, so changing it never reshapes runs in flight; the
+    # system check onboarding.E003 loads it (README "Write your own step").
+    ONBOARDING_STEPS = dotted_paths(
+        (
+            "onboarding.steps.builtin.verify_tax_id",
+            "onboarding.steps.builtin.screen_sanctions",
+            "onboarding.steps.builtin.create_vendor_record",
+            "onboarding.steps.builtin.set_payment_terms",
+            "onboarding.steps.builtin.register_bank_account",
+            "onboarding.steps.builtin.send_welcome_notification",
+        ),
+        "the onboarding plan: dotted paths of the steps a new run takes, in order",
+    )
 
     @classmethod
     def keys(cls) -> dict[str, Key[Any]]:
