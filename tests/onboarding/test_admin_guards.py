@@ -5,7 +5,7 @@ from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 
 from onboarding.models import OnboardingRun, Supplier
-from onboarding.runner import Attempt
+from onboarding.runner import claim_attempt
 from tests.factories import OnboardingRunFactory, SupplierFactory
 
 pytestmark = pytest.mark.django_db
@@ -15,8 +15,7 @@ SUPPLIERS = reverse("admin:weave_onboarding_supplier_changelist")
 
 def test_run_page__has_no_save_or_delete_and_a_post_writes_nothing(admin_client, fake_services):
     run = OnboardingRunFactory()
-    worker = Attempt(run.pk, background=False)
-    worker.claim()
+    claim_attempt(run.pk, background=False)  # a worker holds the run under a live lease
     url = reverse("admin:weave_onboarding_onboardingrun_change", args=[run.pk])
     html = admin_client.get(url).content.decode()
     assert 'name="_save"' not in html and "deletelink" not in html

@@ -173,7 +173,7 @@ def test_run__background_heartbeat_renews_on_its_own_connection_during_a_slow_ca
 
 def test_run__welcome_refused_at_commit_fails_the_run_and_rolls_its_save_back(fake_services, monkeypatch):
     # The preflight passed, yet the create refuses at commit time (the safety net): the phase save goes too.
-    from onboarding import steps
+    from onboarding.steps import builtin as steps
 
     def refuse(**kwargs):
         raise ValidationError({"title": "refused at the last moment"})
