@@ -30,6 +30,9 @@ BASE_ENV = {
     "DJANGO_SETTINGS_MODULE": "demo.settings",
     "DEBUG": "false",
     "SECRET_KEY": "weave-bench-only-not-a-secret-" + "x" * 32,
+    # DEBUG off is a production start, which needs push credentials; the bench's fake accepts any token.
+    "WEAVE_PUSH_TOKEN": "bench-token-not-a-secret",
+    "WEAVE_PUSH_URL": "http://127.0.0.1:8100/push",  # each cluster gets the bench provider's own URL
     "WEAVE_Q_NAME": "weave-bench",
     "WEAVE_LOG_LEVEL": "WARNING",
 }

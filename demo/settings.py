@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -19,12 +20,30 @@ def env_bool(name: str, default: bool) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
-DEBUG = env_bool("DEBUG", True)
+# Off unless asked for: `make run`, `make test` and the chaos run turn it on for themselves.
+DEBUG = env_bool("DEBUG", False)
+
+# What a production start (DEBUG off) must be given; missing ones stop the start with one clear message.
+_missing: list[str] = []
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
-    if not DEBUG:
-        raise RuntimeError("SECRET_KEY must be set when DEBUG is off.")
-    SECRET_KEY = "weave-insecure-development-key-do-not-use-in-production"
+    _missing.append(
+        "SECRET_KEY (a long random string, e.g. from `python -c 'import secrets; print(secrets.token_urlsafe(50))'`)"
+    )
+    # The "django-insecure-" prefix makes `check --deploy` flag this key (security.W009) if it is ever used.
+    SECRET_KEY = "django-insecure-weave-development-key-not-for-production"
+_PUSH_URL = os.environ.get("WEAVE_PUSH_URL", "")
+_PUSH_TOKEN = os.environ.get("WEAVE_PUSH_TOKEN", "")
+if not _PUSH_URL:
+    _missing.append("WEAVE_PUSH_URL (the push provider's endpoint)")
+if not _PUSH_TOKEN:
+    _missing.append("WEAVE_PUSH_TOKEN (the push provider's bearer token)")
+if _missing and not DEBUG:
+    raise ImproperlyConfigured(
+        "DEBUG is off (production), but these settings are missing from the environment: "
+        + "; ".join(_missing)
+        + ". Set them, or set DEBUG=true for a local run (`make run` does)."
+    )
 ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h.strip()]
 
 INSTALLED_APPS = [
@@ -101,6 +120,18 @@ USE_TZ = True
 # Times with seconds and zone wherever Django formats one (demo/formats/en/formats.py).
 FORMAT_MODULE_PATH = ["demo.formats"]
 
+# --- HTTPS in production (what `check --deploy` asks for); each can be turned off from the environment.
+if not DEBUG:
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", str(365 * 24 * 3600)))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
+    # Behind a TLS-terminating proxy, tell Django which header says the request came in over HTTPS.
+    if os.environ.get("SECURE_PROXY_SSL_HEADER"):
+        SECURE_PROXY_SSL_HEADER = (os.environ["SECURE_PROXY_SSL_HEADER"], "https")
+
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 
@@ -130,8 +161,9 @@ Q_CLUSTER = {
 
 # --- Weave -------------------------------------------------------------------------------------
 WEAVE: dict[str, object] = {
-    "PUSH_URL": os.environ.get("WEAVE_PUSH_URL", "http://127.0.0.1:8100/push"),
-    "PUSH_TOKEN": os.environ.get("WEAVE_PUSH_TOKEN", "dev-token"),
+    # Local defaults only with DEBUG on (a production start without them stopped above).
+    "PUSH_URL": _PUSH_URL or "http://127.0.0.1:8100/push",
+    "PUSH_TOKEN": _PUSH_TOKEN or "dev-token",
     "SUPPLIER_API_URL": os.environ.get("WEAVE_SUPPLIER_API_URL", "http://127.0.0.1:8200"),
     # Prometheus scrapes /metrics with this bearer token; unset, only staff sessions may read it.
     "METRICS_TOKEN": os.environ.get("WEAVE_METRICS_TOKEN", ""),

@@ -2,22 +2,26 @@
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import Exists, OuterRef, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.html import format_html_join
 
 from notifications.models import BreakerOpening, DeliveryAttempt, Device, Notification
 from notifications.services import (
     BulkResult,
+    ContentLocked,
     device_deactivate,
     notification_cancel,
+    notification_check,
     notification_create,
+    notification_edit,
     notification_retry_now,
 )
 from weave.admin import LeasedModelAdmin, ReadOnlyAdminMixin
-from weave.display import admin_link_to, timestamp_column
+from weave.display import admin_link_to, shown, timestamp_column
 
 
 class HasAttemptWithOutcomeFilter(admin.SimpleListFilter):
@@ -50,15 +54,58 @@ class DeliveryAttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
         "latency_ms",
         "owner",
         "fence",
-        "reason",
+        "shown_reason",
     )
     ordering = ("started_at", "pk")
     started_at_display = timestamp_column("started_at", "sent at (database clock)")
     finished_at_display = timestamp_column("finished_at", "finished at (database clock)")
 
+    @admin.display(description="reason")
+    def shown_reason(self, obj: DeliveryAttempt) -> str:
+        return shown(obj.reason)
+
+
+class NotificationForm(forms.ModelForm):
+    """The content fields, checked by the same rules as `notification_create`."""
+
+    class Meta:
+        model = Notification
+        fields = ("device_token", "title", "body", "data")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.instance.pk is not None and not _unclaimed(self.instance.pk):
+            raise ValidationError("A worker has claimed this notification: its content can no longer change.")
+        if not self.errors:
+            editing = self.instance.pk is not None  # then the token and backend are the row's, shown read-only
+            try:
+                # The form hands over whatever was typed; notification_check types and checks it.
+                notification_check(
+                    device_token=self.instance.device_token if editing else data.get("device_token", ""),
+                    backend=self.instance.backend if editing else None,
+                    title=data.get("title", ""),
+                    body=data.get("body") or "",
+                    data=data.get("data"),
+                )
+            except ValidationError as exc:
+                self.add_error(None, exc)
+        return data
+
+
+def _unclaimed(pk: int) -> bool:
+    # Read fresh: the object the page was built from may be older than a claim.
+    return Notification.objects.filter(pk=pk, status=Notification.Status.PENDING, fence=0, owner__isnull=True).exists()
+
 
 @admin.register(Notification)
 class NotificationAdmin(LeasedModelAdmin):
+    """Add goes through `notification_create`, edits through `notification_edit` (only before the first claim).
+
+    A claimed or finished notification is the record of what was sent: its page is read-only, with
+    no Save or Delete. Lease fields are never written here (`LeasedModel.save` would refuse anyway).
+    """
+
+    form = NotificationForm
     list_display = (
         "id",
         "title",
@@ -88,7 +135,7 @@ class NotificationAdmin(LeasedModelAdmin):
         "next_attempt_at_display",
         "delivered_at_display",
         "provider_message_id",
-        "last_error",
+        "shown_last_error",
         "idempotency_key",
         "lease_state",
         "owner",
@@ -112,7 +159,7 @@ class NotificationAdmin(LeasedModelAdmin):
                     "next_attempt_at_display",
                     "delivered_at_display",
                     "provider_message_id",
-                    "last_error",
+                    "shown_last_error",
                 )
             },
         ),
@@ -135,7 +182,7 @@ class NotificationAdmin(LeasedModelAdmin):
     @admin.display(description="reason")
     def reason(self, obj: Notification) -> str:
         # The first line: the story of a row that gave up goes on over several lines (the change page has it all).
-        return (obj.last_error or "").split("\n", 1)[0] or "—"
+        return shown((obj.last_error or "").split("\n", 1)[0]) or "—"
 
     @admin.display(description="sent for")
     def sent_for(self, obj: Notification) -> str:
@@ -150,6 +197,59 @@ class NotificationAdmin(LeasedModelAdmin):
             links.append(admin_link_to("weave_onboarding", "supplier", supplier_id, f"supplier #{supplier_id}"))
         return format_html_join(", ", "{}", ((link,) for link in links)) if links else "—"
 
+    @admin.display(description="last error")
+    def shown_last_error(self, obj: Notification) -> str:
+        return shown(obj.last_error)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Notification | None = None) -> Any:
+        fields = tuple(super().get_readonly_fields(request, obj))
+        # Where it goes is fixed once it exists: only title, body and data may change before a claim.
+        return (*fields, "device_token") if obj is not None else fields
+
+    def get_inlines(self, request: HttpRequest, obj: Notification | None) -> Any:
+        return self.inlines if obj is not None else ()  # a new notification has no attempts yet
+
+    def has_change_permission(self, request: HttpRequest, obj: Notification | None = None) -> bool:
+        if obj is not None and (obj.fence > 0 or obj.owner is not None or obj.status != Notification.Status.PENDING):
+            return False  # claimed or finished: a read-only page
+        return super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Notification | None = None) -> bool:
+        return False  # cancel instead: the row and its attempts are the delivery record
+
+    def save_model(self, request: HttpRequest, obj: Notification, form: forms.ModelForm, change: bool) -> None:
+        cleaned = form.cleaned_data
+        content: dict[str, Any] = {
+            "device_token": cleaned.get("device_token", ""),
+            "title": cleaned.get("title", ""),
+            "body": cleaned.get("body") or "",
+            "data": cleaned.get("data"),
+        }
+        if not change:
+            created = notification_create(**content)  # due at once and enqueued, like any other
+            obj.pk = created.pk
+            obj._state.adding = False
+            return
+        try:
+            notification_edit(
+                notification_id=obj.pk, title=content["title"], body=content["body"], data=content["data"]
+            )
+        except ContentLocked as exc:
+            # A claim landed between the form check and this save: nothing was written.
+            request._weave_refused = str(exc)  # type: ignore[attr-defined]
+
+    def log_change(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        if getattr(request, "_weave_refused", None):
+            return None  # nothing changed: no history entry claiming it did
+        return super().log_change(request, obj, message)
+
+    def response_change(self, request: HttpRequest, obj: Notification) -> HttpResponse:
+        refused = getattr(request, "_weave_refused", None)
+        if refused:
+            self.message_user(request, refused, level=messages.ERROR)
+            return HttpResponseRedirect(request.path)
+        return super().response_change(request, obj)
+
     @admin.display(description="device token")
     def short_token(self, obj: Notification) -> str:
         return obj.device_token if len(obj.device_token) <= 16 else f"{obj.device_token[:16]}…"
@@ -162,6 +262,7 @@ class NotificationAdmin(LeasedModelAdmin):
         result = notification_retry_now(
             notification_ids=list(queryset.values_list("pk", flat=True)), requested_by=request.user.get_username()
         )
+        self._log(request, result, "Retry now requested.")
         self._report(request, result, "due now", applies_to="pending or failed")
 
     @admin.action(description="Cancel pending notifications", permissions=["manage_delivery"])
@@ -169,7 +270,13 @@ class NotificationAdmin(LeasedModelAdmin):
         result = notification_cancel(
             notification_ids=list(queryset.values_list("pk", flat=True)), requested_by=request.user.get_username()
         )
+        self._log(request, result, "Cancelled.")
         self._report(request, result, "cancelled", applies_to="pending")
+
+    def _log(self, request: HttpRequest, result: BulkResult, message: str) -> None:
+        """Write each changed row to the admin history (LogEntry): who did what to which notification."""
+        for row in Notification.objects.filter(pk__in=result.changed):
+            super().log_change(request, row, message)
 
     def _report(self, request: HttpRequest, result: BulkResult, done: str, *, applies_to: str) -> None:
         if result.changed:
@@ -201,12 +308,27 @@ class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "owner",
         "fence",
         "started_at_display",
-        "reason",
+        "shown_reason",
     )
     started_at_display = timestamp_column("started_at", "sent at (database clock)")
     list_filter = ("outcome",)
     search_fields = ("reason", "owner")
     list_select_related = ("notification",)
+    fields = readonly_fields = (
+        "notification",
+        "owner",
+        "fence",
+        "started_at",
+        "finished_at",
+        "http_status",
+        "latency_ms",
+        "outcome",
+        "shown_reason",
+    )
+
+    @admin.display(description="reason")
+    def shown_reason(self, obj: DeliveryAttempt) -> str:
+        return shown(obj.reason)
 
 
 @admin.register(BreakerOpening)

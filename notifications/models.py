@@ -1,6 +1,7 @@
 """Notifications and their delivery receipts."""
 
 import uuid
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -20,6 +21,24 @@ class NotificationQuerySet(LeaseQuerySet["Notification"]):
     def claimable(self, clock: Clock = default_clock) -> "NotificationQuerySet":
         """Due rows that nobody holds under a live lease."""
         return self.due(clock).free_or_expired(clock)
+
+
+# What the provider is sent. Once a worker has claimed the row, this is the record of what went out.
+CONTENT_FIELDS = (
+    "device",
+    "device_token",
+    "backend",
+    "title",
+    "body",
+    "data",
+    "expires_at",
+    "priority",
+    "collapse_key",
+)
+
+
+class ContentLocked(Exception):
+    """The notification was claimed (or finished): its content is the record of what was sent."""
 
 
 class DeviceQuerySet(models.QuerySet["Device"]):
@@ -116,6 +135,16 @@ class Notification(LeasedModel):
                 name="notif_status_valid",
             ),
         ]
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Save; content changes to an existing row are refused here (use `notification_edit`)."""
+        update_fields = kwargs.get("update_fields")
+        # A full-row save is refused by LeasedModel.save (it would write the lease fields too).
+        if not self._state.adding and update_fields is not None and set(CONTENT_FIELDS) & set(update_fields):
+            raise ContentLocked(
+                "A notification's content is changed only by notification_edit, which refuses once it was claimed."
+            )
+        super().save(*args, **kwargs)
 
     def __str__(self) -> str:
         return f"Notification {self.pk} to {self.device_token[:12]}… ({self.status})"

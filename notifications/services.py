@@ -1,6 +1,5 @@
 """Public API of the notifications app."""
 
-import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -15,12 +14,28 @@ from notifications.backends import DEFAULT_ALIAS, PushBackend, backend_configs
 from notifications.backends.options import DataError
 from notifications.backends.registry import backend_class
 from notifications.devices import deactivate_device, fail_queued_for_device
-from notifications.models import Device, Notification
-from weave.conf import weave_settings
+from notifications.models import ContentLocked, Device, Notification
+from notifications.validation import TITLE_MAX as NOTIFICATION_TITLE_MAX
+from notifications.validation import check_device_token, check_payload_size
 from weave.events import log_event
 from weave.leases import Clock, default_clock
+from weave.validation import check_ids, check_json, check_text
 
 logger = logging.getLogger("weave.notifications")
+
+__all__ = [
+    "NOTIFICATION_TITLE_MAX",
+    "BulkResult",
+    "ContentLocked",
+    "device_deactivate",
+    "device_register",
+    "notification_cancel",
+    "notification_check",
+    "notification_create",
+    "notification_edit",
+    "notification_retry_now",
+    "notification_send_to_user",
+]
 
 
 def notification_create(
@@ -104,6 +119,62 @@ def notification_send_to_user(
         return [_insert(fields, device=device, ttl=ttl, clock=clock) for device, fields in planned]
 
 
+def notification_check(
+    *,
+    title: str,
+    body: str = "",
+    data: Mapping[str, Any] | None = None,
+    device_token: str | None = None,
+    backend: str | None = None,
+    collapse_key: str | None = None,
+    ttl: int | None = None,
+    priority: str = Notification.Priority.NORMAL,
+) -> None:
+    """Raise the `ValidationError` `notification_create` would raise for a raw token; store nothing.
+
+    For callers that must know before their first side effect that a notification they will create
+    later is acceptable (onboarding checks its welcome message before any outside call).
+    """
+    if device_token is None:
+        raise ValidationError({"device_token": "A device token (or a device) is required."})
+    _notification_fields(
+        backend=backend or DEFAULT_ALIAS, token=device_token, title=title, body=body, data=data,
+        collapse_key=collapse_key, ttl=None, priority=priority,
+    )  # fmt: skip
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_TTL):
+        raise ValidationError({"ttl": f"ttl is a whole number of seconds from 1 to {MAX_TTL} (28 days)."})
+
+
+def notification_edit(
+    *, notification_id: int, title: str, body: str = "", data: Mapping[str, Any] | None = None
+) -> int:
+    """Change a notification's title, body and data while no worker has ever claimed it; return the id.
+
+    Checked like `notification_create` against the row's backend and token. One conditional UPDATE
+    (pending, fence 0, no owner): a claim that lands first makes it match no row and `ContentLocked`
+    is raised, so the record of what was sent never changes afterwards.
+    """
+    (notification_id,) = check_ids([notification_id], field="notification_id")
+    row = Notification.objects.filter(pk=notification_id).values("backend", "device_token", "collapse_key", "priority")
+    current = row.first()
+    if current is None:
+        raise ContentLocked(f"Notification {notification_id} does not exist (any more).")
+    fields = _notification_fields(
+        backend=current["backend"], token=current["device_token"], title=title, body=body, data=data,
+        collapse_key=current["collapse_key"], ttl=None, priority=current["priority"],
+    )  # fmt: skip
+    changed = Notification.objects.filter(
+        pk=notification_id, status=Notification.Status.PENDING, fence=0, owner__isnull=True
+    ).update(title=fields["title"], body=fields["body"], data=fields["data"])
+    if changed != 1:
+        raise ContentLocked(
+            f"Notification {notification_id} was already claimed by a worker (or finished): its content "
+            "is the record of what was sent and cannot change."
+        )
+    log_event(logger, "edited", job="notification", id=notification_id)
+    return notification_id
+
+
 def _notification_fields(
     *,
     backend: str,
@@ -116,41 +187,30 @@ def _notification_fields(
     priority: str,
 ) -> dict[str, Any]:
     """Validate one notification's fields against its backend; return the model fields, or raise ValidationError."""
+    # Type and content first (weave.validation): a wrong argument is a ValidationError naming its field,
+    # never an AttributeError, DataError or RecursionError later, and nothing is stored.
     backend_cls = _backend_class(backend)
-    token = (token or "").strip()
-    if not token:
-        raise ValidationError({"device_token": "A device token is required."})
-    if len(token) > (most := _field_length("device_token")):
-        raise ValidationError({"device_token": f"A device token has at most {most} characters."})
+    token = check_device_token(token)
     if problem := _token_problem(backend_cls, token):
         raise ValidationError({"device_token": problem})
-    if not isinstance(title, str) or not title.strip():
-        raise ValidationError({"title": "A title is required."})
-    if len(title) > (most := _field_length("title")):
-        raise ValidationError({"title": f"A title has at most {most} characters."})
-    if not isinstance(body, str):
-        raise ValidationError({"body": f"body must be text, not {type(body).__name__}."})
+    title = check_text(
+        title, field="title", required=True, max_chars=_field_length("title"), required_message="A title is required."
+    )
+    body = check_text(body, field="body")
     data = {} if data is None else data
     if not isinstance(data, Mapping):
         raise ValidationError({"data": f"data must be a JSON object, not {type(data).__name__}."})
-    data = _backend_data(backend_cls, data)
-    if priority not in Notification.Priority.values:
+    check_json(dict(data), field="data", object_only=True)
+    data = check_json(_backend_data(backend_cls, data), field="data", object_only=True)
+    if not isinstance(priority, str) or priority not in Notification.Priority.values:
         raise ValidationError({"priority": f"priority must be one of {', '.join(Notification.Priority.values)}."})
-    collapse_key = (collapse_key or "").strip()
+    collapse_key = check_text(collapse_key or "", field="collapse_key", strip=True, one_line=True)
     if len(collapse_key) > (most := _field_length("collapse_key")) or not collapse_key.isprintable():
         raise ValidationError({"collapse_key": f"A collapse key is at most {most} printable characters."})
     if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_TTL):
         raise ValidationError({"ttl": f"ttl is a whole number of seconds from 1 to {MAX_TTL} (28 days)."})
-    try:
-        payload = json.dumps({"to": token, "title": title, "body": body, "data": data})
-    except (TypeError, ValueError) as exc:
-        raise ValidationError({"data": f"data is not JSON-serialisable: {exc}"}) from exc
-    limit = weave_settings.PUSH_MAX_PAYLOAD_BYTES
-    size = len(payload.encode()) - len(json.dumps(token).encode())  # the token travels in the URL or header
-    if size > limit:
-        raise ValidationError(
-            f"Payload is {size} bytes; the provider limit is {limit} bytes (WEAVE PUSH_MAX_PAYLOAD_BYTES)."
-        )
+    # Counted as the UTF-8 bytes of the compact JSON actually sent; the token travels in the URL or a header.
+    check_payload_size(title=title, body=body, data=data)
     return {
         "backend": backend,
         "device_token": token,
@@ -282,7 +342,8 @@ def notification_retry_now(
 
     A failed row starts over with a fresh attempt count; its attempt history is kept.
     """
-    ids = list(notification_ids)
+    ids = check_ids(notification_ids, field="notification_ids")
+    requested_by = check_text(requested_by, field="requested_by", max_chars=150, one_line=True)
     who = f" by {requested_by}" if requested_by else ""
     with transaction.atomic():
         pending = _lock_free(ids, Notification.Status.PENDING, clock)
@@ -305,7 +366,8 @@ def notification_cancel(
     *, notification_ids: Iterable[int], requested_by: str = "", clock: Clock = default_clock
 ) -> BulkResult:
     """Cancel pending notifications that no worker holds; report busy and finished ones instead of forcing them."""
-    ids = list(notification_ids)
+    ids = check_ids(notification_ids, field="notification_ids")
+    requested_by = check_text(requested_by, field="requested_by", max_chars=150, one_line=True)
     who = f" by {requested_by}" if requested_by else ""
     with transaction.atomic():
         pending = _lock_free(ids, Notification.Status.PENDING, clock)

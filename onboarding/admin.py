@@ -24,7 +24,7 @@ from onboarding.services import (
 from onboarding.steps.plan import DEFAULT_PLAN, PlanError, load_plan
 from onboarding.validation import clean_supplier_fields
 from weave.admin import LeasedModelAdmin, ReadOnlyAdminMixin
-from weave.display import admin_link, admin_link_to, changelist_link, timestamp_column
+from weave.display import admin_link, admin_link_to, changelist_link, shown, timestamp_column
 
 ACTIVE_REFRESH = 2  # seconds between reloads of run pages while a run is pending or running
 
@@ -141,6 +141,7 @@ class SupplierAdmin(admin.ModelAdmin):
             else:
                 again = " again" if supplier.pk in completed else ""
                 started.append(f"{supplier} (run {run.pk}{again})")
+                self.log_change(request, supplier, f"Started onboarding run {run.pk}.")
         if started:
             self.message_user(request, f"Started onboarding for {len(started)}: {', '.join(started)}.")
         if skipped:
@@ -203,10 +204,14 @@ class StepReceiptInline(LinkedReadOnlyMixin, admin.TabularInline):
 class RunAttemptInline(LinkedReadOnlyMixin, admin.TabularInline):
     model = RunAttempt
     extra = 0
-    fields = readonly_fields = ("fence", "owner", "outcome", "started_at_display", "ended_at_display", "reason")
+    fields = readonly_fields = ("fence", "owner", "outcome", "started_at_display", "ended_at_display", "shown_reason")
     ordering = ["fence", "pk"]
     started_at_display = timestamp_column("started_at", "started at (database clock)")
     ended_at_display = timestamp_column("ended_at", "ended at (database clock)")
+
+    @admin.display(description="reason")
+    def shown_reason(self, attempt: RunAttempt) -> str:
+        return shown(attempt.reason)
 
 
 class HasBlockedAttemptsFilter(admin.SimpleListFilter):
@@ -232,7 +237,7 @@ class OnboardingRunAdmin(LeasedModelAdmin):
         "supplier_link",
         "status",
         "step",
-        "reason",
+        "shown_reason",
         "owner",
         "fence",
         "lease_state",
@@ -246,7 +251,7 @@ class OnboardingRunAdmin(LeasedModelAdmin):
         "supplier_link",
         "status",
         "step",
-        "reason",
+        "shown_reason",
         "created_by",
         "created_at_display",
         "finished_at_display",
@@ -325,6 +330,15 @@ class OnboardingRunAdmin(LeasedModelAdmin):
             return "— (not sent yet)" if receipt is None else f"— ({(receipt.output or {}).get('skipped', 'none')})"
         return _notification_link(notification_id)
 
+    def has_change_permission(self, request: HttpRequest, obj: OnboardingRun | None = None) -> bool:
+        # A run's page is read-only: a form Save would write the whole row (lease fields and status
+        # read moments before) over whatever a worker saved since. Operators use the actions.
+        return False if obj is not None else super().has_change_permission(request)
+
+    @admin.display(description="reason")
+    def shown_reason(self, run: OnboardingRun) -> str:
+        return shown(run.reason)
+
     @admin.display(description="plan")
     def plan_steps(self, run: OnboardingRun) -> str:
         return format_html_join(", ", "<code>{}</code>", ((path,) for path in (run.plan or DEFAULT_PLAN)))
@@ -374,7 +388,11 @@ class OnboardingRunAdmin(LeasedModelAdmin):
     @admin.action(description="Resume pending or running runs (enqueue a worker)", permissions=["change"])
     def resume(self, request: HttpRequest, queryset: QuerySet[OnboardingRun]) -> None:
         runs = list(queryset)
-        resumed = [run.pk for run in runs if onboarding_resume(run=run)]
+        resumed = []
+        for run in runs:
+            if onboarding_resume(run=run):
+                resumed.append(run.pk)
+                self.log_change(request, run, "Resumed: a worker was enqueued.")
         skipped = [f"#{run.pk} ({run.status})" for run in runs if run.pk not in resumed]
         if resumed:
             self.message_user(request, f"Enqueued {len(resumed)} run(s): {', '.join(map(str, resumed))}.")
@@ -388,7 +406,11 @@ class OnboardingRunAdmin(LeasedModelAdmin):
     @admin.action(description="Cancel pending or running runs", permissions=["change"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[OnboardingRun]) -> None:
         runs = list(queryset)
-        cancelled = [run.pk for run in runs if onboarding_cancel(run=run, cancelled_by=request.user)]
+        cancelled = []
+        for run in runs:
+            if onboarding_cancel(run=run, cancelled_by=request.user):
+                cancelled.append(run.pk)
+                self.log_change(request, run, "Cancelled.")
         skipped = [f"#{run.pk} ({run.status})" for run in runs if run.pk not in cancelled]
         if cancelled:
             self.message_user(
@@ -425,7 +447,7 @@ class OnboardingRunAdmin(LeasedModelAdmin):
                 "Only a failure someone fixed is worth it (e.g. the supplier's data was corrected).",
                 warning="Re-opened:",
                 warning_items=[
-                    f"Run {r.pk} for {r.supplier}: failed at {r.failed_step or '-'}: {r.reason}" for r in failed
+                    f"Run {r.pk} for {r.supplier}: failed at {r.failed_step or '-'}: {shown(r.reason)}" for r in failed
                 ],
                 other="Left alone (retry applies to failed runs only):",
                 other_items=[f"Run {r.pk} for {r.supplier} ({r.status})" for r in runs if r not in failed],
@@ -470,7 +492,11 @@ class OnboardingRunAdmin(LeasedModelAdmin):
                 warning_items=[f"Run {r.pk} for {r.supplier} ({r.status}, last step {r.phase or '-'})" for r in runs],
                 confirm="Cancel and undo",
             )
-        done = [str(r.pk) for r in runs if onboarding_cancel(run=r, cancelled_by=request.user, undo=True)]
+        done = []
+        for r in runs:
+            if onboarding_cancel(run=r, cancelled_by=request.user, undo=True):
+                done.append(str(r.pk))
+                self.log_change(request, r, "Cancelled; undo of the committed steps requested.")
         if done:
             self.message_user(request, f"Cancelled run(s) {', '.join(done)}; their undo is queued for a worker.")
         if len(done) < len(runs):
@@ -513,13 +539,26 @@ class RunAttemptOutcomeFilter(admin.SimpleListFilter):
 class RunAttemptAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
     """Blocked attempts and why (the page opens on them); other outcomes are a filter away."""
 
-    list_display = ["run_link", "fence", "owner", "outcome", "started_at_display", "ended_at_display", "reason"]
+    list_display = ["run_link", "fence", "owner", "outcome", "started_at_display", "ended_at_display", "shown_reason"]
+    fields = readonly_fields = (
+        "run_link",
+        "fence",
+        "owner",
+        "outcome",
+        "started_at_display",
+        "ended_at_display",
+        "shown_reason",
+    )
     started_at_display = timestamp_column("started_at", "started at (database clock)")
     ended_at_display = timestamp_column("ended_at", "ended at (database clock)")
     list_filter = [RunAttemptOutcomeFilter]
     list_select_related = ["run__supplier"]
     search_fields = ["owner", "reason"]
     ordering = ["-pk"]
+
+    @admin.display(description="reason")
+    def shown_reason(self, attempt: RunAttempt) -> str:
+        return shown(attempt.reason)
 
 
 @admin.register(StepReceipt)

@@ -1,21 +1,167 @@
-"""The supplier-services HTTP client: idempotency keys, and retries with backoff for temporary failures."""
+"""The supplier-services HTTP client: idempotency keys, and retries with backoff for temporary failures.
 
+Whatever the service sends back is outside text. The client never lets it jam a run:
+
+- One deadline caps connect, send and the whole response (headers and body), however slowly the
+  peer trickles bytes: `httpx.Timeout` alone bounds each read, not the request.
+- A body is read up to `BODY_CAP` bytes; the rest is dropped, so a huge answer costs no memory.
+- A 3xx is never followed (a moved service is a configuration error, not the supplier's fault); a
+  2xx that is not a JSON object (an HTML maintenance page) is not success.
+- Every piece of the answer kept in a reason or a log line goes through `weave.sanitize`, and the
+  strings of a JSON answer are cleaned of what PostgreSQL refuses (NUL, lone surrogates), so a
+  poison answer can never make a save fail and the same call repeat forever.
+"""
+
+import json
 import logging
 import threading
+import time
+from collections.abc import Iterable
 from typing import Any
+from urllib.parse import urlsplit
 
+import httpcore
 import httpx
 
 from onboarding.errors import PermanentFailure, TemporaryFailure
 from weave.conf import weave_settings
 from weave.events import log_event
 from weave.leases import Heartbeat
-from weave.retry import backoff_seconds, parse_retry_after
+from weave.retry import HttpClass, backoff_seconds, http_class, is_json_content_type, parse_retry_after
+from weave.sanitize import decode, escape_controls, outside_text, safe_url
 
 logger = logging.getLogger("weave.onboarding")
 
-# 408 and 425 are "try again" answers too; every other 4xx means the request itself is wrong.
-_TEMPORARY_4XX = {408, 425, 429}
+# The service's answers are small JSON objects; anything past this is not an answer we can use.
+BODY_CAP = 64 * 1024
+# What a reason quotes of a refused answer.
+SNIPPET = 200
+
+
+# --- one deadline for the whole request ------------------------------------------------------------
+
+
+class _Deadline(threading.local):
+    """The monotonic instant the current request on this thread must be over by (None: no cap)."""
+
+    at: float | None = None
+
+
+_deadline = _Deadline()
+
+
+def _time_left(timeout: float | None, kind: type[Exception]) -> float | None:
+    """The socket timeout for the next operation: the per-operation one, shortened to the deadline."""
+    if _deadline.at is None:
+        return timeout
+    left = _deadline.at - time.monotonic()
+    if left <= 0:
+        raise kind("the whole-request deadline passed")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A socket stream whose every read and write stops at the request's deadline."""
+
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, _time_left(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, _time_left(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None) -> Any:
+        inner = self._inner.start_tls(ssl_context, server_hostname, _time_left(timeout, httpcore.ConnectTimeout))
+        return _DeadlineStream(inner)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's sync backend, with every stream bounded by the deadline of the request using it."""
+
+    def __init__(self) -> None:
+        self._inner = httpcore.SyncBackend()
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        timeout = _time_left(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._inner.connect_tcp(host, port, timeout, local_address, socket_options))
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.NetworkStream:
+        timeout = _time_left(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._inner.connect_unix_socket(path, timeout, socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def _deadline_transport() -> httpx.HTTPTransport:
+    transport = httpx.HTTPTransport()
+    pool = getattr(transport, "_pool", None)
+    # httpx builds its pool without a way to pass a network backend; replace it before the first
+    # connection exists. If a future httpx renames this, fail loudly rather than lose the cap.
+    if pool is None or not hasattr(pool, "_network_backend"):
+        raise RuntimeError("httpx/httpcore changed: cannot install the whole-request deadline")
+    pool._network_backend = _DeadlineBackend()
+    return transport
+
+
+# --- what a JSON answer may hold ---------------------------------------------------------------------
+
+
+def _clean(value: Any) -> Any:
+    """Return a decoded JSON value whose strings are safe to store and show: no NUL, lone surrogate or control."""
+    if isinstance(value, str):
+        return escape_controls(decode(value))
+    if isinstance(value, list):
+        return [_clean(item) for item in value]
+    if isinstance(value, dict):
+        return {_clean(key): _clean(item) for key, item in value.items()}
+    return value
+
+
+class _Answer:
+    """Status, headers and at most `BODY_CAP` bytes of one response."""
+
+    def __init__(self, status: int, headers: httpx.Headers, body: bytes, dropped: bool) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.dropped = dropped  # the body was longer than the cap; the rest was never read
+
+    def snippet(self, secrets: Iterable[str]) -> str:
+        text = outside_text(self.body, secrets=secrets, limit=SNIPPET) if self.body else "(empty body)"
+        return text + (f" [body over {BODY_CAP} bytes, rest dropped]" if self.dropped else "")
+
+    def json_object(self) -> tuple[dict[str, Any] | None, str]:
+        """Return (the body as a clean JSON object, "") or (None, why it is not one)."""
+        content_type = self.headers.get("Content-Type")
+        if not is_json_content_type(content_type):
+            return None, f"a {outside_text(content_type or 'untyped', limit=60)} answer, not JSON"
+        if self.dropped:
+            return None, f"a JSON answer over {BODY_CAP} bytes"
+        try:
+            body = json.loads(self.body)
+        except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
+            return None, "a body that is not valid JSON"
+        if not isinstance(body, dict):
+            return None, f"a JSON {type(body).__name__}, not an object"
+        return _clean(body), ""
 
 
 class SupplierServices:
@@ -34,13 +180,19 @@ class SupplierServices:
         if not self.base_url:
             # A configuration gap, not the supplier's fault: keep the run for a later attempt.
             raise TemporaryFailure("WEAVE SUPPLIER_API_URL is not set: there is no supplier service to call.")
+        # A password in the URL is still a password: it never appears in a reason or a log line.
+        parts = urlsplit(self.base_url)
+        self.secrets = tuple(s for s in (parts.password, parts.username) if s)
+        self.shown_url = safe_url(self.base_url)
         self.retries = retries if retries is not None else weave_settings.ONBOARDING_STEP_RETRIES
         self.backoff = backoff if backoff is not None else weave_settings.ONBOARDING_RETRY_BACKOFF
         self.retry_after_max = weave_settings.ONBOARDING_RETRY_AFTER_MAX
+        self.timeout = float(timeout if timeout is not None else weave_settings.SUPPLIER_API_TIMEOUT)
         self._client = httpx.Client(
             base_url=self.base_url,
-            timeout=timeout if timeout is not None else weave_settings.SUPPLIER_API_TIMEOUT,
-            transport=transport,
+            timeout=self.timeout,
+            transport=transport if transport is not None else _deadline_transport(),
+            follow_redirects=False,  # a redirect is reported, never followed (see `post`)
         )
         self._pause = threading.Event()  # never set: waits below are plain timed sleeps
 
@@ -58,9 +210,10 @@ class SupplierServices:
     ) -> tuple[int, dict[str, Any]]:
         """POST `payload` with `Idempotency-Key: key`; retry temporary failures, then raise.
 
-        Returns (status, JSON body) for 2xx answers and for 422 business refusals the caller reads.
-        Raises `TemporaryFailure` once the retries are spent, `PermanentFailure` for other 4xx, and
-        `LeaseLost` (from the heartbeat) as soon as a renewal has failed: a lost lease wins.
+        Returns (status, JSON object) for 2xx answers and for 422 business refusals the caller reads.
+        Raises `TemporaryFailure` once the retries are spent or at once for a redirect or our own
+        credentials refused (systemic: retrying now cannot help), `PermanentFailure` for other 4xx,
+        and `LeaseLost` (from the heartbeat) as soon as a renewal has failed: a lost lease wins.
         """
         problem = ""
         for attempt in range(self.retries + 1):
@@ -71,22 +224,40 @@ class SupplierServices:
             # The shared policy (weave.retry): exponential with jitter, capped like a Retry-After.
             delay = backoff_seconds(attempt + 1, base=self.backoff, cap=self.retry_after_max)
             try:
-                response = self._client.post(path, json=payload, headers={"Idempotency-Key": key})
+                answer = self._send(path, payload, key)
             except httpx.TimeoutException as exc:
                 # The service may have done the work; the same key on the retry makes that safe.
-                problem = f"timed out ({type(exc).__name__})"
-            except httpx.TransportError as exc:
-                problem = f"connection failed ({type(exc).__name__}: {exc})"
+                problem = f"timed out: no complete answer within {self.timeout:g} s ({type(exc).__name__})"
+            except httpx.HTTPError as exc:
+                problem = f"connection failed ({type(exc).__name__}: {self._outside(str(exc))})"
             else:
-                status = response.status_code
-                if status < 300 or status == 422:
-                    return status, self._json(path, response)
-                if status >= 500 or status in _TEMPORARY_4XX:
-                    problem = f"HTTP {status}"
-                    asked = parse_retry_after(response.headers.get("Retry-After"), response.headers.get("Date"))
-                    delay = max(delay, min(asked or 0.0, self.retry_after_max))
-                else:
-                    raise PermanentFailure(f"{path} refused the request: HTTP {status} {response.text[:200]}")
+                kind = http_class(answer.status)
+                if kind is HttpClass.SUCCESS or answer.status == 422:
+                    body, why = answer.json_object()
+                    if body is not None:
+                        return answer.status, body
+                    # A maintenance page or a broken answer: the service's trouble, not the supplier's.
+                    problem = f"HTTP {answer.status} with {why}: {answer.snippet(self.secrets)}"
+                elif kind is HttpClass.REDIRECT:
+                    location = answer.headers.get("Location") or "(no Location header)"
+                    raise TemporaryFailure(
+                        f"{path} answered HTTP {answer.status} redirecting to "
+                        f"{self._outside(safe_url(location))}: redirects are not followed; "
+                        f"check WEAVE SUPPLIER_API_URL ({self.shown_url})."
+                    )
+                elif kind is HttpClass.AUTH:
+                    raise TemporaryFailure(
+                        f"{path} refused our credentials (HTTP {answer.status}): "
+                        f"{answer.snippet(self.secrets)}; check the supplier-services configuration."
+                    )
+                elif kind is HttpClass.CLIENT:
+                    raise PermanentFailure(
+                        f"{path} refused the request: HTTP {answer.status} {answer.snippet(self.secrets)}"
+                    )
+                else:  # 5xx, 429, 408, or a status no HTTP service sends
+                    problem = f"HTTP {answer.status}"
+                    wait = parse_retry_after(answer.headers.get("Retry-After"), answer.headers.get("Date"))
+                    delay = max(delay, min(wait or 0.0, self.retry_after_max))
             log_event(
                 logger,
                 "retry",
@@ -100,12 +271,34 @@ class SupplierServices:
                 self._pause.wait(delay)
         raise TemporaryFailure(f"{path}: {problem} after {self.retries + 1} tries")
 
-    @staticmethod
-    def _json(path: str, response: httpx.Response) -> dict[str, Any]:
+    def _send(self, path: str, payload: dict[str, Any], key: str) -> _Answer:
+        """One request under one deadline; read at most `BODY_CAP` bytes of the body."""
+        # identity: a compressed body could expand far past the cap once decoded.
+        headers = {"Idempotency-Key": key, "Accept": "application/json", "Accept-Encoding": "identity"}
+        _deadline.at = time.monotonic() + self.timeout
         try:
-            body = response.json()
-        except ValueError as exc:
-            raise PermanentFailure(f"{path} answered HTTP {response.status_code} without JSON") from exc
-        if not isinstance(body, dict):
-            raise PermanentFailure(f"{path} answered HTTP {response.status_code} with a non-object body")
-        return body
+            with self._client.stream("POST", path, json=payload, headers=headers) as response:
+                chunks: list[bytes] = []
+                size = 0
+                dropped = False
+                declared = response.headers.get("Content-Length", "")
+                if declared.isdigit() and int(declared) > BODY_CAP:
+                    dropped = True  # do not even start reading it
+                elif response.is_stream_consumed:  # an in-memory answer (a test transport): already read
+                    chunks.append(response.content)
+                    dropped = len(response.content) > BODY_CAP
+                else:
+                    for chunk in response.iter_raw():
+                        chunks.append(chunk)
+                        size += len(chunk)
+                        if size > BODY_CAP:
+                            dropped = True
+                            break
+                # Leaving the block unread closes the connection instead of draining the rest.
+                body = b"".join(chunks)[:BODY_CAP]
+                return _Answer(response.status_code, response.headers, body, dropped)
+        finally:
+            _deadline.at = None
+
+    def _outside(self, text: str) -> str:
+        return outside_text(text, secrets=self.secrets, limit=SNIPPET)

@@ -39,6 +39,7 @@ from onboarding.steps.protocol import Output, Step, StepContext, commit_output
 from weave.conf import weave_settings
 from weave.events import log_event
 from weave.leases import Clock, Heartbeat, Lease, LeaseBusy, LeaseLost, NotClaimable, default_clock, new_owner
+from weave.sanitize import decode
 from weave.worker_db import is_cut_off
 
 logger = logging.getLogger("weave.onboarding")
@@ -47,6 +48,11 @@ Status = OnboardingRun.Status
 Outcome = RunAttempt.Outcome
 Undo = OnboardingRun.Undo
 UNDOING = {"status": Status.CANCELLED, "undo_state": Undo.REQUESTED}
+
+
+def storable(reason: str) -> str:
+    """Return `reason` as text every database stores: valid Unicode, no NUL."""
+    return decode(reason).replace("\x00", "\ufffd")
 
 
 class AttemptEnded(Exception):
@@ -70,10 +76,13 @@ class Claim:
 
     def release(self, *, expect: dict[str, Any], **fields: Any) -> None:
         """Give the run back in one guarded statement that also writes `fields`."""
+        if "reason" in fields:
+            fields["reason"] = storable(fields["reason"])
         OnboardingRun.objects.release(self.lease, clock=self.clock, expect=expect, **fields)
 
     def end(self, outcome: str, reason: str) -> None:
         """Record how this attempt ended (and log it)."""
+        reason = storable(reason)  # a reason PostgreSQL refuses would leave the attempt running forever
         self.outcome, self.reason = outcome, reason
         now = self.clock.now()
         if self.attempt_id is None:
@@ -369,7 +378,15 @@ class Attempt:
                 try:
                     if self.plan_error:
                         raise PermanentFailure(self.plan_error)
-                    for step in self.remaining_steps():
+                    remaining = self.remaining_steps()
+                    # Before any outside call or domain write: a step that can tell now that its commit
+                    # part would fail says so, so a run never fails halfway for a reason known at the start.
+                    for step in remaining:
+                        if step.check is not None:
+                            stage = step.name
+                            step.check(self.context(step))
+                    stage = "resume"
+                    for step in remaining:
                         stage = step.name
                         if self.budget_left() <= 0:
                             self.give_back(

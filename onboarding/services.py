@@ -4,8 +4,10 @@ import logging
 from functools import partial
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
-from django.db import IntegrityError, transaction
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AnonymousUser
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import IntegrityError, models, transaction
 
 from onboarding import queue
 from onboarding.errors import AlreadyOnboarded, RunAlreadyActive, RunNotRetryable
@@ -14,6 +16,7 @@ from onboarding.steps.plan import configured_plan
 from onboarding.validation import validate_supplier
 from weave.events import log_event
 from weave.leases import Clock, LeaseBusy, NotClaimable, default_clock
+from weave.validation import check_text
 
 logger = logging.getLogger("weave.onboarding")
 Status = OnboardingRun.Status
@@ -24,6 +27,30 @@ UNDO_PERMISSION = "weave_onboarding.undo_run"
 
 def _enqueue(run_id: int) -> None:
     queue.enqueue_run(run_id)
+
+
+def _check_user(value: Any, field: str) -> Any:
+    """Return `value` as a saved user, or None for no one / an anonymous user; refuse anything else."""
+    if value is None or isinstance(value, AnonymousUser):
+        return None
+    if not isinstance(value, get_user_model()):
+        raise ValidationError({field: f"{field} must be a user or None, not {type(value).__name__}."})
+    return value if value.pk is not None and value.is_authenticated else None
+
+
+def _check_instance(value: Any, model: type[models.Model], field: str) -> None:
+    """Refuse a missing, wrong or unsaved instance with a `ValidationError` naming the argument."""
+    if value is None:
+        raise ValidationError({field: f"A {field} is required (got None)."})
+    if not isinstance(value, model):
+        raise ValidationError({field: f"{field} must be a {model.__name__}, not {type(value).__name__}."})
+    if value.pk is None:
+        raise ValidationError({field: f"{field} must be saved first (it has no primary key)."})
+
+
+def _check_flag(value: Any, field: str) -> None:
+    if not isinstance(value, bool):
+        raise ValidationError({field: f"{field} must be True or False, not {type(value).__name__}."})
 
 
 def _who(user: Any) -> str:
@@ -43,8 +70,10 @@ def onboarding_start(*, supplier: Supplier, started_by: Any = None, force: bool 
     pending or running run, and `AlreadyOnboarded` if it has a completed one, unless `force=True`
     (a new run sends a second welcome, so the caller must mean it).
     """
+    _check_instance(supplier, Supplier, "supplier")
+    user = _check_user(started_by, "started_by")
+    _check_flag(force, "force")
     validate_supplier(supplier)
-    user = started_by if getattr(started_by, "is_authenticated", False) else None
     with transaction.atomic():
         active = OnboardingRun.objects.active().filter(supplier=supplier).first()
         if active is not None:
@@ -74,6 +103,7 @@ def onboarding_start(*, supplier: Supplier, started_by: Any = None, force: bool 
 
 def onboarding_resume(*, run: OnboardingRun) -> bool:
     """Enqueue an active run again; return False for a finished run (nothing to resume)."""
+    _check_instance(run, OnboardingRun, "run")
     if run.status not in OnboardingRun.ACTIVE:
         return False
     transaction.on_commit(partial(_enqueue, run.pk))
@@ -88,8 +118,10 @@ def onboarding_retry(*, run: OnboardingRun, retried_by: Any, why: str, clock: Cl
     the steps still to do ask the outside services with new idempotency keys. Refuses a completed,
     cancelled or active run, and a failure marked not fixable (a sanctions hit), with `RunNotRetryable`.
     """
+    _check_instance(run, OnboardingRun, "run")
+    _check_user(retried_by, "retried_by")
     _require(retried_by, RETRY_PERMISSION, "retry an onboarding run")
-    why = (why or "").strip()
+    why = check_text(why or "", field="why", max_chars=1000).strip()
     if not why:
         raise RunNotRetryable("Say why the run can go on now (what was fixed).")
     run.refresh_from_db()
@@ -136,6 +168,9 @@ def onboarding_cancel(
     a worker claims the cancelled run under a new fence and runs them, newest first. It applies to
     active and failed runs, and to a cancelled run whose undo was not asked yet or failed.
     """
+    _check_instance(run, OnboardingRun, "run")
+    _check_user(cancelled_by, "cancelled_by")
+    _check_flag(undo, "undo")
     who = _who(cancelled_by)
     if undo:
         _require(cancelled_by, UNDO_PERMISSION, "cancel and undo an onboarding run")

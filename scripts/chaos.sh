@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 export DATABASE_URL=${CHAOS_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/weave_chaos}
+# A local run against local fakes: development mode (local push defaults) unless the caller says otherwise.
+export DEBUG=${DEBUG:-true}
 
 if ! "$PY" scripts/pg_reachable.py "$DATABASE_URL"; then
   echo "PostgreSQL at $DATABASE_URL is not reachable; the chaos run needs it (set CHAOS_DATABASE_URL)." >&2

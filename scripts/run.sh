@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 export DATABASE_URL=${DATABASE_URL:-sqlite:///$PWD/db.sqlite3}
+# The demo is a local run: development mode unless the caller says otherwise.
+export DEBUG=${DEBUG:-true}
 PORT=${PORT:-8000}
 PUSH_PORT=${PUSH_PORT:-8100}
 SUPPLIER_PORT=${SUPPLIER_PORT:-8200}
@@ -28,9 +30,20 @@ start() {  # start a child in its own process group, remember its pgid; $1 names
   setsid "$@" >"$LOGS/$name.log" 2>&1 &
   pids+=($!)
 }
+qcluster_pid=""
 stop_all() {
   trap - INT TERM EXIT
   echo; echo "Stopping..."
+  # qcluster first, and only its main process: SIGTERM to its whole group makes django-q2 hang and
+  # cuts in-flight tasks off (see deploy/weave-qcluster.service). Its workers finish their tasks, then
+  # it exits; the fakes and the site stay up meanwhile so that those tasks can complete.
+  if [ -n "$qcluster_pid" ] && kill -TERM "$qcluster_pid" 2>/dev/null; then
+    echo "Waiting for qcluster to finish its in-flight tasks..."
+    for _ in $(seq 1 150); do  # bounded: at most ~150 s, above Q_CLUSTER's task timeout
+      kill -0 "$qcluster_pid" 2>/dev/null || break
+      sleep 1
+    done
+  fi
   for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
   sleep 2
   for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
@@ -51,6 +64,7 @@ start fake_supplier "$PY" manage.py fake_supplier_services --port "$SUPPLIER_POR
   --error-rate 0.05 --throttle-rate 0.03 --refused-iban DE91370400440000004242
 start runserver "$PY" manage.py runserver "127.0.0.1:$PORT" --noreload
 start qcluster "$PY" manage.py qcluster
+qcluster_pid=${pids[-1]}  # setsid execs in place here, so this is qcluster's main pid (and its pgid)
 # Now and then freeze the worker holding a run past its lease: its attempt ends blocked, with the reason.
 start stalls "$PY" manage.py weave_demo_stalls --every "${STALL_EVERY:-40}"
 "$PY" manage.py weave_demo_data

@@ -1,6 +1,13 @@
 """Test settings: the standalone site plus a small app with a concrete leased model."""
 
-from demo.settings import *  # noqa: F403
+import os
+
+# The suite runs the standalone site in development mode, explicitly: demo.settings defaults to
+# production (DEBUG off), which needs a real SECRET_KEY and push credentials. The real qcluster
+# children the e2e tests start inherit this environment.
+os.environ.setdefault("DEBUG", "true")
+
+from demo.settings import *  # noqa: E402, F403
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.leasetest"]  # noqa: F405
 

@@ -1,14 +1,23 @@
-"""Small display helpers the apps' admin pages share: times with seconds and zone, links between rows."""
+"""What Weave shows people: times with seconds and zone, links between rows, and text redacted on the way out.
+
+Outside text is sanitized before it is stored (`weave.sanitize.outside_text`). `shown()` is the second
+line: whatever a table holds, a page or a printed timeline never shows the push token, a credential
+header, or a password from a configured URL, to any user, view-only ones included.
+"""
 
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.contrib import admin
 from django.db import models
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.html import format_html
+
+from weave.conf import weave_settings
+from weave.sanitize import decode, redact
 
 
 def timestamp(value: datetime | None) -> str:
@@ -61,3 +70,20 @@ def changelist_link(model: type[models.Model], text: object, **filters: object) 
         return str(text)
     query = "&".join(f"{key}={value}" for key, value in filters.items())
     return format_html('<a href="{}?{}">{}</a>', url, query, text)
+
+
+def known_secrets() -> list[str]:
+    """The configured secrets: the push token and any userinfo in the configured service URLs."""
+    found = [str(weave_settings.PUSH_TOKEN or "")]
+    for url in (weave_settings.PUSH_URL, weave_settings.SUPPLIER_API_URL):
+        try:
+            parts = urlsplit(str(url or ""))
+        except ValueError:
+            continue
+        found += [parts.password or "", parts.username or ""]
+    return [secret for secret in found if secret]
+
+
+def shown(text: str) -> str:
+    """Return `text` fit to show a person: decoded, NUL-free, secrets and credentials redacted."""
+    return redact(decode(text).replace("\x00", "\ufffd"), known_secrets())

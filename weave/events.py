@@ -2,20 +2,35 @@
 
 log_event(logger, "claim", job="notification", id=42, owner="host:123:ab12", fence=3)
 -> event=claim job=notification id=42 owner=host:123:ab12 fence=3
+
+Every value is made safe before it is printed: control characters (newlines included) are escaped,
+credentials and URL userinfo are redacted, and a value with a space, a quote or `=` is quoted. So one
+event is always exactly one line, and a supplier named "x\\nevent=completed" cannot forge another.
 """
 
 import logging
 from typing import Any
 
+from weave.sanitize import escape_controls, redact
+
 # Events that mean something went wrong for the job, logged at WARNING.
-_WARN = {"lease_lost", "blocked", "renewal_failed", "failed", "crashed", "unknown"}
+_WARN = {"lease_lost", "blocked", "renewal_failed", "renewal_retry", "failed", "crashed", "unknown"}
+# A log line is not an archive: a value longer than this is cut (reasons are already bounded).
+_MAX_VALUE = 2000
 
 
 def _fmt(value: Any) -> str:
-    text = str(value)
+    text = escape_controls(redact(str(value)))
+    if len(text) > _MAX_VALUE:
+        text = text[: _MAX_VALUE - 1] + "…"
     if not text or any(c.isspace() or c in '"=' for c in text):
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return text
+
+
+def _key(name: str) -> str:
+    # Keys come from our own code, but a key that is not a plain word would break the format all the same.
+    return name if name.replace("_", "").isalnum() and name.isascii() else _fmt(name)
 
 
 def log_event(
@@ -30,7 +45,7 @@ def log_event(
     level: int | None = None,
     **extra: Any,
 ) -> None:
-    """Log `event` for one job as `key=value` pairs: job type, id, owner, fence, reason, extras.
+    """Log `event` for one job as `key=value` pairs on one line: job type, id, owner, fence, reason, extras.
 
     `level` overrides the event's default (WARNING for trouble, INFO otherwise); hot paths log their
     per-item events at DEBUG. Nothing is formatted for a level the logger would drop.
@@ -42,5 +57,7 @@ def log_event(
     fields = {"event": event, "job": job, "id": id, "owner": owner, "fence": fence, **extra}
     if reason:
         fields["reason"] = reason
-    line = " ".join(f"{k}={_fmt(v)}" for k, v in fields.items() if v is not None)
-    logger.log(level, line, extra={"weave": fields})
+    line = " ".join(f"{_key(k)}={_fmt(v)}" for k, v in fields.items() if v is not None)
+    # The structured copy (for JSON log handlers) is redacted too; it keeps its types and newlines.
+    structured = {k: redact(v) if isinstance(v, str) else v for k, v in fields.items()}
+    logger.log(level, line, extra={"weave": structured})

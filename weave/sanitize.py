@@ -15,7 +15,8 @@ REDACTED = "[redacted]"
 
 # Credentials that an echoing peer (or an exception message) may carry, whatever the secret's value.
 _CREDENTIALS = re.compile(
-    r"(?i)(authorization\s*[:=]\s*|\b(?:bearer|basic|key)\s+)[^\s\"',;]+"
+    # "key <x>" alone is not a credential ("sent key <uuid>"); FCM's legacy "Authorization: key=..." is.
+    r"(?i)(authorization\s*[:=]\s*(?:(?:bearer|basic|token)\s+|key=)?|\b(?:bearer|basic)\s+)[^\s\"',;]+"
     r"|(?<=://)[^/@\s:]+:[^/@\s]+@"
 )
 # C0 and C1 controls, DEL, and line/paragraph separators: one event must stay one line.

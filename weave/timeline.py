@@ -6,6 +6,9 @@ from typing import Any
 
 from django.utils.html import format_html, format_html_join
 
+from weave.display import shown
+from weave.sanitize import escape_controls
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -21,7 +24,8 @@ class Timeline:
     summary: str = ""
 
     def add(self, at: datetime | None, what: str, text: str) -> None:
-        self.entries.append(Entry(at, what, text))
+        # One entry is one line, and never shows a secret, whatever a stored reason holds.
+        self.entries.append(Entry(at, what, escape_controls(shown(text))))
 
     def ordered(self) -> list[Entry]:
         # At the same database instant a claim comes before the work it did, and the work before the
@@ -32,7 +36,7 @@ class Timeline:
         lines = [self.title, ""]
         for entry in self.ordered():
             lines.append(f"{stamp(entry.at):<30} {entry.what:<10} {entry.text}")
-        lines += ["", self.summary]
+        lines += ["", shown(self.summary)]
         return "\n".join(lines)
 
     def as_html(self) -> str:
@@ -43,7 +47,7 @@ class Timeline:
             '<table class="weave-timeline"><thead><tr><th>database time</th><th>event</th><th>detail</th></tr>'
             "</thead><tbody>{}</tbody></table><p>{}</p>",
             rows,
-            self.summary,
+            shown(self.summary),
         )
 
 

@@ -7,13 +7,14 @@ behind the form's back.
 """
 
 from collections.abc import Callable
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from notifications.services import notification_create
+from notifications.services import NOTIFICATION_TITLE_MAX, notification_check, notification_create
 from onboarding.errors import BusinessRefusal, PermanentFailure
-from onboarding.models import BankAccount, PaymentTerms, VendorRecord
+from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, Supplier, VendorRecord
 from onboarding.steps.protocol import Output, Step, StepContext
 from onboarding.validation import validate_supplier
 
@@ -106,6 +107,11 @@ def _set_payment_terms(ctx: StepContext, output: Output) -> Output:
 # --- 5. bank account -----------------------------------------------------------------------------
 
 
+def _check_bank_account(ctx: StepContext) -> None:
+    if not ctx.supplier.iban:
+        raise BusinessRefusal(f"{ctx.supplier.legal_name} has no IBAN on file to register.")
+
+
 def _verify_bank_account(ctx: StepContext) -> Output:
     supplier = ctx.supplier
     if not supplier.iban:
@@ -138,18 +144,37 @@ def _store_bank_account(ctx: StepContext, output: Output) -> Output:
 # --- 6. welcome notification ---------------------------------------------------------------------
 
 
+WELCOME_PREFIX = "Welcome aboard, "
+
+
+def welcome_message(supplier: Supplier, run: OnboardingRun) -> dict[str, Any]:
+    """The welcome notification's arguments. The title fits whatever the legal name's length."""
+    room = NOTIFICATION_TITLE_MAX - len(WELCOME_PREFIX)
+    name = supplier.legal_name if len(supplier.legal_name) <= room else supplier.legal_name[: room - 1] + "…"
+    return {
+        "device_token": supplier.device_token,
+        "title": WELCOME_PREFIX + name,
+        "body": "Your supplier account is set up. You can now receive purchase orders.",
+        "data": {"supplier_id": supplier.pk, "onboarding_run_id": run.pk},
+    }
+
+
+def _check_welcome(ctx: StepContext) -> None:
+    if not ctx.supplier.device_token:
+        return  # nothing will be sent
+    try:
+        notification_check(**welcome_message(ctx.supplier, ctx.run))
+    except ValidationError as exc:
+        raise PermanentFailure(f"The welcome notification would be refused: {'; '.join(exc.messages)}") from exc
+
+
 def _send_welcome(ctx: StepContext, output: Output) -> Output:
     supplier = ctx.supplier
     if not supplier.device_token:
         return {"skipped": "the supplier's contact has no device token"}
     # notification_create enqueues delivery with on_commit: a refused save rolls the send back too.
     try:
-        notification = notification_create(
-            device_token=supplier.device_token,
-            title=f"Welcome aboard, {supplier.legal_name}",
-            body="Your supplier account is set up. You can now receive purchase orders.",
-            data={"supplier_id": supplier.pk, "onboarding_run_id": ctx.run.pk},
-        )
+        notification = notification_create(**welcome_message(supplier, ctx.run))
     except ValidationError as exc:
         # Raised inside the guarded transaction, so the phase save is rolled back with it.
         raise PermanentFailure(f"The welcome notification was refused: {'; '.join(exc.messages)}") from exc
@@ -171,8 +196,11 @@ register_bank_account = Step(
     work=_verify_bank_account,
     commit=_store_bank_account,
     undo=_delete_if_created(BankAccount),
+    check=_check_bank_account,
 )
-send_welcome_notification = Step("send_welcome_notification", "Send welcome notification", commit=_send_welcome)
+send_welcome_notification = Step(
+    "send_welcome_notification", "Send welcome notification", commit=_send_welcome, check=_check_welcome
+)
 
 STEPS: tuple[Step, ...] = (
     verify_tax_id,

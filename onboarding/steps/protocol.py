@@ -14,6 +14,9 @@ A step is any object with these attributes (`Step` below is a ready-made one; su
 - `undo(ctx, output) -> None` (optional) — the compensation "Cancel and undo" runs for a committed
   step of a cancelled run, in its own guarded transaction, newest step first. `output` is the
   step's receipt output.
+- `check(ctx) -> None` (optional) — runs for every remaining step before the attempt's first outside
+  call or write; raises `PermanentFailure` (or `BusinessRefusal`) when the step's commit part could
+  not succeed with this supplier, so a run never fails halfway for a reason known at the start.
 """
 
 from collections.abc import Callable, Mapping
@@ -123,6 +126,7 @@ class Step:
     commit: Callable[[StepContext, Output], Output | None] = _keep_output
     undo: Callable[[StepContext, Output], None] | None = None
     path: str = ""  # the dotted path it was loaded from, when it came from a plan
+    check: Callable[[StepContext], None] | None = None  # before any step's work: could commit succeed?
 
     @property
     def label(self) -> str:
@@ -149,7 +153,9 @@ def as_step(obj: Any, path: str = "") -> Step:
     if isinstance(obj, type):
         obj = obj()
     if isinstance(obj, Step):
-        return obj if obj.path or not path else Step(obj.name, obj.title, obj.work, obj.commit, obj.undo, path)
+        return (
+            obj if obj.path or not path else Step(obj.name, obj.title, obj.work, obj.commit, obj.undo, path, obj.check)
+        )
     where = path or repr(obj)
     name = getattr(obj, "name", None)
     if not isinstance(name, str) or not name:
@@ -159,10 +165,11 @@ def as_step(obj: Any, path: str = "") -> Step:
         raise TypeError(f"{where}: a step needs a callable `commit(ctx, output)`.")
     work = getattr(obj, "work", None) or _no_work
     undo = getattr(obj, "undo", None)
-    for attr, value in (("work", work), ("undo", undo)):
+    check = getattr(obj, "check", None)
+    for attr, value in (("work", work), ("undo", undo), ("check", check)):
         if value is not None and not callable(value):
             raise TypeError(f"{where}: `{attr}` must be callable or absent.")
-    return Step(name, str(getattr(obj, "title", "") or ""), work, commit, undo, path)
+    return Step(name, str(getattr(obj, "title", "") or ""), work, commit, undo, path, check)
 
 
 def commit_output(step: Step, ctx: StepContext, output: Output) -> Output:

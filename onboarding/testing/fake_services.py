@@ -22,12 +22,25 @@ Faults, drawn per request from a seeded generator: `error_rate` (503), `throttle
 `Retry-After`), `hang_rate` (do the work and store it, then hang for `hang_seconds` before
 answering: the client times out not knowing the work was done). `latency` delays every request.
 `hold(endpoint)` lets a test stop the next request(s) to an endpoint until it releases them.
+
+Hostile answers: `mode` names one of `MODES`, given to a `mode_rate` share of the requests (to
+`mode_endpoints` only, when set; drawn from its own generator so the other faults keep their seeds):
+
+- `nul_json`:        a refusal whose strings hold NUL, a lone surrogate and a forged log line
+- `binary`:          200 `application/json` whose body is NUL bytes and invalid UTF-8
+- `html`:            200 `text/html`: a maintenance page
+- `redirect`:        302 to `redirect_to` (with a password in its userinfo)
+- `echo`:            401 echoing the request's headers, `Authorization` included
+- `huge`:            200 `application/json` of `huge_bytes` bytes and no length, until the client hangs up
+- `trickle_headers`: the status line, then one header byte per `trickle_interval`, never finishing
+- `trickle_body`:    headers, then one body byte per `trickle_interval` for `trickle_seconds`
 """
 
 import hashlib
 import json
 import random
 import threading
+import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -38,6 +51,9 @@ from onboarding.validation import clean_iban, clean_supplier_fields
 from weave.testing.fake_http import FakeHandler, FakeHTTPServer, FakeService, update_settings
 
 ENDPOINTS = ("/tax-ids/verify", "/sanctions/screen", "/bank-accounts")
+MODES = ("nul_json", "binary", "html", "redirect", "echo", "huge", "trickle_headers", "trickle_body")
+# NUL, a lone surrogate, invalid-in-a-log newline: every way a string can hurt a table or a log line.
+POISON = "refused\x00 \ud800 here\nevent=completed job=onboarding id=1"
 
 
 @dataclass
@@ -50,6 +66,13 @@ class FakeConfig:
     retry_after: int = 1  # seconds, sent with every 429
     hang_rate: float = 0.0  # share that do the work, then hang past the client's timeout
     hang_seconds: float = 30.0
+    mode: str = ""  # one of MODES: a hostile answer (see the module docstring)
+    mode_rate: float = 1.0  # share of requests that get it
+    mode_endpoints: list[str] = field(default_factory=list)  # empty: every endpoint
+    redirect_to: str = "http://admin:hunter2@moved.example/v2"
+    huge_bytes: int = 300 * 1024 * 1024
+    trickle_interval: float = 0.05
+    trickle_seconds: float = 30.0
     invalid_tax_ids: list[str] = field(default_factory=list)  # well-formed, but not registered
     refused_ibans: list[str] = field(default_factory=list)  # well-formed, but the account is closed
     sanctioned_names: list[str] = field(default_factory=list)
@@ -57,6 +80,9 @@ class FakeConfig:
 
     def update(self, changes: dict[str, Any]) -> None:
         update_settings(self, changes)
+        if self.mode and self.mode not in MODES:
+            bad, self.mode = self.mode, ""
+            raise ValueError(f"unknown mode {bad!r}; known: {', '.join(MODES)}")
 
 
 class Hold:
@@ -76,6 +102,7 @@ class _State:
         self.lock = threading.Lock()
         self.config = config
         self.random = random.Random(config.seed)
+        self.mode_random = random.Random(config.seed)
         self.holds: dict[str, Hold] = {}
         self.stopping = threading.Event()
         self.reset()
@@ -230,6 +257,13 @@ class _Handler(FakeHandler):
         if body is None:
             self._send(400, {"error": "body must be a JSON object"})
             return
+        mode = self._mode(endpoint)
+        if mode:
+            with state.lock:
+                state.faults[mode] += 1
+                state.by_endpoint[endpoint]["faults"] += 1
+            self._hostile(mode, endpoint)
+            return
 
         # One draw decides the fault, so the rates add up the way the flags read.
         fault = None
@@ -269,6 +303,84 @@ class _Handler(FakeHandler):
             # The work is done and stored; the client times out and must retry with the same key.
             state.stopping.wait(config.hang_seconds)
         self._send(status, answer, {"Idempotent-Replayed": "true"} if replayed else {})
+
+    # --- hostile answers ---------------------------------------------------------------------------
+
+    def _mode(self, endpoint: str) -> str:
+        state = self.server.state
+        with state.lock:
+            config = state.config
+            if not config.mode or (config.mode_endpoints and endpoint not in config.mode_endpoints):
+                return ""
+            return config.mode if state.mode_random.random() < config.mode_rate else ""
+
+    def _raw(self, data: bytes) -> bool:
+        """Write bytes as they are; False once the client has hung up."""
+        try:
+            self.wfile.write(data)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            return False
+        return True
+
+    def _hostile(self, mode: str, endpoint: str) -> None:
+        config = self.server.state.config
+        stopping = self.server.state.stopping
+        self.close_connection = True  # never reuse a connection after a hostile answer
+        if mode == "nul_json":
+            refusals: dict[str, tuple[int, dict[str, Any]]] = {
+                "/tax-ids/verify": (200, {"valid": False, "reason": POISON}),
+                "/sanctions/screen": (200, {"hit": True, "list": POISON, "reason": POISON}),
+                "/bank-accounts": (422, {"error": POISON}),
+            }
+            self._send(*refusals[endpoint])
+        elif mode == "binary":
+            self._send_bytes(200, b'\x00\xff\xfe{"valid": \x00true\xc3\x28}\x00', "application/json")
+        elif mode == "html":
+            page = b"<html><body><h1>Down for maintenance</h1><p>Back soon.</p></body></html>"
+            self._send_bytes(200, page, "text/html; charset=utf-8")
+        elif mode == "redirect":
+            self._send_bytes(302, b"", "text/plain", {"Location": config.redirect_to})
+        elif mode == "echo":
+            # Credentials first, as a careless error page would print them.
+            ordered = sorted(self.headers.items(), key=lambda item: item[0].lower() != "authorization")
+            echoed = "".join(f"{name}: {value}\n" for name, value in ordered)
+            self._send_bytes(401, f"unauthorized; you sent:\n{echoed}".encode(), "text/plain")
+        elif mode == "huge":
+            self._raw(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n")
+            chunk = b" " * 65536
+            left = config.huge_bytes
+            while left > 0 and not stopping.is_set() and self._raw(chunk[: min(left, len(chunk))]):
+                left -= len(chunk)
+        elif mode == "trickle_headers":
+            if not self._raw(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Slow: "):
+                return
+            ends = time.monotonic() + config.trickle_seconds
+            while time.monotonic() < ends and not stopping.wait(config.trickle_interval) and self._raw(b"a"):
+                pass
+        elif mode == "trickle_body":
+            body = b'{"valid": true, "reason": ""}' + b" " * 2000
+            self._raw(
+                f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n".encode()
+            )
+            ends = time.monotonic() + config.trickle_seconds
+            for i in range(len(body)):
+                if time.monotonic() >= ends or stopping.wait(config.trickle_interval) or not self._raw(body[i : i + 1]):
+                    break
+
+    def _send_bytes(self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Connection", "close")
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
 
 
 class _Server(FakeHTTPServer):

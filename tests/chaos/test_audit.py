@@ -67,7 +67,7 @@ def test_audit__a_refused_stale_finish_passes_every_check():
 def test_audit__a_stale_finish_that_landed_is_a_fencing_violation():
     row = _delivered(stale_write_lands=True)
     row.attempts = 2
-    row.save()
+    row.save(update_fields=["attempts"])
 
     result = audit(_inputs([row]))
 

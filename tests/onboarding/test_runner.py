@@ -1,6 +1,7 @@
 """A whole attempt against the fake supplier services: the happy path and the failure paths."""
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.db.models import Count
 
 from notifications.models import Notification
@@ -170,8 +171,14 @@ def test_run__background_heartbeat_renews_on_its_own_connection_during_a_slow_ca
     assert StepReceipt.objects.filter(run=run).count() == 6
 
 
-def test_run__refused_welcome_notification_fails_the_run_and_rolls_its_save_back(fake_services, settings):
-    settings.WEAVE = {**settings.WEAVE, "PUSH_MAX_PAYLOAD_BYTES": 10}
+def test_run__welcome_refused_at_commit_fails_the_run_and_rolls_its_save_back(fake_services, monkeypatch):
+    # The preflight passed, yet the create refuses at commit time (the safety net): the phase save goes too.
+    from onboarding.steps import builtin as steps
+
+    def refuse(**kwargs):
+        raise ValidationError({"title": "refused at the last moment"})
+
+    monkeypatch.setattr(steps, "notification_create", refuse)
     run = OnboardingRunFactory()
     assert attempt(run) == "failed"
     run.refresh_from_db()
@@ -179,3 +186,32 @@ def test_run__refused_welcome_notification_fails_the_run_and_rolls_its_save_back
     assert "welcome notification was refused" in run.reason
     assert not StepReceipt.objects.filter(run=run, step="send_welcome_notification").exists()
     assert not Notification.objects.exists()
+
+
+def test_run__a_welcome_that_would_be_refused_fails_before_any_call_or_write(fake_services, settings):
+    settings.WEAVE = {**settings.WEAVE, "PUSH_MAX_PAYLOAD_BYTES": 10}
+    run = OnboardingRunFactory()
+    assert attempt(run) == "failed"
+    run.refresh_from_db()
+    assert run.phase == "" and "welcome notification would be refused" in run.reason
+    assert fake_services.stats()["requests"] == 0
+    assert not VendorRecord.objects.exists() and not PaymentTerms.objects.exists()
+    assert not StepReceipt.objects.filter(run=run).exists()
+
+
+def test_run__no_iban_fails_before_any_call_or_write(fake_services):
+    run = OnboardingRunFactory(supplier=SupplierFactory(iban=""))
+    assert attempt(run) == "failed"
+    run.refresh_from_db()
+    assert run.phase == "" and "no IBAN" in run.reason
+    assert fake_services.stats()["requests"] == 0
+    assert not VendorRecord.objects.exists()
+
+
+@pytest.mark.parametrize("length", [1, 184, 185, 199, 200])
+def test_run__the_welcome_title_fits_whatever_the_legal_name_length(fake_services, length):
+    name = ("Acme Fasteners und Söhne " * 10)[:length].strip() or "A"
+    run = OnboardingRunFactory(supplier=SupplierFactory(legal_name=name.ljust(length, "x")))
+    assert attempt(run) == "completed"
+    welcome = Notification.objects.get(device_token=run.supplier.device_token)
+    assert len(welcome.title) <= 200 and welcome.title.startswith("Welcome aboard, ")

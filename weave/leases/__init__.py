@@ -6,10 +6,10 @@ Import the public names from here:
 """
 
 from weave.leases.clock import Clock, DatabaseClock, DbNow, FakeClock, default_clock
-from weave.leases.errors import LeaseBusy, LeaseError, LeaseLost, NotClaimable
+from weave.leases.errors import LeaseBusy, LeaseError, LeaseFieldsProtected, LeaseLapsed, LeaseLost, NotClaimable
 from weave.leases.heartbeat import Heartbeat
 from weave.leases.lease import BatchLease, Lease, new_owner
-from weave.leases.models import LeasedModel
+from weave.leases.models import LEASE_FIELDS, LeasedModel
 from weave.leases.queryset import LeaseQuerySet
 
 __all__ = [
@@ -22,8 +22,11 @@ __all__ = [
     "Lease",
     "LeaseBusy",
     "LeaseError",
+    "LeaseFieldsProtected",
+    "LeaseLapsed",
     "LeaseLost",
     "LeaseQuerySet",
+    "LEASE_FIELDS",
     "LeasedModel",
     "NotClaimable",
     "default_clock",

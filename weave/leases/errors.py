@@ -21,5 +21,13 @@ class LeaseLost(LeaseError):
         self.holder_fence = holder_fence
 
 
+class LeaseLapsed(LeaseLost):
+    """No renewal landed before the lease's expiry (database errors, not a refusal): stop before saving."""
+
+
 class NotClaimable(LeaseError):
     """A claim found the row free but outside the claimable state the caller asked for (e.g. done)."""
+
+
+class LeaseFieldsProtected(LeaseError):
+    """A `save()` would have written owner, fence or lease_expires_at outside the lease core. Nothing was written."""

@@ -6,6 +6,12 @@ remembered and wins: `check()` and `before_save()` raise it even if the work its
 normally. Once the attempt's budget is spent it stops renewing, so a hung step cannot hold a lease
 forever.
 
+Only a guard refusal (`LeaseLost`) means the lease is gone. A renewal that fails with a database
+error (a dropped connection, a failover) is logged and retried at once on a fresh connection, then
+again soon after; the lease still stands until its expiry. If no renewal lands before the expiry
+(judged conservatively: the last landed renewal's start plus the ttl), the lease is treated as
+lapsed (`LeaseLapsed`): the attempt stops before its save and the reason names the last error.
+
 Renewals during the work run on a background thread with its own database connection (Django
 connections are per thread), closed when the thread ends. Timing comes from the clock, so a
 `FakeClock` drives it without sleeping: tests call `tick()` after advancing the clock.
@@ -20,10 +26,14 @@ from django.db import DatabaseError, connections, models
 
 from weave.conf import weave_settings
 from weave.leases.clock import Clock, default_clock
-from weave.leases.errors import LeaseLost
+from weave.leases.errors import LeaseLapsed, LeaseLost
 from weave.leases.lease import Lease
+from weave.sanitize import outside_text
 
 logger = logging.getLogger("weave.leases")
+
+# Immediate retries of one renewal on a fresh connection after a database error.
+_RETRIES = 2
 
 
 class Renews(Protocol):
@@ -67,6 +77,10 @@ class Heartbeat:
         self.background = background
         self._budget_ends = None if budget is None else clock.monotonic() + budget
         self._next_due = clock.monotonic()
+        # When the lease surely still stands: our last landed renewal's start + ttl (the claim counts
+        # as one, made just before this heartbeat). The database's own expiry is at least this late.
+        self._live_until = clock.monotonic() + ttl
+        self.errors: list[str] = []  # database errors met while renewing, oldest first
         self._failure: LeaseLost | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -103,7 +117,14 @@ class Heartbeat:
         return self._failure is not None
 
     def check(self) -> None:
-        """Raise the first failed renewal, if any. A lost lease stays lost."""
+        """Raise the first failed renewal, if any, or `LeaseLapsed` once no renewal landed before the expiry."""
+        with self._lock:
+            if self._failure is None and self.errors and self.clock.monotonic() >= self._live_until:
+                self._failure = LeaseLapsed(
+                    f"No renewal landed before the lease expired ({len(self.errors)} database error(s) while "
+                    f"renewing; last: {self.errors[-1]}). Stopped before saving."
+                )
+                self._log("renewal_failed", str(self._failure))
         if self._failure is not None:
             raise self._failure
 
@@ -126,37 +147,48 @@ class Heartbeat:
             if self._failure is not None or self.budget_spent:
                 return
             now = self.clock.monotonic()
-            try:
-                self.queryset.renew(self.lease, ttl=timedelta(seconds=self.ttl), clock=self.clock)
-            except DatabaseError as error:
-                # The database could not be reached (a partition, a server-side timeout): we cannot know
-                # whether the lease still stands, so the failure wins like a refusal would (DESIGN §2.4).
-                first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-                lost = LeaseLost(f"Renewal failed: the database could not be reached ({first}).")
-                lost.__cause__ = error
-                self._failure = lost
-                logger.warning(
-                    "event=renewal_failed model=%s id=%s owner=%s fence=%s reason=%r",
-                    self.queryset.model._meta.label,
-                    self.lease.pk,
-                    self.lease.owner,
-                    self.lease.fence,
-                    str(lost),
-                )
+            for retry in range(_RETRIES + 1):
+                try:
+                    self.queryset.renew(self.lease, ttl=timedelta(seconds=self.ttl), clock=self.clock)
+                except LeaseLost as lost:
+                    self._failure = lost
+                    self._log("renewal_failed", str(lost))
+                    return
+                except DatabaseError as exc:
+                    # Not a refusal: the database could not answer. The lease still stands until it expires.
+                    error = outside_text(f"{type(exc).__name__}: {exc}")
+                    self.errors.append(error)
+                    fresh = self._fresh_connection()
+                    self._log("renewal_retry", f"try {retry + 1}: {error}" + ("; reconnecting" if fresh else ""))
+                    if not fresh:
+                        break  # inside a transaction: a reconnect would lose it; try again at the next beat
+                    continue
+                self.renewals.append(now)
+                self._live_until = now + self.ttl
+                self._next_due = now + self.interval
                 return
-            except LeaseLost as lost:
-                self._failure = lost
-                logger.warning(
-                    "event=renewal_failed model=%s id=%s owner=%s fence=%s reason=%r",
-                    self.queryset.model._meta.label,
-                    self.lease.pk,
-                    self.lease.owner,
-                    self.lease.fence,
-                    str(lost),
-                )
-                return
-            self.renewals.append(now)
-            self._next_due = now + self.interval
+            # Every try failed: try again soon, well before the lease runs out.
+            self._next_due = now + min(self.interval, self.ttl) / 3
+
+    def _fresh_connection(self) -> bool:
+        """Drop this thread's connection so the next query opens a new one; False inside a transaction."""
+        alias = getattr(self.queryset, "db", None) or "default"
+        connection = connections[alias]
+        if connection.in_atomic_block:
+            return False
+        connection.close()
+        return True
+
+    def _log(self, event: str, reason: str) -> None:
+        logger.warning(
+            "event=%s model=%s id=%s owner=%s fence=%s reason=%s",
+            event,
+            self.queryset.model._meta.label,
+            self.lease.pk,
+            self.lease.owner,
+            self.lease.fence,
+            _quoted(reason),
+        )
 
     # --- the background thread ----------------------------------------------------------------------
 
@@ -170,3 +202,7 @@ class Heartbeat:
         finally:
             # This thread's own connection: close it, or PostgreSQL keeps it until the process ends.
             connections.close_all()
+
+
+def _quoted(text: str) -> str:
+    return '"' + outside_text(text, limit=1000).replace("\\", "\\\\").replace('"', '\\"') + '"'

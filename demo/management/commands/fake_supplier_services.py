@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand
 
-from onboarding.testing.fake_services import FakeConfig, FakeSupplierServices
+from onboarding.testing.fake_services import MODES, FakeConfig, FakeSupplierServices
 
 
 class Command(BaseCommand):
@@ -20,6 +20,8 @@ class Command(BaseCommand):
         parser.add_argument("--invalid-tax-id", action="append", default=[], help="answer this tax id invalid")
         parser.add_argument("--refused-iban", action="append", default=[], help="refuse this (well-formed) IBAN")
         parser.add_argument("--sanctioned", action="append", default=[], help="a legal name that hits screening")
+        parser.add_argument("--mode", choices=MODES, default="", help="a hostile answer (see fake_services)")
+        parser.add_argument("--mode-rate", type=float, default=1.0, help="share of requests given --mode")
         parser.add_argument("--seed", type=int, default=None)
 
     def handle(self, *args, **o):
@@ -33,6 +35,8 @@ class Command(BaseCommand):
             invalid_tax_ids=o["invalid_tax_id"],
             refused_ibans=o["refused_iban"],
             sanctioned_names=o["sanctioned"],
+            mode=o["mode"],
+            mode_rate=o["mode_rate"],
             seed=o["seed"],
         )
         server = FakeSupplierServices(o["host"], o["port"], config)
