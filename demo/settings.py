@@ -144,6 +144,9 @@ def _weave_env_overrides() -> dict:
         raw = os.environ.get(f"WEAVE_{key}")
         if raw is None or isinstance(default, str) or key in WEAVE:
             continue
+        if isinstance(default, bool):
+            overrides[key] = raw.strip().lower() in {"1", "true", "yes", "on"}
+            continue
         kind = float if default is None else type(default)
         overrides[key] = kind(raw)
     return overrides

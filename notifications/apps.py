@@ -16,3 +16,10 @@ class NotificationsConfig(AppConfig):
         # The sweep: picks up expired leases and due retries even when nothing new is created.
         register_schedule(ScheduleSpec(name="notifications.sweep", func="notifications.tasks.sweep", minutes=1))
         register_explainer("notification", explain_notification)
+
+        from notifications.models import Notification
+        from notifications.queue import enqueue_drain
+        from weave.wake import WatchSpec, register_watch
+
+        # Retries and lapsed leases: the watcher asks for a drain when the earliest comes due.
+        register_watch(WatchSpec(name="notifications", next_due=Notification.objects.next_due_at, wake=enqueue_drain))

@@ -320,7 +320,10 @@ class PushWorker:
                     events.append(("lease_lost", item, reason))
                     report.lease_lost += 1
                     continue
-                attempts.append(self._attempt(item, result, result.outcome, fields.get("last_error", result.reason)))
+                attempt = self._attempt(item, result, result.outcome, fields.get("last_error", result.reason))
+                # The retry's due time, on the database clock, for the timeline to measure the next send against.
+                attempt.retry_due_at = fields.get("next_attempt_at")
+                attempts.append(attempt)
                 events.append((event, item, fields.get("last_error", "")))
                 setattr(report, result.outcome.value, getattr(report, result.outcome.value) + 1)
                 report.failed += fields.get("status") == Notification.Status.FAILED

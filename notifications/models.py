@@ -1,9 +1,10 @@
 """Notifications and their delivery receipts."""
 
 import uuid
+from datetime import datetime
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import Case, F, Min, Q, When
 
 from weave.leases import Clock, LeasedModel, LeaseQuerySet, default_clock
 
@@ -19,6 +20,18 @@ class NotificationQuerySet(LeaseQuerySet):
     def claimable(self, clock: Clock = default_clock) -> "NotificationQuerySet":
         """Due rows that nobody holds under a live lease."""
         return self.due(clock).free_or_expired(clock)
+
+    def next_due_at(self) -> datetime | None:
+        """The earliest database time at which a pending row becomes claimable, or None if none is pending.
+
+        That is its due time, or, for a row held under a lease ending later, the lease's end (if the
+        holder dies, the row is claimable then). The due-time watcher (`weave.wake`) sleeps until it.
+        """
+        claimable_at = Case(
+            When(owner__isnull=False, lease_expires_at__gt=F("next_attempt_at"), then=F("lease_expires_at")),
+            default=F("next_attempt_at"),
+        )
+        return self.pending().filter(next_attempt_at__isnull=False).aggregate(at=Min(claimable_at))["at"]
 
 
 class Notification(LeasedModel):
@@ -83,6 +96,9 @@ class DeliveryAttempt(models.Model):
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
     outcome = models.CharField(max_length=20, choices=Outcome.choices)
     reason = models.TextField(blank=True)
+    # For a temporary or unknown outcome: the database time the retry was due (what the next send is
+    # measured against in the timeline).
+    retry_due_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["started_at", "pk"]

@@ -16,3 +16,10 @@ class OnboardingConfig(AppConfig):
         # The sweep: re-enqueues pending runs and runs whose worker died (expired lease).
         register_schedule(ScheduleSpec(name="onboarding.sweep", func="onboarding.tasks.sweep", minutes=1))
         register_explainer("run", explain_run)
+
+        from onboarding.models import OnboardingRun
+        from onboarding.services import onboarding_wake
+        from weave.wake import WatchSpec, register_watch
+
+        # Released runs' due times and lapsed leases: the watcher asks for attempts when they come due.
+        register_watch(WatchSpec(name="onboarding", next_due=OnboardingRun.objects.next_due_at, wake=onboarding_wake))

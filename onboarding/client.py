@@ -10,6 +10,7 @@ from onboarding.errors import PermanentFailure, TemporaryFailure
 from weave.conf import weave_settings
 from weave.events import log_event
 from weave.leases import Heartbeat
+from weave.retry import parse_retry_after
 
 logger = logging.getLogger("weave.onboarding")
 
@@ -17,11 +18,9 @@ logger = logging.getLogger("weave.onboarding")
 _TEMPORARY_4XX = {408, 425, 429}
 
 
-def _retry_after(response: httpx.Response) -> float:
-    try:
-        return max(float(response.headers.get("Retry-After", "0")), 0.0)
-    except ValueError:
-        return 0.0  # an HTTP-date: fall back to our own backoff
+def _retry_after(response: httpx.Response) -> float | None:
+    # The shared policy reads delta-seconds and HTTP-dates (against the service's own Date header).
+    return parse_retry_after(response.headers.get("Retry-After"), response.headers.get("Date"))
 
 
 class SupplierServices:
@@ -69,12 +68,16 @@ class SupplierServices:
         `LeaseLost` (from the heartbeat) as soon as a renewal has failed: a lost lease wins.
         """
         problem = ""
+        asked: float | None = None  # the last Retry-After, handed on with the failure
         for attempt in range(self.retries + 1):
             if heartbeat is not None:
                 heartbeat.check()
                 if attempt and heartbeat.budget_spent:
-                    raise TemporaryFailure(f"{path}: attempt budget spent while retrying; last error: {problem}")
+                    raise TemporaryFailure(
+                        f"{path}: attempt budget spent while retrying; last error: {problem}", retry_after=asked
+                    )
             delay = self.backoff * (2**attempt)
+            asked = None
             try:
                 response = self._client.post(path, json=payload, headers={"Idempotency-Key": key})
             except httpx.TimeoutException as exc:
@@ -88,7 +91,10 @@ class SupplierServices:
                     return status, self._json(path, response)
                 if status >= 500 or status in _TEMPORARY_4XX:
                     problem = f"HTTP {status}"
-                    delay = max(delay, min(_retry_after(response), self.retry_after_max))
+                    asked = _retry_after(response)
+                    if asked is not None:
+                        asked = min(asked, self.retry_after_max)
+                        delay = max(delay, asked)
                 else:
                     raise PermanentFailure(f"{path} refused the request: HTTP {status} {response.text[:200]}")
             log_event(
@@ -102,7 +108,7 @@ class SupplierServices:
             )
             if attempt < self.retries:
                 self._pause.wait(delay)
-        raise TemporaryFailure(f"{path}: {problem} after {self.retries + 1} tries")
+        raise TemporaryFailure(f"{path}: {problem} after {self.retries + 1} tries", retry_after=asked)
 
     @staticmethod
     def _json(path: str, response: httpx.Response) -> dict[str, Any]:

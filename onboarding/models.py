@@ -1,8 +1,10 @@
 """Suppliers, the purchasing and setup rows onboarding writes, and the runs that write them."""
 
+from datetime import datetime
+
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import Case, F, Min, Q, When
 
 from weave.leases import Clock, LeasedModel, LeaseQuerySet, default_clock
 
@@ -74,8 +76,23 @@ class OnboardingRunQuerySet(LeaseQuerySet):
         return self.filter(status__in=OnboardingRun.ACTIVE)
 
     def needing_a_worker(self, clock: Clock = default_clock) -> "OnboardingRunQuerySet":
-        """Active runs nobody holds under a live lease: pending ones, released ones and crashed ones."""
-        return self.active().free_or_expired(clock)
+        """Active runs nobody holds under a live lease and not waiting out a retry delay: pending ones,
+        released ones whose next attempt is due, and crashed ones."""
+        due = Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=clock.now())
+        return self.active().free_or_expired(clock).filter(due)
+
+    def next_due_at(self) -> datetime | None:
+        """The earliest database time at which an active run needs a worker, or None if none is active.
+
+        A free run is due at its `next_attempt_at` (its creation when it has none); a held run when its
+        lease ends (if the holder dies, the run needs a worker then). The due-time watcher sleeps until it.
+        """
+        at = Case(
+            When(owner__isnull=False, then=F("lease_expires_at")),
+            When(next_attempt_at__isnull=False, then=F("next_attempt_at")),
+            default=F("created_at"),
+        )
+        return self.active().aggregate(at=Min(at))["at"]
 
 
 class OnboardingRun(LeasedModel):
@@ -98,6 +115,8 @@ class OnboardingRun(LeasedModel):
     reason = models.TextField(blank=True, help_text="Why the run is where it is, for a person.")
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Database time at which a run released on a temporary failure is due again; None: due at once.
+    next_attempt_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     objects = OnboardingRunQuerySet.as_manager()
 
@@ -159,6 +178,8 @@ class RunAttempt(models.Model):
     ended_at = models.DateTimeField(null=True, blank=True, help_text="Database clock.")
     outcome = models.CharField(max_length=20, choices=Outcome.choices, default=Outcome.RUNNING)
     reason = models.TextField(blank=True)
+    # For a released attempt: the database time its run was due again (what the next attempt is measured against).
+    retry_due_at = models.DateTimeField(null=True, blank=True, help_text="Database clock.")
 
     class Meta:
         ordering = ["run", "fence", "pk"]

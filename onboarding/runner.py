@@ -14,6 +14,7 @@ refuses the worker's next save, and the worker gives its lease back.
 
 import logging
 from collections.abc import Sequence
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
@@ -24,9 +25,12 @@ from onboarding.client import SupplierServices
 from onboarding.errors import PermanentFailure, StepFailure, TemporaryFailure
 from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
 from onboarding.steps import STEPS, Step, StepContext
+from weave import wake
 from weave.conf import weave_settings
 from weave.events import log_event
 from weave.leases import Clock, Heartbeat, Lease, LeaseBusy, LeaseLost, NotClaimable, default_clock, new_owner
+from weave.retry import backoff_seconds
+from weave.timeline import clock_time
 
 logger = logging.getLogger("weave.onboarding")
 JOB = "onboarding"
@@ -103,7 +107,7 @@ class Attempt:
                 stage = "completion"
                 self.complete()
             except TemporaryFailure as exc:
-                self.give_back(f"{stage}: {exc.reason} Waiting for a later attempt.", requeue=False)
+                self.release_for_retry(exc, stage)
             except PermanentFailure as exc:
                 self.fail(f"{stage}: {exc.reason}")
         except LeaseLost as lost:
@@ -120,7 +124,11 @@ class Attempt:
         try:
             with transaction.atomic():
                 OnboardingRun.objects.guarded_update(
-                    lease, clock=self.clock, expect={"status__in": OnboardingRun.ACTIVE}, status=Status.RUNNING
+                    lease,
+                    clock=self.clock,
+                    expect={"status__in": OnboardingRun.ACTIVE},
+                    status=Status.RUNNING,
+                    next_attempt_at=None,
                 )
                 self._mark_crashed(lease)
                 self.attempt_id = RunAttempt.objects.create(
@@ -230,13 +238,46 @@ class Attempt:
             )
             self._end_attempt(Outcome.COMPLETED, f"Completed the run at fence {self.lease.fence}.")
 
-    def give_back(self, reason: str, *, requeue: bool) -> None:
-        """Release the run as pending for a later attempt (temporary failure or budget spent)."""
+    def give_back(self, reason: str, *, requeue: bool, delay: float | None = None) -> None:
+        """Release the run as pending for a later attempt (temporary failure or budget spent).
+
+        With `delay` the run is due again that many seconds from the database's now; the due-time watcher
+        (`weave.wake`) asks for the next attempt then. The reasons carry that database time.
+        """
         with transaction.atomic():
-            self._guarded_release(expect={"status": Status.RUNNING}, status=Status.PENDING, reason=reason)
-            self._end_attempt(Outcome.RELEASED, reason)
+            due = None
+            if delay is not None:
+                # Read the due time off the database clock first, so the one guarded release writes it and
+                # the reason that names it.
+                due = (
+                    OnboardingRun.objects.filter(pk=self.run_id)
+                    .annotate(due=self.clock.now(timedelta(seconds=delay)))
+                    .values_list("due", flat=True)
+                    .first()
+                )
+                reason = f"{reason} Next attempt due at {clock_time(due)} (database time)."
+            fields: dict[str, Any] = {} if due is None else {"next_attempt_at": due}
+            self._guarded_release(expect={"status": Status.RUNNING}, status=Status.PENDING, reason=reason, **fields)
+            self._end_attempt(Outcome.RELEASED, reason, retry_due_at=due)
             if requeue:
                 transaction.on_commit(partial(queue.enqueue_run, self.run_id))
+            transaction.on_commit(wake.announce)
+
+    def release_for_retry(self, failure: TemporaryFailure, stage: str) -> None:
+        """Release the run after a temporary failure, due again after the service's Retry-After or our backoff."""
+        if failure.retry_after is not None:
+            delay, why = failure.retry_after, "as the service asked with Retry-After"
+        else:
+            releases = RunAttempt.objects.filter(run_id=self.run_id, outcome=Outcome.RELEASED).count()
+            delay = backoff_seconds(
+                releases + 1,
+                base=weave_settings.ONBOARDING_RELEASE_BACKOFF,
+                cap=weave_settings.ONBOARDING_RELEASE_BACKOFF_MAX,
+            )
+            why = "backoff with jitter"
+        self.give_back(
+            f"{stage}: {failure.reason} Waiting {delay:.1f} s for a later attempt ({why}).", requeue=False, delay=delay
+        )
 
     def fail(self, reason: str) -> None:
         """End the run as failed with `reason`, under the guard."""
@@ -276,7 +317,7 @@ class Attempt:
         assert self.lease is not None
         OnboardingRun.objects.release(self.lease, clock=self.clock, expect=expect, **fields)
 
-    def _end_attempt(self, outcome: str, reason: str) -> None:
+    def _end_attempt(self, outcome: str, reason: str, *, retry_due_at: Any = None) -> None:
         assert self.lease is not None
         self.outcome, self.reason = outcome, reason
         if self.attempt_id is None:
@@ -288,11 +329,12 @@ class Attempt:
                 ended_at=self.clock.now(),
                 outcome=outcome,
                 reason=reason,
+                retry_due_at=retry_due_at,
             ).pk
         else:
             # Unconditional on purpose: a stalled attempt marked crashed by a newer claim says "blocked" in the end.
             RunAttempt.objects.filter(pk=self.attempt_id).update(
-                outcome=outcome, reason=reason, ended_at=self.clock.now()
+                outcome=outcome, reason=reason, ended_at=self.clock.now(), retry_due_at=retry_due_at
             )
         event = {Outcome.COMPLETED: "completed", Outcome.RELEASED: "released"}.get(outcome, str(outcome))
         log_event(logger, event, job=JOB, id=self.run_id, owner=self.lease.owner, fence=self.lease.fence, reason=reason)

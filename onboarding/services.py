@@ -64,6 +64,11 @@ def onboarding_cancel(*, run: OnboardingRun, cancelled_by: Any = None, clock: Cl
     return changed == 1
 
 
+def onboarding_wake() -> None:
+    """Ask for an attempt at every run that needs a worker now (the due-time watcher's wake-up)."""
+    onboarding_sweep()
+
+
 def onboarding_sweep(*, clock: Clock = default_clock, limit: int = 500) -> list[int]:
     """Enqueue every active run nobody holds under a live lease (pending, released or crashed); return their ids.
 

@@ -30,6 +30,12 @@ DEFAULTS: MappingProxyType[str, Any] = MappingProxyType(
         "PUSH_MAX_PAYLOAD_BYTES": 4096,
         "PUSH_BREAKER_THRESHOLD": 5,  # consecutive systemic failures (5xx, 429, unreachable) that stop a batch
         "PUSH_BREAKER_COOLDOWN": 30.0,  # seconds rows released by the breaker wait before they are due again
+        # --- waking workers for due work (weave.wake) ---
+        "WAKE_WATCHER": True,  # run a due-time watcher thread in every django-q2 worker process
+        "WAKE_HOLD": 10.0,  # seconds a queued task holds its request slot if it never starts
+        "WAKE_GRACE": 0.2,  # seconds a watcher leaves work found due after a notification to its task
+        "WAKE_POLL_MAX": 1.0,  # longest poll on SQLite, and the longest backoff while work stays overdue
+        "WAKE_IDLE": 30.0,  # longest LISTEN on PostgreSQL with nothing due (a safety net: NOTIFY wakes it)
         # --- supplier onboarding ---
         "SUPPLIER_API_URL": "",
         "SUPPLIER_API_TIMEOUT": 10.0,
@@ -38,6 +44,10 @@ DEFAULTS: MappingProxyType[str, Any] = MappingProxyType(
         "ONBOARDING_STEP_RETRIES": 3,  # temporary failures retried within a step
         "ONBOARDING_RETRY_BACKOFF": 0.5,  # seconds, doubled per retry
         "ONBOARDING_RETRY_AFTER_MAX": 30.0,  # seconds; a longer Retry-After is capped to this
+        # A run released on a temporary failure is due again after this backoff (doubled per release,
+        # with jitter), or after the service's Retry-After when it sent one.
+        "ONBOARDING_RELEASE_BACKOFF": 2.0,
+        "ONBOARDING_RELEASE_BACKOFF_MAX": 300.0,
     }
 )
 

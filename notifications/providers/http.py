@@ -123,11 +123,15 @@ def classify(response: httpx.Response, *, latency_ms: int = 0) -> SendResult:
         )
     if status == 408 or status >= 500:
         what = "timed out reading the request" if status == 408 else "failed"
+        # Every temporary answer's Retry-After is honoured (a 503 during maintenance sends one too).
+        retry_after = parse_retry_after(response.headers.get("Retry-After"), response.headers.get("Date"))
+        asked = f" Retry-After {retry_after:g} s." if retry_after is not None else ""
         return SendResult(
             outcome=Outcome.TEMPORARY,
             http_status=status,
             latency_ms=latency_ms,
-            reason=f"The provider {what} (HTTP {status}): {_snippet(response)}".rstrip(": "),
+            retry_after=retry_after,
+            reason=f"The provider {what} (HTTP {status}): {_snippet(response)}".rstrip(": ") + asked,
             systemic=status >= 500,
         )
     if status in (404, 410):

@@ -35,6 +35,10 @@ class FaultConfig:
     retry_after: str = "1"  # seconds, or "date:<seconds>" to send an HTTP-date that many seconds ahead
     rate_5xx: float = 0.0
     status_5xx: int = 503
+    retry_after_5xx: str = ""  # when set, 5xx answers carry this Retry-After too (same format as retry_after)
+    # Answer status_5xx to the first request of every n-th new key (0: off): a deterministic "1 key in n"
+    # temporary failure whose retry then succeeds, for latency measurements with no randomness.
+    first_5xx_every: int = 0
     rate_hang: float = 0.0  # deliver, then answer only after hang_seconds (past the client's timeout)
     hang_seconds: float = 5.0
     rate_drop: float = 0.0  # deliver, then close the connection without an answer
@@ -67,6 +71,7 @@ class _State:
         self.by_status: dict[str, int] = {}
         self.tokens: dict[str, str] = {}  # idempotency key -> device token ("to")
         self.log: list[dict[str, Any]] = []
+        self.new_keys = 0
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -167,8 +172,9 @@ class _Handler(FakeHandler):
         if draw < edge:
             return 429, {"Retry-After": _retry_after(config.retry_after)}, _dumps({"error": "slow down"}), ""
         edge += config.rate_5xx
-        if draw < edge:
-            return config.status_5xx, {}, _dumps({"error": "provider trouble"}), ""
+        if draw < edge or self._first_of_every(config, key):
+            headers = {"Retry-After": _retry_after(config.retry_after_5xx)} if config.retry_after_5xx else {}
+            return config.status_5xx, headers, _dumps({"error": "provider trouble"}), ""
         edge += config.rate_hang
         after = "hang" if draw < edge else ""
         edge += config.rate_drop
@@ -178,6 +184,16 @@ class _Handler(FakeHandler):
         if config.malformed:
             return 200, {}, b"<html>ok</html>", after
         return 200, {}, _dumps({"id": message_id, "duplicate": duplicate}), after
+
+    def _first_of_every(self, config: FaultConfig, key: str) -> bool:
+        if config.first_5xx_every <= 0:
+            return False
+        state = self.server.state
+        with state.lock:
+            if state.per_key.get(key) != 1:
+                return False  # not this key's first request
+            state.new_keys += 1
+            return state.new_keys % config.first_5xx_every == 1 % config.first_5xx_every
 
     def _deliver(self, key: str, to: str) -> tuple[str, bool]:
         state = self.server.state
