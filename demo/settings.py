@@ -125,6 +125,10 @@ Q_CLUSTER = {
     "save_limit": 1000,
     "label": "Django Q2",
 }
+# WEAVE_Q_REDIS=redis://host:port/db runs the cluster on django-q2's Redis broker instead of the ORM one.
+if os.environ.get("WEAVE_Q_REDIS"):
+    del Q_CLUSTER["orm"]
+    Q_CLUSTER["redis"] = os.environ["WEAVE_Q_REDIS"]
 
 # --- Weave -------------------------------------------------------------------------------------
 WEAVE = {

@@ -2,7 +2,7 @@
 
 from notifications.models import DeliveryAttempt, Notification
 from weave.leases import Clock, default_clock
-from weave.timeline import Timeline, clock_time, holder
+from weave.timeline import Timeline, clock_time, holder, lateness
 
 
 def explain_notification(pk: int, *, clock: Clock = default_clock) -> Timeline:
@@ -12,13 +12,20 @@ def explain_notification(pk: int, *, clock: Clock = default_clock) -> Timeline:
     t = Timeline(f"Notification {n.pk} to {n.device_token} (key {n.idempotency_key}): {n.status}")
     t.add(n.created_at, "created", f"{n.title!r}, due {clock_time(n.next_attempt_at)}")
     seen: set[tuple[str, int]] = set()
+    due = n.next_attempt_at if not attempts else None  # the due time the next send is measured against
     for a in attempts:
         if (a.owner, a.fence) not in seen:
             seen.add((a.owner, a.fence))
             t.add(a.started_at, "claim", f"fence {a.fence} held by {a.owner} (time of its send)")
-        t.add(a.started_at, "send", f"fence {a.fence} sent key {n.idempotency_key}")
+        t.add(a.started_at, "send", f"fence {a.fence} sent key {n.idempotency_key}{lateness(a.started_at, due)}")
         status = f"HTTP {a.http_status}" if a.http_status else "no HTTP answer"
-        t.add(a.finished_at, a.outcome, f"fence {a.fence}: {status}, {a.latency_ms or 0} ms. {a.reason}".strip())
+        text = f"fence {a.fence}: {status}, {a.latency_ms or 0} ms. {a.reason}".strip()
+        if a.retry_due_at is not None:
+            text += f" Retry due at {clock_time(a.retry_due_at)} (database time)."
+            due = a.retry_due_at
+        t.add(a.finished_at, a.outcome, text)
+    if n.status == Notification.Status.PENDING and n.next_attempt_at is not None and attempts:
+        t.add(None, "due", f"next send due at {clock_time(n.next_attempt_at)} (database time)")
     t.add(None, "holder", holder(n))
     t.summary = _summary(n, attempts)
     return t

@@ -4,11 +4,17 @@ The worker (`delivery`), the services and the due-time watcher all ask for a dra
 none of them imports the task module that imports the worker.
 """
 
+from django_q.conf import Conf
 from django_q.tasks import async_task
 
 from weave import wake
 
 DRAIN = "notifications.drain"
+
+
+def drain_request_name() -> str:
+    """The request row of this broker queue's drains: clusters on other queues get their own."""
+    return f"{DRAIN}@{Conf.CLUSTER_NAME}"
 
 
 def enqueue_drain() -> bool:
@@ -20,7 +26,7 @@ def enqueue_drain() -> bool:
     while it runs gets another drain, which is how a backlog spreads over every worker.
     Returns whether a task was enqueued.
     """
-    return wake.request_once(DRAIN, enqueue=_enqueue)
+    return wake.request_once(drain_request_name(), enqueue=_enqueue)
 
 
 def _enqueue() -> None:

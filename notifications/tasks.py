@@ -12,7 +12,7 @@ from weave.conf import weave_settings
 def drain() -> dict[str, Any]:
     """Deliver due notifications (the django-q2 task a coalesced request enqueues)."""
     # Free the request slot first: rows created from now on ask for another drain, so none waits for us.
-    wake.task_started(queue.DRAIN)
+    wake.task_started(queue.drain_request_name())
     # Wake the watchers: they learn that rows are about to be leased, and so when those leases lapse
     # if this worker dies.
     wake.announce()

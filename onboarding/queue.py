@@ -4,13 +4,14 @@ The runner, the services and the due-time watcher ask through here, so none of t
 module that imports them.
 """
 
+from django_q.conf import Conf
 from django_q.tasks import async_task
 
 from weave import wake
 
 
 def request_name(run_id: int) -> str:
-    return f"onboarding.run:{run_id}"
+    return f"onboarding.run:{run_id}@{Conf.CLUSTER_NAME}"
 
 
 def enqueue_run(run_id: int) -> bool:

@@ -261,7 +261,8 @@ class Attempt:
             self._end_attempt(Outcome.RELEASED, reason, retry_due_at=due)
             if requeue:
                 transaction.on_commit(partial(queue.enqueue_run, self.run_id))
-            transaction.on_commit(wake.announce)
+            if due is not None:
+                transaction.on_commit(wake.announce)  # the watchers sleep until the new due time
 
     def release_for_retry(self, failure: TemporaryFailure, stage: str) -> None:
         """Release the run after a temporary failure, due again after the service's Retry-After or our backoff."""

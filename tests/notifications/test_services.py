@@ -5,7 +5,9 @@ from django.core.exceptions import ValidationError
 from django_q.models import OrmQ
 
 from notifications.models import Notification
-from notifications.queue import enqueue_drain
+from weave import wake
+from weave.models import WakeRequest
+from notifications.queue import drain_request_name, enqueue_drain
 from notifications.services import notification_cancel, notification_create, notification_retry_now
 from tests.factories import NotificationFactory
 
@@ -50,13 +52,36 @@ def test_create__stores_a_due_row_and_enqueues_one_drain_after_commit(django_cap
     assert Notification.objects.claimable().count() == 2
 
 
-def test_enqueue_drain__enqueues_again_once_the_queued_drain_was_picked():
-    enqueue_drain()
-    enqueue_drain()
+def test_enqueue_drain__coalesces_on_weaves_own_row_until_the_drain_starts():
+    assert enqueue_drain() is True
+    assert enqueue_drain() is False
     assert OrmQ.objects.count() == 1
-    OrmQ.objects.update(lock="2999-01-01T00:00:00Z")  # a worker picked it (locked into the future)
-    enqueue_drain()
+    (row,) = WakeRequest.objects.all()
+    assert (row.name, row.requests) == (drain_request_name(), 1) and row.queued_until is not None
+    assert row.name.startswith("notifications.drain@")
+    wake.task_started(drain_request_name())  # what the drain task does first
+    assert enqueue_drain() is True
     assert OrmQ.objects.count() == 2
+    assert WakeRequest.objects.get().requests == 2
+
+
+def test_enqueue_drain__a_lost_task_holds_the_slot_only_until_its_time_passes(settings):
+    settings.WEAVE = {"WAKE_HOLD": 0.0}  # as if the queued drain had been lost long ago
+    assert enqueue_drain() is True
+    assert enqueue_drain() is True
+    assert OrmQ.objects.count() == 2
+
+
+def test_enqueue_drain__frees_the_slot_when_the_broker_refuses(monkeypatch):
+    def broken(*args, **kwargs):
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr("notifications.queue.async_task", broken)
+    with pytest.raises(ConnectionError):
+        enqueue_drain()
+    assert WakeRequest.objects.get().queued_until is None
+    monkeypatch.undo()
+    assert enqueue_drain() is True
 
 
 def test_retry_and_cancel__never_touch_a_row_under_a_live_lease(clock):
