@@ -107,8 +107,9 @@ def seconds_until(when: datetime | None) -> float | None:
 
 
 def _sqlite_now() -> datetime:
+    from datetime import UTC
+
     from django.utils.dateparse import parse_datetime
-    from django.utils.timezone import UTC
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")

@@ -1,4 +1,4 @@
-"""The sweep schedules exist after `migrate` alone; `manage.py weave_schedules` repairs them and says what it changed."""
+"""The sweeps exist after `migrate` alone; `manage.py weave_schedules` repairs them and says what it changed."""
 
 from io import StringIO
 

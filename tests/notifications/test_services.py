@@ -5,11 +5,11 @@ from django.core.exceptions import ValidationError
 from django_q.models import OrmQ
 
 from notifications.models import Notification
-from weave import wake
-from weave.models import WakeRequest
 from notifications.queue import drain_request_name, enqueue_drain
 from notifications.services import notification_cancel, notification_create, notification_retry_now
 from tests.factories import NotificationFactory
+from weave import wake
+from weave.models import WakeRequest
 
 pytestmark = pytest.mark.django_db
 
