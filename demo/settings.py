@@ -73,7 +73,12 @@ TEMPLATES = [
 # DATABASE_URL picks the database; without it an SQLite file in the project is used.
 DATABASE_URL = os.environ.get("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
 # Workers keep their connection between tasks: reconnecting per task costs more than the task.
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+# DB_CONN_MAX_AGE=0 gives Django's default (a new connection per request or task), for the bench's anchors.
+DATABASES = {
+    "default": dj_database_url.parse(
+        DATABASE_URL, conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "60")), conn_health_checks=True
+    )
+}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {
         # Several processes (site, qcluster workers, heartbeat threads) share one file:

@@ -132,3 +132,35 @@ def test_enqueue_drain__of_many_concurrent_callers_exactly_one_enqueues():
     run_threads(lambda name: won.append(enqueue_drain()), [f"site-{i}" for i in range(8)])
     assert sorted(won) == [False] * 7 + [True]
     assert OrmQ.objects.count() == 1
+
+
+def test_notification_timeline__gives_the_retry_due_time_and_how_late_the_retry_went_out():
+    from notifications.explain import explain_notification
+    from notifications.models import DeliveryAttempt
+
+    base = datetime(2030, 1, 1, 12, 0, tzinfo=timezone.get_current_timezone())
+    n = NotificationFactory(next_attempt_at=base, status="delivered")
+    due = base + timedelta(seconds=1.7)
+    DeliveryAttempt.objects.create(
+        notification=n,
+        owner="push:a:1:x",
+        fence=1,
+        started_at=base,
+        finished_at=base + timedelta(milliseconds=50),
+        http_status=503,
+        outcome="temporary",
+        reason="The provider failed (HTTP 503). Attempt 1 of 5; next try in 1.7 s.",
+        retry_due_at=due,
+    )
+    DeliveryAttempt.objects.create(
+        notification=n,
+        owner="push:b:2:y",
+        fence=2,
+        started_at=due + timedelta(seconds=0.25),
+        finished_at=due + timedelta(seconds=0.3),
+        http_status=200,
+        outcome="delivered",
+    )
+    text = explain_notification(n.pk).as_text()
+    assert "Retry due at 12:00:01.700 (database time)." in text
+    assert "0.250 s after its due time 12:00:01.700" in text
