@@ -49,8 +49,21 @@ def notification_create(
         device_token=device_token, title=title, body=body, data=data, next_attempt_at=DbNow()
     )
     notification.refresh_from_db(fields=["next_attempt_at"])
-    transaction.on_commit(_enqueue_drain)
+    if not _drain_requested_on_commit():
+        transaction.on_commit(_enqueue_drain)
     return notification
+
+
+def _drain_requested_on_commit() -> bool:
+    """Whether this transaction already asks for a drain when it commits: a bulk send in one transaction
+    then asks once, not once per notification (the request is coalesced anyway; this saves the statements)."""
+    from django.db import connection
+
+    if not connection.in_atomic_block:
+        return False
+    # Django keeps (savepoint ids, callback, robust) per registered callback; read defensively.
+    pending = getattr(connection, "run_on_commit", None) or []
+    return any(len(entry) > 1 and entry[1] is _enqueue_drain for entry in pending)
 
 
 def _field_length(name: str) -> int:
