@@ -31,9 +31,12 @@ CHAOS_ARGS ?= -n 10000 -m 200 -k 4 --kills 3 --stops 4 --restarts 2
 chaos: $(STAMP)
 	PY=$(PY) bash scripts/chaos.sh $(CHAOS_ARGS) $(ARGS)
 
+## make lint: ruff (rules and format), mypy (strict on the shipped packages), import-linter (the layers)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) db.sqlite3* test_db.sqlite3* .run

@@ -136,28 +136,27 @@ if os.environ.get("WEAVE_Q_REDIS"):
     Q_CLUSTER["redis"] = os.environ["WEAVE_Q_REDIS"]
 
 # --- Weave -------------------------------------------------------------------------------------
-WEAVE = {
+WEAVE: dict[str, object] = {
     "PUSH_URL": os.environ.get("WEAVE_PUSH_URL", "http://127.0.0.1:8100/push"),
     "PUSH_TOKEN": os.environ.get("WEAVE_PUSH_TOKEN", "dev-token"),
     "SUPPLIER_API_URL": os.environ.get("WEAVE_SUPPLIER_API_URL", "http://127.0.0.1:8200"),
 }
 
 
-def _weave_env_overrides() -> dict:
+def _weave_env_overrides() -> dict[str, float | int | bool]:
     """Read `WEAVE_<KEY>` for every numeric WEAVE setting, so a parent process (the chaos runner,
     a demo script) can give its worker processes short leases, budgets or batch sizes."""
-    from weave.conf import DEFAULTS
+    from weave.conf import KEYS
 
-    overrides = {}
-    for key, default in DEFAULTS.items():
-        raw = os.environ.get(f"WEAVE_{key}")
-        if raw is None or isinstance(default, str) or key in WEAVE:
+    overrides: dict[str, float | int | bool] = {}
+    for name, key in KEYS.items():
+        raw = os.environ.get(f"WEAVE_{name}")
+        if raw is None or key.kind is str or name in WEAVE:
             continue
-        if isinstance(default, bool):
-            overrides[key] = raw.strip().lower() in {"1", "true", "yes", "on"}
+        if key.kind is bool:
+            overrides[name] = raw.strip().lower() in {"1", "true", "yes", "on"}
             continue
-        kind = float if default is None else type(default)
-        overrides[key] = kind(raw)
+        overrides[name] = key.kind(raw)
     return overrides
 
 

@@ -1,31 +1,35 @@
 """Admin for notifications: status, lease state by the database clock, attempt history, guarded actions."""
 
+from typing import Any
+
 from django.contrib import admin, messages
 from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest
 
-from notifications.explain import explain_notification
 from notifications.models import DeliveryAttempt, Notification
 from notifications.services import BulkResult, notification_cancel, notification_retry_now
+from weave.admin import LeasedModelAdmin, ReadOnlyAdminMixin
 
 
-class AttemptOutcomeFilter(admin.SimpleListFilter):
+class HasAttemptWithOutcomeFilter(admin.SimpleListFilter):
     """Notifications that have at least one attempt with the chosen outcome."""
 
     title = "attempt outcome"
     parameter_name = "attempt_outcome"
 
-    def lookups(self, request, model_admin):
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return DeliveryAttempt.Outcome.choices
 
-    def queryset(self, request, queryset):
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         if not self.value():
             return queryset
         attempts = DeliveryAttempt.objects.filter(notification=OuterRef("pk"), outcome=self.value())
         return queryset.filter(Exists(attempts))
 
 
-class DeliveryAttemptInline(admin.TabularInline):
+class DeliveryAttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
+    """Receipts are written by the worker only."""
+
     model = DeliveryAttempt
     extra = 0
     can_delete = False
@@ -41,15 +45,9 @@ class DeliveryAttemptInline(admin.TabularInline):
     )
     ordering = ("started_at", "pk")
 
-    def has_add_permission(self, request, obj=None):
-        return False  # receipts are written by the worker only
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(Notification)
-class NotificationAdmin(admin.ModelAdmin):
+class NotificationAdmin(LeasedModelAdmin):
     list_display = (
         "id",
         "title",
@@ -62,7 +60,7 @@ class NotificationAdmin(admin.ModelAdmin):
         "owner",
         "fence",
     )
-    list_filter = ("status", AttemptOutcomeFilter)
+    list_filter = ("status", HasAttemptWithOutcomeFilter)
     search_fields = ("device_token", "title", "idempotency_key")
     readonly_fields = (
         "status",
@@ -91,20 +89,7 @@ class NotificationAdmin(admin.ModelAdmin):
     )
     inlines = (DeliveryAttemptInline,)
     actions = ("retry_now", "cancel")
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet:
-        # "Live" is judged by the database clock in the same query, never by this web server's clock.
-        return super().get_queryset(request).with_lease_state()
-
-    @admin.display(description="lease")
-    def lease_state(self, obj: Notification) -> str:
-        if obj.owner is None:
-            return "free"
-        return "live" if getattr(obj, "lease_live", False) else "expired"
-
-    @admin.display(description="timeline")
-    def timeline(self, obj: Notification) -> str:
-        return explain_notification(obj.pk).as_html()
+    explain_kind = "notification"
 
     @admin.display(description="device token")
     def short_token(self, obj: Notification) -> str:
@@ -146,20 +131,11 @@ class NotificationAdmin(admin.ModelAdmin):
 
 
 @admin.register(DeliveryAttempt)
-class DeliveryAttemptAdmin(admin.ModelAdmin):
+class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("id", "notification", "outcome", "http_status", "latency_ms", "owner", "fence", "started_at")
     list_filter = ("outcome",)
     search_fields = ("reason", "owner")
     list_select_related = ("notification",)
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 def _ids(pks: list[int]) -> str:

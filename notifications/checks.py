@@ -11,7 +11,9 @@ from weave.conf import weave_settings
 @register(Tags.compatibility)
 def check_push_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """Refuse a lease TTL shorter than a request, or a budget that outlasts the django-q2 timeout."""
-    errors = []
+    errors: list[Error] = []
+    if not weave_settings.valid("PUSH_LEASE_TTL", "PUSH_TIMEOUT", "PUSH_BUDGET"):
+        return errors  # weave.E006 reports a value of the wrong type or range
     ttl, timeout, budget = weave_settings.PUSH_LEASE_TTL, weave_settings.PUSH_TIMEOUT, weave_settings.PUSH_BUDGET
     if ttl <= timeout:
         errors.append(

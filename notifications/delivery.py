@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
@@ -418,25 +418,37 @@ def _default_provider(concurrency: int) -> Provider:
     )
 
 
-def deliver_batch(*, clock: Clock = default_clock, provider: Provider | None = None, **options: Any) -> DeliveryReport:
-    """Claim one batch and deliver it. `options` go to `PushWorker` (owner, hooks, batch_size, budget, ...)."""
-    worker = PushWorker(clock=clock, provider=provider, **options)
+class WorkerOptions(TypedDict, total=False):
+    """The `PushWorker` keywords `deliver_batch` and `drain` pass on (unset or None: the WEAVE setting)."""
+
+    provider: Provider | None
+    clock: Clock
+    owner: str | None
+    hooks: Hooks | None
+    batch_size: int | None
+    concurrency: int | None
+    budget: float | None
+    ttl: float | None
+    rng: random.Random | None
+
+
+def deliver_batch(**options: Unpack[WorkerOptions]) -> DeliveryReport:
+    """Claim one batch and deliver it."""
+    worker = PushWorker(**options)
     try:
         return worker.deliver(worker.claim())
     finally:
         worker.close()
 
 
-def drain(
-    *, clock: Clock = default_clock, provider: Provider | None = None, enqueue_more: bool = True, **options: Any
-) -> DeliveryReport:
+def drain(*, enqueue_more: bool = True, **options: Unpack[WorkerOptions]) -> DeliveryReport:
     """Deliver due notifications until none are left or the budget is spent; then re-enqueue if rows remain."""
-    worker = PushWorker(clock=clock, provider=provider, **options)
+    worker = PushWorker(**options)
     try:
         report = worker.run()
     finally:
         worker.close()
-    if report.budget_spent and enqueue_more and Notification.objects.claimable(clock).exists():
+    if report.budget_spent and enqueue_more and Notification.objects.claimable(worker.clock).exists():
         queue.enqueue_drain()
         report.more_enqueued = True
     log_event(

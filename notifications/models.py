@@ -9,7 +9,7 @@ from django.db.models import Case, F, Min, Q, When
 from weave.leases import Clock, LeasedModel, LeaseQuerySet, default_clock
 
 
-class NotificationQuerySet(LeaseQuerySet):
+class NotificationQuerySet(LeaseQuerySet["Notification"]):
     def pending(self) -> "NotificationQuerySet":
         return self.filter(status=Notification.Status.PENDING)
 
@@ -56,7 +56,7 @@ class Notification(LeasedModel):
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
-    objects = NotificationQuerySet.as_manager()
+    objects = NotificationQuerySet.as_manager()  # type: ignore[misc]  # replaces the abstract base's manager
 
     class Meta:
         permissions = [("manage_delivery", "Can retry or cancel notification delivery")]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import models, transaction
 
 from notifications import queue
 from notifications.models import Notification
@@ -67,7 +67,9 @@ def _drain_requested_on_commit() -> bool:
 
 
 def _field_length(name: str) -> int:
-    return Notification._meta.get_field(name).max_length
+    field = Notification._meta.get_field(name)
+    assert isinstance(field, models.CharField) and field.max_length is not None  # a bounded text column
+    return field.max_length
 
 
 def _enqueue_drain() -> None:

@@ -7,22 +7,9 @@ from django.db.models import Count, Exists, OuterRef, QuerySet
 from django.http import HttpRequest
 
 from onboarding.errors import RunAlreadyActive
-from onboarding.explain import explain_run
 from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, RunAttempt, StepReceipt, Supplier, VendorRecord
 from onboarding.services import onboarding_cancel, onboarding_resume, onboarding_start
-
-
-class ReadOnlyMixin:
-    """Rows written only by workers: visible, never edited by hand."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+from weave.admin import LeasedModelAdmin, ReadOnlyAdminMixin
 
 
 @admin.register(Supplier)
@@ -60,17 +47,17 @@ class SupplierAdmin(admin.ModelAdmin):
             )
 
 
-class StepReceiptInline(ReadOnlyMixin, admin.TabularInline):
+class StepReceiptInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = StepReceipt
     extra = 0
-    fields = readonly_fields = ["step", "fence", "owner", "completed_at", "output"]
+    fields = readonly_fields = ("step", "fence", "owner", "completed_at", "output")
     ordering = ["completed_at", "pk"]
 
 
-class RunAttemptInline(ReadOnlyMixin, admin.TabularInline):
+class RunAttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = RunAttempt
     extra = 0
-    fields = readonly_fields = ["fence", "owner", "outcome", "started_at", "ended_at", "reason"]
+    fields = readonly_fields = ("fence", "owner", "outcome", "started_at", "ended_at", "reason")
     ordering = ["fence", "pk"]
 
 
@@ -91,8 +78,8 @@ class HasBlockedAttemptsFilter(admin.SimpleListFilter):
 
 
 @admin.register(OnboardingRun)
-class OnboardingRunAdmin(admin.ModelAdmin):
-    list_display = ["id", "supplier", "status", "phase", "owner", "fence", "lease", "attempt_count", "created_at"]
+class OnboardingRunAdmin(LeasedModelAdmin):
+    list_display = ["id", "supplier", "status", "phase", "owner", "fence", "lease_state", "attempt_count", "created_at"]
     list_filter = ["status", HasBlockedAttemptsFilter]
     list_select_related = ["supplier"]
     search_fields = ["supplier__legal_name", "owner"]
@@ -107,31 +94,19 @@ class OnboardingRunAdmin(admin.ModelAdmin):
         "owner",
         "fence",
         "lease_expires_at",
-        "lease",
+        "lease_state",
         "timeline",
     ]
     inlines = [StepReceiptInline, RunAttemptInline]
     actions = ["resume", "cancel"]
+    explain_kind = "run"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
-        # Live or expired is the database clock's call, as for every lease decision.
-        return super().get_queryset(request).with_lease_state().annotate(attempt_total=Count("attempts", distinct=True))
+        runs: QuerySet = super().get_queryset(request).annotate(attempt_total=Count("attempts", distinct=True))
+        return runs
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # runs start from the supplier admin's "Start onboarding"
-
-    @admin.display(description="lease")
-    def lease(self, run: OnboardingRun) -> str:
-        if run.owner is None:
-            return "free"
-        live = getattr(run, "lease_live", None)
-        if live is None:
-            live = OnboardingRun.objects.live().filter(pk=run.pk).exists()
-        return "live" if live else "expired"
-
-    @admin.display(description="timeline")
-    def timeline(self, run: OnboardingRun) -> str:
-        return explain_run(run.pk).as_html()
 
     @admin.display(description="attempts", ordering="attempt_total")
     def attempt_count(self, run: OnboardingRun) -> int:
@@ -160,8 +135,8 @@ class OnboardingRunAdmin(admin.ModelAdmin):
             self.message_user(request, f"Skipped {skipped} finished run(s).", level=messages.WARNING)
 
 
-class AttemptOutcomeFilter(admin.SimpleListFilter):
-    """Outcome, opening on "blocked": the attempts that lost their lease, with their reasons."""
+class RunAttemptOutcomeFilter(admin.SimpleListFilter):
+    """A run attempt's own outcome, opening on "blocked": the attempts that lost their lease, with their reasons."""
 
     title = "outcome"
     parameter_name = "outcome"
@@ -188,33 +163,33 @@ class AttemptOutcomeFilter(admin.SimpleListFilter):
 
 
 @admin.register(RunAttempt)
-class RunAttemptAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class RunAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Blocked attempts and why (the page opens on them); other outcomes are a filter away."""
 
     list_display = ["run", "fence", "owner", "outcome", "started_at", "ended_at", "reason"]
-    list_filter = [AttemptOutcomeFilter]
+    list_filter = [RunAttemptOutcomeFilter]
     list_select_related = ["run__supplier"]
     search_fields = ["owner", "reason"]
     ordering = ["-pk"]
 
 
 @admin.register(StepReceipt)
-class StepReceiptAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class StepReceiptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["run", "step", "fence", "owner", "completed_at"]
     list_filter = ["step"]
     list_select_related = ["run__supplier"]
 
 
 @admin.register(VendorRecord)
-class VendorRecordAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class VendorRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["vendor_number", "supplier", "run", "fence", "created_at"]
 
 
 @admin.register(PaymentTerms)
-class PaymentTermsAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class PaymentTermsAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["supplier", "net_days", "currency", "run", "fence"]
 
 
 @admin.register(BankAccount)
-class BankAccountAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class BankAccountAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["supplier", "reference", "last4", "run", "fence", "verified_at"]

@@ -11,6 +11,8 @@ from weave.conf import weave_settings
 @register(Tags.compatibility)
 def check_onboarding_budget(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """Refuse an attempt budget that django-q2 would cut short."""
+    if not weave_settings.valid("ONBOARDING_BUDGET"):
+        return []  # weave.E006 reports a value of the wrong type or range
     budget = weave_settings.ONBOARDING_BUDGET
     timeout = (getattr(settings, "Q_CLUSTER", None) or {}).get("timeout")
     if isinstance(timeout, (int, float)) and budget >= timeout:

@@ -33,14 +33,15 @@ def _summary(run: OnboardingRun, attempts: list[RunAttempt], receipts: list[Step
     for number, a in enumerate(attempts, 1):
         steps = [r.step for r in receipts if r.fence == a.fence]
         did = f"saved {', '.join(steps)}" if steps else "saved no step"
-        ending = {
+        endings: dict[str, str] = {
             RunAttempt.Outcome.RUNNING: "is still running",
             RunAttempt.Outcome.COMPLETED: f"completed the run at {clock_time(a.ended_at)}",
             RunAttempt.Outcome.BLOCKED: f"lost its lease and was blocked at {clock_time(a.ended_at)} ({a.reason})",
             RunAttempt.Outcome.CRASHED: f"stopped without a word and was marked crashed at {clock_time(a.ended_at)}",
             RunAttempt.Outcome.RELEASED: f"gave the run back at {clock_time(a.ended_at)} ({a.reason})",
             RunAttempt.Outcome.FAILED: f"failed the run at {clock_time(a.ended_at)} ({a.reason})",
-        }.get(a.outcome, a.outcome)
+        }
+        ending = endings.get(a.outcome, a.outcome)
         parts.append(f"attempt {number} (fence {a.fence}) {did} and {ending}")
     text = "; ".join(parts)
     tail = f" Reason on the run: {run.reason}" if run.reason else ""

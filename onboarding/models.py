@@ -70,7 +70,7 @@ class BankAccount(models.Model):
         return f"Bank account {self.reference} (…{self.last4})"
 
 
-class OnboardingRunQuerySet(LeaseQuerySet):
+class OnboardingRunQuerySet(LeaseQuerySet["OnboardingRun"]):
     def active(self) -> "OnboardingRunQuerySet":
         """Runs not yet finished: pending or running. The claimable state."""
         return self.filter(status__in=OnboardingRun.ACTIVE)
@@ -118,7 +118,7 @@ class OnboardingRun(LeasedModel):
     # Database time at which a run released on a temporary failure is due again; None: due at once.
     next_attempt_at = models.DateTimeField(null=True, blank=True, editable=False)
 
-    objects = OnboardingRunQuerySet.as_manager()
+    objects = OnboardingRunQuerySet.as_manager()  # type: ignore[misc]  # replaces the abstract base's manager
 
     class Meta:
         ordering = ["-pk"]

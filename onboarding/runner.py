@@ -16,7 +16,7 @@ import logging
 from collections.abc import Sequence
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from django.db import transaction
 
@@ -337,10 +337,23 @@ class Attempt:
             RunAttempt.objects.filter(pk=self.attempt_id).update(
                 outcome=outcome, reason=reason, ended_at=self.clock.now(), retry_due_at=retry_due_at
             )
-        event = {Outcome.COMPLETED: "completed", Outcome.RELEASED: "released"}.get(outcome, str(outcome))
+        events: dict[str, str] = {Outcome.COMPLETED: "completed", Outcome.RELEASED: "released"}
+        event = events.get(outcome, str(outcome))
         log_event(logger, event, job=JOB, id=self.run_id, owner=self.lease.owner, fence=self.lease.fence, reason=reason)
 
 
-def run_onboarding(run_id: Any, **options: Any) -> str:
+class AttemptOptions(TypedDict, total=False):
+    """The `Attempt` keywords `run_onboarding` passes on (unset or None: the WEAVE setting)."""
+
+    owner: str | None
+    ttl: float | None
+    budget: float | None
+    clock: Clock
+    background: bool
+    steps: Sequence[Step]
+    services: SupplierServices | None
+
+
+def run_onboarding(run_id: Any, **options: Unpack[AttemptOptions]) -> str:
     """Run one attempt at onboarding run `run_id`; return its outcome (see `Attempt`)."""
     return Attempt(run_id, **options).execute()

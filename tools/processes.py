@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,7 +81,7 @@ class ProcessGroups:
         self, name: str, args: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | None = None
     ) -> Child:
         log_path = None
-        stdout = subprocess.DEVNULL
+        stdout: int | IO[bytes] = subprocess.DEVNULL
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             log_path = self.log_dir / f"{name}.log"

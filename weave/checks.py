@@ -1,11 +1,12 @@
 """System checks that stop `manage.py check` (and every command) on an unsafe configuration."""
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
-from weave.conf import weave_settings
+from weave.conf import KEYS, weave_settings
 
 
 @register(Tags.compatibility)
@@ -54,17 +55,36 @@ def check_q_cluster(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 
 @register(Tags.compatibility)
 def check_weave_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """Refuse WEAVE keys that do not exist: a typo would silently fall back to a default."""
+    """Refuse WEAVE keys that do not exist (a typo would silently fall back to a default) and values
+    of the wrong type or out of range."""
+    raw = getattr(settings, "WEAVE", None)
+    if raw is not None and not isinstance(raw, Mapping):
+        return [
+            Error(
+                f"WEAVE is a {type(raw).__name__}; it must be a dict of settings.",
+                hint="See weave/conf.py for the settings and their defaults.",
+                id="weave.E006",
+            )
+        ]
+    errors: list[Error] = []
     unknown = weave_settings.unknown_keys()
     if unknown:
-        return [
+        errors.append(
             Error(
                 f"Unknown WEAVE setting(s): {', '.join(unknown)}.",
                 hint="See weave/conf.py for the settings and their defaults.",
                 id="weave.E005",
             )
-        ]
-    return []
+        )
+    for name, value, problem in weave_settings.problems():
+        errors.append(
+            Error(
+                f"WEAVE['{name}'] is {value!r}; it {problem}.",
+                hint=f"{name}: {KEYS[name].doc} (default {KEYS[name].default!r}).",
+                id="weave.E006",
+            )
+        )
+    return errors
 
 
 @register(Tags.compatibility)
@@ -73,12 +93,10 @@ def check_lease_ttls(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     errors: list[Error] = []
     interval = weave_settings.HEARTBEAT_INTERVAL
     for key in ("LEASE_TTL", "PUSH_LEASE_TTL", "ONBOARDING_LEASE_TTL"):
+        if not weave_settings.valid("HEARTBEAT_INTERVAL", key):
+            continue  # weave.E006 reports a value of the wrong type or range
         ttl = getattr(weave_settings, key)
-        if not isinstance(ttl, (int, float)) or ttl <= 0:
-            errors.append(
-                Error(f"WEAVE['{key}'] is {ttl!r}; it must be a positive number of seconds.", id="weave.E010")
-            )
-        elif interval is not None and ttl < 3 * interval:
+        if interval is not None and ttl < 3 * interval:
             errors.append(
                 Error(
                     f"WEAVE['{key}'] ({ttl} s) is shorter than three heartbeat intervals "

@@ -1,69 +1,199 @@
-"""The `WEAVE` settings dict: frozen defaults, merged with the site's settings when read.
+"""The `WEAVE` settings dict: one typed key per setting, with its default, type and allowed range.
 
 Values are read on every attribute access, never cached at import, so a test that changes
-`settings.WEAVE` (pytest-django's `settings` fixture) is seen at once.
+`settings.WEAVE` (pytest-django's `settings` fixture) is seen at once. The system check `weave.E006`
+(`weave/checks.py`) validates every key's type and range with `Key.problem()`; `weave.E005` refuses
+unknown keys.
+
+Adding a setting is one line in `WeaveSettings` below: `NAME = seconds(10.0, "what it is for")`
+(or `count`, `text`, ...). The default, the type mypy sees, the check and `DEFAULTS` all follow from it.
 """
 
+import math
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from django.conf import settings as django_settings
 
-DEFAULTS: MappingProxyType[str, Any] = MappingProxyType(
-    {
-        # --- leases (seconds) ---
-        "LEASE_TTL": 30.0,
-        # Heartbeat renewal interval; None means a third of the lease TTL. A TTL shorter than three
-        # intervals leaves no room for one late renewal (a system check refuses it).
-        "HEARTBEAT_INTERVAL": None,
-        # --- push notifications ---
-        "PUSH_URL": "",
-        "PUSH_TOKEN": "",
-        "PUSH_TIMEOUT": 10.0,  # per request, seconds
-        "PUSH_BATCH_SIZE": 100,  # rows claimed under one lease
-        "PUSH_CONCURRENCY": 20,  # requests in flight per worker
-        "PUSH_BUDGET": 60.0,  # seconds a drain may start new rows; must stay below Q_CLUSTER timeout
-        "PUSH_LEASE_TTL": 30.0,
-        "PUSH_MAX_ATTEMPTS": 5,
-        "PUSH_BACKOFF_BASE": 2.0,  # seconds; doubled per attempt, with jitter
-        "PUSH_BACKOFF_MAX": 3600.0,
-        "PUSH_MAX_PAYLOAD_BYTES": 4096,
-        "PUSH_BREAKER_THRESHOLD": 5,  # consecutive systemic failures (5xx, 429, unreachable) that stop a batch
-        "PUSH_BREAKER_COOLDOWN": 30.0,  # seconds rows released by the breaker wait before they are due again
-        # --- waking workers for due work (weave.wake) ---
-        "WAKE_WATCHER": True,  # run a due-time watcher thread in every django-q2 worker process
-        "WAKE_HOLD": 10.0,  # seconds a queued task holds its request slot if it never starts
-        "WAKE_GRACE": 0.2,  # seconds a watcher leaves work found due after a notification to its task
-        "WAKE_POLL_MAX": 1.0,  # longest poll on SQLite, and the longest backoff while work stays overdue
-        "WAKE_IDLE": 30.0,  # longest LISTEN on PostgreSQL with nothing due (a safety net: NOTIFY wakes it)
-        # --- supplier onboarding ---
-        "SUPPLIER_API_URL": "",
-        "SUPPLIER_API_TIMEOUT": 10.0,
-        "ONBOARDING_LEASE_TTL": 30.0,
-        "ONBOARDING_BUDGET": 90.0,  # seconds one attempt may work; below Q_CLUSTER timeout
-        "ONBOARDING_STEP_RETRIES": 3,  # temporary failures retried within a step
-        "ONBOARDING_RETRY_BACKOFF": 0.5,  # seconds, doubled per retry
-        "ONBOARDING_RETRY_AFTER_MAX": 30.0,  # seconds; a longer Retry-After is capped to this
-        # A run released on a temporary failure is due again after this backoff (doubled per release,
-        # with jitter), or after the service's Retry-After when it sent one.
-        "ONBOARDING_RELEASE_BACKOFF": 2.0,
-        "ONBOARDING_RELEASE_BACKOFF_MAX": 300.0,
-    }
-)
+T = TypeVar("T")
+
+
+def _overrides() -> Mapping[str, Any]:
+    overrides = getattr(django_settings, "WEAVE", None) or {}
+    return overrides if isinstance(overrides, Mapping) else {}
+
+
+class Key(Generic[T]):
+    """One `WEAVE` key: a data descriptor on `WeaveSettings` that reads the site's value or the default."""
+
+    def __init__(
+        self,
+        default: T,
+        doc: str,
+        *,
+        kind: type,
+        optional: bool = False,
+        minimum: float | None = None,
+        above: float | None = None,
+        fallback: "Key[T] | None" = None,
+    ) -> None:
+        self.default = default
+        self.doc = doc
+        self.kind = kind  # float, int or str; a float key also takes an int
+        self.optional = optional  # None is allowed (and means what `doc` says)
+        self.minimum = minimum  # inclusive lower bound for numbers
+        self.above = above  # exclusive lower bound for numbers
+        self.fallback = fallback  # when the site does not set this key, use that key's value
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, instance: None, owner: type) -> "Key[T]": ...
+    @overload
+    def __get__(self, instance: object, owner: type) -> T: ...
+    def __get__(self, instance: object | None, owner: type) -> "Key[T] | T":
+        if instance is None:
+            return self
+        return self.read(_overrides())
+
+    def read(self, overrides: Mapping[str, Any]) -> T:
+        if self.name in overrides:
+            value: T = overrides[self.name]
+            return value
+        if self.fallback is not None:
+            return self.fallback.read(overrides)
+        return self.default
+
+    def problem(self, value: object) -> str | None:
+        """Say what is wrong with `value` for this key, or None if it is allowed."""
+        if value is None:
+            return None if self.optional else f"must be {self.expected()}, not None"
+        if self.kind is str:
+            return None if isinstance(value, str) else f"must be {self.expected()}, not {type(value).__name__}"
+        if self.kind is bool:
+            return None if isinstance(value, bool) else f"must be {self.expected()}, not {type(value).__name__}"
+        numeric = (int, float) if self.kind is float else (int,)
+        if isinstance(value, bool) or not isinstance(value, numeric):
+            return f"must be {self.expected()}, not {type(value).__name__}"
+        if not math.isfinite(value):
+            return f"must be {self.expected()}, not {value!r}"
+        if self.minimum is not None and value < self.minimum:
+            return f"must be {self.expected()}"
+        if self.above is not None and value <= self.above:
+            return f"must be {self.expected()}"
+        return None
+
+    def expected(self) -> str:
+        what = {float: "a number", int: "a whole number", str: "a string", bool: "True or False"}[self.kind]
+        if self.above is not None:
+            what += f" above {self.above:g}"
+        elif self.minimum is not None:
+            what += f" of at least {self.minimum:g}"
+        return f"{what} or None" if self.optional else what
+
+
+# --- the kinds of key (each returns a `Key` typed for mypy) --------------------------------------
+
+
+def seconds(default: float, doc: str, *, above: float | None = 0.0, minimum: float | None = None) -> Key[float]:
+    """A duration in seconds; by default it must be above zero."""
+    return Key(default, doc, kind=float, above=None if minimum is not None else above, minimum=minimum)
+
+
+def seconds_or_none(doc: str) -> Key[float | None]:
+    """A duration in seconds above zero, or None (the key's `doc` says what None means)."""
+    return Key[float | None](None, doc, kind=float, optional=True, above=0.0)
+
+
+def lease_ttl(doc: str, *, fallback: Key[float]) -> Key[float]:
+    """A lease TTL in seconds above zero; unset, it is the `fallback` key's value."""
+    return Key(fallback.default, doc, kind=float, above=0.0, fallback=fallback)
+
+
+def count(default: int, doc: str, *, minimum: int = 1) -> Key[int]:
+    """A whole number, at least `minimum`."""
+    return Key(default, doc, kind=int, minimum=minimum)
+
+
+def flag(default: bool, doc: str) -> Key[bool]:
+    """On or off."""
+    return Key(default, doc, kind=bool)
+
+
+def text(default: str, doc: str) -> Key[str]:
+    """A string (URLs are checked by the app that uses them)."""
+    return Key(default, doc, kind=str)
 
 
 class WeaveSettings:
-    """Read-through view of `settings.WEAVE` over `DEFAULTS`."""
+    """Read-through, typed view of `settings.WEAVE`: one attribute per key."""
 
-    def __getattr__(self, name: str) -> Any:
-        if name not in DEFAULTS:
-            raise AttributeError(f"Unknown Weave setting {name!r}; known: {', '.join(sorted(DEFAULTS))}")
-        overrides = getattr(django_settings, "WEAVE", None) or {}
-        return overrides.get(name, DEFAULTS[name])
+    # --- leases (seconds) ---
+    LEASE_TTL = seconds(30.0, "lease TTL of any job whose own *_LEASE_TTL is not set")
+    HEARTBEAT_INTERVAL = seconds_or_none(
+        # A TTL shorter than three intervals leaves no room for one late renewal (weave.E010).
+        "seconds between heartbeat renewals; None means a third of the lease TTL"
+    )
+    # --- push notifications ---
+    PUSH_URL = text("", "the provider endpoint; each message is a JSON POST")
+    PUSH_TOKEN = text("", "sent as Authorization: Bearer ...")
+    PUSH_TIMEOUT = seconds(10.0, "per request")
+    PUSH_BATCH_SIZE = count(100, "rows claimed under one lease")
+    PUSH_CONCURRENCY = count(20, "requests in flight per worker")
+    PUSH_BUDGET = seconds(60.0, "seconds a drain may start new rows; must stay below Q_CLUSTER timeout")
+    PUSH_LEASE_TTL = lease_ttl("lease TTL of a batch of notifications", fallback=LEASE_TTL)
+    PUSH_MAX_ATTEMPTS = count(5, "attempts before a notification is failed")
+    PUSH_BACKOFF_BASE = seconds(2.0, "first retry delay; doubled per attempt, with jitter", minimum=0.0)
+    PUSH_BACKOFF_MAX = seconds(3600.0, "cap on the retry delay", minimum=0.0)
+    PUSH_MAX_PAYLOAD_BYTES = count(4096, "largest JSON payload a notification may carry")
+    PUSH_BREAKER_THRESHOLD = count(5, "consecutive systemic failures (5xx, 429, unreachable) that stop a batch")
+    PUSH_BREAKER_COOLDOWN = seconds(30.0, "how long rows released by the breaker wait", minimum=0.0)
+    # --- waking workers for due work (weave.wake) ---
+    WAKE_WATCHER = flag(True, "run a due-time watcher thread in every django-q2 worker process")
+    WAKE_HOLD = seconds(10.0, "how long a queued task holds its request slot if it never starts", minimum=0.0)
+    WAKE_GRACE = seconds(0.2, "how long work found due after a notification is left to the task that sent it")
+    WAKE_POLL_MAX = seconds(1.0, "longest poll on SQLite, and the longest backoff while work stays overdue")
+    WAKE_IDLE = seconds(30.0, "longest LISTEN on PostgreSQL with nothing due (NOTIFY wakes it sooner)")
+    # --- supplier onboarding ---
+    SUPPLIER_API_URL = text("", "base URL of the supplier services")
+    SUPPLIER_API_TIMEOUT = seconds(10.0, "per request")
+    ONBOARDING_LEASE_TTL = lease_ttl("lease TTL of an onboarding run", fallback=LEASE_TTL)
+    ONBOARDING_BUDGET = seconds(90.0, "seconds one attempt may work; below Q_CLUSTER timeout")
+    ONBOARDING_STEP_RETRIES = count(3, "temporary failures retried within a step", minimum=0)
+    ONBOARDING_RETRY_BACKOFF = seconds(0.5, "seconds before the first retry in a step, doubled per retry", minimum=0.0)
+    ONBOARDING_RETRY_AFTER_MAX = seconds(30.0, "a longer Retry-After is capped to this", minimum=0.0)
+    ONBOARDING_RELEASE_BACKOFF = seconds(
+        2.0, "a run released on a temporary failure is due again after this, doubled per release, with jitter"
+    )
+    ONBOARDING_RELEASE_BACKOFF_MAX = seconds(300.0, "cap on the release backoff")
+
+    @classmethod
+    def keys(cls) -> dict[str, Key[Any]]:
+        """Every key, by name, in declaration order."""
+        return {name: value for name, value in vars(cls).items() if isinstance(value, Key)}
 
     def unknown_keys(self) -> list[str]:
-        overrides = getattr(django_settings, "WEAVE", None) or {}
-        return sorted(set(overrides) - set(DEFAULTS))
+        return sorted(set(_overrides()) - set(self.keys()))
 
+    def valid(self, *names: str) -> bool:
+        """Whether the named keys all hold allowed values (checks that compare keys skip otherwise: E006 reports)."""
+        keys, overrides = self.keys(), _overrides()
+        return all(keys[name].problem(keys[name].read(overrides)) is None for name in names)
+
+    def problems(self) -> list[tuple[str, object, str]]:
+        """Return (key, value, what is wrong) for every key the site set to a value of the wrong type or range."""
+        overrides = _overrides()
+        found = []
+        for name, key in self.keys().items():
+            if name in overrides and (problem := key.problem(overrides[name])) is not None:
+                found.append((name, overrides[name], problem))
+        return found
+
+
+KEYS: Mapping[str, Key[Any]] = MappingProxyType(WeaveSettings.keys())
+DEFAULTS: Mapping[str, Any] = MappingProxyType({name: key.default for name, key in KEYS.items()})
 
 weave_settings = WeaveSettings()

@@ -13,10 +13,11 @@ from enum import StrEnum
 
 def backoff_seconds(attempt: int, *, base: float, cap: float, rng: random.Random | None = None) -> float:
     """Return the delay before retry number `attempt` (1-based): base·2^(attempt-1), capped, with equal jitter."""
-    delay = min(cap, base * (2 ** max(0, attempt - 1)))
+    delay: float = min(cap, base * (2 ** max(0, attempt - 1)))
     # Equal jitter: at least half the delay (the backoff still grows), the rest random so that jobs
     # failed together by one outage do not all come due in the same instant.
-    return delay / 2 + (rng or random).uniform(0, delay / 2)
+    jitter = rng.uniform(0, delay / 2) if rng is not None else random.uniform(0, delay / 2)
+    return delay / 2 + jitter
 
 
 def parse_retry_after(value: str | None, date_header: str | None = None) -> float | None:

@@ -69,7 +69,10 @@ def lateness(sent: datetime | None, due: datetime | None) -> str:
 
 
 def holder(job: Any) -> str:
-    """Say who holds a leased row now; `job` is annotated by `LeaseQuerySet.with_lease_state()`."""
+    """Say who holds a leased row now; `job` is annotated by `LeaseQuerySet.with_lease_state()`.
+
+    `Any`: the annotation `lease_live` (and the job's own `status`) are not on the model's static type.
+    """
     if job.owner is None:
         return f"nobody holds it (fence {job.fence}); status {job.status}"
     state = "live" if job.lease_live else "expired"

@@ -235,7 +235,7 @@ class _Server(FakeHTTPServer):
     state: _State
 
 
-class FakePushProvider(FakeService):
+class FakePushProvider(FakeService[_Server]):
     """The fake provider server. Start it with `start()` (a background thread) or `serve_forever()`."""
 
     thread_name = "fake-push"

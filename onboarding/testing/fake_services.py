@@ -248,7 +248,7 @@ class _Handler(FakeHandler):
         with state.lock:
             stored = state.answers.get(key)
             replayed = stored is not None
-            if replayed:
+            if stored is not None:
                 state.replays += 1
                 state.by_endpoint[endpoint]["replays"] += 1
             else:
@@ -273,7 +273,7 @@ class _Server(FakeHTTPServer):
         super().__init__(address, _Handler)
 
 
-class FakeSupplierServices(FakeService):
+class FakeSupplierServices(FakeService[_Server]):
     """Run the fake in a background thread: `with FakeSupplierServices() as fake: fake.url`."""
 
     thread_name = "fake-supplier-services"

@@ -39,6 +39,32 @@ def test_heartbeat__renews_before_during_each_third_and_before_save(clock):
 
 
 @pytest.mark.django_db
+def test_heartbeat__renews_every_heartbeat_interval_when_the_setting_is_set(clock, settings):
+    settings.WEAVE = {"HEARTBEAT_INTERVAL": 4}
+    job = JobFactory()
+    lease = Job.objects.claim(job.pk, owner="a", ttl=TTL, clock=clock)
+    with Heartbeat(Job.objects, lease, ttl=TTL, clock=clock, background=False) as hb:
+        assert hb.interval == 4
+        clock.advance(3.9)
+        assert hb.tick() is False
+        clock.advance(0.1)
+        assert hb.tick() is True
+        clock.advance(4)
+        assert hb.tick() is True
+        assert hb.renewals == [0.0, 4.0, 8.0]
+
+
+@pytest.mark.django_db
+def test_heartbeat__never_waits_longer_than_a_third_of_its_ttl(clock, settings):
+    # A TTL passed in by hand is not covered by weave.E010; the interval still leaves room for a late renewal.
+    settings.WEAVE = {"HEARTBEAT_INTERVAL": 20}
+    job = JobFactory()
+    lease = Job.objects.claim(job.pk, owner="a", ttl=TTL, clock=clock)
+    with Heartbeat(Job.objects, lease, ttl=TTL, clock=clock, background=False) as hb:
+        assert hb.interval == TTL / 3
+
+
+@pytest.mark.django_db
 def test_heartbeat__failed_renewal_wins_even_if_work_succeeds(clock):
     job = JobFactory()
     lease = Job.objects.claim(job.pk, owner="a", ttl=TTL, clock=clock)

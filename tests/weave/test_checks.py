@@ -4,7 +4,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from notifications.checks import check_provider_url
+from notifications.checks import check_provider_url, check_push_settings
 from onboarding.checks import check_onboarding_budget
 from weave.checks import (
     check_lease_ttls,
@@ -61,6 +61,68 @@ def test_unknown_weave_key_is_refused(settings):
     settings.WEAVE = {"PUSH_URLL": "http://x"}
     errors = check_weave_settings()
     assert ids(errors) == ["weave.E005"] and "PUSH_URLL" in errors[0].msg
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [
+        ("PUSH_TIMEOUT", "10", "must be a number above 0, not str"),
+        ("PUSH_TIMEOUT", 0, "must be a number above 0"),
+        ("PUSH_TIMEOUT", float("nan"), "not nan"),
+        ("PUSH_BATCH_SIZE", 2.5, "must be a whole number of at least 1, not float"),
+        ("PUSH_BATCH_SIZE", 0, "of at least 1"),
+        ("PUSH_CONCURRENCY", True, "not bool"),
+        ("PUSH_BACKOFF_BASE", -1, "of at least 0"),
+        ("ONBOARDING_STEP_RETRIES", -1, "of at least 0"),
+        ("PUSH_URL", None, "must be a string, not None"),
+        ("PUSH_TOKEN", 123, "must be a string, not int"),
+        ("HEARTBEAT_INTERVAL", 0, "above 0 or None"),
+        ("LEASE_TTL", -5, "above 0"),
+    ],
+)
+def test_weave_value_of_wrong_type_or_range_is_refused(settings, key, value, words):
+    settings.WEAVE = {"PUSH_URL": "http://x", key: value}
+    errors = check_weave_settings()
+    assert ids(errors) == ["weave.E006"]
+    assert f"WEAVE['{key}']" in errors[0].msg and words in errors[0].msg
+
+
+def test_every_weave_default_passes_its_own_check(settings):
+    from weave.conf import DEFAULTS
+
+    settings.WEAVE = dict(DEFAULTS)
+    assert check_weave_settings() == []
+
+
+def test_weave_numbers_accept_ints_and_none_where_allowed(settings):
+    settings.WEAVE = {"PUSH_TIMEOUT": 5, "PUSH_BUDGET": 30.5, "HEARTBEAT_INTERVAL": None, "ONBOARDING_STEP_RETRIES": 0}
+    assert check_weave_settings() == []
+
+
+def test_weave_that_is_not_a_dict_is_refused(settings):
+    settings.WEAVE = ["PUSH_URL"]
+    errors = check_weave_settings()
+    assert ids(errors) == ["weave.E006"] and "must be a dict" in errors[0].msg
+
+
+def test_checks_that_compare_keys_leave_a_bad_value_to_e006(settings):
+    settings.Q_CLUSTER = SAFE
+    settings.WEAVE = {"PUSH_URL": "http://x", "PUSH_TIMEOUT": "10", "ONBOARDING_BUDGET": "90", "LEASE_TTL": "x"}
+    assert check_push_settings() == []
+    assert check_onboarding_budget() == []
+    assert check_lease_ttls() == []
+    assert ids(check_weave_settings()) == ["weave.E006"] * 3
+
+
+def test_app_lease_ttls_fall_back_to_lease_ttl(settings):
+    from weave.conf import weave_settings
+
+    settings.WEAVE = {"LEASE_TTL": 12}
+    assert (weave_settings.PUSH_LEASE_TTL, weave_settings.ONBOARDING_LEASE_TTL) == (12, 12)
+    settings.WEAVE = {"LEASE_TTL": 12, "PUSH_LEASE_TTL": 40}
+    assert (weave_settings.PUSH_LEASE_TTL, weave_settings.ONBOARDING_LEASE_TTL) == (40, 12)
+    settings.WEAVE = {}
+    assert (weave_settings.PUSH_LEASE_TTL, weave_settings.ONBOARDING_LEASE_TTL) == (30.0, 30.0)
 
 
 def test_weave_settings_are_read_lazily(settings):

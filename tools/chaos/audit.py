@@ -84,7 +84,7 @@ def _notifications(inp: AuditInput, checks: list[Check], figures: dict[str, Any]
             "pk", "status", "owner", "fence", "attempts", "last_error", "idempotency_key"
         )
     }
-    attempts: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    attempts: dict[int, list[Any]] = defaultdict(list)  # rows from .values()
     for a in DeliveryAttempt.objects.order_by("finished_at", "pk").values(
         "notification_id", "owner", "fence", "outcome", "started_at", "finished_at"
     ):
@@ -140,7 +140,7 @@ def _notifications(inp: AuditInput, checks: list[Check], figures: dict[str, Any]
         if not after:
             continue
         duplicates += after
-        pk = by_key.get(key)
+        pk = by_key.get(key, 0)  # 0: no row has this key (primary keys start at 1)
         history = attempts.get(pk, [])
         row = rows.get(pk)
         # A row only sends again after a delivery when some worker did not learn of it: the answer was
@@ -267,7 +267,7 @@ def _onboarding(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -
         )
     )
 
-    receipts: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    receipts: dict[int, list[Any]] = defaultdict(list)  # rows from .values()
     for rc in StepReceipt.objects.order_by("completed_at", "pk").values(
         "run_id", "step", "fence", "owner", "completed_at", "output"
     ):
@@ -302,7 +302,7 @@ def _onboarding(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -
                 bad.append(f"run #{pk}: a {label} row without its step's receipt")
             elif receipt is not None and row is None:
                 bad.append(f"run #{pk}: {step} receipt but no {label} row")
-            elif row is not None and (row["run_id"], row["fence"]) != (pk, receipt["fence"]):
+            elif row is not None and receipt is not None and (row["run_id"], row["fence"]) != (pk, receipt["fence"]):
                 bad.append(
                     f"run #{pk}: {label} written by run {row['run_id']} fence {row['fence']}, "
                     f"receipt fence {receipt['fence']}"
@@ -347,7 +347,7 @@ def _onboarding(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -
 
     # Fencing of receipts.
     F = "Fencing"
-    attempts: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    attempts: dict[int, list[Any]] = defaultdict(list)  # rows from .values()
     for a in RunAttempt.objects.order_by("fence", "pk").values(
         "run_id", "fence", "owner", "started_at", "ended_at", "outcome"
     ):
@@ -414,9 +414,10 @@ def _recovery(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> 
     from onboarding.models import RunAttempt, StepReceipt
 
     kills = [f for f in inp.faults if f.kind == "kill" and f.db_time is not None]
-    per_kill = []
+    per_kill: list[dict[str, Any]] = []
     bad = []
     for record in kills:
+        assert record.db_time is not None  # kills were picked for it above
         worst = 0.0
         for held in record.held:
             # The holder's own finishing write (fence == held fence) counts too: the rows were listed a

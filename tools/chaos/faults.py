@@ -76,7 +76,7 @@ def held_rows(pids: set[int]) -> list[HeldRow]:
     rows: list[HeldRow] = []
     for label, model in (("notification", Notification), ("run", OnboardingRun)):
         for pk, fence, owner in model.objects.live().values_list("pk", "fence", "owner"):
-            if owner_pid(owner) in pids:
+            if owner is not None and owner_pid(owner) in pids:
                 rows.append(HeldRow(model=label, pk=pk, fence=fence, owner=owner))
     return rows
 
@@ -91,7 +91,7 @@ def lease_holders(model: str | None = None) -> dict[int, int]:
         if model not in (None, label):
             continue
         for owner in queryset.live().values_list("owner", flat=True):
-            pid = owner_pid(owner)
+            pid = owner_pid(owner or "")
             if pid is not None:
                 counts[pid] = counts.get(pid, 0) + 1
     return counts

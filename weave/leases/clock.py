@@ -11,11 +11,17 @@ a test moves forward. The SQL around it is the same in both cases.
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db import NotSupportedError
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import DateTimeField, Expression, Func, Value
+from django.db.models.sql.compiler import SQLCompiler
 
 ZERO = timedelta(0)
+
+# What a vendor-specific `as_<vendor>()` returns: the SQL text and its parameters.
+SqlWithParams = tuple[str, tuple[Any, ...]]
 
 
 class DbNow(Func):
@@ -27,17 +33,19 @@ class DbNow(Func):
         super().__init__()
         self.offset_seconds = offset.total_seconds()
 
-    def as_sql(self, compiler, connection, **extra):  # type: ignore[override]
+    def as_sql(  # type: ignore[override]
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
+    ) -> SqlWithParams:
         raise NotSupportedError(f"Weave leases support PostgreSQL and SQLite, not {connection.vendor}.")
 
-    def as_postgresql(self, compiler, connection, **extra):
+    def as_postgresql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any) -> SqlWithParams:
         # clock_timestamp(), not now(): now() is frozen at transaction start, so a long
         # transaction would judge leases by a stale time.
-        return "(clock_timestamp() + make_interval(secs => %s))", [self.offset_seconds]
+        return "(clock_timestamp() + make_interval(secs => %s))", (self.offset_seconds,)
 
-    def as_sqlite(self, compiler, connection, **extra):
+    def as_sqlite(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any) -> SqlWithParams:
         # Same text format Django stores datetimes in, so comparisons stay lexicographic-safe.
-        return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', %s)", [f"{self.offset_seconds:+.6f} seconds"]
+        return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', %s)", (f"{self.offset_seconds:+.6f} seconds",)
 
 
 class Clock:

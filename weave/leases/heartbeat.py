@@ -1,9 +1,10 @@
 """`Heartbeat`: keep a lease alive around slow work (DESIGN §2.4).
 
-It renews before the work starts, every `interval` (ttl/3) while it runs, and once more on demand
-right before the save. A failed renewal is remembered and wins: `check()` and `before_save()` raise
-it even if the work itself returned normally. Once the attempt's budget is spent it stops renewing,
-so a hung step cannot hold a lease forever.
+It renews before the work starts, every `interval` while it runs (`WEAVE['HEARTBEAT_INTERVAL']`
+when set, else ttl/3), and once more on demand right before the save. A failed renewal is
+remembered and wins: `check()` and `before_save()` raise it even if the work itself returned
+normally. Once the attempt's budget is spent it stops renewing, so a hung step cannot hold a lease
+forever.
 
 Renewals during the work run on a background thread with its own database connection (Django
 connections are per thread), closed when the thread ends. Timing comes from the clock, so a
@@ -13,10 +14,11 @@ connections are per thread), closed when the thread ends. Timing comes from the 
 import logging
 import threading
 from datetime import timedelta
-from typing import Any
+from typing import Protocol
 
-from django.db import connections
+from django.db import connections, models
 
+from weave.conf import weave_settings
 from weave.leases.clock import Clock, default_clock
 from weave.leases.errors import LeaseLost
 from weave.leases.lease import Lease
@@ -24,12 +26,31 @@ from weave.leases.lease import Lease
 logger = logging.getLogger("weave.leases")
 
 
+class Renews(Protocol):
+    """What a heartbeat renews through: a leased model's manager or `LeaseQuerySet`."""
+
+    @property
+    def model(self) -> type[models.Model]: ...
+
+    def renew(self, lease: Lease, *, ttl: float | timedelta, clock: Clock = ...) -> None: ...
+
+
+def heartbeat_interval(ttl: float) -> float:
+    """Return the seconds between renewals for a lease of `ttl`: HEARTBEAT_INTERVAL when set, else ttl/3.
+
+    Never longer than ttl/3: weave.E010 refuses configured TTLs below three intervals, and a TTL passed
+    in by hand gets the same margin (one late renewal must not lose the lease).
+    """
+    configured = weave_settings.HEARTBEAT_INTERVAL
+    return ttl / 3 if configured is None else min(configured, ttl / 3)
+
+
 class Heartbeat:
     """Renew `lease` on `queryset` while a block of slow work runs."""
 
     def __init__(
         self,
-        queryset: Any,
+        queryset: Renews,
         lease: Lease,
         *,
         ttl: float,
@@ -42,7 +63,7 @@ class Heartbeat:
         self.lease = lease
         self.ttl = ttl
         self.clock = clock
-        self.interval = interval if interval is not None else ttl / 3
+        self.interval = interval if interval is not None else heartbeat_interval(ttl)
         self.background = background
         self._budget_ends = None if budget is None else clock.monotonic() + budget
         self._next_due = clock.monotonic()

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from functools import reduce
 from operator import or_
-from typing import Any, Self
+from typing import Any, Self, TypeVar, cast
 
 from django.db import connections, models, router, transaction
 from django.db.models import BooleanField, Case, ExpressionWrapper, F, Q, Value, When
@@ -20,8 +20,10 @@ from weave.leases.clock import Clock, default_clock
 from weave.leases.errors import LeaseBusy, LeaseLost, NotClaimable
 from weave.leases.lease import BatchLease, Lease
 
+_M = TypeVar("_M", bound=models.Model)
 
-def _expression(value: Any, field: models.Field) -> Any:
+
+def _expression(value: Any, field: "models.Field[Any, Any]") -> Any:
     return value if hasattr(value, "resolve_expression") else Value(value, output_field=field)
 
 
@@ -29,8 +31,10 @@ def _seconds(ttl: float | timedelta) -> timedelta:
     return ttl if isinstance(ttl, timedelta) else timedelta(seconds=ttl)
 
 
-class LeaseQuerySet(models.QuerySet):
+class LeaseQuerySet(models.QuerySet[_M, _M]):
     """Claim, renew, guarded update and release, each a single guarded statement."""
+
+    _db: str | None  # Django's alias hint for this queryset (not in django-stubs); None means "ask the router"
 
     # --- states -------------------------------------------------------------------------------
 
@@ -132,7 +136,7 @@ class LeaseQuerySet(models.QuerySet):
         names = sorted({name for _, fields in rows.values() for name in fields})
         updates = {}
         for name in names:
-            field = meta.get_field(name)
+            field = cast("models.Field[Any, Any]", meta.get_field(name))  # lease writes name concrete columns
             whens = [
                 When(pk=pk, then=_expression(fields[name], field)) for pk, (_, fields) in rows.items() if name in fields
             ]
@@ -189,7 +193,7 @@ class LeaseQuerySet(models.QuerySet):
         at which fence, and reading them back afterwards by owner name would trust the name.
         PostgreSQL and SQLite (3.35+) both support RETURNING.
         """
-        query = self.query.chain(UpdateQuery)
+        query = cast(UpdateQuery, self.query.chain(UpdateQuery))
         query.add_update_values(values)
         compiler = query.get_compiler(self._write_db)
         compiler.pre_sql_setup()
@@ -197,11 +201,11 @@ class LeaseQuerySet(models.QuerySet):
         connection = connections[self._write_db]
         qn = connection.ops.quote_name
         meta = self.model._meta
-        returning = ", ".join(qn(meta.get_field(name).column) for name in (meta.pk.name, "fence", "lease_expires_at"))
+        returning = ", ".join(qn(self._column(name)) for name in (meta.pk.name, "fence", "lease_expires_at"))
         with connection.cursor() as cursor:
             cursor.execute(f"{sql} RETURNING {returning}", params)
             rows = cursor.fetchall()
-        expires_field = meta.get_field("lease_expires_at")
+        expires_field = cast("models.Field[Any, Any]", meta.get_field("lease_expires_at"))
         converters = connection.ops.get_db_converters(expires_field.get_col(meta.db_table))
         result = []
         for pk, fence, expires_at in rows:
@@ -209,6 +213,11 @@ class LeaseQuerySet(models.QuerySet):
                 expires_at = convert(expires_at, expires_field, connection)
             result.append((pk, fence, expires_at))
         return result
+
+    def _column(self, name: str) -> str:
+        column = cast("models.Field[Any, Any]", self.model._meta.get_field(name)).column
+        assert column is not None, f"{name} is a concrete column"
+        return column
 
     def _fresh(self) -> Self:
         return type(self)(model=self.model, using=self._db)

@@ -6,9 +6,10 @@ a management command runs one in the foreground for the demo, the chaos run and 
 """
 
 import threading
+from collections.abc import Callable
 from dataclasses import fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Self
+from typing import Any, Generic, Self, TypeVar
 
 
 class FakeHTTPServer(ThreadingHTTPServer):
@@ -28,12 +29,15 @@ class FakeHandler(BaseHTTPRequestHandler):
         pass  # one line per request would drown test and demo output
 
 
-class FakeService:
+_Server = TypeVar("_Server", bound=ThreadingHTTPServer)
+
+
+class FakeService(Generic[_Server]):
     """Runs a `FakeHTTPServer` in the foreground or on a daemon thread; subclasses hold the state."""
 
     thread_name = "fake-http"
 
-    def __init__(self, server: ThreadingHTTPServer) -> None:
+    def __init__(self, server: _Server) -> None:
         self._server = server
         self._thread: threading.Thread | None = None
 
@@ -43,7 +47,9 @@ class FakeService:
 
     @property
     def url(self) -> str:
-        return f"http://{self._server.server_address[0]}:{self.port}"
+        host = self._server.server_address[0]
+        assert isinstance(host, str)  # an AF_INET server's address; bytes only for AF_UNIX
+        return f"http://{host}:{self.port}"
 
     def start(self) -> Self:
         """Serve on a daemon thread and return at once."""
@@ -54,7 +60,7 @@ class FakeService:
     def serve_forever(self) -> None:
         self._server.serve_forever()
 
-    def serve_until_interrupted(self, banner: str, write: Any) -> None:
+    def serve_until_interrupted(self, banner: str, write: Callable[[str], object]) -> None:
         """Serve in the foreground until Ctrl-C or SIGTERM's KeyboardInterrupt; announce `banner` first."""
         write(banner)
         try:

@@ -1,6 +1,7 @@
 """Run the chaos audit: real fake servers, K qcluster process groups, seeded faults, every invariant checked."""
 
 from pathlib import Path
+from typing import TextIO, cast
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -69,7 +70,7 @@ class Command(BaseCommand):
             progress=not o["no_progress"],
         )
         try:
-            outcome = ChaosRunner(config, stdout=self.stdout).run()
+            outcome = ChaosRunner(config, stdout=cast(TextIO, self.stdout)).run()
         except KeyboardInterrupt:
             raise CommandError("Interrupted: every process the run started has been stopped.") from None
         except RuntimeError as exc:

@@ -1,5 +1,7 @@
 """Create (or reset) the demo superuser so `make run` always prints a working login."""
 
+from typing import Any
+
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
@@ -13,7 +15,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, username: str, password: str, **options):
         User = get_user_model()
-        user, created = User._default_manager.get_or_create(**{User.USERNAME_FIELD: username})
+        lookup: dict[str, Any] = {User.USERNAME_FIELD: username}
+        user, created = User._default_manager.get_or_create(**lookup)
         user.is_staff = user.is_superuser = True
         user.set_password(password)
         user.save()

@@ -8,7 +8,7 @@ from weave.schedules import ensure_schedules
 class Command(BaseCommand):
     help = "Create or update the registered django-q2 schedules (idempotent)."
 
-    def handle(self, *args, **options):
+    def handle(self, *args: object, **options: object) -> None:
         results = ensure_schedules()
         if not results:
             self.stdout.write("No schedules registered.")
