@@ -31,7 +31,8 @@ class NotificationQuerySet(LeaseQuerySet["Notification"]):
             When(owner__isnull=False, lease_expires_at__gt=F("next_attempt_at"), then=F("lease_expires_at")),
             default=F("next_attempt_at"),
         )
-        return self.pending().filter(next_attempt_at__isnull=False).aggregate(at=Min(claimable_at))["at"]
+        at: datetime | None = self.pending().filter(next_attempt_at__isnull=False).aggregate(at=Min(claimable_at))["at"]
+        return at
 
 
 class Notification(LeasedModel):

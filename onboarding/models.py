@@ -92,7 +92,8 @@ class OnboardingRunQuerySet(LeaseQuerySet["OnboardingRun"]):
             When(next_attempt_at__isnull=False, then=F("next_attempt_at")),
             default=F("created_at"),
         )
-        return self.active().aggregate(at=Min(at))["at"]
+        earliest: datetime | None = self.active().aggregate(at=Min(at))["at"]
+        return earliest
 
 
 class OnboardingRun(LeasedModel):

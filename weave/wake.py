@@ -132,7 +132,7 @@ class WatchSpec:
 
     name: str
     next_due: Callable[[], datetime | None]
-    wake: Callable[[], None]
+    wake: Callable[[], object]
 
 
 _watches: dict[str, WatchSpec] = {}
@@ -217,8 +217,7 @@ class Watcher:
         if connection.vendor != "postgresql":
             return self._stop.wait(seconds)
         raw = self._listen()
-        if self._notified:
-            self._notified = False
+        if self._take_notified():
             return True
         deadline = time.monotonic() + seconds
         # Short slices so that stop() is seen within a second even while LISTENing.
@@ -228,10 +227,14 @@ class Watcher:
                 return False
             for _ in raw.notifies(timeout=min(left, 1.0), stop_after=1):
                 pass
-            if self._notified:
-                self._notified = False
+            if self._take_notified():
                 return True
         return True
+
+    def _take_notified(self) -> bool:
+        """Whether a notification arrived since the last call (set by psycopg's handler during any query)."""
+        notified, self._notified = self._notified, False
+        return notified
 
     def _listen(self) -> Any:
         connection.ensure_connection()
