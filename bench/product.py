@@ -25,8 +25,9 @@ import argparse
 import os
 import signal
 import sys
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -66,39 +67,74 @@ def group_pids(children: list[Child]) -> set[int]:
 
 
 def backend_pids() -> set[int]:
+    """PostgreSQL backends serving the bench database, found by their process title (no query needed)."""
     from django.db import connection
 
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
-        return {row[0] for row in cursor.fetchall()}
+    tag = f" {connection.settings_dict['NAME']} "
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if title.startswith("postgres:") and tag in title:
+            pids.add(int(entry.name))
+    return pids
 
 
-@dataclass
 class CpuMeter:
-    """CPU used between `start()` and `stop()` by three groups of processes (pids found at either end)."""
+    """CPU used between `start()` and `stop()` by the workers, the bench database's PostgreSQL backends
+    and the provider. A sampler thread reads /proc every 50 ms, so processes that come and go during the run
+    (a backend per task with Django's default connections, a respawned worker) are counted up to their
+    last sample."""
 
-    workers: list[Child]
-    provider: Child
-    before: dict[str, dict[int, float]] = field(default_factory=dict)
-    used: dict[str, float] = field(default_factory=dict)
+    def __init__(self, workers: list[Child], provider: Child) -> None:
+        self.workers = workers
+        self.provider = provider
+        self.first: dict[str, dict[int, float]] = {}
+        self.last: dict[str, dict[int, float]] = {}
+        self.used: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.exclude: set[int] = set()
 
-    def _groups(self) -> dict[str, set[int]]:
-        return {
+    def _sample(self) -> None:
+        groups = {
             "workers": group_pids(self.workers),
             "postgres": backend_pids(),
             "provider": group_pids([self.provider]),
         }
+        for name, pids in groups.items():
+            now = proc_cpu(pids)
+            first = self.first.setdefault(name, {})
+            for pid, value in now.items():
+                first.setdefault(pid, value if self._thread is None else 0.0)
+            self.last.setdefault(name, {}).update(now)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.05):
+            self._sample()
 
     def start(self) -> None:
-        self.before = {name: proc_cpu(pids) for name, pids in self._groups().items()}
+        from django.db import connection
+
+        with connection.cursor() as cursor:  # the bench's own backend does the site's loading: not counted
+            cursor.execute("SELECT pg_backend_pid()")
+            self.exclude = {cursor.fetchone()[0]}
+        self._sample()  # processes alive now count from here; later ones from zero
+        self._thread = threading.Thread(target=self._loop, name="cpu-meter", daemon=True)
+        self._thread.start()
 
     def stop(self) -> None:
-        for name, pids in self._groups().items():
-            pids |= set(self.before.get(name, {}))
-            now = proc_cpu(pids)
-            self.used[name] = sum(now[pid] - self.before[name].get(pid, 0.0) for pid in now)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._sample()
+        for name, last in self.last.items():
+            first = self.first.get(name, {})
+            self.used[name] = sum(value - first.get(pid, 0.0) for pid, value in last.items())
 
 
 def percentile(values: list[float], q: float) -> float:
