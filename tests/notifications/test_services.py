@@ -2,6 +2,7 @@
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 from django_q.models import OrmQ
 
 from notifications.models import Notification
@@ -93,3 +94,20 @@ def test_retry_and_cancel__never_touch_a_row_under_a_live_lease(clock):
     clock.advance(31)  # the lease expired: the row is free to cancel; the stale worker's guard will refuse it
     assert notification_cancel(notification_ids=[held.pk], clock=clock).changed == [held.pk]
     assert Notification.objects.get(pk=held.pk).status == "cancelled"
+
+
+class _Report:
+    def as_dict(self) -> dict:
+        return {}
+
+
+@pytest.mark.parametrize(("due", "more"), [(150, 1), (100, 0)])
+def test_drain_task__asks_for_one_more_drain_when_more_than_a_batch_is_due(monkeypatch, due, more):
+    # PUSH_BATCH_SIZE is 100: with more due than one batch, the starting drain asks for a second, which
+    # (when it starts) does the same; so a backlog reaches every worker with one drain waiting at a time.
+    from notifications import tasks
+
+    NotificationFactory.create_batch(due, next_attempt_at=timezone.now())
+    monkeypatch.setattr(tasks, "run_drain", lambda: _Report())
+    tasks.drain()
+    assert OrmQ.objects.count() == more
