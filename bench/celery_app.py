@@ -41,6 +41,22 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
 )
 
+# Celery's Django fixup closes every database connection before and after each task unless
+# CELERY_DB_REUSE_MAX is set, whatever CONN_MAX_AGE says. Close them the way Django itself does at the end of a
+# request instead: reused while CONN_MAX_AGE allows ("tuned"), a new one per task with CONN_MAX_AGE = 0
+# ("Django defaults").
+from celery.fixups import django as celery_django  # noqa: E402
+
+
+def _close_like_django(self: object, **kwargs: object) -> None:
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        conn.close_if_unusable_or_obsolete()
+
+
+celery_django.DjangoWorkerFixup.close_database = _close_like_django  # type: ignore[method-assign]
+
 _client: httpx.Client | None = None
 _lock = threading.Lock()
 

@@ -770,7 +770,8 @@ def render(report: dict, args: argparse.Namespace, machine: dict[str, str], char
             "`notification_create`, the anchors with `bulk_create` and one task per row on commit; latency counts "
             f"from each row's creation, so Weave's includes its slower load). Stream: {args.rate:g}/s, each in its "
             "own transaction. CPU in seconds per 1,000 pushes from /proc, every process of the cluster or Celery "
-            "workers over the whole run (idle polling included, which dominates at small N).",
+            "workers over the whole run (idle polling included, which dominates at small N); PostgreSQL CPU is "
+            "sampled every 50 ms, so a backend that lives for one task (Django defaults) is under-counted.",
             "",
             _table(
                 [
