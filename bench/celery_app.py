@@ -30,7 +30,15 @@ from weave.conf import weave_settings  # noqa: E402
 from weave.leases import DbNow  # noqa: E402
 
 QUEUE = os.environ.get("BENCH_CELERY_QUEUE", "wake-bench")
-app = Celery("wake-bench", broker=os.environ.get("BENCH_CELERY_BROKER", "redis://127.0.0.1:6379/0"))
+# Celery's Django fixup closes every database connection before and after each task (unless
+# CELERY_DB_REUSE_MAX is set), whatever CONN_MAX_AGE says: that is "Django defaults", a new connection per
+# task. Tuned (DB_CONN_MAX_AGE > 0) leaves the fixup out, so each thread keeps its connection.
+REUSE = os.environ.get("DB_CONN_MAX_AGE", "60") != "0"
+app = Celery(
+    "wake-bench",
+    broker=os.environ.get("BENCH_CELERY_BROKER", "redis://127.0.0.1:6379/0"),
+    fixups=[] if REUSE else None,
+)
 app.conf.update(
     task_acks_late=True,
     worker_prefetch_multiplier=1,
@@ -40,22 +48,6 @@ app.conf.update(
     worker_hijack_root_logger=False,
     broker_connection_retry_on_startup=True,
 )
-
-# Celery's Django fixup closes every database connection before and after each task unless
-# CELERY_DB_REUSE_MAX is set, whatever CONN_MAX_AGE says. Close them the way Django itself does at the end of a
-# request instead: reused while CONN_MAX_AGE allows ("tuned"), a new one per task with CONN_MAX_AGE = 0
-# ("Django defaults").
-from celery.fixups import django as celery_django  # noqa: E402
-
-
-def _close_like_django(self: object, **kwargs: object) -> None:
-    from django.db import connections
-
-    for conn in connections.all(initialized_only=True):
-        conn.close_if_unusable_or_obsolete()
-
-
-celery_django.DjangoWorkerFixup.close_database = _close_like_django  # type: ignore[method-assign]
 
 _client: httpx.Client | None = None
 _lock = threading.Lock()
