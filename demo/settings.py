@@ -151,7 +151,7 @@ def _weave_env_overrides() -> dict[str, float | int | bool]:
     overrides: dict[str, float | int | bool] = {}
     for name, key in KEYS.items():
         raw = os.environ.get(f"WEAVE_{name}")
-        if raw is None or key.kind is str or name in WEAVE:
+        if raw is None or key.kind not in (int, float) or name in WEAVE:
             continue
         if key.kind is bool:
             overrides[name] = raw.strip().lower() in {"1", "true", "yes", "on"}
@@ -161,6 +161,9 @@ def _weave_env_overrides() -> dict[str, float | int | bool]:
 
 
 WEAVE.update(_weave_env_overrides())
+# The onboarding plan, as comma-separated dotted paths (the chaos run adds the demo's own ERP step).
+if os.environ.get("WEAVE_ONBOARDING_STEPS"):
+    WEAVE["ONBOARDING_STEPS"] = [p.strip() for p in os.environ["WEAVE_ONBOARDING_STEPS"].split(",") if p.strip()]
 
 LOGGING = {
     "version": 1,

@@ -25,3 +25,24 @@ def check_onboarding_budget(app_configs: Any = None, **kwargs: Any) -> list[Erro
             )
         ]
     return []
+
+
+@register(Tags.compatibility)
+def check_onboarding_steps(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Refuse a WEAVE['ONBOARDING_STEPS'] whose entries do not import, break the step protocol or repeat a name."""
+    from onboarding.steps.plan import PlanError, load_plan
+
+    if not weave_settings.valid("ONBOARDING_STEPS"):
+        return []  # weave.E006 reports a value that is not a list of strings
+    paths = weave_settings.ONBOARDING_STEPS
+    try:
+        load_plan(list(paths))
+    except PlanError as exc:
+        return [
+            Error(
+                f"WEAVE['ONBOARDING_STEPS'] is not a usable plan: {exc}.",
+                hint="Each entry names a step object or class (README 'Write your own step'); names must be unique.",
+                id="onboarding.E003",
+            )
+        ]
+    return []

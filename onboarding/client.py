@@ -10,17 +10,12 @@ from onboarding.errors import PermanentFailure, TemporaryFailure
 from weave.conf import weave_settings
 from weave.events import log_event
 from weave.leases import Heartbeat
-from weave.retry import parse_retry_after
+from weave.retry import backoff_seconds, parse_retry_after
 
 logger = logging.getLogger("weave.onboarding")
 
 # 408 and 425 are "try again" answers too; every other 4xx means the request itself is wrong.
 _TEMPORARY_4XX = {408, 425, 429}
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    # The shared policy reads delta-seconds and HTTP-dates (against the service's own Date header).
-    return parse_retry_after(response.headers.get("Retry-After"), response.headers.get("Date"))
 
 
 class SupplierServices:
@@ -68,7 +63,7 @@ class SupplierServices:
         `LeaseLost` (from the heartbeat) as soon as a renewal has failed: a lost lease wins.
         """
         problem = ""
-        asked: float | None = None  # the last Retry-After, handed on with the failure
+        asked: float | None = None  # the last Retry-After (capped), handed on with the failure
         for attempt in range(self.retries + 1):
             if heartbeat is not None:
                 heartbeat.check()
@@ -76,7 +71,8 @@ class SupplierServices:
                     raise TemporaryFailure(
                         f"{path}: attempt budget spent while retrying; last error: {problem}", retry_after=asked
                     )
-            delay = self.backoff * (2**attempt)
+            # The shared policy (weave.retry): exponential with jitter, capped like a Retry-After.
+            delay = backoff_seconds(attempt + 1, base=self.backoff, cap=self.retry_after_max)
             asked = None
             try:
                 response = self._client.post(path, json=payload, headers={"Idempotency-Key": key})
@@ -91,7 +87,7 @@ class SupplierServices:
                     return status, self._json(path, response)
                 if status >= 500 or status in _TEMPORARY_4XX:
                     problem = f"HTTP {status}"
-                    asked = _retry_after(response)
+                    asked = parse_retry_after(response.headers.get("Retry-After"), response.headers.get("Date"))
                     if asked is not None:
                         asked = min(asked, self.retry_after_max)
                         delay = max(delay, asked)

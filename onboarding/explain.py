@@ -21,6 +21,8 @@ def explain_run(pk: int, *, clock: Clock = default_clock) -> Timeline:
             due = a.retry_due_at
     for r in receipts:
         t.add(r.completed_at, "receipt", f"step {r.step} saved by fence {r.fence} ({r.owner})")
+        if r.undone_at is not None:
+            t.add(r.undone_at, "undone", f"step {r.step} undone by fence {r.undone_fence} (Cancel and undo)")
     t.add(None, "holder", holder(run))
     t.summary = _summary(run, attempts, receipts)
     return t

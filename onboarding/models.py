@@ -17,6 +17,7 @@ class Supplier(models.Model):
     # The contact's phone: the welcome notification goes to it.
     device_token = models.CharField(max_length=512, blank=True)
     iban = models.CharField("IBAN", max_length=34, blank=True)
+    bic = models.CharField("BIC", max_length=11, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -72,17 +73,28 @@ class BankAccount(models.Model):
 
 class OnboardingRunQuerySet(LeaseQuerySet["OnboardingRun"]):
     def active(self) -> "OnboardingRunQuerySet":
-        """Runs not yet finished: pending or running. The claimable state."""
+        """Runs not yet finished: pending or running."""
         return self.filter(status__in=OnboardingRun.ACTIVE)
 
+    def undo_requested(self) -> "OnboardingRunQuerySet":
+        """Cancelled runs whose committed steps an operator asked to undo, not done yet."""
+        return self.filter(status=OnboardingRun.Status.CANCELLED, undo_state=OnboardingRun.Undo.REQUESTED)
+
+    def claimable(self) -> "OnboardingRunQuerySet":
+        """What a worker may claim: active runs, and cancelled runs waiting for their undo."""
+        return self.filter(
+            Q(status__in=OnboardingRun.ACTIVE)
+            | Q(status=OnboardingRun.Status.CANCELLED, undo_state=OnboardingRun.Undo.REQUESTED)
+        )
+
     def needing_a_worker(self, clock: Clock = default_clock) -> "OnboardingRunQuerySet":
-        """Active runs nobody holds under a live lease and not waiting out a retry delay: pending ones,
-        released ones whose next attempt is due, and crashed ones."""
+        """Claimable runs nobody holds under a live lease and not waiting out a retry delay: pending, released
+        (once due again), crashed, or waiting to undo."""
         due = Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=clock.now())
-        return self.active().free_or_expired(clock).filter(due)
+        return self.claimable().free_or_expired(clock).filter(due)
 
     def next_due_at(self) -> datetime | None:
-        """The earliest database time at which an active run needs a worker, or None if none is active.
+        """The earliest database time at which a claimable run needs a worker, or None if there is none.
 
         A free run is due at its `next_attempt_at` (its creation when it has none); a held run when its
         lease ends (if the holder dies, the run needs a worker then). The due-time watcher sleeps until it.
@@ -92,7 +104,7 @@ class OnboardingRunQuerySet(LeaseQuerySet["OnboardingRun"]):
             When(next_attempt_at__isnull=False, then=F("next_attempt_at")),
             default=F("created_at"),
         )
-        earliest: datetime | None = self.active().aggregate(at=Min(at))["at"]
+        earliest: datetime | None = self.claimable().aggregate(at=Min(at))["at"]
         return earliest
 
 
@@ -103,6 +115,12 @@ class OnboardingRun(LeasedModel):
         COMPLETED = "completed"
         FAILED = "failed"
         CANCELLED = "cancelled"
+
+    class Undo(models.TextChoices):
+        NONE = "", "not asked"
+        REQUESTED = "requested"
+        DONE = "done"
+        FAILED = "failed"
 
     ACTIVE = (Status.PENDING, Status.RUNNING)
 
@@ -118,11 +136,24 @@ class OnboardingRun(LeasedModel):
     finished_at = models.DateTimeField(null=True, blank=True, editable=False)
     # Database time at which a run released on a temporary failure is due again; None: due at once.
     next_attempt_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # The steps this run takes (dotted paths), recorded when it started: a changed setting never
+    # reshapes a run in flight.
+    plan = models.JSONField(default=list, blank=True, editable=False)
+    # How often "Retry failed run" re-opened it; part of the idempotency keys from then on.
+    reopened = models.PositiveIntegerField(default=0, editable=False)
+    # Where and how a failed run failed, stored rather than read back out of the reason.
+    failed_step = models.CharField(max_length=40, blank=True, default="", editable=False)
+    failure_fixable = models.BooleanField(default=True, editable=False)
+    undo_state = models.CharField(max_length=10, choices=Undo.choices, blank=True, default="", editable=False)
 
     objects = OnboardingRunQuerySet.as_manager()  # type: ignore[misc]  # replaces the abstract base's manager
 
     class Meta:
         ordering = ["-pk"]
+        permissions = [
+            ("retry_run", "Can re-open a failed onboarding run"),
+            ("undo_run", "Can cancel an onboarding run and undo its committed steps"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["supplier"],
@@ -149,6 +180,9 @@ class StepReceipt(models.Model):
     owner = models.CharField(max_length=100)
     completed_at = models.DateTimeField(help_text="Database clock.")
     output = models.JSONField(default=dict, blank=True)
+    # Set by the guarded transaction that ran the step's undo ("Cancel and undo").
+    undone_at = models.DateTimeField(null=True, blank=True, help_text="Database clock.")
+    undone_fence = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["run", "completed_at", "pk"]
@@ -179,7 +213,7 @@ class RunAttempt(models.Model):
     ended_at = models.DateTimeField(null=True, blank=True, help_text="Database clock.")
     outcome = models.CharField(max_length=20, choices=Outcome.choices, default=Outcome.RUNNING)
     reason = models.TextField(blank=True)
-    # For a released attempt: the database time its run was due again (what the next attempt is measured against).
+    # For a released attempt: the database time its run was due again (what the next claim is measured against).
     retry_due_at = models.DateTimeField(null=True, blank=True, help_text="Database clock.")
 
     class Meta:

@@ -1,6 +1,10 @@
-"""Run one onboarding attempt: claim, resume after the last receipt, one guarded save per step.
+"""Run one onboarding attempt: claim, then each remaining step's work, then its guarded save.
 
     run_onboarding(run_id) -> "completed" | "released" | "failed" | "blocked" | "busy" | "not_claimable"
+
+`claim_attempt()` claims the run (a new fence), marks it running, marks older attempts that died as
+crashed, opens this attempt's row, and loads the plan the run recorded when it started. Only then
+does an `Attempt` exist: it always holds a lease, a run and its steps.
 
 Per step: the heartbeat renews before the slow part, every ttl/3 during it and once more right
 before the save; then one transaction holds the guarded phase save (owner, fence, live expiry,
@@ -8,12 +12,15 @@ phase = previous, status = running), the step's domain writes and its receipt. Z
 guard raises `LeaseLost` and rolls all of it back. A lost lease ends the attempt `blocked`: the
 worker writes its own attempt row and nothing else.
 
-Cancelling from the admin only sets `status = cancelled`; the guard's `status = running` then
-refuses the worker's next save, and the worker gives its lease back.
+Cancelling only sets `status = cancelled`; the guard's `status = running` then refuses the worker's
+next save, and the worker gives its lease back. "Cancel and undo" also sets `undo_state =
+requested`: the next attempt claims the cancelled run and runs each committed step's `undo`, newest
+first, each in its own guarded transaction.
 """
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
 from typing import Any, TypedDict, Unpack
@@ -24,7 +31,8 @@ from onboarding import queue
 from onboarding.client import SupplierServices
 from onboarding.errors import PermanentFailure, StepFailure, TemporaryFailure
 from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
-from onboarding.steps import STEPS, Step, StepContext
+from onboarding.steps.plan import DEFAULT_PLAN, PlanError, load_plan
+from onboarding.steps.protocol import Output, Step, StepContext, commit_output
 from weave import wake
 from weave.conf import weave_settings
 from weave.events import log_event
@@ -36,68 +44,225 @@ logger = logging.getLogger("weave.onboarding")
 JOB = "onboarding"
 Status = OnboardingRun.Status
 Outcome = RunAttempt.Outcome
+Undo = OnboardingRun.Undo
+UNDOING = {"status": Status.CANCELLED, "undo_state": Undo.REQUESTED}
 
 
-class Attempt:
-    """One worker's attempt at one run. `execute()` does it all; tests may drive the parts."""
+class AttemptEnded(Exception):
+    """The claim landed but the attempt ended at once (its first guarded write was refused)."""
 
-    def __init__(
-        self,
-        run_id: Any,
-        *,
-        owner: str | None = None,
-        ttl: float | None = None,
-        budget: float | None = None,
-        clock: Clock = default_clock,
-        background: bool = True,
-        steps: Sequence[Step] = STEPS,
-        services: SupplierServices | None = None,
-    ) -> None:
+    def __init__(self, outcome: str, reason: str) -> None:
+        super().__init__(reason)
+        self.outcome = outcome
+
+
+class Claim:
+    """A lease on one run, and the attempt row that records how this claim ends."""
+
+    def __init__(self, run_id: Any, lease: Lease, clock: Clock) -> None:
         self.run_id = run_id
-        self.owner = owner or new_owner("onboarding:")
-        self.ttl = float(ttl if ttl is not None else weave_settings.ONBOARDING_LEASE_TTL)
-        self.budget = float(budget if budget is not None else weave_settings.ONBOARDING_BUDGET)
+        self.lease = lease
         self.clock = clock
-        # False renews only before the work and before the save (FakeClock tests call hb.tick()).
-        self.background = background
-        self.steps = tuple(steps)
-        self._services = services
-        self._own_services = services is None
-        self.lease: Lease | None = None
-        self.run: OnboardingRun | None = None
-        self.attempt_id: int | None = None
-        self.outputs: dict[str, dict[str, Any]] = {}
-        self.heartbeats: dict[str, Heartbeat] = {}
-        self.outcome: str | None = None
+        self.attempt_id: int | None = None  # None until the claim's first transaction commits
+        self.outcome: str = Outcome.RUNNING
         self.reason = ""
-        self._started = 0.0
+
+    def release(self, *, expect: dict[str, Any], **fields: Any) -> None:
+        """Give the run back in one guarded statement that also writes `fields`."""
+        OnboardingRun.objects.release(self.lease, clock=self.clock, expect=expect, **fields)
+
+    def end(self, outcome: str, reason: str, *, retry_due_at: Any = None) -> None:
+        """Record how this attempt ended (and log it); `retry_due_at` is a release's next due time."""
+        self.outcome, self.reason = outcome, reason
+        now = self.clock.now()
+        if self.attempt_id is None:
+            self.attempt_id = RunAttempt.objects.create(
+                run_id=self.run_id,
+                fence=self.lease.fence,
+                owner=self.lease.owner,
+                started_at=now,
+                ended_at=now,
+                outcome=outcome,
+                reason=reason,
+                retry_due_at=retry_due_at,
+            ).pk
+        else:
+            # Unconditional on purpose: a stalled attempt marked crashed by a newer claim says "blocked" in the end.
+            RunAttempt.objects.filter(pk=self.attempt_id).update(
+                outcome=outcome, reason=reason, ended_at=now, retry_due_at=retry_due_at
+            )
+        event = {str(Outcome.COMPLETED): "completed", str(Outcome.RELEASED): "released"}.get(outcome, str(outcome))
+        log_event(logger, event, job=JOB, id=self.run_id, owner=self.lease.owner, fence=self.lease.fence, reason=reason)
+
+    def lost(self, lost: LeaseLost, where: str) -> None:
+        """Record our own attempt as blocked (or released, if the run was cancelled) and write nothing else."""
+        row = OnboardingRun.objects.filter(pk=self.run_id).values("status", "owner", "fence", "undo_state").first()
+        if row and row["status"] == Status.CANCELLED:
+            with transaction.atomic():
+                if (row["owner"], row["fence"]) == (self.lease.owner, self.lease.fence):
+                    try:
+                        self.release(expect={"status": Status.CANCELLED})
+                    except LeaseLost:
+                        pass  # our lease ran out meanwhile: there is nothing left to give back
+                    else:
+                        if row["undo_state"] == Undo.REQUESTED:
+                            # The operator asked for an undo while we held the run: hand it straight on.
+                            transaction.on_commit(partial(queue.enqueue_run, self.run_id))
+                self.end(Outcome.RELEASED, f"The run was cancelled; stopped {where} without saving.")
+            return
+        holder = ""
+        current = f"{lost.holder} at fence {lost.holder_fence}"
+        if lost.holder is not None and (lost.holder, lost.holder_fence) != (self.lease.owner, self.lease.fence):
+            if current not in str(lost):
+                holder = f" The run is now held by {current}."
+        self.end(Outcome.BLOCKED, f"Lease lost {where}: {lost}{holder}")
+
+
+def _mark_crashed(run_id: Any, lease: Lease, clock: Clock) -> None:
+    # An older attempt still "running" had its lease expire without ending: its worker died or stalled.
+    # If it was only stalled, it overwrites this with "blocked" when it wakes up and is refused.
+    stale = RunAttempt.objects.filter(run_id=run_id, outcome=Outcome.RUNNING, fence__lt=lease.fence)
+    for pk, owner, fence in stale.values_list("pk", "owner", "fence"):
+        reason = (
+            f"Lease expired while this attempt was still running; taken over by {lease.owner} at fence {lease.fence}."
+        )
+        RunAttempt.objects.filter(pk=pk).update(outcome=Outcome.CRASHED, ended_at=clock.now(), reason=reason)
+        log_event(logger, "crashed", job=JOB, id=run_id, owner=owner, fence=fence, reason=reason)
+
+
+class AttemptOptions(TypedDict, total=False):
+    """The keywords of `claim_attempt` and `run_onboarding` (unset or None: the WEAVE setting)."""
+
+    owner: str | None
+    ttl: float | None
+    budget: float | None
+    clock: Clock
+    background: bool  # False renews only before the work and before the save (FakeClock tests tick())
+    steps: Sequence[Step] | None  # replaces the run's recorded plan: a seam for tests, not for sites
+    services: SupplierServices | None
+
+
+def claim_attempt(run_id: Any, **options: Unpack[AttemptOptions]) -> "Attempt":
+    """Claim run `run_id` for one attempt and return it, ready to `execute()`.
+
+    Raises `LeaseBusy` (a live lease is someone else's), `NotClaimable` (finished or gone), or
+    `AttemptEnded` (claimed, but the first guarded write was refused; the attempt row says why).
+    """
+    owner = options.get("owner") or new_owner("onboarding:")
+    ttl_option, budget = options.get("ttl"), options.get("budget")
+    ttl = float(ttl_option if ttl_option is not None else weave_settings.ONBOARDING_LEASE_TTL)
+    clock = options.get("clock", default_clock)
+    steps = options.get("steps")
+    lease = OnboardingRun.objects.claimable().claim(run_id, owner=owner, ttl=ttl, clock=clock)
+    started = clock.monotonic()
+    log_event(logger, "claim", job=JOB, id=run_id, owner=lease.owner, fence=lease.fence)
+    claim = Claim(run_id, lease, clock)
+    # What the claim took: an active run, or a cancelled one waiting for its undo (claimable() allows both).
+    undoing = OnboardingRun.objects.undo_requested().filter(pk=run_id).exists()
+    try:
+        with transaction.atomic():
+            if undoing:
+                OnboardingRun.objects.guarded_update(
+                    lease, clock=clock, expect=UNDOING, reason="Undoing the committed steps."
+                )
+            else:
+                OnboardingRun.objects.guarded_update(
+                    lease,
+                    clock=clock,
+                    expect={"status__in": OnboardingRun.ACTIVE},
+                    status=Status.RUNNING,
+                    next_attempt_at=None,
+                )
+            _mark_crashed(run_id, lease, clock)
+            claim.attempt_id = RunAttempt.objects.create(
+                run_id=run_id, fence=lease.fence, owner=lease.owner, started_at=clock.now()
+            ).pk
+    except LeaseLost as lost:
+        claim.lost(lost, "right after the claim")
+        raise AttemptEnded(claim.outcome, claim.reason) from lost
+    run = OnboardingRun.objects.select_related("supplier").get(pk=run_id)
+    plan_error = ""
+    if steps is None:
+        try:
+            steps = load_plan(run.plan or DEFAULT_PLAN)
+        except PlanError as exc:
+            steps, plan_error = (), f"The run's recorded plan cannot be loaded: {exc}"
+    receipts = StepReceipt.objects.filter(run_id=run_id).order_by("completed_at", "pk")
+    return Attempt(
+        claim=claim,
+        run=run,
+        steps=tuple(steps),
+        outputs={step: output for step, output in receipts.values_list("step", "output")},
+        ttl=ttl,
+        budget=float(budget if budget is not None else weave_settings.ONBOARDING_BUDGET),
+        background=options.get("background", True),
+        started=started,
+        undoing=undoing,
+        plan_error=plan_error,
+        services_given=options.get("services"),
+    )
+
+
+@dataclass
+class Attempt:
+    """One worker's attempt at a claimed run. `execute()` does it all; tests may drive the parts."""
+
+    claim: Claim
+    run: OnboardingRun
+    steps: tuple[Step, ...]
+    outputs: dict[str, Output]
+    ttl: float
+    budget: float
+    background: bool  # False renews only before the work and before the save (FakeClock tests call tick())
+    started: float  # clock.monotonic() at the claim
+    undoing: bool = False
+    plan_error: str = ""
+    services_given: SupplierServices | None = None
+    heartbeats: dict[str, Heartbeat] = field(default_factory=dict)
+    _services: SupplierServices | None = None
+
+    @property
+    def lease(self) -> Lease:
+        return self.claim.lease
+
+    @property
+    def clock(self) -> Clock:
+        return self.claim.clock
+
+    @property
+    def run_id(self) -> Any:
+        return self.claim.run_id
+
+    @property
+    def outcome(self) -> str:
+        return self.claim.outcome
 
     # --- the whole attempt ------------------------------------------------------------------------
 
     def execute(self) -> str:
-        """Claim the run and take it as far as it goes; return how the attempt ended."""
+        """Take the claimed run as far as it goes; return how the attempt ended."""
         try:
-            self.claim()
-        except LeaseBusy as busy:
-            # Another worker is on it: at-least-once delivery makes this normal, not an error.
-            log_event(logger, "busy", job=JOB, id=self.run_id, owner=self.owner, reason=str(busy))
-            return "busy"
-        except NotClaimable as exc:
-            log_event(logger, "not_claimable", job=JOB, id=self.run_id, owner=self.owner, reason=str(exc))
-            return "not_claimable"
-        try:
-            if self.outcome is not None:  # the run changed between the claim and our first save
-                return str(self.outcome)
-            self._work_through()
+            if self.undoing:
+                self._guard_lost(self.undo_committed, "while undoing")
+            else:
+                self._work_through()
         finally:
-            if self._own_services and self._services is not None:
+            if self.services_given is None and self._services is not None:
                 self._services.close()
-        return str(self.outcome or Outcome.RUNNING)
+        return str(self.outcome)
+
+    def _guard_lost(self, body: Callable[[], None], where: str) -> None:
+        try:
+            body()
+        except LeaseLost as lost:
+            self.claim.lost(lost, where)
 
     def _work_through(self) -> None:
         stage = "resume"  # where we are, for the reasons a person reads
         try:
             try:
+                if self.plan_error:
+                    raise PermanentFailure(self.plan_error)
                 for step in self.remaining_steps():
                     stage = step.name
                     if self.budget_left() <= 0:
@@ -109,84 +274,46 @@ class Attempt:
             except TemporaryFailure as exc:
                 self.release_for_retry(exc, stage)
             except PermanentFailure as exc:
-                self.fail(f"{stage}: {exc.reason}")
+                self.fail(f"{stage}: {exc.reason}", step=stage, fixable=exc.fixable)
         except LeaseLost as lost:
-            self.on_lost(lost, f"at {stage}")
+            self.claim.lost(lost, f"at {stage}")
 
     # --- the parts ----------------------------------------------------------------------------------
 
-    def claim(self) -> Lease:
-        """Claim the run (bumping its fence), mark it running, mark crashed attempts, open our attempt."""
-        lease = OnboardingRun.objects.active().claim(self.run_id, owner=self.owner, ttl=self.ttl, clock=self.clock)
-        self.lease = lease
-        self._started = self.clock.monotonic()
-        log_event(logger, "claim", job=JOB, id=self.run_id, owner=lease.owner, fence=lease.fence)
-        try:
-            with transaction.atomic():
-                OnboardingRun.objects.guarded_update(
-                    lease,
-                    clock=self.clock,
-                    expect={"status__in": OnboardingRun.ACTIVE},
-                    status=Status.RUNNING,
-                    next_attempt_at=None,
-                )
-                self._mark_crashed(lease)
-                self.attempt_id = RunAttempt.objects.create(
-                    run_id=self.run_id, fence=lease.fence, owner=lease.owner, started_at=self.clock.now()
-                ).pk
-        except LeaseLost as lost:
-            self.on_lost(lost, "right after the claim")
-            return lease
-        self.run = OnboardingRun.objects.select_related("supplier").get(pk=self.run_id)
-        self.outputs = dict(StepReceipt.objects.filter(run_id=self.run_id).values_list("step", "output"))
-        return lease
-
-    def _mark_crashed(self, lease: Lease) -> None:
-        # An older attempt still "running" had its lease expire without ending: its worker died or stalled.
-        # If it was only stalled, it overwrites this with "blocked" when it wakes up and is refused.
-        stale = list(
-            RunAttempt.objects.filter(run_id=self.run_id, outcome=Outcome.RUNNING, fence__lt=lease.fence).values_list(
-                "pk", "owner", "fence"
-            )
-        )
-        for pk, owner, fence in stale:
-            reason = (
-                f"Lease expired while this attempt was still running; taken over by {lease.owner} "
-                f"at fence {lease.fence}."
-            )
-            RunAttempt.objects.filter(pk=pk).update(outcome=Outcome.CRASHED, ended_at=self.clock.now(), reason=reason)
-            log_event(logger, "crashed", job=JOB, id=self.run_id, owner=owner, fence=fence, reason=reason)
-
     def remaining_steps(self) -> list[Step]:
         """The steps after the run's phase (the last step whose save landed)."""
-        assert self.run is not None
         names = [step.name for step in self.steps]
         if not self.run.phase:
             return list(self.steps)
         if self.run.phase not in names:
-            raise PermanentFailure(f"The run is at an unknown phase {self.run.phase!r}.")
+            raise PermanentFailure(f"The run is at phase {self.run.phase!r}, which its plan does not have.")
         return list(self.steps[names.index(self.run.phase) + 1 :])
 
     def previous_phase(self, step: Step) -> str:
-        index = self.steps.index(step)
-        return self.steps[index - 1].name if index else ""
+        """The phase the guarded save of `step` expects: the step before it in the plan ("" for the first)."""
+        names = [s.name for s in self.steps]
+        if step.name not in names:
+            raise PermanentFailure(f"Step {step.name} is not in the run's plan.")
+        index = names.index(step.name)
+        return names[index - 1] if index else ""
 
     def budget_left(self) -> float:
-        return self.budget - (self.clock.monotonic() - self._started)
+        return self.budget - (self.clock.monotonic() - self.started)
 
-    def run_step(self, step: Step) -> dict[str, Any]:
-        """Do `step`'s slow part under the heartbeat, then its guarded save, writes and receipt."""
-        assert self.lease is not None and self.run is not None
-        lease = self.lease
-        ctx = StepContext(
+    def context(self, step: Step) -> StepContext:
+        return StepContext(
             run=self.run,
-            supplier=self.run.supplier,
-            lease=lease,
+            step_name=step.name,
+            lease=self.lease,
             clock=self.clock,
-            step=step,
             services=self.services,
             outputs=self.outputs,
         )
+
+    def run_step(self, step: Step) -> Output:
+        """Do `step`'s slow part under the heartbeat, then its guarded save, writes and receipt."""
+        lease = self.lease
+        ctx = self.context(step)
         heartbeat = Heartbeat(
             OnboardingRun.objects,
             lease,
@@ -205,6 +332,7 @@ class Attempt:
                 raise
             heartbeat.before_save()
         # The heartbeat has stopped; the renewal just above left the transaction a whole ttl.
+        ctx.committing = True
         with transaction.atomic():
             OnboardingRun.objects.guarded_update(
                 lease,
@@ -212,7 +340,7 @@ class Attempt:
                 expect={"phase": self.previous_phase(step), "status": Status.RUNNING},
                 phase=step.name,
             )
-            output = {**output, **(step.commit(ctx, output) or {})}
+            output = commit_output(step, ctx, dict(output or {}))
             StepReceipt.objects.create(
                 run_id=self.run_id,
                 step=step.name,
@@ -228,15 +356,14 @@ class Attempt:
 
     def complete(self) -> None:
         """Finish the run with a guarded save that also gives the lease back."""
-        assert self.lease is not None and self.run is not None
         with transaction.atomic():
-            self._guarded_release(
+            self.claim.release(
                 expect={"phase": self.steps[-1].name, "status": Status.RUNNING},
                 status=Status.COMPLETED,
                 reason=f"All {len(self.steps)} steps done.",
                 finished_at=self.clock.now(),
             )
-            self._end_attempt(Outcome.COMPLETED, f"Completed the run at fence {self.lease.fence}.")
+            self.claim.end(Outcome.COMPLETED, f"Completed the run at fence {self.lease.fence}.")
 
     def give_back(self, reason: str, *, requeue: bool, delay: float | None = None) -> None:
         """Release the run as pending for a later attempt (temporary failure or budget spent).
@@ -257,8 +384,8 @@ class Attempt:
                 )
                 reason = f"{reason} Next attempt due at {clock_time(due)} (database time)."
             fields: dict[str, Any] = {} if due is None else {"next_attempt_at": due}
-            self._guarded_release(expect={"status": Status.RUNNING}, status=Status.PENDING, reason=reason, **fields)
-            self._end_attempt(Outcome.RELEASED, reason, retry_due_at=due)
+            self.claim.release(expect={"status": Status.RUNNING}, status=Status.PENDING, reason=reason, **fields)
+            self.claim.end(Outcome.RELEASED, reason, retry_due_at=due)
             if requeue:
                 transaction.on_commit(partial(queue.enqueue_run, self.run_id))
             if due is not None:
@@ -280,80 +407,108 @@ class Attempt:
             f"{stage}: {failure.reason} Waiting {delay:.1f} s for a later attempt ({why}).", requeue=False, delay=delay
         )
 
-    def fail(self, reason: str) -> None:
-        """End the run as failed with `reason`, under the guard."""
+    def fail(self, reason: str, *, step: str = "", fixable: bool = True) -> None:
+        """End the run as failed with `reason`, under the guard; record the step and whether a retry may fix it."""
         with transaction.atomic():
-            self._guarded_release(
-                expect={"status": Status.RUNNING}, status=Status.FAILED, reason=reason, finished_at=self.clock.now()
+            self.claim.release(
+                expect={"status": Status.RUNNING},
+                status=Status.FAILED,
+                reason=reason,
+                finished_at=self.clock.now(),
+                failed_step=step if step in {s.name for s in self.steps} else "",
+                failure_fixable=fixable,
             )
-            self._end_attempt(Outcome.FAILED, reason)
+            self.claim.end(Outcome.FAILED, reason)
 
-    def on_lost(self, lost: LeaseLost, where: str) -> None:
-        """Record our own attempt as blocked (or released, if the run was cancelled) and write nothing else."""
-        assert self.lease is not None
-        row = OnboardingRun.objects.filter(pk=self.run_id).values("status", "owner", "fence").first()
-        if row and row["status"] == Status.CANCELLED:
-            if (row["owner"], row["fence"]) == (self.lease.owner, self.lease.fence):
-                try:
-                    self._guarded_release(expect={"status": Status.CANCELLED})
-                except LeaseLost:
-                    pass  # our lease ran out meanwhile: there is nothing left to give back
-            self._end_attempt(Outcome.RELEASED, f"The run was cancelled; stopped {where} without saving.")
-            return
-        holder = ""
-        current = f"{lost.holder} at fence {lost.holder_fence}"
-        if lost.holder is not None and (lost.holder, lost.holder_fence) != (self.lease.owner, self.lease.fence):
-            if current not in str(lost):
-                holder = f" The run is now held by {current}."
-        self._end_attempt(Outcome.BLOCKED, f"Lease lost {where}: {lost}{holder}")
+    def undo_committed(self) -> None:
+        """Run the undo of every committed step that declares one, newest first, each under the guard."""
+        by_name = {step.name: step for step in self.steps}
+        receipts = StepReceipt.objects.filter(run_id=self.run_id, undone_at__isnull=True).order_by(
+            "-completed_at", "-pk"
+        )
+        undone: list[str] = []
+        left: list[str] = []
+        for receipt in receipts:
+            step = by_name.get(receipt.step)
+            if step is None or step.undo is None:
+                left.append(receipt.step)
+                continue
+            if self.budget_left() <= 0:
+                self._end_undo(Undo.REQUESTED, f"Attempt budget spent while undoing; undone so far: {_names(undone)}.")
+                transaction.on_commit(partial(queue.enqueue_run, self.run_id))
+                return
+            try:
+                self.undo_step(step, receipt)
+            except StepFailure as exc:
+                self._end_undo(
+                    Undo.FAILED, f"Undo of {step.name} failed: {exc.reason} Undone before it: {_names(undone)}."
+                )
+                return
+            undone.append(step.name)
+        reason = f"Cancelled and undone: {_names(undone)}."
+        if left:
+            reason += f" Left in place (no undo): {_names(left)}."
+        self._end_undo(Undo.DONE, reason)
+
+    def undo_step(self, step: Step, receipt: StepReceipt) -> None:
+        """One step's undo: the guarded save (the run is still cancelled, undo still asked, lease ours), the
+        step's compensating writes and the receipt's undone mark, in one transaction."""
+        undo = step.undo
+        if undo is None:
+            raise PermanentFailure(f"Step {step.name} declares no undo.")
+        ctx = self.context(step)
+        ctx.committing = True
+        with transaction.atomic():
+            OnboardingRun.objects.guarded_update(
+                self.lease,
+                clock=self.clock,
+                expect=UNDOING,
+                reason=f"Undoing: {step.name} at fence {self.lease.fence}.",
+            )
+            undo(ctx, dict(receipt.output))
+            StepReceipt.objects.filter(pk=receipt.pk, undone_at__isnull=True).update(
+                undone_at=self.clock.now(), undone_fence=self.lease.fence
+            )
+        log_event(
+            logger,
+            "step_undone",
+            job=JOB,
+            id=self.run_id,
+            owner=self.lease.owner,
+            fence=self.lease.fence,
+            step=step.name,
+        )
+
+    def _end_undo(self, state: str, reason: str) -> None:
+        with transaction.atomic():
+            self.claim.release(expect=UNDOING, undo_state=state, reason=reason)
+            self.claim.end(Outcome.RELEASED, reason)
 
     # --- helpers ------------------------------------------------------------------------------------
 
     def services(self) -> SupplierServices:
+        if self.services_given is not None:
+            return self.services_given
         if self._services is None:
             self._services = SupplierServices()
         return self._services
 
-    def _guarded_release(self, *, expect: dict[str, Any], **fields: Any) -> None:
-        assert self.lease is not None
-        OnboardingRun.objects.release(self.lease, clock=self.clock, expect=expect, **fields)
 
-    def _end_attempt(self, outcome: str, reason: str, *, retry_due_at: Any = None) -> None:
-        assert self.lease is not None
-        self.outcome, self.reason = outcome, reason
-        if self.attempt_id is None:
-            self.attempt_id = RunAttempt.objects.create(
-                run_id=self.run_id,
-                fence=self.lease.fence,
-                owner=self.lease.owner,
-                started_at=self.clock.now(),
-                ended_at=self.clock.now(),
-                outcome=outcome,
-                reason=reason,
-                retry_due_at=retry_due_at,
-            ).pk
-        else:
-            # Unconditional on purpose: a stalled attempt marked crashed by a newer claim says "blocked" in the end.
-            RunAttempt.objects.filter(pk=self.attempt_id).update(
-                outcome=outcome, reason=reason, ended_at=self.clock.now(), retry_due_at=retry_due_at
-            )
-        events: dict[str, str] = {Outcome.COMPLETED: "completed", Outcome.RELEASED: "released"}
-        event = events.get(outcome, str(outcome))
-        log_event(logger, event, job=JOB, id=self.run_id, owner=self.lease.owner, fence=self.lease.fence, reason=reason)
-
-
-class AttemptOptions(TypedDict, total=False):
-    """The `Attempt` keywords `run_onboarding` passes on (unset or None: the WEAVE setting)."""
-
-    owner: str | None
-    ttl: float | None
-    budget: float | None
-    clock: Clock
-    background: bool
-    steps: Sequence[Step]
-    services: SupplierServices | None
+def _names(names: list[str]) -> str:
+    return ", ".join(names) or "nothing"
 
 
 def run_onboarding(run_id: Any, **options: Unpack[AttemptOptions]) -> str:
-    """Run one attempt at onboarding run `run_id`; return its outcome (see `Attempt`)."""
-    return Attempt(run_id, **options).execute()
+    """Claim run `run_id` and run one attempt at it; return how it ended (see the module docstring)."""
+    try:
+        attempt = claim_attempt(run_id, **options)
+    except LeaseBusy as busy:
+        # Another worker is on it: at-least-once delivery makes this normal, not an error.
+        log_event(logger, "busy", job=JOB, id=run_id, reason=str(busy))
+        return "busy"
+    except NotClaimable as exc:
+        log_event(logger, "not_claimable", job=JOB, id=run_id, reason=str(exc))
+        return "not_claimable"
+    except AttemptEnded as ended:
+        return ended.outcome
+    return attempt.execute()

@@ -38,8 +38,9 @@ trap stop_all INT TERM EXIT
 # Mild faults, so the admin shows retries and `unknown` attempts next to deliveries.
 start fake_push "$PY" manage.py fake_push_provider --port "$PUSH_PORT" --latency-ms 150 \
   --rate-5xx 0.05 --rate-429 0.03 --retry-after 2 --rate-hang 0.01 --hang-seconds 12
+# Faulty Fixtures Co's account is closed (demo/management/commands/weave_demo_data.py: CLOSED_ACCOUNT_IBAN).
 start fake_supplier "$PY" manage.py fake_supplier_services --port "$SUPPLIER_PORT" --latency 0.8 \
-  --error-rate 0.05 --throttle-rate 0.03
+  --error-rate 0.05 --throttle-rate 0.03 --refused-iban DE91370400440000004242
 start runserver "$PY" manage.py runserver "127.0.0.1:$PORT" --noreload
 start qcluster "$PY" manage.py qcluster
 "$PY" manage.py weave_demo_data

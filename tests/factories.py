@@ -24,6 +24,8 @@ class NotificationFactory(factory.django.DjangoModelFactory):
 # --- onboarding ---------------------------------------------------------------------------------
 
 from onboarding.models import OnboardingRun, Supplier  # noqa: E402
+from onboarding.steps.plan import configured_plan  # noqa: E402
+from onboarding.testing.numbers import german_iban, german_vat_number  # noqa: E402
 
 
 class SupplierFactory(factory.django.DjangoModelFactory):
@@ -32,10 +34,11 @@ class SupplierFactory(factory.django.DjangoModelFactory):
 
     legal_name = factory.Sequence(lambda n: f"Acme Parts {n} GmbH")
     country = "DE"
-    tax_id = factory.Sequence(lambda n: f"DE{100000000 + n}")
+    # Well-formed numbers (checksums hold): validation refuses anything else before a run starts.
+    tax_id = factory.Sequence(german_vat_number)
     contact_email = factory.Sequence(lambda n: f"buyer{n}@acme.example")
     device_token = factory.Sequence(lambda n: f"supplier-device-{n:06d}")
-    iban = factory.Sequence(lambda n: f"DE89370400440532{n:06d}")
+    iban = factory.Sequence(german_iban)
 
 
 class OnboardingRunFactory(factory.django.DjangoModelFactory):
@@ -43,3 +46,4 @@ class OnboardingRunFactory(factory.django.DjangoModelFactory):
         model = OnboardingRun
 
     supplier = factory.SubFactory(SupplierFactory)
+    plan = factory.LazyFunction(configured_plan)  # as onboarding_start records it

@@ -75,6 +75,9 @@ class Key(Generic[T]):
             return None if isinstance(value, str) else f"must be {self.expected()}, not {type(value).__name__}"
         if self.kind is bool:
             return None if isinstance(value, bool) else f"must be {self.expected()}, not {type(value).__name__}"
+        if self.kind is tuple:
+            strings = isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value)
+            return None if strings else f"must be {self.expected()}, not {type(value).__name__}"
         numeric = (int, float) if self.kind is float else (int,)
         if isinstance(value, bool) or not isinstance(value, numeric):
             return f"must be {self.expected()}, not {type(value).__name__}"
@@ -87,7 +90,13 @@ class Key(Generic[T]):
         return None
 
     def expected(self) -> str:
-        what = {float: "a number", int: "a whole number", str: "a string", bool: "True or False"}[self.kind]
+        what = {
+            float: "a number",
+            int: "a whole number",
+            str: "a string",
+            bool: "True or False",
+            tuple: "a list of strings",
+        }[self.kind]
         if self.above is not None:
             what += f" above {self.above:g}"
         elif self.minimum is not None:
@@ -126,6 +135,11 @@ def flag(default: bool, doc: str) -> Key[bool]:
 def text(default: str, doc: str) -> Key[str]:
     """A string (URLs are checked by the app that uses them)."""
     return Key(default, doc, kind=str)
+
+
+def dotted_paths(default: tuple[str, ...], doc: str) -> Key[tuple[str, ...]]:
+    """A list (or tuple) of dotted import paths; what they must name is checked by the app that loads them."""
+    return Key(default, doc, kind=tuple)
 
 
 class WeaveSettings:
@@ -169,6 +183,19 @@ class WeaveSettings:
         2.0, "a run released on a temporary failure is due again after this, doubled per release, with jitter"
     )
     ONBOARDING_RELEASE_BACKOFF_MAX = seconds(300.0, "cap on the release backoff")
+    # A run records the list when it starts, so changing it never reshapes runs in flight; the
+    # system check onboarding.E003 loads it (README "Write your own step").
+    ONBOARDING_STEPS = dotted_paths(
+        (
+            "onboarding.steps.builtin.verify_tax_id",
+            "onboarding.steps.builtin.screen_sanctions",
+            "onboarding.steps.builtin.create_vendor_record",
+            "onboarding.steps.builtin.set_payment_terms",
+            "onboarding.steps.builtin.register_bank_account",
+            "onboarding.steps.builtin.send_welcome_notification",
+        ),
+        "the onboarding plan: dotted paths of the steps a new run takes, in order",
+    )
 
     @classmethod
     def keys(cls) -> dict[str, Key[Any]]:

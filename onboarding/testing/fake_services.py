@@ -9,6 +9,11 @@ Endpoints (all POST with a JSON body and an `Idempotency-Key` header):
 - `/bank-accounts`       `{"holder", "iban"}`    -> 201 `{"reference": str, "last4": str, "status": "verified"}`
                                                     422 when the IBAN is unusable
 
+Like a real registry, the fake checks a tax id's checksum (python-stdnum, via onboarding.validation)
+and answers a malformed one `valid: false`; `invalid_tax_ids` are well-formed numbers it does not
+know ("not registered"). An IBAN in `refused_ibans` is well-formed but refused (account closed);
+a malformed one is refused as unverifiable.
+
 A request whose key was already answered gets the stored answer again (`Idempotent-Replayed: true`)
 without doing the work twice. Control endpoints: `GET /_stats`, `POST /_reset` (forget keys and
 counts), `POST /_config` (merge a JSON object into the configuration).
@@ -27,6 +32,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from django.core.exceptions import ValidationError
+
+from onboarding.validation import clean_iban, clean_supplier_fields
 from weave.testing.fake_http import FakeHandler, FakeHTTPServer, FakeService, update_settings
 
 ENDPOINTS = ("/tax-ids/verify", "/sanctions/screen", "/bank-accounts")
@@ -44,7 +52,8 @@ class FakeConfig:
     hang_seconds: float = 30.0
     # Answer the next `fail_first` requests 503 with `Retry-After: retry_after`, then behave (a short outage).
     fail_first: int = 0
-    invalid_tax_ids: list[str] = field(default_factory=list)
+    invalid_tax_ids: list[str] = field(default_factory=list)  # well-formed, but not registered
+    refused_ibans: list[str] = field(default_factory=list)  # well-formed, but the account is closed
     sanctioned_names: list[str] = field(default_factory=list)
     seed: int | None = None
 
@@ -117,8 +126,10 @@ def _answer(endpoint: str, body: dict[str, Any], config: FakeConfig) -> tuple[in
             return 400, {"error": "tax_id and country are required"}
         if tax_id in config.invalid_tax_ids:
             return 200, {"valid": False, "reason": f"tax id {tax_id} is not registered"}
-        if not (4 <= len(tax_id) <= 20 and tax_id.isalnum()):
-            return 200, {"valid": False, "reason": f"tax id {tax_id!r} is malformed"}
+        try:
+            clean_supplier_fields(country=str(body["country"]), tax_id=tax_id, fields=("country", "tax_id"))
+        except ValidationError as exc:
+            return 200, {"valid": False, "reason": f"tax id {tax_id!r} is malformed: {'; '.join(exc.messages)}"}
         return 200, {"valid": True, "reason": ""}
     if endpoint == "/sanctions/screen":
         name = str(body.get("name", ""))
@@ -129,8 +140,12 @@ def _answer(endpoint: str, body: dict[str, Any], config: FakeConfig) -> tuple[in
         return 200, {"hit": False, "list": "FAKE-CONSOLIDATED", "reason": ""}
     # /bank-accounts
     iban = str(body.get("iban", "")).replace(" ", "").upper()
-    if len(iban) < 15 or not iban.isalnum():
+    try:
+        clean_iban(iban)
+    except ValidationError:
         return 422, {"error": f"IBAN {iban!r} cannot be verified"}
+    if iban in {i.replace(" ", "").upper() for i in config.refused_ibans}:
+        return 422, {"error": f"the account behind IBAN {iban} is closed"}
     reference = "ba_" + hashlib.sha256(f"{body.get('holder')}|{iban}".encode()).hexdigest()[:16]
     return 201, {"reference": reference, "last4": iban[-4:], "status": "verified"}
 

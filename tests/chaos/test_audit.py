@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from notifications.models import DeliveryAttempt, Notification
 from onboarding.models import RunAttempt, StepReceipt
-from onboarding.steps import STEP_NAMES
+from onboarding.steps.builtin import STEP_NAMES
 from tests.factories import NotificationFactory, OnboardingRunFactory
 from tools.chaos.audit import AuditInput, audit
 from tools.chaos.faults import FaultRecord, HeldRow
@@ -104,3 +104,35 @@ def test_audit__a_row_a_killed_cluster_held_must_be_finished_by_another_claim():
         "every row delivered or failed, none pending or leased",
         "every row a killed cluster held finished by another",
     }
+
+
+def _erp_run(*, row_fence: int):
+    """A completed run whose plan has the demo's ERP step; its ERP row is stamped with `row_fence`."""
+    from demo.models import ErpVendor
+    from onboarding.steps.plan import DEFAULT_PLAN
+    from tools.chaos.config import ChaosConfig
+
+    plan = list(ChaosConfig().steps)
+    names = [*STEP_NAMES[:3], "create_erp_vendor", *STEP_NAMES[3:]]
+    assert len(plan) == len(DEFAULT_PLAN) + 1
+    run = OnboardingRunFactory(status="completed", phase=names[-1], fence=1, plan=plan)
+    RunAttempt.objects.create(run=run, owner="A", fence=1, started_at=_at(0), ended_at=_at(9), outcome="completed")
+    for i, name in enumerate(names):
+        StepReceipt.objects.create(run=run, step=name, owner="A", fence=1, completed_at=_at(1 + i))
+    ErpVendor.objects.create(supplier=run.supplier, erp_code="ERP-1", run=run, fence=row_fence, created_at=_at(5))
+    return run
+
+
+@pytest.mark.parametrize("row_fence", [1, 7])
+def test_audit__a_custom_steps_row_must_be_written_by_its_receipts_fence(row_fence):
+    from tools.chaos.config import ChaosConfig
+
+    run = _erp_run(row_fence=row_fence)
+    result = audit(_inputs([], expectations={run.supplier_id: "completed"}, step_tables=ChaosConfig().step_tables))
+    (prefix,) = [c for c in result.checks if c.name == "exactly one receipt per (run, step)"]
+    assert prefix.ok  # seven receipts are the whole of this run's recorded plan
+    rows = [c for c in result.violations if c.name.startswith("one vendor")]
+    if row_fence == 1:
+        assert not any("ERP vendor" in e for c in rows for e in c.examples)
+    else:
+        assert any(f"ERP vendor (custom step) written by run {run.pk} fence 7" in e for e in rows[0].examples)

@@ -6,7 +6,7 @@ from django.urls import reverse
 from notifications.models import Notification
 from notifications.testing.fake_provider import FakePushProvider
 from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, StepReceipt, Supplier, VendorRecord
-from onboarding.steps import STEP_NAMES
+from onboarding.steps.builtin import STEP_NAMES
 from onboarding.testing.fake_services import FakeSupplierServices
 from tools.processes import wait_until
 
@@ -17,7 +17,7 @@ def test_admin_start_onboarding__a_real_qcluster_completes_the_run(admin_client,
     supplier = Supplier.objects.create(
         legal_name="Acme Fasteners GmbH",
         country="DE",
-        tax_id="DE123456789",
+        tax_id="DE811907980",  # well-formed: validation refuses a bad checksum before any run
         contact_email="ap@acme.example",
         device_token="acme-device",
         iban="DE89370400440532013000",

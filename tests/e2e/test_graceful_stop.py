@@ -20,7 +20,7 @@ def test_sigterm_to_the_cluster__in_flight_work_finishes_or_releases_its_leases(
     supplier = Supplier.objects.create(
         legal_name="Slow Supplies Ltd",
         country="GB",
-        tax_id="GB123456789",
+        tax_id="GB980780684",  # well-formed: validation refuses a bad checksum before any run
         contact_email="ap@slow.example",
         device_token="slow-device",
         iban="GB33BUKB20201555555555",

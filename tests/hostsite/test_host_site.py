@@ -128,7 +128,7 @@ def test_host_site_runs_weave_from_the_wheel(host_python, host_db, tmp_path):
             "from onboarding.services import onboarding_start\n"
             "from notifications.services import notification_create\n"
             "m = Member.objects.create_user('buyer@host.example', 'pw')\n"
-            "s = Supplier.objects.create(legal_name='Host Supplies Ltd', country='DE', tax_id='DE123456789',"
+            "s = Supplier.objects.create(legal_name='Host Supplies Ltd', country='DE', tax_id='DE811907980',"
             " contact_email='ops@host-supplies.example', device_token='host-device-1', iban='DE89370400440532013000')\n"
             "run = onboarding_start(supplier=s, started_by=m)\n"
             "n = notification_create(device_token='host-device-2', title='Hello host', body='From the wheel')\n"

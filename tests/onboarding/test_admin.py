@@ -8,7 +8,7 @@ from django.urls import reverse
 from django_q.models import OrmQ
 
 from onboarding.models import OnboardingRun, RunAttempt
-from onboarding.runner import Attempt, run_onboarding
+from onboarding.runner import claim_attempt, run_onboarding
 from tests.factories import OnboardingRunFactory, SupplierFactory
 
 pytestmark = pytest.mark.django_db
@@ -140,8 +140,7 @@ def test_changelists_render_runs_with_receipts_and_attempts(operator, fake_servi
 
 def test_run_admin__lease_fields_are_read_only_and_judged_live_by_the_database(operator, fake_services):
     run = OnboardingRunFactory()
-    worker = Attempt(run.pk, background=False)
-    worker.claim()
+    claim_attempt(run.pk, background=False)
     page = operator.get(RUNS)
     assert page.status_code == 200
     row = page.context["cl"].result_list[0]

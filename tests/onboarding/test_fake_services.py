@@ -6,6 +6,7 @@ import httpx
 import pytest
 
 from onboarding.testing.fake_services import FakeConfig, FakeSupplierServices
+from onboarding.testing.numbers import german_iban, german_vat_number
 
 
 @pytest.fixture
@@ -36,11 +37,26 @@ def test_missing_key_is_a_client_error(fake):
 
 
 def test_business_answers(fake):
-    httpx.post(f"{fake.url}/_config", json={"invalid_tax_ids": ["DE999"], "sanctioned_names": ["Bad Co"]})
-    assert post(fake, "/tax-ids/verify", {"country": "DE", "tax_id": "DE999"}, "a").json()["valid"] is False
-    assert post(fake, "/tax-ids/verify", {"country": "DE", "tax_id": "DE123"}, "b").json()["valid"] is True
+    unregistered, good = german_vat_number(1), german_vat_number(2)
+    closed, iban = german_iban(1), german_iban(2)
+    httpx.post(
+        f"{fake.url}/_config",
+        json={"invalid_tax_ids": [unregistered], "sanctioned_names": ["Bad Co"], "refused_ibans": [closed]},
+    )
+    assert post(fake, "/tax-ids/verify", {"country": "DE", "tax_id": unregistered}, "a").json() == {
+        "valid": False,
+        "reason": f"tax id {unregistered} is not registered",
+    }
+    assert post(fake, "/tax-ids/verify", {"country": "DE", "tax_id": good}, "b").json()["valid"] is True
+    # A real registry checks the checksum, not a length: one digit off is malformed.
+    off = good[:-1] + str((int(good[-1]) + 1) % 10)
+    answer = post(fake, "/tax-ids/verify", {"country": "DE", "tax_id": off}, "b2").json()
+    assert answer["valid"] is False and "checksum" in answer["reason"]
     assert post(fake, "/sanctions/screen", {"name": "bad co", "country": "DE"}, "c").json()["hit"] is True
     assert post(fake, "/bank-accounts", {"holder": "x", "iban": "short"}, "d").status_code == 422
+    refused = post(fake, "/bank-accounts", {"holder": "x", "iban": closed}, "e")
+    assert refused.status_code == 422 and "closed" in refused.json()["error"]
+    assert post(fake, "/bank-accounts", {"holder": "x", "iban": iban}, "f").json()["last4"] == iban[-4:]
 
 
 def test_faults_and_retry_after(fake):

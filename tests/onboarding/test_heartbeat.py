@@ -6,8 +6,9 @@ import pytest
 from django.db.models import F
 
 from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
-from onboarding.runner import Attempt
-from onboarding.steps import STEPS, Step, StepContext, verify_tax_id
+from onboarding.runner import claim_attempt
+from onboarding.steps import Step, StepContext
+from onboarding.steps.builtin import STEPS, verify_tax_id
 from tests.factories import OnboardingRunFactory
 from weave.leases import LeaseLost
 
@@ -21,7 +22,7 @@ def slow_step(during=None, after=None):
     def work(ctx: StepContext):
         if during:
             during(ctx)
-        output = verify_tax_id(ctx)
+        output = verify_tax_id.work(ctx)
         if after:
             after(ctx)
         return output
@@ -38,8 +39,7 @@ def test_step__renews_before_every_third_of_the_ttl_and_right_before_the_save(fa
         assert ctx.heartbeat.tick() is False  # only 4 s since the last renewal
 
     run = OnboardingRunFactory()
-    worker = Attempt(run.pk, ttl=TTL, clock=clock, background=False, steps=slow_step(during))
-    worker.claim()
+    worker = claim_attempt(run.pk, ttl=TTL, clock=clock, background=False, steps=slow_step(during))
     clock.advance(1)
     worker.run_step(worker.steps[0])
 
@@ -60,7 +60,7 @@ def test_step__failed_renewal_mid_step_ends_blocked_though_the_work_returned(fak
         ctx.heartbeat.tick()
 
     run = OnboardingRunFactory()
-    worker = Attempt(run.pk, ttl=TTL, clock=clock, background=False, steps=slow_step(after=after))
+    worker = claim_attempt(run.pk, ttl=TTL, clock=clock, background=False, steps=slow_step(after=after))
 
     assert worker.execute() == "blocked"
 
@@ -77,8 +77,8 @@ def test_step__failed_renewal_mid_step_ends_blocked_though_the_work_returned(fak
 
 def test_lease__lapsed_cannot_be_renewed_and_a_new_claim_gets_the_next_fence(fake_services, clock):
     run = OnboardingRunFactory()
-    first = Attempt(run.pk, ttl=TTL, clock=clock, background=False)
-    lease = first.claim()
+    first = claim_attempt(run.pk, ttl=TTL, clock=clock, background=False)
+    lease = first.lease
     clock.advance(TTL + 1)
 
     with pytest.raises(LeaseLost, match="expired"):
@@ -88,7 +88,7 @@ def test_lease__lapsed_cannot_be_renewed_and_a_new_claim_gets_the_next_fence(fak
         first.run_step(first.steps[0])
     assert not StepReceipt.objects.exists()
 
-    second = Attempt(run.pk, ttl=TTL, clock=clock, background=False)
+    second = claim_attempt(run.pk, ttl=TTL, clock=clock, background=False)
     assert second.execute() == "completed"
     assert second.lease.fence == lease.fence + 1
     # The first attempt never ended, so the second claim recorded it as crashed.
@@ -104,7 +104,7 @@ def test_budget__spent_between_steps_releases_and_requeues(fake_services, clock,
         clock.advance(5)
 
     run = OnboardingRunFactory()
-    worker = Attempt(run.pk, ttl=TTL, budget=40, clock=clock, background=False, steps=slow_step(during))
+    worker = claim_attempt(run.pk, ttl=TTL, budget=40, clock=clock, background=False, steps=slow_step(during))
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         assert worker.execute() == "released"
 

@@ -3,8 +3,8 @@
 import pytest
 
 from onboarding.models import OnboardingRun, StepReceipt, VendorRecord
-from onboarding.runner import Attempt
-from onboarding.steps import STEPS
+from onboarding.runner import claim_attempt
+from onboarding.steps.builtin import STEPS
 from tests.factories import OnboardingRunFactory
 from weave.leases import LeaseLost
 
@@ -15,8 +15,7 @@ TTL = 30.0
 @pytest.fixture
 def claimed(fake_services, clock):
     run = OnboardingRunFactory()
-    worker = Attempt(run.pk, ttl=TTL, clock=clock, background=False)
-    worker.claim()
+    worker = claim_attempt(run.pk, ttl=TTL, clock=clock, background=False)
     return worker
 
 

@@ -3,8 +3,9 @@
 import pytest
 
 from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
-from onboarding.runner import Attempt
-from onboarding.steps import STEPS, Step, idempotency_key, verify_bank_account
+from onboarding.runner import claim_attempt
+from onboarding.steps import Step, idempotency_key
+from onboarding.steps.builtin import STEPS, register_bank_account
 from tests.factories import OnboardingRunFactory
 
 pytestmark = pytest.mark.django_db
@@ -17,15 +18,13 @@ class Killed(BaseException):
 
 def test_resume__killed_after_step_3_resumes_at_step_4(fake_services, clock):
     run = OnboardingRunFactory()
-    first = Attempt(run.pk, ttl=TTL, clock=clock, background=False)
-    first.claim()
+    first = claim_attempt(run.pk, ttl=TTL, clock=clock, background=False)
     for step in STEPS[:3]:
         first.run_step(step)
     # Killed here: the lease stays on the row until it expires.
     clock.advance(TTL + 1)
 
-    second = Attempt(run.pk, ttl=TTL, clock=clock, background=False)
-    second.claim()
+    second = claim_attempt(run.pk, ttl=TTL, clock=clock, background=False)
     assert [step.name for step in second.remaining_steps()] == [s.name for s in STEPS[3:]]
     for step in second.remaining_steps():
         second.run_step(step)
@@ -45,18 +44,18 @@ def test_resume__killed_after_step_3_resumes_at_step_4(fake_services, clock):
 
 def test_resume__step_repeated_after_a_kill_calls_again_with_the_same_key(fake_services, clock):
     def work_then_die(ctx):
-        verify_bank_account(ctx)
+        register_bank_account.work(ctx)
         raise Killed  # the service registered the account; the worker died before its save
 
     dying = (*STEPS[:4], Step("register_bank_account", "dies", work=work_then_die), *STEPS[5:])
     run = OnboardingRunFactory()
-    first = Attempt(run.pk, ttl=TTL, clock=clock, background=False, steps=dying)
+    first = claim_attempt(run.pk, ttl=TTL, clock=clock, background=False, steps=dying)
     with pytest.raises(Killed):
         first.execute()
     assert OnboardingRun.objects.get(pk=run.pk).phase == "set_payment_terms"
     clock.advance(TTL + 1)
 
-    second = Attempt(run.pk, ttl=TTL, clock=clock, background=False)
+    second = claim_attempt(run.pk, ttl=TTL, clock=clock, background=False)
     assert second.execute() == "completed"
 
     key = idempotency_key(run.pk, "register_bank_account")

@@ -5,8 +5,10 @@ from django.db.models import Count
 
 from notifications.models import Notification
 from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, RunAttempt, StepReceipt, VendorRecord
-from onboarding.runner import Attempt, run_onboarding
-from onboarding.steps import STEP_NAMES, idempotency_key
+from onboarding.runner import claim_attempt, run_onboarding
+from onboarding.steps import idempotency_key
+from onboarding.steps.builtin import STEP_NAMES
+from onboarding.testing.numbers import german_vat_number
 from tests.factories import OnboardingRunFactory, SupplierFactory
 
 pytestmark = pytest.mark.django_db
@@ -47,15 +49,19 @@ def test_run__completes_all_six_steps_with_receipts_and_domain_rows(fake_service
 
 
 def test_run__invalid_tax_id_fails_the_run_with_the_reason(fake_services):
-    supplier = SupplierFactory(tax_id="DE000BAD")
-    fake_services.config.invalid_tax_ids = ["DE000BAD"]
+    supplier = SupplierFactory(tax_id=german_vat_number(9090))  # well-formed: the registry just does not know it
+    fake_services.config.invalid_tax_ids = [supplier.tax_id]
     run = OnboardingRunFactory(supplier=supplier)
 
     assert attempt(run) == "failed"
 
     run.refresh_from_db()
     assert run.status == "failed" and run.owner is None
-    assert "verify_tax_id" in run.reason and "DE000BAD" in run.reason and "invalid" in run.reason
+    assert (
+        run.reason
+        == f"verify_tax_id: Tax id {supplier.tax_id} (DE) is invalid: tax id {supplier.tax_id} is not registered."
+    )
+    assert (run.failed_step, run.failure_fixable) == ("verify_tax_id", True)
     assert not StepReceipt.objects.filter(run=run).exists()
     only = RunAttempt.objects.get(run=run)
     assert (only.outcome, only.reason) == ("failed", run.reason)
@@ -74,12 +80,25 @@ def test_run__sanctions_hit_fails_after_the_tax_check(fake_services):
     assert not VendorRecord.objects.filter(supplier=supplier).exists()
 
 
-def test_run__unusable_bank_account_is_a_permanent_failure(fake_services):
-    run = OnboardingRunFactory(supplier=SupplierFactory(iban="DE12"))
+def test_run__bank_account_the_service_refuses_is_a_permanent_failure(fake_services):
+    supplier = SupplierFactory()
+    fake_services.config.refused_ibans = [supplier.iban]  # well-formed, but the bank says no
+    run = OnboardingRunFactory(supplier=supplier)
     assert attempt(run) == "failed"
     run.refresh_from_db()
-    assert "register_bank_account" in run.reason and "cannot be verified" in run.reason
-    assert run.phase == "set_payment_terms"
+    assert "register_bank_account" in run.reason and "Bank account refused" in run.reason
+    assert (run.phase, run.failed_step, run.failure_fixable) == ("set_payment_terms", "register_bank_account", True)
+    assert not BankAccount.objects.exists()
+
+
+def test_run__a_malformed_iban_edited_in_behind_the_form_never_reaches_the_service(fake_services):
+    supplier = SupplierFactory()
+    run = OnboardingRunFactory(supplier=supplier)
+    type(supplier).objects.filter(pk=supplier.pk).update(iban="DE12")  # as from a shell, past validation
+    assert attempt(run) == "failed"
+    run.refresh_from_db()
+    assert "register_bank_account" in run.reason and "IBAN 'DE12' is not valid" in run.reason
+    assert fake_services.stats()["endpoints"]["/bank-accounts"]["requests"] == 0
     assert not BankAccount.objects.exists()
 
 
@@ -142,7 +161,7 @@ def test_run__background_heartbeat_renews_on_its_own_connection_during_a_slow_ca
     # As in a qcluster worker: the heartbeat thread renews while the main thread waits on HTTP.
     fake_services.config.latency = 0.6
     run = OnboardingRunFactory()
-    worker = Attempt(run.pk, ttl=1.5)
+    worker = claim_attempt(run.pk, ttl=1.5)
 
     assert worker.execute() == "completed"
 

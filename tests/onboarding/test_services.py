@@ -6,11 +6,12 @@ import pytest
 from django.db import IntegrityError, transaction
 
 from onboarding import queue, tasks
-from onboarding.errors import RunAlreadyActive
+from onboarding.errors import AlreadyOnboarded, RunAlreadyActive
 from onboarding.models import OnboardingRun, OnboardingRunQuerySet, RunAttempt, StepReceipt, VendorRecord
-from onboarding.runner import Attempt
+from onboarding.runner import claim_attempt, run_onboarding
 from onboarding.services import onboarding_cancel, onboarding_start, onboarding_sweep
-from onboarding.steps import STEPS, Step, StepContext
+from onboarding.steps import Step, StepContext
+from onboarding.steps.builtin import STEPS
 from tests.factories import OnboardingRunFactory, SupplierFactory
 
 pytestmark = pytest.mark.django_db
@@ -27,7 +28,11 @@ def test_start__refuses_a_second_active_run_for_the_supplier():
         OnboardingRun.objects.create(supplier=supplier)
     first.status = "completed"
     first.save()
-    assert onboarding_start(supplier=supplier, started_by=None).pk != first.pk
+    # A completed supplier starts again only on purpose (a second welcome goes out).
+    with pytest.raises(AlreadyOnboarded, match=f"run {first.pk}"):
+        onboarding_start(supplier=supplier, started_by=None)
+    again = onboarding_start(supplier=supplier, started_by=None, force=True)
+    assert again.pk != first.pk and f"completed run {first.pk}" in again.reason
 
 
 def test_start__enqueues_the_run_on_commit(django_capture_on_commit_callbacks, monkeypatch):
@@ -45,7 +50,7 @@ def test_cancel__a_running_worker_stops_at_its_next_save_and_gives_the_lease_bac
 
     steps = (*STEPS[:2], Step("create_vendor_record", "cancelled here", work=cancel_midway, commit=STEPS[2].commit))
     run = OnboardingRunFactory()
-    worker = Attempt(run.pk, ttl=TTL, clock=clock, background=False, steps=(*steps, *STEPS[3:]))
+    worker = claim_attempt(run.pk, ttl=TTL, clock=clock, background=False, steps=(*steps, *STEPS[3:]))
 
     assert worker.execute() == "released"
 
@@ -113,7 +118,7 @@ def test_cancel__between_the_claim_and_the_first_save_releases_at_once(fake_serv
         return lease
 
     monkeypatch.setattr(OnboardingRunQuerySet, "claim", lambda self, pk, **kw: claim_then_cancel(pk, **kw))
-    assert Attempt(run.pk, ttl=TTL, clock=clock, background=False).execute() == "released"
+    assert run_onboarding(run.pk, ttl=TTL, clock=clock, background=False) == "released"
     row = OnboardingRun.objects.get(pk=run.pk)
     assert (row.status, row.owner) == ("cancelled", None)
     assert RunAttempt.objects.get(run=run).reason.startswith("The run was cancelled")

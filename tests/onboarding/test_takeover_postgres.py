@@ -13,8 +13,9 @@ import pytest
 from django.db import connections
 
 from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, RunAttempt, StepReceipt, VendorRecord
-from onboarding.runner import Attempt
-from onboarding.steps import STEPS, idempotency_key
+from onboarding.runner import claim_attempt
+from onboarding.steps import idempotency_key
+from onboarding.steps.builtin import STEPS
 from tests.factories import OnboardingRunFactory
 from weave.leases import LeaseLost, default_clock
 
@@ -27,8 +28,7 @@ BANK = STEPS[4]
 def test_takeover__stale_worker_save_is_refused_and_writes_nothing(fake_services):
     run = OnboardingRunFactory()
     # Steps 1-4 done by an earlier attempt that gave the run back, so A starts at step 5.
-    earlier = Attempt(run.pk, ttl=30)
-    earlier.claim()
+    earlier = claim_attempt(run.pk, ttl=30)
     for step in STEPS[:4]:
         earlier.run_step(step)
     earlier.give_back("Stopped after step 4 for the test.", requeue=False)
@@ -36,7 +36,7 @@ def test_takeover__stale_worker_save_is_refused_and_writes_nothing(fake_services
     terms_before = list(PaymentTerms.objects.values_list("pk", "fence"))
 
     hold = fake_services.hold("/bank-accounts")
-    a = Attempt(run.pk, ttl=SHORT, background=False)
+    a = claim_attempt(run.pk, ttl=SHORT, background=False)
     outcome: dict[str, str] = {}
 
     def worker_a():
@@ -55,8 +55,7 @@ def test_takeover__stale_worker_save_is_refused_and_writes_nothing(fake_services
             assert time.monotonic() < deadline, "A's lease never expired"
             time.sleep(0.05)
 
-        b = Attempt(run.pk, ttl=30)
-        b.claim()
+        b = claim_attempt(run.pk, ttl=30)
         assert b.lease.fence == a.lease.fence + 1
         b.run_step(BANK)
     finally:

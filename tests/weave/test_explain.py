@@ -5,10 +5,12 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from notifications.delivery import Hooks, deliver_batch
-from onboarding.runner import Attempt
+from onboarding.runner import claim_attempt
+from onboarding.testing.numbers import german_vat_number
 from tests.factories import NotificationFactory, OnboardingRunFactory, SupplierFactory
 
 pytestmark = pytest.mark.django_db
+UNREGISTERED = german_vat_number(9090)
 TTL = 30.0
 
 
@@ -30,11 +32,10 @@ def assert_in_order(text: str, *facts: str) -> None:
 
 def test_explain_run__blocked_attempt_then_the_new_owner_finishes(fake_services, clock):
     run = OnboardingRunFactory()
-    a = Attempt(run.pk, ttl=TTL, clock=clock, background=False, owner="worker-a")
-    a.claim()
+    a = claim_attempt(run.pk, ttl=TTL, clock=clock, background=False, owner="worker-a")
     a.run_step(a.steps[0])  # A saves the first step, then stalls past its lease
     clock.advance(TTL + 1)
-    b = Attempt(run.pk, ttl=TTL, clock=clock, background=False, owner="worker-b")
+    b = claim_attempt(run.pk, ttl=TTL, clock=clock, background=False, owner="worker-b")
     assert b.execute() == "completed"
     clock.advance(1)
     a._work_through()  # A wakes up and tries its next save
@@ -59,10 +60,10 @@ def test_explain_run__blocked_attempt_then_the_new_owner_finishes(fake_services,
 
 
 def test_explain_run__failed_run_gives_the_business_reason(fake_services, clock):
-    supplier = SupplierFactory(tax_id="XX-NOPE")
-    fake_services.config.invalid_tax_ids = ["XX-NOPE"]
+    supplier = SupplierFactory(tax_id=UNREGISTERED)
+    fake_services.config.invalid_tax_ids = [UNREGISTERED]  # well-formed, but the registry does not know it
     run = OnboardingRunFactory(supplier=supplier)
-    assert Attempt(run.pk, ttl=TTL, clock=clock, background=False, owner="worker-a").execute() == "failed"
+    assert claim_attempt(run.pk, ttl=TTL, clock=clock, background=False, owner="worker-a").execute() == "failed"
 
     text = explain("run", run.pk)
     assert_in_order(
@@ -70,7 +71,7 @@ def test_explain_run__failed_run_gives_the_business_reason(fake_services, clock)
         f"Onboarding run {run.pk} for {supplier.legal_name}: failed",
         "claim      fence 1 claimed by worker-a",
         "failed     fence 1: verify_tax_id",
-        "XX-NOPE",
+        f"{UNREGISTERED} (DE) is invalid: tax id {UNREGISTERED} is not registered",
         "Attempt 1 (fence 1) saved no step and failed the run",
         "The run is failed after step -. Reason on the run: verify_tax_id",
     )
@@ -82,10 +83,10 @@ def test_explain__unknown_id_is_a_clear_error():
 
 
 def test_admin_change_page_renders_the_run_timeline(fake_services, clock, admin_client):
-    supplier = SupplierFactory(tax_id="XX-NOPE")
-    fake_services.config.invalid_tax_ids = ["XX-NOPE"]
+    supplier = SupplierFactory(tax_id=UNREGISTERED)
+    fake_services.config.invalid_tax_ids = [UNREGISTERED]  # well-formed, but the registry does not know it
     run = OnboardingRunFactory(supplier=supplier)
-    Attempt(run.pk, ttl=TTL, clock=clock, background=False, owner="worker-a").execute()
+    claim_attempt(run.pk, ttl=TTL, clock=clock, background=False, owner="worker-a").execute()
 
     page = admin_client.get(f"/admin/weave_onboarding/onboardingrun/{run.pk}/change/").content.decode()
     assert 'class="weave-timeline"' in page

@@ -29,7 +29,7 @@ from datetime import timedelta
 from typing import Any
 
 from tools.chaos.faults import FaultRecord
-from tools.chaos.load import EXPECT_COMPLETED, REASON_FRAGMENT
+from tools.chaos.load import EXPECT_COMPLETED, FAILED_STEP, REASON_FRAGMENT
 
 MAX_EXAMPLES = 5
 # A send's start is derived (finish time on the database clock minus the latency measured in whole
@@ -56,6 +56,8 @@ class AuditInput:
     faults: list[FaultRecord]
     lease_ttl: float
     stops_planned: int
+    # (step, model label, label) of custom steps' tables; checked when a run's plan has the step.
+    step_tables: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclass
@@ -228,13 +230,29 @@ def _notifications(inp: AuditInput, checks: list[Check], figures: dict[str, Any]
 def _onboarding(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> None:
     from notifications.models import Notification
     from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, RunAttempt, StepReceipt, VendorRecord
-    from onboarding.steps import STEP_NAMES
+    from onboarding.steps.builtin import STEP_NAMES as BUILTIN_NAMES
+    from onboarding.steps.plan import DEFAULT_PLAN, PlanError, load_plan
 
     S = "Onboarding"
     runs = {
         r["pk"]: r
-        for r in OnboardingRun.objects.values("pk", "supplier_id", "status", "phase", "owner", "fence", "reason")
+        for r in OnboardingRun.objects.values(
+            "pk", "supplier_id", "status", "phase", "owner", "fence", "reason", "plan", "reopened", "failed_step"
+        )
     }
+    # Each run is judged by the plan it recorded when it started, custom steps included.
+    plans: dict[int, list[str]] = {}
+    bad = []
+    for pk, r in runs.items():
+        try:
+            plans[pk] = [step.name for step in load_plan(r["plan"] or DEFAULT_PLAN)]
+        except PlanError as exc:
+            plans[pk] = []
+            bad.append(f"run #{pk}: its recorded plan does not load: {exc}")
+    custom = sorted({name for names in plans.values() for name in names} - set(BUILTIN_NAMES))
+    checks.append(
+        _check(S, "every run's recorded plan loads", bad, f"custom steps in plans: {', '.join(custom) or 'none'}")
+    )
     status = Counter(r["status"] for r in runs.values())
     figures["runs"] = dict(status)
     bad = [
@@ -255,13 +273,15 @@ def _onboarding(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -
             bad.append(f"run #{pk} should complete, is {r['status']}: {r['reason'][:120]}")
         elif expect in REASON_FRAGMENT and not (r["status"] == "failed" and REASON_FRAGMENT[expect] in r["reason"]):
             bad.append(f"run #{pk} should fail ({expect}), is {r['status']}: {r['reason'][:120]}")
+        elif expect in FAILED_STEP and r["failed_step"] != FAILED_STEP[expect]:
+            bad.append(f"run #{pk} should fail at {FAILED_STEP[expect]}, failed at {r['failed_step'] or '-'}")
     bad += [f"supplier {s} has {len(p)} runs" for s, p in by_supplier.items() if len(p) != 1]
     bad += [f"supplier {s} has no run" for s in inp.expectations if s not in by_supplier]
     planned_failures = sum(1 for e in inp.expectations.values() if e != EXPECT_COMPLETED)
     checks.append(
         _check(
             S,
-            "failed runs are exactly the business refusals, with the reason",
+            "failed runs are exactly the business refusals, with the reason, at the step that checks it",
             bad,
             f"{planned_failures} built to fail",
         )
@@ -275,27 +295,33 @@ def _onboarding(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -
     bad = []
     for pk, r in runs.items():
         steps = [rc["step"] for rc in receipts.get(pk, [])]
-        if steps != list(STEP_NAMES[: len(steps)]):
-            bad.append(f"run #{pk}: receipts {steps} are not the step prefix")
+        plan = plans[pk]
+        if steps != plan[: len(steps)]:
+            bad.append(f"run #{pk}: receipts {steps} are not a prefix of its plan {plan}")
         if (steps[-1] if steps else "") != r["phase"]:
             bad.append(f"run #{pk}: phase {r['phase']!r} but last receipt {steps[-1] if steps else None!r}")
-        if r["status"] == "completed" and len(steps) != len(STEP_NAMES):
-            bad.append(f"run #{pk}: completed with {len(steps)} receipts")
+        if r["status"] == "completed" and len(steps) != len(plan):
+            bad.append(f"run #{pk}: completed with {len(steps)} receipts, its plan has {len(plan)} steps")
     total = sum(len(v) for v in receipts.values())
     checks.append(_check(S, "exactly one receipt per (run, step)", bad, f"{total} receipts"))
 
     # Domain rows: one per completed supplier, written by the fence of the matching receipt.
     bad = []
-    tables = (
+    tables: list[tuple[str, Any, str]] = [
         ("create_vendor_record", VendorRecord, "vendor"),
         ("set_payment_terms", PaymentTerms, "payment terms"),
         ("register_bank_account", BankAccount, "bank account"),
-    )
+    ]
+    from django.apps import apps
+
+    tables += [(step, apps.get_model(model), label) for step, model, label in inp.step_tables if step in custom]
     counts = {}
     for step, model, label in tables:
         written = {row["supplier_id"]: row for row in model.objects.values("supplier_id", "run_id", "fence")}
         counts[label] = len(written)
         for pk, r in runs.items():
+            if step not in plans[pk]:
+                continue
             receipt = next((rc for rc in receipts.get(pk, []) if rc["step"] == step), None)
             row = written.get(r["supplier_id"])
             if receipt is None and row is not None:
@@ -331,14 +357,18 @@ def _onboarding(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -
     # every receipt of an external step has its key there (the work behind it was done at the service).
     from onboarding.steps import idempotency_key
 
-    external = ("verify_tax_id", "screen_sanctions", "register_bank_account")
+    # A step that called out records its key in its receipt (the built-ins do); any step of the plan
+    # may call, under the key of (run, step) and, after a re-open, the re-open's number.
     service_keys = set(inp.supplier_stats.get("keys", {}))
-    known = {idempotency_key(pk, step) for pk in runs for step in external}
+    known = {
+        idempotency_key(pk, step, n) for pk, r in runs.items() for step in plans[pk] for n in range(r["reopened"] + 1)
+    }
     bad = [f"service key {k} names no run step" for k in sorted(service_keys - known)]
     for pk in runs:
         for rc in receipts.get(pk, []):
-            if rc["step"] in external and idempotency_key(pk, rc["step"]) not in service_keys:
-                bad.append(f"run #{pk} {rc['step']}: receipt, but the service never saw its key")
+            key = (rc["output"] or {}).get("idempotency_key")
+            if key and key not in service_keys:
+                bad.append(f"run #{pk} {rc['step']}: receipt names key {key}, which the service never saw")
     figure = (
         f"{len(service_keys)} keys, {inp.supplier_stats.get('requests', 0)} requests, "
         f"{inp.supplier_stats.get('replays', 0)} answered from the idempotency store"

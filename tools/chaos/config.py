@@ -3,6 +3,8 @@
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from onboarding.steps.plan import DEFAULT_PLAN
+
 
 @dataclass
 class ChaosConfig:
@@ -50,6 +52,15 @@ class ChaosConfig:
     sanctioned_share: float = 0.03
     bad_iban_share: float = 0.03
 
+    # The onboarding plan: the six built-in steps with the demo site's own ERP step among them, so the
+    # audit shows a custom step is fenced like the built-ins.
+    steps: tuple[str, ...] = (*DEFAULT_PLAN[:3], "demo.steps.CreateErpVendor", *DEFAULT_PLAN[3:])
+    # The custom steps' own tables, by model label (tools never import the demo site): each row must be
+    # written by its step's receipt (run, fence), like the built-in vendor, terms and bank rows.
+    step_tables: tuple[tuple[str, str, str], ...] = (
+        ("create_erp_vendor", "weave_demo.ErpVendor", "ERP vendor (custom step)"),
+    )
+
     deadline: float = 600.0  # seconds after the load starts; then the audit runs on whatever is there
     push_port: int = 18100
     supplier_port: int = 18200
@@ -86,4 +97,5 @@ class ChaosConfig:
             "WEAVE_ONBOARDING_RETRY_BACKOFF": "0.2",
             "WEAVE_ONBOARDING_RETRY_AFTER_MAX": "2",
             "WEAVE_LOG_LEVEL": "WARNING",
+            "WEAVE_ONBOARDING_STEPS": ",".join(self.steps),
         }

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from django.db import close_old_connections, connection, transaction
 
+from onboarding.testing.numbers import german_iban, german_vat_number
 from tools.chaos.config import ChaosConfig
 
 # What a supplier is built to end as. The audit checks each run ends exactly so.
@@ -22,6 +23,12 @@ REASON_FRAGMENT = {
     EXPECT_INVALID_TAX: "is invalid",
     EXPECT_SANCTIONED: "Sanctions screening hit",
     EXPECT_BAD_IBAN: "Bank account refused",
+}
+# The step each kind must fail at (the run's stored `failed_step`): the one whose service refuses it.
+FAILED_STEP = {
+    EXPECT_INVALID_TAX: "verify_tax_id",
+    EXPECT_SANCTIONED: "screen_sanctions",
+    EXPECT_BAD_IBAN: "register_bank_account",
 }
 CHAOS_PREFIX = "Chaos supplier"
 
@@ -50,10 +57,11 @@ def supplier_plans(config: ChaosConfig) -> list[SupplierPlan]:
         plans.append(
             SupplierPlan(
                 legal_name=f"{CHAOS_PREFIX} {config.seed}-{i:05d}",
-                # The fake answers a tax id that is not 4-20 alphanumerics "malformed", i.e. invalid.
-                tax_id="BAD-TAX-ID" if expect == EXPECT_INVALID_TAX else f"DE{100000 + i:09d}",
-                # Shorter than 15 characters: the fake refuses it with 422, a business refusal.
-                iban="DE00SHORT" if expect == EXPECT_BAD_IBAN else f"DE89370400440{i:09d}",
+                # Every number is well-formed (validation refuses the supplier before a run otherwise).
+                # The ones built to fail are refused by the fake services for a business reason: a tax
+                # id it has no registration for, an IBAN whose account is closed (see the lists below).
+                tax_id=german_vat_number(config.seed * 100_000 + i),
+                iban=german_iban(config.seed * 100_000 + i),
                 expect=expect,
             )
         )
@@ -62,6 +70,16 @@ def supplier_plans(config: ChaosConfig) -> list[SupplierPlan]:
 
 def sanctioned_names(config: ChaosConfig) -> list[str]:
     return [p.legal_name for p in supplier_plans(config) if p.expect == EXPECT_SANCTIONED]
+
+
+def unregistered_tax_ids(config: ChaosConfig) -> list[str]:
+    """Well-formed tax ids the fake tax-id service answers "not registered"."""
+    return [p.tax_id for p in supplier_plans(config) if p.expect == EXPECT_INVALID_TAX]
+
+
+def refused_ibans(config: ChaosConfig) -> list[str]:
+    """Well-formed IBANs the fake bank-account service refuses (the account is closed)."""
+    return [p.iban for p in supplier_plans(config) if p.expect == EXPECT_BAD_IBAN]
 
 
 @dataclass

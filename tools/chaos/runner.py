@@ -20,14 +20,24 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TextIO
 
+from django.apps import apps
+from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
+from django.test.utils import override_settings
 from django.utils import timezone
 
 from tools.chaos import faults as F
 from tools.chaos.audit import AuditInput, AuditResult, audit
 from tools.chaos.config import ChaosConfig
-from tools.chaos.load import LoadProgress, LoadThread, create_suppliers, sanctioned_names
+from tools.chaos.load import (
+    LoadProgress,
+    LoadThread,
+    create_suppliers,
+    refused_ibans,
+    sanctioned_names,
+    unregistered_tax_ids,
+)
 from tools.chaos.report import Progress, render
 from tools.processes import Child, ProcessGroups, wait_until
 
@@ -87,7 +97,9 @@ class ChaosRunner:
         for name in ("weave", "django-q"):
             logging.getLogger(name).setLevel(logging.WARNING)
         try:
-            with self.groups:
+            # Runs record the plan of the process that starts them: this one (the load thread).
+            plan = {**(getattr(settings, "WEAVE", None) or {}), "ONBOARDING_STEPS": list(self.config.steps)}
+            with self.groups, override_settings(WEAVE=plan):
                 return self._run()
         finally:
             signal.signal(signal.SIGTERM, previous)
@@ -133,6 +145,7 @@ class ChaosRunner:
                 lease_ttl=c.lease_ttl,
                 # Only a frozen lease holder that was thawed again can attempt (and be refused) a stale write.
                 stops_planned=sum(1 for r in self.records if r.kind == F.STOP and r.held and r.thawed),
+                step_tables=c.step_tables,
             )
         )
         summary = {
@@ -178,6 +191,7 @@ class ChaosRunner:
         )
 
         models = [DeliveryAttempt, Notification, StepReceipt, RunAttempt, VendorRecord, PaymentTerms, BankAccount]
+        models += [apps.get_model(model) for _, model, _ in self.config.step_tables]
         models += [OnboardingRun, Supplier, OrmQ, Task, Schedule]
         tables = ", ".join(connection.ops.quote_name(m._meta.db_table) for m in models)
         with connection.cursor() as cursor:
@@ -200,6 +214,10 @@ class ChaosRunner:
         if kind == "supplier":
             for name in sanctioned_names(c):
                 args += ["--sanctioned", name]
+            for tax_id in unregistered_tax_ids(c):
+                args += ["--invalid-tax-id", tax_id]
+            for iban in refused_ibans(c):
+                args += ["--refused-iban", iban]
         return args
 
     def _start_server(self, kind: str) -> Child:

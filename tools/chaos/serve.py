@@ -103,6 +103,8 @@ def _serve_supplier(args: argparse.Namespace) -> tuple[Any, Any]:
         hang_rate=args.rate_hang,
         hang_seconds=args.hang_seconds,
         sanctioned_names=args.sanctioned,
+        invalid_tax_ids=args.invalid_tax_id,
+        refused_ibans=args.refused_iban,
         seed=args.seed,
     )
     server = FakeSupplierServices(args.host, args.port, config)
@@ -122,6 +124,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rate-hang", type=float, default=0.0, help="do the work, then answer too late")
     parser.add_argument("--hang-seconds", type=float, default=5.0)
     parser.add_argument("--sanctioned", action="append", default=[], help="supplier only: a sanctioned name")
+    parser.add_argument("--invalid-tax-id", action="append", default=[], help="supplier only: an unregistered tax id")
+    parser.add_argument("--refused-iban", action="append", default=[], help="supplier only: a closed account's IBAN")
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args(argv)
 

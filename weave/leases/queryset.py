@@ -96,6 +96,24 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
             batch.expires_at = expires_at if batch.expires_at is None else min(batch.expires_at, expires_at)
         return batch
 
+    def reopen(self, pk: Any, *, clock: Clock = default_clock, **fields: Any) -> int:
+        """Start a new epoch on a free row of this queryset: bump its fence, leave it unowned, write `fields`.
+
+        One statement, like a claim, but nobody holds the row afterwards: the next worker's claim
+        takes it at a fence above every lease granted before, so nothing from an earlier epoch can
+        land. Return the new fence. Raises `LeaseBusy` if a live lease holds the row, `NotClaimable`
+        if it does not match this queryset (e.g. it is not in the state being re-opened).
+        """
+        reopened = (
+            self.filter(pk=pk)
+            .free_or_expired(clock)
+            ._update_returning(owner=None, fence=F("fence") + 1, lease_expires_at=None, **fields)
+        )
+        if not reopened:
+            raise self._claim_refusal(pk, clock)
+        ((_, fence, _),) = reopened
+        return fence
+
     # --- writes under a lease -------------------------------------------------------------------
 
     def guarded_update(

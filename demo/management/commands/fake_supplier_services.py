@@ -18,6 +18,7 @@ class Command(BaseCommand):
         parser.add_argument("--hang-rate", type=float, default=0.0, help="share that do the work, then hang")
         parser.add_argument("--hang-seconds", type=float, default=30.0)
         parser.add_argument("--invalid-tax-id", action="append", default=[], help="answer this tax id invalid")
+        parser.add_argument("--refused-iban", action="append", default=[], help="refuse this (well-formed) IBAN")
         parser.add_argument("--sanctioned", action="append", default=[], help="a legal name that hits screening")
         parser.add_argument("--seed", type=int, default=None)
 
@@ -30,6 +31,7 @@ class Command(BaseCommand):
             hang_rate=o["hang_rate"],
             hang_seconds=o["hang_seconds"],
             invalid_tax_ids=o["invalid_tax_id"],
+            refused_ibans=o["refused_iban"],
             sanctioned_names=o["sanctioned"],
             seed=o["seed"],
         )

@@ -3,16 +3,19 @@
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-# (legal name, country, tax id, IBAN): the fake supplier services accept all of them, except the last,
-# whose IBAN is too short to verify, so the demo shows a run that fails with a business reason too.
+# (legal name, country, tax id, IBAN): every number is well-formed (validation refuses anything else
+# before a run starts). The fake supplier services accept all of them except the last one's account,
+# which `make run` starts the fake with as closed (--refused-iban), so the demo shows a run that fails
+# for a business reason at the bank-account step too.
 SUPPLIERS = [
     ("Acme Fasteners GmbH", "DE", "DE811907980", "DE89370400440532013000"),
     ("Blue Harbour Logistics BV", "NL", "NL853746333B01", "NL91ABNA0417164300"),
     ("Clyde Valley Paper Ltd", "GB", "GB980780684", "GB33BUKB20201555555555"),
     ("Dupont Emballages SARL", "FR", "FR40303265045", "FR1420041010050500013M02606"),
-    ("Evergreen Office Supply Inc", "US", "US943213276", "US64SVBKUS6S3300958879"),
-    ("Faulty Fixtures Co", "DE", "DE813030979", "DE00SHORT"),
+    ("Evergreen Office Supply Inc", "US", "US943213276", "GB29NWBK60161331926819"),  # an EIN; a UK account
+    ("Faulty Fixtures Co", "DE", "DE100042423", "DE91370400440000004242"),
 ]
+CLOSED_ACCOUNT_IBAN = SUPPLIERS[-1][3]
 DEMO_TOKEN_PREFIX = "demo-device-"
 
 

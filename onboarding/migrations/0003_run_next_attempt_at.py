@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('weave_onboarding', '0001_initial'),
+        ('weave_onboarding', '0002_step_plans_retry_and_undo'),
     ]
 
     operations = [
