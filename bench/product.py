@@ -333,6 +333,7 @@ def latency_onboarding(run: harness.Bench, services_url: str, *, samples: int, w
 
     from onboarding.models import OnboardingRun, RunAttempt, Supplier
     from onboarding.services import onboarding_start
+    from onboarding.testing.numbers import german_iban, german_vat_number
 
     reset()
     httpx.post(f"{services_url}/_config", json={"fail_first": samples, "retry_after": 1}, timeout=30)
@@ -347,9 +348,9 @@ def latency_onboarding(run: harness.Bench, services_url: str, *, samples: int, w
         supplier = Supplier.objects.create(
             legal_name=f"Bench {i} GmbH",
             country="DE",
-            tax_id=f"DE{200000000 + i}",
+            tax_id=german_vat_number(1000 + i),
             contact_email=f"b{i}@bench.example",
-            iban="DE89370400440532013000",
+            iban=german_iban(1000 + i),
         )
         runs.append(onboarding_start(supplier=supplier).pk)
     deadline = time.monotonic() + timeout
