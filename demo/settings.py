@@ -151,7 +151,7 @@ def _weave_env_overrides() -> dict[str, float | int | bool]:
     overrides: dict[str, float | int | bool] = {}
     for name, key in KEYS.items():
         raw = os.environ.get(f"WEAVE_{name}")
-        if raw is None or key.kind not in (int, float) or name in WEAVE:
+        if raw is None or key.kind not in (int, float, bool) or name in WEAVE:
             continue
         if key.kind is bool:
             overrides[name] = raw.strip().lower() in {"1", "true", "yes", "on"}
