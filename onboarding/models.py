@@ -87,11 +87,14 @@ class OnboardingRunQuerySet(LeaseQuerySet["OnboardingRun"]):
             | Q(status=OnboardingRun.Status.CANCELLED, undo_state=OnboardingRun.Undo.REQUESTED)
         )
 
+    def due(self, clock: Clock = default_clock) -> "OnboardingRunQuerySet":
+        """Runs not waiting out a retry delay: no `next_attempt_at`, or it has come by the database clock."""
+        return self.filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=clock.now()))
+
     def needing_a_worker(self, clock: Clock = default_clock) -> "OnboardingRunQuerySet":
         """Claimable runs nobody holds under a live lease and not waiting out a retry delay: pending, released
         (once due again), crashed, or waiting to undo."""
-        due = Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=clock.now())
-        return self.claimable().free_or_expired(clock).filter(due)
+        return self.claimable().free_or_expired(clock).due(clock)
 
     def next_due_at(self) -> datetime | None:
         """The earliest database time at which a claimable run needs a worker, or None if there is none.

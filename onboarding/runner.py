@@ -153,7 +153,9 @@ def claim_attempt(run_id: Any, **options: Unpack[AttemptOptions]) -> "Attempt":
     ttl = float(ttl_option if ttl_option is not None else weave_settings.ONBOARDING_LEASE_TTL)
     clock = options.get("clock", default_clock)
     steps = options.get("steps")
-    lease = OnboardingRun.objects.claimable().claim(run_id, owner=owner, ttl=ttl, clock=clock)
+    # A run released on a temporary failure is not claimed before its due time (the service's Retry-After),
+    # even by a task that was queued before the release.
+    lease = OnboardingRun.objects.claimable().due(clock).claim(run_id, owner=owner, ttl=ttl, clock=clock)
     started = clock.monotonic()
     log_event(logger, "claim", job=JOB, id=run_id, owner=lease.owner, fence=lease.fence)
     claim = Claim(run_id, lease, clock)

@@ -76,6 +76,8 @@ def onboarding_resume(*, run: OnboardingRun) -> bool:
     """Enqueue an active run again; return False for a finished run (nothing to resume)."""
     if run.status not in OnboardingRun.ACTIVE:
         return False
+    # A person asking now overrides a retry delay (the worker's claim waits for `next_attempt_at`).
+    OnboardingRun.objects.filter(pk=run.pk, status__in=OnboardingRun.ACTIVE).update(next_attempt_at=None)
     transaction.on_commit(partial(_enqueue, run.pk))
     return True
 

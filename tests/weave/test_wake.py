@@ -164,3 +164,15 @@ def test_notification_timeline__gives_the_retry_due_time_and_how_late_the_retry_
     text = explain_notification(n.pk).as_text()
     assert "Retry due at 12:00:01.700 (database time)." in text
     assert "0.250 s after its due time 12:00:01.700" in text
+
+
+def test_onboarding__a_task_queued_before_the_release_does_not_claim_the_run_before_its_due_time(fake_services, clock):
+    fake_services.config.throttle_rate = 1.0
+    run = OnboardingRunFactory()
+    assert run_onboarding(run.pk, background=False, clock=clock) == "released"
+    fake_services.config.throttle_rate = 0.0
+    # A second task for the run (queued by a sweep before the release) comes too early: it takes nothing.
+    assert run_onboarding(run.pk, background=False, clock=clock) == "not_claimable"
+    assert RunAttempt.objects.filter(run=run).count() == 1
+    clock.advance(0.5)
+    assert run_onboarding(run.pk, background=False, clock=clock) == "completed"
