@@ -737,8 +737,8 @@ def render(report: dict, args: argparse.Namespace, machine: dict[str, str], char
         if claims:
             out += [
                 "What waiting costs onboarding: no Weave task waits on a worker for due work (the watcher is a",
-                "thread beside the worker, not a task), so an onboarding start is claimed as fast as the queue "
-                f"allows: start → first claim {_fmt(claims.get(True, []))} (watcher on), "
+                "thread beside the worker, not a task); what is left is the watchers' queries and coalesced requests. "
+                f"Measured start → first claim {_fmt(claims.get(True, []))} (watcher on), "
                 f"{_fmt(claims.get(False, []))} (off).",
                 "",
             ]
