@@ -280,7 +280,7 @@ def latency_retry(run: harness.Bench, *, samples: int, watcher: bool, timeout: f
     from notifications.services import notification_create
 
     reset()
-    configure_provider(run, first_5xx_every=5, retry_after_5xx="")
+    configure_provider(run, first_5xx_every=5, retry_after_on_503=False)
     run.start_cluster(workers=2, wake_watcher=str(watcher).lower())
     ids = [notification_create(device_token=f"retry-{i}", title="retry", body="").pk for i in range(samples)]
     missing = _wait_delivered(ids, timeout=timeout, allow_missing=True)
@@ -290,8 +290,8 @@ def latency_retry(run: harness.Bench, *, samples: int, watcher: bool, timeout: f
     for pk in ids:
         attempts = list(DeliveryAttempt.objects.filter(notification_id=pk).order_by("started_at", "pk"))
         for first, second in zip(attempts, attempts[1:], strict=False):
-            if first.retry_due_at is not None:
-                late.append((second.started_at - first.retry_due_at).total_seconds())
+            if first.retry_at is not None:
+                late.append((second.started_at - first.retry_at).total_seconds())
     return late, missing
 
 

@@ -64,6 +64,7 @@ class Results:
     profiles: dict = field(default_factory=dict)  # latency label -> (rows, seconds, pyinstrument text)
     group_finish: Any = None
     baseline_nosave: dict = field(default_factory=dict)  # latency -> Throughput with save=False
+    backends: list = field(default_factory=list)  # scenarios.BackendPoint, one per push backend
     total_seconds: float = 0.0
 
 
@@ -263,6 +264,25 @@ def render(r: Results) -> str:
             rows.append([workers, batch, f"{point.rate:,.0f}", f"{point.seconds:.1f} s"])
         out.append(_table(["W", "batch size", "notif/s", f"time for {a.n:,}"], rows))
         out += ["", f"Concurrency per worker is the default; the W rows use batch size {r.default_batch}.", ""]
+
+    if r.backends:
+        out += ["## 6. Push backends (one in-process drain each, provider fakes at 50 ms)", ""]
+        rows = []
+        for p in r.backends:
+            versions = ", ".join(f"HTTP/{v}: {c:,}" for v, c in sorted(p.http_versions.items()))
+            done = ", ".join(f"{k} {v:,}" for k, v in sorted(p.statuses.items()))
+            rows.append([p.alias, f"{p.n:,}", f"{p.seconds:.1f} s", f"{p.rate:,.0f}", versions,
+                         p.connections or "-", p.max_in_flight, p.credential_fetches, done])  # fmt: skip
+        header = ["backend", "N", "time", "notif/s", "requests", "new connections", "max in flight",
+                  "credential fetches", "rows"]  # fmt: skip
+        out.append(_table(header, rows))
+        out += [
+            "",
+            "Same worker, batch size and concurrency for each. The webhook is HTTP/1.1 (one connection per request"
+            " in flight); FCM, APNs and Web Push multiplex a batch over HTTP/2. Credential fetches: FCM access"
+            " tokens requested, APNs provider JWTs seen (one per drain is expected).",
+            "",
+        ]
 
     if targets:
         out += ["## Targets", "", _table(["target", "value", "measured", ""], targets), ""]

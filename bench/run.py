@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import harness  # noqa: E402
 
-SCENARIOS = ("throughput", "fencing", "queries", "recovery", "scaling", "profile")
+SCENARIOS = ("throughput", "fencing", "queries", "recovery", "scaling", "profile", "backends")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -76,10 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(text)
     if not args.no_write:
-        out = args.out or harness.PROJECT_ROOT / "bench" / "results" / f"{datetime.now(UTC):%Y-%m-%d}.md"
+        out = (args.out or harness.PROJECT_ROOT / "bench" / "results" / f"{datetime.now(UTC):%Y-%m-%d}.md").resolve()
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
-        print(f"Wrote {out.relative_to(harness.PROJECT_ROOT)}")
+        print(f"Wrote {out}")
     return 0
 
 

@@ -356,3 +356,114 @@ def _lease_left(ids: list[int]) -> float:
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
+
+
+# --- providers (issue 11) ------------------------------------------------------------------------------
+
+BACKENDS_LATENCY_MS = 50
+
+
+@dataclass
+class BackendPoint:
+    alias: str
+    n: int
+    seconds: float
+    statuses: dict[str, int]
+    http_versions: dict[str, int]
+    connections: int
+    max_in_flight: int
+    credential_fetches: str  # FCM token requests / APNs provider tokens seen / "-"
+
+    @property
+    def rate(self) -> float:
+        return self.n / self.seconds
+
+
+def scenario_backends(results: Results, args: Any) -> None:
+    """One in-process drain per backend against its local fake (child processes, 50 ms latency).
+
+    The same worker, batch size and concurrency for each; what differs is the protocol: HTTP/1.1 JSON for
+    the webhook, HTTP/2 with OAuth2 (FCM), a provider JWT (APNs), or per-message encryption (Web Push).
+    """
+    import json
+    import uuid
+
+    from django.conf import settings
+    from django.utils import timezone
+
+    from notifications.backends.credentials import forget_shared
+    from notifications.delivery import drain
+    from notifications.models import Notification
+
+    n = max(100, args.n // 5)
+    with harness.bench() as run:
+        provider = run.start_provider(BACKENDS_LATENCY_MS)
+        directory = harness.log_dir() / "push-fakes"
+        backends_file = directory / "push_backends.json"
+        backends_file.unlink(missing_ok=True)
+        ports = [harness.free_port() for _ in range(3)]
+        command = [
+            *harness.provider_command(0, 0)[:2], "fake_push_services", "--dir", str(directory),
+            "--fcm-port", str(ports[0]), "--apns-port", str(ports[1]), "--webpush-port", str(ports[2]),
+            "--latency-ms", str(BACKENDS_LATENCY_MS),
+        ]  # fmt: skip
+        child = run.groups.start("push-fakes", command)
+        harness.wait_until(lambda: backends_file.exists() or not child.alive(), timeout=60, message="the fakes")
+        if not child.alive():
+            raise RuntimeError(f"fake_push_services exited:\n{child.log_tail()}")
+        configured = json.loads(backends_file.read_text())
+        tokens = json.loads((directory / "sample_tokens.json").read_text())["live"]
+        tokens["default"] = "bench-device"
+        ca = configured["fcm"]["OPTIONS"]["ca_file"]
+        stats_urls = {
+            "default": f"{provider.base_url}/_stats",
+            "fcm": f"{configured['fcm']['OPTIONS']['base_url']}/_stats",
+            "apns": f"https://{configured['apns']['OPTIONS']['host']}/_stats",
+            "webpush": f"https://127.0.0.1:{ports[2]}/_stats",
+        }
+        previous = getattr(settings, "WEAVE", {})
+        settings.WEAVE = {
+            **previous,
+            "PUSH_URL": provider.push_url,
+            "PUSH_TIMEOUT": 10.0,
+            "PUSH_BACKENDS": configured,
+        }
+        try:
+            for alias in ("default", "fcm", "apns", "webpush"):
+                harness.reset_tables()
+                forget_shared()  # each backend starts without a token, as a fresh worker process would
+                now = timezone.now()
+                Notification.objects.bulk_create(
+                    Notification(
+                        device_token=tokens[alias], backend=alias, title="Weave bench", body=f"Notification {i}",
+                        data={"i": str(i)}, idempotency_key=uuid.uuid4(), next_attempt_at=now,
+                    )
+                    for i in range(n)
+                )  # fmt: skip
+                before = _fake_stats(stats_urls[alias], ca)
+                started = time.monotonic()
+                drain(enqueue_more=False, budget=600)
+                seconds = time.monotonic() - started
+                after = _fake_stats(stats_urls[alias], ca)
+                statuses = dict(harness.status_counts())
+                fetches = {"fcm": "token_requests", "apns": "provider_tokens"}.get(alias)
+                point = BackendPoint(
+                    alias=alias, n=n, seconds=seconds, statuses=statuses,
+                    http_versions=after.get("http_versions", {"1.1": after.get("requests", 0)}),
+                    connections=after.get("connections", 0) - before.get("connections", 0) if alias != "default" else 0,
+                    max_in_flight=after.get("max_in_flight", 0),
+                    credential_fetches=str(after.get(fetches, 0) - before.get(fetches, 0)) if fetches else "-",
+                )  # fmt: skip
+                results.backends.append(point)
+                print(f"   {alias}: {point.rate:,.0f}/s {statuses}", flush=True)
+        finally:
+            settings.WEAVE = previous
+
+
+def _fake_stats(url: str, ca: str) -> dict[str, Any]:
+    import ssl
+
+    import httpx
+
+    verify: Any = ssl.create_default_context(cafile=ca) if url.startswith("https") else True
+    return httpx.get(url, verify=verify, timeout=30).json()

@@ -5,7 +5,9 @@ for the length of one drain, the lease queryset's guarded writes lose their guar
 
 - `guarded_update` (and so `release`, which finishes every row) becomes `UPDATE ... WHERE pk = %s`,
   without `owner = me AND fence = my_fence AND lease_expires_at > db_now()`, and never reports a loss;
-- `renew_batch` and `release_batch` become `UPDATE ... WHERE pk IN (...)`.
+- `renew_batch` and `release_batch` become `UPDATE ... WHERE pk IN (...)`;
+- `release_each` (the group finish) keeps its one `UPDATE ... FROM (VALUES ...)` but matches rows by
+  pk only, without each row's owner, fence and live-expiry guard.
 
 The claim stays as it is, so rows are still split between workers and the provider sees the same
 traffic. The patch lives only inside `drain()` below, in the django-q2 worker process that runs it
@@ -36,6 +38,23 @@ def _unguarded_renew_batch(self: LeaseQuerySet, batch: BatchLease, *, ttl, clock
     return []
 
 
+def _unguarded_release_each(
+    self: LeaseQuerySet, rows: Iterable[tuple[Lease, Mapping[str, Any]]], *, clock=default_clock
+):
+    from django.db import connections
+
+    from weave.leases.bulk import finish_sql
+
+    rows = list(rows)
+    if not rows:
+        return set()
+    connection = connections[self._write_db]
+    sql, params = finish_sql(self.model, connection, self._write_db, rows, clock, guarded=False)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {pk for (pk,) in cursor.fetchall()}
+
+
 def _unguarded_release_batch(
     self: LeaseQuerySet, batch: BatchLease, pks: Iterable[Any] | None = None, *, clock=default_clock, **fields: Any
 ) -> int:
@@ -51,10 +70,12 @@ def _unguarded_release_batch(
 @contextmanager
 def guards_removed() -> Iterator[None]:
     """Swap the lease queryset's guarded writes for unguarded ones, then put them back."""
-    saved = {name: getattr(LeaseQuerySet, name) for name in ("guarded_update", "renew_batch", "release_batch")}
+    names = ("guarded_update", "renew_batch", "release_batch", "release_each")
+    saved = {name: getattr(LeaseQuerySet, name) for name in names}
     LeaseQuerySet.guarded_update = _unguarded_update
     LeaseQuerySet.renew_batch = _unguarded_renew_batch
     LeaseQuerySet.release_batch = _unguarded_release_batch
+    LeaseQuerySet.release_each = _unguarded_release_each
     try:
         yield
     finally:

@@ -153,10 +153,8 @@ def _weave_env_overrides() -> dict[str, float | int | bool]:
         raw = os.environ.get(f"WEAVE_{name}")
         if raw is None or key.kind not in (int, float, bool) or name in WEAVE:
             continue
-        if key.kind is bool:
-            overrides[name] = raw.strip().lower() in {"1", "true", "yes", "on"}
-            continue
-        overrides[name] = key.kind(raw)
+        # bool("false") is True: a flag reads the usual spellings instead.
+        overrides[name] = raw.strip().lower() in ("1", "true", "yes", "on") if key.kind is bool else key.kind(raw)
     return overrides
 
 
@@ -164,6 +162,22 @@ WEAVE.update(_weave_env_overrides())
 # The onboarding plan, as comma-separated dotted paths (the chaos run adds the demo's own ERP step).
 if os.environ.get("WEAVE_ONBOARDING_STEPS"):
     WEAVE["ONBOARDING_STEPS"] = [p.strip() for p in os.environ["WEAVE_ONBOARDING_STEPS"].split(",") if p.strip()]
+
+
+def _push_backends_from_file() -> dict | None:
+    """`WEAVE_PUSH_BACKENDS_FILE`: a JSON file of PUSH_BACKENDS (written by `manage.py fake_push_services`)."""
+    path = os.environ.get("WEAVE_PUSH_BACKENDS_FILE")
+    if not path:
+        return None
+    import json
+
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+if (_backends := _push_backends_from_file()) is not None:
+    # The PUSH_URL webhook stays the "default" alias next to these (see notifications.backends.registry).
+    WEAVE["PUSH_BACKENDS"] = _backends
 
 LOGGING = {
     "version": 1,

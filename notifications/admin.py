@@ -3,11 +3,18 @@
 from typing import Any
 
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest
 
-from notifications.models import DeliveryAttempt, Notification
-from notifications.services import BulkResult, notification_cancel, notification_retry_now
+from notifications.models import DeliveryAttempt, Device, Notification
+from notifications.services import (
+    BulkResult,
+    device_deactivate,
+    notification_cancel,
+    notification_create,
+    notification_retry_now,
+)
 from weave.admin import LeasedModelAdmin, ReadOnlyAdminMixin
 
 
@@ -60,9 +67,14 @@ class NotificationAdmin(LeasedModelAdmin):
         "owner",
         "fence",
     )
-    list_filter = ("status", HasAttemptWithOutcomeFilter)
+    list_filter = ("status", "backend", HasAttemptWithOutcomeFilter)
     search_fields = ("device_token", "title", "idempotency_key")
     readonly_fields = (
+        "device",
+        "backend",
+        "expires_at",
+        "priority",
+        "collapse_key",
         "status",
         "attempts",
         "next_attempt_at",
@@ -78,7 +90,8 @@ class NotificationAdmin(LeasedModelAdmin):
         "timeline",
     )
     fieldsets = (
-        (None, {"fields": ("device_token", "title", "body", "data")}),
+        (None, {"fields": ("device", "backend", "device_token", "title", "body", "data")}),
+        ("Expiry and collapse", {"fields": ("expires_at", "priority", "collapse_key")}),
         (
             "Delivery",
             {"fields": ("status", "attempts", "next_attempt_at", "delivered_at", "provider_message_id", "last_error")},
@@ -141,3 +154,56 @@ class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 def _ids(pks: list[int]) -> str:
     shown = ", ".join(str(pk) for pk in pks[:20])
     return shown + (f" and {len(pks) - 20} more" if len(pks) > 20 else "")
+
+
+@admin.register(Device)
+class DeviceAdmin(admin.ModelAdmin):
+    list_display = ("id", "user", "backend", "platform", "short_token", "active", "created_at", "deactivated_at")
+    list_filter = ("active", "backend", "platform")
+    search_fields = ("token", "user__username", "user__email")
+    list_select_related = ("user",)
+    raw_id_fields = ("user",)
+    readonly_fields = ("created_at", "last_used_at", "active", "deactivated_at", "deactivation_reason")
+    fields = ("user", "backend", "platform", "token", *readonly_fields)
+    actions = ("send_test_notification", "deactivate")
+
+    @admin.display(description="token")
+    def short_token(self, obj: Device) -> str:
+        return obj.token if len(obj.token) <= 24 else f"{obj.token[:24]}…"
+
+    def has_send_test_notification_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("weave_notifications.send_test_notification")
+
+    @admin.action(description="Send test notification", permissions=["send_test_notification"])
+    def send_test_notification(self, request: HttpRequest, queryset: QuerySet) -> None:
+        sent, refused = [], []
+        who = request.user.get_username()
+        for device in queryset.order_by("pk"):
+            try:
+                notification = notification_create(
+                    device=device,
+                    title="Test notification",
+                    body=f"Sent from the admin by {who}.",
+                    ttl=3600,  # a test that arrives tomorrow is noise
+                )
+            except ValidationError as exc:
+                refused.append(f"{device.pk} ({'; '.join(exc.messages)})")
+                continue
+            sent.append(notification.pk)
+            self.log_change(request, device, f"Sent test notification {notification.pk}.")
+        if sent:
+            self.message_user(request, f"{len(sent)} test notification(s) queued: {_ids(sent)}.")
+        if refused:
+            self.message_user(
+                request, f"Not sent to {len(refused)} device(s): {', '.join(refused[:10])}.", level=messages.WARNING
+            )
+
+    @admin.action(description="Deactivate (fails their queued notifications)", permissions=["change"])
+    def deactivate(self, request: HttpRequest, queryset: QuerySet) -> None:
+        who = request.user.get_username()
+        done = []
+        for device in queryset.filter(active=True).order_by("pk"):
+            device_deactivate(device=device, reason=f"Deactivated in the admin by {who}.")
+            self.log_change(request, device, "Deactivated.")
+            done.append(device.pk)
+        self.message_user(request, f"{len(done)} device(s) deactivated: {_ids(done)}." if done else "No active device.")

@@ -39,13 +39,19 @@ def check_push_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 
 @register(Tags.compatibility)
 def check_provider_url(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """Refuse an installed notifications app with nowhere to send."""
-    if weave_settings.PUSH_URL:
-        return []
-    return [
-        Error(
-            "WEAVE['PUSH_URL'] is empty, but the notifications app is installed: nothing could be delivered.",
-            hint="Set WEAVE = {'PUSH_URL': 'https://push.example.com/send', 'PUSH_TOKEN': ...}.",
-            id="notifications.E003",
+    """Refuse an installed notifications app with nowhere to send, and every misconfigured push backend."""
+    from notifications.backends import backend_problems
+
+    errors = []
+    for alias, problem in backend_problems():
+        errors.append(
+            Error(
+                f"WEAVE push backend {alias!r}: {problem}",
+                hint=(
+                    "Set WEAVE = {'PUSH_URL': 'https://push.example.com/send', 'PUSH_TOKEN': ...}, or configure "
+                    "WEAVE['PUSH_BACKENDS'] = {alias: {'BACKEND': dotted path, 'OPTIONS': {...}}}."
+                ),
+                id="notifications.E003",
+            )
         )
-    ]
+    return errors

@@ -10,20 +10,29 @@ def explain_notification(pk: int, *, clock: Clock = default_clock) -> Timeline:
     n = Notification.objects.with_lease_state(clock).get(pk=pk)
     attempts = list(DeliveryAttempt.objects.filter(notification_id=pk).order_by("started_at", "pk"))
     t = Timeline(f"Notification {n.pk} to {n.device_token} (key {n.idempotency_key}): {n.status}")
-    t.add(n.created_at, "created", f"{n.title!r}, due {clock_time(n.next_attempt_at)}")
+    expiry = f", expires {clock_time(n.expires_at)}" if n.expires_at else ""
+    device = f", device {n.device_id} on backend {n.backend!r}" if n.device_id else ""
+    t.add(n.created_at, "created", f"{n.title!r}, due {clock_time(n.next_attempt_at)}{expiry}{device}")
     seen: set[tuple[str, int]] = set()
-    due = n.next_attempt_at if not attempts else None  # the due time the next send is measured against
+    due_at = None  # the due time the next send is measured against (the previous attempt's retry_at)
     for a in attempts:
         if (a.owner, a.fence) not in seen:
             seen.add((a.owner, a.fence))
             t.add(a.started_at, "claim", f"fence {a.fence} held by {a.owner} (time of its send)")
-        t.add(a.started_at, "send", f"fence {a.fence} sent key {n.idempotency_key}{lateness(a.started_at, due)}")
+        if a.outcome == DeliveryAttempt.Outcome.NOT_SENT:
+            t.add(a.finished_at, a.outcome, f"fence {a.fence} ended it without sending. {a.reason}".strip())
+            continue
+        t.add(a.started_at, "send", f"fence {a.fence} sent key {n.idempotency_key}{lateness(a.started_at, due_at)}")
         status = f"HTTP {a.http_status}" if a.http_status else "no HTTP answer"
-        text = f"fence {a.fence}: {status}, {a.latency_ms or 0} ms. {a.reason}".strip()
-        if a.retry_due_at is not None:
-            text += f" Retry due at {clock_time(a.retry_due_at)} (database time)."
-            due = a.retry_due_at
-        t.add(a.finished_at, a.outcome, text)
+        which = f" (attempt {a.number})" if a.number else ""
+        due = f" Next try due {clock_time(a.retry_at)} (database time)." if a.retry_at else ""
+        if a.retry_at is not None:
+            due_at = a.retry_at
+        t.add(
+            a.finished_at,
+            a.outcome,
+            f"fence {a.fence}: {status}, {a.latency_ms or 0} ms{which}. {a.reason}{due}".strip(),
+        )
     if n.status == Notification.Status.PENDING and n.next_attempt_at is not None and attempts:
         t.add(None, "due", f"next send due at {clock_time(n.next_attempt_at)} (database time)")
     t.add(None, "holder", holder(n))
@@ -44,6 +53,8 @@ def _summary(n: Notification, attempts: list[DeliveryAttempt]) -> str:
                 f"attempt {number} (fence {a.fence}) lost its lease to fence {taker} while waiting {waited} on the "
                 f"provider, and its answer was refused at {clock_time(a.finished_at)}"
             )
+        elif a.outcome == DeliveryAttempt.Outcome.NOT_SENT:
+            parts.append(f"fence {a.fence} ended it without sending at {clock_time(a.finished_at)}")
         elif a.outcome == DeliveryAttempt.Outcome.DELIVERED:
             parts.append(f"fence {a.fence} delivered it at {clock_time(a.finished_at)}")
         elif a.outcome == DeliveryAttempt.Outcome.UNKNOWN:
@@ -52,10 +63,9 @@ def _summary(n: Notification, attempts: list[DeliveryAttempt]) -> str:
             )
         else:
             parts.append(f"attempt {number} (fence {a.fence}) was {a.outcome} at {clock_time(a.finished_at)}")
-    sends = len(attempts)
+    sends = sum(1 for a in attempts if a.outcome != DeliveryAttempt.Outcome.NOT_SENT)
     times = {1: "once", 2: "twice"}.get(sends, f"{sends} times")
+    sent = f"sent key {n.idempotency_key} to the provider {times}" if sends else "never sent it to the provider"
     text = "; ".join(parts)
-    return (
-        f"{text[0].upper()}{text[1:]}. Weave sent key {n.idempotency_key} to the provider {times}; "
-        f"the notification is {n.status}{': ' + n.last_error.splitlines()[0] if n.last_error else ''}."
-    )
+    why = n.last_error.splitlines()[0].rstrip(".") if n.last_error else ""
+    return f"{text[0].upper()}{text[1:]}. Weave {sent}; the notification is {n.status}{': ' + why if why else ''}."

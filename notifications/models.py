@@ -3,6 +3,7 @@
 import uuid
 from datetime import datetime
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Case, F, Min, Q, When
 
@@ -35,20 +36,76 @@ class NotificationQuerySet(LeaseQuerySet["Notification"]):
         return at
 
 
+class DeviceQuerySet(models.QuerySet["Device"]):
+    def active(self) -> "DeviceQuerySet":
+        return self.filter(active=True)
+
+
+class Device(models.Model):
+    """One app install or browser subscription that can receive pushes through one backend."""
+
+    class Platform(models.TextChoices):
+        ANDROID = "android"
+        IOS = "ios"
+        WEB = "web"
+        OTHER = "other"
+
+    # Nullable: a device may register before its user logs in, and a user's deletion keeps nothing.
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="push_devices"
+    )
+    backend = models.CharField(max_length=50, help_text='The alias in WEAVE["PUSH_BACKENDS"] that reaches it.')
+    platform = models.CharField(max_length=20, choices=Platform.choices, blank=True)
+    # Long enough for a Web Push subscription (endpoint URL plus keys, as JSON).
+    token = models.CharField(max_length=2048)
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    deactivated_at = models.DateTimeField(null=True, blank=True)
+    deactivation_reason = models.TextField(blank=True)
+
+    objects = DeviceQuerySet.as_manager()
+
+    class Meta:
+        permissions = [("send_test_notification", "Can send a test notification to a device")]
+        constraints = [models.UniqueConstraint(fields=["backend", "token"], name="device_token_unique_per_backend")]
+        indexes = [models.Index(fields=["user", "active"], name="device_user_active_idx")]
+
+    def __str__(self) -> str:
+        state = "" if self.active else " (inactive)"
+        return f"{self.platform or 'device'} {self.token[:12]}… via {self.backend}{state}"
+
+
 class Notification(LeasedModel):
     class Status(models.TextChoices):
         PENDING = "pending"
         DELIVERED = "delivered"
         FAILED = "failed"
         CANCELLED = "cancelled"
+        # Its expires_at passed before it could be sent: never sent, never retried.
+        EXPIRED = "expired"
 
-    device_token = models.CharField(max_length=512)
+    class Priority(models.TextChoices):
+        NORMAL = "normal"
+        HIGH = "high"
+
+    # Set when the row was made for a registered device; a device's deletion keeps the history.
+    device = models.ForeignKey(Device, null=True, blank=True, on_delete=models.SET_NULL, related_name="notifications")
+    # The token the row is sent to (the device's token, copied, for rows made for a device).
+    device_token = models.CharField(max_length=2048)
+    # The alias in WEAVE["PUSH_BACKENDS"] that sends this row ("default": the webhook from PUSH_URL).
+    backend = models.CharField(max_length=50, default="default")
     title = models.CharField(max_length=200)
     body = models.TextField(blank=True)
     data = models.JSONField(default=dict, blank=True)
     # Sent as the provider's Idempotency-Key on every attempt, so a retry after an ambiguous
     # timeout cannot deliver the message twice at a provider that honours it.
     idempotency_key = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    # After this instant the message is never sent (it ends `expired`); the remaining TTL goes to the provider.
+    expires_at = models.DateTimeField(null=True, blank=True)
+    priority = models.CharField(max_length=10, choices=Priority.choices, default=Priority.NORMAL)
+    # Same key => the device replaces the earlier message; empty: the idempotency key is used.
+    collapse_key = models.CharField(max_length=64, blank=True)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
     attempts = models.PositiveIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
@@ -67,7 +124,8 @@ class Notification(LeasedModel):
         ]
         constraints = [
             models.CheckConstraint(
-                condition=Q(status__in=["pending", "delivered", "failed", "cancelled"]), name="notif_status_valid"
+                condition=Q(status__in=["pending", "delivered", "failed", "cancelled", "expired"]),
+                name="notif_status_valid",
             ),
         ]
 
@@ -87,6 +145,9 @@ class DeliveryAttempt(models.Model):
         UNKNOWN = "unknown"
         # The guard refused our finish: another worker holds the row now. Nothing else written.
         LEASE_LOST = "lease_lost"
+        # Ended without a send (expired, or its device deactivated): the receipt of that guarded finish,
+        # so the row's timeline says who ended it, at which fence and when. Uses no attempt.
+        NOT_SENT = "not_sent"
 
     notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="delivery_attempts")
     owner = models.CharField(max_length=100)
@@ -96,10 +157,12 @@ class DeliveryAttempt(models.Model):
     http_status = models.PositiveSmallIntegerField(null=True, blank=True)
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
     outcome = models.CharField(max_length=20, choices=Outcome.choices)
+    # The provider's answer in words (sanitized); the row's `last_error` adds what happens next.
     reason = models.TextField(blank=True)
-    # For a temporary or unknown outcome: the database time the retry was due (what the next send is
-    # measured against in the timeline).
-    retry_due_at = models.DateTimeField(null=True, blank=True)
+    # Which of the notification's attempts this was (1-based); null for `lease_lost`, which used none.
+    number = models.PositiveIntegerField(null=True, blank=True)
+    # When the next try was made due (database clock), for an answer that is retried; else null.
+    retry_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["started_at", "pk"]

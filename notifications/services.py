@@ -2,53 +2,173 @@
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
-from django.core.exceptions import ValidationError
-from django.db import models, transaction
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.db import IntegrityError, models, transaction
 
 from notifications import queue
-from notifications.models import Notification
+from notifications.backends import DEFAULT_ALIAS, PushBackend, backend_configs
+from notifications.backends.options import DataError
+from notifications.backends.registry import backend_class
+from notifications.devices import deactivate_device, fail_queued_for_device
+from notifications.models import Device, Notification
 from weave.conf import weave_settings
 from weave.events import log_event
-from weave.leases import Clock, DbNow, default_clock
+from weave.leases import Clock, default_clock
 
 logger = logging.getLogger("weave.notifications")
 
 
 def notification_create(
-    *, device_token: str, title: str, body: str, data: dict[str, Any] | None = None
+    *,
+    title: str,
+    body: str,
+    data: Mapping[str, Any] | None = None,
+    device_token: str | None = None,
+    device: Device | None = None,
+    backend: str | None = None,
+    collapse_key: str | None = None,
+    ttl: int | None = None,
+    priority: str = Notification.Priority.NORMAL,
+    clock: Clock = default_clock,
 ) -> Notification:
-    """Create a notification and enqueue its delivery once the transaction commits."""
-    device_token = (device_token or "").strip()
-    if not device_token:
+    """Create a notification for a registered `device`, or for a raw `device_token` on `backend`
+    (default: the "default" backend), and enqueue its delivery once the transaction commits."""
+    with transaction.atomic():
+        if device is not None:
+            if device_token is not None or backend is not None:
+                raise ValidationError({"device": "Give a device, or a device_token (and backend), not both."})
+            # Locked so a concurrent deactivation cannot slip between this check and the insert.
+            device = Device.objects.select_for_update().filter(pk=device.pk).first()
+            if device is None:
+                raise ValidationError({"device": "This device does not exist (any more)."})
+            if not device.active:
+                raise ValidationError(
+                    {"device": f"Device {device.pk} is inactive ({device.deactivation_reason or 'deactivated'})."}
+                )
+            fields = _notification_fields(
+                backend=device.backend, token=device.token, title=title, body=body, data=data,
+                collapse_key=collapse_key, ttl=ttl, priority=priority,
+            )  # fmt: skip
+        else:
+            if device_token is None:
+                raise ValidationError({"device_token": "A device token (or a device) is required."})
+            fields = _notification_fields(
+                backend=backend or DEFAULT_ALIAS, token=device_token, title=title, body=body, data=data,
+                collapse_key=collapse_key, ttl=ttl, priority=priority,
+            )  # fmt: skip
+        notification = _insert(fields, device=device, ttl=ttl, clock=clock)
+    return notification
+
+
+def notification_send_to_user(
+    *,
+    user: Any,
+    title: str,
+    body: str,
+    data: Mapping[str, Any] | None = None,
+    collapse_key: str | None = None,
+    ttl: int | None = None,
+    priority: str = Notification.Priority.NORMAL,
+    clock: Clock = default_clock,
+) -> list[Notification]:
+    """Create one notification per active device of `user`, in one transaction; return them (maybe none).
+
+    Every row is validated before any is stored: one device whose backend refuses the data stores nothing.
+    """
+    if user is None or getattr(user, "pk", None) is None:
+        raise ValidationError({"user": "A saved user is required."})
+    with transaction.atomic():
+        # Locked: a device deactivated concurrently is either seen inactive here or waits for this commit.
+        devices = list(Device.objects.select_for_update().active().filter(user=user).order_by("pk"))
+        planned = [
+            (
+                device,
+                _notification_fields(
+                    backend=device.backend,
+                    token=device.token,
+                    title=title,
+                    body=body,
+                    data=data,
+                    collapse_key=collapse_key,
+                    ttl=ttl,
+                    priority=priority,
+                ),  # fmt: skip
+            )
+            for device in devices
+        ]
+        return [_insert(fields, device=device, ttl=ttl, clock=clock) for device, fields in planned]
+
+
+def _notification_fields(
+    *,
+    backend: str,
+    token: str,
+    title: str,
+    body: str,
+    data: Mapping[str, Any] | None,
+    collapse_key: str | None,
+    ttl: int | None,
+    priority: str,
+) -> dict[str, Any]:
+    """Validate one notification's fields against its backend; return the model fields, or raise ValidationError."""
+    backend_cls = _backend_class(backend)
+    token = (token or "").strip()
+    if not token:
         raise ValidationError({"device_token": "A device token is required."})
-    if len(device_token) > (most := _field_length("device_token")):
+    if len(token) > (most := _field_length("device_token")):
         raise ValidationError({"device_token": f"A device token has at most {most} characters."})
-    if not (title or "").strip():
+    if problem := _token_problem(backend_cls, token):
+        raise ValidationError({"device_token": problem})
+    if not isinstance(title, str) or not title.strip():
         raise ValidationError({"title": "A title is required."})
     if len(title) > (most := _field_length("title")):
         raise ValidationError({"title": f"A title has at most {most} characters."})
+    if not isinstance(body, str):
+        raise ValidationError({"body": f"body must be text, not {type(body).__name__}."})
     data = {} if data is None else data
-    if not isinstance(data, dict):
+    if not isinstance(data, Mapping):
         raise ValidationError({"data": f"data must be a JSON object, not {type(data).__name__}."})
+    data = _backend_data(backend_cls, data)
+    if priority not in Notification.Priority.values:
+        raise ValidationError({"priority": f"priority must be one of {', '.join(Notification.Priority.values)}."})
+    collapse_key = (collapse_key or "").strip()
+    if len(collapse_key) > (most := _field_length("collapse_key")) or not collapse_key.isprintable():
+        raise ValidationError({"collapse_key": f"A collapse key is at most {most} printable characters."})
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_TTL):
+        raise ValidationError({"ttl": f"ttl is a whole number of seconds from 1 to {MAX_TTL} (28 days)."})
     try:
-        payload = json.dumps({"to": device_token, "title": title, "body": body, "data": data})
+        payload = json.dumps({"to": token, "title": title, "body": body, "data": data})
     except (TypeError, ValueError) as exc:
         raise ValidationError({"data": f"data is not JSON-serialisable: {exc}"}) from exc
     limit = weave_settings.PUSH_MAX_PAYLOAD_BYTES
-    size = len(payload.encode())
+    size = len(payload.encode()) - len(json.dumps(token).encode())  # the token travels in the URL or header
     if size > limit:
         raise ValidationError(
             f"Payload is {size} bytes; the provider limit is {limit} bytes (WEAVE PUSH_MAX_PAYLOAD_BYTES)."
         )
+    return {
+        "backend": backend,
+        "device_token": token,
+        "title": title,
+        "body": body,
+        "data": data,
+        "collapse_key": collapse_key,
+        "priority": priority,
+    }
 
+
+def _insert(fields: dict[str, Any], *, device: Device | None, ttl: int | None, clock: Clock) -> Notification:
+    expires_at = clock.now(timedelta(seconds=ttl)) if ttl is not None else None
     notification = Notification.objects.create(
-        device_token=device_token, title=title, body=body, data=data, next_attempt_at=DbNow()
+        **fields, device=device, expires_at=expires_at, next_attempt_at=clock.now()
     )
-    notification.refresh_from_db(fields=["next_attempt_at"])
+    # The times came from the database clock (an expression): read them back.
+    notification.refresh_from_db(fields=["next_attempt_at", "expires_at"])
     if not _drain_requested_on_commit():
         transaction.on_commit(_enqueue_drain)
     return notification
@@ -64,6 +184,89 @@ def _drain_requested_on_commit() -> bool:
     # Django keeps (savepoint ids, callback, robust) per registered callback; read defensively.
     pending = getattr(connection, "run_on_commit", None) or []
     return any(len(entry) > 1 and entry[1] is _enqueue_drain for entry in pending)
+
+
+MAX_TTL = 28 * 24 * 3600  # FCM's longest TTL; APNs and Web Push services keep messages no longer in practice
+
+
+def _backend_class(alias: str) -> type[PushBackend]:
+    configs = backend_configs()
+    if alias not in configs:
+        known = ", ".join(sorted(configs)) or "none"
+        raise ValidationError({"backend": f"No push backend {alias!r} in WEAVE PUSH_BACKENDS (configured: {known})."})
+    try:
+        return backend_class(configs[alias]["BACKEND"])
+    except ImproperlyConfigured as exc:
+        raise ValidationError({"backend": str(exc)}) from exc
+
+
+def _token_problem(backend_cls: type[PushBackend], token: str) -> str:
+    check = getattr(backend_cls, "check_token", None)
+    return str(check(token)) if check is not None else ""
+
+
+def _backend_data(backend_cls: type[PushBackend], data: Mapping[str, Any]) -> dict[str, Any]:
+    """The data as the backend will send it (FCM: every value a string), converted now, never at send time."""
+    prepare = getattr(backend_cls, "prepare_data", None)
+    if prepare is None:
+        return dict(data)
+    try:
+        return dict(prepare(data))
+    except DataError as exc:
+        raise ValidationError({"data": str(exc)}) from exc
+
+
+# --- devices --------------------------------------------------------------------------------------------
+
+
+def device_register(*, user: Any, backend: str, token: str, platform: str = "") -> Device:
+    """Register `token` on `backend` for `user` (None: not logged in yet); idempotent.
+
+    A known token is re-activated and moves to `user` (the same install, another login)."""
+    backend_cls = _backend_class(backend)
+    token = (token or "").strip()
+    if not token:
+        raise ValidationError({"token": "A device token is required."})
+    if len(token) > (most := Device._meta.get_field("token").max_length or 0):
+        raise ValidationError({"token": f"A device token has at most {most} characters."})
+    if problem := _token_problem(backend_cls, token):
+        raise ValidationError({"token": problem})
+    if platform not in ("", *Device.Platform.values):
+        raise ValidationError({"platform": f"platform must be one of {', '.join(Device.Platform.values)} or empty."})
+    if user is not None and getattr(user, "pk", None) is None:
+        raise ValidationError({"user": "The user must be saved first."})
+    for _ in range(2):  # a concurrent first registration of the same token wins the insert; then we update
+        try:
+            with transaction.atomic():
+                device = Device.objects.select_for_update().filter(backend=backend, token=token).first()
+                if device is None:
+                    return Device.objects.create(user=user, backend=backend, token=token, platform=platform)
+                Device.objects.filter(pk=device.pk).update(
+                    user=user,
+                    platform=platform or device.platform,
+                    active=True,
+                    deactivated_at=None,
+                    deactivation_reason="",
+                )
+                device.refresh_from_db()
+                return device
+        except IntegrityError:
+            continue
+    raise ValidationError({"token": "This token is being registered concurrently; try again."})
+
+
+def device_deactivate(*, device: Device, reason: str, clock: Clock = default_clock) -> Device:
+    """Deactivate `device` (idempotent: the first reason stays) and fail its queued notifications with the reason.
+
+    Rows a worker holds under a live lease are left to it: the worker never sends to an inactive device."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise ValidationError({"reason": "Say why the device is deactivated."})
+    with transaction.atomic():
+        deactivate_device(device_id=device.pk, reason=reason, clock=clock)
+        fail_queued_for_device(device_id=device.pk, clock=clock)
+    device.refresh_from_db()
+    return device
 
 
 def _field_length(name: str) -> int:

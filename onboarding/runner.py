@@ -1,6 +1,6 @@
 """Run one onboarding attempt: claim, then each remaining step's work, then its guarded save.
 
-    run_onboarding(run_id) -> "completed" | "released" | "failed" | "blocked" | "busy" | "not_claimable"
+    run_onboarding(run_id) -> "completed" | "released" | "failed" | "blocked" | "busy" | "not_claimable" | "cut_off"
 
 `claim_attempt()` claims the run (a new fence), marks it running, marks older attempts that died as
 crashed, opens this attempt's row, and loads the plan the run recorded when it started. Only then
@@ -16,6 +16,10 @@ Cancelling only sets `status = cancelled`; the guard's `status = running` then r
 next save, and the worker gives its lease back. "Cancel and undo" also sets `undo_state =
 requested`: the next attempt claims the cancelled run and runs each committed step's `undo`, newest
 first, each in its own guarded transaction.
+
+Cut off from the database mid-attempt (a partition, a server-side session timeout: issue 17), the
+worker reads back on a fresh connection what landed and writes only its own attempt's ending;
+"cut_off" means the claim itself never landed, so there is nothing of ours to end.
 """
 
 import logging
@@ -25,7 +29,7 @@ from datetime import timedelta
 from functools import partial
 from typing import Any, TypedDict, Unpack
 
-from django.db import transaction
+from django.db import DatabaseError, connection, transaction
 
 from onboarding import queue
 from onboarding.client import SupplierServices
@@ -39,6 +43,7 @@ from weave.events import log_event
 from weave.leases import Clock, Heartbeat, Lease, LeaseBusy, LeaseLost, NotClaimable, default_clock, new_owner
 from weave.retry import backoff_seconds
 from weave.timeline import clock_time
+from weave.worker_db import is_cut_off
 
 logger = logging.getLogger("weave.onboarding")
 JOB = "onboarding"
@@ -117,6 +122,75 @@ class Claim:
                 holder = f" The run is now held by {current}."
         self.end(Outcome.BLOCKED, f"Lease lost {where}: {lost}{holder}")
 
+    def cut_off(self, cut: DatabaseError, where: str, *, stage: str) -> None:
+        """End our own attempt honestly after the database link failed mid-attempt, and write nothing else.
+
+        Runs on a fresh connection once the database answers again (issue 17: a partition, a server-side
+        session timeout). What landed is read back, never assumed: the attempt row, the step's receipt at
+        our fence, an ending that committed with its write. A lease still ours is given back.
+        """
+        log_event(
+            logger,
+            "cut_off",
+            job=JOB,
+            id=self.run_id,
+            owner=self.lease.owner,
+            fence=self.lease.fence,
+            reason=_first_line(cut),
+        )
+        connection.close()  # the broken one; the next query opens a fresh connection
+        opened = self.attempt_id is not None and RunAttempt.objects.filter(pk=self.attempt_id).exists()
+        if not opened:
+            self.attempt_id = None  # the transaction that opened our attempt never landed: write a new one
+        if self.attempt_id is not None:
+            # An ending (completed, released, failed) commits with the write it ends: if that COMMIT landed
+            # and only its reply was lost, our attempt already says how it ended. Leave it as it is.
+            ended = (
+                RunAttempt.objects.filter(pk=self.attempt_id)
+                .exclude(outcome__in=[Outcome.RUNNING, Outcome.CRASHED])
+                .values_list("outcome", "reason")
+                .first()
+            )
+            if ended is not None:
+                self.outcome, self.reason = ended
+                return
+        if stage == "claim":
+            saved = opened
+        else:
+            saved = StepReceipt.objects.filter(run_id=self.run_id, step=stage, fence=self.lease.fence).exists()
+        what = "start" if stage == "claim" else f"save of {stage}"
+        landed = (
+            f"its {what} had landed before the link failed"
+            if saved
+            else "the open transaction was aborted by the server and nothing of it landed"
+        )
+        reason = f"Cut off from the database {where} ({_first_line(cut)}); {landed}."
+        row = OnboardingRun.objects.filter(pk=self.run_id).values("owner", "fence", "status").first()
+        if row and OnboardingRun.objects.held_by(self.lease, self.clock).exists():
+            # Still ours: give it back (a cancelled run stays cancelled; the cut may have undone "running").
+            fields = {} if row["status"] == Status.CANCELLED else {"status": Status.PENDING, "reason": reason}
+            try:
+                with transaction.atomic():
+                    self.release(expect={"status": row["status"]}, **fields)
+                    self.end(Outcome.RELEASED, f"{reason} Gave the run back.")
+                    transaction.on_commit(partial(queue.enqueue_run, self.run_id))
+                return
+            except LeaseLost as lost:
+                reason = f"{reason} {lost}"
+        elif row and row["fence"] != self.lease.fence:
+            # The run may be finished and free by now: its newest attempt names who took it over.
+            taker = (
+                row["owner"]
+                or RunAttempt.objects.filter(run_id=self.run_id, fence=row["fence"])
+                .values_list("owner", flat=True)
+                .first()
+            )
+            holder = f"{taker} at fence {row['fence']}" if taker else f"fence {row['fence']}"
+            reason = f"{reason} Taken over meanwhile by {holder}."
+        else:
+            reason = f"{reason} Our lease ran out meanwhile."
+        self.end(Outcome.BLOCKED, reason)
+
 
 def _mark_crashed(run_id: Any, lease: Lease, clock: Clock) -> None:
     # An older attempt still "running" had its lease expire without ending: its worker died or stalled.
@@ -155,7 +229,12 @@ def claim_attempt(run_id: Any, **options: Unpack[AttemptOptions]) -> "Attempt":
     steps = options.get("steps")
     # A run released on a temporary failure is not claimed before its due time (the service's Retry-After),
     # even by a task that was queued before the release.
-    lease = OnboardingRun.objects.claimable().due(clock).claim(run_id, owner=owner, ttl=ttl, clock=clock)
+    try:
+        lease = OnboardingRun.objects.claimable().due(clock).claim(run_id, owner=owner, ttl=ttl, clock=clock)
+    except DatabaseError as cut:
+        if not is_cut_off(cut):
+            raise
+        raise _claim_cut_off(run_id, owner, clock, cut) from cut
     started = clock.monotonic()
     log_event(logger, "claim", job=JOB, id=run_id, owner=lease.owner, fence=lease.fence)
     claim = Claim(run_id, lease, clock)
@@ -182,6 +261,11 @@ def claim_attempt(run_id: Any, **options: Unpack[AttemptOptions]) -> "Attempt":
     except LeaseLost as lost:
         claim.lost(lost, "right after the claim")
         raise AttemptEnded(claim.outcome, claim.reason) from lost
+    except DatabaseError as cut:
+        if not is_cut_off(cut):
+            raise
+        claim.cut_off(cut, "right after the claim", stage="claim")
+        raise AttemptEnded(claim.outcome, claim.reason) from cut
     run = OnboardingRun.objects.select_related("supplier").get(pk=run_id)
     plan_error = ""
     if steps is None:
@@ -203,6 +287,33 @@ def claim_attempt(run_id: Any, **options: Unpack[AttemptOptions]) -> "Attempt":
         plan_error=plan_error,
         services_given=options.get("services"),
     )
+
+
+def _claim_cut_off(run_id: Any, owner: str, clock: Clock, cut: DatabaseError) -> AttemptEnded:
+    """The claim itself was cut off. Usually its transaction never committed (the server aborts it) and
+    nothing of ours exists to end: log it, the run stays claimable. If the COMMIT landed and only its
+    reply was lost, the row names us: give it back under that lease and say so in our own attempt."""
+    connection.close()
+    row = OnboardingRun.objects.filter(pk=run_id, owner=owner).values("fence").first()
+    if row is None:
+        reason = f"during the claim: {_first_line(cut)}"
+        log_event(logger, "cut_off", job=JOB, id=run_id, owner=owner, reason=reason)
+        return AttemptEnded("cut_off", reason)
+    claim = Claim(run_id, Lease(pk=run_id, owner=owner, fence=row["fence"]), clock)
+    reason = f"The claim landed but its reply was cut off ({_first_line(cut)})"
+    try:
+        with transaction.atomic():
+            claim.release(expect={})
+            claim.end(Outcome.RELEASED, f"{reason}; gave the run back.")
+            transaction.on_commit(partial(queue.enqueue_run, run_id))
+    except LeaseLost as lost:
+        claim.end(Outcome.BLOCKED, f"{reason}; {lost}")
+    return AttemptEnded(claim.outcome, claim.reason)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 @dataclass
@@ -255,30 +366,43 @@ class Attempt:
 
     def _guard_lost(self, body: Callable[[], None], where: str) -> None:
         try:
-            body()
-        except LeaseLost as lost:
-            self.claim.lost(lost, where)
+            try:
+                body()
+            except LeaseLost as lost:
+                self.claim.lost(lost, where)
+        except DatabaseError as cut:
+            if not is_cut_off(cut):
+                raise
+            self.claim.cut_off(cut, where, stage="undo")
 
     def _work_through(self) -> None:
         stage = "resume"  # where we are, for the reasons a person reads
         try:
             try:
-                if self.plan_error:
-                    raise PermanentFailure(self.plan_error)
-                for step in self.remaining_steps():
-                    stage = step.name
-                    if self.budget_left() <= 0:
-                        self.give_back(f"Attempt budget of {self.budget:g} s spent before {step.name}.", requeue=True)
-                        return
-                    self.run_step(step)
-                stage = "completion"
-                self.complete()
-            except TemporaryFailure as exc:
-                self.release_for_retry(exc, stage)
-            except PermanentFailure as exc:
-                self.fail(f"{stage}: {exc.reason}", step=stage, fixable=exc.fixable)
-        except LeaseLost as lost:
-            self.claim.lost(lost, f"at {stage}")
+                try:
+                    if self.plan_error:
+                        raise PermanentFailure(self.plan_error)
+                    for step in self.remaining_steps():
+                        stage = step.name
+                        if self.budget_left() <= 0:
+                            self.give_back(
+                                f"Attempt budget of {self.budget:g} s spent before {step.name}.", requeue=True
+                            )
+                            return
+                        self.run_step(step)
+                    stage = "completion"
+                    self.complete()
+                except TemporaryFailure as exc:
+                    self.release_for_retry(exc, stage)
+                except PermanentFailure as exc:
+                    self.fail(f"{stage}: {exc.reason}", step=stage, fixable=exc.fixable)
+            except LeaseLost as lost:
+                self.claim.lost(lost, f"at {stage}")
+        except DatabaseError as cut:
+            if not is_cut_off(cut):
+                raise
+            # The link to the database failed (a partition, a server-side timeout): say so on a fresh one.
+            self.claim.cut_off(cut, f"at {stage}", stage=stage)
 
     # --- the parts ----------------------------------------------------------------------------------
 

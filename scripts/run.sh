@@ -38,6 +38,12 @@ trap stop_all INT TERM EXIT
 # Mild faults, so the admin shows retries and `unknown` attempts next to deliveries.
 start fake_push "$PY" manage.py fake_push_provider --port "$PUSH_PORT" --latency-ms 150 \
   --rate-5xx 0.05 --rate-429 0.03 --retry-after 2 --rate-hang 0.01 --hang-seconds 12
+# FCM, APNs and Web Push fakes (HTTP/2 over TLS, keys generated into $LOGS/push-fakes); the site reads
+# the PUSH_BACKENDS they write once they are up.
+rm -f "$LOGS/push-fakes/push_backends.json"
+start fake_providers "$PY" manage.py fake_push_services --dir "$LOGS/push-fakes" --latency-ms 120
+for _ in $(seq 1 100); do [ -f "$LOGS/push-fakes/push_backends.json" ] && break; sleep 0.1; done
+export WEAVE_PUSH_BACKENDS_FILE="$PWD/$LOGS/push-fakes/push_backends.json"
 # Faulty Fixtures Co's account is closed (demo/management/commands/weave_demo_data.py: CLOSED_ACCOUNT_IBAN).
 start fake_supplier "$PY" manage.py fake_supplier_services --port "$SUPPLIER_PORT" --latency 0.8 \
   --error-rate 0.05 --throttle-rate 0.03 --refused-iban DE91370400440000004242
@@ -57,6 +63,8 @@ cat <<MSG
        step by step. "Faulty Fixtures Co" ends failed: its bank account is refused.
     3. Push notifications > Notifications: the demo notifications and each supplier's welcome
        message, with their delivery attempts (a few retries: the fake provider has faults on).
+    4. Push notifications > Devices: the admin's devices on FCM, APNs and Web Push; the dead ones
+       were deactivated by the provider's answer. Tick some, "Send test notification", press Go.
   Fake services: http://127.0.0.1:$PUSH_PORT/_stats and http://127.0.0.1:$SUPPLIER_PORT/_stats
   Logs: $LOGS/.  Ctrl-C stops everything.
 

@@ -10,6 +10,10 @@ class WeaveConfig(AppConfig):
 
     def ready(self) -> None:
         from weave import checks  # noqa: F401  (registers the system checks)
+        from weave.worker_db import connect_signals
+
+        # Worker processes only: their PostgreSQL sessions get the WORKER_DB_* limits (issue 17).
+        connect_signals()
 
         # The sweeps exist as soon as the site has migrated: a site that only ran `migrate` and
         # started `qcluster` gets retries and recovery without remembering `weave_schedules`.

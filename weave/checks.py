@@ -123,3 +123,79 @@ def check_sqlite_in_production(app_configs: Any = None, **kwargs: Any) -> list[W
             )
         ]
     return []
+
+
+_WORKER_DB_KEYS = (
+    "WORKER_DB_STATEMENT_TIMEOUT",
+    "WORKER_DB_IDLE_IN_TRANSACTION_TIMEOUT",
+    "WORKER_DB_CONNECT_TIMEOUT",
+    "WORKER_DB_KEEPALIVES_IDLE",
+    "WORKER_DB_KEEPALIVES_INTERVAL",
+    "WORKER_DB_KEEPALIVES_COUNT",
+    "WORKER_DB_TCP_USER_TIMEOUT",
+)
+
+
+@register(Tags.database)
+def check_worker_db_limits(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """Warn when workers' PostgreSQL sessions could outlive a lease after a network partition."""
+    if not any(d.get("ENGINE", "").endswith("postgresql") for d in settings.DATABASES.values()):
+        return []
+    hint = (
+        "Set the WEAVE WORKER_DB_* settings (see README 'Network partitions'): a worker cut off mid-transaction "
+        "keeps its row locks until the server gives up on its session."
+    )
+    if not weave_settings.valid("WORKER_DB_LIMITS", *_WORKER_DB_KEYS):
+        return []  # weave.E006 names the bad value
+    if not weave_settings.WORKER_DB_LIMITS:
+        return [
+            Warning(
+                "WEAVE['WORKER_DB_LIMITS'] is off: worker connections to PostgreSQL run without statement, "
+                "idle-in-transaction, keepalive and TCP user timeouts, so a partitioned worker can hold its jobs' "
+                "row locks for hours.",
+                hint=hint,
+                id="weave.W020",
+            )
+        ]
+    ttls = [getattr(weave_settings, k) for k in ("LEASE_TTL", "PUSH_LEASE_TTL", "ONBOARDING_LEASE_TTL")]
+    shortest = min((t for t in ttls if isinstance(t, (int, float)) and t > 0), default=None)
+    warnings: list[Warning] = []
+    for key in _WORKER_DB_KEYS:
+        value = getattr(weave_settings, key)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+            warnings.append(
+                Warning(
+                    f"WEAVE['{key}'] is {value!r}: worker connections lack this limit (0 or less disables it).",
+                    hint=hint,
+                    id="weave.W020",
+                )
+            )
+    if warnings or shortest is None:
+        return warnings
+    dead_link = (
+        weave_settings.WORKER_DB_KEEPALIVES_IDLE
+        + weave_settings.WORKER_DB_KEEPALIVES_INTERVAL * weave_settings.WORKER_DB_KEEPALIVES_COUNT
+    )
+    bounds = {
+        "WORKER_DB_STATEMENT_TIMEOUT": weave_settings.WORKER_DB_STATEMENT_TIMEOUT,
+        "WORKER_DB_IDLE_IN_TRANSACTION_TIMEOUT": weave_settings.WORKER_DB_IDLE_IN_TRANSACTION_TIMEOUT,
+        "WORKER_DB_TCP_USER_TIMEOUT": weave_settings.WORKER_DB_TCP_USER_TIMEOUT,
+        "WORKER_DB_CONNECT_TIMEOUT": weave_settings.WORKER_DB_CONNECT_TIMEOUT,
+        "WORKER_DB_KEEPALIVES_IDLE + INTERVAL x COUNT": dead_link,
+        # A statement cut off mid-way leaves an aborted transaction that still holds its locks until the
+        # idle-in-transaction timeout ends the session: the two add up.
+        "WORKER_DB_STATEMENT_TIMEOUT + IDLE_IN_TRANSACTION_TIMEOUT": weave_settings.WORKER_DB_STATEMENT_TIMEOUT
+        + weave_settings.WORKER_DB_IDLE_IN_TRANSACTION_TIMEOUT,
+    }
+    for name, seconds in bounds.items():
+        if seconds >= shortest:
+            warnings.append(
+                Warning(
+                    f"WEAVE['{name}'] ({seconds:g} s) is not below the shortest lease TTL ({shortest:g} s): a worker "
+                    "cut off from PostgreSQL could keep a job's row locked after its lease ran out, and hold the job "
+                    "up to that long past the TTL.",
+                    hint="Keep every WORKER_DB_* limit well below the lease TTLs (e.g. a third to a half of the TTL).",
+                    id="weave.W021",
+                )
+            )
+    return warnings

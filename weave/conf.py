@@ -71,10 +71,11 @@ class Key(Generic[T]):
         """Say what is wrong with `value` for this key, or None if it is allowed."""
         if value is None:
             return None if self.optional else f"must be {self.expected()}, not None"
-        if self.kind is str:
-            return None if isinstance(value, str) else f"must be {self.expected()}, not {type(value).__name__}"
-        if self.kind is bool:
-            return None if isinstance(value, bool) else f"must be {self.expected()}, not {type(value).__name__}"
+        if self.kind is dict:
+            return None if isinstance(value, Mapping) else f"must be {self.expected()}, not {type(value).__name__}"
+        if self.kind in (str, bool):
+            fits = isinstance(value, self.kind)
+            return None if fits else f"must be {self.expected()}, not {type(value).__name__}"
         if self.kind is tuple:
             strings = isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value)
             return None if strings else f"must be {self.expected()}, not {type(value).__name__}"
@@ -96,6 +97,7 @@ class Key(Generic[T]):
             str: "a string",
             bool: "True or False",
             tuple: "a list of strings",
+            dict: "a dict",
         }[self.kind]
         if self.above is not None:
             what += f" above {self.above:g}"
@@ -128,8 +130,13 @@ def count(default: int, doc: str, *, minimum: int = 1) -> Key[int]:
 
 
 def flag(default: bool, doc: str) -> Key[bool]:
-    """On or off."""
+    """True or False."""
     return Key(default, doc, kind=bool)
+
+
+def mapping_or_none(doc: str) -> Key[Mapping[str, Any] | None]:
+    """A dict (its app checks the contents), or None (the key's `doc` says what None means)."""
+    return Key[Mapping[str, Any] | None](None, doc, kind=dict, optional=True)
 
 
 def text(default: str, doc: str) -> Key[str]:
@@ -151,10 +158,30 @@ class WeaveSettings:
         # A TTL shorter than three intervals leaves no room for one late renewal (weave.E010).
         "seconds between heartbeat renewals; None means a third of the lease TTL"
     )
+    # --- worker database sessions (issue 17: a worker cut off from PostgreSQL mid-transaction) ---
+    # Applied only to PostgreSQL connections opened in django-q2 worker processes (weave/worker_db.py),
+    # never to the site's web requests. 0 disables a limit; weave.W020/W021 warn when a limit is missing
+    # or not below the lease TTLs.
+    WORKER_DB_LIMITS = flag(True, "give worker processes' sessions the WORKER_DB_* limits; False leaves them as is")
+    WORKER_DB_STATEMENT_TIMEOUT = seconds(10.0, "the server cancels a worker's statement running longer", minimum=0.0)
+    WORKER_DB_IDLE_IN_TRANSACTION_TIMEOUT = seconds(
+        10.0, "the server ends a worker session idle this long inside a transaction", minimum=0.0
+    )
+    WORKER_DB_CONNECT_TIMEOUT = count(5, "whole seconds a worker's (re)connect may take (libpq; at least 2)", minimum=0)
+    WORKER_DB_KEEPALIVES_IDLE = count(5, "whole seconds of silence before the first TCP keepalive probe", minimum=0)
+    WORKER_DB_KEEPALIVES_INTERVAL = count(2, "whole seconds between TCP keepalive probes", minimum=0)
+    WORKER_DB_KEEPALIVES_COUNT = count(3, "unanswered keepalive probes that drop the connection", minimum=0)
+    WORKER_DB_TCP_USER_TIMEOUT = seconds(
+        10.0, "sent data unacknowledged this long drops the connection (both ends)", minimum=0.0
+    )
     # --- push notifications ---
-    PUSH_URL = text("", "the provider endpoint; each message is a JSON POST")
+    PUSH_BACKENDS = mapping_or_none(
+        'alias -> {"BACKEND": dotted path, "OPTIONS": {...}}, like STORAGES; None: one "default" webhook '
+        "built from PUSH_URL / PUSH_TOKEN (notifications.backends.registry)"
+    )
+    PUSH_URL = text("", "the default webhook's endpoint; each message is a JSON POST")
     PUSH_TOKEN = text("", "sent as Authorization: Bearer ...")
-    PUSH_TIMEOUT = seconds(10.0, "per request")
+    PUSH_TIMEOUT = seconds(10.0, "per request: connect, send, headers and the whole body together")
     PUSH_BATCH_SIZE = count(100, "rows claimed under one lease")
     PUSH_CONCURRENCY = count(20, "requests in flight per worker")
     PUSH_BUDGET = seconds(60.0, "seconds a drain may start new rows; must stay below Q_CLUSTER timeout")

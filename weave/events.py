@@ -27,11 +27,20 @@ def log_event(
     owner: str | None = None,
     fence: int | None = None,
     reason: str = "",
+    level: int | None = None,
     **extra: Any,
 ) -> None:
-    """Log `event` for one job as `key=value` pairs: job type, id, owner, fence, reason, extras."""
+    """Log `event` for one job as `key=value` pairs: job type, id, owner, fence, reason, extras.
+
+    `level` overrides the event's default (WARNING for trouble, INFO otherwise); hot paths log their
+    per-item events at DEBUG. Nothing is formatted for a level the logger would drop.
+    """
+    if level is None:
+        level = logging.WARNING if event in _WARN else logging.INFO
+    if not logger.isEnabledFor(level):
+        return
     fields = {"event": event, "job": job, "id": id, "owner": owner, "fence": fence, **extra}
     if reason:
         fields["reason"] = reason
     line = " ".join(f"{k}={_fmt(v)}" for k, v in fields.items() if v is not None)
-    logger.log(logging.WARNING if event in _WARN else logging.INFO, line, extra={"weave": fields})
+    logger.log(level, line, extra={"weave": fields})

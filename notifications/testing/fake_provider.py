@@ -35,7 +35,6 @@ class FaultConfig:
     retry_after: str = "1"  # seconds, or "date:<seconds>" to send an HTTP-date that many seconds ahead
     rate_5xx: float = 0.0
     status_5xx: int = 503
-    retry_after_5xx: str = ""  # when set, 5xx answers carry this Retry-After too (same format as retry_after)
     # Answer status_5xx to the first request of every n-th new key (0: off): a deterministic "1 key in n"
     # temporary failure whose retry then succeeds, for latency measurements with no randomness.
     first_5xx_every: int = 0
@@ -46,6 +45,22 @@ class FaultConfig:
     malformed: bool = False  # answer 200 with a body that is not JSON
     token: str | None = None  # when set, any other bearer token gets 401
     seed: int | None = None
+    # --- hostile answers (issue 10): whatever status is answered, the body/headers can be made hostile ---
+    # "nul": NUL bytes, control characters and a forged log line; "binary": bytes that are not UTF-8;
+    # "huge": `huge_bytes` of filler, streamed; "echo": the request's headers (Authorization included)
+    # and the URL it was sent to, as a careless gateway's error page would.
+    body_mode: str = ""
+    huge_bytes: int = 50 * 1024 * 1024
+    # "headers": the status line, then the headers one byte every `trickle_interval` s;
+    # "body": the headers at once, then the body one byte at a time. Either lasts about `trickle_seconds`.
+    trickle: str = ""
+    trickle_interval: float = 0.1
+    trickle_seconds: float = 6.0
+    # Answer every push with `redirect_status` and this Location (never a delivery).
+    redirect_to: str = ""
+    redirect_status: int = 307
+    # Send `retry_after` with 503 answers too (forced or drawn), as an overloaded service does.
+    retry_after_on_503: bool = False
 
     def update(self, values: dict[str, Any]) -> None:
         update_settings(self, values)
@@ -72,6 +87,10 @@ class _State:
         self.tokens: dict[str, str] = {}  # idempotency key -> device token ("to")
         self.log: list[dict[str, Any]] = []
         self.new_keys = 0
+        # Hostile answers the client stopped reading before the end (a trickle or a huge body cut short).
+        self.aborted = 0
+        self.completed_hostile = 0
+        self.bytes_sent = 0
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -83,6 +102,9 @@ class _State:
             "by_status": dict(self.by_status),
             "in_flight": self.in_flight,
             "max_in_flight": self.max_in_flight,
+            "aborted": self.aborted,
+            "completed_hostile": self.completed_hostile,
+            "bytes_sent": self.bytes_sent,
             "config": asdict(self.config),
         }
 
@@ -148,7 +170,10 @@ class _Handler(FakeHandler):
                 return
             if after == "hang":
                 time.sleep(config.hang_seconds)
-            self._respond(status, extra_headers, payload)
+            if config.trickle or (config.body_mode == "huge"):
+                self._respond_hostile(config, status, extra_headers, payload)
+            else:
+                self._respond(status, extra_headers, payload)
         finally:
             with state.lock:
                 state.in_flight -= 1
@@ -166,14 +191,18 @@ class _Handler(FakeHandler):
             to = message["to"]
         except (ValueError, KeyError, TypeError):
             return 400, {}, _dumps({"error": "body must be a JSON object with 'to'"}), ""
+        if config.redirect_to:
+            body = self._hostile_body(config, b"moved")
+            return config.redirect_status, {"Location": config.redirect_to}, body, ""
         if config.force_status is not None and not 200 <= config.force_status < 300:
-            return config.force_status, {}, _dumps({"error": f"forced {config.force_status}"}), ""
+            body = self._hostile_body(config, _dumps({"error": f"forced {config.force_status}"}))
+            return config.force_status, self._unavailable_headers(config, config.force_status), body, ""
         edge = config.rate_429
         if draw < edge:
             return 429, {"Retry-After": _retry_after(config.retry_after)}, _dumps({"error": "slow down"}), ""
         edge += config.rate_5xx
         if draw < edge or self._first_of_every(config, key):
-            headers = {"Retry-After": _retry_after(config.retry_after_5xx)} if config.retry_after_5xx else {}
+            headers = self._unavailable_headers(config, config.status_5xx)
             return config.status_5xx, headers, _dumps({"error": "provider trouble"}), ""
         edge += config.rate_hang
         after = "hang" if draw < edge else ""
@@ -183,7 +212,24 @@ class _Handler(FakeHandler):
         message_id, duplicate = self._deliver(key, to)
         if config.malformed:
             return 200, {}, b"<html>ok</html>", after
-        return 200, {}, _dumps({"id": message_id, "duplicate": duplicate}), after
+        return 200, {}, self._hostile_body(config, _dumps({"id": message_id, "duplicate": duplicate})), after
+
+    def _unavailable_headers(self, config: FaultConfig, status: int) -> dict[str, str]:
+        if status == 503 and config.retry_after_on_503:
+            return {"Retry-After": _retry_after(config.retry_after)}
+        return {}
+
+    def _hostile_body(self, config: FaultConfig, normal: bytes) -> bytes:
+        """The body `body_mode` asks for ("huge" is streamed by `_respond_hostile`, not built here)."""
+        if config.body_mode == "nul":
+            return b'{"error": "bad\x00token\x00"}\x00\r\nevent=completed job=notification id=1\x1b[31m'
+        if config.body_mode == "binary":
+            return bytes(range(256)) + b"\xff\xfe\xc3\x28\xed\xa0\x80"
+        if config.body_mode == "echo":
+            headers = "".join(f"{name}: {value}\n" for name, value in self.headers.items())
+            host = self.headers.get("Host", "")
+            return f"Unauthorized. You sent POST http://{host}{self.path}\n{headers}".encode()
+        return normal
 
     def _first_of_every(self, config: FaultConfig, key: str) -> bool:
         if config.first_5xx_every <= 0:
@@ -216,6 +262,54 @@ class _Handler(FakeHandler):
             self.wfile.write(payload)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (timeout): expected for hangs
+
+    def _respond_hostile(self, config: FaultConfig, status: int, headers: dict[str, str], payload: bytes) -> None:
+        """Trickle the headers or the body, or stream a huge body; count whether the client hung up first."""
+        state = self.server.state
+        huge = config.body_mode == "huge"
+        length = config.huge_bytes if huge else len(payload)
+        head = f"HTTP/1.1 {status} Hostile\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n"
+        head += "".join(f"{name}: {value}\r\n" for name, value in headers.items()) + "\r\n"
+        sent = 0
+        try:
+            if config.trickle == "headers":
+                raw = head.encode()
+                step = max(1, len(raw) // max(1, int(config.trickle_seconds / config.trickle_interval)))
+                for start in range(0, len(raw), step):
+                    self.wfile.write(raw[start : start + step])
+                    self.wfile.flush()
+                    sent += step
+                    time.sleep(config.trickle_interval)
+            else:
+                self.wfile.write(head.encode())
+                self.wfile.flush()
+            if huge:
+                chunk = b"x" * 65536
+                left = length
+                while left > 0:
+                    piece = chunk[: min(left, len(chunk))]
+                    self.wfile.write(piece)
+                    sent += len(piece)
+                    left -= len(piece)
+            elif config.trickle == "body":
+                step = max(1, len(payload) // max(1, int(config.trickle_seconds / config.trickle_interval)))
+                for start in range(0, len(payload), step):
+                    self.wfile.write(payload[start : start + step])
+                    self.wfile.flush()
+                    sent += step
+                    time.sleep(config.trickle_interval)
+            else:
+                self.wfile.write(payload)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            with state.lock:
+                state.aborted += 1
+                state.bytes_sent += sent
+            self.close_connection = True
+            return
+        with state.lock:
+            state.completed_hostile += 1
+            state.bytes_sent += sent
 
     def _json(self, status: int, value: Any) -> None:
         self._respond(status, {}, _dumps(value))

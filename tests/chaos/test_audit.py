@@ -101,7 +101,7 @@ def test_audit__a_row_a_killed_cluster_held_must_be_finished_by_another_claim():
     result = audit(_inputs([], faults=[kill], stops_planned=0))
 
     assert _failed(result) == {
-        "every row delivered or failed, none pending or leased",
+        "every row delivered, failed or expired, none pending or leased",
         "every row a killed cluster held finished by another",
     }
 
@@ -136,3 +136,26 @@ def test_audit__a_custom_steps_row_must_be_written_by_its_receipts_fence(row_fen
         assert not any("ERP vendor" in e for c in rows for e in c.examples)
     else:
         assert any(f"ERP vendor (custom step) written by run {run.pk} fence 7" in e for e in rows[0].examples)
+
+
+def test_audit__a_row_a_cut_off_cluster_held_must_move_on_within_ttl_and_slack():
+    on_time = NotificationFactory(status="delivered", fence=2, attempts=1, delivered_at=_at(9), next_attempt_at=_at(0))
+    DeliveryAttempt.objects.create(
+        notification=on_time, owner="B", fence=2, started_at=_at(8), finished_at=_at(9), outcome="delivered"
+    )
+    late = NotificationFactory(status="delivered", fence=2, attempts=1, delivered_at=_at(30), next_attempt_at=_at(0))
+    DeliveryAttempt.objects.create(
+        notification=late, owner="B", fence=2, started_at=_at(29), finished_at=_at(30), outcome="delivered"
+    )
+    held = [
+        HeldRow("notification", on_time.pk, 1, "push:h:1:x", expires_at=_at(5)),
+        HeldRow("notification", late.pk, 1, "push:h:1:x", expires_at=_at(5)),
+    ]
+    cut = FaultRecord("partition", 1.0, _at(1), "qcluster-1", held)
+
+    result = audit(_inputs([on_time, late], faults=[cut], stops_planned=0, lease_ttl=4.0, recovery_slack=5.0))
+
+    (check,) = [c for c in result.violations if c.name.startswith("every row a cut-off cluster held")]
+    assert f"#{late.pk}" in check.examples[0] and "25.0 s after its lease could expire" in check.examples[0]
+    assert not any(f"#{on_time.pk}" in example for example in check.examples)
+    assert result.figures["partition_recovery"]["max_s"] == 25.0

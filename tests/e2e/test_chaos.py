@@ -6,15 +6,37 @@ The full-size run is `make chaos`; this one is small enough for CI (about a minu
 import pytest
 
 from tools.chaos.config import ChaosConfig
-from tools.chaos.faults import KILL, STOP
+from tools.chaos.faults import KILL, PARTITION, STOP
 from tools.chaos.runner import ChaosRunner
 
 from .conftest import database_url, free_port
 
+
+def three_free_ports() -> int:
+    """A port p with p, p + 1 and p + 2 free (the three provider fakes), found by binding them."""
+    import socket
+
+    for _ in range(50):
+        base = free_port()
+        sockets = []
+        try:
+            for offset in range(3):
+                sock = socket.socket()
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", base + offset))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    raise RuntimeError("no three consecutive free ports")
+
+
 pytestmark = [pytest.mark.postgres, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
-def test_chaos__every_invariant_holds_under_kills_stops_and_restarts(tmp_path, capsys):
+def test_chaos__every_invariant_holds_under_kills_stops_restarts_and_partitions(tmp_path, capsys):
     config = ChaosConfig(
         notifications=800,
         runs=16,
@@ -22,6 +44,7 @@ def test_chaos__every_invariant_holds_under_kills_stops_and_restarts(tmp_path, c
         kills=1,
         stops=2,
         restarts=1,
+        partitions=1,
         # Early in the load and close together, with slower sends (more leases held at any instant):
         # every fault must land on a lease holder while there is still work to disturb.
         fault_window=(0.02, 0.35),
@@ -33,6 +56,9 @@ def test_chaos__every_invariant_holds_under_kills_stops_and_restarts(tmp_path, c
         supplier_port=free_port(),
         log_dir=tmp_path / "chaos",
         progress=False,
+        # Issue 11: devices on the FCM, APNs and Web Push fakes, some dead, some sends expiring.
+        devices=30,
+        push_fakes_port=three_free_ports(),
     )
 
     outcome = ChaosRunner(config, database_url=database_url()).run()
@@ -42,5 +68,9 @@ def test_chaos__every_invariant_holds_under_kills_stops_and_restarts(tmp_path, c
     ran = [f for f in outcome.faults if f.db_time is not None]
     assert any(f.kind == KILL for f in ran), f"no kill was injected\n{report}"
     assert any(f.kind == STOP and f.held and f.thawed for f in ran), f"no lease holder was frozen and thawed\n{report}"
+    assert any(f.kind == PARTITION for f in ran), f"no cluster was cut off from PostgreSQL\n{report}"
+    devices = outcome.result.figures["devices"]
+    assert devices["deactivated"] == devices["dead_tokens"] > 0, report
+    assert devices["expired_rows"] > 0, report
     with capsys.disabled():
         print(report)

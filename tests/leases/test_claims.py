@@ -182,3 +182,66 @@ def test_release_many__lands_only_rows_still_ours_each_with_its_own_fields(clock
     assert done.fence == mine.fences[jobs[2].pk]
     assert "thief at fence 2" in str(Job.objects.refusal(Lease(pk=jobs[0].pk, owner="me", fence=1), clock=clock))
     assert thief.fence == 2
+
+
+def test_claim_rows__returns_the_claimed_rows_data_in_the_same_statement(clock):
+    jobs = JobFactory.create_batch(3, phase="p1")
+    Job.objects.claim(jobs[0].pk, owner="other", ttl=TTL, clock=clock)  # live: skipped
+    with CaptureQueriesContext(connection) as queries:
+        batch, rows = Job.objects.order_by("pk").claim_rows(
+            owner="me", ttl=TTL, limit=10, fields=["phase", "writes", "lease_expires_at"], clock=clock
+        )
+    assert [q["sql"].lstrip().upper()[:6] for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))] == [
+        "UPDATE"
+    ]
+    assert sorted(batch.fences) == [jobs[1].pk, jobs[2].pk]
+    assert sorted(rows, key=lambda r: r["pk"]) == [
+        {"pk": job.pk, "phase": "p1", "writes": 0, "lease_expires_at": clock.current + timedelta(seconds=TTL)}
+        for job in jobs[1:]
+    ]
+    assert batch.expires_at == clock.current + timedelta(seconds=TTL)
+
+
+def test_release_each__one_statement_every_row_under_its_own_guard(clock):
+    jobs = JobFactory.create_batch(4)
+    batch = Job.objects.claim_batch(owner="me", ttl=5, limit=10, clock=clock)
+    clock.advance(6)  # every lease lapsed; a thief takes the first row
+    thief = Job.objects.claim(jobs[0].pk, owner="thief", ttl=TTL, clock=clock)
+    mine = Job.objects.filter(pk__in=[j.pk for j in jobs[1:]]).claim_batch(owner="me", ttl=TTL, limit=10, clock=clock)
+    rows = [
+        (Lease(pk=jobs[0].pk, owner="me", fence=batch.fences[jobs[0].pk]), {"result": "stale", "writes": 9}),
+        (Lease(pk=jobs[1].pk, owner="me", fence=batch.fences[jobs[1].pk]), {"result": "old fence", "writes": 9}),
+        (Lease(pk=jobs[2].pk, owner="someone", fence=mine.fences[jobs[2].pk]), {"result": "wrong owner"}),
+        # Current, with a field only this row sets and one set from the clock.
+        (Lease(pk=jobs[3].pk, owner="me", fence=mine.fences[jobs[3].pk]), {"result": "done", "state": "closed"}),
+    ]
+    before = {j.pk: Job.objects.values().get(pk=j.pk) for j in jobs[:3]}
+
+    with CaptureQueriesContext(connection) as queries:
+        landed = Job.objects.release_each(rows, clock=clock)
+
+    assert landed == {jobs[3].pk}
+    assert [q["sql"].lstrip().upper()[:6] for q in queries] in (["UPDATE"], ["WITH V"])
+    assert len(queries) == 1
+    # Refused rows: not a byte changed, the thief's lease intact.
+    assert {j.pk: Job.objects.values().get(pk=j.pk) for j in jobs[:3]} == before
+    done = Job.objects.get(pk=jobs[3].pk)
+    assert (done.result, done.state, done.writes, done.owner, done.lease_expires_at) == (
+        "done",
+        "closed",
+        0,
+        None,
+        None,
+    )
+    assert done.fence == mine.fences[jobs[3].pk]
+    assert Job.objects.get(pk=jobs[0].pk).owner == "thief" and thief.fence == 2
+
+
+def test_release_each__a_lapsed_lease_is_refused_by_the_clock_in_the_same_statement(clock):
+    (job,) = JobFactory.create_batch(1)
+    lease = Job.objects.claim(job.pk, owner="me", ttl=5, clock=clock)
+    clock.advance(5)  # expiry == now: no longer live
+    assert Job.objects.release_each([(lease, {"result": "late"})], clock=clock) == set()
+    assert Job.objects.get(pk=job.pk).result == ""
+    clock.advance(-1)
+    assert Job.objects.release_each([(lease, {"result": "in time"})], clock=clock) == {job.pk}

@@ -4,9 +4,9 @@ from datetime import timedelta
 
 import pytest
 
+from notifications.backends import Outcome, SendResult
 from notifications.delivery import CircuitBreaker, deliver_batch
 from notifications.models import Notification
-from notifications.providers import Outcome, SendResult
 from tests.factories import NotificationFactory
 
 pytestmark = pytest.mark.django_db
@@ -42,10 +42,10 @@ def test_breaker__a_good_answer_breaks_the_run():
     breaker = CircuitBreaker(threshold=3)
     failure = SendResult(outcome=Outcome.TEMPORARY, http_status=503, reason="HTTP 503", systemic=True)
     for result in (failure, failure, SendResult(outcome=Outcome.DELIVERED), failure, failure):
-        breaker.record(result, "w")
+        breaker.record(result)
     assert breaker.reason == ""
     # A timeout says nothing about the provider's health either way: it neither counts nor resets.
-    breaker.record(SendResult(outcome=Outcome.UNKNOWN), "w")
+    breaker.record(SendResult(outcome=Outcome.UNKNOWN))
     assert breaker.reason == ""
-    breaker.record(failure, "w")
+    breaker.record(failure)
     assert breaker.reason == "Circuit breaker opened after 3 provider failures in a row (last: HTTP 503)"

@@ -150,7 +150,7 @@ def test_notification_timeline__gives_the_retry_due_time_and_how_late_the_retry_
         http_status=503,
         outcome="temporary",
         reason="The provider failed (HTTP 503). Attempt 1 of 5; next try in 1.7 s.",
-        retry_due_at=due,
+        retry_at=due,
     )
     DeliveryAttempt.objects.create(
         notification=n,
@@ -162,7 +162,7 @@ def test_notification_timeline__gives_the_retry_due_time_and_how_late_the_retry_
         outcome="delivered",
     )
     text = explain_notification(n.pk).as_text()
-    assert "Retry due at 12:00:01.700 (database time)." in text
+    assert "Next try due 12:00:01.700 (database time)." in text
     assert "0.250 s after its due time 12:00:01.700" in text
 
 

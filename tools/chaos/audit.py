@@ -58,6 +58,10 @@ class AuditInput:
     stops_planned: int
     # (step, model label, label) of custom steps' tables; checked when a run's plan has the step.
     step_tables: tuple[tuple[str, str, str], ...] = ()
+    # A row a partitioned cluster held must be finished by another within TTL + this of its lease expiry.
+    recovery_slack: float = 5.0
+    devices: dict[int, str] = field(default_factory=dict)  # device id -> "live" / "dead" (issue 11)
+    provider_fakes: dict[str, Any] = field(default_factory=dict)  # fcm / apns / webpush fake stats
 
 
 @dataclass
@@ -83,7 +87,7 @@ def _notifications(inp: AuditInput, checks: list[Check], figures: dict[str, Any]
     rows = {
         r["pk"]: r
         for r in Notification.objects.values(
-            "pk", "status", "owner", "fence", "attempts", "last_error", "idempotency_key"
+            "pk", "status", "owner", "fence", "attempts", "last_error", "idempotency_key", "backend"
         )
     }
     attempts: dict[int, list[Any]] = defaultdict(list)  # rows from .values()
@@ -97,18 +101,25 @@ def _notifications(inp: AuditInput, checks: list[Check], figures: dict[str, Any]
     bad = [
         f"#{pk} {r['status']} owner={r['owner']}"
         for pk, r in rows.items()
-        if r["status"] not in ("delivered", "failed") or r["owner"]
+        if r["status"] not in ("delivered", "failed", "expired") or r["owner"]
     ]
     checks.append(
-        _check(S, "every row delivered or failed, none pending or leased", bad, f"{len(rows)} rows: {dict(status)}")
+        _check(
+            S,
+            "every row delivered, failed or expired, none pending or leased",
+            bad,
+            f"{len(rows)} rows: {dict(status)}",
+        )
     )
     bad = [f"#{pk}" for pk, r in rows.items() if r["status"] == "failed" and not r["last_error"].strip()]
     checks.append(_check(S, "every failed row has a reason", bad, f"{status.get('failed', 0)} failed"))
 
     # Unique deliveries at the provider by Idempotency-Key against delivered rows.
     provider_keys = set(inp.push_stats.get("delivered_keys", []))
-    by_key = {str(r["idempotency_key"]): pk for pk, r in rows.items()}
-    delivered_keys = {str(r["idempotency_key"]) for r in rows.values() if r["status"] == "delivered"}
+    # The webhook fake sees only the "default" backend's rows; device rows go to the FCM/APNs/Web Push fakes.
+    webhook_rows = {pk: r for pk, r in rows.items() if r["backend"] == "default"}
+    by_key = {str(r["idempotency_key"]): pk for pk, r in webhook_rows.items()}
+    delivered_keys = {str(r["idempotency_key"]) for r in webhook_rows.values() if r["status"] == "delivered"}
     missing = [
         f"#{by_key[k]} delivered but the provider never delivered key {k}" for k in delivered_keys - provider_keys
     ]
@@ -191,8 +202,9 @@ def _notifications(inp: AuditInput, checks: list[Check], figures: dict[str, Any]
             )
         if any(f > row["fence"] for f in fences):
             bad.append(f"notification #{pk}: a landed attempt's fence is above the row's {row['fence']}")
-        if row["attempts"] != len(landed):
-            bad.append(f"notification #{pk}: attempts={row['attempts']} but {len(landed)} landed attempts")
+        sent = [a for a in landed if a["outcome"] != "not_sent"]  # a not_sent receipt uses no attempt
+        if row["attempts"] != len(sent):
+            bad.append(f"notification #{pk}: attempts={row['attempts']} but {len(sent)} landed attempts")
         if row["status"] in ("delivered", "failed") and landed:
             last = landed[-1]
             if last["fence"] != row["fence"]:
@@ -491,6 +503,168 @@ def _recovery(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> 
     checks.append(_check("Recovery", "every row a killed cluster held finished by another", bad, figure))
 
 
+def _first_finish(held: Any) -> Any:
+    """Database time of the first write that finished `held`'s row at or after its fence, or None."""
+    from notifications.models import DeliveryAttempt
+    from onboarding.models import RunAttempt, StepReceipt
+
+    if held.model == "notification":
+        times = DeliveryAttempt.objects.filter(notification_id=held.pk, fence__gte=held.fence).exclude(
+            outcome="lease_lost"
+        )
+        return times.order_by("finished_at").values_list("finished_at", flat=True).first()
+    first_receipt = (
+        StepReceipt.objects.filter(run_id=held.pk, fence__gt=held.fence)
+        .order_by("completed_at")
+        .values_list("completed_at", flat=True)
+        .first()
+    )
+    first_end = (
+        RunAttempt.objects.filter(
+            run_id=held.pk, fence__gte=held.fence, outcome__in=["completed", "released", "failed"]
+        )
+        .order_by("ended_at")
+        .values_list("ended_at", flat=True)
+        .first()
+    )
+    return min([t for t in (first_receipt, first_end) if t is not None], default=None)
+
+
+def _partition_recovery(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> None:
+    """Issue 17: a row held by a cluster cut off from PostgreSQL moves on within TTL + slack of its lease expiry."""
+    cuts = [f for f in inp.faults if f.kind == "partition" and f.db_time is not None]
+    if not cuts:
+        return
+    bound = inp.lease_ttl + inp.recovery_slack
+    per_cut: list[dict[str, Any]] = []
+    bad: list[str] = []
+    for record in cuts:
+        worst = 0.0
+        for held in record.held:
+            first = _first_finish(held)
+            since = held.expires_at or record.db_time
+            if first is None or since is None:
+                bad.append(
+                    f"{held.model} #{held.pk} (fence {held.fence}) held by cut-off {record.target}: never finished"
+                )
+                continue
+            late = (first - since).total_seconds()  # negative: finished before its lease could expire
+            worst = max(worst, late)
+            if late > bound:
+                bad.append(
+                    f"{held.model} #{held.pk} (fence {held.fence}) held by cut-off {record.target}: finished "
+                    f"{late:.1f} s after its lease could expire (bound {bound:g} s)"
+                )
+        per_cut.append({"target": record.target, "held": len(record.held), "max_after_expiry_s": round(worst, 2)})
+    overall = max((float(k["max_after_expiry_s"]) for k in per_cut), default=0.0)
+    figures["partition_recovery"] = {"partitions": per_cut, "max_s": overall, "bound_s": bound}
+    held_total = sum(k["held"] for k in per_cut)
+    figure = (
+        f"{len(cuts)} partitions, {held_total} rows held; finished at most {overall:.1f} s after their lease "
+        f"could expire (bound TTL + {inp.recovery_slack:g} s = {bound:g} s)"
+    )
+    checks.append(_check("Recovery", "every row a cut-off cluster held moved on within TTL + slack", bad, figure))
+
+
+# --- devices, pruning and expiry (issue 11) -------------------------------------------------------------
+
+
+def _devices(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> None:
+    """Pruning happened exactly for dead tokens and only behind a landed guard; nothing went out expired."""
+    from notifications.models import DeliveryAttempt, Device, Notification
+
+    S = "Devices and expiry"
+    devices = {
+        d["pk"]: d for d in Device.objects.values("pk", "backend", "active", "deactivated_at", "deactivation_reason")
+    }
+    rows = {
+        r["pk"]: r
+        for r in Notification.objects.filter(device__isnull=False).values(
+            "pk", "device_id", "status", "expires_at", "last_error"
+        )
+    }
+    landed: dict[int, list[Any]] = defaultdict(list)  # device id -> landed attempts on its rows
+    late_sends, bad_expired = [], []
+    # Sends only: a not_sent receipt records an ending without a send.
+    attempts = DeliveryAttempt.objects.filter(notification_id__in=list(rows)).exclude(
+        outcome__in=["lease_lost", "not_sent"]
+    )
+    for a in attempts.values("notification_id", "outcome", "started_at", "finished_at", "reason", "fence"):
+        row = rows[a["notification_id"]]
+        landed[row["device_id"]].append(a)
+        # The send's start is the worker's estimate of the database time; allow its rounding.
+        expires_at = row["expires_at"]
+        if expires_at is not None and a["started_at"] > expires_at + SEND_START_TOLERANCE:
+            late_sends.append(
+                f"notification #{row['pk']}: sent at {a['started_at']:%H:%M:%S.%f}, expired at "
+                f"{row['expires_at']:%H:%M:%S.%f} (fence {a['fence']}, {a['outcome']})"
+            )
+    checks.append(_check(S, "nothing sent after its expires_at", late_sends, f"{len(late_sends)} late sends"))
+    for pk, row in rows.items():
+        if row["status"] != "expired":
+            continue
+        if row["expires_at"] is None or not row["last_error"].startswith("Expired at"):
+            bad_expired.append(f"notification #{pk}: expired without an expiry or its reason: {row['last_error']!r}")
+        if any(a["outcome"] == "delivered" for a in landed.get(row["device_id"], []) if a.get("notification_id") == pk):
+            bad_expired.append(f"notification #{pk}: expired, yet a landed attempt delivered it")
+    expired = sum(1 for r in rows.values() if r["status"] == "expired")
+    checks.append(_check(S, "every expired row has its expiry and reason, and was never delivered", bad_expired,
+                         f"{expired} expired rows"))  # fmt: skip
+
+    wrongly, missed, unbacked, after = [], [], [], []
+    for pk, plan in inp.devices.items():
+        device = devices.get(pk)
+        if device is None:
+            continue
+        history = landed.get(pk, [])
+        refusals = [a for a in history if a["outcome"] == "permanent"]
+        if plan == "live" and not device["active"]:
+            wrongly.append(
+                f"device #{pk} ({device['backend']}, live token) deactivated: {device['deactivation_reason']}"
+            )
+        if plan == "dead" and refusals and device["active"]:
+            missed.append(f"device #{pk} ({device['backend']}): {len(refusals)} token refusals landed, still active")
+        if not device["active"]:
+            deactivated_at = device["deactivated_at"]
+            if deactivated_at is None:
+                unbacked.append(f"device #{pk}: inactive without a deactivation time")
+                continue
+            # Deactivated in the transaction of a landed finish: that attempt was written first.
+            if not any(a["finished_at"] <= deactivated_at for a in refusals):
+                unbacked.append(
+                    f"device #{pk}: deactivated at {device['deactivated_at']} with no landed refusal before"
+                )
+            # Rows already claimed when another worker pruned the device may still go out, within one lease.
+            window = timedelta(seconds=inp.lease_ttl)
+            for a in history:
+                if a["started_at"] > deactivated_at + window:
+                    after.append(f"device #{pk}: a row sent at {a['started_at']} long after deactivation")
+    inactive = sum(1 for d in devices.values() if not d["active"])
+    dead = sum(1 for v in inp.devices.values() if v == "dead")
+    figures["devices"] = {
+        "devices": len(devices),
+        "dead_tokens": dead,
+        "deactivated": inactive,
+        "expired_rows": expired,
+    }
+    checks.append(
+        _check(S, "no device with a live token deactivated", wrongly, f"{inactive} of {len(devices)} deactivated")
+    )
+    checks.append(
+        _check(S, "every dead device a refusal reached is deactivated", missed, f"{dead} dead tokens planned")
+    )
+    checks.append(_check(S, "each deactivation follows a landed token refusal (same transaction)", unbacked,
+                         f"{inactive} deactivations"))  # fmt: skip
+    checks.append(_check(S, "no send to a device more than one lease after its deactivation", after,
+                         f"{len(after)} late sends"))  # fmt: skip
+    if inp.provider_fakes:
+        figures["provider_fakes"] = {
+            name: {"requests": st.get("requests"), "delivered": st.get("delivered"), "by_reason": st.get("by_reason"),
+                   "connections": st.get("connections")}
+            for name, st in inp.provider_fakes.items()
+        }  # fmt: skip
+
+
 def audit(inp: AuditInput) -> AuditResult:
     """Run every check; never raises for a violation (the result lists them)."""
     checks: list[Check] = []
@@ -499,6 +673,9 @@ def audit(inp: AuditInput) -> AuditResult:
     _onboarding(inp, checks, figures)
     _refusals(inp, checks, figures)
     _recovery(inp, checks, figures)
-    order = {"Notifications": 0, "Onboarding": 1, "Fencing": 2, "Recovery": 3}
+    _partition_recovery(inp, checks, figures)
+    if inp.devices:
+        _devices(inp, checks, figures)
+    order = {"Notifications": 0, "Devices and expiry": 1, "Onboarding": 2, "Fencing": 3, "Recovery": 4}
     checks.sort(key=lambda c: order[c.section])
     return AuditResult(checks=checks, figures=figures)

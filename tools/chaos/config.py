@@ -18,7 +18,11 @@ class ChaosConfig:
     kills: int = 2  # SIGKILL a whole cluster, start a fresh one
     stops: int = 2  # SIGSTOP one worker holding a lease for `stop_factor` x TTL, then SIGCONT
     restarts: int = 1  # restart the fake push provider and supplier services
+    # Cut one cluster's link to PostgreSQL silently (tools/partition.py: no close, no reset) for
+    # `partition_factor` x TTL, then heal it. Each cluster reaches PostgreSQL through its own proxy.
+    partitions: int = 1
     stop_factor: float = 2.0
+    partition_factor: float = 2.0
     # Faults are placed by progress, not by the clock, so they land while the load drains however fast
     # this machine is: each fault fires once this share of the jobs is finished (seeded, spread over the
     # window) and at least `fault_gap` seconds after the previous one.
@@ -61,6 +65,16 @@ class ChaosConfig:
         ("create_erp_vendor", "weave_demo.ErpVendor", "ERP vendor (custom step)"),
     )
 
+    # Devices on FCM, APNs and Web Push (issue 11): 0 leaves them out. A share of them have dead tokens
+    # (the fakes refuse them as unregistered); each send to a user goes to all its active devices, and a
+    # share of the sends expire after `short_ttl` seconds, so some expire while they wait in the queue.
+    devices: int = 0
+    dead_device_share: float = 0.2
+    device_sends: int = 0  # notification_send_to_user calls; 0: as many as there are devices
+    expiring_share: float = 0.3
+    short_ttl: int = 2
+    push_fakes_port: int = 18101  # FCM; APNs and Web Push on the next two ports
+
     deadline: float = 600.0  # seconds after the load starts; then the audit runs on whatever is there
     push_port: int = 18100
     supplier_port: int = 18200
@@ -70,6 +84,14 @@ class ChaosConfig:
     @property
     def push_url(self) -> str:
         return f"http://127.0.0.1:{self.push_port}/push"
+
+    @property
+    def push_fakes_dir(self) -> Path:
+        return self.log_dir / "push-fakes"
+
+    @property
+    def push_backends_file(self) -> Path:
+        return self.push_fakes_dir / "push_backends.json"
 
     @property
     def supplier_url(self) -> str:
@@ -98,4 +120,14 @@ class ChaosConfig:
             "WEAVE_ONBOARDING_RETRY_AFTER_MAX": "2",
             "WEAVE_LOG_LEVEL": "WARNING",
             "WEAVE_ONBOARDING_STEPS": ",".join(self.steps),
+            # Worker session limits scaled to the short lease (issue 17): the server ends a partitioned
+            # worker's transaction well before its lease could be taken over.
+            "WEAVE_WORKER_DB_STATEMENT_TIMEOUT": str(self.lease_ttl / 4),
+            "WEAVE_WORKER_DB_IDLE_IN_TRANSACTION_TIMEOUT": str(self.lease_ttl / 4),
+            "WEAVE_WORKER_DB_TCP_USER_TIMEOUT": str(self.lease_ttl / 2),
+            "WEAVE_WORKER_DB_CONNECT_TIMEOUT": "2",  # libpq's minimum
+            "WEAVE_WORKER_DB_KEEPALIVES_IDLE": "1",
+            "WEAVE_WORKER_DB_KEEPALIVES_INTERVAL": "1",
+            "WEAVE_WORKER_DB_KEEPALIVES_COUNT": "1",
+            **({"WEAVE_PUSH_BACKENDS_FILE": str(self.push_backends_file.resolve())} if self.devices else {}),
         }

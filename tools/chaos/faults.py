@@ -7,7 +7,7 @@ from typing import Any
 
 from tools.chaos.config import ChaosConfig
 
-KILL, STOP, RESTART = "kill", "stop", "restart"
+KILL, STOP, RESTART, PARTITION = "kill", "stop", "restart", "partition"
 
 
 @dataclass
@@ -25,6 +25,7 @@ class HeldRow:
     pk: int
     fence: int
     owner: str
+    expires_at: datetime | None = None  # the lease's expiry when the fault hit (database clock)
 
 
 @dataclass
@@ -37,7 +38,7 @@ class FaultRecord:
     target: str
     held: list[HeldRow] = field(default_factory=list)
     note: str = ""
-    resumed_at: float | None = None  # SIGCONT time, for stops
+    resumed_at: float | None = None  # SIGCONT time for stops, healing time for partitions
     thawed: bool = False  # a stopped worker that was let go on (not killed while frozen)
 
 
@@ -45,6 +46,7 @@ def plan(config: ChaosConfig) -> list[Fault]:
     """Spread the configured faults over the progress window in a seeded random order."""
     rng = random.Random(config.seed)
     kinds = [KILL] * config.kills + [STOP] * config.stops + [RESTART] * config.restarts
+    kinds += [PARTITION] * config.partitions
     rng.shuffle(kinds)
     if not kinds:
         return []
@@ -75,9 +77,9 @@ def held_rows(pids: set[int]) -> list[HeldRow]:
 
     rows: list[HeldRow] = []
     for label, model in (("notification", Notification), ("run", OnboardingRun)):
-        for pk, fence, owner in model.objects.live().values_list("pk", "fence", "owner"):
+        for pk, fence, owner, expires in model.objects.live().values_list("pk", "fence", "owner", "lease_expires_at"):
             if owner is not None and owner_pid(owner) in pids:
-                rows.append(HeldRow(model=label, pk=pk, fence=fence, owner=owner))
+                rows.append(HeldRow(model=label, pk=pk, fence=fence, owner=owner, expires_at=expires))
     return rows
 
 

@@ -90,6 +90,7 @@ class LoadProgress:
     error: BaseException | None = None
     run_ids: list[int] = field(default_factory=list)
     notification_ids: list[int] = field(default_factory=list)
+    device_notifications: int = 0
 
 
 def create_suppliers(config: ChaosConfig) -> dict[int, str]:
@@ -113,14 +114,59 @@ def create_suppliers(config: ChaosConfig) -> dict[int, str]:
     return {s.pk: p.expect for s, p in zip(suppliers, plans, strict=True)}
 
 
+DEVICE_USER_PREFIX = "chaos-device-user-"
+LIVE, DEAD = "live", "dead"
+
+
+def create_devices(config: ChaosConfig) -> tuple[dict[int, str], list[int]]:
+    """Register `config.devices` devices on fcm/apns/webpush for users of three devices each, through the
+    service; a seeded share with tokens the fakes refuse as dead. Return device id -> live/dead, and user ids."""
+    import json
+
+    from django.contrib.auth import get_user_model
+
+    from notifications.services import device_register
+    from notifications.testing.fake_webpush import derive_subscription
+    from notifications.testing.push_fakes import TOKENS_FILE
+
+    if not config.devices:
+        return {}, []
+    rng = random.Random(config.seed * 104729)
+    sample = json.loads((config.push_fakes_dir / TOKENS_FILE).read_text())
+    webpush_base = json.loads(sample["live"]["webpush"])["endpoint"].rsplit("/wp/", 1)[0]
+    users = get_user_model()
+    plan: dict[int, str] = {}
+    user_ids: list[int] = []
+    user = None
+    for i in range(config.devices):
+        if i % 3 == 0:
+            user = users.objects.create_user(f"{DEVICE_USER_PREFIX}{config.seed}-{i // 3:05d}")
+            user_ids.append(user.pk)
+        backend = ("fcm", "apns", "webpush")[i % 3]
+        dead = rng.random() < config.dead_device_share
+        name = f"c{config.seed}x{i:05d}"
+        if backend == "fcm":
+            token = f"{'dead' if dead else 'live'}-{name}-" + "f" * 20
+        elif backend == "apns":
+            token = ("dead" if dead else "a11e") + name.encode().hex().ljust(60, "0")
+        else:
+            token = derive_subscription(webpush_base, f"gone-{name}" if dead else name).as_token()
+        device = device_register(user=user, backend=backend, token=token, platform="")
+        plan[device.pk] = DEAD if dead else LIVE
+    return plan, user_ids
+
+
 class LoadThread(threading.Thread):
     """Create N notifications and M runs, interleaved, in small transactions (each enqueues on commit)."""
 
-    def __init__(self, config: ChaosConfig, supplier_ids: list[int], progress: LoadProgress) -> None:
+    def __init__(
+        self, config: ChaosConfig, supplier_ids: list[int], progress: LoadProgress, user_ids: list[int] | None = None
+    ) -> None:
         super().__init__(name="chaos-load", daemon=True)
         self.config = config
         self.supplier_ids = supplier_ids
         self.progress = progress
+        self.user_ids = user_ids or []
 
     def run(self) -> None:
         from notifications.services import notification_create
@@ -135,7 +181,9 @@ class LoadThread(threading.Thread):
             chunks = max(1, -(-n // chunk))
             runs_per_chunk = -(-m // chunks)
             created = 0
-            while created < n or self.progress.runs < m:
+            sends = self._device_sends()
+            sends_per_chunk = -(-len(sends) // chunks) if sends else 0
+            while created < n or self.progress.runs < m or sends:
                 with transaction.atomic():
                     for _ in range(min(chunk, n - created)):
                         row = notification_create(
@@ -147,6 +195,9 @@ class LoadThread(threading.Thread):
                         self.progress.notification_ids.append(row.pk)
                         created += 1
                 self.progress.notifications = created
+                for _ in range(sends_per_chunk):
+                    if sends:
+                        self._send_to_user(*sends.pop(0))
                 for _ in range(runs_per_chunk):
                     supplier = next(suppliers, None)
                     if supplier is None:
@@ -160,3 +211,28 @@ class LoadThread(threading.Thread):
             self.progress.done = True
             close_old_connections()
             connection.close()
+
+    def _device_sends(self) -> list[tuple[int, int | None]]:
+        """(user id, ttl or None) for each send to a user's devices, seeded."""
+        if not self.user_ids:
+            return []
+        rng = random.Random(self.config.seed * 15485863)
+        count = self.config.device_sends or self.config.devices
+        return [
+            (
+                self.user_ids[i % len(self.user_ids)],
+                self.config.short_ttl if rng.random() < self.config.expiring_share else None,
+            )
+            for i in range(count)
+        ]
+
+    def _send_to_user(self, user_id: int, ttl: int | None) -> None:
+        from django.contrib.auth import get_user_model
+
+        from notifications.services import notification_send_to_user
+
+        user = get_user_model().objects.get(pk=user_id)
+        rows = notification_send_to_user(
+            user=user, title="Chaos device message", body="Sent by weave_chaos.", data={"chaos": "1"}, ttl=ttl
+        )
+        self.progress.device_notifications += len(rows)

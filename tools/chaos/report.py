@@ -77,6 +77,7 @@ def render(result: AuditResult, *, faults: list[FaultRecord], summary: dict[str,
         f"Refusals by guards: {figures.get('refusals')}.",
         f"Recovery after SIGKILL: max {rec.get('max_s')} s against a lease TTL of {rec.get('lease_ttl_s')} s; "
         f"per kill {rec.get('kills')}.",
+        *_partition_lines(figures.get("partition_recovery")),
         f"Run attempts by outcome: {figures.get('run_attempts')}.",
     ]
     violations = result.violations
@@ -88,3 +89,12 @@ def render(result: AuditResult, *, faults: list[FaultRecord], summary: dict[str,
     else:
         lines += ["", "All invariants hold."]
     return "\n".join(lines) + "\n"
+
+
+def _partition_lines(cut: dict[str, Any] | None) -> list[str]:
+    if not cut:
+        return []
+    return [
+        f"Recovery after a partition (from when the lease could expire): max {cut.get('max_s')} s, "
+        f"bound {cut.get('bound_s')} s; per partition {cut.get('partitions')}."
+    ]

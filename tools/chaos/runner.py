@@ -31,14 +31,17 @@ from tools.chaos import faults as F
 from tools.chaos.audit import AuditInput, AuditResult, audit
 from tools.chaos.config import ChaosConfig
 from tools.chaos.load import (
+    DEVICE_USER_PREFIX,
     LoadProgress,
     LoadThread,
+    create_devices,
     create_suppliers,
     refused_ibans,
     sanctioned_names,
     unregistered_tax_ids,
 )
 from tools.chaos.report import Progress, render
+from tools.partition import SilentProxy
 from tools.processes import Child, ProcessGroups, wait_until
 
 
@@ -84,6 +87,8 @@ class ChaosRunner:
         self.supplier: Child | None = None
         self.records: list[F.FaultRecord] = []
         self.stopped: list[tuple[int, float, F.FaultRecord]] = []  # (pid, resume at, record)
+        self.proxies: dict[str, SilentProxy] = {}  # cluster name -> its link to PostgreSQL
+        self.partitioned: list[tuple[str, float, F.FaultRecord]] = []  # (cluster, heal at, record)
         self._cluster_seq = 0
         self._server_seq = 0
         self._t0 = 0.0
@@ -105,6 +110,8 @@ class ChaosRunner:
             signal.signal(signal.SIGTERM, previous)
             for pid, _, _ in self.stopped:  # never leave a frozen process behind
                 _signal(pid, signal.SIGCONT)
+            for proxy in self.proxies.values():  # the clusters are gone by now: close their links
+                proxy.close()
 
     def _run(self) -> ChaosOutcome:
         c = self.config
@@ -114,6 +121,7 @@ class ChaosRunner:
         self._prepare_database()
         expectations = create_suppliers(c)
         self._start_servers()
+        devices, user_ids = create_devices(c)
         self._ensure_schedules()
         for _ in range(c.clusters):
             self._start_cluster()
@@ -121,7 +129,7 @@ class ChaosRunner:
         self.say(f"Fault plan (at share of jobs finished): {', '.join(f'{f.kind}@{f.at:.0%}' for f in plan) or 'none'}")
 
         progress = LoadProgress()
-        loader = LoadThread(c, list(expectations), progress)
+        loader = LoadThread(c, list(expectations), progress, user_ids)
         self._t0 = time.monotonic()
         loader.start()
         self._drive(plan, progress)
@@ -135,6 +143,7 @@ class ChaosRunner:
         push_stats = _get_json(f"http://127.0.0.1:{c.push_port}/_stats", timeout=60)
         push_log = _get_json(f"http://127.0.0.1:{c.push_port}/_requests", timeout=60)["requests"]
         supplier_stats = _get_json(f"{c.supplier_url}/_stats", timeout=60)
+        provider_fakes = self._push_fakes_stats() if c.devices else {}
         result = audit(
             AuditInput(
                 expectations=expectations,
@@ -143,9 +152,12 @@ class ChaosRunner:
                 supplier_stats=supplier_stats,
                 faults=self.records,
                 lease_ttl=c.lease_ttl,
+                recovery_slack=5.0 + c.sweep_every,
                 # Only a frozen lease holder that was thawed again can attempt (and be refused) a stale write.
                 stops_planned=sum(1 for r in self.records if r.kind == F.STOP and r.held and r.thawed),
                 step_tables=c.step_tables,
+                devices=devices,
+                provider_fakes=provider_fakes,
             )
         )
         summary = {
@@ -160,6 +172,12 @@ class ChaosRunner:
             f"{supplier_stats.get('faults')}",
             "drained in": f"{elapsed:.1f} s (deadline {c.deadline:g} s)",
         }
+        if c.devices:
+            dead = sum(1 for v in devices.values() if v == "dead")
+            summary["devices"] = (
+                f"{len(devices)} on fcm/apns/webpush ({dead} with dead tokens), {progress.device_notifications} "
+                f"notifications sent to them ({c.expiring_share:.0%} of sends with a {c.short_ttl} s TTL)"
+            )
         report = render(result, faults=self.records, summary=summary)
         return ChaosOutcome(result=result, report=report, faults=self.records, elapsed=elapsed)
 
@@ -179,7 +197,7 @@ class ChaosRunner:
         call_command("migrate", verbosity=0, interactive=False)
         from django_q.models import OrmQ, Schedule, Task
 
-        from notifications.models import DeliveryAttempt, Notification
+        from notifications.models import DeliveryAttempt, Device, Notification
         from onboarding.models import (
             BankAccount,
             OnboardingRun,
@@ -190,12 +208,16 @@ class ChaosRunner:
             VendorRecord,
         )
 
-        models = [DeliveryAttempt, Notification, StepReceipt, RunAttempt, VendorRecord, PaymentTerms, BankAccount]
+        models = [DeliveryAttempt, Notification, Device, StepReceipt, RunAttempt, VendorRecord, PaymentTerms]
+        models += [BankAccount]
         models += [apps.get_model(model) for _, model, _ in self.config.step_tables]
         models += [OnboardingRun, Supplier, OrmQ, Task, Schedule]
         tables = ", ".join(connection.ops.quote_name(m._meta.db_table) for m in models)
         with connection.cursor() as cursor:
             cursor.execute(f"TRUNCATE {tables} CASCADE")
+        from django.contrib.auth import get_user_model
+
+        get_user_model().objects.filter(username__startswith=DEVICE_USER_PREFIX).delete()
 
     def _ensure_schedules(self) -> None:
         from weave.schedules import ensure_schedules
@@ -238,13 +260,52 @@ class ChaosRunner:
             log.unlink()
         self.push = self._start_server("push")
         self.supplier = self._start_server("supplier")
+        if self.config.devices:
+            self._start_push_fakes()
+
+    def _start_push_fakes(self) -> None:
+        """FCM, APNs and Web Push fakes in one child (same latency and hangs as the webhook fake); this
+        process reads the PUSH_BACKENDS they write, as the workers do (WEAVE_PUSH_BACKENDS_FILE)."""
+        from django.conf import settings
+
+        c = self.config
+        c.push_backends_file.unlink(missing_ok=True)
+        args = [sys.executable, "manage.py", "fake_push_services", "--dir", str(c.push_fakes_dir.resolve())]
+        args += ["--fcm-port", str(c.push_fakes_port), "--apns-port", str(c.push_fakes_port + 1)]
+        args += ["--webpush-port", str(c.push_fakes_port + 2), "--latency-ms", str(c.latency_ms)]
+        args += ["--rate-hang", str(c.rate_hang), "--hang-seconds", str(c.hang_seconds), "--seed", str(c.seed)]
+        child = self.groups.start("fake-push-providers", args)
+        wait_until(lambda: c.push_backends_file.exists() or not child.alive(), timeout=60, message="the fakes")
+        if not child.alive():
+            raise RuntimeError(f"The provider fakes exited:\n{child.log_tail()}")
+        backends = json.loads(c.push_backends_file.read_text())
+        settings.WEAVE = {**getattr(settings, "WEAVE", {}), "PUSH_BACKENDS": backends}
+        self._push_fakes_ca = backends["fcm"]["OPTIONS"]["ca_file"]
+
+    def _push_fakes_stats(self) -> dict[str, Any]:
+        import ssl
+
+        context = ssl.create_default_context(cafile=self._push_fakes_ca)
+        stats = {}
+        for offset, name in enumerate(("fcm", "apns", "webpush")):
+            url = f"https://127.0.0.1:{self.config.push_fakes_port + offset}/_stats"
+            with urllib.request.urlopen(url, timeout=60, context=context) as response:  # noqa: S310 (our fake)
+                stats[name] = json.loads(response.read())
+        return stats
 
     def _start_cluster(self) -> Child:
         self._cluster_seq += 1
+        name = f"qcluster-{self._cluster_seq}"
         env = self.config.worker_env()
         if self.database_url:
             env["DATABASE_URL"] = self.database_url
-        child = self.groups.manage(f"qcluster-{self._cluster_seq}", "qcluster", env=env)
+        if self.config.partitions:
+            # Its own silent proxy, so a partition cuts this cluster off and no other.
+            s = connection.settings_dict
+            proxy = SilentProxy((s["HOST"] or "127.0.0.1", int(s["PORT"] or 5432)))
+            self.proxies[name] = proxy
+            env["DATABASE_URL"] = proxy.url(self.database_url or _database_url())
+        child = self.groups.manage(name, "qcluster", env=env)
         self.clusters.append(child)
         return child
 
@@ -280,7 +341,7 @@ class ChaosRunner:
                     created=progress.notifications + progress.runs,
                     faults=len(self.records),
                 )
-                quiet = progress.done and done == total and not self.stopped
+                quiet = progress.done and done == total and not self.stopped and not self.partitioned
                 if quiet and settled_since is None:
                     settled_since = now
                 elif not quiet:
@@ -339,6 +400,8 @@ class ChaosRunner:
             return self._kill(waited)
         if fault.kind == F.STOP:
             return self._stop(fault, waited)
+        if fault.kind == F.PARTITION:
+            return self._partition(waited)
         self._restart()
         return True
 
@@ -358,6 +421,7 @@ class ChaosRunner:
         record = F.FaultRecord(F.KILL, self.elapsed(), db_now(), child.name, held)
         self.groups.kill(child)
         self.clusters.remove(child)
+        self._drop_proxy(child.name)
         for item in [item for item in self.stopped if item[0] in pids]:
             self.stopped.remove(item)
             item[2].note += "; its cluster was killed while it was frozen"
@@ -393,6 +457,38 @@ class ChaosRunner:
         self.records.append(record)
         return True
 
+    def _partition(self, waited: float) -> bool:
+        """Cut one cluster off from PostgreSQL (silently, both ways) for partition_factor x TTL."""
+        holders = F.lease_holders()
+        cut = {name for name, _, _ in self.partitioned}
+        frozen = {pid for pid, _, _ in self.stopped}
+        alive = [c for c in self.clusters if c.alive() and c.name in self.proxies and c.name not in cut]
+        alive = [c for c in alive if not frozen & set(c.descendants())] or alive
+        busy = [c for c in alive if any(holders.get(pid) for pid in c.descendants())]
+        if not busy and waited < 15:
+            return False
+        if not alive:
+            self.records.append(F.FaultRecord(F.PARTITION, self.elapsed(), None, "-", note="no cluster to cut off"))
+            return True
+        child = self.rng.choice(busy or alive)
+        pause = self.config.partition_factor * self.config.lease_ttl
+        held = F.held_rows({child.pgid, *child.descendants()})
+        record = F.FaultRecord(F.PARTITION, self.elapsed(), db_now(), child.name, held)
+        # Bounded twice: healed by _resume_due, and by the proxy itself should this loop stall.
+        self.proxies[child.name].partition(max_seconds=pause + 30)
+        record.note = f"silent link to PostgreSQL for {pause:g} s (TTL {self.config.lease_ttl:g} s), then healed"
+        self.partitioned.append((child.name, self.elapsed() + pause, record))
+        self.records.append(record)
+        return True
+
+    def _drop_proxy(self, name: str) -> None:
+        proxy = self.proxies.pop(name, None)
+        if proxy is not None:
+            proxy.close()
+        for cut in [cut for cut in self.partitioned if cut[0] == name]:
+            self.partitioned.remove(cut)
+            cut[2].note += "; its cluster was killed while cut off"
+
     def _resume_due(self, now: float) -> None:
         for item in list(self.stopped):
             pid, resume_at, record = item
@@ -401,6 +497,13 @@ class ChaosRunner:
                 record.resumed_at = now
                 record.thawed = True
                 self.stopped.remove(item)
+        for cut in list(self.partitioned):
+            name, heal_at, cut_record = cut
+            if now >= heal_at:
+                self.proxies[name].heal()
+                cut_record.resumed_at = now
+                cut_record.thawed = True
+                self.partitioned.remove(cut)
 
     def _restart(self) -> None:
         record = F.FaultRecord(F.RESTART, self.elapsed(), db_now(), "fake push + supplier services")
@@ -415,6 +518,17 @@ class ChaosRunner:
                 self.supplier = new
         record.note = "SIGTERM (state kept), started again on the same ports"
         self.records.append(record)
+
+
+def _database_url() -> str:
+    """A DATABASE_URL for the database this process uses (the children get it through their proxy)."""
+    from urllib.parse import quote
+
+    s = connection.settings_dict
+    auth = quote(s["USER"] or "", safe="")
+    if s.get("PASSWORD"):
+        auth += ":" + quote(s["PASSWORD"], safe="")
+    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -16,7 +16,7 @@ import threading
 from datetime import timedelta
 from typing import Protocol
 
-from django.db import connections, models
+from django.db import DatabaseError, connections, models
 
 from weave.conf import weave_settings
 from weave.leases.clock import Clock, default_clock
@@ -128,6 +128,22 @@ class Heartbeat:
             now = self.clock.monotonic()
             try:
                 self.queryset.renew(self.lease, ttl=timedelta(seconds=self.ttl), clock=self.clock)
+            except DatabaseError as error:
+                # The database could not be reached (a partition, a server-side timeout): we cannot know
+                # whether the lease still stands, so the failure wins like a refusal would (DESIGN §2.4).
+                first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                lost = LeaseLost(f"Renewal failed: the database could not be reached ({first}).")
+                lost.__cause__ = error
+                self._failure = lost
+                logger.warning(
+                    "event=renewal_failed model=%s id=%s owner=%s fence=%s reason=%r",
+                    self.queryset.model._meta.label,
+                    self.lease.pk,
+                    self.lease.owner,
+                    self.lease.fence,
+                    str(lost),
+                )
+                return
             except LeaseLost as lost:
                 self._failure = lost
                 logger.warning(

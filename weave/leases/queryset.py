@@ -12,13 +12,17 @@ from functools import reduce
 from operator import or_
 from typing import Any, Self, TypeVar, cast
 
-from django.db import connections, models, router, transaction
+from django.db import OperationalError, connections, models, router, transaction
 from django.db.models import BooleanField, Case, ExpressionWrapper, F, Q, Value, When
 from django.db.models.sql import UpdateQuery
 
+from weave.leases.bulk import finish_sql
 from weave.leases.clock import Clock, default_clock
 from weave.leases.errors import LeaseBusy, LeaseLost, NotClaimable
 from weave.leases.lease import BatchLease, Lease
+
+# SQLSTATE lock_not_available: FOR UPDATE NOWAIT found the row locked by another transaction.
+LOCK_NOT_AVAILABLE = "55P03"
 
 _M = TypeVar("_M", bound=models.Model)
 
@@ -62,11 +66,25 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
 
         Raises `LeaseBusy` if someone else holds a live lease, `NotClaimable` otherwise.
         """
-        claimed = (
-            self.filter(pk=pk)
-            .free_or_expired(clock)
-            ._update_returning(owner=owner, fence=F("fence") + 1, lease_expires_at=clock.now(_seconds(ttl)))
-        )
+        # nowait: a row locked by another transaction (a save in flight, or a worker cut off before its
+        # COMMIT) refuses at once instead of queueing behind the lock. Picking the row in the subselect
+        # locks it before the outer UPDATE computes its SET clause, so the expiry's db_now() is read
+        # while we hold the row: a claim can never land with an expiry measured before a wait.
+        # of=self: only the leased row is locked, never rows of tables the queryset's filters join.
+        chosen = self.filter(pk=pk).free_or_expired(clock).select_for_update(nowait=True, of=("self",)).values("pk")
+        try:
+            # A savepoint when nested, so a refusal leaves the caller's transaction usable.
+            with transaction.atomic(using=self._write_db):
+                claimed = (
+                    self._fresh()
+                    .filter(pk__in=chosen)
+                    .free_or_expired(clock)
+                    ._update_returning(owner=owner, fence=F("fence") + 1, lease_expires_at=clock.now(_seconds(ttl)))
+                )
+        except OperationalError as error:
+            if getattr(error.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            raise self._locked_refusal(pk, clock) from error
         if not claimed:
             raise self._claim_refusal(pk, clock)
         ((_, fence, expires_at),) = claimed
@@ -78,7 +96,9 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
         """Claim up to `limit` free or expired rows of this queryset (in its order) under one owner.
 
         One `UPDATE ... WHERE pk IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT n)` on PostgreSQL:
-        skip_locked lets concurrent claimers pass each other's rows instead of waiting or sharing.
+        skip_locked lets concurrent claimers pass each other's rows instead of waiting or sharing,
+        and passes at once over rows a cut-off worker's open transaction still locks. The rows are
+        locked by the subselect before the SET clause runs, so each expiry counts from the lock.
         On SQLite the IMMEDIATE transaction already serialises writers, so the same statement is atomic.
         """
         chosen = self.free_or_expired(clock).select_for_update(skip_locked=True)[:limit].values("pk")
@@ -95,6 +115,43 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
             batch.fences[pk] = fence
             batch.expires_at = expires_at if batch.expires_at is None else min(batch.expires_at, expires_at)
         return batch
+
+    def claim_rows(
+        self,
+        *,
+        owner: str,
+        ttl: float | timedelta,
+        limit: int,
+        fields: Iterable[str],
+        clock: Clock = default_clock,
+    ) -> tuple[BatchLease, list[dict[str, Any]]]:
+        """Claim like `claim_batch()` and return the claimed rows' `fields` too: one statement, no SELECT after.
+
+        Rows come back in this queryset's order as far as the database keeps it in `RETURNING`, which
+        it does not promise: callers that care sort them.
+        """
+        names = list(fields)
+        chosen = self.free_or_expired(clock).select_for_update(skip_locked=True)[:limit].values("pk")
+        with transaction.atomic(using=self._write_db):
+            claimed = (
+                self._fresh()
+                .filter(pk__in=chosen)
+                .free_or_expired(clock)
+                ._update_returning_fields(
+                    ["pk", "fence", "lease_expires_at", *names],
+                    owner=owner,
+                    fence=F("fence") + 1,
+                    lease_expires_at=clock.now(_seconds(ttl)),
+                )
+            )
+        batch = BatchLease(owner=owner)
+        rows = []
+        for row in claimed:
+            batch.fences[row["pk"]] = row["fence"]
+            expires_at = row["lease_expires_at"]
+            batch.expires_at = expires_at if batch.expires_at is None else min(batch.expires_at, expires_at)
+            rows.append({"pk": row["pk"], **{name: row[name] for name in names}})
+        return batch, rows
 
     def reopen(self, pk: Any, *, clock: Clock = default_clock, **fields: Any) -> int:
         """Start a new epoch on a free row of this queryset: bump its fence, leave it unowned, write `fields`.
@@ -164,6 +221,32 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
         landed = self.filter(guard)._update_returning(owner=None, lease_expires_at=None, **updates)
         return {pk for pk, _, _ in landed}
 
+    def release_each(
+        self, rows: Iterable[tuple[Lease, Mapping[str, Any]]], *, clock: Clock = default_clock
+    ) -> set[Any]:
+        """Release many rows, each under its own lease (owner, fence, live expiry), each with its own fields.
+
+        ONE `UPDATE ... FROM (VALUES ...)`: the same guard as `release()`, row by row, in one statement
+        the ORM need not compile. Field values are constants or clock expressions. Return the pks that
+        landed; the others are not ours any more and were not touched (`refusal(lease)` says why).
+        """
+        rows = list(rows)
+        if not rows:
+            return set()
+        connection = connections[self._write_db]
+        sql, params = finish_sql(self.model, connection, self._write_db, rows, clock)
+        pk_field = self.model._meta.pk
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            landed = cursor.fetchall()
+        converters = connection.ops.get_db_converters(pk_field.get_col(self.model._meta.db_table))
+        result = set()
+        for (pk,) in landed:
+            for convert in converters:
+                pk = convert(pk, pk_field, connection)
+            result.add(pk)
+        return result
+
     def refusal(self, lease: Lease, *, clock: Clock = default_clock) -> LeaseLost:
         """Return the `LeaseLost` a write under `lease` gets now: who holds the row instead, and since when."""
         return self._lost(lease, clock, None, action="write")
@@ -232,6 +315,35 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
             result.append((pk, fence, expires_at))
         return result
 
+    def _update_returning_fields(self, names: list[str], **values: Any) -> list[dict[str, Any]]:
+        """Run this queryset's UPDATE with `RETURNING` the columns of `names`, converted like a query's."""
+        query = cast(UpdateQuery, self.query.chain(UpdateQuery))
+        query.add_update_values(values)
+        compiler = query.get_compiler(self._write_db)
+        compiler.pre_sql_setup()
+        sql, params = compiler.as_sql()
+        connection = connections[self._write_db]
+        qn = connection.ops.quote_name
+        meta = self.model._meta
+        fields = [cast("models.Field[Any, Any]", meta.pk if name == "pk" else meta.get_field(name)) for name in names]
+        returning = ", ".join(qn(self._column(field.name)) for field in fields)
+        with connection.cursor() as cursor:
+            cursor.execute(f"{sql} RETURNING {returning}", params)
+            raw = cursor.fetchall()
+        converters = []
+        for field in fields:
+            col = field.get_col(meta.db_table)
+            converters.append((col, connection.ops.get_db_converters(col) + col.get_db_converters(connection)))
+        rows = []
+        for values_row in raw:
+            row = {}
+            for name, value, (col, convert_all) in zip(names, values_row, converters, strict=True):
+                for convert in convert_all:
+                    value = convert(value, col, connection)
+                row[name] = value
+            rows.append(row)
+        return rows
+
     def _column(self, name: str) -> str:
         column = cast("models.Field[Any, Any]", self.model._meta.get_field(name)).column
         assert column is not None, f"{name} is a concrete column"
@@ -264,6 +376,17 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
                 f"until {row['lease_expires_at']:%Y-%m-%d %H:%M:%S.%f} (database time)."
             )
         return NotClaimable(f"{self._label(pk)} is free but not in a claimable state.")
+
+    def _locked_refusal(self, pk: Any, clock: Clock) -> LeaseBusy:
+        row = self._current(pk, clock)
+        held = ""
+        if row is not None and row["owner"] is not None:
+            state = "live" if row["lease_live"] else "expired"
+            held = f"; its lease ({row['owner']} at fence {row['fence']}) is {state}"
+        return LeaseBusy(
+            f"{self._label(pk)} is busy: its row is locked by another transaction (a write in flight, or a "
+            f"worker cut off before its COMMIT, which the server aborts after its session timeouts){held}."
+        )
 
     def _lost(self, lease: Lease, clock: Clock, expect: Mapping[str, Any] | None, *, action: str) -> LeaseLost:
         ours = f"{lease.owner} at fence {lease.fence}"

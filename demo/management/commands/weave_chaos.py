@@ -27,6 +27,9 @@ class Command(BaseCommand):
         parser.add_argument("--stops", type=int, default=d.stops)
         parser.add_argument("--restarts", type=int, default=d.restarts)
         parser.add_argument(
+            "--partitions", type=int, default=d.partitions, help="silent cuts of a cluster's link to PostgreSQL"
+        )
+        parser.add_argument(
             "--fault-window",
             type=float,
             nargs=2,
@@ -37,6 +40,9 @@ class Command(BaseCommand):
         parser.add_argument("--fault-gap", type=float, default=d.fault_gap, help="seconds between faults, at least")
         parser.add_argument("--lease-ttl", type=float, default=d.lease_ttl)
         parser.add_argument("--stop-factor", type=float, default=d.stop_factor, help="a stop lasts this many TTLs")
+        parser.add_argument(
+            "--partition-factor", type=float, default=d.partition_factor, help="a partition lasts this many TTLs"
+        )
         parser.add_argument("--latency-ms", type=int, default=d.latency_ms, help="fake push provider latency")
         parser.add_argument("--supplier-latency-ms", type=int, default=d.supplier_latency_ms)
         parser.add_argument("--deadline", type=float, default=d.deadline, help="seconds after the load starts")
@@ -44,6 +50,12 @@ class Command(BaseCommand):
         parser.add_argument("--supplier-port", type=int, default=d.supplier_port)
         parser.add_argument("--log-dir", type=Path, default=d.log_dir, help="children's logs and server state")
         parser.add_argument("--no-progress", action="store_true")
+        parser.add_argument(
+            "--devices", type=int, default=d.devices,
+            help="devices on the FCM, APNs and Web Push fakes (a share with dead tokens); 0 leaves them out",
+        )  # fmt: skip
+        parser.add_argument("--device-sends", type=int, default=d.device_sends, help="sends to a user's devices")
+        parser.add_argument("--push-fakes-port", type=int, default=d.push_fakes_port)
 
     def handle(self, *args, **o):
         if o["clusters"] < 3:
@@ -57,6 +69,8 @@ class Command(BaseCommand):
             kills=o["kills"],
             stops=o["stops"],
             restarts=o["restarts"],
+            partitions=o["partitions"],
+            partition_factor=o["partition_factor"],
             fault_window=tuple(o["fault_window"]),
             fault_gap=o["fault_gap"],
             lease_ttl=o["lease_ttl"],
@@ -68,6 +82,9 @@ class Command(BaseCommand):
             supplier_port=o["supplier_port"],
             log_dir=o["log_dir"],
             progress=not o["no_progress"],
+            devices=o["devices"],
+            device_sends=o["device_sends"],
+            push_fakes_port=o["push_fakes_port"],
         )
         try:
             outcome = ChaosRunner(config, stdout=cast(TextIO, self.stdout)).run()

@@ -43,6 +43,7 @@ class Command(BaseCommand):
                 created += new
             self.stdout.write(f"Suppliers: {created} created, {len(SUPPLIERS) - created} already there.")
 
+            self._devices()
             if Notification.objects.filter(device_token__startswith=DEMO_TOKEN_PREFIX + "phone").exists():
                 self.stdout.write("Demo notifications already there.")
                 return
@@ -54,3 +55,31 @@ class Command(BaseCommand):
                     data={"demo": True},
                 )
             self.stdout.write("Notifications: 3 created (delivery is queued for qcluster).")
+
+    def _devices(self) -> None:
+        """With the provider fakes running (WEAVE_PUSH_BACKENDS_FILE), give the demo admin a live and a dead
+        device on each of FCM, APNs and Web Push, and send to them once: the admin then shows deliveries
+        through every backend and the dead devices pruned."""
+        import json
+        import os
+        from pathlib import Path
+
+        from django.contrib.auth import get_user_model
+
+        from notifications.models import Device
+        from notifications.services import device_register, notification_send_to_user
+        from notifications.testing.push_fakes import TOKENS_FILE
+
+        backends_file = os.environ.get("WEAVE_PUSH_BACKENDS_FILE")
+        if not backends_file or Device.objects.exists():
+            return
+        tokens = json.loads((Path(backends_file).parent / TOKENS_FILE).read_text())
+        user = get_user_model().objects.filter(is_superuser=True).order_by("pk").first()
+        platforms = {"fcm": "android", "apns": "ios", "webpush": "web"}
+        for kind in ("live", "dead"):
+            for backend, token in tokens[kind].items():
+                device_register(user=user, backend=backend, token=token, platform=platforms[backend])
+        rows = notification_send_to_user(
+            user=user, title="Hello from every backend", body="FCM, APNs and Web Push fakes", ttl=3600
+        )
+        self.stdout.write(f"Devices: 6 registered (3 of them dead); {len(rows)} notifications queued to them.")

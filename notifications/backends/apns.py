@@ -1,0 +1,225 @@
+"""Apple Push Notification service, provider API with token (JWT) auth, HTTP/2 only.
+
+    "apns": {"BACKEND": "notifications.backends.apns.APNsBackend",
+             "OPTIONS": {"team_id": "ABCDE12345", "key_id": "KEY1234567", "key_file": "/etc/secrets/AuthKey.p8",
+                         "topic": "com.example.app",
+                         "host": "api.push.apple.com",   # api.sandbox.push.apple.com for development builds
+                         "ca_file": None,                # optional: trust only this CA (local fakes)
+                         "push_type": "alert"}}          # optional
+
+`POST https://{host}/3/device/{token}` with `apns-topic`, `apns-push-type`, `apns-priority`,
+`apns-expiration`, `apns-collapse-id` and `apns-id` (the notification's idempotency key). A 200 has an
+empty body; errors carry Apple's `reason` string, which decides the outcome.
+"""
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from notifications.backends import classify
+from notifications.backends.base import Outcome, Priority, PushBackend, PushMessage, SendResult
+from notifications.backends.credentials import APNsProviderToken, shared, tls_context
+from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request
+from notifications.backends.options import expired_before_sending, missing, short_key, ttl_to_send, unknown, unreadable
+from weave.retry import HttpClass, http_class
+from weave.sanitize import outside_text
+
+OPTIONS = {"team_id", "key_id", "key_file", "topic", "host", "ca_file", "push_type", "token_lifetime"}
+_HEX = re.compile(r"^[0-9a-fA-F]{64,200}$")
+
+# Apple's reasons that concern one device token: the device must be deactivated.
+TOKEN_REASONS = {"Unregistered", "BadDeviceToken", "DeviceTokenNotForTopic"}
+# Our provider token: replace it once and send again, then stop the batch.
+AUTH_REASONS = {"ExpiredProviderToken", "InvalidProviderToken", "MissingProviderToken"}
+# Configuration that no message can get past (wrong topic, certificate, path): stop the batch.
+CONFIG_REASONS = {"MissingTopic", "TopicDisallowed", "BadTopic", "BadCertificate", "BadCertificateEnvironment",
+                  "Forbidden", "BadPath", "MethodNotAllowed"}  # fmt: skip
+
+
+class APNsBackend(PushBackend):
+    """Send to APNs over HTTP/2 with an ES256 provider token that is reused for 20-50 minutes."""
+
+    supports_http2: ClassVar[bool] = True
+    supports_collapse: ClassVar[bool] = True
+    supports_expiry: ClassVar[bool] = True
+
+    def __init__(self, *, alias: str, options: Mapping[str, Any], timeout: float, concurrency: int) -> None:
+        super().__init__(alias=alias, options=options, timeout=timeout, concurrency=concurrency)
+        self.topic: str = options["topic"]
+        self.host: str = options.get("host") or "api.push.apple.com"
+        self.base_url = f"https://{self.host}"
+        self.ca_file: str | None = options.get("ca_file")
+        self.push_type: str = options.get("push_type") or "alert"
+        team_id, key_id, key_file = str(options["team_id"]), str(options["key_id"]), str(options["key_file"])
+        lifetime = float(options.get("token_lifetime") or 40 * 60)
+        # Process-wide: Apple refuses a new provider token more often than every 20 minutes.
+        self.provider_token = shared(
+            ("apns", team_id, key_id, key_file),
+            lambda: APNsProviderToken(team_id=team_id, key_id=key_id, key_file=key_file, lifetime=lifetime),
+        )
+
+    @classmethod
+    def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[str]:
+        problems = [*unknown(options, OPTIONS), *missing(options, "team_id", "key_id", "key_file", "topic")]
+        problems += unreadable(options, "key_file", "ca_file")
+        if not problems:
+            try:
+                from cryptography.hazmat.primitives.asymmetric import ec
+                from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+                with open(options["key_file"], "rb") as handle:
+                    key = load_pem_private_key(handle.read(), password=None)
+                if not isinstance(key, ec.EllipticCurvePrivateKey):
+                    problems.append("OPTIONS['key_file'] is not an EC (P-256) key, as Apple's .p8 keys are.")
+            except (OSError, ValueError, TypeError) as exc:
+                problems.append(f"OPTIONS['key_file'] is not a PEM private key ({type(exc).__name__}).")
+        return problems
+
+    @classmethod
+    def check_token(cls, token: str) -> str:
+        """Return why `token` cannot be an APNs device token, or "" (a hex string, 32 bytes or more)."""
+        return "" if _HEX.match(token) else "An APNs device token is a hexadecimal string of at least 64 characters."
+
+    def make_client(self, **extra: Any) -> Any:
+        # HTTP/2 only, like APNs itself: one connection multiplexes the batch's concurrency.
+        return super().make_client(verify=tls_context(self.ca_file), http1=False, **extra)
+
+    def secrets(self) -> list[str]:
+        token = self.provider_token.secret()
+        return [token] if token else []
+
+    async def send(self, message: PushMessage) -> SendResult:
+        started = time.monotonic()
+        deadline = started + self.timeout
+        ttl = ttl_to_send(message)
+        if ttl == 0:
+            return expired_before_sending(message)
+        url = f"{self.base_url}/3/device/{message.token}"
+        headers, content = apns_request(message, topic=self.topic, push_type=self.push_type, ttl=ttl)
+        refused: str | None = None
+        for attempt in (1, 2):
+            jwt_token = self.provider_token.get(refused=refused)
+            secrets = [jwt_token]
+            try:
+                response = await capped_request(
+                    self.client, "POST", url, deadline=max(0.0, deadline - time.monotonic()),
+                    headers={**headers, "authorization": f"bearer {jwt_token}"}, content=content, secrets=secrets,
+                )  # fmt: skip
+            except ExchangeFailed as exc:
+                return classify.failed_exchange(exc, where=self.host)
+            if attempt == 1 and response.status == 403 and apns_reason(response) in AUTH_REASONS:
+                refused = jwt_token  # nothing was delivered: sign a new provider token once and send again
+                continue
+            return classify_apns(response, secrets=secrets, where=self.host, after_refresh=attempt == 2)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def apns_request(message: PushMessage, *, topic: str, push_type: str, ttl: int | None) -> tuple[dict[str, str], bytes]:
+    """The headers (without authorization) and JSON payload for `message`."""
+    high = message.priority == Priority.HIGH
+    alert = bool(message.title or message.body)
+    kind = push_type if alert else "background"
+    key = message.collapse_key or message.idempotency_key
+    headers = {
+        "apns-topic": topic,
+        "apns-push-type": kind,
+        # Background pushes must use priority 5; an alert at 5 is "normal" (delivered when convenient).
+        "apns-priority": "10" if high and kind != "background" else "5",
+        # The same id on every attempt: a resend after an unknown outcome is the same notification to
+        # APNs, and the collapse id makes the device replace the first copy instead of showing two.
+        "apns-id": apns_id(message.idempotency_key),
+        "apns-collapse-id": short_key(key, limit=64),
+        "content-type": "application/json",
+    }
+    if ttl is not None:
+        headers["apns-expiration"] = str(int(time.time()) + ttl)
+    aps: dict[str, Any] = (
+        {"alert": {"title": message.title, "body": message.body}} if alert else {"content-available": 1}
+    )
+    payload = {**{k: v for k, v in message.data.items() if k != "aps"}, "aps": aps}
+    return headers, json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def apns_id(key: str) -> str:
+    """The canonical lower-case UUID APNs wants: the key itself when it is one, else a stable UUID of it."""
+    try:
+        return str(uuid.UUID(key))
+    except ValueError:
+        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"weave:{key}"))
+
+
+def apns_reason(response: CappedResponse) -> str:
+    try:
+        body = response.json()
+    except (ValueError, UnicodeDecodeError):
+        return ""
+    return str(body.get("reason", "")) if isinstance(body, dict) else ""
+
+
+def classify_apns(
+    response: CappedResponse, *, secrets: list[str], where: str = "APNs", after_refresh: bool = False
+) -> SendResult:
+    """Turn an APNs answer into an outcome, from Apple's `reason` first and the HTTP status second."""
+    status = response.status
+    kind = http_class(status)
+    base: dict[str, Any] = {"http_status": status, "latency_ms": response.latency_ms}
+    if kind == HttpClass.SUCCESS:
+        message_id = outside_text(response.headers.get("apns-id", ""), secrets=secrets, limit=200)
+        return SendResult(outcome=Outcome.DELIVERED, provider_message_id=message_id, **base)
+    if kind == HttpClass.REDIRECT:
+        return classify.redirect(response, where=where, secrets=secrets)
+    reason = outside_text(apns_reason(response), secrets=secrets, limit=80)
+    said = reason or response.snippet(secrets=secrets) or f"HTTP {status}"
+    if reason in TOKEN_REASONS:
+        if reason == "Unregistered":
+            since = _timestamp(response)
+            why = "is no longer active for the topic" + (f" (since {since})" if since else "")
+        elif reason == "BadDeviceToken":
+            why = "is not valid (or belongs to the other APNs environment)"
+        else:
+            why = "belongs to another app (apns-topic)"
+        return SendResult(
+            outcome=Outcome.PERMANENT, reason=f"APNs {reason} (HTTP {status}): the device token {why}.",
+            token_invalid=True, **base,
+        )  # fmt: skip
+    retry_after = response.retry_after()
+    asked = f", Retry-After {retry_after:g} s" if retry_after is not None else ""
+    if reason == "TooManyRequests":
+        # Too many pushes to this one device: back off this row only; the provider is fine for others.
+        return SendResult(
+            outcome=Outcome.TEMPORARY, reason=f"APNs TooManyRequests (HTTP 429{asked}): too many notifications "
+            "to this device token; this row waits, the batch goes on.", retry_after=retry_after, **base,
+        )  # fmt: skip
+    if reason in AUTH_REASONS or (reason in CONFIG_REASONS) or status in (403, 404, 405, 505):
+        refreshed = " even after a new provider token was signed" if after_refresh and reason in AUTH_REASONS else ""
+        return SendResult(
+            outcome=Outcome.TEMPORARY,
+            reason=f"APNs refused our configuration or provider token: {said} (HTTP {status}){refreshed}. "
+            "Check team_id, key_id, key_file, topic and host.",
+            systemic=True, fatal=True, **base,
+        )  # fmt: skip
+    if kind in (HttpClass.THROTTLED, HttpClass.SERVER) or reason in (
+        "InternalServerError",
+        "ServiceUnavailable",
+        "Shutdown",
+    ):
+        return SendResult(
+            outcome=Outcome.TEMPORARY, reason=f"APNs {said} (HTTP {status}{asked}).", retry_after=retry_after,
+            systemic=True, **base,
+        )  # fmt: skip
+    if kind == HttpClass.TIMEOUT:
+        return SendResult(outcome=Outcome.TEMPORARY, reason=f"APNs timed out reading the request: {said}.", **base)
+    return SendResult(
+        outcome=Outcome.PERMANENT, reason=f"APNs refused the notification: {said} (HTTP {status}).", **base
+    )
+
+
+def _timestamp(response: CappedResponse) -> str:
+    try:
+        millis = int(response.json().get("timestamp"))
+    except (ValueError, TypeError, AttributeError, UnicodeDecodeError):
+        return ""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(millis / 1000))

@@ -1,0 +1,158 @@
+"""The push backend interface: one message in, one classified result out. No database access here.
+
+A backend speaks one provider's protocol (the generic webhook, FCM, APNs, Web Push). The worker runs
+every backend on its own event loop, many sends in flight at once, and only ever awaits `send()`:
+whatever the network or the peer does, `send()` returns a `SendResult` and never raises for
+transport errors, HTTP errors or garbage answers. Every request goes through `capped_request()`
+(in `notifications.backends.http`), so one deadline bounds the whole exchange and a body is never
+read past a small cap.
+"""
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, ClassVar
+
+import httpx
+
+from weave.sanitize import SNIPPET, outside_text
+
+
+class Outcome(StrEnum):
+    """How one send ended, from the provider's side (mirrors DeliveryAttempt.Outcome)."""
+
+    DELIVERED = "delivered"
+    TEMPORARY = "temporary"  # nothing delivered; try again later
+    PERMANENT = "permanent"  # the provider will never accept this message
+    UNKNOWN = "unknown"  # sent, but no answer: the provider may have delivered it
+
+
+class Priority(StrEnum):
+    NORMAL = "normal"
+    HIGH = "high"
+
+
+@dataclass(frozen=True)
+class PushMessage:
+    """What goes to the provider for one notification. Built by the worker from the claimed row."""
+
+    idempotency_key: str
+    token: str  # the device token (or Web Push subscription, as the backend defines it)
+    title: str
+    body: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+    # Same key => the device replaces the earlier message instead of stacking it (APNs collapse-id,
+    # FCM collapse_key/tag, Web Push Topic). Empty: the backend may fall back to the idempotency key.
+    collapse_key: str = ""
+    priority: str = Priority.NORMAL
+    # After this instant the message must not be shown any more. The backend computes the remaining
+    # TTL at send time (`remaining_ttl()`), so a message that waited in the queue gets a shorter one.
+    expires_at: datetime | None = None
+    backend: str = "default"  # the alias in WEAVE["PUSH_BACKENDS"] that sends it
+
+    def remaining_ttl(self, now: datetime | None = None) -> int | None:
+        """Return the whole seconds left before `expires_at` (at least 0), or None when it never expires."""
+        if self.expires_at is None:
+            return None
+        left = (self.expires_at - (now or datetime.now(UTC))).total_seconds()
+        return max(0, int(left))
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """A classified provider answer. `reason` is for a person reading the admin: always sanitized."""
+
+    outcome: Outcome
+    reason: str = ""
+    http_status: int | None = None
+    latency_ms: int = 0
+    provider_message_id: str = ""
+    # Seconds the provider asked us to wait (Retry-After on 429/503); None means "use our backoff".
+    retry_after: float | None = None
+    # The provider is failing for everyone (bad credentials, 5xx, unreachable, a redirect), not for this
+    # message: the circuit breaker counts these.
+    systemic: bool = False
+    # No point sending anything else in this batch (credentials refused, a misconfigured URL): the
+    # breaker opens at once.
+    fatal: bool = False
+    # The provider says this device token is dead (unregistered, wrong topic, 410): the device must be
+    # deactivated in the same transaction as the attempt's guarded finish. Concerns one token only.
+    token_invalid: bool = False
+
+    def __post_init__(self) -> None:
+        if self.token_invalid and (self.systemic or self.fatal):
+            raise ValueError("A token-level refusal concerns one device: it is never systemic or fatal.")
+        if self.token_invalid and self.outcome != Outcome.PERMANENT:
+            raise ValueError("A dead device token is a permanent outcome.")
+
+
+class PushBackend(ABC):
+    """Base class of every push backend, configured under an alias in WEAVE["PUSH_BACKENDS"].
+
+    One instance lives on one worker's event loop for the length of a drain; the worker calls
+    `aclose()` at the end. Subclasses implement `send()` and may override `check_options()`,
+    `secrets()`, and the `supports_*` flags.
+    """
+
+    # Whether the provider speaks HTTP/2 (one connection multiplexes a batch's concurrency).
+    supports_http2: ClassVar[bool] = False
+    # Whether the provider honours an Idempotency-Key (at most one delivery per key).
+    supports_idempotency_key: ClassVar[bool] = False
+    # Whether the provider can replace an earlier message with the same collapse key.
+    supports_collapse: ClassVar[bool] = False
+    # Whether `send()` passes the remaining TTL on to the provider.
+    supports_expiry: ClassVar[bool] = False
+
+    def __init__(self, *, alias: str, options: Mapping[str, Any], timeout: float, concurrency: int) -> None:
+        problems = self.check_options(alias, options)
+        if problems:
+            from django.core.exceptions import ImproperlyConfigured
+
+            raise ImproperlyConfigured(f"WEAVE PUSH_BACKENDS[{alias!r}]: " + "; ".join(problems))
+        self.alias = alias
+        self.options = dict(options)
+        self.timeout = float(timeout)
+        self.concurrency = max(1, int(concurrency))
+        self._client: httpx.AsyncClient | None = None
+
+    # --- what a backend implements -------------------------------------------------------------------
+
+    @abstractmethod
+    async def send(self, message: PushMessage) -> SendResult:
+        """Send one message and classify the answer. Never raises for transport, HTTP or garbage answers."""
+
+    @classmethod
+    def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[str]:
+        """Return the problems with `options` (missing keys, unreadable files), each a readable sentence."""
+        return []
+
+    def secrets(self) -> list[str]:
+        """Return every secret value this backend holds (tokens, keys), so reasons and logs can redact them."""
+        return []
+
+    async def aclose(self) -> None:
+        """Close the connections this backend opened."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    # --- shared helpers --------------------------------------------------------------------------------
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """The backend's pooled client, made on first use (so on the event loop that sends)."""
+        if self._client is None:
+            self._client = self.make_client()
+        return self._client
+
+    def make_client(self, **extra: Any) -> httpx.AsyncClient:
+        """Return a client sized for the worker's concurrency that never follows a redirect."""
+        from notifications.backends.http import make_client
+
+        return make_client(timeout=self.timeout, concurrency=self.concurrency, http2=self.supports_http2, **extra)
+
+    def reason(self, text: str | bytes, *, limit: int = SNIPPET) -> str:
+        """Return outside text (a body, a header, an exception) fit for a reason: decoded, redacted, one line."""
+        return outside_text(text, secrets=self.secrets(), limit=limit)

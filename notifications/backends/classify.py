@@ -1,0 +1,66 @@
+"""Answers every backend classifies the same way: failed exchanges, redirects, throttling, server errors.
+
+Pure functions from a `CappedResponse` / `ExchangeFailed` to a `SendResult`; the provider-specific
+cases (a token-level refusal, an auth error in the provider's own JSON) stay in each backend.
+"""
+
+from notifications.backends.base import Outcome, SendResult
+from notifications.backends.http import CappedResponse, ExchangeFailed
+
+
+def failed_exchange(exc: ExchangeFailed, *, where: str) -> SendResult:
+    """Classify an exchange with no complete answer: nothing sent is temporary, maybe sent is unknown."""
+    if not exc.sent:
+        # Failed before a byte of the request left: nothing can have been delivered, and the provider
+        # (or the network to it) is down for everyone.
+        return SendResult(
+            outcome=Outcome.TEMPORARY,
+            reason=f"Could not reach the provider at {where} ({exc.detail}); nothing was sent.",
+            latency_ms=exc.latency_ms,
+            systemic=True,
+        )
+    if exc.kind == "timeout":
+        why = f"No response within {exc.deadline:g} s after the request was sent ({exc.detail})"
+    else:
+        why = f"The connection dropped after the request was sent ({exc.detail})"
+    return SendResult(
+        outcome=Outcome.UNKNOWN,
+        reason=f"{why}; the provider may have delivered it. Retried with the same idempotency key.",
+        latency_ms=exc.latency_ms,
+    )
+
+
+def redirect(response: CappedResponse, *, where: str, secrets: list[str]) -> SendResult:
+    """A 3xx is never followed and never the message's fault: a misconfigured URL that stops the batch."""
+    location = response.location(secrets=secrets) or "(no Location header)"
+    return SendResult(
+        outcome=Outcome.TEMPORARY,
+        http_status=response.status,
+        latency_ms=response.latency_ms,
+        reason=(
+            f"The provider at {where} answered HTTP {response.status} redirecting to {location}; redirects "
+            "are never followed. Fix the configured URL."
+        ),
+        systemic=True,
+        fatal=True,
+    )
+
+
+def throttled_or_unavailable(response: CappedResponse, *, what: str, secrets: list[str]) -> SendResult:
+    """429 and 5xx (and 408): temporary; Retry-After honoured on 429 and 503; systemic except 408."""
+    status = response.status
+    retry_after = response.retry_after() if status in (429, 503) else None
+    asked = ""
+    if retry_after is not None:
+        asked = f", Retry-After {retry_after:g} s"
+    elif status == 429 or (status == 503 and "Retry-After" in response.headers):
+        asked = ", no usable Retry-After"
+    body = response.snippet(secrets=secrets)
+    return SendResult(
+        outcome=Outcome.TEMPORARY,
+        http_status=status,
+        latency_ms=response.latency_ms,
+        retry_after=retry_after,
+        reason=f"{what} (HTTP {status}{asked}){': ' + body if body else ''}.",
+        systemic=status != 408,
+    )

@@ -1,0 +1,282 @@
+"""Firebase Cloud Messaging, HTTP v1 API, over HTTP/2.
+
+    "fcm": {"BACKEND": "notifications.backends.fcm.FCMBackend",
+            "OPTIONS": {"project_id": "my-app", "credentials_file": "/etc/secrets/fcm.json",
+                        "base_url": "https://fcm.googleapis.com",   # optional: emulators and local fakes
+                        "ca_file": None}}                           # optional: trust only this CA (fakes)
+
+Auth is a service-account OAuth2 access token (see `credentials.GoogleAccessToken`). On a 401 the token
+is replaced once and the message sent again (a 401 means nothing was delivered); a second 401 stops
+the batch. Answers are classified from FCM's own error JSON (`google.firebase.fcm.v1.FcmError`).
+"""
+
+import asyncio
+import json
+import time
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from notifications.backends import classify
+from notifications.backends.base import Outcome, Priority, PushBackend, PushMessage, SendResult
+from notifications.backends.credentials import (
+    CredentialsRefused,
+    CredentialsUnreachable,
+    GoogleAccessToken,
+    shared,
+    tls_context,
+)
+from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request
+from notifications.backends.options import (
+    DataError,
+    expired_before_sending,
+    missing,
+    short_key,
+    ttl_to_send,
+    unknown,
+    unreadable,
+)
+from weave.retry import HttpClass, http_class
+from weave.sanitize import outside_text
+
+FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
+BAD_REQUEST_TYPE = "type.googleapis.com/google.rpc.BadRequest"
+RESERVED_KEYS = {"from", "notification", "message_type", "collapse_key", "priority", "time_to_live"}
+OPTIONS = {"project_id", "credentials_file", "base_url", "ca_file"}
+
+
+class FCMBackend(PushBackend):
+    """Send through FCM HTTP v1 (`projects/{id}/messages:send`) with a service account's access token."""
+
+    supports_http2: ClassVar[bool] = True
+    supports_collapse: ClassVar[bool] = True
+    supports_expiry: ClassVar[bool] = True
+
+    def __init__(self, *, alias: str, options: Mapping[str, Any], timeout: float, concurrency: int) -> None:
+        super().__init__(alias=alias, options=options, timeout=timeout, concurrency=concurrency)
+        self.project_id: str = options["project_id"]
+        self.base_url: str = (options.get("base_url") or "https://fcm.googleapis.com").rstrip("/")
+        self.url = f"{self.base_url}/v1/projects/{self.project_id}/messages:send"
+        self.ca_file: str | None = options.get("ca_file")
+        credentials_file = str(options["credentials_file"])
+        self.credentials = shared(
+            ("fcm", credentials_file, self.ca_file),
+            lambda: GoogleAccessToken(credentials_file, ca_file=self.ca_file, timeout=self.timeout),
+        )
+        # One token fetch per event loop at a time: the others wait here instead of each taking a thread.
+        self._token_lock = asyncio.Lock()
+
+    @classmethod
+    def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[str]:
+        problems = [*unknown(options, OPTIONS), *missing(options, "project_id", "credentials_file")]
+        problems += unreadable(options, "credentials_file", "ca_file")
+        if not problems:
+            try:
+                info = json.loads(open(options["credentials_file"], encoding="utf-8").read())  # noqa: SIM115
+            except (OSError, ValueError) as exc:
+                return [f"OPTIONS['credentials_file'] is not a JSON service-account file ({type(exc).__name__})."]
+            lacking = [
+                k for k in ("client_email", "private_key", "token_uri") if not (isinstance(info, dict) and info.get(k))
+            ]
+            if lacking:
+                problems.append(f"OPTIONS['credentials_file'] lacks {', '.join(lacking)}: not a service-account file.")
+        base_url = options.get("base_url")
+        if base_url and not str(base_url).startswith(("https://", "http://")):
+            problems.append("OPTIONS['base_url'] must be an https:// URL.")
+        return problems
+
+    @classmethod
+    def prepare_data(cls, data: Mapping[str, Any]) -> dict[str, str]:
+        """Return `data` with string values only, as FCM requires; numbers and booleans are converted
+        (`1` -> "1", `True` -> "true"), anything else refused with a DataError naming the key."""
+        prepared: dict[str, str] = {}
+        for key, value in data.items():
+            if not isinstance(key, str) or not key:
+                raise DataError(f"FCM data keys are non-empty strings, not {key!r}.")
+            if key in RESERVED_KEYS or key.startswith(("google", "gcm")):
+                raise DataError(f"FCM reserves the data key {key!r} (also any key starting with google or gcm).")
+            if isinstance(value, str):
+                prepared[key] = value
+            elif isinstance(value, bool):
+                prepared[key] = "true" if value else "false"
+            elif isinstance(value, int | float) and value == value and abs(value) != float("inf"):
+                prepared[key] = str(value)
+            else:
+                raise DataError(
+                    f"FCM data values must be strings: data[{key!r}] is {type(value).__name__}. "
+                    "Send it as a string (JSON-encode it yourself if the app expects JSON)."
+                )
+        return prepared
+
+    def make_client(self, **extra: Any) -> Any:
+        return super().make_client(verify=tls_context(self.ca_file), **extra)
+
+    def secrets(self) -> list[str]:
+        token = self.credentials.current()
+        return [token] if token else []
+
+    async def send(self, message: PushMessage) -> SendResult:
+        started = time.monotonic()
+        deadline = started + self.timeout  # one deadline for token fetch, send and the one retry
+        ttl = ttl_to_send(message)
+        if ttl == 0:
+            return expired_before_sending(message)
+        content = json.dumps(fcm_message(message, ttl), separators=(",", ":"), ensure_ascii=False).encode()
+        refused: str | None = None
+        for attempt in (1, 2):
+            try:
+                token = await self._token(refused, deadline - time.monotonic())
+            except CredentialsRefused as exc:
+                return _auth_failed(self.reason(str(exc)), started)
+            except CredentialsUnreachable as exc:
+                return SendResult(
+                    outcome=Outcome.TEMPORARY,
+                    reason=f"Could not get an FCM access token ({self.reason(str(exc))}); nothing was sent.",
+                    latency_ms=_ms(started),
+                    systemic=True,
+                )
+            headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json; charset=UTF-8"}
+            secrets = [token]
+            try:
+                response = await capped_request(
+                    self.client, "POST", self.url, deadline=max(0.0, deadline - time.monotonic()),
+                    headers=headers, content=content, secrets=secrets,
+                )  # fmt: skip
+            except ExchangeFailed as exc:
+                return classify.failed_exchange(exc, where=self.base_url)
+            if response.status == 401 and attempt == 1:
+                refused = token  # nothing was delivered: replace the token once and send again
+                continue
+            return classify_fcm(response, secrets=secrets, where=self.base_url, after_refresh=attempt == 2)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _token(self, refused: str | None, deadline: float) -> str:
+        if refused is None and (token := self.credentials.current()) is not None:
+            return token
+        async with self._token_lock:
+            return await self.credentials.aget(refused=refused, deadline=deadline)
+
+
+def fcm_message(message: PushMessage, ttl: int | None) -> dict[str, Any]:
+    """The v1 request body for `message`, with `ttl` seconds left (None: FCM's default of four weeks)."""
+    high = message.priority == Priority.HIGH
+    # What replaces on screen: the site's collapse key, else the notification's own key, so a resend
+    # after an unknown outcome replaces the first copy instead of showing twice.
+    tag = message.collapse_key or message.idempotency_key
+    android: dict[str, Any] = {"priority": "HIGH" if high else "NORMAL", "notification": {"tag": tag}}
+    if message.collapse_key:
+        # Only a site's own collapse keys: FCM keeps at most four distinct collapse keys per device while
+        # it is offline, so a fresh key per message would let FCM drop stored messages.
+        android["collapse_key"] = message.collapse_key
+    apns_headers = {"apns-priority": "10" if high else "5", "apns-collapse-id": _apns_collapse_id(tag)}
+    webpush_headers = {"Urgency": "high" if high else "normal"}
+    if ttl is not None:
+        android["ttl"] = f"{ttl}s"
+        apns_headers["apns-expiration"] = str(int(time.time()) + ttl)
+        webpush_headers["TTL"] = str(ttl)
+    body: dict[str, Any] = {
+        "token": message.token,
+        "notification": {"title": message.title, "body": message.body},
+        "android": android,
+        "apns": {"headers": apns_headers},
+        "webpush": {"headers": webpush_headers},
+    }
+    if message.data:
+        body["data"] = dict(message.data)
+    return {"message": body}
+
+
+def _apns_collapse_id(key: str) -> str:
+    return short_key(key, limit=64)
+
+
+def fcm_error(response: CappedResponse) -> tuple[str, str, str, list[str]]:
+    """Return (FcmError errorCode, google.rpc status, message, BadRequest fields) from an error body."""
+    try:
+        body = response.json()
+    except (ValueError, UnicodeDecodeError):
+        return "", "", "", []
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return "", "", "", []
+    code, fields = "", []
+    for detail in error.get("details") or []:
+        if not isinstance(detail, dict):
+            continue
+        if detail.get("@type") == FCM_ERROR_TYPE:
+            code = str(detail.get("errorCode", ""))
+        elif detail.get("@type") == BAD_REQUEST_TYPE:
+            fields += [str(v.get("field", "")) for v in detail.get("fieldViolations") or [] if isinstance(v, dict)]
+    return code, str(error.get("status", "")), str(error.get("message", "")), fields
+
+
+def classify_fcm(
+    response: CappedResponse, *, secrets: list[str], where: str = "FCM", after_refresh: bool = False
+) -> SendResult:
+    """Turn an FCM v1 answer into an outcome, from FCM's errorCode first and the HTTP status second."""
+    status = response.status
+    kind = http_class(status)
+    if kind == HttpClass.SUCCESS:
+        return _delivered(response, secrets)
+    if kind == HttpClass.REDIRECT:
+        return classify.redirect(response, where=where, secrets=secrets)
+    code, rpc_status, text, fields = fcm_error(response)
+    said = outside_text(text, secrets=secrets) or response.snippet(secrets=secrets)
+    label = code or rpc_status or f"HTTP {status}"
+    base: dict[str, Any] = {"http_status": status, "latency_ms": response.latency_ms}
+    if code == "UNREGISTERED" or code == "SENDER_ID_MISMATCH":
+        why = "no longer registered (the app was uninstalled or the token expired)" if code == "UNREGISTERED" else (
+            "registered to another Firebase sender")  # fmt: skip
+        return SendResult(
+            outcome=Outcome.PERMANENT, reason=f"FCM {label}: the device token is {why}. {said}".strip(),
+            token_invalid=True, **base,
+        )  # fmt: skip
+    if code == "INVALID_ARGUMENT" or (status == 400 and rpc_status == "INVALID_ARGUMENT"):
+        on_token = "message.token" in fields or "registration token" in text.lower()
+        what = "the device token is not a valid FCM registration token" if on_token else "the message was refused"
+        return SendResult(
+            outcome=Outcome.PERMANENT, reason=f"FCM {label}: {what}: {said}", token_invalid=on_token, **base
+        )
+    if code in ("QUOTA_EXCEEDED", "UNAVAILABLE", "INTERNAL") or kind in (HttpClass.THROTTLED, HttpClass.SERVER):
+        retry_after = response.retry_after()
+        asked = f"Retry-After {retry_after:g} s" if retry_after is not None else "no Retry-After"
+        return SendResult(
+            outcome=Outcome.TEMPORARY, reason=f"FCM {label} ({asked}): {said}", retry_after=retry_after,
+            systemic=True, **base,
+        )  # fmt: skip
+    if kind == HttpClass.AUTH or (status == 404 and not code):
+        if status == 401:
+            what = "refused our access token" + (" even after it was refreshed" if after_refresh else "")
+        elif status == 403:
+            what = "refused the service account for this project (check project_id and its FCM permission)"
+        else:
+            what = "does not know this project or URL (check project_id and base_url)"
+        return _auth_failed(f"FCM {what} ({label}): {said}", None, **base)
+    if kind == HttpClass.TIMEOUT:
+        return SendResult(outcome=Outcome.TEMPORARY, reason=f"FCM timed out reading the request: {said}", **base)
+    return SendResult(outcome=Outcome.PERMANENT, reason=f"FCM refused the message ({label}): {said}", **base)
+
+
+def _delivered(response: CappedResponse, secrets: list[str]) -> SendResult:
+    try:
+        name = response.json().get("name", "")
+    except (ValueError, AttributeError, UnicodeDecodeError):
+        name = ""
+    note = "" if name else f"Delivered (HTTP {response.status}), but the answer had no message name."
+    return SendResult(
+        outcome=Outcome.DELIVERED,
+        http_status=response.status,
+        latency_ms=response.latency_ms,
+        provider_message_id=outside_text(str(name), secrets=secrets, limit=200),
+        reason=note,
+    )
+
+
+def _auth_failed(reason: str, started: float | None, **base: Any) -> SendResult:
+    # Our credentials, not this message: temporary for the row, and the breaker opens at once.
+    if started is not None:
+        base.setdefault("latency_ms", _ms(started))
+    return SendResult(outcome=Outcome.TEMPORARY, reason=reason, systemic=True, fatal=True, **base)
+
+
+def _ms(started: float) -> int:
+    return max(0, round((time.monotonic() - started) * 1000))

@@ -1,0 +1,88 @@
+"""WEAVE["PUSH_BACKENDS"]: alias -> {"BACKEND": dotted path, "OPTIONS": {...}}, shaped like Django's STORAGES.
+
+When the site sets no PUSH_BACKENDS (or sets some without a "default"), the "default" alias is the
+webhook backend built from PUSH_URL / PUSH_TOKEN, so sites configured before backends existed keep
+working unchanged.
+"""
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
+
+from notifications.backends.base import PushBackend
+from weave.conf import weave_settings
+
+DEFAULT_ALIAS = "default"
+WEBHOOK = "notifications.backends.webhook.WebhookBackend"
+
+
+def backend_configs() -> dict[str, dict[str, Any]]:
+    """Return every configured alias with its BACKEND and OPTIONS, the implicit webhook default included."""
+    configured = weave_settings.PUSH_BACKENDS or {}
+    if not isinstance(configured, Mapping):
+        raise ImproperlyConfigured("WEAVE PUSH_BACKENDS must be a dict of alias -> {'BACKEND': ..., 'OPTIONS': ...}.")
+    configs = {
+        str(alias): {"BACKEND": (entry or {}).get("BACKEND", ""), "OPTIONS": dict((entry or {}).get("OPTIONS") or {})}
+        for alias, entry in configured.items()
+    }
+    if DEFAULT_ALIAS not in configs and (weave_settings.PUSH_URL or not configs):
+        configs[DEFAULT_ALIAS] = {
+            "BACKEND": WEBHOOK,
+            "OPTIONS": {"url": weave_settings.PUSH_URL, "token": weave_settings.PUSH_TOKEN},
+        }
+    return configs
+
+
+def backend_aliases() -> list[str]:
+    return sorted(backend_configs())
+
+
+def backend_class(path: str) -> type[PushBackend]:
+    """Import the class at `path` and make sure it is a PushBackend."""
+    try:
+        cls = import_string(path)
+    except ImportError as exc:
+        raise ImproperlyConfigured(f"Cannot import push backend {path!r}: {exc}") from exc
+    if not (isinstance(cls, type) and issubclass(cls, PushBackend)):
+        raise ImproperlyConfigured(f"{path!r} is not a notifications.backends.PushBackend subclass.")
+    return cls
+
+
+def get_backend(
+    alias: str = DEFAULT_ALIAS, *, timeout: float | None = None, concurrency: int | None = None
+) -> PushBackend:
+    """Return a new backend instance for `alias`. The caller owns it and must `await backend.aclose()`.
+
+    A new instance per caller, not a cached one: its HTTP client belongs to the event loop that uses it.
+    """
+    configs = backend_configs()
+    if alias not in configs:
+        known = ", ".join(sorted(configs)) or "none"
+        raise ImproperlyConfigured(f"No push backend {alias!r} in WEAVE PUSH_BACKENDS (configured: {known}).")
+    config = configs[alias]
+    cls = backend_class(config["BACKEND"])
+    return cls(
+        alias=alias,
+        options=config["OPTIONS"],
+        timeout=weave_settings.PUSH_TIMEOUT if timeout is None else timeout,
+        concurrency=weave_settings.PUSH_CONCURRENCY if concurrency is None else concurrency,
+    )
+
+
+def backend_problems() -> list[tuple[str, str]]:
+    """Return (alias, problem) for every alias whose backend cannot be imported or whose options are wrong."""
+    try:
+        configs = backend_configs()
+    except ImproperlyConfigured as exc:
+        return [("*", str(exc))]
+    problems = []
+    for alias, config in sorted(configs.items()):
+        try:
+            cls = backend_class(config["BACKEND"])
+        except ImproperlyConfigured as exc:
+            problems.append((alias, str(exc)))
+            continue
+        problems.extend((alias, problem) for problem in cls.check_options(alias, config["OPTIONS"]))
+    return problems

@@ -1,0 +1,192 @@
+"""What the HTTP/2 push fakes share: a Hypercorn server on its own thread, and a tiny request/response layer.
+
+The FCM, APNs and Web Push fakes are plain ASGI apps served by Hypercorn over TLS (a test CA from
+`notifications.testing.keys`), so clients negotiate HTTP/2 with ALPN exactly as they would against
+Google, Apple or a browser vendor. Port 0 picks a free port: the socket is bound here and handed to
+Hypercorn by file descriptor, so the port is known before the server starts.
+"""
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Self
+
+from hypercorn.asyncio import serve
+from hypercorn.config import Config
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+MAX_BODY = 1 << 20  # a fake never buffers more than this from one request
+
+
+@dataclass
+class Request:
+    """One HTTP request as the fakes need it: method, path, lower-cased headers, body, HTTP version."""
+
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    body: bytes
+    http_version: str
+    client: str = ""  # host:port of the peer: one value per connection
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class Response:
+    status: int
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def json(cls, status: int, value: Any, headers: dict[str, str] | None = None) -> "Response":
+        return cls(status, json.dumps(value).encode(), {"content-type": "application/json", **(headers or {})})
+
+
+# ASGI gives an app no way to reset a stream, so the fakes model "no answer" by hanging past the
+# client's timeout (the client's outcome is `unknown` either way).
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class AsgiApp:
+    """An ASGI app around one async handler: reads the whole body (bounded), writes one answer."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size <= MAX_BODY:
+                chunks.append(chunk)
+            if not message.get("more_body"):
+                break
+        request = Request(
+            method=scope["method"],
+            path=scope["path"],
+            query=scope.get("query_string", b"").decode("latin-1"),
+            headers={k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]},
+            body=b"".join(chunks),
+            http_version=scope.get("http_version", "1.1"),
+            client=":".join(str(part) for part in (scope.get("client") or ("", 0))),
+        )
+        response = await self.handler(request)
+        headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.items()]
+        headers.append((b"content-length", str(len(response.body)).encode()))
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        await send({"type": "http.response.body", "body": response.body})
+
+
+class HypercornFake:
+    """Serve an ASGI app with Hypercorn on a daemon thread (or in the foreground), TLS when given a certificate."""
+
+    thread_name = "fake-h2"
+
+    def __init__(
+        self,
+        app: Any,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        certfile: Path | str | None = None,
+        keyfile: Path | str | None = None,
+        alpn: tuple[str, ...] = ("h2", "http/1.1"),
+    ) -> None:
+        self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, port))
+        self._sock.listen(256)
+        self.host = host
+        self.port = self._sock.getsockname()[1]
+        self.tls = certfile is not None
+        config = Config()
+        # Hypercorn takes ownership of (and closes) the descriptor it is given: hand it a duplicate, so
+        # ours stays ours to close and a closed number is never closed twice.
+        config.bind = [f"fd://{os.dup(self._sock.fileno())}"]
+        if certfile is not None:
+            config.certfile = str(certfile)
+            config.keyfile = str(keyfile)
+        config.alpn_protocols = list(alpn)
+        config.accesslog = None
+        config.errorlog = logging.getLogger("weave.fakes.hypercorn")
+        config.graceful_timeout = 0.5
+        config.keep_alive_timeout = 30
+        # Real APNs allows ~1,000 concurrent streams per connection; a wide window lets one connection
+        # carry a whole batch's concurrency.
+        config.h2_max_concurrent_streams = 1000
+        self._config = config
+        self._app = app
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+
+    @property
+    def url(self) -> str:
+        scheme = "https" if self.tls else "http"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{scheme}://{host}:{self.port}"
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        self._ready.set()
+        await serve(self._app, self._config, shutdown_trigger=self._stopping.wait, mode="asgi")
+
+    def serve_forever(self) -> None:
+        asyncio.run(self._main())
+
+    def start(self) -> Self:
+        """Serve on a daemon thread; return once the event loop runs (connections queue in the backlog meanwhile)."""
+        self._thread = threading.Thread(target=self.serve_forever, name=self.thread_name, daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the fake server did not start within 10 s")
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stopping is not None:
+            self._loop.call_soon_threadsafe(self._stopping.set)
+        if self._thread is not None:
+            self._thread.join(5)
+        self._sock.close()
+
+    def serve_until_interrupted(self, banner: str, write: Callable[[str], Any]) -> None:
+        write(banner)
+        try:
+            self.serve_forever()
+        except KeyboardInterrupt:
+            pass
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,275 @@
+"""A local stand-in for the APNs provider API: HTTP/2 only, over TLS with a test CA, ES256 provider tokens.
+
+    keys = TestKeys.create(tmp_path)
+    with FakeAPNs(keys) as apns:
+        options = {"team_id": APNS_TEAM_ID, "key_id": APNS_KEY_ID, "key_file": str(keys.apns_key_file),
+                   "topic": APNS_TOPIC, "host": apns.host_port, "ca_file": str(keys.ca_file)}
+
+What it checks, like Apple does (answers carry Apple's own `reason` strings):
+- HTTP/2: a request over HTTP/1.1 is refused (ALPN offers only h2; a client that ignores it gets 505).
+- `POST /3/device/<hex token>` with `authorization: bearer <JWT>`: ES256, `kid` = the key id, `iss` =
+  the team id, `iat` no older than an hour (ExpiredProviderToken), a valid signature
+  (InvalidProviderToken), and no more than one new token per `min_token_interval` seconds
+  (TooManyProviderTokenUpdates): a client must reuse its token.
+- Headers: `apns-topic` (MissingTopic / TopicDisallowed), `apns-push-type`, `apns-priority` (1, 5, 10),
+  `apns-expiration` (an integer), `apns-collapse-id` (at most 64 bytes), `apns-id` (a lower-case UUID).
+- The payload: JSON with an `aps` dictionary, at most 4 KB (PayloadTooLarge).
+- Success is 200 with an empty body and the `apns-id` echoed.
+
+Token behaviour: a token that is not hex is BadDeviceToken; tokens starting `dead` (hex `dead...`) or passed
+to `unregister()` are 410 Unregistered with a timestamp; tokens starting `0ff1ce` belong to another app
+(DeviceTokenNotForTopic). Faults add TooManyRequests, InternalServerError, ServiceUnavailable,
+ExpiredProviderToken and hangs.
+"""
+
+import asyncio
+import json
+import re
+import threading
+import time
+import uuid
+from typing import Any, Self
+
+import jwt
+
+from notifications.testing.asgi_fake import AsgiApp, HypercornFake, Request, Response
+from notifications.testing.fake_state import Delivery, FakeState, Faults, apply_latency, pick_error
+from notifications.testing.keys import APNS_KEY_ID, APNS_TEAM_ID, APNS_TOPIC, TestKeys
+
+_PATH_RE = re.compile(r"^/3/device/([^/]+)$")
+_HEX_RE = re.compile(r"^[0-9a-fA-F]{64,200}$")
+_UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+PUSH_TYPES = {"alert", "background", "location", "voip", "complication", "fileprovider", "mdm", "liveactivity",
+              "pushtotalk", "widgets"}  # fmt: skip
+
+# reason -> HTTP status, as Apple documents them.
+REASONS: dict[str, int] = {
+    "BadCollapseId": 400,
+    "BadDeviceToken": 400,
+    "BadExpirationDate": 400,
+    "BadMessageId": 400,
+    "BadPriority": 400,
+    "BadTopic": 400,
+    "DeviceTokenNotForTopic": 400,
+    "InvalidPushType": 400,
+    "MissingDeviceToken": 400,
+    "MissingTopic": 400,
+    "PayloadEmpty": 400,
+    "TopicDisallowed": 400,
+    "ExpiredProviderToken": 403,
+    "InvalidProviderToken": 403,
+    "MissingProviderToken": 403,
+    "BadPath": 404,
+    "MethodNotAllowed": 405,
+    "Unregistered": 410,
+    "PayloadTooLarge": 413,
+    "TooManyProviderTokenUpdates": 429,
+    "TooManyRequests": 429,
+    "InternalServerError": 500,
+    "ServiceUnavailable": 503,
+    "Shutdown": 503,
+}
+
+
+class FakeAPNs:
+    """The APNs fake. `issued_tokens` counts distinct provider JWTs seen (a client should reuse one)."""
+
+    def __init__(
+        self,
+        keys: TestKeys,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        team_id: str = APNS_TEAM_ID,
+        key_id: str = APNS_KEY_ID,
+        topic: str = APNS_TOPIC,
+        min_token_interval: float = 0.0,
+        **faults: Any,
+    ) -> None:
+        self.keys = keys
+        self.team_id = team_id
+        self.key_id = key_id
+        self.topic = topic
+        # Apple refuses a new provider token more often than every 20 minutes; tests set a shorter bound.
+        self.min_token_interval = min_token_interval
+        self.state = FakeState(Faults(**faults))
+        self._lock = threading.Lock()
+        self.provider_tokens: dict[str, float] = {}  # JWT -> when first seen
+        self.expired: set[str] = set()  # provider tokens to answer ExpiredProviderToken for
+        self.dead: dict[str, int] = {}  # token -> unregistered at (ms)
+        self.server = HypercornFake(
+            AsgiApp(self._handle), host=host, port=port, certfile=keys.server_cert, keyfile=keys.server_key,
+            alpn=("h2",),
+        )  # fmt: skip
+
+    # --- control -----------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def host_port(self) -> str:
+        """What goes into the backend's `host` option."""
+        return f"{self.server.host}:{self.server.port}"
+
+    def start(self) -> Self:
+        self.server.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def configure(self, **faults: Any) -> None:
+        self.state.configure(**faults)
+
+    def reset(self) -> None:
+        self.state.reset()
+        with self._lock:
+            self.provider_tokens.clear()
+
+    def stats(self) -> dict[str, Any]:
+        snapshot = self.state.snapshot()
+        with self._lock:
+            snapshot["provider_tokens"] = len(self.provider_tokens)
+        return snapshot
+
+    def deliveries(self) -> list[Delivery]:
+        with self.state.lock:
+            return list(self.state.deliveries)
+
+    def unregister(self, token: str) -> None:
+        with self._lock:
+            self.dead[token.lower()] = int(time.time() * 1000)
+
+    def expire_provider_tokens(self) -> None:
+        """Treat every provider token issued until now as older than an hour (ExpiredProviderToken)."""
+        with self._lock:
+            self.expired |= set(self.provider_tokens)
+
+    # --- the endpoint -----------------------------------------------------------------------------------
+
+    async def _handle(self, request: Request) -> Response:
+        if request.method == "GET" and request.path == "/_stats":
+            return Response.json(200, self.stats())  # for a fake in another process (the demo, the chaos run)
+        faults, draw = self.state.begin(request.http_version, request.client)
+        response = await self._answer(request, faults, draw)
+        reason = json.loads(response.body).get("reason", "") if response.body else ""
+        self.state.end(response.status, reason)
+        return response
+
+    async def _answer(self, request: Request, faults: Faults, draw: float) -> Response:
+        if request.http_version != "2":
+            return Response(505, b"", {})  # APNs speaks HTTP/2 only
+        match = _PATH_RE.match(request.path)
+        if not match:
+            return _reason("BadPath")
+        if request.method != "POST":
+            return _reason("MethodNotAllowed")
+        if refused := self._check_provider_token(request.headers.get("authorization", "")):
+            return _reason(refused)
+        if refused := self._check_headers(request.headers):
+            return _reason(refused)
+        if not request.body:
+            return _reason("PayloadEmpty")
+        if len(request.body) > 4096:
+            return _reason("PayloadTooLarge")
+        try:
+            payload = request.json()
+        except ValueError:
+            return _reason("PayloadEmpty")
+        if not isinstance(payload, dict) or not isinstance(payload.get("aps"), dict):
+            return _reason("PayloadEmpty")
+        hang = await apply_latency(faults, draw)
+        if error := pick_error(faults, draw, self.state.pop_script()):
+            response = _reason(error)
+            if faults.retry_after and response.status in (429, 503):
+                response.headers["retry-after"] = faults.retry_after
+            return response
+        token = match.group(1).lower()
+        if not _HEX_RE.match(token):
+            return _reason("BadDeviceToken")
+        with self._lock:
+            dead_at = self.dead.get(token)
+        if dead_at is None and token.startswith("dead"):
+            dead_at = int(time.time() * 1000) - 60_000
+        if dead_at is not None:
+            return _reason("Unregistered", timestamp=dead_at)
+        if token.startswith("0ff1ce"):
+            return _reason("DeviceTokenNotForTopic")
+        apns_id = request.headers.get("apns-id") or str(uuid.uuid4())
+        self.state.deliver(
+            Delivery(
+                token=token,
+                collapse=request.headers.get("apns-collapse-id", ""),
+                message=payload,
+                headers=dict(request.headers),
+            )
+        )
+        if hang:
+            await asyncio.sleep(faults.hang_seconds)
+        return Response(200, b"", {"apns-id": apns_id, "apns-unique-id": str(uuid.uuid4())})
+
+    def _check_provider_token(self, authorization: str) -> str:
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            return "MissingProviderToken"
+        try:
+            header = jwt.get_unverified_header(token)
+            claims = jwt.decode(
+                token,
+                self.keys.apns_public_key_pem,
+                algorithms=["ES256"],
+                issuer=self.team_id,
+                options={"require": ["iat", "iss"], "verify_iat": False},
+            )
+        except jwt.PyJWTError:
+            return "InvalidProviderToken"
+        if header.get("kid") != self.key_id or header.get("alg") != "ES256":
+            return "InvalidProviderToken"
+        now = time.time()
+        issued = float(claims["iat"])
+        with self._lock:
+            expired = token in self.expired
+        if issued < now - 3600 or expired:
+            return "ExpiredProviderToken"
+        if issued > now + 60:
+            return "InvalidProviderToken"
+        with self._lock:
+            if token not in self.provider_tokens:
+                latest = max(self.provider_tokens.values(), default=None)
+                if latest is not None and now - latest < self.min_token_interval:
+                    return "TooManyProviderTokenUpdates"
+                self.provider_tokens[token] = now
+        return ""
+
+    def _check_headers(self, headers: dict[str, str]) -> str:
+        topic = headers.get("apns-topic")
+        if not topic:
+            return "MissingTopic"
+        if topic != self.topic:
+            return "TopicDisallowed"
+        if headers.get("apns-push-type", "alert") not in PUSH_TYPES:
+            return "InvalidPushType"
+        if headers.get("apns-priority", "10") not in ("1", "5", "10"):
+            return "BadPriority"
+        if not re.fullmatch(r"\d{1,12}", headers.get("apns-expiration", "0")):
+            return "BadExpirationDate"
+        if len(headers.get("apns-collapse-id", "").encode()) > 64:
+            return "BadCollapseId"
+        if "apns-id" in headers and not _UUID_RE.match(headers["apns-id"]):
+            return "BadMessageId"
+        return ""
+
+
+def _reason(reason: str, *, timestamp: int | None = None) -> Response:
+    body: dict[str, Any] = {"reason": reason}
+    if timestamp is not None:
+        body["timestamp"] = timestamp
+    return Response.json(REASONS.get(reason, 400), body)

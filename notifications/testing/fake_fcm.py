@@ -1,0 +1,374 @@
+"""A local stand-in for FCM HTTP v1 and Google's OAuth2 token endpoint, strict enough to catch real mistakes.
+
+    keys = TestKeys.create(tmp_path)
+    with FakeFCM(keys) as fcm:                       # HTTPS with HTTP/2 (ALPN h2, http/1.1 too), test CA
+        keys.set_token_uri(fcm.token_uri)            # the service-account file names the fake token endpoint
+        options = {"project_id": FCM_PROJECT_ID, "credentials_file": str(keys.fcm_service_account),
+                   "base_url": fcm.url, "ca_file": str(keys.ca_file)}
+
+What it checks, like Google does:
+- `POST /token`: an OAuth2 JWT-bearer grant whose RS256 assertion verifies against the service account's
+  public key, with the right issuer, audience (the token URI), scope and a lifetime of at most one hour.
+- `POST /v1/projects/{id}/messages:send`: a live bearer token from that endpoint, the right project, and
+  the v1 message schema (unknown fields refused, `data` values strings only, `android.ttl` a duration,
+  `android.priority` an enum name, `apns.headers` strings).
+- Errors are FCM's own JSON: `{"error": {"code", "message", "status", "details": [{"@type":
+  "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": ...}]}}`.
+
+Token behaviour: tokens starting `dead-` (or passed to `unregister()`) are UNREGISTERED; tokens starting
+`foreign-` belong to another sender (SENDER_ID_MISMATCH); tokens outside FCM's alphabet are
+INVALID_ARGUMENT on `message.token`. Faults (`configure(error="UNAVAILABLE", rate=0.3)`, or a `script`
+of errors one per request) add QUOTA_EXCEEDED, UNAVAILABLE, INTERNAL, UNAUTHENTICATED and hangs.
+"""
+
+import asyncio
+import re
+import secrets
+import threading
+import time
+from typing import Any, Self
+from urllib.parse import parse_qs
+
+import jwt
+
+from notifications.testing.asgi_fake import AsgiApp, HypercornFake, Request, Response
+from notifications.testing.fake_state import Delivery, FakeState, Faults, apply_latency, pick_error
+from notifications.testing.keys import FCM_CLIENT_EMAIL, FCM_PROJECT_ID, TestKeys
+
+GOOGLE_TOKEN_URI = "https://oauth2.googleapis.com/token"
+SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
+FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
+BAD_REQUEST_TYPE = "type.googleapis.com/google.rpc.BadRequest"
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9_:\-]{16,4096}$")
+_DURATION_RE = re.compile(r"^\d{1,12}(\.\d{1,9})?s$")
+_SEND_RE = re.compile(r"^/v1/projects/([^/]+)/messages:send$")
+
+# error name -> (HTTP status, google.rpc status, message, FcmError errorCode or None)
+ERRORS: dict[str, tuple[int, str, str, str | None]] = {
+    "UNREGISTERED": (404, "NOT_FOUND", "Requested entity was not found.", "UNREGISTERED"),
+    "INVALID_ARGUMENT": (
+        400,
+        "INVALID_ARGUMENT",
+        "The registration token is not a valid FCM registration token",
+        "INVALID_ARGUMENT",
+    ),
+    "SENDER_ID_MISMATCH": (403, "PERMISSION_DENIED", "SenderId mismatch", "SENDER_ID_MISMATCH"),
+    "QUOTA_EXCEEDED": (
+        429,
+        "RESOURCE_EXHAUSTED",
+        "Quota exceeded for quota metric 'Send requests' of service 'fcm.googleapis.com'.",
+        "QUOTA_EXCEEDED",
+    ),
+    "UNAVAILABLE": (503, "UNAVAILABLE", "The service is currently unavailable.", "UNAVAILABLE"),
+    "INTERNAL": (500, "INTERNAL", "Internal error encountered.", "INTERNAL"),
+    "THIRD_PARTY_AUTH_ERROR": (
+        401,
+        "UNAUTHENTICATED",
+        "Auth error from APNS or Web Push Service",
+        "THIRD_PARTY_AUTH_ERROR",
+    ),
+    "UNAUTHENTICATED": (
+        401,
+        "UNAUTHENTICATED",
+        "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or "
+        "other valid authentication credential.",
+        None,
+    ),
+}
+
+# The v1 schema, as far as the backends use it. Proto JSON accepts lowerCamelCase and the original names.
+_MESSAGE_FIELDS = {"name", "data", "notification", "android", "webpush", "apns", "fcm_options", "token", "topic",
+                   "condition"}  # fmt: skip
+_NOTIFICATION_FIELDS = {"title", "body", "image"}
+_ANDROID_FIELDS = {"collapse_key", "priority", "ttl", "restricted_package_name", "data", "notification",
+                   "fcm_options", "direct_boot_ok"}  # fmt: skip
+_ANDROID_NOTIFICATION_FIELDS = {"title", "body", "icon", "color", "sound", "tag", "click_action", "body_loc_key",
+                                "title_loc_key", "channel_id", "ticker", "sticky", "image", "notification_priority",
+                                "default_sound", "visibility", "notification_count"}  # fmt: skip
+_APNS_FIELDS = {"headers", "payload", "fcm_options"}
+_WEBPUSH_FIELDS = {"headers", "data", "notification", "fcm_options"}
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)([A-Z])", lambda m: "_" + m.group(1).lower(), name)
+
+
+def google_error(name: str, *, message: str | None = None, field: str | None = None) -> Response:
+    """FCM's error body for `name` (a key of ERRORS)."""
+    status, rpc_status, text, code = ERRORS[name]
+    details: list[dict[str, Any]] = []
+    if code is not None:
+        details.append({"@type": FCM_ERROR_TYPE, "errorCode": code})
+    if field is not None:
+        details.append(
+            {"@type": BAD_REQUEST_TYPE, "fieldViolations": [{"field": field, "description": message or text}]}
+        )
+    body: dict[str, Any] = {"code": status, "message": message or text, "status": rpc_status}
+    if details:
+        body["details"] = details
+    return Response.json(status, {"error": body})
+
+
+class SchemaError(ValueError):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def _check_fields(value: Any, allowed: set[str], where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise SchemaError(where, f"Invalid value at '{where}': expected an object.")
+    for key in value:
+        if _snake(key) not in allowed:
+            raise SchemaError(
+                where, f"Invalid JSON payload received. Unknown name \"{key}\" at '{where}': Cannot find field."
+            )
+    return {_snake(k): v for k, v in value.items()}
+
+
+def _check_string_map(value: Any, where: str) -> None:
+    if not isinstance(value, dict):
+        raise SchemaError(where, f"Invalid value at '{where}': expected a map of strings.")
+    for key, item in value.items():
+        if not isinstance(item, str):
+            raise SchemaError(
+                f"{where}[{key}]",
+                f"Invalid value at '{where}[{key}]' ({type(item).__name__}), {item!r}: map values must be strings.",
+            )
+
+
+def validate_message(body: Any) -> dict[str, Any]:
+    """Return the normalised message of a send request, or raise SchemaError like FCM's INVALID_ARGUMENT."""
+    if not isinstance(body, dict) or set(body) - {"message", "validate_only", "validateOnly"}:
+        raise SchemaError("", "Invalid JSON payload received: the request holds only 'message' and 'validate_only'.")
+    message = _check_fields(body.get("message"), _MESSAGE_FIELDS, "message")
+    targets = [k for k in ("token", "topic", "condition") if k in message]
+    if len(targets) != 1:
+        raise SchemaError("message", "Exactly one of message.token, message.topic or message.condition is required.")
+    if "data" in message:
+        _check_string_map(message["data"], "message.data")
+    if "notification" in message:
+        notification = _check_fields(message["notification"], _NOTIFICATION_FIELDS, "message.notification")
+        for key, value in notification.items():
+            if not isinstance(value, str):
+                raise SchemaError(f"message.notification.{key}", f"Invalid value at 'message.notification.{key}'.")
+    if "android" in message:
+        android = _check_fields(message["android"], _ANDROID_FIELDS, "message.android")
+        if "ttl" in android and not (isinstance(android["ttl"], str) and _DURATION_RE.match(android["ttl"])):
+            raise SchemaError("message.android.ttl", f"Invalid value at 'message.android.ttl' ({android['ttl']!r}): "
+                              "expected a duration such as \"3.5s\".")  # fmt: skip
+        if "priority" in android and android["priority"] not in ("NORMAL", "HIGH"):
+            raise SchemaError(
+                "message.android.priority",
+                f"Invalid value at 'message.android.priority' (AndroidMessagePriority), {android['priority']!r}",
+            )
+        if "data" in android:
+            _check_string_map(android["data"], "message.android.data")
+        if "notification" in android:
+            _check_fields(android["notification"], _ANDROID_NOTIFICATION_FIELDS, "message.android.notification")
+        message["android"] = android
+    if "apns" in message:
+        apns = _check_fields(message["apns"], _APNS_FIELDS, "message.apns")
+        if "headers" in apns:
+            _check_string_map(apns["headers"], "message.apns.headers")
+        if "payload" in apns and not isinstance(apns["payload"], dict):
+            raise SchemaError("message.apns.payload", "Invalid value at 'message.apns.payload': expected an object.")
+        message["apns"] = apns
+    if "webpush" in message:
+        webpush = _check_fields(message["webpush"], _WEBPUSH_FIELDS, "message.webpush")
+        for key in ("headers", "data"):
+            if key in webpush:
+                _check_string_map(webpush[key], f"message.webpush.{key}")
+        message["webpush"] = webpush
+    return message
+
+
+class FakeFCM:
+    """The FCM v1 fake: OAuth2 token endpoint and messages:send, over HTTPS with HTTP/2."""
+
+    def __init__(
+        self,
+        keys: TestKeys,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        project_id: str = FCM_PROJECT_ID,
+        client_email: str = FCM_CLIENT_EMAIL,
+        token_lifetime: int = 3600,
+        tls: bool = True,
+        **faults: Any,
+    ) -> None:
+        self.keys = keys
+        self.project_id = project_id
+        self.client_email = client_email
+        self.token_lifetime = token_lifetime
+        self.state = FakeState(Faults(**faults))
+        self._tokens: dict[str, float] = {}  # access token -> expiry (time.time())
+        self._token_lock = threading.Lock()
+        self.token_requests = 0
+        self.token_refusals: list[str] = []
+        self.dead: set[str] = set()
+        self.server = HypercornFake(
+            AsgiApp(self._handle),
+            host=host,
+            port=port,
+            certfile=keys.server_cert if tls else None,
+            keyfile=keys.server_key if tls else None,
+        )
+
+    # --- control -----------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def token_uri(self) -> str:
+        return f"{self.url}/token"
+
+    def start(self) -> Self:
+        self.server.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def configure(self, **faults: Any) -> None:
+        self.state.configure(**faults)
+
+    def reset(self) -> None:
+        self.state.reset()
+        with self._token_lock:
+            self.token_requests = 0
+            self.token_refusals = []
+
+    def stats(self) -> dict[str, Any]:
+        snapshot = self.state.snapshot()
+        with self._token_lock:
+            snapshot["token_requests"] = self.token_requests
+            snapshot["token_refusals"] = list(self.token_refusals)
+        return snapshot
+
+    def deliveries(self) -> list[Delivery]:
+        with self.state.lock:
+            return list(self.state.deliveries)
+
+    def unregister(self, token: str) -> None:
+        """Make `token` UNREGISTERED from now on (the app was uninstalled)."""
+        with self.state.lock:
+            self.dead.add(token)
+
+    def revoke_access_tokens(self) -> None:
+        """Forget every access token issued so far: the next sends get 401 until the client refreshes."""
+        with self._token_lock:
+            self._tokens.clear()
+
+    # --- the endpoints ----------------------------------------------------------------------------------
+
+    async def _handle(self, request: Request) -> Response:
+        if request.method == "GET" and request.path == "/_stats":
+            return Response.json(200, self.stats())  # for a fake in another process (the demo, the chaos run)
+        if request.method == "POST" and request.path == "/token":
+            return self._token(request)
+        match = _SEND_RE.match(request.path)
+        if request.method == "POST" and match:
+            return await self._send(request, match.group(1))
+        return Response.json(404, {"error": {"code": 404, "message": "Not found", "status": "NOT_FOUND"}})
+
+    def _token(self, request: Request) -> Response:
+        with self._token_lock:
+            self.token_requests += 1
+        form = {k: v[0] for k, v in parse_qs(request.body.decode("latin-1")).items()}
+        if form.get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer":
+            return self._refuse_token("unsupported_grant_type", "Invalid grant_type.")
+        try:
+            claims = jwt.decode(
+                form.get("assertion", ""),
+                self.keys.fcm_public_key_pem,
+                algorithms=["RS256"],
+                # google-auth signs for Google's token URI even when the file names another; both are fine.
+                audience=[self.token_uri, GOOGLE_TOKEN_URI],
+                issuer=self.client_email,
+                options={"require": ["exp", "iat", "iss", "aud"]},
+                leeway=5,
+            )
+        except jwt.PyJWTError as exc:
+            return self._refuse_token("invalid_grant", f"Invalid JWT: {exc}")
+        if SCOPE not in str(claims.get("scope", "")).split():
+            return self._refuse_token("invalid_scope", f"The assertion does not ask for {SCOPE}.")
+        if int(claims["exp"]) - int(claims["iat"]) > 3600:
+            return self._refuse_token("invalid_grant", "Invalid JWT: the assertion may live at most one hour.")
+        token = f"ya29.fake-{secrets.token_urlsafe(24)}"
+        with self._token_lock:
+            self._tokens[token] = time.time() + self.token_lifetime
+        return Response.json(200, {"access_token": token, "expires_in": self.token_lifetime, "token_type": "Bearer"})
+
+    def _refuse_token(self, error: str, description: str) -> Response:
+        with self._token_lock:
+            self.token_refusals.append(description)
+        return Response.json(400, {"error": error, "error_description": description})
+
+    def _authorised(self, request: Request) -> bool:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        with self._token_lock:
+            expiry = self._tokens.get(token)
+        return scheme.lower() == "bearer" and expiry is not None and expiry > time.time()
+
+    async def _send(self, request: Request, project: str) -> Response:
+        faults, draw = self.state.begin(request.http_version, request.client)
+        response = await self._answer(request, project, faults, draw)
+        reason = ""
+        if response.status >= 400:
+            error = response.body.decode(errors="replace")
+            reason = next((name for name, spec in ERRORS.items() if spec[3] and f'"{spec[3]}"' in error), "")
+            reason = reason or ("UNAUTHENTICATED" if response.status == 401 else str(response.status))
+        self.state.end(response.status, reason)
+        return response
+
+    async def _answer(self, request: Request, project: str, faults: Faults, draw: float) -> Response:
+        if not self._authorised(request):
+            return google_error("UNAUTHENTICATED")
+        if project != self.project_id:
+            return Response.json(
+                403,
+                {
+                    "error": {
+                        "code": 403,
+                        "message": f"Permission denied on project {project}.",
+                        "status": "PERMISSION_DENIED",
+                    }
+                },
+            )
+        try:
+            message = validate_message(request.json())
+        except ValueError as exc:  # SchemaError, or a body that is not JSON
+            field = getattr(exc, "field", "") or None
+            return google_error("INVALID_ARGUMENT", message=str(exc), field=field)
+        hang = await apply_latency(faults, draw)
+        if error := pick_error(faults, draw, self.state.pop_script()):
+            response = google_error(error)
+            if faults.retry_after and response.status in (429, 503):
+                response.headers["retry-after"] = faults.retry_after
+            return response
+        token = message.get("token", "")
+        if token and not _TOKEN_RE.match(token):
+            return google_error("INVALID_ARGUMENT", field="message.token")
+        if token.startswith("dead-") or token in self.dead:
+            return google_error("UNREGISTERED")
+        if token.startswith("foreign-"):
+            return google_error("SENDER_ID_MISMATCH")
+        android = message.get("android", {})
+        collapse = str((android.get("notification") or {}).get("tag", ""))
+        count = self.state.deliver(
+            Delivery(token=token, collapse=collapse, message=message, headers=dict(request.headers))
+        )
+        name = f"projects/{project}/messages/0:{time.time_ns()}%{secrets.token_hex(8)}"
+        if hang:
+            await asyncio.sleep(faults.hang_seconds)
+        return Response.json(200, {"name": name}, {"x-fake-shown": str(count)})

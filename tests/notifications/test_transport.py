@@ -1,0 +1,144 @@
+"""The lean HTTP/1.1 transport under httpx.AsyncClient: keep-alive, the connection bound, closes, hangs."""
+
+import asyncio
+
+import httpx
+import pytest
+
+from notifications.backends.http import ExchangeFailed, capped_request, make_client
+
+
+class Server:
+    """A tiny asyncio HTTP/1.1 server that counts connections and answers every request with `answer`."""
+
+    def __init__(self, answer: bytes, *, delay: float = 0.0, close_after: int | None = None) -> None:
+        self.answer = answer
+        self.delay = delay
+        self.close_after = close_after  # close each connection after this many answers
+        self.connections = 0
+        self.open = 0
+        self.max_open = 0
+        self.requests = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self.open += 1
+        self.max_open = max(self.max_open, self.open)
+        served = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length")
+                    ),
+                    0,
+                )
+                await reader.readexactly(length)
+                self.requests += 1
+                await asyncio.sleep(self.delay)
+                writer.write(self.answer)
+                await writer.drain()
+                served += 1
+                if self.close_after is not None and served >= self.close_after:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.open -= 1
+            writer.close()
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}/push"
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.server.close()
+
+
+OK = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{"id":"m1"}'
+
+
+def run(coro):  # noqa: ANN001, ANN201
+    return asyncio.run(coro)
+
+
+async def send(client: httpx.AsyncClient, url: str, deadline: float = 2.0):  # noqa: ANN201
+    return await capped_request(client, "POST", url, deadline=deadline, content=b"{}", headers={"A": "b"})
+
+
+def test_keep_alive__sequential_sends_share_one_connection():
+    async def go() -> Server:
+        server = Server(OK)
+        async with server as url:
+            client = make_client(timeout=2, concurrency=4)
+            for _ in range(5):
+                response = await send(client, url)
+                assert (response.status, response.body) == (200, b'{"id":"m1"}')
+            await client.aclose()
+        return server
+
+    server = run(go())
+    assert (server.requests, server.connections) == (5, 1)
+
+
+def test_pool__never_more_connections_than_the_concurrency():
+    async def go() -> Server:
+        server = Server(OK, delay=0.05)
+        async with server as url:
+            client = make_client(timeout=5, concurrency=3)
+            answers = await asyncio.gather(*(send(client, url, 5) for _ in range(12)))
+            await client.aclose()
+        assert {a.status for a in answers} == {200}
+        return server
+
+    server = run(go())
+    assert server.requests == 12 and server.max_open == 3
+
+
+def test_peer_closing_an_idle_connection__next_send_opens_a_new_one():
+    async def go() -> Server:
+        server = Server(OK, close_after=1)
+        async with server as url:
+            client = make_client(timeout=2, concurrency=2)
+            for _ in range(3):
+                await send(client, url)
+                await asyncio.sleep(0.05)  # the peer's close reaches us before the next send
+            await client.aclose()
+        return server
+
+    server = run(go())
+    assert (server.requests, server.connections) == (3, 3)
+
+
+def test_hang_after_sending__bounded_by_the_deadline_and_marked_as_maybe_sent():
+    async def go() -> ExchangeFailed:
+        server = Server(OK, delay=5)
+        async with server as url:
+            client = make_client(timeout=5, concurrency=1)
+            with pytest.raises(ExchangeFailed) as failed:
+                await send(client, url, deadline=0.3)
+            await client.aclose()
+        return failed.value
+
+    failure = run(go())
+    assert (failure.kind, failure.sent) == ("timeout", True)
+
+
+def test_connection_refused__not_sent():
+    async def go() -> ExchangeFailed:
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        server.close()
+        await server.wait_closed()
+        client = make_client(timeout=2, concurrency=1)
+        with pytest.raises(ExchangeFailed) as failed:
+            await send(client, f"http://127.0.0.1:{port}/push")
+        await client.aclose()
+        return failed.value
+
+    failure = run(go())
+    assert (failure.kind, failure.sent) == ("unreachable", False)

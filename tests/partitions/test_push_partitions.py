@@ -1,0 +1,73 @@
+"""PostgreSQL, real time: a push worker cut off from the database during a group finish (issue 17).
+
+Worker A's group finish released its rows in one guarded UPDATE; the link then fell silent before
+the attempt rows and the COMMIT. The server aborts that transaction, so its row locks go and none of
+its writes land; `SKIP LOCKED` claims stop passing over the rows once A's lease could have expired.
+B delivers them again under the same idempotency keys: the provider delivers each message once.
+"""
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.db.models import Max
+
+from notifications.delivery import deliver_batch
+from notifications.models import DeliveryAttempt, Notification
+from tests.factories import NotificationFactory
+from tests.partitions.conftest import RECOVERY_SLACK, TTL, run_in_thread
+from weave.worker_db import is_cut_off
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+TABLE = Notification._meta.db_table
+ROWS = 3
+
+
+def _db_now():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        return cursor.fetchone()[0]
+
+
+def test_partition_during_group_finish__locks_freed_and_b_delivers_each_once(push_settings, fake, cut_off):
+    NotificationFactory.create_batch(ROWS, next_attempt_at=_db_now() - timedelta(seconds=1))
+    cut = cut_off("push-a")
+    # A's group finish (CASE form or UPDATE ... FROM (VALUES ...)) landed; its attempt rows and COMMIT will not.
+    cut.after(rf'UPDATE "{TABLE}".*(CASE WHEN|FROM \(VALUES|FROM unnest)')
+    thread, result = run_in_thread("push-a", lambda: deliver_batch(owner="push-a", ttl=TTL, batch_size=ROWS))
+    cut.wait_cut()
+    a_expires = Notification.objects.aggregate(latest=Max("lease_expires_at"))["latest"]
+    assert Notification.objects.filter(owner="push-a").count() == ROWS  # nothing of A's finish committed
+
+    # B drains with no other traffic until every row is delivered, bounded by the recovery target on the
+    # database clock (each pass waits a little: `cut.fired` is already set, so it cannot pace the loop).
+    deadline = a_expires + timedelta(seconds=TTL + RECOVERY_SLACK)
+    while _db_now() <= deadline:
+        deliver_batch(owner="push-b", ttl=30, batch_size=ROWS)
+        if not Notification.objects.exclude(status="delivered").exists():
+            break
+        time.sleep(0.05)
+    recovered_at = _db_now()
+    assert not Notification.objects.exclude(status="delivered").exists()
+    assert recovered_at <= a_expires + timedelta(seconds=TTL + RECOVERY_SLACK), "recovery took too long"
+
+    cut.proxy.heal()
+    thread.join(30)
+    assert not thread.is_alive()
+    # A learns on healing that the server ended its session. Either its drain fails with that error, or
+    # its row-by-row fallback reconnects after healing and its guards are refused: then it writes only
+    # its own honest ending, a lease_lost attempt per row naming the new holder.
+    if "error" in result:
+        assert is_cut_off(result["error"]), result
+        assert not DeliveryAttempt.objects.filter(owner="push-a").exists()
+    else:
+        endings = list(DeliveryAttempt.objects.filter(owner="push-a").values_list("outcome", "reason"))
+        assert endings and {outcome for outcome, _ in endings} == {"lease_lost"}, endings
+        assert all("fence 2 took the row over" in reason for _, reason in endings), endings
+    assert set(Notification.objects.values_list("fence", "owner", "status")) == {(2, None, "delivered")}
+    assert set(DeliveryAttempt.objects.exclude(owner="push-a").values_list("owner", "outcome")) == {
+        ("push-b", "delivered")
+    }
+    stats = fake.stats()
+    assert stats["unique_deliveries"] == ROWS  # re-sent under the same keys, delivered once each

@@ -1,0 +1,197 @@
+"""A silent TCP proxy: forwards bytes until told to go quiet, like a dropped link, then heals.
+
+    with SilentProxy(("127.0.0.1", 5432)) as proxy:      # listens on 127.0.0.1:<free port>
+        ... connect the worker to proxy.port ...
+        proxy.partition(max_seconds=30)                  # nothing moves either way; nothing is closed
+        ...
+        proxy.heal()                                     # held bytes flow again, closes pass through
+
+While partitioned, the proxy neither reads nor forwards in either direction and closes nothing: each
+end sees a peer that has stopped answering, and neither sees a FIN or a reset. A close that happens
+during the partition (the server ending a session that sat idle in a transaction) is passed on only
+after healing, the way a real link delivers it once it is back. Bytes a peer sent meanwhile stay in
+the kernel's buffers and are delivered on healing, as TCP retransmission would.
+
+One limit, by nature of a userspace proxy: the kernel still acknowledges what a peer sends to the
+proxy, so TCP keepalives and `tcp_user_timeout` do not fire across this proxy as they would across a
+dead link. The server's `idle_in_transaction_session_timeout` and `statement_timeout` do; that is
+what frees a cut-off worker's locks (see README, "Network partitions").
+
+Loopback only, and bounded in time: a partition heals itself after `max_seconds`, every wait is
+bounded, and `close()` (or leaving the `with` block) stops every thread and closes every socket.
+"""
+
+import ipaddress
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+_CHUNK = 65536
+_TICK = 0.05  # seconds between checks of the partition flag and the stop flag
+
+
+def _loopback(host: str) -> None:
+    try:
+        address = ipaddress.ip_address(socket.gethostbyname(host))
+    except (OSError, ValueError) as error:
+        raise ValueError(f"SilentProxy is loopback-only; cannot resolve {host!r}") from error
+    if not address.is_loopback:
+        raise ValueError(f"SilentProxy is loopback-only; {host!r} is {address}, not a loopback address")
+
+
+@dataclass
+class _Link:
+    """One client connection and its upstream connection."""
+
+    client: socket.socket
+    upstream: socket.socket
+    closed: bool = False
+
+
+class SilentProxy:
+    """A loopback TCP proxy to `target` that can go silent in both directions on command."""
+
+    def __init__(self, target: tuple[str, int], *, host: str = "127.0.0.1", port: int = 0) -> None:
+        _loopback(host)
+        _loopback(target[0])
+        self.target = target
+        self._listener = socket.create_server((host, port))
+        self._listener.settimeout(_TICK)
+        self.host, self.port = self._listener.getsockname()[:2]
+        self._links: list[_Link] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._quiet = threading.Event()  # set while partitioned
+        self._heal_at = 0.0
+        self.partitions = 0  # how many times partition() was called
+        self._threads: list[threading.Thread] = []
+        self._start(self._accept, "proxy-accept")
+        self._start(self._auto_heal, "proxy-auto-heal")
+
+    # --- control -------------------------------------------------------------------------------------
+
+    @property
+    def partitioned(self) -> bool:
+        return self._quiet.is_set()
+
+    def partition(self, *, max_seconds: float = 60.0) -> None:
+        """Stop forwarding in both directions, closing nothing; heal by itself after `max_seconds`."""
+        self._heal_at = time.monotonic() + max_seconds
+        self.partitions += 1
+        self._quiet.set()
+
+    def heal(self) -> None:
+        """Forward again: bytes held during the partition flow, and closes seen meanwhile pass on."""
+        self._quiet.clear()
+
+    @contextmanager
+    def partitioned_for(self, max_seconds: float = 60.0) -> Iterator["SilentProxy"]:
+        """Partition for the duration of the `with` block (at most `max_seconds`)."""
+        self.partition(max_seconds=max_seconds)
+        try:
+            yield self
+        finally:
+            self.heal()
+
+    def url(self, database_url: str) -> str:
+        """Return `database_url` (postgres://user@host:port/name) pointed at this proxy instead."""
+        scheme, rest = database_url.split("://", 1)
+        credentials, _, tail = rest.rpartition("@")
+        path = tail[tail.index("/") :] if "/" in tail else ""
+        at = f"{credentials}@" if credentials else ""
+        return f"{scheme}://{at}{self.host}:{self.port}{path}"
+
+    def close(self) -> None:
+        """Stop every thread and close every socket (idempotent)."""
+        self._stop.set()
+        self._quiet.clear()
+        for thread in self._threads:
+            thread.join(5)
+        self._listener.close()
+        with self._lock:
+            for link in self._links:
+                self._close_link(link)
+
+    def __enter__(self) -> "SilentProxy":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- the threads ----------------------------------------------------------------------------------
+
+    def _start(self, target: Callable[..., None], name: str, *args: object) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _auto_heal(self) -> None:
+        while not self._stop.wait(_TICK):
+            if self._quiet.is_set() and time.monotonic() >= self._heal_at:
+                self._quiet.clear()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            link = _Link(client, upstream)
+            with self._lock:
+                self._links.append(link)
+            self._start(self._pump, f"proxy-link-{client.fileno()}", link)
+
+    def _pump(self, link: _Link) -> None:
+        pairs = {link.client: link.upstream, link.upstream: link.client}
+        with selectors.DefaultSelector() as selector:
+            for sock in pairs:
+                sock.setblocking(True)
+                selector.register(sock, selectors.EVENT_READ)
+            while not self._stop.is_set() and not link.closed:
+                if self._quiet.is_set():
+                    # A dropped link: read nothing, send nothing, close nothing.
+                    self._stop.wait(_TICK)
+                    continue
+                # The server's side first: on healing, a session the server ended meanwhile delivers its
+                # last words (e.g. FATAL: idle-in-transaction timeout) before the client's held bytes.
+                ready = sorted(selector.select(_TICK), key=lambda event: event[0].fileobj is link.client)
+                for key, _ in ready:
+                    if self._quiet.is_set():
+                        break
+                    source: socket.socket = key.fileobj  # type: ignore[assignment]
+                    try:
+                        data = source.recv(_CHUNK)
+                    except OSError:
+                        data = b""
+                    if not data:
+                        with self._lock:
+                            self._close_link(link)
+                        return
+                    try:
+                        pairs[source].sendall(data)
+                    except OSError:
+                        with self._lock:
+                            self._close_link(link)
+                        return
+
+    @staticmethod
+    def _close_link(link: _Link) -> None:
+        if link.closed:
+            return
+        link.closed = True
+        for sock in (link.client, link.upstream):
+            try:
+                sock.close()
+            except OSError:
+                pass

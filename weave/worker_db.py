@@ -1,0 +1,141 @@
+"""Session limits for the PostgreSQL connections of django-q2 worker processes (issue 17).
+
+A worker cut off from PostgreSQL in the middle of a transaction keeps its row locks for as long as
+the server believes the session is alive: with default TCP settings, hours. So worker connections run
+with limits on both ends, all read from the `WORKER_DB_*` WEAVE settings:
+
+- on the server (`-c name=value` in libpq's `options` startup parameter): `statement_timeout`,
+  `idle_in_transaction_session_timeout`, and `tcp_keepalives_*` / `tcp_user_timeout` for the
+  server's socket. The server then aborts a cut-off worker's transaction and frees its locks;
+- on the client (libpq parameters): `connect_timeout`, `keepalives*` and `tcp_user_timeout`, so the
+  worker's own calls fail instead of waiting on a dead link.
+
+Only worker processes get them. django-q2 sends `post_spawn` in each worker process as it starts
+(before it opens any connection: the sentinel closes them all before forking) and `pre_execute`
+before each task. The first of the two turns on worker mode: the limits are added to the OPTIONS of
+every PostgreSQL alias in this process's copy of the settings, and this thread's idle connections
+are closed, so every connection the worker opens from then on (its own and its heartbeat threads')
+is born with them. A web process never receives those signals, so the site's requests keep the
+site's own settings. Startup parameters rather than a `SET` on `connection_created`: no extra round
+trip, and no statement can run on a connection before its limits apply.
+"""
+
+import logging
+import threading
+from typing import Any
+
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
+
+from weave.conf import weave_settings
+
+logger = logging.getLogger("weave.worker_db")
+
+_lock = threading.Lock()
+_worker_mode = False
+
+
+def client_options() -> dict[str, int]:
+    """libpq connection parameters for a worker's side of the link."""
+    return {
+        "connect_timeout": int(weave_settings.WORKER_DB_CONNECT_TIMEOUT),
+        "keepalives": 1,
+        "keepalives_idle": int(weave_settings.WORKER_DB_KEEPALIVES_IDLE),
+        "keepalives_interval": int(weave_settings.WORKER_DB_KEEPALIVES_INTERVAL),
+        "keepalives_count": int(weave_settings.WORKER_DB_KEEPALIVES_COUNT),
+        "tcp_user_timeout": _ms(weave_settings.WORKER_DB_TCP_USER_TIMEOUT),
+    }
+
+
+def server_settings() -> dict[str, int]:
+    """PostgreSQL session settings for a worker's session (milliseconds or whole seconds, as each expects)."""
+    return {
+        "statement_timeout": _ms(weave_settings.WORKER_DB_STATEMENT_TIMEOUT),
+        "idle_in_transaction_session_timeout": _ms(weave_settings.WORKER_DB_IDLE_IN_TRANSACTION_TIMEOUT),
+        "tcp_keepalives_idle": int(weave_settings.WORKER_DB_KEEPALIVES_IDLE),
+        "tcp_keepalives_interval": int(weave_settings.WORKER_DB_KEEPALIVES_INTERVAL),
+        "tcp_keepalives_count": int(weave_settings.WORKER_DB_KEEPALIVES_COUNT),
+        "tcp_user_timeout": _ms(weave_settings.WORKER_DB_TCP_USER_TIMEOUT),
+    }
+
+
+def worker_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Return `options` (a DATABASES OPTIONS dict) with the worker limits added; the WEAVE values win."""
+    merged = {**options, **client_options()}
+    limits = " ".join(f"-c {name}={value}" for name, value in server_settings().items())
+    # After the site's own `options`: for a repeated -c, PostgreSQL keeps the last one.
+    merged["options"] = f"{options.get('options', '')} {limits}".strip()
+    return merged
+
+
+def in_worker_mode() -> bool:
+    return _worker_mode
+
+
+def enter_worker_mode(**signal_kwargs: Any) -> None:
+    """Give every PostgreSQL connection this process opens from now on the worker limits (idempotent)."""
+    global _worker_mode
+    task = signal_kwargs.get("task") or {}
+    if task.get("sync"):  # a sync task runs inside the enqueuing (web or test) process: not a worker
+        return
+    with _lock:
+        if _worker_mode or not weave_settings.WORKER_DB_LIMITS:
+            return
+        aliases = []
+        for alias, settings_dict in connections.settings.items():
+            if settings_dict.get("ENGINE", "").endswith("postgresql"):
+                # In place: every thread's connection wrapper in this process shares this dict.
+                settings_dict["OPTIONS"] = worker_options(settings_dict.get("OPTIONS") or {})
+                aliases.append(alias)
+        _worker_mode = True
+    for conn in connections.all(initialized_only=True):
+        # Reopened on next use, with the limits; a connection inside a transaction keeps going.
+        if conn.alias in aliases and not conn.in_atomic_block:
+            conn.close()
+    if aliases:
+        logger.info("event=worker_db_limits aliases=%s settings=%s", ",".join(aliases), server_settings())
+
+
+def session_limits(using: str = "default") -> dict[str, Any]:
+    """Return the limits in effect on this thread's connection to `using`, as the server and libpq see them.
+
+    A diagnostic: enqueue it as a django-q2 task to see what a worker's sessions really run with.
+    """
+    conn = connections[using]
+    if conn.vendor != "postgresql":
+        return {}
+    conn.ensure_connection()
+    with conn.cursor() as cursor:
+        server = {}
+        for name in server_settings():
+            cursor.execute(f"SHOW {name}")  # names from our own fixed list, never outside input
+            server[name] = cursor.fetchone()[0]
+    params = conn.connection.info.get_parameters()
+    client = {name: params.get(name) for name in client_options()}
+    return {"worker_mode": _worker_mode, "server": server, "client": client}
+
+
+def connect_signals() -> None:
+    """Hook worker mode to django-q2's worker signals (called from WeaveConfig.ready)."""
+    try:
+        from django_q.signals import post_spawn, pre_execute
+    except ImportError:  # django-q2 absent: no worker processes to limit
+        return
+    post_spawn.connect(enter_worker_mode, dispatch_uid="weave.worker_db.post_spawn")
+    pre_execute.connect(enter_worker_mode, dispatch_uid="weave.worker_db.pre_execute")
+
+
+# SQLSTATEs that mean the session itself is gone or was stopped by a server-side limit: connection
+# exceptions (08...), idle-in-transaction timeout, query cancelled (statement_timeout), server shutdowns.
+_CUT_OFF_STATES = {"25P03", "57014", "57P01", "57P02", "57P03", "57P05"}
+
+
+def is_cut_off(error: BaseException) -> bool:
+    """Whether `error` means the database link failed or the server ended the session, not a refusal of the SQL."""
+    if isinstance(error, (OperationalError, InterfaceError)):
+        return True
+    state = getattr(error.__cause__, "sqlstate", None) or ""
+    return isinstance(error, DatabaseError) and (state.startswith("08") or state in _CUT_OFF_STATES)
+
+
+def _ms(seconds: float) -> int:
+    return int(round(float(seconds) * 1000))
