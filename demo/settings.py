@@ -92,7 +92,12 @@ TEMPLATES = [
 # DATABASE_URL picks the database; without it an SQLite file in the project is used.
 DATABASE_URL = os.environ.get("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
 # Workers keep their connection between tasks: reconnecting per task costs more than the task.
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+# DB_CONN_MAX_AGE=0 gives Django's default (a new connection per request or task), for the bench's anchors.
+DATABASES = {
+    "default": dj_database_url.parse(
+        DATABASE_URL, conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "60")), conn_health_checks=True
+    )
+}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {
         # Several processes (site, qcluster workers, heartbeat threads) share one file:
@@ -158,6 +163,10 @@ Q_CLUSTER = {
     "save_limit": 1000,
     "label": "Django Q2",
 }
+# WEAVE_Q_REDIS=redis://host:port/db runs the cluster on django-q2's Redis broker instead of the ORM one.
+if os.environ.get("WEAVE_Q_REDIS"):
+    del Q_CLUSTER["orm"]
+    Q_CLUSTER["redis"] = os.environ["WEAVE_Q_REDIS"]
 
 # --- Weave -------------------------------------------------------------------------------------
 WEAVE: dict[str, object] = {
@@ -170,12 +179,12 @@ WEAVE: dict[str, object] = {
 }
 
 
-def _weave_env_overrides() -> dict[str, float | int]:
+def _weave_env_overrides() -> dict[str, float | int | bool]:
     """Read `WEAVE_<KEY>` for every numeric WEAVE setting, so a parent process (the chaos runner,
     a demo script) can give its worker processes short leases, budgets or batch sizes."""
     from weave.conf import KEYS
 
-    overrides: dict[str, float | int] = {}
+    overrides: dict[str, float | int | bool] = {}
     for name, key in KEYS.items():
         raw = os.environ.get(f"WEAVE_{name}")
         if raw is None or key.kind not in (int, float, bool) or name in WEAVE:

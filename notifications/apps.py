@@ -41,3 +41,10 @@ class NotificationsConfig(AppConfig):
             )
         )
         register_metrics("notifications", console.collect_metrics)
+
+        from notifications.models import Notification
+        from notifications.queue import enqueue_drain
+        from weave.wake import WatchSpec, register_watch
+
+        # Retries and lapsed leases: the watcher asks for a drain when the earliest comes due.
+        register_watch(WatchSpec(name="notifications", next_due=Notification.objects.next_due_at, wake=enqueue_drain))

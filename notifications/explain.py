@@ -2,7 +2,7 @@
 
 from notifications.models import DeliveryAttempt, Notification
 from weave.leases import Clock, default_clock
-from weave.timeline import Timeline, clock_time, holder
+from weave.timeline import Timeline, clock_time, holder, lateness
 
 
 def explain_notification(pk: int, *, clock: Clock = default_clock) -> Timeline:
@@ -14,6 +14,7 @@ def explain_notification(pk: int, *, clock: Clock = default_clock) -> Timeline:
     device = f", device {n.device_id} on backend {n.backend!r}" if n.device_id else ""
     t.add(n.created_at, "created", f"{n.title!r}, due {clock_time(n.next_attempt_at)}{expiry}{device}")
     seen: set[tuple[str, int]] = set()
+    due_at = None  # the due time the next send is measured against (the previous attempt's retry_at)
     for a in attempts:
         if (a.owner, a.fence) not in seen:
             seen.add((a.owner, a.fence))
@@ -21,15 +22,19 @@ def explain_notification(pk: int, *, clock: Clock = default_clock) -> Timeline:
         if a.outcome == DeliveryAttempt.Outcome.NOT_SENT:
             t.add(a.finished_at, a.outcome, f"fence {a.fence} ended it without sending. {a.reason}".strip())
             continue
-        t.add(a.started_at, "send", f"fence {a.fence} sent key {n.idempotency_key}")
+        t.add(a.started_at, "send", f"fence {a.fence} sent key {n.idempotency_key}{lateness(a.started_at, due_at)}")
         status = f"HTTP {a.http_status}" if a.http_status else "no HTTP answer"
         which = f" (attempt {a.number})" if a.number else ""
-        due = f" Next try due {clock_time(a.retry_at)}." if a.retry_at else ""
+        due = f" Next try due {clock_time(a.retry_at)} (database time)." if a.retry_at else ""
+        if a.retry_at is not None:
+            due_at = a.retry_at
         t.add(
             a.finished_at,
             a.outcome,
             f"fence {a.fence}: {status}, {a.latency_ms or 0} ms{which}. {a.reason}{due}".strip(),
         )
+    if n.status == Notification.Status.PENDING and n.next_attempt_at is not None and attempts:
+        t.add(None, "due", f"next send due at {clock_time(n.next_attempt_at)} (database time)")
     t.add(None, "holder", holder(n))
     t.summary = _summary(n, attempts)
     return t

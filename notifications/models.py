@@ -1,11 +1,12 @@
 """Notifications and their delivery receipts."""
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import Case, F, Min, Q, When
 
 from weave.leases import Clock, LeasedModel, LeaseQuerySet, default_clock
 
@@ -21,6 +22,19 @@ class NotificationQuerySet(LeaseQuerySet["Notification"]):
     def claimable(self, clock: Clock = default_clock) -> "NotificationQuerySet":
         """Due rows that nobody holds under a live lease."""
         return self.due(clock).free_or_expired(clock)
+
+    def next_due_at(self) -> datetime | None:
+        """The earliest database time at which a pending row becomes claimable, or None if none is pending.
+
+        That is its due time, or, for a row held under a lease ending later, the lease's end (if the
+        holder dies, the row is claimable then). The due-time watcher (`weave.wake`) sleeps until it.
+        """
+        claimable_at = Case(
+            When(owner__isnull=False, lease_expires_at__gt=F("next_attempt_at"), then=F("lease_expires_at")),
+            default=F("next_attempt_at"),
+        )
+        at: datetime | None = self.pending().filter(next_attempt_at__isnull=False).aggregate(at=Min(claimable_at))["at"]
+        return at
 
 
 # What the provider is sent. Once a worker has claimed the row, this is the record of what went out.

@@ -1,33 +1,33 @@
-"""Enqueue the drain task. A leaf: it knows the broker API and the task's dotted name, nothing else.
+"""Ask for a drain. A leaf: it knows the broker API, the task's dotted name and Weave's wake-up rows.
 
-The worker (`delivery`) and the services both ask for a drain through here, so neither imports the
-task module that imports the worker.
+The worker (`delivery`), the services and the due-time watcher all ask for a drain through here, so
+none of them imports the task module that imports the worker.
 """
 
-from django.utils import timezone
 from django_q.conf import Conf
-from django_q.models import OrmQ
 from django_q.tasks import async_task
 
-DRAIN_TASK = "notifications.drain"
+from weave import wake
+
+DRAIN = "notifications.drain"
 
 
-def enqueue_drain() -> None:
-    """Ask the workers to drain due notifications, unless a drain is already waiting in the queue.
+def drain_request_name() -> str:
+    """The request row of this broker queue's drains: clusters on other queues get their own."""
+    return f"{DRAIN}@{Conf.CLUSTER_NAME}"
 
-    One drain delivers every due row it can within its budget, so a second queued drain would only
-    find the work done. Coalescing keeps a burst of `notification_create` calls from queueing one
-    task per notification. Only the ORM broker's queue can be inspected; other brokers always enqueue.
+
+def enqueue_drain() -> bool:
+    """Ask the workers to drain due notifications, unless a drain is already waiting to start.
+
+    One drain delivers every due row it can within its budget, so a second waiting drain would only
+    find the work done. The coalescing is Weave's own row (`weave.wake.request_once`), one guarded
+    statement, whatever the broker. A running drain does not block a new request: work that arrives
+    while it runs gets another drain, which is how a backlog spreads over every worker.
+    Returns whether a task was enqueued.
     """
-    if _drain_waiting():
-        return
-    async_task("notifications.tasks.drain", task_name=DRAIN_TASK, group="notifications")
+    return wake.request_once(drain_request_name(), enqueue=_enqueue)
 
 
-def _drain_waiting() -> bool:
-    if not Conf.ORM:
-        return False
-    # Queued (not yet picked) tasks carry their enqueue time as `lock`; a picked one is locked into the
-    # future. This is django-q2's own bookkeeping, on its own clock, not a lease decision.
-    waiting = OrmQ.objects.using(Conf.ORM).filter(key=Conf.CLUSTER_NAME, lock__lte=timezone.now())
-    return any(package.name() == DRAIN_TASK for package in waiting.order_by("pk")[:20])
+def _enqueue() -> None:
+    async_task("notifications.tasks.drain", task_name=DRAIN, group="notifications")

@@ -229,8 +229,21 @@ def _insert(fields: dict[str, Any], *, device: Device | None, ttl: int | None, c
     )
     # The times came from the database clock (an expression): read them back.
     notification.refresh_from_db(fields=["next_attempt_at", "expires_at"])
-    transaction.on_commit(_enqueue_drain)
+    if not _drain_requested_on_commit():
+        transaction.on_commit(_enqueue_drain)
     return notification
+
+
+def _drain_requested_on_commit() -> bool:
+    """Whether this transaction already asks for a drain when it commits: a bulk send in one transaction
+    then asks once, not once per notification (the request is coalesced anyway; this saves the statements)."""
+    from django.db import connection
+
+    if not connection.in_atomic_block:
+        return False
+    # Django keeps (savepoint ids, callback, robust) per registered callback; read defensively.
+    pending = getattr(connection, "run_on_commit", None) or []
+    return any(len(entry) > 1 and entry[1] is _enqueue_drain for entry in pending)
 
 
 MAX_TTL = 28 * 24 * 3600  # FCM's longest TTL; APNs and Web Push services keep messages no longer in practice

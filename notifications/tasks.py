@@ -1,15 +1,35 @@
-"""Thin django-q2 entry points for the notifications app: all logic lives in `delivery`."""
+"""Thin django-q2 entry points for the notifications app: the work lives in `delivery`."""
 
 from typing import Any
 
+from notifications import queue
 from notifications.delivery import drain as run_drain
+from notifications.models import Notification
+from weave import wake
+from weave.conf import weave_settings
 
 
 def drain() -> dict[str, Any]:
-    """Deliver due notifications (the django-q2 task)."""
-    return run_drain().as_dict()
+    """Deliver due notifications (the django-q2 task a coalesced request enqueues)."""
+    # Free the request slot first: rows created from now on ask for another drain, so none waits for us.
+    wake.task_started(queue.drain_request_name())
+    # Wake the watchers: they learn that rows are about to be leased, and so when those leases lapse
+    # if this worker dies.
+    wake.announce()
+    if Notification.objects.claimable()[weave_settings.PUSH_BATCH_SIZE :].exists():
+        # More than one batch is due: ask for another drain, which asks for the next, until every
+        # worker has one (each request is coalesced, so at most one drain waits in the broker).
+        queue.enqueue_drain()
+    try:
+        return run_drain().as_dict()
+    finally:
+        # Due times changed (retries, released rows): the watchers sleep until the new earliest one.
+        wake.announce()
 
 
 def sweep() -> dict[str, Any]:
-    """Pick up expired leases and due retries even when nothing new arrives (scheduled every minute)."""
+    """Pick up expired leases and due retries even when nothing new arrives (scheduled every minute).
+
+    A safety net: the watchers normally wake a drain at each due time within a second.
+    """
     return drain()

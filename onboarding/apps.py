@@ -40,3 +40,10 @@ class OnboardingConfig(AppConfig):
             )
         )
         register_metrics("onboarding", console.collect_metrics)
+
+        from onboarding.models import OnboardingRun
+        from onboarding.services import onboarding_wake
+        from weave.wake import WatchSpec, register_watch
+
+        # Released runs' due times and lapsed leases: the watcher asks for attempts when they come due.
+        register_watch(WatchSpec(name="onboarding", next_due=OnboardingRun.objects.next_due_at, wake=onboarding_wake))

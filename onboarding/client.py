@@ -216,13 +216,17 @@ class SupplierServices:
         and `LeaseLost` (from the heartbeat) as soon as a renewal has failed: a lost lease wins.
         """
         problem = ""
+        asked: float | None = None  # the last Retry-After (capped), handed on with the failure
         for attempt in range(self.retries + 1):
             if heartbeat is not None:
                 heartbeat.check()
                 if attempt and heartbeat.budget_spent:
-                    raise TemporaryFailure(f"{path}: attempt budget spent while retrying; last error: {problem}")
+                    raise TemporaryFailure(
+                        f"{path}: attempt budget spent while retrying; last error: {problem}", retry_after=asked
+                    )
             # The shared policy (weave.retry): exponential with jitter, capped like a Retry-After.
             delay = backoff_seconds(attempt + 1, base=self.backoff, cap=self.retry_after_max)
+            asked = None
             try:
                 answer = self._send(path, payload, key)
             except httpx.TimeoutException as exc:
@@ -256,8 +260,10 @@ class SupplierServices:
                     )
                 else:  # 5xx, 429, 408, or a status no HTTP service sends
                     problem = f"HTTP {answer.status}"
-                    wait = parse_retry_after(answer.headers.get("Retry-After"), answer.headers.get("Date"))
-                    delay = max(delay, min(wait or 0.0, self.retry_after_max))
+                    asked = parse_retry_after(answer.headers.get("Retry-After"), answer.headers.get("Date"))
+                    if asked is not None:
+                        asked = min(asked, self.retry_after_max)
+                        delay = max(delay, asked)
             log_event(
                 logger,
                 "retry",
@@ -269,7 +275,7 @@ class SupplierServices:
             )
             if attempt < self.retries:
                 self._pause.wait(delay)
-        raise TemporaryFailure(f"{path}: {problem} after {self.retries + 1} tries")
+        raise TemporaryFailure(f"{path}: {problem} after {self.retries + 1} tries", retry_after=asked)
 
     def _send(self, path: str, payload: dict[str, Any], key: str) -> _Answer:
         """One request under one deadline; read at most `BODY_CAP` bytes of the body."""

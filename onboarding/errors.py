@@ -30,7 +30,14 @@ class StepFailure(OnboardingError):
 
 
 class TemporaryFailure(StepFailure):
-    """The service was unavailable (429, 5xx, timeout) after the retries: a later attempt tries again."""
+    """The service was unavailable (429, 5xx, timeout) after the retries: a later attempt tries again.
+
+    `retry_after` is the delay the service last asked for (Retry-After), in seconds, if it asked.
+    """
+
+    def __init__(self, reason: str, *, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.retry_after = retry_after
 
 
 class PermanentFailure(StepFailure):

@@ -2,7 +2,7 @@
 
 from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
 from weave.leases import Clock, default_clock
-from weave.timeline import Timeline, clock_time, holder
+from weave.timeline import Timeline, clock_time, holder, lateness
 
 
 def explain_run(pk: int, *, clock: Clock = default_clock) -> Timeline:
@@ -12,10 +12,13 @@ def explain_run(pk: int, *, clock: Clock = default_clock) -> Timeline:
     receipts = list(StepReceipt.objects.filter(run_id=pk).order_by("completed_at", "pk"))
     t = Timeline(f"Onboarding run {run.pk} for {run.supplier.legal_name}: {run.status}, last step {run.phase or '-'}")
     t.add(run.created_at, "created", f"by {run.created_by or 'nobody recorded'}")
+    due = None  # the due time the next claim is measured against
     for a in attempts:
-        t.add(a.started_at, "claim", f"fence {a.fence} claimed by {a.owner}")
+        t.add(a.started_at, "claim", f"fence {a.fence} claimed by {a.owner}{lateness(a.started_at, due)}")
+        due = None
         if a.outcome != RunAttempt.Outcome.RUNNING:
             t.add(a.ended_at, a.outcome, f"fence {a.fence}: {a.reason}".rstrip(": "))
+            due = a.retry_due_at
     for r in receipts:
         t.add(r.completed_at, "receipt", f"step {r.step} saved by fence {r.fence} ({r.owner})")
         if r.undone_at is not None:

@@ -1,8 +1,10 @@
 """Suppliers, the purchasing and setup rows onboarding writes, and the runs that write them."""
 
+from datetime import datetime
+
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import Case, F, Min, Q, When
 
 from weave.leases import Clock, LeasedModel, LeaseQuerySet, default_clock
 
@@ -85,9 +87,28 @@ class OnboardingRunQuerySet(LeaseQuerySet["OnboardingRun"]):
             | Q(status=OnboardingRun.Status.CANCELLED, undo_state=OnboardingRun.Undo.REQUESTED)
         )
 
+    def due(self, clock: Clock = default_clock) -> "OnboardingRunQuerySet":
+        """Runs not waiting out a retry delay: no `next_attempt_at`, or it has come by the database clock."""
+        return self.filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=clock.now()))
+
     def needing_a_worker(self, clock: Clock = default_clock) -> "OnboardingRunQuerySet":
-        """Claimable runs nobody holds under a live lease: pending, released, crashed, or waiting to undo."""
-        return self.claimable().free_or_expired(clock)
+        """Claimable runs nobody holds under a live lease and not waiting out a retry delay: pending, released
+        (once due again), crashed, or waiting to undo."""
+        return self.claimable().free_or_expired(clock).due(clock)
+
+    def next_due_at(self) -> datetime | None:
+        """The earliest database time at which a claimable run needs a worker, or None if there is none.
+
+        A free run is due at its `next_attempt_at` (its creation when it has none); a held run when its
+        lease ends (if the holder dies, the run needs a worker then). The due-time watcher sleeps until it.
+        """
+        at = Case(
+            When(owner__isnull=False, then=F("lease_expires_at")),
+            When(next_attempt_at__isnull=False, then=F("next_attempt_at")),
+            default=F("created_at"),
+        )
+        earliest: datetime | None = self.claimable().aggregate(at=Min(at))["at"]
+        return earliest
 
 
 class OnboardingRun(LeasedModel):
@@ -116,6 +137,8 @@ class OnboardingRun(LeasedModel):
     reason = models.TextField(blank=True, help_text="Why the run is where it is, for a person.")
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Database time at which a run released on a temporary failure is due again; None: due at once.
+    next_attempt_at = models.DateTimeField(null=True, blank=True, editable=False)
     # The steps this run takes (dotted paths), recorded when it started: a changed setting never
     # reshapes a run in flight.
     plan = models.JSONField(default=list, blank=True, editable=False)
@@ -200,6 +223,8 @@ class RunAttempt(models.Model):
     ended_at = models.DateTimeField(null=True, blank=True, help_text="Database clock.")
     outcome = models.CharField(max_length=20, choices=Outcome.choices, default=Outcome.RUNNING)
     reason = models.TextField(blank=True)
+    # For a released attempt: the database time its run was due again (what the next claim is measured against).
+    retry_due_at = models.DateTimeField(null=True, blank=True, help_text="Database clock.")
 
     class Meta:
         ordering = ["run", "fence", "pk"]

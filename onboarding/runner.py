@@ -25,6 +25,7 @@ worker reads back on a fresh connection what landed and writes only its own atte
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from functools import partial
 from typing import Any, TypedDict, Unpack
 
@@ -36,10 +37,13 @@ from onboarding.errors import PermanentFailure, StepFailure, TemporaryFailure
 from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
 from onboarding.steps.plan import DEFAULT_PLAN, PlanError, load_plan
 from onboarding.steps.protocol import Output, Step, StepContext, commit_output
+from weave import wake
 from weave.conf import weave_settings
 from weave.events import log_event
 from weave.leases import Clock, Heartbeat, Lease, LeaseBusy, LeaseLost, NotClaimable, default_clock, new_owner
+from weave.retry import backoff_seconds
 from weave.sanitize import decode
+from weave.timeline import clock_time
 from weave.worker_db import is_cut_off
 
 logger = logging.getLogger("weave.onboarding")
@@ -80,8 +84,8 @@ class Claim:
             fields["reason"] = storable(fields["reason"])
         OnboardingRun.objects.release(self.lease, clock=self.clock, expect=expect, **fields)
 
-    def end(self, outcome: str, reason: str) -> None:
-        """Record how this attempt ended (and log it)."""
+    def end(self, outcome: str, reason: str, *, retry_due_at: Any = None) -> None:
+        """Record how this attempt ended (and log it); `retry_due_at` is a release's next due time."""
         reason = storable(reason)  # a reason PostgreSQL refuses would leave the attempt running forever
         self.outcome, self.reason = outcome, reason
         now = self.clock.now()
@@ -94,10 +98,13 @@ class Claim:
                 ended_at=now,
                 outcome=outcome,
                 reason=reason,
+                retry_due_at=retry_due_at,
             ).pk
         else:
             # Unconditional on purpose: a stalled attempt marked crashed by a newer claim says "blocked" in the end.
-            RunAttempt.objects.filter(pk=self.attempt_id).update(outcome=outcome, reason=reason, ended_at=now)
+            RunAttempt.objects.filter(pk=self.attempt_id).update(
+                outcome=outcome, reason=reason, ended_at=now, retry_due_at=retry_due_at
+            )
         event = {str(Outcome.COMPLETED): "completed", str(Outcome.RELEASED): "released"}.get(outcome, str(outcome))
         log_event(logger, event, job=JOB, id=self.run_id, owner=self.lease.owner, fence=self.lease.fence, reason=reason)
 
@@ -229,8 +236,10 @@ def claim_attempt(run_id: Any, **options: Unpack[AttemptOptions]) -> "Attempt":
     ttl = float(ttl_option if ttl_option is not None else weave_settings.ONBOARDING_LEASE_TTL)
     clock = options.get("clock", default_clock)
     steps = options.get("steps")
+    # A run released on a temporary failure is not claimed before its due time (the service's Retry-After),
+    # even by a task that was queued before the release.
     try:
-        lease = OnboardingRun.objects.claimable().claim(run_id, owner=owner, ttl=ttl, clock=clock)
+        lease = OnboardingRun.objects.claimable().due(clock).claim(run_id, owner=owner, ttl=ttl, clock=clock)
     except DatabaseError as cut:
         if not is_cut_off(cut):
             raise
@@ -248,7 +257,11 @@ def claim_attempt(run_id: Any, **options: Unpack[AttemptOptions]) -> "Attempt":
                 )
             else:
                 OnboardingRun.objects.guarded_update(
-                    lease, clock=clock, expect={"status__in": OnboardingRun.ACTIVE}, status=Status.RUNNING
+                    lease,
+                    clock=clock,
+                    expect={"status__in": OnboardingRun.ACTIVE},
+                    status=Status.RUNNING,
+                    next_attempt_at=None,
                 )
             _mark_crashed(run_id, lease, clock)
             claim.attempt_id = RunAttempt.objects.create(
@@ -397,7 +410,7 @@ class Attempt:
                     stage = "completion"
                     self.complete()
                 except TemporaryFailure as exc:
-                    self.give_back(f"{stage}: {exc.reason} Waiting for a later attempt.", requeue=False)
+                    self.release_for_retry(exc, stage)
                 except PermanentFailure as exc:
                     self.fail(f"{stage}: {exc.reason}", step=stage, fixable=exc.fixable)
             except LeaseLost as lost:
@@ -495,13 +508,47 @@ class Attempt:
             )
             self.claim.end(Outcome.COMPLETED, f"Completed the run at fence {self.lease.fence}.")
 
-    def give_back(self, reason: str, *, requeue: bool) -> None:
-        """Release the run as pending for a later attempt (temporary failure or budget spent)."""
+    def give_back(self, reason: str, *, requeue: bool, delay: float | None = None) -> None:
+        """Release the run as pending for a later attempt (temporary failure or budget spent).
+
+        With `delay` the run is due again that many seconds from the database's now; the due-time watcher
+        (`weave.wake`) asks for the next attempt then. The reasons carry that database time.
+        """
         with transaction.atomic():
-            self.claim.release(expect={"status": Status.RUNNING}, status=Status.PENDING, reason=reason)
-            self.claim.end(Outcome.RELEASED, reason)
+            due = None
+            if delay is not None:
+                # Read the due time off the database clock first, so the one guarded release writes it and
+                # the reason that names it.
+                due = (
+                    OnboardingRun.objects.filter(pk=self.run_id)
+                    .annotate(due=self.clock.now(timedelta(seconds=delay)))
+                    .values_list("due", flat=True)
+                    .first()
+                )
+                reason = f"{reason} Next attempt due at {clock_time(due)} (database time)."
+            fields: dict[str, Any] = {} if due is None else {"next_attempt_at": due}
+            self.claim.release(expect={"status": Status.RUNNING}, status=Status.PENDING, reason=reason, **fields)
+            self.claim.end(Outcome.RELEASED, reason, retry_due_at=due)
             if requeue:
                 transaction.on_commit(partial(queue.enqueue_run, self.run_id))
+            if due is not None:
+                transaction.on_commit(wake.announce)  # the watchers sleep until the new due time
+
+    def release_for_retry(self, failure: TemporaryFailure, stage: str) -> None:
+        """Release the run after a temporary failure, due again after the service's Retry-After or our backoff."""
+        if failure.retry_after is not None:
+            delay, why = failure.retry_after, "as the service asked with Retry-After"
+        else:
+            releases = RunAttempt.objects.filter(run_id=self.run_id, outcome=Outcome.RELEASED).count()
+            delay = backoff_seconds(
+                releases + 1,
+                base=weave_settings.ONBOARDING_RELEASE_BACKOFF,
+                cap=weave_settings.ONBOARDING_RELEASE_BACKOFF_MAX,
+            )
+            why = "backoff with jitter"
+        self.give_back(
+            f"{stage}: {failure.reason} Waiting {delay:.1f} s for a later attempt ({why}).", requeue=False, delay=delay
+        )
 
     def fail(self, reason: str, *, step: str = "", fixable: bool = True) -> None:
         """End the run as failed with `reason`, under the guard; record the step and whether a retry may fix it."""

@@ -106,6 +106,8 @@ def onboarding_resume(*, run: OnboardingRun) -> bool:
     _check_instance(run, OnboardingRun, "run")
     if run.status not in OnboardingRun.ACTIVE:
         return False
+    # A person asking now overrides a retry delay (the worker's claim waits for `next_attempt_at`).
+    OnboardingRun.objects.filter(pk=run.pk, status__in=OnboardingRun.ACTIVE).update(next_attempt_at=None)
     transaction.on_commit(partial(_enqueue, run.pk))
     return True
 
@@ -190,6 +192,11 @@ def onboarding_cancel(
     if changed:
         log_event(logger, "cancelled", job="onboarding", id=run.pk, reason=f"by {who}", undo=undo)
     return changed == 1
+
+
+def onboarding_wake() -> None:
+    """Ask for an attempt at every run that needs a worker now (the due-time watcher's wake-up)."""
+    onboarding_sweep()
 
 
 def onboarding_sweep(*, clock: Clock = default_clock, limit: int = 500) -> list[int]:

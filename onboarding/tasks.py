@@ -1,15 +1,21 @@
 """Thin django-q2 entry points for onboarding.
 
 `onboarding.tasks.sweep` runs every minute from the django-q2 Schedule: it re-enqueues pending runs
-and runs whose lease expired.
+and runs whose lease expired. The due-time watcher (`weave.wake`) normally gets there first.
 """
 
+from onboarding import queue
 from onboarding.runner import run_onboarding as run
 from onboarding.services import onboarding_sweep
+from weave import wake
 
 
 def run_onboarding(run_id: int) -> str:
     """Run one attempt at `run_id`; return its outcome for the task result."""
+    # The request row is per run: drop it, so a later request (a retry's due time) queues a new task.
+    wake.task_started(queue.request_name(run_id), forget=True)
+    # Wake the watchers: the run is about to be leased, and they should know when that lease ends.
+    wake.announce()
     return run(run_id)
 
 

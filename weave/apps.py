@@ -1,4 +1,7 @@
+from typing import Any
+
 from django.apps import AppConfig, apps
+from django.db.models.signals import post_migrate
 
 
 class WeaveConfig(AppConfig):
@@ -21,3 +24,33 @@ class WeaveConfig(AppConfig):
         register_metrics("weave.leases", collect_lease_metrics)
         if apps.is_installed("django.contrib.admin"):
             register_admin()
+
+        # The sweeps exist as soon as the site has migrated: a site that only ran `migrate` and
+        # started `qcluster` gets retries and recovery without remembering `weave_schedules`.
+        post_migrate.connect(_ensure_schedules_after_migrate, dispatch_uid="weave.schedules.post_migrate")
+        if apps.is_installed("django_q"):
+            from django_q.signals import post_spawn
+
+            from weave.wake import start_watcher
+
+            # Every django-q2 worker process gets a due-time watcher thread (weave.wake).
+            post_spawn.connect(start_watcher, dispatch_uid="weave.wake.watcher")
+
+
+def _ensure_schedules_after_migrate(sender: AppConfig, using: str = "default", **kwargs: Any) -> None:
+    # post_migrate is sent once per app; act once, on our own, when django-q2's table is there.
+    if sender.name != "weave" or not apps.is_installed("django_q"):
+        return
+    from django.db import connections
+
+    from weave.schedules import ensure_schedules
+
+    with connections[using].cursor() as cursor:
+        tables = connections[using].introspection.table_names(cursor)
+    if "django_q_schedule" not in tables:
+        return
+    changes = [(name, what) for name, what in ensure_schedules(using=using) if what != "unchanged"]
+    stdout = kwargs.get("stdout")
+    if stdout is not None and kwargs.get("verbosity", 1) >= 1:
+        for name, what in changes:
+            stdout.write(f"  Weave schedule {name}: {what}\n")

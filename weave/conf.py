@@ -195,6 +195,12 @@ class WeaveSettings:
     # --- operator console ---
     METRICS_TOKEN = text("", "bearer token for the Prometheus endpoint (weave.urls); empty: staff sessions only")
     DASHBOARD_REFRESH = count(10, "seconds between the dashboard's automatic reloads; 0 turns it off", minimum=0)
+    # --- waking workers for due work (weave.wake) ---
+    WAKE_WATCHER = flag(True, "run a due-time watcher thread in every django-q2 worker process")
+    WAKE_HOLD = seconds(10.0, "how long a queued task holds its request slot if it never starts", minimum=0.0)
+    WAKE_GRACE = seconds(0.2, "how long work found due after a notification is left to the task that sent it")
+    WAKE_POLL_MAX = seconds(1.0, "longest poll on SQLite, and the longest backoff while work stays overdue")
+    WAKE_IDLE = seconds(30.0, "longest LISTEN on PostgreSQL with nothing due (NOTIFY wakes it sooner)")
     # --- supplier onboarding ---
     SUPPLIER_API_URL = text("", "base URL of the supplier services")
     SUPPLIER_API_TIMEOUT = seconds(10.0, "per request")
@@ -203,6 +209,10 @@ class WeaveSettings:
     ONBOARDING_STEP_RETRIES = count(3, "temporary failures retried within a step", minimum=0)
     ONBOARDING_RETRY_BACKOFF = seconds(0.5, "seconds before the first retry in a step, doubled per retry", minimum=0.0)
     ONBOARDING_RETRY_AFTER_MAX = seconds(30.0, "a longer Retry-After is capped to this", minimum=0.0)
+    ONBOARDING_RELEASE_BACKOFF = seconds(
+        2.0, "a run released on a temporary failure is due again after this, doubled per release, with jitter"
+    )
+    ONBOARDING_RELEASE_BACKOFF_MAX = seconds(300.0, "cap on the release backoff")
     # A run records the list when it starts, so changing it never reshapes runs in flight; the
     # system check onboarding.E003 loads it (README "Write your own step").
     ONBOARDING_STEPS = dotted_paths(

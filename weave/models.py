@@ -1,5 +1,6 @@
-"""The core has no tables. `Dashboard` is an unmanaged stand-in so the admin lists the Weave dashboard
-on its index page and serves it at /admin/weave/dashboard/ (see `weave.dashboard`)."""
+"""Weave's own rows. The core has no job tables: `WakeRequest` coalesces wake-up requests, and
+`Dashboard` is an unmanaged stand-in so the admin lists the Weave dashboard on its index page and
+serves it at /admin/weave/dashboard/ (see `weave.dashboard`)."""
 
 from django.db import models
 
@@ -13,3 +14,23 @@ class Dashboard(models.Model):
 
     def __str__(self) -> str:
         return "Weave dashboard"
+
+
+class WakeRequest(models.Model):
+    """One row per kind of task Weave asks the workers to run (e.g. `notifications.drain`).
+
+    `queued_until` is set, in one guarded statement, by whoever enqueues the task, and cleared by the
+    task when it starts. While it lies in the future another request is already waiting in the broker,
+    so a second one would only find the work done. It is a time, not a flag, so that a task the broker
+    lost (or a worker that died before starting it) stops holding the slot once the time passes.
+    """
+
+    name = models.CharField(max_length=100, primary_key=True)
+    queued_until = models.DateTimeField(null=True, blank=True)
+    requests = models.BigIntegerField(default=0, help_text="Tasks actually enqueued through this row.")
+
+    class Meta:
+        verbose_name = "wake-up request"
+
+    def __str__(self) -> str:
+        return f"Wake-up request {self.name}"

@@ -1,8 +1,11 @@
-"""A registry of django-q2 schedules that `manage.py weave_schedules` creates or updates idempotently.
+"""A registry of django-q2 schedules, created on `post_migrate` and repaired by `manage.py weave_schedules`.
 
 Apps register their schedules in `AppConfig.ready()`:
 
     register_schedule(ScheduleSpec(name="notifications.sweep", func="notifications.tasks.sweep", minutes=1))
+
+`weave.apps` calls `ensure_schedules()` after every `migrate`, so the sweeps exist on any site that
+migrated; the command stays for repairs and says what it changed.
 """
 
 from dataclasses import dataclass
@@ -29,22 +32,30 @@ def registered_schedules() -> list[ScheduleSpec]:
     return [_registry[name] for name in sorted(_registry)]
 
 
-def ensure_schedules() -> list[tuple[str, str]]:
-    """Create or update a Schedule row for every registered spec; return (name, "created"|"updated"|"unchanged")."""
+def ensure_schedules(using: str = "default") -> list[tuple[str, str]]:
+    """Create or update a Schedule row for every registered spec.
+
+    Returns (name, what) per spec, `what` being "created", "unchanged" or "updated (field old -> new, ...)".
+    """
     from django_q.models import Schedule
 
     results = []
     for spec in registered_schedules():
         wanted = {"func": spec.func, "schedule_type": Schedule.MINUTES, "minutes": spec.minutes, "repeats": -1}
-        schedule = Schedule.objects.filter(name=spec.name).first()
+        schedule = Schedule.objects.using(using).filter(name=spec.name).first()
         if schedule is None:
-            Schedule.objects.create(name=spec.name, **wanted)
+            Schedule.objects.using(using).create(name=spec.name, **wanted)
             results.append((spec.name, "created"))
-        elif any(getattr(schedule, key) != value for key, value in wanted.items()):
-            for key, value in wanted.items():
-                setattr(schedule, key, value)
-            schedule.save()
-            results.append((spec.name, "updated"))
-        else:
+            continue
+        changed = {
+            key: (getattr(schedule, key), value) for key, value in wanted.items() if getattr(schedule, key) != value
+        }
+        if not changed:
             results.append((spec.name, "unchanged"))
+            continue
+        for key, (_, value) in changed.items():
+            setattr(schedule, key, value)
+        schedule.save(using=using)
+        what = ", ".join(f"{key} {old!r} -> {new!r}" for key, (old, new) in changed.items())
+        results.append((spec.name, f"updated ({what})"))
     return results

@@ -65,6 +65,16 @@ def clock_time(at: datetime | None) -> str:
     return "?" if at is None else at.strftime("%H:%M:%S.%f")[:-3]
 
 
+def lateness(sent: datetime | None, due: datetime | None) -> str:
+    """Say how a send's database time compares with the due time it was waiting for ("" if none)."""
+    if sent is None or due is None:
+        return ""
+    late = (sent - due).total_seconds()
+    if late >= 0:
+        return f", {late:.3f} s after its due time {clock_time(due)}"
+    return f", {-late:.3f} s before its due time {clock_time(due)} (sent early by a person's retry)"
+
+
 def holder(job: Any) -> str:
     """Say who holds a leased row now; `job` is annotated by `LeaseQuerySet.with_lease_state()`.
 

@@ -35,6 +35,9 @@ class FaultConfig:
     retry_after: str = "1"  # seconds, or "date:<seconds>" to send an HTTP-date that many seconds ahead
     rate_5xx: float = 0.0
     status_5xx: int = 503
+    # Answer status_5xx to the first request of every n-th new key (0: off): a deterministic "1 key in n"
+    # temporary failure whose retry then succeeds, for latency measurements with no randomness.
+    first_5xx_every: int = 0
     rate_hang: float = 0.0  # deliver, then answer only after hang_seconds (past the client's timeout)
     hang_seconds: float = 5.0
     rate_drop: float = 0.0  # deliver, then close the connection without an answer
@@ -83,6 +86,7 @@ class _State:
         self.by_status: dict[str, int] = {}
         self.tokens: dict[str, str] = {}  # idempotency key -> device token ("to")
         self.log: list[dict[str, Any]] = []
+        self.new_keys = 0
         # Hostile answers the client stopped reading before the end (a trickle or a huge body cut short).
         self.aborted = 0
         self.completed_hostile = 0
@@ -197,7 +201,7 @@ class _Handler(FakeHandler):
         if draw < edge:
             return 429, {"Retry-After": _retry_after(config.retry_after)}, _dumps({"error": "slow down"}), ""
         edge += config.rate_5xx
-        if draw < edge:
+        if draw < edge or self._first_of_every(config, key):
             headers = self._unavailable_headers(config, config.status_5xx)
             return config.status_5xx, headers, _dumps({"error": "provider trouble"}), ""
         edge += config.rate_hang
@@ -226,6 +230,16 @@ class _Handler(FakeHandler):
             host = self.headers.get("Host", "")
             return f"Unauthorized. You sent POST http://{host}{self.path}\n{headers}".encode()
         return normal
+
+    def _first_of_every(self, config: FaultConfig, key: str) -> bool:
+        if config.first_5xx_every <= 0:
+            return False
+        state = self.server.state
+        with state.lock:
+            if state.per_key.get(key) != 1:
+                return False  # not this key's first request
+            state.new_keys += 1
+            return state.new_keys % config.first_5xx_every == 1 % config.first_5xx_every
 
     def _deliver(self, key: str, to: str) -> tuple[str, bool]:
         state = self.server.state

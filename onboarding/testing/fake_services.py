@@ -73,6 +73,8 @@ class FakeConfig:
     huge_bytes: int = 300 * 1024 * 1024
     trickle_interval: float = 0.05
     trickle_seconds: float = 30.0
+    # Answer the next `fail_first` requests 503 with `Retry-After: retry_after`, then behave (a short outage).
+    fail_first: int = 0
     invalid_tax_ids: list[str] = field(default_factory=list)  # well-formed, but not registered
     refused_ibans: list[str] = field(default_factory=list)  # well-formed, but the account is closed
     sanctioned_names: list[str] = field(default_factory=list)
@@ -267,6 +269,15 @@ class _Handler(FakeHandler):
 
         # One draw decides the fault, so the rates add up the way the flags read.
         fault = None
+        with state.lock:
+            outage = state.config.fail_first > 0
+            if outage:
+                state.config.fail_first -= 1
+        if outage:
+            with state.lock:
+                state.faults["outage"] += 1
+            self._send(503, {"error": "service unavailable (outage)"}, {"Retry-After": str(config.retry_after)})
+            return
         if draw < config.error_rate:
             fault = "5xx"
         elif draw < config.error_rate + config.throttle_rate:

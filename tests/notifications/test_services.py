@@ -2,12 +2,15 @@
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 from django_q.models import OrmQ
 
 from notifications.models import Notification
-from notifications.queue import enqueue_drain
+from notifications.queue import drain_request_name, enqueue_drain
 from notifications.services import notification_cancel, notification_create, notification_retry_now
 from tests.factories import NotificationFactory
+from weave import wake
+from weave.models import WakeRequest
 
 pytestmark = pytest.mark.django_db
 
@@ -44,20 +47,43 @@ def test_create__stores_a_due_row_and_enqueues_one_drain_after_commit(django_cap
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         first = notification_create(device_token="device-1", title="Hi", body="Hello", data={"k": 1})
         notification_create(device_token="device-2", title="Hi", body="Hello")
-    assert len(callbacks) == 2
+    assert len(callbacks) == 1  # one transaction asks for one drain, however many it creates
     assert first.status == "pending" and first.next_attempt_at is not None and first.idempotency_key
     # Two creates, one queued drain: the second saw the first still waiting.
     assert [q.name() for q in OrmQ.objects.all()] == ["notifications.drain"]
     assert Notification.objects.claimable().count() == 2
 
 
-def test_enqueue_drain__enqueues_again_once_the_queued_drain_was_picked():
-    enqueue_drain()
-    enqueue_drain()
+def test_enqueue_drain__coalesces_on_weaves_own_row_until_the_drain_starts():
+    assert enqueue_drain() is True
+    assert enqueue_drain() is False
     assert OrmQ.objects.count() == 1
-    OrmQ.objects.update(lock="2999-01-01T00:00:00Z")  # a worker picked it (locked into the future)
-    enqueue_drain()
+    (row,) = WakeRequest.objects.all()
+    assert (row.name, row.requests) == (drain_request_name(), 1) and row.queued_until is not None
+    assert row.name.startswith("notifications.drain@")
+    wake.task_started(drain_request_name())  # what the drain task does first
+    assert enqueue_drain() is True
     assert OrmQ.objects.count() == 2
+    assert WakeRequest.objects.get().requests == 2
+
+
+def test_enqueue_drain__a_lost_task_holds_the_slot_only_until_its_time_passes(settings):
+    settings.WEAVE = {"WAKE_HOLD": 0.0}  # as if the queued drain had been lost long ago
+    assert enqueue_drain() is True
+    assert enqueue_drain() is True
+    assert OrmQ.objects.count() == 2
+
+
+def test_enqueue_drain__frees_the_slot_when_the_broker_refuses(monkeypatch):
+    def broken(*args, **kwargs):
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr("notifications.queue.async_task", broken)
+    with pytest.raises(ConnectionError):
+        enqueue_drain()
+    assert WakeRequest.objects.get().queued_until is None
+    monkeypatch.undo()
+    assert enqueue_drain() is True
 
 
 def test_retry_and_cancel__never_touch_a_row_under_a_live_lease(clock):
@@ -69,3 +95,20 @@ def test_retry_and_cancel__never_touch_a_row_under_a_live_lease(clock):
     clock.advance(31)  # the lease expired: the row is free to cancel; the stale worker's guard will refuse it
     assert notification_cancel(notification_ids=[held.pk], clock=clock).changed == [held.pk]
     assert Notification.objects.get(pk=held.pk).status == "cancelled"
+
+
+class _Report:
+    def as_dict(self) -> dict:
+        return {}
+
+
+@pytest.mark.parametrize(("due", "more"), [(150, 1), (100, 0)])
+def test_drain_task__asks_for_one_more_drain_when_more_than_a_batch_is_due(monkeypatch, due, more):
+    # PUSH_BATCH_SIZE is 100: with more due than one batch, the starting drain asks for a second, which
+    # (when it starts) does the same; so a backlog reaches every worker with one drain waiting at a time.
+    from notifications import tasks
+
+    NotificationFactory.create_batch(due, next_attempt_at=timezone.now())
+    monkeypatch.setattr(tasks, "run_drain", lambda: _Report())
+    tasks.drain()
+    assert OrmQ.objects.count() == more

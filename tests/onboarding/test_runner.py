@@ -3,6 +3,7 @@
 import pytest
 from django.core.exceptions import ValidationError
 from django.db.models import Count
+from django.utils import timezone
 
 from notifications.models import Notification
 from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, RunAttempt, StepReceipt, VendorRecord
@@ -120,7 +121,11 @@ def test_run__temporary_failures_release_the_run_without_failing_it(fake_service
     assert fake_services.stats()["requests"] == 4
     assert not StepReceipt.objects.filter(run=run).exists()
 
-    # The service recovers: the next attempt (as the sweep would start it) finishes the run.
+    # The run is due again later (Retry-After or backoff): an attempt before then takes nothing.
+    assert run.next_attempt_at is not None and only.retry_due_at == run.next_attempt_at
+    assert attempt(run) == "not_claimable"
+    # Once it is due, the next attempt (as the watcher would start it) finishes the run.
+    OnboardingRun.objects.filter(pk=run.pk).update(next_attempt_at=timezone.now())
     setattr(fake_services.config, fault, 0.0)
     assert attempt(run) == "completed"
     assert OnboardingRun.objects.get(pk=run.pk).fence == 2

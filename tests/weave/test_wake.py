@@ -1,0 +1,178 @@
+"""weave.wake: the watcher's decisions, the due-time queries it reads, and coalescing under concurrency."""
+
+from datetime import datetime, timedelta
+
+import pytest
+from django.utils import timezone
+
+from notifications.models import Notification
+from notifications.queue import enqueue_drain
+from onboarding.explain import explain_run
+from onboarding.models import OnboardingRun, RunAttempt
+from onboarding.runner import run_onboarding
+from tests.factories import NotificationFactory, OnboardingRunFactory
+from tests.threads import run_threads
+from weave.wake import Watcher, WatchSpec, seconds_until
+
+pytestmark = pytest.mark.django_db
+
+
+class Spec:
+    """A watched kind whose due time the test sets; counts the wake-ups it gets."""
+
+    def __init__(self) -> None:
+        self.due: datetime | None = None
+        self.wakes = 0
+
+    def spec(self) -> WatchSpec:
+        return WatchSpec(name="test", next_due=lambda: self.due, wake=self._wake)
+
+    def _wake(self) -> None:
+        self.wakes += 1
+
+
+def in_seconds(seconds: float) -> datetime:
+    return timezone.now() + timedelta(seconds=seconds)
+
+
+def test_watcher__with_nothing_pending_sleeps_its_longest_and_wakes_nobody(settings):
+    settings.WEAVE = {"WAKE_POLL_MAX": 1.5, "WAKE_IDLE": 1.5}  # SQLite polls, PostgreSQL listens
+    kind = Spec()
+    assert Watcher([kind.spec()]).step(timer_expired=False) == 1.5
+    assert kind.wakes == 0
+
+
+def test_watcher__sleeps_until_the_earliest_due_time():
+    kind = Spec()
+    kind.due = in_seconds(0.8)
+    sleep = Watcher([kind.spec()]).step(timer_expired=False)
+    assert 0.5 < sleep < 0.9 and kind.wakes == 0  # 0.8 s by the database clock (SQLite: millisecond steps)
+
+
+def test_watcher__a_due_time_reached_by_its_own_timer_wakes_at_once():
+    kind = Spec()
+    kind.due = in_seconds(-0.01)
+    watcher = Watcher([kind.spec()])
+    watcher.step(timer_expired=True)
+    assert kind.wakes == 1
+
+
+def test_watcher__work_found_due_after_a_notification_gets_a_grace_then_a_wake(settings):
+    settings.WEAVE = {"WAKE_GRACE": 0.2}
+    kind = Spec()
+    kind.due = in_seconds(-0.01)
+    watcher = Watcher([kind.spec()])
+    # The task that sent the notification is usually claiming it: leave it the grace first.
+    assert watcher.step(timer_expired=False) == 0.2
+    assert kind.wakes == 0
+    # Still due at the next look: nobody took it, so ask for a task, and back off while it stays due.
+    first = watcher.step(timer_expired=False)
+    assert kind.wakes == 1
+    watcher.step(timer_expired=False)  # seen once more (grace) ...
+    second = watcher.step(timer_expired=False)  # ... and woken again, after a longer pause
+    assert kind.wakes == 2 and second > first
+
+
+def test_notification_next_due_at__is_the_earliest_time_a_pending_row_becomes_claimable():
+    assert Notification.objects.next_due_at() is None
+    later = in_seconds(60)
+    NotificationFactory(next_attempt_at=later)
+    NotificationFactory(next_attempt_at=in_seconds(-5), status="delivered")  # finished: not watched
+    assert Notification.objects.next_due_at() == later
+    # A due row held under a lease that ends sooner: claimable (if its holder dies) when the lease ends.
+    lease_end = in_seconds(30)
+    NotificationFactory(next_attempt_at=in_seconds(-1), owner="push:x:1:a", fence=1, lease_expires_at=lease_end)
+    assert Notification.objects.next_due_at() == lease_end
+    free = in_seconds(-2)
+    NotificationFactory(next_attempt_at=free)
+    assert Notification.objects.next_due_at() == free
+    assert seconds_until(free) < 0 < seconds_until(later) <= 60
+
+
+def test_onboarding__a_run_released_after_a_retry_after_is_due_then_and_says_so(fake_services, clock):
+    fake_services.config.throttle_rate = 1.0  # 429 with Retry-After (capped by ONBOARDING_RETRY_AFTER_MAX)
+    run = OnboardingRunFactory()
+    assert run_onboarding(run.pk, background=False, clock=clock) == "released"
+
+    run.refresh_from_db()
+    expected = clock.current + timedelta(seconds=0.02)
+    assert run.next_attempt_at == expected
+    (released,) = RunAttempt.objects.filter(run=run)
+    assert released.retry_due_at == expected
+    assert "Retry-After" in released.reason and "(database time)" in released.reason
+    # Not due yet: neither the sweep nor the watcher asks for it; then it is.
+    assert not OnboardingRun.objects.needing_a_worker(clock).exists()
+    assert OnboardingRun.objects.next_due_at() == expected
+    clock.advance(0.5)
+    assert list(OnboardingRun.objects.needing_a_worker(clock)) == [run]
+
+    fake_services.config.throttle_rate = 0.0
+    assert run_onboarding(run.pk, background=False, clock=clock) == "completed"
+    assert OnboardingRun.objects.get(pk=run.pk).next_attempt_at is None
+    # The timeline measures the next claim against the due time, on the database clock.
+    assert "0.480 s after its due time" in explain_run(run.pk, clock=clock).as_text()
+
+
+def test_onboarding__a_run_released_without_retry_after_backs_off(fake_services, clock):
+    fake_services.config.error_rate = 1.0  # 503 without Retry-After
+    run = OnboardingRunFactory()
+    run_onboarding(run.pk, background=False, clock=clock)
+    run.refresh_from_db()
+    waited = (run.next_attempt_at - clock.current).total_seconds()
+    assert 1.0 <= waited <= 2.0  # ONBOARDING_RELEASE_BACKOFF 2 s, equal jitter
+    assert "backoff with jitter" in run.reason
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_drain__of_many_concurrent_callers_exactly_one_enqueues():
+    from django_q.models import OrmQ
+
+    won = []
+    run_threads(lambda name: won.append(enqueue_drain()), [f"site-{i}" for i in range(8)])
+    assert sorted(won) == [False] * 7 + [True]
+    assert OrmQ.objects.count() == 1
+
+
+def test_notification_timeline__gives_the_retry_due_time_and_how_late_the_retry_went_out():
+    from notifications.explain import explain_notification
+    from notifications.models import DeliveryAttempt
+
+    base = datetime(2030, 1, 1, 12, 0, tzinfo=timezone.get_current_timezone())
+    n = NotificationFactory(next_attempt_at=base, status="delivered")
+    due = base + timedelta(seconds=1.7)
+    DeliveryAttempt.objects.create(
+        notification=n,
+        owner="push:a:1:x",
+        fence=1,
+        started_at=base,
+        finished_at=base + timedelta(milliseconds=50),
+        http_status=503,
+        outcome="temporary",
+        reason="The provider failed (HTTP 503). Attempt 1 of 5; next try in 1.7 s.",
+        retry_at=due,
+    )
+    DeliveryAttempt.objects.create(
+        notification=n,
+        owner="push:b:2:y",
+        fence=2,
+        started_at=due + timedelta(seconds=0.25),
+        finished_at=due + timedelta(seconds=0.3),
+        http_status=200,
+        outcome="delivered",
+    )
+    text = explain_notification(n.pk).as_text()
+    assert "Next try due 12:00:01.700 (database time)." in text
+    assert "0.250 s after its due time 12:00:01.700" in text
+
+
+def test_onboarding__a_task_queued_before_the_release_does_not_claim_the_run_before_its_due_time(fake_services, clock):
+    fake_services.config.throttle_rate = 1.0
+    run = OnboardingRunFactory()
+    assert run_onboarding(run.pk, background=False, clock=clock) == "released"
+    fake_services.config.throttle_rate = 0.0
+    # A second task for the run (queued by a sweep before the release) comes too early: it takes nothing.
+    assert run_onboarding(run.pk, background=False, clock=clock) == "not_claimable"
+    assert RunAttempt.objects.filter(run=run).count() == 1
+    clock.advance(0.5)
+    assert run_onboarding(run.pk, background=False, clock=clock) == "completed"

@@ -1,0 +1,273 @@
+"""Wake the workers when work becomes due: coalesced task requests and the due-time watcher.
+
+Two parts, both owned by Weave rather than by the task queue:
+
+- `request_once(name, enqueue=...)` coalesces requests for one kind of task. It moves the
+  `WakeRequest` row's `queued_until` forward in one guarded statement; only the caller whose statement
+  changed the row enqueues. The task calls `task_started(name)` first thing, which frees the slot, so
+  work that arrives while it runs asks for (and gets) another task. Nothing here reads the broker, so
+  it works the same with django-q2's ORM and Redis brokers (or any other queue).
+
+- A `Watcher` thread runs inside every django-q2 worker process (started on django-q2's `post_spawn`
+  signal). It never does the work: it sleeps until the earliest time any registered kind of work becomes
+  due by the database clock (a retry's due time, a lapsed lease) and then asks for a task through the
+  app's coalesced request. The worker process stays free for tasks while its watcher sleeps. On
+  PostgreSQL it sleeps in `LISTEN weave_wake`, so a task that changes due times (`announce()`) wakes it
+  at once; on SQLite it polls with backoff.
+
+Apps register what they watch in `AppConfig.ready()`:
+
+    register_watch(WatchSpec(name="notifications", next_due=..., wake=enqueue_drain))
+"""
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Q
+
+from weave.conf import weave_settings
+from weave.leases import DbNow
+
+logger = logging.getLogger("weave.wake")
+
+CHANNEL = "weave_wake"  # the PostgreSQL NOTIFY channel
+
+
+# --- coalesced task requests ---------------------------------------------------------------------------
+
+
+def request_once(name: str, *, enqueue: Callable[[], None], hold: float | None = None) -> bool:
+    """Enqueue the task named `name` unless one is already waiting; return whether this call enqueued it.
+
+    The decision is one guarded UPDATE (`queued_until` empty or in the past, by the database clock), so
+    of any number of concurrent callers exactly one enqueues. The slot is held for `hold` seconds
+    (WEAVE WAKE_HOLD) or until the task starts, whichever comes first.
+    """
+    from weave.models import WakeRequest
+
+    hold = float(weave_settings.WAKE_HOLD if hold is None else hold)
+    until = DbNow(timedelta(seconds=hold))
+    free = Q(queued_until__isnull=True) | Q(queued_until__lte=DbNow())
+    won = WakeRequest.objects.filter(free, name=name).update(queued_until=until, requests=F("requests") + 1) == 1
+    if not won:
+        if WakeRequest.objects.filter(name=name).exists():
+            return False
+        try:
+            with transaction.atomic():
+                WakeRequest.objects.create(name=name, queued_until=until, requests=1)
+        except IntegrityError:
+            return False  # a concurrent first request created the row: it enqueues, not us
+    try:
+        enqueue()
+    except Exception:
+        # Nothing was queued: free the slot, or every request would be swallowed until `hold` passed.
+        WakeRequest.objects.filter(name=name).update(queued_until=None)
+        raise
+    return True
+
+
+def task_started(name: str, *, forget: bool = False) -> None:
+    """Free the request slot of `name`: the queued task is running now. `forget` deletes the row instead
+    (for per-job names that would otherwise pile up)."""
+    from weave.models import WakeRequest
+
+    rows = WakeRequest.objects.filter(name=name)
+    if forget:
+        rows.delete()
+    else:
+        rows.filter(queued_until__isnull=False).update(queued_until=None)
+
+
+def announce() -> None:
+    """Tell the watchers that due times changed (a task ended, a job was released). PostgreSQL only.
+
+    Inside a transaction the notification is delivered when it commits, never before.
+    """
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(f"NOTIFY {CHANNEL}")
+
+
+def seconds_until(when: datetime | None) -> float | None:
+    """Seconds from the database's now until `when` (negative: overdue); None for None."""
+    if when is None:
+        return None
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT EXTRACT(EPOCH FROM (%s - clock_timestamp()))", [when])
+            return float(cursor.fetchone()[0])
+    return (when - _sqlite_now()).total_seconds()
+
+
+def _sqlite_now() -> datetime:
+    from datetime import UTC
+
+    from django.utils.dateparse import parse_datetime
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")
+        parsed = parse_datetime(cursor.fetchone()[0])
+    assert parsed is not None
+    return parsed.replace(tzinfo=UTC)
+
+
+# --- what is watched -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WatchSpec:
+    """One kind of work the watcher keeps an eye on.
+
+    `next_due()` returns the earliest database time at which some job of this kind becomes claimable
+    (due time reached, or its lease lapsed), or None when there is none; `wake()` asks for a task to do
+    the due work and must be coalesced (cheap to call often).
+    """
+
+    name: str
+    next_due: Callable[[], datetime | None]
+    wake: Callable[[], object]
+
+
+_watches: dict[str, WatchSpec] = {}
+
+
+def register_watch(spec: WatchSpec) -> None:
+    _watches[spec.name] = spec
+
+
+def registered_watches() -> list[WatchSpec]:
+    return [_watches[name] for name in sorted(_watches)]
+
+
+# --- the watcher thread --------------------------------------------------------------------------------
+
+
+class Watcher:
+    """Sleep until the earliest due time of every watched kind of work, then ask for a task.
+
+    `step()` does one round and returns how long to sleep; `run()` loops until `stop()`. A due time
+    reached by waiting for it is acted on at once; work found due right after a notification gets a short
+    grace first (WEAVE WAKE_GRACE), because the task that sent the notification is usually claiming it.
+    """
+
+    def __init__(self, specs: list[WatchSpec] | None = None) -> None:
+        self.specs = specs
+        self._stop = threading.Event()
+        self._listening = False
+        self._notified = False
+        self._overdue_seen: set[str] = set()
+        self._poll = float(weave_settings.WAKE_GRACE)
+        self.rounds = 0
+        self.wakes = 0
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def step(self, *, timer_expired: bool) -> float:
+        """Look at every watched kind once, wake those due; return seconds to sleep (bounded)."""
+        self.rounds += 1
+        grace = float(weave_settings.WAKE_GRACE)
+        longest = float(weave_settings.WAKE_IDLE if connection.vendor == "postgresql" else weave_settings.WAKE_POLL_MAX)
+        sleep = longest
+        for spec in self.specs if self.specs is not None else registered_watches():
+            left = seconds_until(spec.next_due())
+            if left is None:
+                self._overdue_seen.discard(spec.name)
+                continue
+            if left > 0:
+                self._overdue_seen.discard(spec.name)
+                sleep = min(sleep, left)
+                continue
+            # Due now. Reached by our own timer, or seen due twice in a row: nobody is on it, ask for a task.
+            if timer_expired or spec.name in self._overdue_seen:
+                self.wakes += 1
+                spec.wake()
+                self._overdue_seen.discard(spec.name)
+                sleep = min(sleep, self._poll)
+                self._poll = min(self._poll * 2, float(weave_settings.WAKE_POLL_MAX))
+            else:
+                self._overdue_seen.add(spec.name)
+                sleep = min(sleep, grace)
+        if not self._overdue_seen and sleep > grace:
+            self._poll = grace  # nothing overdue any more: the next overdue round starts short again
+        return max(0.0, min(sleep, longest))
+
+    def run(self) -> None:
+        timer_expired = False
+        while not self._stop.is_set():
+            try:
+                sleep = self.step(timer_expired=timer_expired)
+                timer_expired = not self._wait(sleep)
+            except Exception:  # the watcher must outlive a dropped connection or a failed enqueue
+                logger.exception("wake watcher round failed; retrying")
+                self._reset_connection()
+                timer_expired = False
+                self._stop.wait(float(weave_settings.WAKE_POLL_MAX))
+        self._reset_connection()
+
+    def _wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds`; return True if a notification (or stop) cut the sleep short."""
+        if connection.vendor != "postgresql":
+            return self._stop.wait(seconds)
+        raw = self._listen()
+        if self._take_notified():
+            return True
+        deadline = time.monotonic() + seconds
+        # Short slices so that stop() is seen within a second even while LISTENing.
+        while not self._stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            for _ in raw.notifies(timeout=min(left, 1.0), stop_after=1):
+                pass
+            if self._take_notified():
+                return True
+        return True
+
+    def _take_notified(self) -> bool:
+        """Whether a notification arrived since the last call (set by psycopg's handler during any query)."""
+        notified, self._notified = self._notified, False
+        return notified
+
+    def _listen(self) -> Any:
+        connection.ensure_connection()
+        raw = connection.connection
+        if not self._listening:
+            raw.add_notify_handler(self._on_notify)
+            with connection.cursor() as cursor:
+                cursor.execute(f"LISTEN {CHANNEL}")
+            self._listening = True
+        return raw
+
+    def _on_notify(self, _notify: Any) -> None:
+        self._notified = True
+
+    def _reset_connection(self) -> None:
+        self._listening = False
+        try:
+            connection.close()
+        except Exception:  # closing a broken connection may fail too; the next round reconnects
+            logger.debug("closing the watcher's connection failed", exc_info=True)
+
+
+_started: Watcher | None = None
+_start_lock = threading.Lock()
+
+
+def start_watcher(**_signal: Any) -> Watcher | None:
+    """Start this process's watcher thread once (a django-q2 `post_spawn` receiver). WEAVE WAKE_WATCHER."""
+    global _started
+    if not weave_settings.WAKE_WATCHER:
+        return None
+    with _start_lock:
+        if _started is None:
+            _started = Watcher()
+            threading.Thread(target=_started.run, name="weave-wake-watcher", daemon=True).start()
+    return _started
