@@ -88,7 +88,10 @@ def restore_worker_mode():
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_worker_mode__new_connections_carry_the_limits_sync_tasks_do_not(restore_worker_mode):
+def test_worker_mode__new_connections_carry_the_limits_sync_tasks_do_not(restore_worker_mode, settings):
+    # post_spawn below would also start the due-time watcher in this test process, where it would
+    # outlive the test and hold a session on the test database: it is not what this test is about.
+    settings.WEAVE = {**(getattr(settings, "WEAVE", None) or {}), "WAKE_WATCHER": False}
     before = worker_db.session_limits()
     assert before["server"]["statement_timeout"] == "0"  # the site's own sessions: untouched
 
