@@ -28,12 +28,19 @@ import re
 import threading
 import time
 import uuid
-from typing import Any, Self
+from typing import Any
 
 import jwt
 
 from notifications.testing.asgi_fake import AsgiApp, HypercornFake, Request, Response
-from notifications.testing.fake_state import Delivery, FakeState, Faults, apply_latency, pick_error
+from notifications.testing.fake_state import (
+    Delivery,
+    FakeState,
+    Faults,
+    ProviderFake,
+    apply_latency,
+    pick_error,
+)
 from notifications.testing.keys import APNS_KEY_ID, APNS_TEAM_ID, APNS_TOPIC, TestKeys
 
 _PATH_RE = re.compile(r"^/3/device/([^/]+)$")
@@ -71,7 +78,7 @@ REASONS: dict[str, int] = {
 }
 
 
-class FakeAPNs:
+class FakeAPNs(ProviderFake):
     """The APNs fake. `issued_tokens` counts distinct provider JWTs seen (a client should reuse one)."""
 
     def __init__(
@@ -105,32 +112,12 @@ class FakeAPNs:
     # --- control -----------------------------------------------------------------------------------
 
     @property
-    def url(self) -> str:
-        return self.server.url
-
-    @property
     def host_port(self) -> str:
         """What goes into the backend's `host` option."""
         return f"{self.server.host}:{self.server.port}"
 
-    def start(self) -> Self:
-        self.server.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.stop()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def configure(self, **faults: Any) -> None:
-        self.state.configure(**faults)
-
     def reset(self) -> None:
-        self.state.reset()
+        super().reset()
         with self._lock:
             self.provider_tokens.clear()
 

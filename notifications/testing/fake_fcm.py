@@ -26,13 +26,20 @@ import re
 import secrets
 import threading
 import time
-from typing import Any, Self
+from typing import Any
 from urllib.parse import parse_qs
 
 import jwt
 
 from notifications.testing.asgi_fake import AsgiApp, HypercornFake, Request, Response
-from notifications.testing.fake_state import Delivery, FakeState, Faults, apply_latency, pick_error
+from notifications.testing.fake_state import (
+    Delivery,
+    FakeState,
+    Faults,
+    ProviderFake,
+    apply_latency,
+    pick_error,
+)
 from notifications.testing.keys import FCM_CLIENT_EMAIL, FCM_PROJECT_ID, TestKeys
 
 GOOGLE_TOKEN_URI = "https://oauth2.googleapis.com/token"
@@ -183,7 +190,7 @@ def validate_message(body: Any) -> dict[str, Any]:
     return message
 
 
-class FakeFCM:
+class FakeFCM(ProviderFake):
     """The FCM v1 fake: OAuth2 token endpoint and messages:send, over HTTPS with HTTP/2."""
 
     def __init__(
@@ -219,31 +226,11 @@ class FakeFCM:
     # --- control -----------------------------------------------------------------------------------
 
     @property
-    def url(self) -> str:
-        return self.server.url
-
-    @property
     def token_uri(self) -> str:
         return f"{self.url}/token"
 
-    def start(self) -> Self:
-        self.server.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.stop()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def configure(self, **faults: Any) -> None:
-        self.state.configure(**faults)
-
     def reset(self) -> None:
-        self.state.reset()
+        super().reset()
         with self._token_lock:
             self.token_requests = 0
             self.token_refusals = []

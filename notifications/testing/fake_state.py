@@ -10,9 +10,12 @@ import asyncio
 import random
 import threading
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
 
 from weave.testing.fake_http import update_settings
+
+if TYPE_CHECKING:
+    from notifications.testing.asgi_fake import HypercornFake
 
 
 @dataclass
@@ -135,3 +138,34 @@ def pick_error(faults: Faults, draw: float, scripted: str) -> str:
     if faults.error and faults.rate_hang <= draw < faults.rate_hang + faults.rate:
         return faults.error
     return ""
+
+
+class ProviderFake:
+    """The control surface every push fake shares: its server's URL, start/stop (also as a context
+    manager), and fault configuration. Subclasses set `server` and `state` and may extend `reset()`."""
+
+    server: "HypercornFake"
+    state: FakeState
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def start(self) -> Self:
+        self.server.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def configure(self, **faults: Any) -> None:
+        self.state.configure(**faults)
+
+    def reset(self) -> None:
+        self.state.reset()

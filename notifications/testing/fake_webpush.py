@@ -25,7 +25,7 @@ import re
 import threading
 import time
 import uuid
-from typing import Any, Self
+from typing import Any
 from urllib.parse import urlsplit
 
 import http_ece
@@ -34,7 +34,14 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from notifications.testing.asgi_fake import AsgiApp, HypercornFake, Request, Response
-from notifications.testing.fake_state import Delivery, FakeState, Faults, apply_latency, pick_error
+from notifications.testing.fake_state import (
+    Delivery,
+    FakeState,
+    Faults,
+    ProviderFake,
+    apply_latency,
+    pick_error,
+)
 from notifications.testing.keys import TestKeys, WebPushSubscription, b64url, b64url_decode
 
 _PATH_RE = re.compile(r"^/wp/([A-Za-z0-9_.\-]{1,100})$")
@@ -58,7 +65,7 @@ def derive_subscription(base_url: str, sub_id: str, secret: bytes = DEFAULT_SECR
     )
 
 
-class FakeWebPush:
+class FakeWebPush(ProviderFake):
     """The Web Push fake. `plaintexts()` returns every decrypted payload, in arrival order."""
 
     def __init__(
@@ -88,31 +95,11 @@ class FakeWebPush:
 
     # --- control -----------------------------------------------------------------------------------
 
-    @property
-    def url(self) -> str:
-        return self.server.url
-
     def subscription(self, sub_id: str) -> WebPushSubscription:
         return derive_subscription(self.url, sub_id, self.secret)
 
-    def start(self) -> Self:
-        self.server.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.stop()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def configure(self, **faults: Any) -> None:
-        self.state.configure(**faults)
-
     def reset(self) -> None:
-        self.state.reset()
+        super().reset()
         with self._lock:
             self.refusals = []
 
