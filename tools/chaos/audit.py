@@ -452,9 +452,6 @@ def _refusals(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> 
 
 
 def _recovery(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> None:
-    from notifications.models import DeliveryAttempt
-    from onboarding.models import RunAttempt, StepReceipt
-
     kills = [f for f in inp.faults if f.kind == "kill" and f.db_time is not None]
     per_kill: list[dict[str, Any]] = []
     bad = []
@@ -464,27 +461,7 @@ def _recovery(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> 
         for held in record.held:
             # The holder's own finishing write (fence == held fence) counts too: the rows were listed a
             # moment before the SIGKILL, and a row its holder finished in that moment needs no recovery.
-            if held.model == "notification":
-                times = DeliveryAttempt.objects.filter(notification_id=held.pk, fence__gte=held.fence).exclude(
-                    outcome="lease_lost"
-                )
-                first = times.order_by("finished_at").values_list("finished_at", flat=True).first()
-            else:
-                first_receipt = (
-                    StepReceipt.objects.filter(run_id=held.pk, fence__gt=held.fence)
-                    .order_by("completed_at")
-                    .values_list("completed_at", flat=True)
-                    .first()
-                )
-                first_end = (
-                    RunAttempt.objects.filter(
-                        run_id=held.pk, fence__gte=held.fence, outcome__in=["completed", "released", "failed"]
-                    )
-                    .order_by("ended_at")
-                    .values_list("ended_at", flat=True)
-                    .first()
-                )
-                first = min([t for t in (first_receipt, first_end) if t is not None], default=None)
+            first = _first_finish(held)
             if first is None:
                 bad.append(
                     f"{held.model} #{held.pk} (fence {held.fence}) held by killed {record.target}: "
