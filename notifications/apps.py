@@ -41,8 +41,6 @@ class NotificationsConfig(AppConfig):
             )
         )
         register_metrics("notifications", console.collect_metrics)
-
-        from notifications.models import Notification
         from notifications.queue import enqueue_drain
         from weave.wake import WatchSpec, register_watch
 

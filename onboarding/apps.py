@@ -40,8 +40,6 @@ class OnboardingConfig(AppConfig):
             )
         )
         register_metrics("onboarding", console.collect_metrics)
-
-        from onboarding.models import OnboardingRun
         from onboarding.services import onboarding_wake
         from weave.wake import WatchSpec, register_watch
 
