@@ -6,6 +6,7 @@ way a real caller would, so the enqueueing on commit is exercised too.
 
 import random
 import threading
+import time
 from dataclasses import dataclass, field
 
 from django.db import close_old_connections, connection, transaction
@@ -91,6 +92,10 @@ class LoadProgress:
     run_ids: list[int] = field(default_factory=list)
     notification_ids: list[int] = field(default_factory=list)
     device_notifications: int = 0
+    # Set by the runner while planned faults have not fired yet: the load thread then keeps a backlog
+    # of notifications (the top-up below), so a fault never finds the work drained before its turn.
+    faults_due: threading.Event = field(default_factory=threading.Event)
+    topped_up: int = 0
 
 
 def create_suppliers(config: ChaosConfig) -> dict[int, str]:
@@ -205,12 +210,42 @@ class LoadThread(threading.Thread):
                     run = onboarding_start(supplier=supplier, started_by=None)
                     self.progress.run_ids.append(run.pk)
                     self.progress.runs += 1
+            self._top_up()
         except BaseException as exc:  # reported by the runner, which fails the whole run
             self.progress.error = exc
         finally:
             self.progress.done = True
             close_old_connections()
             connection.close()
+
+    def _top_up(self) -> None:
+        """Keep notifications pending while faults are still due (they wait for workers holding leases).
+
+        How fast the planned load drains depends on the machine; how long the faults take (gaps, a
+        fault waiting for a target, a stop lasting 2 x TTL) does not. Without this a fast machine
+        finishes the load before the last fault's turn and that fault never runs. The extra rows are
+        counted in the report and audited like the rest.
+        """
+        from notifications.models import Notification
+        from notifications.services import notification_create
+
+        floor = self.config.push_batch * self.config.clusters
+        while self.progress.faults_due.is_set():
+            if Notification.objects.pending().count() >= floor:
+                time.sleep(0.2)
+                continue
+            with transaction.atomic():
+                for _ in range(self.config.push_batch):
+                    n = self.progress.notifications
+                    row = notification_create(
+                        device_token=f"chaos-token-{n:06d}",
+                        title=f"Chaos message {n} (top-up)",
+                        body="Sent by weave_chaos while faults were still due.",
+                        data={"chaos": self.config.seed, "n": n},
+                    )
+                    self.progress.notification_ids.append(row.pk)
+                    self.progress.notifications += 1
+                    self.progress.topped_up += 1
 
     def _device_sends(self) -> list[tuple[int, int | None]]:
         """(user id, ttl or None) for each send to a user's devices, seeded."""

@@ -129,6 +129,8 @@ class ChaosRunner:
         self.say(f"Fault plan (at share of jobs finished): {', '.join(f'{f.kind}@{f.at:.0%}' for f in plan) or 'none'}")
 
         progress = LoadProgress()
+        if plan:
+            progress.faults_due.set()
         loader = LoadThread(c, list(expectations), progress, user_ids)
         self._t0 = time.monotonic()
         loader.start()
@@ -160,9 +162,10 @@ class ChaosRunner:
                 provider_fakes=provider_fakes,
             )
         )
+        topped_up = f", + {progress.topped_up} topped up while faults were due" if progress.topped_up else ""
         summary = {
-            "size": f"N={c.notifications} notifications (+ welcome), M={c.runs} runs, K={c.clusters} clusters x "
-            f"{c.workers} workers, seed {c.seed}",
+            "size": f"N={c.notifications} notifications (+ welcome{topped_up}), M={c.runs} runs, K={c.clusters} "
+            f"clusters x {c.workers} workers, seed {c.seed}",
             "timing": f"lease TTL {c.lease_ttl:g} s, push timeout {c.push_timeout:g} s, "
             f"sweep every {c.sweep_every:g} s",
             "provider faults": f"latency {c.latency_ms} ms, 5xx {c.rate_5xx:.0%}, 429 {c.rate_429:.0%} "
@@ -331,6 +334,8 @@ class ChaosRunner:
                     if self._inject(pending[0], waited=now - waited_since):
                         pending.pop(0)
                         last_fault, waited_since = now, None
+                        if not pending:
+                            progress.faults_due.clear()
                 if now >= next_sweep:
                     self._sweep()
                     next_sweep = now + c.sweep_every
@@ -354,9 +359,10 @@ class ChaosRunner:
                     break
                 time.sleep(0.5)
         finally:
+            progress.faults_due.clear()  # the deadline or an error: the load thread stops topping up
             bar.finish()
         for fault in pending:
-            note = f"not run: the load drained first (due at {fault.at:.0%}, or no target held a lease)"
+            note = f"not run before the deadline or an error (due at {fault.at:.0%})"
             self.records.append(F.FaultRecord(fault.kind, self.elapsed(), None, "-", note=note))
 
     def elapsed(self) -> float:
