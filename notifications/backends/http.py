@@ -18,12 +18,15 @@ import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from weave.retry import parse_retry_after
 from weave.sanitize import outside_text, safe_url
+
+if TYPE_CHECKING:
+    from notifications.backends.transport import LeanTransport
 
 BODY_CAP = 64 * 1024
 
@@ -37,11 +40,22 @@ class _NoCookies(httpx.Cookies):
 
 
 class PushClient(httpx.AsyncClient):
-    """`httpx.AsyncClient` without a cookie jar: a provider cannot plant state between sends."""
+    """`httpx.AsyncClient` without a cookie jar: a provider cannot plant state between sends.
 
-    def __init__(self, **kwargs: Any) -> None:
+    Built on the lean HTTP/1.1 transport, it also carries that transport as `lean`, so
+    `capped_request()` can hand it whole exchanges and skip httpx's request and response layers.
+    """
+
+    def __init__(self, *, lean: "LeanTransport | None" = None, **kwargs: Any) -> None:
+        if lean is not None:
+            kwargs["transport"] = lean
         super().__init__(**kwargs)
         self._cookies = _NoCookies()
+        self.lean = lean
+        # The client's default headers (User-Agent, Accept, ...) as the lean path sends them.
+        self.lean_defaults: dict[str, tuple[str | bytes, str | bytes]] = {
+            name.decode("latin-1").lower(): (name, value) for name, value in self.headers.raw
+        }
 
 
 def make_client(
@@ -63,7 +77,7 @@ def make_client(
         )
     from notifications.backends.transport import LeanTransport
 
-    return PushClient(transport=LeanTransport(max_connections=concurrency, verify=verify), **common)
+    return PushClient(lean=LeanTransport(max_connections=concurrency, verify=verify), **common)
 
 
 @dataclass(frozen=True)
@@ -148,17 +162,27 @@ async def capped_request(
     progress = _Progress()
     started = time.monotonic()
     sent_headers = {"Accept-Encoding": "identity", **(headers or {})}
+    lean = client if isinstance(client, PushClient) and client.lean is not None else None
     try:
         async with asyncio.timeout(deadline):
-            async with client.stream(
-                method,
-                url,
-                headers=sent_headers,
-                content=content,
-                follow_redirects=False,
-                extensions={"trace": progress},
-            ) as response:
-                body, truncated = await _read_capped(response, cap)
+            target = httpx.URL(url)
+            # httpx turns a URL's userinfo into Basic auth: such a URL takes httpx's own path.
+            if lean is not None and not target.userinfo:
+                status, raw, body, truncated = await _lean_exchange(
+                    lean, method, target, sent_headers, content, cap, progress
+                )
+                response_headers = httpx.Headers(raw)
+            else:
+                async with client.stream(
+                    method,
+                    target,
+                    headers=sent_headers,
+                    content=content,
+                    follow_redirects=False,
+                    extensions={"trace": progress},
+                ) as response:
+                    body, truncated = await _read_capped(response, cap)
+                status, response_headers = response.status_code, response.headers
     except TimeoutError as exc:
         raise ExchangeFailed(
             kind="timeout" if progress.maybe_sent else "unreachable",
@@ -192,12 +216,45 @@ async def capped_request(
             latency_ms=_ms(started),
         ) from exc
     return CappedResponse(
-        status=response.status_code,
-        headers=response.headers,
+        status=status,
+        headers=response_headers,
         body=body,
         truncated=truncated,
         latency_ms=_ms(started),
     )
+
+
+async def _lean_exchange(
+    client: PushClient,
+    method: str,
+    target: httpx.URL,
+    headers: Mapping[str, str],
+    content: bytes | None,
+    cap: int,
+    progress: _Progress,
+) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
+    """The same exchange as `client.stream(...)`, straight on the lean transport (see PushClient)."""
+    progress.seen = True  # this path reports exactly when the request starts to leave (on_send)
+    if not target.is_absolute_url or target.scheme not in ("http", "https"):
+        raise httpx.UnsupportedProtocol(f"the URL must be absolute http:// or https://, not {safe_url(str(target))!r}")
+    # Later entries win, by case-insensitive name: the client's defaults, then the caller's headers.
+    merged = dict(client.lean_defaults)
+    for name, value in headers.items():
+        merged[name.lower()] = (name, value)
+    merged.pop("content-length", None)  # the transport frames the body itself
+    merged.pop("host", None)
+    raw = [(b"Host", target.netloc)]
+    raw += [(_encoded(name, "ascii"), _encoded(value, "utf-8")) for name, value in merged.values()]
+
+    def on_send() -> None:
+        progress.sent = True
+
+    assert client.lean is not None
+    return await client.lean.exchange(method.encode("ascii"), target, raw, content or b"", cap=cap, on_send=on_send)
+
+
+def _encoded(text: str | bytes, encoding: str) -> bytes:
+    return text if isinstance(text, bytes) else text.encode(encoding)
 
 
 async def _read_capped(response: httpx.Response, cap: int) -> tuple[bytes, bool]:

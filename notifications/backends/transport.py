@@ -19,7 +19,7 @@ What callers can rely on:
 import asyncio
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import h11
@@ -99,6 +99,71 @@ class LeanTransport(httpx.AsyncBaseTransport):
             stream=_Body(self, connection, origin),
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": event.reason},
         )
+
+    async def exchange(
+        self,
+        method: bytes,
+        url: httpx.URL,
+        headers: list[tuple[bytes, bytes]],
+        content: bytes,
+        *,
+        cap: int,
+        on_send: Callable[[], None],
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
+        """One whole exchange with no httpx objects in between: (status, headers, body up to `cap`, cut).
+
+        The push hot path (`capped_request` takes it for clients built on this transport): building an
+        httpx Request and Response, the client's auth, redirect and hook layers and the streamed body's
+        async generators cost a push worker about as much CPU as the socket work itself. The failure
+        contract is the one above; `on_send()` is called just before the first byte is written.
+        `headers` must carry Host; Content-Length is added here.
+        """
+        scheme = url.raw_scheme
+        port = url.port or (443 if scheme == b"https" else 80)
+        origin = (scheme, url.raw_host, port)
+        connection = await self._acquire(origin, url.host, port, scheme == b"https")
+        reusable = False
+        try:
+            try:
+                state = connection.h11
+                head = [*headers, (b"Content-Length", str(len(content)).encode())]
+                wire = state.send(h11.Request(method=method, target=url.raw_path, headers=head)) or b""
+                if content:
+                    wire += state.send(h11.Data(data=content)) or b""
+                wire += state.send(h11.EndOfMessage()) or b""
+            except h11.LocalProtocolError as exc:
+                raise httpx.LocalProtocolError(str(exc)) from exc
+            on_send()
+            connection.writer.write(wire)
+            await connection.writer.drain()
+            event = await self._next_event(connection)
+            while isinstance(event, h11.InformationalResponse):
+                event = await self._next_event(connection)
+            if not isinstance(event, h11.Response):
+                raise httpx.RemoteProtocolError(f"expected a response, got {type(event).__name__}")
+            chunks: list[bytes] = []
+            size = 0
+            while True:
+                part = await self._next_event(connection)
+                if isinstance(part, h11.Data):
+                    room = cap - size
+                    if len(part.data) > room:
+                        # Stop reading here: the rest stays unread and the connection is closed below.
+                        chunks.append(bytes(part.data[:room]))
+                        return event.status_code, list(event.headers), b"".join(chunks), True
+                    chunks.append(bytes(part.data))
+                    size += len(part.data)
+                elif isinstance(part, (h11.EndOfMessage, h11.ConnectionClosed)):
+                    reusable = isinstance(part, h11.EndOfMessage)
+                    return event.status_code, list(event.headers), b"".join(chunks), False
+        except (OSError, h11.RemoteProtocolError) as exc:
+            raise _read_error(exc) from exc
+        finally:
+            # Back to the pool only after a complete exchange; a cut, failed or cancelled one closes.
+            if reusable:
+                self._release(origin, connection)
+            else:
+                self._discard(connection)
 
     async def aclose(self) -> None:
         for connections in self._idle.values():

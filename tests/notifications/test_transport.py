@@ -19,6 +19,7 @@ class Server:
         self.open = 0
         self.max_open = 0
         self.requests = 0
+        self.heads: list[bytes] = []  # each request's line and headers, as they arrived
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -28,6 +29,7 @@ class Server:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
+                self.heads.append(head)
                 length = next(
                     (
                         int(line.split(b":")[1])
@@ -142,3 +144,89 @@ def test_connection_refused__not_sent():
 
     failure = run(go())
     assert (failure.kind, failure.sent) == ("unreachable", False)
+
+
+def _header_list(head: bytes) -> list[tuple[bytes, bytes]]:
+    fields = (line.partition(b":") for line in head.rstrip(b"\r\n").split(b"\r\n")[1:])
+    return sorted((name.strip().lower(), value.strip()) for name, _, value in fields)
+
+
+def _headers(head: bytes) -> dict[bytes, bytes]:
+    return dict(_header_list(head))
+
+
+def test_lean_path__sends_what_httpx_itself_would_send():
+    """The hot path skips httpx's client layer; the request on the wire must not change because of it."""
+
+    async def go() -> Server:
+        server = Server(OK)
+        async with server as url:
+            lean = make_client(timeout=2, concurrency=1)
+            plain = httpx.AsyncClient(timeout=2)  # httpx's own transport and client layers
+            assert getattr(lean, "lean", None) is not None and getattr(plain, "lean", None) is None
+            for client in (lean, plain):
+                headers = {"Authorization": "Bearer t", "Idempotency-Key": "k-1", "accept": "application/json"}
+                response = await capped_request(
+                    client, "POST", url + "?x=1", deadline=2, headers=headers, content=b'{"a":1}'
+                )
+                assert (response.status, response.body, response.headers["content-type"]) == (
+                    200,
+                    b'{"id":"m1"}',
+                    "application/json",
+                )
+                await client.aclose()
+        return server
+
+    server = run(go())
+    lean_head, plain_head = server.heads
+    assert lean_head.split(b"\r\n")[0] == plain_head.split(b"\r\n")[0] == b"POST /push?x=1 HTTP/1.1"
+    assert _header_list(lean_head) == _header_list(plain_head)  # the same headers, none twice
+    assert _headers(lean_head)[b"accept"] == b"application/json"  # the caller's value replaced the default
+    assert _headers(lean_head)[b"accept-encoding"] == b"identity"
+
+
+def test_lean_path__a_body_past_the_cap_is_cut_and_its_connection_not_reused():
+    big = b"x" * 5000
+    answer = b"HTTP/1.1 500 Oops\r\nContent-Length: %d\r\n\r\n%s" % (len(big), big)
+
+    async def go() -> tuple[Server, list[tuple[int, bool, int]]]:
+        server = Server(answer)
+        seen = []
+        async with server as url:
+            client = make_client(timeout=2, concurrency=1)
+            for cap in (100, 100_000):
+                response = await capped_request(client, "POST", url, deadline=2, content=b"{}", cap=cap)
+                seen.append((response.status, response.truncated, len(response.body)))
+            await client.aclose()
+        return server, seen
+
+    server, seen = run(go())
+    assert seen == [(500, True, 100), (500, False, 5000)]
+    assert server.connections == 2  # the cut exchange left unread bytes behind: its connection was closed
+
+
+def test_lean_path__a_header_value_with_a_line_break_is_refused_before_sending():
+    async def go() -> tuple[Server, ExchangeFailed]:
+        server = Server(OK)
+        async with server as url:
+            client = make_client(timeout=2, concurrency=1)
+            with pytest.raises(ExchangeFailed) as failed:
+                await capped_request(client, "POST", url, deadline=2, content=b"{}", headers={"X": "a\r\nEvil: 1"})
+            await client.aclose()
+        return server, failed.value
+
+    server, failure = run(go())
+    assert (failure.kind, failure.sent, server.requests) == ("unreachable", False, 0)
+
+
+def test_url_with_userinfo__takes_httpx_path_and_sends_basic_auth():
+    async def go() -> Server:
+        server = Server(OK)
+        async with server as url:
+            client = make_client(timeout=2, concurrency=1)
+            await capped_request(client, "POST", url.replace("http://", "http://me:pw@"), deadline=2, content=b"{}")
+            await client.aclose()
+        return server
+
+    (head,) = run(go()).heads
+    assert _headers(head)[b"authorization"] == b"Basic bWU6cHc="
