@@ -880,7 +880,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", default="", help=f"comma-separated subset of: {', '.join(SECTIONS)}")
     parser.add_argument("--samples", type=int, default=None, help="notifications per latency case (default 50)")
     parser.add_argument(
-        "--wide", type=int, default=100, help="in flight per worker (Weave) and threads per process (Celery), 50 ms"
+        "--wide",
+        type=int,
+        default=40,
+        # Celery's threads each hold a database connection: 2 x 50 or more runs out of PostgreSQL's
+        # default max_connections (100) and fails tasks with "too many clients".
+        help="in flight per worker (Weave) and threads per process (Celery) for the wider 50 ms pair",
     )
     parser.add_argument("--rate", type=float, default=200.0, help="steady-stream rate per second")
     parser.add_argument("--stream-seconds", type=float, default=None)
