@@ -162,14 +162,14 @@ async def capped_request(
     progress = _Progress()
     started = time.monotonic()
     sent_headers = {"Accept-Encoding": "identity", **(headers or {})}
-    lean = client if isinstance(client, PushClient) and client.lean is not None else None
+    lean_client = client if isinstance(client, PushClient) and client.lean is not None else None
     try:
         async with asyncio.timeout(deadline):
             target = httpx.URL(url)
             # httpx turns a URL's userinfo into Basic auth: such a URL takes httpx's own path.
-            if lean is not None and not target.userinfo:
+            if lean_client is not None and not target.userinfo:
                 status, raw, body, truncated = await _lean_exchange(
-                    lean, method, target, sent_headers, content, cap, progress
+                    lean_client, method, target, sent_headers, content, cap, progress
                 )
                 response_headers = httpx.Headers(raw)
             else:
