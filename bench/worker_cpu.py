@@ -164,7 +164,7 @@ class _Sampler:
         shares = {
             k: round(100 * v / total, 1) for k, v in sorted(own.items(), key=lambda kv: -kv[1]) if v / total >= 0.01
         }
-        rows = sorted(stats.items(), key=lambda kv: -kv[1][2])[: int(os.environ.get("TOP", "15"))]
+        rows = sorted(stats.items(), key=lambda kv: -kv[1][2])[:15]
         return {"share_of_own_time_%": shares, "top": [f"{v[2]:.3f}s {Path(k[0]).name}:{k[2]}" for k, v in rows]}
 
 

@@ -138,6 +138,10 @@ class _Progress:
         if event.endswith("send_request_headers.started"):
             self.sent = True
 
+    def mark_sent(self) -> None:
+        """The lean path's report that the first request byte is about to be written."""
+        self.sent = True
+
     @property
     def maybe_sent(self) -> bool:
         # A transport without httpcore (a test's MockTransport) reports nothing: assume the worst.
@@ -234,7 +238,7 @@ async def _lean_exchange(
     progress: _Progress,
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
     """The same exchange as `client.stream(...)`, straight on the lean transport (see PushClient)."""
-    progress.seen = True  # this path reports exactly when the request starts to leave (on_send)
+    progress.seen = True  # this path reports exactly when the request starts to leave (mark_sent)
     if not target.is_absolute_url or target.scheme not in ("http", "https"):
         raise httpx.UnsupportedProtocol(f"the URL must be absolute http:// or https://, not {safe_url(str(target))!r}")
     # Later entries win, by case-insensitive name: the client's defaults, then the caller's headers.
@@ -245,12 +249,10 @@ async def _lean_exchange(
     merged.pop("host", None)
     raw = [(b"Host", target.netloc)]
     raw += [(_encoded(name, "ascii"), _encoded(value, "utf-8")) for name, value in merged.values()]
-
-    def on_send() -> None:
-        progress.sent = True
-
     assert client.lean is not None
-    return await client.lean.exchange(method.encode("ascii"), target, raw, content or b"", cap=cap, on_send=on_send)
+    return await client.lean.exchange(
+        method.encode("ascii"), target, raw, content or b"", cap=cap, on_send=progress.mark_sent
+    )
 
 
 def _encoded(text: str | bytes, encoding: str) -> bytes:

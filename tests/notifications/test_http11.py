@@ -17,14 +17,19 @@ from notifications.backends.http11 import LocalProtocolError, ProtocolError, Res
 Parsed = tuple[int, list[tuple[bytes, bytes]], bytes]
 
 
+def _fed(data: bytes) -> asyncio.StreamReader:
+    """A reader holding `data` and then the peer's close (call inside a running loop)."""
+    reader = asyncio.StreamReader(limit=65536)
+    reader.feed_data(data)
+    reader.feed_eof()
+    return reader
+
+
 def ours(data: bytes) -> Parsed | None:
     """(status, headers with lower-case names, body), or None when our parser refuses the answer."""
 
     async def go() -> Parsed | None:
-        reader = asyncio.StreamReader(limit=65536)
-        reader.feed_data(data)
-        reader.feed_eof()
-        response = Response(reader)
+        response = Response(_fed(data))
         try:
             await response.head()
             body = b""
@@ -173,11 +178,8 @@ def test_hostile_answers__ours_accepts_only_what_h11_reads_the_same_way(data: by
 )
 def test_refusals_say_why(data: bytes, why: str) -> None:
     async def go() -> str:
-        reader = asyncio.StreamReader(limit=65536)
-        reader.feed_data(data)
-        reader.feed_eof()
         with pytest.raises(ProtocolError) as refused:
-            await Response(reader).head()
+            await Response(_fed(data)).head()
         return str(refused.value)
 
     assert why in asyncio.run(go())
