@@ -80,12 +80,21 @@ class SendResult:
     # The provider says this device token is dead (unregistered, wrong topic, 410): the device must be
     # deactivated in the same transaction as the attempt's guarded finish. Concerns one token only.
     token_invalid: bool = False
+    # Whether any part of the request may have reached the provider: some request bytes written on
+    # HTTP/1.1, a HEADERS frame out on a stream the peer neither refused nor left above a GOAWAY's
+    # last stream id on HTTP/2. False only when the backend knows nothing left (waiting for a pool
+    # slot or a stream, connecting, TLS, fetching credentials, refused before processing), so a retry
+    # cannot duplicate anything. The default is the cautious answer: every result built from a
+    # provider's answer was sent.
+    sent: bool = True
 
     def __post_init__(self) -> None:
         if self.token_invalid and (self.systemic or self.fatal):
             raise ValueError("A token-level refusal concerns one device: it is never systemic or fatal.")
         if self.token_invalid and self.outcome != Outcome.PERMANENT:
             raise ValueError("A dead device token is a permanent outcome.")
+        if not self.sent and self.outcome in (Outcome.UNKNOWN, Outcome.DELIVERED):
+            raise ValueError("Only a request that may have left can be delivered or of unknown outcome.")
 
 
 class PushBackend(ABC):
@@ -127,6 +136,15 @@ class PushBackend(ABC):
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[str]:
         """Return the problems with `options` (missing keys, unreadable files), each a readable sentence."""
         return []
+
+    def hold_scope(self, message: PushMessage) -> str:
+        """Return the part of this backend a failure of `message` may hold, beyond the alias itself.
+
+        "" means the whole alias (one provider, one set of credentials). A backend whose destinations
+        are chosen by users (Web Push endpoints) returns the destination's origin, so a failing push
+        service holds only the rows bound for it.
+        """
+        return ""
 
     def secrets(self) -> list[str]:
         """Return every secret value this backend holds (tokens, keys), so reasons and logs can redact them."""

@@ -64,6 +64,20 @@ def parse_subscription(token: str) -> tuple[str, bytes, bytes]:
     return endpoint, p256dh, auth
 
 
+def origin_of(url: str) -> str:
+    """Return `scheme://host:port` of `url`, the port spelled out, the host lower-case, no userinfo."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    port = port or (443 if scheme == "https" else 80)
+    shown = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{shown}:{port}"
+
+
 def _b64(text: Any) -> bytes:
     import base64
 
@@ -103,6 +117,14 @@ class WebPushBackend(PushBackend):
         except SubscriptionError as exc:
             return str(exc)
         return ""
+
+    def hold_scope(self, message: PushMessage) -> str:
+        """The endpoint's origin (scheme://host:port): each push service is held on its own."""
+        try:
+            endpoint = parse_subscription(message.token)[0]
+        except SubscriptionError:
+            return ""
+        return origin_of(endpoint)
 
     def make_client(self, **extra: Any) -> Any:
         return super().make_client(verify=tls_context(self.ca_file), **extra)
