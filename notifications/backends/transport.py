@@ -15,11 +15,19 @@ What callers can rely on:
 - After that, failures raise `httpx.ReadError` / `httpx.RemoteProtocolError` (the peer may have it).
 - Just before the first byte is written, the request's `trace` extension (if any) hears
   `http11.send_request_headers.started`, like httpcore's; `exchange()` calls its `on_send`.
-- A connection goes back to the pool only after a complete exchange; a cancelled, failed or
-  cut-short exchange (a body read only up to a cap) closes it, and so does the peer's `close`.
+- Every answer belongs to the request it follows, by construction: a connection goes back to the
+  pool only after an exchange read to its framed end with nothing more buffered, and it is reused
+  only if, at that moment, nothing is buffered or readable on it (the probe httpcore does). Any byte
+  the peer sends outside an exchange (an extra copy of an answer, an unsolicited 408, the tail of a
+  body longer than its Content-Length, an answer to half a request) closes the connection, so it can
+  never be read as the next request's answer. An answer that arrives before the request was fully
+  written is this request's answer, but its connection is not reused either. A cancelled, failed or
+  cut-short exchange (a body read only up to a cap) closes the connection, and so does the peer's
+  `close`.
 """
 
 import asyncio
+import select
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable
@@ -43,8 +51,18 @@ class _Connection:
         self.idle_since = 0.0
 
     def reusable(self, now: float) -> bool:
-        # The peer closed an idle keep-alive connection: the loop has already seen its EOF.
-        return not self.writer.is_closing() and not self.reader.at_eof() and now - self.idle_since < _KEEPALIVE_SECONDS
+        """Whether the next request may use this idle connection: open, quiet, and not too old."""
+        if self.writer.is_closing() or now - self.idle_since >= _KEEPALIVE_SECONDS:
+            return False
+        # Anything the peer sent since the last answer (an extra copy, an unsolicited 408, its close)
+        # would be read as the next request's answer: such a connection is never reused.
+        return not self.buffered() and not _readable(self.writer)
+
+    def buffered(self) -> bool:
+        """Whether the reader holds bytes (or the peer's EOF) that no exchange asked for."""
+        reader = self.reader
+        # asyncio keeps these private; StreamReader has no public "bytes waiting" query.
+        return bool(reader._buffer) or reader._eof or reader.exception() is not None  # noqa: SLF001
 
     def close(self) -> None:
         self.writer.close()
@@ -175,7 +193,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
         return None
 
     def _done(self, origin: Origin, connection: _Connection, *, reusable: bool) -> None:
-        if reusable:
+        if reusable and not connection.buffered():
             connection.idle_since = time.monotonic()
             self._idle.setdefault(origin, []).append(connection)
             self._wake()
@@ -209,11 +227,32 @@ def _framed(method: bytes, url: httpx.URL, headers: list[tuple[bytes, bytes]], c
 
 
 async def _send(connection: _Connection, wire: bytes, *, head_request: bool) -> http11.Response:
-    connection.writer.write(wire)
-    await connection.writer.drain()
+    writer = connection.writer
+    writer.write(wire)
+    early = False
+    if writer.transport.get_write_buffer_size():
+        # The request did not leave in one go: a peer may answer before reading all of it.
+        await writer.drain()
+        early = connection.buffered() or _readable(writer)
     response = http11.Response(connection.reader)
     await response.head(head_request=head_request)
+    if early:
+        # An answer to half a request: it is this request's answer, but the peer may read the rest of
+        # the request as another one and answer that too, so the connection carries nothing more.
+        response.keep_alive = False
     return response
+
+
+def _readable(writer: asyncio.StreamWriter) -> bool:
+    """Whether the socket has bytes (or an EOF) the event loop has not read yet: a non-blocking probe."""
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True  # a socket we cannot probe is not one to trust with the next request
+    return bool(readable)
 
 
 class _Body(httpx.AsyncByteStream):
