@@ -10,14 +10,24 @@ from notifications.backends.http import CappedResponse, ExchangeFailed
 
 def failed_exchange(exc: ExchangeFailed, *, where: str) -> SendResult:
     """Classify an exchange with no complete answer: nothing sent is temporary, maybe sent is unknown."""
+    if exc.kind == "refused":
+        # HTTP/2 guarantees the stream was not processed: nothing can have been delivered.
+        return SendResult(
+            outcome=Outcome.TEMPORARY,
+            reason=f"The provider at {where} did not process the request: {exc.detail}; nothing was delivered.",
+            latency_ms=exc.latency_ms,
+            systemic=True,
+            sent=False,
+        )
     if not exc.sent:
         # Failed before a byte of the request left: nothing can have been delivered, and the provider
         # (or the network to it) is down for everyone.
         return SendResult(
             outcome=Outcome.TEMPORARY,
-            reason=f"Could not reach the provider at {where} ({exc.detail}); nothing was sent.",
+            reason=f"Could not reach the provider at {where}, stopped {exc.phase} ({exc.detail}); nothing was sent.",
             latency_ms=exc.latency_ms,
             systemic=True,
+            sent=False,
         )
     if exc.kind == "timeout":
         why = f"No response within {exc.deadline:g} s after the request was sent ({exc.detail})"

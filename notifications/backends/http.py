@@ -47,9 +47,13 @@ class PushClient(httpx.AsyncClient):
     """
 
     def __init__(self, *, lean: "LeanTransport | None" = None, **kwargs: Any) -> None:
+        # Whether the transport reports its phases through the `trace` extension (httpcore's and the
+        # lean one do; a test's MockTransport does not), so "nothing was sent" can be believed.
+        traced = "transport" not in kwargs
         if lean is not None:
             kwargs["transport"] = lean
         super().__init__(**kwargs)
+        self.traced = traced
         self._cookies = _NoCookies()
         self.lean = lean
         # The client's default headers (User-Agent, Accept, ...) as the lean path sends them.
@@ -113,39 +117,75 @@ class CappedResponse:
 
 
 class ExchangeFailed(Exception):
-    """The exchange produced no complete response. `sent` says whether the request may have arrived."""
+    """The exchange produced no complete response. `sent` says whether the request may have arrived.
 
-    def __init__(self, *, kind: str, detail: str, sent: bool, latency_ms: int, deadline: float = 0.0) -> None:
+    `kind` is "unreachable" (nothing left: connecting, TLS, waiting for a connection or a stream),
+    "refused" (the peer refused the stream unprocessed: REFUSED_STREAM, or a GOAWAY below it),
+    "timeout" or "dropped" (the request left; the provider may have it). `phase` says, for a
+    request that never left, where it was when it stopped ("in the TLS handshake").
+    """
+
+    def __init__(
+        self, *, kind: str, detail: str, sent: bool, latency_ms: int, deadline: float = 0.0, phase: str = ""
+    ) -> None:
         super().__init__(detail)
         self.deadline = deadline  # the whole exchange's bound, seconds
-        self.kind = kind  # "unreachable", "timeout", "dropped"
+        self.kind = kind
         self.detail = detail  # sanitized by the caller's secrets
         self.sent = sent
         self.latency_ms = latency_ms
+        self.phase = phase
+
+
+# Where a request that never left was, by the last trace event it heard (httpcore's names).
+_PHASES = {
+    "connection.connect_tcp.started": "connecting",
+    "connection.connect_tcp.complete": "starting TLS",
+    "connection.connect_tcp.failed": "connecting",
+    "connection.start_tls.started": "in the TLS handshake",
+    "connection.start_tls.failed": "in the TLS handshake",
+    "connection.start_tls.complete": "waiting for the connection to be ready",
+    "http2.send_connection_init.started": "opening the HTTP/2 connection",
+    "http2.send_connection_init.complete": "waiting for a free HTTP/2 stream",
+}
+_WAITING = "waiting for a free connection or stream"
 
 
 class _Progress:
-    """Tracks, through httpcore's trace hook, whether the request started leaving this host."""
+    """Tracks, through the transport's trace hook, whether the request started leaving this host.
 
-    __slots__ = ("seen", "sent")
+    httpcore (and the lean transport) report each phase; the request's HEADERS (HTTP/2) or first
+    byte (HTTP/1.1) leaving is `send_request_headers.started`. Before it, nothing was sent.
+    """
 
-    def __init__(self) -> None:
-        self.seen = False
+    __slots__ = ("sent", "trusted", "phase", "stream_id")
+
+    def __init__(self, *, trusted: bool) -> None:
         self.sent = False
+        # Whether the transport reports its phases: a test's MockTransport reports nothing, so the worst
+        # (the request left) must be assumed for it.
+        self.trusted = trusted
+        self.phase = _WAITING
+        self.stream_id = 0
 
     async def __call__(self, event: str, info: Mapping[str, Any]) -> None:
-        self.seen = True
         if event.endswith("send_request_headers.started"):
             self.sent = True
+            self.stream_id = int(info.get("stream_id") or 0)
+        elif event in _PHASES:
+            self.phase = _PHASES[event]
 
     def mark_sent(self) -> None:
         """The lean path's report that the first request byte is about to be written."""
         self.sent = True
 
+    def at(self, phase: str) -> None:
+        """The lean path's report of where a request that has not left yet is."""
+        self.phase = phase
+
     @property
     def maybe_sent(self) -> bool:
-        # A transport without httpcore (a test's MockTransport) reports nothing: assume the worst.
-        return self.sent or not self.seen
+        return self.sent or not self.trusted
 
 
 async def capped_request(
@@ -163,7 +203,7 @@ async def capped_request(
 
     Raises `ExchangeFailed` (with sanitized detail) when no complete answer came.
     """
-    progress = _Progress()
+    progress = _Progress(trusted=getattr(client, "traced", False))
     started = time.monotonic()
     sent_headers = {"Accept-Encoding": "identity", **(headers or {})}
     lean_client = client if isinstance(client, PushClient) and client.lean is not None else None
@@ -187,38 +227,8 @@ async def capped_request(
                 ) as response:
                     body, truncated = await _read_capped(response, cap)
                 status, response_headers = response.status_code, response.headers
-    except TimeoutError as exc:
-        raise ExchangeFailed(
-            kind="timeout" if progress.maybe_sent else "unreachable",
-            detail=f"the whole exchange is capped at {deadline:g} s; {_name(exc)}",
-            sent=progress.maybe_sent,
-            latency_ms=_ms(started),
-            deadline=deadline,
-        ) from exc
-    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-        raise ExchangeFailed(
-            kind="unreachable",
-            detail=f"{_name(exc)}: {outside_text(str(exc), secrets=secrets, limit=200)}",
-            sent=False,
-            latency_ms=_ms(started),
-        ) from exc
-    except httpx.TimeoutException as exc:
-        raise ExchangeFailed(
-            kind="timeout",
-            detail=_name(exc),
-            sent=progress.maybe_sent,
-            latency_ms=_ms(started),
-            deadline=deadline,
-        ) from exc
-    except (httpx.HTTPError, httpx.InvalidURL, UnicodeError, ValueError) as exc:
-        # Transport errors, protocol violations, header garbage: the answer is unusable.
-        kind = "dropped" if progress.maybe_sent else "unreachable"
-        raise ExchangeFailed(
-            kind=kind,
-            detail=f"{_name(exc)}: {outside_text(str(exc), secrets=secrets, limit=200)}",
-            sent=progress.maybe_sent,
-            latency_ms=_ms(started),
-        ) from exc
+    except (TimeoutError, httpx.HTTPError, httpx.InvalidURL, UnicodeError, ValueError) as exc:
+        raise _failure(exc, progress, started=started, deadline=deadline, secrets=secrets) from exc
     return CappedResponse(
         status=status,
         headers=response_headers,
@@ -226,6 +236,50 @@ async def capped_request(
         truncated=truncated,
         latency_ms=_ms(started),
     )
+
+
+def _failure(
+    exc: BaseException, progress: _Progress, *, started: float, deadline: float, secrets: tuple[str, ...] | list[str]
+) -> ExchangeFailed:
+    """The `ExchangeFailed` for an exchange that ended in `exc`: what it was doing, and whether it sent."""
+    said = f"{_name(exc)}: {outside_text(str(exc), secrets=secrets, limit=200)}"
+    common: dict[str, Any] = {"latency_ms": _ms(started), "deadline": deadline, "phase": progress.phase}
+    if isinstance(exc, TimeoutError):
+        sent = progress.maybe_sent
+        detail = f"the whole exchange is capped at {deadline:g} s; {_name(exc)}"
+        return ExchangeFailed(kind="timeout" if sent else "unreachable", detail=detail, sent=sent, **common)
+    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)):
+        return ExchangeFailed(kind="unreachable", detail=said, sent=False, **common)
+    if progress.sent and (refusal := _refused_unprocessed(exc, progress.stream_id)):
+        # HTTP/2 says the peer did not process this stream: nothing can have been delivered.
+        return ExchangeFailed(kind="refused", detail=refusal, sent=False, **common)
+    if isinstance(exc, httpx.TimeoutException):
+        return ExchangeFailed(kind="timeout", detail=_name(exc), sent=progress.maybe_sent, **common)
+    # Transport errors, protocol violations, header garbage: the answer is unusable.
+    sent = progress.maybe_sent
+    return ExchangeFailed(kind="dropped" if sent else "unreachable", detail=said, sent=sent, **common)
+
+
+def _refused_unprocessed(exc: BaseException, stream_id: int) -> str:
+    """Why the peer is known not to have processed `stream_id` (REFUSED_STREAM, a GOAWAY below it), or ""."""
+    import h2.errors
+    import h2.events
+
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        for arg in cause.args:
+            if isinstance(arg, h2.events.StreamReset) and arg.error_code == h2.errors.ErrorCodes.REFUSED_STREAM:
+                return f"the peer reset stream {arg.stream_id} with REFUSED_STREAM (not processed)"
+            if isinstance(arg, h2.events.ConnectionTerminated) and stream_id > (arg.last_stream_id or 0):
+                code = getattr(arg.error_code, "name", arg.error_code)
+                return (
+                    f"the peer sent GOAWAY ({code}) with last stream id {arg.last_stream_id or 0}, "
+                    f"below this request's stream {stream_id} (not processed)"
+                )
+        cause = cause.__cause__ or cause.__context__
+    return ""
 
 
 async def _lean_exchange(
@@ -238,7 +292,6 @@ async def _lean_exchange(
     progress: _Progress,
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
     """The same exchange as `client.stream(...)`, straight on the lean transport (see PushClient)."""
-    progress.seen = True  # this path reports exactly when the request starts to leave (mark_sent)
     if not target.is_absolute_url or target.scheme not in ("http", "https"):
         raise httpx.UnsupportedProtocol(f"the URL must be absolute http:// or https://, not {safe_url(str(target))!r}")
     # Later entries win, by case-insensitive name: the client's defaults, then the caller's headers.
@@ -251,8 +304,9 @@ async def _lean_exchange(
     raw += [(_encoded(name, "ascii"), _encoded(value, "utf-8")) for name, value in merged.values()]
     assert client.lean is not None
     return await client.lean.exchange(
-        method.encode("ascii"), target, raw, content or b"", cap=cap, on_send=progress.mark_sent
-    )
+        method.encode("ascii"), target, raw, content or b"", cap=cap, on_send=progress.mark_sent,
+        on_phase=progress.at,
+    )  # fmt: skip
 
 
 def _encoded(text: str | bytes, encoding: str) -> bytes:

@@ -88,6 +88,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
         *,
         cap: int,
         on_send: Callable[[], None],
+        on_phase: Callable[[str], None] | None = None,
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
         """One whole exchange with no httpx objects in between: (status, headers, body up to `cap`, cut).
 
@@ -97,7 +98,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
         `headers` must carry Host; Content-Length is added from `content`.
         """
         wire = _framed(method, url, headers, content)
-        origin, connection = await self._acquire(url)
+        origin, connection = await self._acquire(url, on_phase)
         reusable = False
         try:
             on_send()
@@ -152,7 +153,9 @@ class LeanTransport(httpx.AsyncBaseTransport):
 
     # --- the pool ---------------------------------------------------------------------------------
 
-    async def _acquire(self, url: httpx.URL) -> tuple[Origin, _Connection]:
+    async def _acquire(
+        self, url: httpx.URL, on_phase: Callable[[str], None] | None = None
+    ) -> tuple[Origin, _Connection]:
         scheme = url.raw_scheme
         tls = scheme == b"https"
         port = url.port or (443 if tls else 80)
@@ -171,6 +174,8 @@ class LeanTransport(httpx.AsyncBaseTransport):
             return origin, connection
         self._open += 1
         host = url.host
+        if on_phase is not None:
+            on_phase("connecting (TCP and TLS)" if tls else "connecting")
         try:
             reader, writer = await asyncio.open_connection(
                 host, port, ssl=self._context() if tls else None, server_hostname=host if tls else None, limit=_READ
