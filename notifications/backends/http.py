@@ -172,6 +172,11 @@ class _Progress:
         if event.endswith("send_request_headers.started"):
             self.sent = True
             self.stream_id = int(info.get("stream_id") or 0)
+        elif event == "http2.send_request_headers.failed":
+            # The HEADERS frame did not get out whole: a peer cannot process a stream it has no
+            # complete header block for. (On HTTP/1.1 a failed write may still have sent a part.)
+            self.sent = False
+            self.phase = "writing the request headers, which did not get out whole"
         elif event in _PHASES:
             self.phase = _PHASES[event]
 

@@ -61,8 +61,9 @@ class _Connection:
     def buffered(self) -> bool:
         """Whether the reader holds bytes (or the peer's EOF) that no exchange asked for."""
         reader = self.reader
-        # asyncio keeps these private; StreamReader has no public "bytes waiting" query.
-        return bool(reader._buffer) or reader._eof or reader.exception() is not None  # noqa: SLF001
+        # StreamReader has no public "bytes waiting" query; its buffer is a private bytearray.
+        waiting: bytearray = getattr(reader, "_buffer", bytearray())
+        return bool(waiting) or reader.at_eof() or reader.exception() is not None
 
     def close(self) -> None:
         self.writer.close()

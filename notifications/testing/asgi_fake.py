@@ -2,8 +2,12 @@
 
 The FCM, APNs and Web Push fakes are plain ASGI apps served by Hypercorn over TLS (a test CA from
 `notifications.testing.keys`), so clients negotiate HTTP/2 with ALPN exactly as they would against
-Google, Apple or a browser vendor. Port 0 picks a free port: the socket is bound here and handed to
-Hypercorn by file descriptor, so the port is known before the server starts.
+Google, Apple or a browser vendor. Port 0 picks a free port: the socket is bound here, so the port
+is known before the server starts.
+
+The public socket is a front door (see `notifications.testing.wire_faults`): each connection is
+spliced through to Hypercorn on a private socket, unless a wire fault is configured, in which case a
+deliberately hostile HTTP/2 server takes the connection instead.
 """
 
 import asyncio
@@ -11,14 +15,18 @@ import json
 import logging
 import os
 import socket
+import ssl
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
+
+if TYPE_CHECKING:
+    from notifications.testing.wire_faults import WireLog, WireSettings
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -48,6 +56,8 @@ class Response:
     status: int
     body: bytes = b""
     headers: dict[str, str] = field(default_factory=dict)
+    huge: int = 0  # instead of `body`: this many bytes of filler, streamed
+    trickle: float = 0.0  # send `body` one byte per this many seconds
 
     @classmethod
     def json(cls, status: int, value: Any, headers: dict[str, str] | None = None) -> "Response":
@@ -99,9 +109,28 @@ class AsgiApp:
         )
         response = await self.handler(request)
         headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.items()]
-        headers.append((b"content-length", str(len(response.body)).encode()))
+        headers.append((b"content-length", str(response.huge or len(response.body)).encode()))
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
-        await send({"type": "http.response.body", "body": response.body})
+        if response.huge or response.trickle:
+            await _stream(response, send)
+        else:
+            await send({"type": "http.response.body", "body": response.body})
+
+
+async def _stream(response: Response, send: Send) -> None:
+    """A huge body in 64 KiB pieces, or a body one byte at a time; stop when the client has gone."""
+    if response.huge:
+        pieces = [b"x" * min(65536, response.huge - at) for at in range(0, response.huge, 65536)]
+    else:
+        pieces = [response.body[i : i + 1] for i in range(len(response.body))]
+    try:
+        for piece in pieces:
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+            if response.trickle:
+                await asyncio.sleep(response.trickle)
+        await send({"type": "http.response.body", "body": b""})
+    except Exception:  # noqa: BLE001  the client reset the stream or closed the connection: nothing to finish
+        return
 
 
 class HypercornFake:
@@ -119,17 +148,23 @@ class HypercornFake:
         keyfile: Path | str | None = None,
         alpn: tuple[str, ...] = ("h2", "http/1.1"),
     ) -> None:
-        self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind((host, port))
-        self._sock.listen(256)
+        self._sock = _listening(host, port)
+        # Hypercorn's own socket, reached only through the front door.
+        self._private = _listening(host, 0)
+        self._private_port = self._private.getsockname()[1]
         self.host = host
         self.port = self._sock.getsockname()[1]
         self.tls = certfile is not None
+        self.certfile, self.keyfile = certfile, keyfile
+        # Set by the fake: the wire fault for a new connection (None or mode "": splice to Hypercorn),
+        # the handler hostile connections answer with, and the log of what they saw.
+        self.wire: Callable[[], WireSettings | None] | None = None
+        self.wire_handler: Callable[[Request], Awaitable[Response]] | None = None
+        self.wire_log: WireLog | None = None
         config = Config()
         # Hypercorn takes ownership of (and closes) the descriptor it is given: hand it a duplicate, so
         # ours stays ours to close and a closed number is never closed twice.
-        config.bind = [f"fd://{os.dup(self._sock.fileno())}"]
+        config.bind = [f"fd://{os.dup(self._private.fileno())}"]
         if certfile is not None:
             config.certfile = str(certfile)
             config.keyfile = str(keyfile)
@@ -157,8 +192,41 @@ class HypercornFake:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
+        front = await asyncio.start_server(self._front, sock=self._sock, backlog=256)
         self._ready.set()
-        await serve(self._app, self._config, shutdown_trigger=self._stopping.wait, mode="asgi")
+        try:
+            await serve(self._app, self._config, shutdown_trigger=self._stopping.wait, mode="asgi")
+        finally:
+            front.close()
+
+    async def _front(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Splice a connection through to Hypercorn, or serve it with the configured wire fault."""
+        settings = self.wire() if self.wire is not None else None
+        if settings is not None and settings.mode and self.wire_handler is not None and self.wire_log is not None:
+            from notifications.testing.wire_faults import HostileH2
+
+            assert self._stopping is not None
+            peer = HostileH2(settings, self.wire_handler, self.wire_log, self._tls_context(), self._stopping)
+            await peer.serve(reader, writer)
+            return
+        try:
+            inner_reader, inner_writer = await asyncio.open_connection(self.host, self._private_port)
+        except OSError:
+            writer.close()
+            return
+        try:
+            await asyncio.gather(_pipe(reader, inner_writer), _pipe(inner_reader, writer))
+        finally:
+            writer.close()
+            inner_writer.close()
+
+    def _tls_context(self) -> ssl.SSLContext | None:
+        if self.certfile is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(str(self.certfile), str(self.keyfile))
+        context.set_alpn_protocols(["h2"])
+        return context
 
     def serve_forever(self) -> None:
         asyncio.run(self._main())
@@ -177,6 +245,7 @@ class HypercornFake:
         if self._thread is not None:
             self._thread.join(5)
         self._sock.close()
+        self._private.close()
 
     def serve_until_interrupted(self, banner: str, write: Callable[[str], Any]) -> None:
         write(banner)
@@ -190,3 +259,23 @@ class HypercornFake:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _listening(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(256)
+    return sock
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy bytes one way until EOF, then pass the EOF on (a half-close stays a half-close)."""
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+    except (OSError, RuntimeError):
+        writer.close()  # one side broke: the other cannot carry on alone

@@ -37,9 +37,12 @@ from notifications.testing.fake_state import (
     Delivery,
     FakeState,
     Faults,
+    LostBeforeDelivery,
     ProviderFake,
     apply_latency,
+    hostile_body,
     pick_error,
+    retry_after_value,
 )
 from notifications.testing.keys import APNS_KEY_ID, APNS_TEAM_ID, APNS_TOPIC, TestKeys
 
@@ -146,10 +149,14 @@ class FakeAPNs(ProviderFake):
         if request.method == "GET" and request.path == "/_stats":
             return Response.json(200, self.stats())  # for a fake in another process (the demo, the chaos run)
         faults, draw = self.state.begin(request.http_version, request.client)
-        response = await self._answer(request, faults, draw)
+        try:
+            response = await self._answer(request, faults, draw)
+        except LostBeforeDelivery:
+            self.state.end(503, "lost")
+            return _reason("ServiceUnavailable")
         reason = json.loads(response.body).get("reason", "") if response.body else ""
         self.state.end(response.status, reason)
-        return response
+        return hostile_body(faults, response, request.headers, f"{self.url}{request.path}")
 
     async def _answer(self, request: Request, faults: Faults, draw: float) -> Response:
         if request.http_version != "2":
@@ -177,7 +184,7 @@ class FakeAPNs(ProviderFake):
         if error := pick_error(faults, draw, self.state.pop_script()):
             response = _reason(error)
             if faults.retry_after and response.status in (429, 503):
-                response.headers["retry-after"] = faults.retry_after
+                response.headers["retry-after"] = retry_after_value(faults.retry_after)
             return response
         token = match.group(1).lower()
         if not _HEX_RE.match(token):

@@ -36,9 +36,12 @@ from notifications.testing.fake_state import (
     Delivery,
     FakeState,
     Faults,
+    LostBeforeDelivery,
     ProviderFake,
     apply_latency,
+    hostile_body,
     pick_error,
+    retry_after_value,
 )
 from notifications.testing.keys import FCM_CLIENT_EMAIL, FCM_PROJECT_ID, TestKeys
 
@@ -309,14 +312,18 @@ class FakeFCM(ProviderFake):
 
     async def _send(self, request: Request, project: str) -> Response:
         faults, draw = self.state.begin(request.http_version, request.client)
-        response = await self._answer(request, project, faults, draw)
+        try:
+            response = await self._answer(request, project, faults, draw)
+        except LostBeforeDelivery:
+            self.state.end(503, "lost")
+            return google_error("UNAVAILABLE")
         reason = ""
         if response.status >= 400:
             error = response.body.decode(errors="replace")
             reason = next((name for name, spec in ERRORS.items() if spec[3] and f'"{spec[3]}"' in error), "")
             reason = reason or ("UNAUTHENTICATED" if response.status == 401 else str(response.status))
         self.state.end(response.status, reason)
-        return response
+        return hostile_body(faults, response, request.headers, f"{self.url}{request.path}")
 
     async def _answer(self, request: Request, project: str, faults: Faults, draw: float) -> Response:
         if not self._authorised(request):
@@ -341,7 +348,7 @@ class FakeFCM(ProviderFake):
         if error := pick_error(faults, draw, self.state.pop_script()):
             response = google_error(error)
             if faults.retry_after and response.status in (429, 503):
-                response.headers["retry-after"] = faults.retry_after
+                response.headers["retry-after"] = retry_after_value(faults.retry_after)
             return response
         token = message.get("token", "")
         if token and not _TOKEN_RE.match(token):

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Self
 from weave.testing.fake_http import update_settings
 
 if TYPE_CHECKING:
-    from notifications.testing.asgi_fake import HypercornFake
+    from notifications.testing.asgi_fake import HypercornFake, Response
+    from notifications.testing.wire_faults import WireSettings
 
 
 @dataclass
@@ -30,9 +31,33 @@ class Faults:
     hang_seconds: float = 5.0
     script: list[str] = field(default_factory=list)  # one error name per request; "" or "ok" means deliver
     seed: int | None = None
+    # --- hostile modes ---------------------------------------------------------------------------------
+    # Connection-level faults (see `notifications.testing.wire_faults`): "stall_tls", "refuse_streams",
+    # "goaway" (after `goaway_after` streams), "max_streams_1", "reset_after", "reset_before",
+    # "drop_before", "hang_before". Applies to connections opened after it is set.
+    wire: str = ""
+    goaway_after: int = 1
+    # Whatever the status, the answer's body can be made hostile: "huge" (`huge_bytes` of filler,
+    # streamed), "trickle" (one byte every `trickle_interval` s), "nul" (NUL and control bytes),
+    # "binary" (not UTF-8), "echo" (the request's headers, credentials included).
+    body_mode: str = ""
+    huge_bytes: int = 8 * 1024 * 1024
+    trickle_interval: float = 0.05
+    # Hang BEFORE delivering (then answer 503 after hang_seconds, long after the client gave up): the
+    # request was sent and lost before delivery. For a drop or a reset before delivery, see `wire`.
+    rate_hang_before: float = 0.0
 
     def update(self, values: dict[str, Any]) -> None:
+        from notifications.testing.wire_faults import WIRE_MODES
+
+        if "wire" in values and values["wire"] not in WIRE_MODES:
+            raise ValueError(f"unknown wire fault {values['wire']!r}; known: {', '.join(sorted(WIRE_MODES - {''}))}")
+        if "body_mode" in values and values["body_mode"] not in BODY_MODES:
+            raise ValueError(f"unknown body_mode {values['body_mode']!r}; known: {', '.join(sorted(BODY_MODES))}")
         update_settings(self, values)
+
+
+BODY_MODES = frozenset({"", "huge", "trickle", "nul", "binary", "echo"})
 
 
 @dataclass
@@ -47,7 +72,10 @@ class Delivery:
 
 class FakeState:
     def __init__(self, faults: Faults | None = None) -> None:
+        from notifications.testing.wire_faults import WireLog
+
         self.faults = faults or Faults()
+        self.wire = WireLog()  # what connections under a wire fault saw
         self.lock = threading.Lock()
         self.random = random.Random(self.faults.seed)
         self.in_flight = 0
@@ -57,6 +85,7 @@ class FakeState:
         """Forget every request (faults stay); requests still being served stay counted as in flight."""
         with self.lock:
             self._clear()
+        self.wire.clear()
 
     def _clear(self) -> None:
         self.requests = 0
@@ -118,14 +147,54 @@ class FakeState:
                 "in_flight": self.in_flight,
                 "max_in_flight": self.max_in_flight,
                 "faults": asdict(self.faults),
+                "wire": self.wire.snapshot(),
             }
 
 
 async def apply_latency(faults: Faults, draw: float) -> bool:
-    """Sleep the configured latency; return whether this request should hang after delivering."""
+    """Sleep the configured latency; return whether this request should hang after delivering.
+
+    A request drawn for `rate_hang_before` (the band right after the hang and error bands) hangs
+    here, before anything is delivered, and then raises `LostBeforeDelivery`.
+    """
     if faults.latency_ms:
         await asyncio.sleep(faults.latency_ms / 1000)
+    edge = faults.rate_hang + faults.rate
+    if edge <= draw < edge + faults.rate_hang_before:
+        await asyncio.sleep(faults.hang_seconds)
+        raise LostBeforeDelivery("hung before delivering")
     return draw < faults.rate_hang
+
+
+class LostBeforeDelivery(Exception):
+    """This request ends without a delivery (the fake answers 503 long after the client gave up)."""
+
+
+def hostile_body(faults: Faults, response: "Response", headers: dict[str, str], url: str) -> "Response":
+    """`response` with the body `faults.body_mode` asks for; "huge" and "trickle" are streamed by AsgiApp."""
+    mode = faults.body_mode
+    if mode == "nul":
+        response.body = b'{"reason": "bad\x00token\x00"}\x00\r\nevent=completed job=notification id=1\x1b[31m'
+    elif mode == "binary":
+        response.body = bytes(range(256)) + b"\xff\xfe\xc3\x28\xed\xa0\x80"
+    elif mode == "echo":
+        echoed = "".join(f"{name}: {value}\n" for name, value in headers.items())
+        response.body = f"You sent POST {url}\n{echoed}".encode()
+    elif mode == "huge":
+        response.huge = faults.huge_bytes
+    elif mode == "trickle":
+        response.trickle = faults.trickle_interval
+    return response
+
+
+def retry_after_value(spec: str) -> str:
+    """The Retry-After header for `spec`: seconds as given, or "date:<seconds>" for an HTTP-date that far ahead."""
+    if spec.startswith("date:"):
+        import time
+        from email.utils import formatdate
+
+        return formatdate(time.time() + float(spec[5:]), usegmt=True)
+    return spec
 
 
 def pick_error(faults: Faults, draw: float, scripted: str) -> str:
@@ -151,10 +220,6 @@ class ProviderFake:
     def url(self) -> str:
         return self.server.url
 
-    def start(self) -> Self:
-        self.server.start()
-        return self
-
     def stop(self) -> None:
         self.server.stop()
 
@@ -166,6 +231,21 @@ class ProviderFake:
 
     def configure(self, **faults: Any) -> None:
         self.state.configure(**faults)
+
+    def start(self) -> Self:
+        # Connections under a wire fault are answered by the same handler Hypercorn serves.
+        self.server.wire = self._wire_settings
+        self.server.wire_handler = self._handle  # type: ignore[attr-defined]
+        self.server.wire_log = self.state.wire
+        self.server.start()
+        return self
+
+    def _wire_settings(self) -> "WireSettings":
+        from notifications.testing.wire_faults import WireSettings
+
+        with self.state.lock:
+            faults = self.state.faults
+            return WireSettings(mode=faults.wire, goaway_after=faults.goaway_after, hang_seconds=faults.hang_seconds)
 
     def reset(self) -> None:
         self.state.reset()

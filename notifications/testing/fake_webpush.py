@@ -38,9 +38,12 @@ from notifications.testing.fake_state import (
     Delivery,
     FakeState,
     Faults,
+    LostBeforeDelivery,
     ProviderFake,
     apply_latency,
+    hostile_body,
     pick_error,
+    retry_after_value,
 )
 from notifications.testing.keys import TestKeys, WebPushSubscription, b64url, b64url_decode
 
@@ -127,12 +130,16 @@ class FakeWebPush(ProviderFake):
         if request.method == "GET" and request.path == "/_stats":
             return Response.json(200, self.stats())  # for a fake in another process (the demo, the chaos run)
         faults, draw = self.state.begin(request.http_version, request.client)
-        response = await self._answer(request, faults, draw)
+        try:
+            response = await self._answer(request, faults, draw)
+        except LostBeforeDelivery:
+            self.state.end(503, "lost")
+            return _error(503, "lost before delivery")
         if response.status >= 400:
             with self._lock:
                 self.refusals.append(response.body.decode(errors="replace")[:200])
         self.state.end(response.status, str(response.status) if response.status >= 400 else "")
-        return response
+        return hostile_body(faults, response, request.headers, f"{self.url}{request.path}")
 
     async def _answer(self, request: Request, faults: Faults, draw: float) -> Response:
         match = _PATH_RE.match(request.path)
@@ -156,7 +163,7 @@ class FakeWebPush(ProviderFake):
         if error := pick_error(faults, draw, self.state.pop_script()):
             response = _error(ERRORS.get(error, 500), error)
             if faults.retry_after and response.status in (429, 503):
-                response.headers["retry-after"] = faults.retry_after
+                response.headers["retry-after"] = retry_after_value(faults.retry_after)
             return response
         with self._lock:
             gone = sub_id in self.gone

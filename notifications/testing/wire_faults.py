@@ -1,0 +1,280 @@
+"""Connection-level faults for the HTTP/2 fakes: what Hypercorn (a well-behaved server) never does.
+
+Every HTTP/2 fake (`HypercornFake`) listens through a front door. With no wire fault configured, the
+front door splices each connection through to Hypercorn untouched. With `Faults.wire` set, new
+connections are served here instead, by a small HTTP/2 server on the `h2` state machine that can
+misbehave at the frame level:
+
+- "stall_tls": accept TCP, never answer the TLS handshake (nothing can be sent);
+- "refuse_streams": reset every stream with REFUSED_STREAM (RFC 9113: not processed);
+- "goaway": process `goaway_after` streams, then send GOAWAY with the last processed stream id and
+  process nothing above it (0: refuse everything);
+- "max_streams_1": answer the first stream, lowering SETTINGS_MAX_CONCURRENT_STREAMS to 1 as it
+  does; from then on serve one stream at a time, each delivered and then left unanswered for
+  `hang_seconds`, and refuse (REFUSED_STREAM) any stream over the limit;
+- "reset_after": deliver, then reset the stream (INTERNAL_ERROR) instead of answering;
+- "reset_before": reset the stream (INTERNAL_ERROR) without delivering;
+- "drop_before": close the connection as soon as a request is complete, without delivering;
+- "hang_before": never deliver and never answer (until `hang_seconds`, then close).
+
+Streams that get past the fault are answered by the fake's own handler, so deliveries are recorded
+as usual. `WireLog` counts what arrived, so a test can tell "sent" from "never left".
+"""
+
+import asyncio
+import ssl
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+
+from notifications.testing.asgi_fake import Request, Response
+
+WIRE_MODES = frozenset({"", "stall_tls", "refuse_streams", "goaway", "max_streams_1", "reset_after", "reset_before",
+                        "drop_before", "hang_before"})  # fmt: skip
+
+
+@dataclass
+class WireSettings:
+    """The knobs of a wire fault, copied from the fake's `Faults` when a connection starts."""
+
+    mode: str
+    goaway_after: int = 1
+    hang_seconds: float = 5.0
+
+
+@dataclass
+class WireLog:
+    """What the hostile front door saw, across connections (read by tests through the fake's stats)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    connections: int = 0
+    tls_stalled: int = 0
+    streams: int = 0  # requests whose HEADERS arrived
+    refused: int = 0  # of those, reset with REFUSED_STREAM or left above a GOAWAY (never processed)
+    paths: list[str] = field(default_factory=list)  # :path of every stream that arrived and was not refused
+
+    def count(self, **deltas: int) -> None:
+        with self.lock:
+            for name, delta in deltas.items():
+                setattr(self, name, getattr(self, name) + delta)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return {
+                "connections": self.connections,
+                "tls_stalled": self.tls_stalled,
+                "streams": self.streams,
+                "refused": self.refused,
+                "paths": list(self.paths),
+            }
+
+    def clear(self) -> None:
+        with self.lock:
+            self.connections = self.tls_stalled = self.streams = self.refused = 0
+            self.paths = []
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class _Stream:
+    __slots__ = ("headers", "body")
+
+    def __init__(self, headers: dict[str, str]) -> None:
+        self.headers = headers
+        self.body = bytearray()
+
+
+class HostileH2:
+    """One connection served with a wire fault. `serve()` returns when the connection is done."""
+
+    def __init__(
+        self,
+        settings: WireSettings,
+        handler: Handler,
+        log: WireLog,
+        tls: ssl.SSLContext | None,
+        stopping: asyncio.Event,
+    ) -> None:
+        self.settings = settings
+        self.handler = handler
+        self.log = log
+        self.tls = tls
+        self.stopping = stopping
+        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
+        self.streams: dict[int, _Stream] = {}
+        self.processed = 0
+        self.last_processed = 0
+        self.goaway_sent = False
+        self.busy = False  # max_streams_1: a stream is being served
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.writer: asyncio.StreamWriter | None = None
+        self.closing = False
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.log.count(connections=1)
+        self.writer = writer
+        try:
+            if self.settings.mode == "stall_tls":
+                self.log.count(tls_stalled=1)
+                await self._until_closed(reader)  # the ClientHello is read and never answered
+                return
+            if self.tls is not None:
+                await writer.start_tls(self.tls)
+            self.h2.initiate_connection()
+            self._flush()
+            while not self.closing and (data := await reader.read(65536)):
+                if self.goaway_sent:
+                    continue  # a graceful server lets the client read its GOAWAY: frames after it are dropped
+                try:
+                    events = self.h2.receive_data(data)
+                except h2.exceptions.ProtocolError:
+                    break
+                for event in events:
+                    self._on(event)
+                self._flush()
+        except (OSError, ssl.SSLError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            for task in self.tasks:
+                task.cancel()
+            writer.close()
+
+    async def _until_closed(self, reader: asyncio.StreamReader) -> None:
+        reading = asyncio.ensure_future(reader.read(65536))
+        stopping = asyncio.ensure_future(self.stopping.wait())
+        try:
+            while True:
+                done, _ = await asyncio.wait({reading, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if stopping in done or not reading.result():
+                    return
+                reading = asyncio.ensure_future(reader.read(65536))
+        finally:
+            reading.cancel()
+            stopping.cancel()
+
+    def _flush(self) -> None:
+        if self.writer is not None and (out := self.h2.data_to_send()):
+            self.writer.write(out)
+
+    # --- frames in ---------------------------------------------------------------------------------
+
+    def _on(self, event: h2.events.Event) -> None:
+        if isinstance(event, h2.events.RequestReceived):
+            headers = {bytes(k).decode("latin-1"): bytes(v).decode("latin-1") for k, v in event.headers or []}
+            self.streams[event.stream_id] = _Stream(headers)
+            self.log.count(streams=1)
+            self._on_headers(event.stream_id)
+        elif isinstance(event, h2.events.DataReceived):
+            stream = self.streams.get(event.stream_id)
+            if stream is not None:
+                stream.body += event.data or b""
+            self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        elif isinstance(event, h2.events.StreamEnded):
+            if event.stream_id in self.streams:
+                self._on_request(event.stream_id)
+        elif isinstance(event, h2.events.ConnectionTerminated):
+            self.closing = True
+
+    def _refuse(self, stream_id: int) -> None:
+        self.streams.pop(stream_id, None)
+        self.log.count(refused=1)
+        if not self.goaway_sent:  # after a GOAWAY, streams above its last id are simply never processed
+            self.h2.reset_stream(stream_id, error_code=h2.errors.ErrorCodes.REFUSED_STREAM)
+
+    def _on_headers(self, stream_id: int) -> None:
+        mode = self.settings.mode
+        if mode == "refuse_streams" or (self.goaway_sent and stream_id > self.last_processed):
+            self._refuse(stream_id)
+        elif mode == "goaway" and self.processed >= self.settings.goaway_after:
+            self.goaway_sent = True
+            self.h2.close_connection(error_code=h2.errors.ErrorCodes.NO_ERROR, last_stream_id=self.last_processed)
+            self._refuse(stream_id)
+        elif mode == "max_streams_1" and self.busy:
+            self._refuse(stream_id)  # over the announced limit of one stream at a time
+        else:
+            with self.log.lock:
+                self.log.paths.append(self.streams[stream_id].headers.get(":path", ""))
+            self.processed += 1
+            self.last_processed = stream_id
+            if mode == "max_streams_1" and self.processed == 1:
+                self._lower_max_streams()  # before the first answer: the client learns it while reading it
+            elif mode == "max_streams_1":
+                self.busy = True
+
+    def _lower_max_streams(self) -> None:
+        """Announce SETTINGS_MAX_CONCURRENT_STREAMS = 1, written as a raw frame.
+
+        Through h2's own settings, h2 would enforce the new limit once acknowledged and fail the whole
+        connection when a client's stream crosses it in flight; a server refuses such a stream instead
+        (REFUSED_STREAM, in `_on_headers`), which is the case under test.
+        """
+        self._flush()
+        if self.writer is not None:
+            payload = h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS.to_bytes(2, "big") + (1).to_bytes(4, "big")
+            self.writer.write(len(payload).to_bytes(3, "big") + b"\x04\x00" + (0).to_bytes(4, "big") + payload)
+
+    def _on_request(self, stream_id: int) -> None:
+        mode = self.settings.mode
+        if mode == "drop_before":
+            self.closing = True
+            return
+        if mode == "reset_before":
+            self.streams.pop(stream_id, None)
+            self.h2.reset_stream(stream_id, error_code=h2.errors.ErrorCodes.INTERNAL_ERROR)
+            return
+        if mode == "hang_before":
+            self._spawn(self._hang_then_close())
+            return
+        self._spawn(self._answer(stream_id))
+
+    # --- answers out ----------------------------------------------------------------------------------
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _hang_then_close(self) -> None:
+        await asyncio.sleep(self.settings.hang_seconds)
+        if self.writer is not None:
+            self.writer.close()
+
+    async def _answer(self, stream_id: int) -> None:
+        stream = self.streams.pop(stream_id)
+        headers = stream.headers
+        request = Request(
+            method=headers.get(":method", ""),
+            path=headers.get(":path", "").split("?", 1)[0],
+            query=headers.get(":path", "").partition("?")[2],
+            headers={k.lower(): v for k, v in headers.items() if not k.startswith(":")},
+            body=bytes(stream.body),
+            http_version="2",
+            client=f"hostile:{id(self)}",
+        )
+        response = await self.handler(request)
+        if self.settings.mode == "reset_after":
+            self.h2.reset_stream(stream_id, error_code=h2.errors.ErrorCodes.INTERNAL_ERROR)
+            self._flush()
+            return
+        if self.settings.mode == "max_streams_1" and self.busy:
+            await asyncio.sleep(self.settings.hang_seconds)
+            self.busy = False
+        try:
+            fields = [(":status", str(response.status)), *((k.lower(), v) for k, v in response.headers.items())]
+            fields.append(("content-length", str(len(response.body))))
+            self.h2.send_headers(stream_id, fields, end_stream=not response.body)
+            if response.body:
+                # Fake answers are small: they fit the client's initial window.
+                self.h2.send_data(stream_id, response.body, end_stream=True)
+        except (h2.exceptions.ProtocolError, h2.exceptions.FlowControlError, h2.exceptions.StreamClosedError):
+            return  # the client reset or left the stream meanwhile, or the connection is going away
+        self._flush()
