@@ -10,7 +10,6 @@ is replaced once and the message sent again (a 401 means nothing was delivered);
 the batch. Answers are classified from FCM's own error JSON (`google.firebase.fcm.v1.FcmError`).
 """
 
-import asyncio
 import json
 import time
 from collections.abc import Mapping
@@ -58,12 +57,11 @@ class FCMBackend(PushBackend):
         self.url = f"{self.base_url}/v1/projects/{self.project_id}/messages:send"
         self.ca_file: str | None = options.get("ca_file")
         credentials_file = str(options["credentials_file"])
+        # Process-wide and single flight: one token fetch at a time serves every sender.
         self.credentials = shared(
             ("fcm", credentials_file, self.ca_file),
             lambda: GoogleAccessToken(credentials_file, ca_file=self.ca_file, timeout=self.timeout),
         )
-        # One token fetch per event loop at a time: the others wait here instead of each taking a thread.
-        self._token_lock = asyncio.Lock()
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[str]:
@@ -124,15 +122,19 @@ class FCMBackend(PushBackend):
         refused: str | None = None
         for attempt in (1, 2):
             try:
-                token = await self._token(refused, deadline - time.monotonic())
+                token = (refused is None and self.credentials.current()) or await self.credentials.aget(
+                    refused=refused, deadline=deadline - time.monotonic()
+                )
             except CredentialsRefused as exc:
-                return _auth_failed(self.reason(str(exc)), started)
+                return _auth_failed(f"Not sent: {self.reason(str(exc))}. Check credentials_file.", started, sent=False)
             except CredentialsUnreachable as exc:
                 return SendResult(
                     outcome=Outcome.TEMPORARY,
-                    reason=f"Could not get an FCM access token ({self.reason(str(exc))}); nothing was sent.",
+                    reason=f"Could not get an FCM access token: {self.reason(str(exc))}; nothing was sent.",
                     latency_ms=_ms(started),
+                    retry_after=exc.retry_after,
                     systemic=True,
+                    sent=False,
                 )
             headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json; charset=UTF-8"}
             secrets = [token]
@@ -148,12 +150,6 @@ class FCMBackend(PushBackend):
                 continue
             return classify_fcm(response, secrets=secrets, where=self.base_url, after_refresh=attempt == 2)
         raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _token(self, refused: str | None, deadline: float) -> str:
-        if refused is None and (token := self.credentials.current()) is not None:
-            return token
-        async with self._token_lock:
-            return await self.credentials.aget(refused=refused, deadline=deadline)
 
 
 def fcm_message(message: PushMessage, ttl: int | None) -> dict[str, Any]:

@@ -265,15 +265,33 @@ class FakeFCM(ProviderFake):
         if request.method == "GET" and request.path == "/_stats":
             return Response.json(200, self.stats())  # for a fake in another process (the demo, the chaos run)
         if request.method == "POST" and request.path == "/token":
-            return self._token(request)
+            return await self._token(request)
         match = _SEND_RE.match(request.path)
         if request.method == "POST" and match:
             return await self._send(request, match.group(1))
         return Response.json(404, {"error": {"code": 404, "message": "Not found", "status": "NOT_FOUND"}})
 
-    def _token(self, request: Request) -> Response:
+    async def _token(self, request: Request) -> Response:
         with self._token_lock:
             self.token_requests += 1
+        with self.state.lock:
+            fault, expires_in, hang = (
+                self.state.faults.token_fault, self.state.faults.token_expires_in, self.state.faults.hang_seconds
+            )  # fmt: skip
+            retry_after = self.state.faults.retry_after
+        if fault == "hang":
+            await asyncio.sleep(hang)
+            return Response.json(503, {"error": "unavailable"})
+        if fault == "500":
+            headers = {"retry-after": retry_after_value(retry_after)} if retry_after else {}
+            return Response.json(500, {"error": "internal_failure", "error_description": "Backend Error"}, headers)
+        if fault == "html":
+            page = b"<!DOCTYPE html><html><body>Sign in to continue</body></html>"
+            return Response(200, page, {"content-type": "text/html; charset=utf-8"})
+        if fault == "401":
+            return Response.json(401, {"error": "unauthorized_client", "error_description": "Client is unauthorized."})
+        if fault == "invalid_grant":
+            return self._refuse_token("invalid_grant", "Invalid grant: account not found")
         form = {k: v[0] for k, v in parse_qs(request.body.decode("latin-1")).items()}
         if form.get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer":
             return self._refuse_token("unsupported_grant_type", "Invalid grant_type.")
@@ -295,9 +313,12 @@ class FakeFCM(ProviderFake):
         if int(claims["exp"]) - int(claims["iat"]) > 3600:
             return self._refuse_token("invalid_grant", "Invalid JWT: the assertion may live at most one hour.")
         token = f"ya29.fake-{secrets.token_urlsafe(24)}"
+        lifetime = self.token_lifetime if expires_in is None else expires_in
         with self._token_lock:
-            self._tokens[token] = time.time() + self.token_lifetime
-        return Response.json(200, {"access_token": token, "expires_in": self.token_lifetime, "token_type": "Bearer"})
+            # A short stated lifetime is a statement, not a deadline the fake enforces: real tokens stay
+            # good a little past it, and the client's floor relies on the refusal to tell it otherwise.
+            self._tokens[token] = time.time() + max(lifetime, self.token_lifetime)
+        return Response.json(200, {"access_token": token, "expires_in": lifetime, "token_type": "Bearer"})
 
     def _refuse_token(self, error: str, description: str) -> Response:
         with self._token_lock:

@@ -46,18 +46,26 @@ class Faults:
     # Hang BEFORE delivering (then answer 503 after hang_seconds, long after the client gave up): the
     # request was sent and lost before delivery. For a drop or a reset before delivery, see `wire`.
     rate_hang_before: float = 0.0
+    # FCM's token endpoint only: "500" (a server error, with Retry-After when `retry_after` is set),
+    # "html" (200 with an HTML page), "hang" (answer after hang_seconds), "invalid_grant" (400, the
+    # service account refused), "401"; and the `expires_in` to hand out (None: the fake's lifetime).
+    token_fault: str = ""
+    token_expires_in: int | None = None
 
     def update(self, values: dict[str, Any]) -> None:
         from notifications.testing.wire_faults import WIRE_MODES
 
         if "wire" in values and values["wire"] not in WIRE_MODES:
             raise ValueError(f"unknown wire fault {values['wire']!r}; known: {', '.join(sorted(WIRE_MODES - {''}))}")
+        if "token_fault" in values and values["token_fault"] not in TOKEN_FAULTS:
+            raise ValueError(f"unknown token_fault {values['token_fault']!r}; known: {', '.join(sorted(TOKEN_FAULTS))}")
         if "body_mode" in values and values["body_mode"] not in BODY_MODES:
             raise ValueError(f"unknown body_mode {values['body_mode']!r}; known: {', '.join(sorted(BODY_MODES))}")
         update_settings(self, values)
 
 
 BODY_MODES = frozenset({"", "huge", "trickle", "nul", "binary", "echo"})
+TOKEN_FAULTS = frozenset({"", "500", "html", "hang", "invalid_grant", "401"})
 
 
 @dataclass
