@@ -14,6 +14,7 @@ Endpoints:
 - `POST /_reset`: forget every request (faults stay). `POST /_config` with a JSON object: change faults.
 """
 
+import io
 import json
 import random
 import threading
@@ -21,7 +22,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from email.utils import formatdate
-from typing import Any
+from typing import Any, cast
 
 from weave.testing.fake_http import FakeHandler, FakeHTTPServer, FakeService, update_settings
 
@@ -61,6 +62,18 @@ class FaultConfig:
     redirect_status: int = 307
     # Send `retry_after` with 503 answers too (forced or drawn), as an overloaded service does.
     retry_after_on_503: bool = False
+    # --- answers out of turn: what a client must never read as the next request's answer ---------------
+    extra_answers: int = 0  # write each answer this many more times, in the same write
+    # Answer from the head alone, then take the body for a new request and refuse it (400), in one write.
+    early_answer: bool = False
+    # Declare a Content-Length this many bytes off the body: negative leaves the tail on the wire,
+    # positive promises bytes that never come (the connection is then closed).
+    content_length_delta: int = 0
+    # An idle keep-alive connection gets an unsolicited 408 and a close after this many seconds (0: off).
+    idle_408_seconds: float = 0.0
+    # Lost before delivery: hang (then answer 503) or drop the connection BEFORE delivering.
+    rate_hang_before: float = 0.0
+    rate_drop_before: float = 0.0
 
     def update(self, values: dict[str, Any]) -> None:
         update_settings(self, values)
@@ -91,6 +104,7 @@ class _State:
         self.aborted = 0
         self.completed_hostile = 0
         self.bytes_sent = 0
+        self.unsolicited = 0  # 408s written on idle connections
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -99,6 +113,8 @@ class _State:
             "duplicates": self.requests - len(self.per_key),
             "per_key": dict(self.per_key),
             "delivered_keys": sorted(self.delivered),
+            "delivered_ids": dict(self.delivered),  # idempotency key -> the message id answered for it
+            "unsolicited": self.unsolicited,
             "by_status": dict(self.by_status),
             "in_flight": self.in_flight,
             "max_in_flight": self.max_in_flight,
@@ -125,9 +141,12 @@ class _Handler(FakeHandler):
             self._json(404, {"error": "not found"})
 
     def do_POST(self) -> None:  # noqa: N802
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         path = self.path.rstrip("/")
         state = self.server.state
+        if path not in ("/_reset", "/_config") and state.config.early_answer:
+            self._early()
+            return
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if path == "/_reset":
             with state.lock:
                 state.reset()
@@ -147,6 +166,31 @@ class _Handler(FakeHandler):
 
     # --- the push endpoint -----------------------------------------------------------------------------
 
+    def handle_one_request(self) -> None:
+        """One request; with `idle_408_seconds`, an idle connection gets an unsolicited 408 and a close."""
+        idle = self.server.state.config.idle_408_seconds
+        if idle <= 0:
+            super().handle_one_request()
+            return
+        self.connection.settimeout(idle)
+        try:
+            peeked = cast(io.BufferedReader, self.rfile).peek(1)
+        except TimeoutError:
+            peeked = b""
+            try:
+                self.wfile.write(b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                self.wfile.flush()
+                with self.server.state.lock:
+                    self.server.state.unsolicited += 1
+            except OSError:
+                pass
+        finally:
+            self.connection.settimeout(None)
+        if not peeked:
+            self.close_connection = True
+            return
+        super().handle_one_request()
+
     def _push(self, raw: bytes) -> None:
         state = self.server.state
         key = self.headers.get("Idempotency-Key", "")
@@ -165,7 +209,7 @@ class _Handler(FakeHandler):
             with state.lock:
                 state.by_status[str(status)] = state.by_status.get(str(status), 0) + 1
                 state.log.append({"key": key, "status": status, "fault": after or None, "at": time.time()})
-            if after == "drop":
+            if after in ("drop", "drop before"):
                 self.close_connection = True
                 return
             if after == "hang":
@@ -204,6 +248,13 @@ class _Handler(FakeHandler):
         if draw < edge or self._first_of_every(config, key):
             headers = self._unavailable_headers(config, config.status_5xx)
             return config.status_5xx, headers, _dumps({"error": "provider trouble"}), ""
+        edge += config.rate_hang_before
+        if draw < edge:
+            time.sleep(config.hang_seconds)  # long past the client's timeout; nothing was delivered
+            return 503, {}, _dumps({"error": "hung before delivering"}), "hang before"
+        edge += config.rate_drop_before
+        if draw < edge:
+            return 0, {}, b"", "drop before"
         edge += config.rate_hang
         after = "hang" if draw < edge else ""
         edge += config.rate_drop
@@ -252,16 +303,40 @@ class _Handler(FakeHandler):
             return message_id, False
 
     def _respond(self, status: int, headers: dict[str, str], payload: bytes) -> None:
+        config = self.server.state.config
+        delta = config.content_length_delta if self.path.rstrip("/") not in _CONTROL else 0
+        extra = config.extra_answers if self.path.rstrip("/") not in _CONTROL else 0
+        answer = _answer(status, headers, payload, declared=max(0, len(payload) + delta))
         try:
-            self.send_response(status)
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+            self.wfile.write(answer * (1 + max(0, extra)))
+            self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (timeout): expected for hangs
+        if delta > 0:
+            self.close_connection = True  # the promised bytes never come
+
+    def _early(self) -> None:
+        """Answer 202 from the head alone, then read the body as a request of its own and refuse it."""
+        state = self.server.state
+        key = self.headers.get("Idempotency-Key", "")
+        with state.lock:
+            state.requests += 1
+            state.per_key[key] = state.per_key.get(key, 0) + 1
+            state.by_status["202"] = state.by_status.get("202", 0) + 1
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        try:
+            to = json.loads(raw)["to"]
+        except (ValueError, KeyError, TypeError):
+            to = ""
+        message_id, duplicate = self._deliver(key, to)
+        accepted = _answer(202, {}, _dumps({"id": message_id, "duplicate": duplicate}))
+        refused = _answer(400, {"Connection": "close"}, _dumps({"error": "malformed request line"}))
+        try:
+            self.wfile.write(accepted + refused)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        self.close_connection = True
 
     def _respond_hostile(self, config: FaultConfig, status: int, headers: dict[str, str], payload: bytes) -> None:
         """Trickle the headers or the body, or stream a huge body; count whether the client hung up first."""
@@ -313,6 +388,19 @@ class _Handler(FakeHandler):
 
     def _json(self, status: int, value: Any) -> None:
         self._respond(status, {}, _dumps(value))
+
+
+_CONTROL = ("/_stats", "/_requests", "/_reset", "/_config")
+_REASONS = {200: "OK", 202: "Accepted", 400: "Bad Request", 408: "Request Timeout", 410: "Gone"}
+
+
+def _answer(status: int, headers: dict[str, str], payload: bytes, *, declared: int | None = None) -> bytes:
+    """One HTTP/1.1 answer on the wire; `declared` is the Content-Length to claim (default: the truth)."""
+    lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Fake')}", f"Date: {formatdate(usegmt=True)}"]
+    lines.append("Content-Type: application/json")
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    lines.append(f"Content-Length: {len(payload) if declared is None else declared}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + payload
 
 
 def _dumps(value: Any) -> bytes:
