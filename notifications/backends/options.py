@@ -73,7 +73,9 @@ def ttl_to_send(message: PushMessage) -> int | None:
 def expired_before_sending(message: PushMessage) -> SendResult:
     """The answer for a message whose remaining TTL ran out before it left: never sent, never retried."""
     when = f"{message.expires_at:%Y-%m-%d %H:%M:%S} UTC" if message.expires_at else "its expiry"
-    return SendResult(outcome=Outcome.PERMANENT, reason=f"Not sent: the notification expired at {when} before it left.")
+    return SendResult(
+        outcome=Outcome.PERMANENT, reason=f"Not sent: the notification expired at {when} before it left.", sent=False
+    )
 
 
 class DataError(ValueError):

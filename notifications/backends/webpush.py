@@ -138,7 +138,7 @@ class WebPushBackend(PushBackend):
         try:
             endpoint, p256dh, auth = parse_subscription(message.token)
         except SubscriptionError as exc:
-            return SendResult(outcome=Outcome.PERMANENT, reason=f"Not sent: {exc}", token_invalid=True)
+            return SendResult(outcome=Outcome.PERMANENT, reason=f"Not sent: {exc}", token_invalid=True, sent=False)
         where = urlsplit(endpoint).netloc
         key = message.collapse_key or message.idempotency_key
         content = encrypt(web_push_payload(message, tag=key), p256dh=p256dh, auth=auth)
