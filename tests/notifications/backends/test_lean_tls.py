@@ -50,7 +50,8 @@ def test_tls_keep_alive__reused_when_quiet_closed_after_stray_bytes(keys, extra)
     async def scenario():
         server = await asyncio.start_server(peer.handle, "127.0.0.1", 0, ssl=context)
         port = server.sockets[0].getsockname()[1]
-        hook = WebhookBackend(alias="default", options={"url": f"https://127.0.0.1:{port}/push"}, timeout=5, concurrency=1)
+        options = {"url": f"https://127.0.0.1:{port}/push"}
+        hook = WebhookBackend(alias="default", options=options, timeout=5, concurrency=1)
         hook._client = make_client(timeout=5, concurrency=1, verify=tls_context(str(keys.ca_file)))
         try:
             return [await hook.send(m) for m in messages]
