@@ -20,13 +20,10 @@ import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
-
-if TYPE_CHECKING:
-    from notifications.testing.wire_faults import WireLog, WireSettings
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -63,6 +60,11 @@ class Response:
     def json(cls, status: int, value: Any, headers: dict[str, str] | None = None) -> "Response":
         return cls(status, json.dumps(value).encode(), {"content-type": "application/json", **(headers or {})})
 
+
+# What a fake plugs into its front door to serve connections under a wire fault itself.
+HostileDoor = Callable[
+    [asyncio.StreamReader, asyncio.StreamWriter, ssl.SSLContext | None, asyncio.Event], Awaitable[bool]
+]
 
 # ASGI gives an app no way to reset a stream, so the fakes model "no answer" by hanging past the
 # client's timeout (the client's outcome is `unknown` either way).
@@ -156,11 +158,9 @@ class HypercornFake:
         self.port = self._sock.getsockname()[1]
         self.tls = certfile is not None
         self.certfile, self.keyfile = certfile, keyfile
-        # Set by the fake: the wire fault for a new connection (None or mode "": splice to Hypercorn),
-        # the handler hostile connections answer with, and the log of what they saw.
-        self.wire: Callable[[], WireSettings | None] | None = None
-        self.wire_handler: Callable[[Request], Awaitable[Response]] | None = None
-        self.wire_log: WireLog | None = None
+        # Set by the fake: takes a new connection when a wire fault is configured (returns True), else
+        # leaves it to be spliced through to Hypercorn. Arguments: reader, writer, TLS context, stop event.
+        self.hostile: HostileDoor | None = None
         config = Config()
         # Hypercorn takes ownership of (and closes) the descriptor it is given: hand it a duplicate, so
         # ours stays ours to close and a closed number is never closed twice.
@@ -201,14 +201,10 @@ class HypercornFake:
 
     async def _front(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Splice a connection through to Hypercorn, or serve it with the configured wire fault."""
-        settings = self.wire() if self.wire is not None else None
-        if settings is not None and settings.mode and self.wire_handler is not None and self.wire_log is not None:
-            from notifications.testing.wire_faults import HostileH2
-
+        if self.hostile is not None:
             assert self._stopping is not None
-            peer = HostileH2(settings, self.wire_handler, self.wire_log, self._tls_context(), self._stopping)
-            await peer.serve(reader, writer)
-            return
+            if await self.hostile(reader, writer, self._tls_context(), self._stopping):
+                return
         try:
             inner_reader, inner_writer = await asyncio.open_connection(self.host, self._private_port)
         except OSError:

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any, Self
 from weave.testing.fake_http import update_settings
 
 if TYPE_CHECKING:
+    import ssl
+
     from notifications.testing.asgi_fake import HypercornFake, Response
-    from notifications.testing.wire_faults import WireSettings
 
 
 @dataclass
@@ -241,19 +242,31 @@ class ProviderFake:
         self.state.configure(**faults)
 
     def start(self) -> Self:
-        # Connections under a wire fault are answered by the same handler Hypercorn serves.
-        self.server.wire = self._wire_settings
-        self.server.wire_handler = self._handle  # type: ignore[attr-defined]
-        self.server.wire_log = self.state.wire
+        self.server.hostile = self._hostile
         self.server.start()
         return self
 
-    def _wire_settings(self) -> "WireSettings":
-        from notifications.testing.wire_faults import WireSettings
+    async def _hostile(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        tls: "ssl.SSLContext | None",
+        stop: asyncio.Event,
+    ) -> bool:
+        """Serve a new connection under the configured wire fault; False when there is none."""
+        from notifications.testing.wire_faults import HostileH2, WireSettings
 
         with self.state.lock:
             faults = self.state.faults
-            return WireSettings(mode=faults.wire, goaway_after=faults.goaway_after, hang_seconds=faults.hang_seconds)
+            settings = WireSettings(
+                mode=faults.wire, goaway_after=faults.goaway_after, hang_seconds=faults.hang_seconds
+            )
+        if not settings.mode:
+            return False
+        # Streams that get past the fault are answered by the same handler Hypercorn serves.
+        handler = self._handle  # type: ignore[attr-defined]
+        await HostileH2(settings, handler, self.state.wire, tls, stop).serve(reader, writer)
+        return True
 
     def reset(self) -> None:
         self.state.reset()

@@ -25,9 +25,7 @@ class TLSPeer:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                fields = dict(
-                    line.split(": ", 1) for line in head.decode("latin-1").split("\r\n")[1:] if ": " in line
-                )
+                fields = dict(line.split(": ", 1) for line in head.decode("latin-1").split("\r\n")[1:] if ": " in line)
                 fields = {k.lower(): v for k, v in fields.items()}
                 await reader.readexactly(int(fields.get("content-length", "0")))
                 body = json.dumps({"id": fields.get("idempotency-key", "")}).encode()
