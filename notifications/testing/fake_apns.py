@@ -170,16 +170,9 @@ class FakeAPNs(ProviderFake):
             return _reason(refused)
         if refused := self._check_headers(request.headers):
             return _reason(refused)
-        if not request.body:
-            return _reason("PayloadEmpty")
-        if len(request.body) > 4096:
-            return _reason("PayloadTooLarge")
-        try:
-            payload = request.json()
-        except ValueError:
-            return _reason("PayloadEmpty")
-        if not isinstance(payload, dict) or not isinstance(payload.get("aps"), dict):
-            return _reason("PayloadEmpty")
+        payload, refused = _payload(request.body)
+        if refused:
+            return _reason(refused)
         hang = await apply_latency(faults, draw)
         if error := pick_error(faults, draw, self.state.pop_script()):
             response = _reason(error)
@@ -260,6 +253,21 @@ class FakeAPNs(ProviderFake):
         if "apns-id" in headers and not _UUID_RE.match(headers["apns-id"]):
             return "BadMessageId"
         return ""
+
+
+def _payload(body: bytes) -> tuple[dict[str, Any], str]:
+    """The notification's JSON payload, or the reason Apple refuses it with."""
+    if not body:
+        return {}, "PayloadEmpty"
+    if len(body) > 4096:
+        return {}, "PayloadTooLarge"
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return {}, "PayloadEmpty"
+    if not isinstance(payload, dict) or not isinstance(payload.get("aps"), dict):
+        return {}, "PayloadEmpty"
+    return payload, ""
 
 
 def _reason(reason: str, *, timestamp: int | None = None) -> Response:

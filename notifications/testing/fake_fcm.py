@@ -147,6 +147,23 @@ def _check_string_map(value: Any, where: str) -> None:
             )
 
 
+def _check_android(value: Any) -> dict[str, Any]:
+    android = _check_fields(value, _ANDROID_FIELDS, "message.android")
+    if "ttl" in android and not (isinstance(android["ttl"], str) and _DURATION_RE.match(android["ttl"])):
+        raise SchemaError("message.android.ttl", f"Invalid value at 'message.android.ttl' ({android['ttl']!r}): "
+                          "expected a duration such as \"3.5s\".")  # fmt: skip
+    if "priority" in android and android["priority"] not in ("NORMAL", "HIGH"):
+        raise SchemaError(
+            "message.android.priority",
+            f"Invalid value at 'message.android.priority' (AndroidMessagePriority), {android['priority']!r}",
+        )
+    if "data" in android:
+        _check_string_map(android["data"], "message.android.data")
+    if "notification" in android:
+        _check_fields(android["notification"], _ANDROID_NOTIFICATION_FIELDS, "message.android.notification")
+    return android
+
+
 def validate_message(body: Any) -> dict[str, Any]:
     """Return the normalised message of a send request, or raise SchemaError like FCM's INVALID_ARGUMENT."""
     if not isinstance(body, dict) or set(body) - {"message", "validate_only", "validateOnly"}:
@@ -163,20 +180,7 @@ def validate_message(body: Any) -> dict[str, Any]:
             if not isinstance(value, str):
                 raise SchemaError(f"message.notification.{key}", f"Invalid value at 'message.notification.{key}'.")
     if "android" in message:
-        android = _check_fields(message["android"], _ANDROID_FIELDS, "message.android")
-        if "ttl" in android and not (isinstance(android["ttl"], str) and _DURATION_RE.match(android["ttl"])):
-            raise SchemaError("message.android.ttl", f"Invalid value at 'message.android.ttl' ({android['ttl']!r}): "
-                              "expected a duration such as \"3.5s\".")  # fmt: skip
-        if "priority" in android and android["priority"] not in ("NORMAL", "HIGH"):
-            raise SchemaError(
-                "message.android.priority",
-                f"Invalid value at 'message.android.priority' (AndroidMessagePriority), {android['priority']!r}",
-            )
-        if "data" in android:
-            _check_string_map(android["data"], "message.android.data")
-        if "notification" in android:
-            _check_fields(android["notification"], _ANDROID_NOTIFICATION_FIELDS, "message.android.notification")
-        message["android"] = android
+        message["android"] = _check_android(message["android"])
     if "apns" in message:
         apns = _check_fields(message["apns"], _APNS_FIELDS, "message.apns")
         if "headers" in apns:
