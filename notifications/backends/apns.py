@@ -101,7 +101,10 @@ class APNsBackend(PushBackend):
         headers, content = apns_request(message, topic=self.topic, push_type=self.push_type, ttl=ttl)
         refused: str | None = None
         for attempt in (1, 2):
-            jwt_token = self.provider_token.get(refused=refused)
+            try:
+                jwt_token = self.provider_token.get(refused=refused)
+            except (ValueError, TypeError, OSError) as exc:  # PyJWTError is a ValueError
+                return _not_signed(f"Could not sign an APNs provider token ({type(exc).__name__}); check key_file")
             secrets = [jwt_token]
             try:
                 response = await capped_request(
@@ -115,6 +118,12 @@ class APNsBackend(PushBackend):
                 continue
             return classify_apns(response, secrets=secrets, where=self.host, after_refresh=attempt == 2)
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _not_signed(reason: str) -> SendResult:
+    """Our own credentials cannot be made: a configuration error that stops the backend; nothing was sent."""
+    return SendResult(outcome=Outcome.TEMPORARY, reason=f"{reason}; nothing was sent.", systemic=True, fatal=True,
+                      sent=False)  # fmt: skip
 
 
 def apns_request(message: PushMessage, *, topic: str, push_type: str, ttl: int | None) -> tuple[dict[str, str], bytes]:

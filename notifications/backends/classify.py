@@ -19,6 +19,15 @@ def failed_exchange(exc: ExchangeFailed, *, where: str) -> SendResult:
             systemic=True,
             sent=False,
         )
+    if not exc.sent and exc.kind == "stalled":
+        # The deadline passed before the request could leave: a slow or saturated provider.
+        return SendResult(
+            outcome=Outcome.TEMPORARY,
+            reason=f"No request left for {where} within {exc.deadline:g} s (still {exc.phase}); nothing was sent.",
+            latency_ms=exc.latency_ms,
+            systemic=True,
+            sent=False,
+        )
     if not exc.sent:
         # Failed before a byte of the request left: nothing can have been delivered, and the provider
         # (or the network to it) is down for everyone.

@@ -119,7 +119,8 @@ class CappedResponse:
 class ExchangeFailed(Exception):
     """The exchange produced no complete response. `sent` says whether the request may have arrived.
 
-    `kind` is "unreachable" (nothing left: connecting, TLS, waiting for a connection or a stream),
+    `kind` is "unreachable" (nothing left: the connection or TLS failed), "stalled" (nothing left
+    before the deadline: still connecting, in TLS, or waiting for a connection or a stream),
     "refused" (the peer refused the stream unprocessed: REFUSED_STREAM, or a GOAWAY below it),
     "timeout" or "dropped" (the request left; the provider may have it). `phase` says, for a
     request that never left, where it was when it stopped ("in the TLS handshake").
@@ -252,7 +253,7 @@ def _failure(
     if isinstance(exc, TimeoutError):
         sent = progress.maybe_sent
         detail = f"the whole exchange is capped at {deadline:g} s; {_name(exc)}"
-        return ExchangeFailed(kind="timeout" if sent else "unreachable", detail=detail, sent=sent, **common)
+        return ExchangeFailed(kind="timeout" if sent else "stalled", detail=detail, sent=sent, **common)
     if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)):
         return ExchangeFailed(kind="unreachable", detail=said, sent=False, **common)
     if progress.sent and (refusal := _refused_unprocessed(exc, progress.stream_id)):

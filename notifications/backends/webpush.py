@@ -152,7 +152,14 @@ class WebPushBackend(PushBackend):
         }
         refused: str | None = None
         for attempt in (1, 2):
-            authorization = self.vapid.authorization(endpoint, refused=refused)
+            try:
+                authorization = self.vapid.authorization(endpoint, refused=refused)
+            except (ValueError, TypeError, OSError) as exc:
+                return SendResult(
+                    outcome=Outcome.TEMPORARY, systemic=True, fatal=True, sent=False,
+                    reason=f"Could not sign a VAPID token ({type(exc).__name__}); check vapid_private_key_file; "
+                    "nothing was sent.",
+                )  # fmt: skip
             secrets = [authorization.split("t=", 1)[-1].split(",", 1)[0]]
             try:
                 response = await capped_request(

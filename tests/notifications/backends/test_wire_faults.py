@@ -208,3 +208,19 @@ def test_a_trickled_answer_is_bounded_by_the_deadline(webpush, webpush_options):
 def test_an_unknown_wire_fault_is_refused(apns):
     with pytest.raises(ValueError, match="unknown wire fault"):
         apns.configure(wire="chaos-monkey")
+
+
+def test_a_provider_token_that_cannot_be_signed__a_configuration_error_nothing_sent(apns, apns_backend):
+    class Unsignable:
+        def get(self, *, refused=None):
+            raise ValueError("Could not deserialize key data")
+
+        def secret(self):
+            return ""
+
+    apns_backend.provider_token = Unsignable()
+
+    (result,) = run(send_all(apns_backend, [message("ab" * 32)]))
+
+    assert (result.outcome, result.sent, result.fatal, result.systemic) == (Outcome.TEMPORARY, False, True, True)
+    assert "nothing was sent" in result.reason and apns.stats()["requests"] == 0

@@ -13,6 +13,7 @@ its own Idempotency-Key in the body (`{"id": <key>}`), so a test can tell whose 
 - "long": a Content-Length longer than the body, then the connection closed;
 - "split": the answer one byte per write;
 - "drop": the connection closed without an answer;
+- "hang": no answer for ten seconds, then a close;
 - "408": the answer, then an unsolicited 408 and a close.
 
 Stray bytes go out in the same write as the answer they follow: a client can see them before it
@@ -106,6 +107,9 @@ class HostilePeer:
     async def _answer(self, writer: asyncio.StreamWriter, action: str, status: int, key: str) -> bool:
         """Write this request's answer as `action` says; False when the connection is to be closed."""
         if action == "drop":
+            return False
+        if action == "hang":
+            await asyncio.sleep(10)
             return False
         if action == "extra":
             writer.write(answer(status, key) + answer(status, key))

@@ -139,3 +139,33 @@ def test_generated_answer_streams__every_stored_answer_is_its_own(plan: list[str
     for m, result in zip(messages, results, strict=True):
         # Whatever happened, a row either has an answer carrying its own key or no answer at all.
         assert result.outcome in (Outcome.DELIVERED, Outcome.PERMANENT, Outcome.UNKNOWN), (m, result)
+
+
+def test_waiting_for_a_pool_slot__temporary_nothing_sent_while_the_one_in_flight_is_unknown() -> None:
+    from notifications.backends import classify
+    from notifications.backends.http import ExchangeFailed, capped_request, make_client
+
+    async def post(client, url: str, deadline: float) -> SendResult:
+        try:
+            headers = {"Idempotency-Key": "k"}
+            await capped_request(client, "POST", url, deadline=deadline, headers=headers, content=b"{}")
+        except ExchangeFailed as exc:
+            return classify.failed_exchange(exc, where=url)
+        raise AssertionError("the peer answered")
+
+    async def scenario(peer: HostilePeer) -> list[SendResult]:
+        client = make_client(timeout=5.0, concurrency=1)  # one connection: the second request waits for it
+        try:
+            hung = asyncio.ensure_future(post(client, peer.url, 2.0))
+            await asyncio.sleep(0.1)
+            waiting = await post(client, peer.url, 0.2)  # gives up while the first still holds the slot
+            return [await hung, waiting]
+        finally:
+            await client.aclose()
+
+    with HostilePeer(plan=["hang"]) as peer:
+        first, second = asyncio.run(scenario(peer))
+    assert (first.outcome, first.sent) == (Outcome.UNKNOWN, True)
+    assert (second.outcome, second.sent) == (Outcome.TEMPORARY, False)
+    assert "waiting for a free connection" in second.reason and "nothing was sent" in second.reason
+    assert len(peer.received) == 1
