@@ -263,6 +263,8 @@ def _failure(
         return ExchangeFailed(kind="timeout", detail=_name(exc), sent=progress.maybe_sent, **common)
     # Transport errors, protocol violations, header garbage: the answer is unusable.
     sent = progress.maybe_sent
+    if not sent and isinstance(exc, (httpx.LocalProtocolError, httpx.InvalidURL, httpx.UnsupportedProtocol)):
+        common["phase"] = "before sending: the request could not be built"
     return ExchangeFailed(kind="dropped" if sent else "unreachable", detail=said, sent=sent, **common)
 
 
