@@ -14,6 +14,10 @@ its own Idempotency-Key in the body (`{"id": <key>}`), so a test can tell whose 
 - "split": the answer one byte per write;
 - "drop": the connection closed without an answer;
 - "hang": no answer for ten seconds, then a close;
+- "huge": a 200 whose body is 1 MiB of filler after the JSON;
+- "cookie": the answer with a `Set-Cookie` header.
+
+`heads` keeps every request's headers (lower-cased names), so a test can see what the client sent.
 - "408": the answer, then an unsolicited 408 and a close.
 
 Stray bytes go out in the same write as the answer they follow: a client can see them before it
@@ -44,6 +48,7 @@ class HostilePeer:
         self.default = default
         self.lock = threading.Lock()
         self.received: list[str] = []  # idempotency keys, in arrival order
+        self.heads: list[dict[str, str]] = []
         self.connections = 0
         self.writers: set[asyncio.StreamWriter] = set()
         self.idle: set[asyncio.StreamWriter] = set()
@@ -68,6 +73,7 @@ class HostilePeer:
                 head = await reader.readuntil(b"\r\n\r\n")
                 self.idle.discard(writer)
                 headers = _headers(head)
+                self.heads.append(headers)
                 key = headers.get("idempotency-key", "")
                 length = int(headers.get("content-length", "0"))
                 action = self._next()
@@ -108,6 +114,15 @@ class HostilePeer:
         """Write this request's answer as `action` says; False when the connection is to be closed."""
         if action == "drop":
             return False
+        if action == "huge":
+            body = json.dumps({"id": key}).encode() + b" " * (1 << 20)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+            return True
+        if action == "cookie":
+            writer.write(answer(status, key, extra_headers="Set-Cookie: session=planted; Path=/\r\n"))
+            await writer.drain()
+            return True
         if action == "hang":
             await asyncio.sleep(10)
             return False
