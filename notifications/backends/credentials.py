@@ -192,34 +192,38 @@ class GoogleAccessToken:
             ) from None
 
     def _request_token(self) -> tuple[str, float]:
-        """POST the signed grant to the token endpoint; return (token, lifetime seconds) or raise."""
+        """POST the signed grant to the token endpoint; return (token, lifetime seconds) or raise.
+
+        Runs on the fetch's own thread and event loop, so one `asyncio.timeout` bounds the whole
+        exchange (httpx's timeouts bound each read: a trickled answer would outlive them).
+        """
         assertion = self._assertion()
         where = f"the token endpoint {safe_url(self.token_uri)}"
-        form = {"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": assertion}
-        started = time.monotonic()
         try:
-            with (
-                httpx.Client(verify=self._verify, timeout=self._timeout, follow_redirects=False) as client,
-                client.stream(
-                    "POST",
-                    self.token_uri,
-                    data=form,
-                    headers={"Accept": "application/json", "Accept-Encoding": "identity"},
-                ) as response,
-            ):
-                body = b""
-                for chunk in response.iter_raw():
-                    body += chunk
-                    if len(body) > TOKEN_BODY_CAP or time.monotonic() - started > self._timeout:
-                        break  # a token is small and quick: the rest is not worth waiting for
-        except httpx.TimeoutException as exc:
+            status, headers, body = asyncio.run(self._post(assertion))
+        except (TimeoutError, httpx.TimeoutException) as exc:
             raise CredentialsUnreachable(
                 f"{where} did not answer within {self._timeout:g} s ({type(exc).__name__})"
             ) from None
         except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
             said = outside_text(str(exc), secrets=[assertion], limit=200)
             raise CredentialsUnreachable(f"{where} is unreachable ({type(exc).__name__}: {said})") from None
-        return _read_token(response.status_code, response.headers, body, where=where, secrets=[assertion])
+        return _read_token(status, headers, body, where=where, secrets=[assertion])
+
+    async def _post(self, assertion: str) -> tuple[int, httpx.Headers, bytes]:
+        form = {"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": assertion}
+        headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
+        async with (
+            asyncio.timeout(self._timeout),
+            httpx.AsyncClient(verify=self._verify, timeout=self._timeout, follow_redirects=False) as client,
+            client.stream("POST", self.token_uri, data=form, headers=headers) as response,
+        ):
+            body = b""
+            async for chunk in response.aiter_raw():
+                body += chunk
+                if len(body) > TOKEN_BODY_CAP:
+                    break  # a token is small: the rest is not worth reading
+            return response.status_code, response.headers, body
 
 
 GOOGLE_TOKEN_URI = "https://oauth2.googleapis.com/token"
