@@ -17,6 +17,7 @@ import asyncio
 import ssl
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -177,12 +178,16 @@ class APNsProviderToken:
 class VapidSigner:
     """VAPID `Authorization` headers, one per push-service origin, re-signed an hour before they expire."""
 
+    MAX_ORIGINS = 1024
+
     def __init__(self, *, private_key_file: str, subject: str, lifetime: int = 12 * 3600) -> None:
         self._vapid = Vapid02.from_file(private_key_file)
         self.subject = subject
         self.lifetime = lifetime
         self._lock = threading.Lock()
-        self._headers: dict[str, tuple[float, str]] = {}  # origin -> (expires at, header)
+        # origin -> (expires at, header), least recently used first. Users choose the origins (their
+        # endpoints), so the cache is bounded: past MAX_ORIGINS the oldest entry goes and is re-signed if needed.
+        self._headers: OrderedDict[str, tuple[float, str]] = OrderedDict()
 
     def authorization(self, endpoint: str, *, refused: str | None = None) -> str:
         """Return `vapid t=<JWT>,k=<public key>` for the origin of `endpoint`."""
@@ -192,8 +197,17 @@ class VapidSigner:
         with self._lock:
             cached = self._headers.get(origin)
             if cached is not None and cached[0] - 3600 > now and cached[1] != refused:
+                self._headers.move_to_end(origin)
                 return cached[1]
             expires = int(now) + self.lifetime
             header = str(self._vapid.sign({"sub": self.subject, "aud": origin, "exp": expires})["Authorization"])
             self._headers[origin] = (expires, header)
+            self._headers.move_to_end(origin)
+            while len(self._headers) > self.MAX_ORIGINS:
+                self._headers.popitem(last=False)
             return header
+
+    def cached_origins(self) -> int:
+        """How many origins have a signed header cached (at most MAX_ORIGINS)."""
+        with self._lock:
+            return len(self._headers)
