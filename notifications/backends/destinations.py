@@ -27,7 +27,7 @@ import asyncio
 import ipaddress
 import re
 import socket
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,7 @@ import httpx
 from weave.conf import weave_settings
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Resolver = Callable[[str, int], Awaitable[list[str]]]  # host, port -> address texts
 
 ENDPOINT_MAX = 1024  # characters; real endpoints are under 600
 DEFAULT_PORT = 443
@@ -185,8 +186,9 @@ class ConnectRefused(httpcore.ConnectError):
 class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
     """Resolve the host, check every address, and open the TCP connection to a checked address only."""
 
-    def __init__(self, inner: httpcore.AsyncNetworkBackend | None = None) -> None:
+    def __init__(self, inner: httpcore.AsyncNetworkBackend | None = None, resolve: Resolver | None = None) -> None:
         self._inner = inner or httpcore.AnyIOBackend()
+        self._resolve = resolve or system_resolve
 
     async def connect_tcp(
         self,
@@ -214,10 +216,9 @@ class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
             if problem := host_problem(host):
                 raise ConnectRefused(f"refused by the destination policy: {problem}")
         try:
-            infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except OSError as exc:
+            addresses = [ipaddress.ip_address(text.split("%", 1)[0]) for text in await self._resolve(host, port)]
+        except (OSError, ValueError) as exc:
             raise httpcore.ConnectError(f"{host} does not resolve ({type(exc).__name__}: {exc})") from exc
-        addresses = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
         if not addresses:
             raise httpcore.ConnectError(f"{host} resolves to no address")
         for address in addresses:
@@ -238,10 +239,16 @@ class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
         await self._inner.sleep(seconds)
 
 
+async def system_resolve(host: str, port: int) -> list[str]:
+    """The addresses the system resolver gives for `host` (off the event loop, like any getaddrinfo)."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [str(info[4][0]) for info in infos]
+
+
 class GuardedTransport(httpx.AsyncHTTPTransport):
     """httpx's HTTP/1.1 + HTTP/2 transport whose connections open only through `GuardedNetworkBackend`."""
 
-    def __init__(self, *, verify: Any, max_connections: int) -> None:
+    def __init__(self, *, verify: Any, max_connections: int, resolve: Resolver | None = None) -> None:
         super().__init__(verify=verify, http2=True, trust_env=False)
         # The same pool httpx builds, with the guarded network backend (httpx takes none as an argument).
         self._pool = httpcore.AsyncConnectionPool(
@@ -251,7 +258,7 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
             keepalive_expiry=5.0,
             http1=True,
             http2=True,
-            network_backend=GuardedNetworkBackend(),
+            network_backend=GuardedNetworkBackend(resolve=resolve),
         )
 
 
