@@ -32,12 +32,14 @@ def b64url(raw: bytes) -> str:
 
 def subscription(endpoint: str = FCM_ENDPOINT, *, indent: int | None = None, **overrides) -> str:
     """A browser's subscription JSON for `endpoint`, as PushSubscription.toJSON() gives it."""
-    point = ec.generate_private_key(ec.SECP256R1()).public_key().public_bytes(
-        serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint
+    point = (
+        ec.generate_private_key(ec.SECP256R1())
+        .public_key()
+        .public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
     )
-    keys = {"p256dh": b64url(point), "auth": b64url(os.urandom(16))}
-    keys.update(overrides.pop("keys", {}))
-    return json.dumps({"endpoint": endpoint, "expirationTime": None, "keys": keys, **overrides}, indent=indent)
+    pair = {"p256dh": b64url(point), "auth": b64url(os.urandom(16))}
+    pair.update(overrides.pop("keys", {}))
+    return json.dumps({"endpoint": endpoint, "expirationTime": None, "keys": pair, **overrides}, indent=indent)
 
 
 @pytest.fixture

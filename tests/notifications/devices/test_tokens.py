@@ -180,7 +180,7 @@ def test_canonical_token__good_tokens_come_back_canonical():
 # --- fuzzing -------------------------------------------------------------------------------------------
 
 any_char = st.one_of(
-    st.characters(min_codepoint=0), st.integers(0xD800, 0xDFFF).map(chr), st.sampled_from("\x00\n\r\t é表☃{}\":")
+    st.characters(min_codepoint=0), st.integers(0xD800, 0xDFFF).map(chr), st.sampled_from('\x00\n\r\t é表☃{}":')
 )
 any_text = st.lists(any_char, max_size=60).map("".join)
 hexish = st.text(alphabet="0123456789abcdefABCDEF\n ", min_size=60, max_size=70)
