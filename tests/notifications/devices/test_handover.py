@@ -49,7 +49,8 @@ def test_handover__a_row_a_worker_holds_is_not_overwritten(push_settings, user, 
     device_register(user=bob, backend="default", token=TOKEN, clock=clock)
 
     after = Notification.objects.filter(pk=held.pk).values("status", "owner", "fence", "last_error").get()
-    assert after == before == {"status": "pending", "owner": "worker-a", "fence": batch.fences[held.pk], "last_error": ""}
+    expected = {"status": "pending", "owner": "worker-a", "fence": batch.fences[held.pk], "last_error": ""}
+    assert after == before == expected
 
 
 def test_end_unsent__the_guarded_write_refuses_a_live_lease_and_changes_no_row(push_settings, user, clock):
