@@ -202,6 +202,8 @@ def _insert_many(rows: list[Notification]) -> None:
     fields = [f for f in meta.concrete_fields if not f.primary_key and not f.generated]
     returning = [meta.pk, meta.get_field("next_attempt_at"), meta.get_field("expires_at")]
     per_statement = max(1, _parameter_limit(db) // (len(fields) + 4))  # + a clock expression's parameters
+    if not connections[db].features.can_return_rows_from_bulk_insert:
+        per_statement = 1  # an old SQLite: only a one-row INSERT says which key it made
     for start in range(0, len(rows), per_statement):
         chunk = rows[start : start + per_statement]
         returned = Notification._base_manager._insert(  # type: ignore[attr-defined]
