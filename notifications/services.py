@@ -148,9 +148,9 @@ def notification_send_to_user(
         with transaction.atomic():
             # Held only for this short block: a concurrent hand-over or deactivation waits for these rows to
             # commit and then ends them, or commits first and its device is left out here.
-            still = set(
-                Device.objects.select_for_update(no_key=True).active().filter(user=user).values_list("pk", flat=True)
-            )
+            # In key order, so two sends to the same user take the locks alike and never deadlock.
+            locking = Device.objects.select_for_update(no_key=True).active().filter(user=user).order_by("pk")
+            still = set(locking.values_list("pk", flat=True))
             created = [n for n in planned if n.device_id in still]
             skipped += [
                 SkippedDevice(n.device_id, "deactivated or registered by another user meanwhile")

@@ -116,3 +116,42 @@ def test_deactivate__queued_rows_end_with_the_reason_and_explain_says_so(push_se
     assert "user signed out" in explain_notification(row.pk, clock=clock).summary
     call_command("weave_explain", "notification", str(row.pk))
     assert "user signed out" in capsys.readouterr().out
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_handover__racing_a_send_to_the_previous_owner_still_ends_its_rows(push_settings, monkeypatch):
+    """The send locks the user's device rows around its insert: a hand-over waits for those rows, then ends them."""
+    import threading
+
+    from django.contrib.auth import get_user_model
+
+    from notifications import services
+    from tests.threads import run_threads
+
+    alice, bob = (get_user_model().objects.create_user(name) for name in ("alice", "bob"))
+    device_register(user=alice, backend="default", token=TOKEN)
+    locked, go = threading.Event(), threading.Event()
+    insert = services._insert_many
+
+    def paused_insert(rows):
+        locked.set()  # the send holds its device locks now
+        go.wait(10)
+        insert(rows)
+
+    monkeypatch.setattr(services, "_insert_many", paused_insert)
+
+    def act(name: str) -> None:
+        if name == "send":
+            notification_send_to_user(user=alice, title="For alice only", body="")
+        else:
+            assert locked.wait(10)
+            timer = threading.Timer(0.5, go.set)  # lets the hand-over run into the lock, if there is one
+            timer.start()
+            device_register(user=bob, backend="default", token=TOKEN)
+            go.set()
+
+    run_threads(act, ["send", "handover"])
+
+    (row,) = Notification.objects.all()
+    assert row.status == "failed" and "registered again by another user" in row.last_error
