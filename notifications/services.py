@@ -474,6 +474,8 @@ def device_deactivate(*, device: Device, reason: str, clock: Clock = default_clo
     if not isinstance(clock, Clock):
         raise ValidationError({"clock": "clock must be a weave.leases Clock."})
     with transaction.atomic():
+        if not Device.objects.filter(pk=device.pk).exists():
+            raise ValidationError({"device": f"Device {device.pk} does not exist (any more)."})
         deactivate_device(device_id=device.pk, reason=reason, clock=clock)
         fail_queued_for_device(device_id=device.pk, clock=clock)
     device.refresh_from_db()

@@ -141,6 +141,14 @@ def test_deactivate__every_argument_is_type_checked(backends, user, kwargs, fiel
     assert device.active
 
 
+def test_deactivate__a_deleted_device_is_refused_naming_it(backends, user):
+    device = device_register(user=user, backend="apns", token=APNS)
+    Device.objects.filter(pk=device.pk).delete()
+    with pytest.raises(ValidationError) as caught:
+        device_deactivate(device=device, reason="gone")
+    assert set(caught.value.message_dict) == {"device"}
+
+
 def test_register__a_refusal_leaves_the_callers_transaction_usable(backends, user):
     with transaction.atomic():
         for token in ("a\x00", "\ud800", 1, "表" * 2048):
