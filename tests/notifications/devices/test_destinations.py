@@ -286,3 +286,64 @@ def test_vapid__the_signature_cache_is_bounded(keys):
 def test_check_endpoint__the_client_reads_the_same_host():
     checked = check_endpoint("https://fcm.googleapis.com/fcm/send/a:b?x=1")
     assert (checked.host, checked.port, checked.loopback) == ("fcm.googleapis.com", 443, False)
+
+
+@pytest.fixture
+def internal_service():
+    """A plain HTTP service on 127.0.0.1 standing in for something inside the site's network."""
+    import http.server
+    import threading
+
+    hits = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            hits.append(self.path)
+            self.send_response(201)
+            self.send_header("Location", "/internal/secret-location")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1], hits
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_worker__a_stored_endpoint_inside_the_network_is_never_posted_to(
+    settings, webpush, webpush_options, internal_service, scheme
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from notifications.delivery import deliver_batch
+    from tests.factories import NotificationFactory
+
+    port, hits = internal_service
+    settings.WEAVE = {
+        "PUSH_URL": "https://push.example/send",
+        "PUSH_TIMEOUT": 5.0,
+        "PUSH_BACKENDS": {
+            "webpush": {"BACKEND": "notifications.backends.webpush.WebPushBackend", "OPTIONS": webpush_options}
+        },
+    }
+    sub = webpush.subscription("victim")
+    endpoint = f"{scheme}://127.0.0.1:{port}/internal/reset?all=1"
+    # Stored by an older release, which accepted any endpoint.
+    token = json.dumps({"endpoint": endpoint, "keys": {"p256dh": sub.p256dh, "auth": sub.auth}})
+    row = NotificationFactory(
+        backend="webpush", device_token=token, next_attempt_at=timezone.now() - timedelta(seconds=1)
+    )
+
+    deliver_batch(owner="worker-a", ttl=30)
+
+    row.refresh_from_db()
+    assert hits == [] and webpush.stats()["requests"] == 0
+    assert row.status == "failed" and row.provider_message_id == ""
+    assert "Nothing was sent" in row.last_error and "secret-location" not in row.last_error
