@@ -249,10 +249,12 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
     """httpx's HTTP/1.1 + HTTP/2 transport whose connections open only through `GuardedNetworkBackend`."""
 
     def __init__(self, *, verify: Any, max_connections: int, resolve: Resolver | None = None) -> None:
-        super().__init__(verify=verify, http2=True, trust_env=False)
+        # trust_env only decides here whether SSL_CERT_FILE / SSL_CERT_DIR are read, as httpx's own transport
+        # does; proxies never apply, since the client is handed this transport.
+        super().__init__(verify=verify, http2=True, trust_env=True)
         # The same pool httpx builds, with the guarded network backend (httpx takes none as an argument).
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(verify=verify, trust_env=False),
+            ssl_context=httpx.create_ssl_context(verify=verify, trust_env=True),
             max_connections=max_connections,
             max_keepalive_connections=max_connections,
             keepalive_expiry=5.0,

@@ -347,3 +347,12 @@ def test_worker__a_stored_endpoint_inside_the_network_is_never_posted_to(
     assert hits == [] and webpush.stats()["requests"] == 0
     assert row.status == "failed" and row.provider_message_id == ""
     assert "Nothing was sent" in row.last_error and "secret-location" not in row.last_error
+
+
+def test_webpush__the_backends_own_client_connects_through_the_guard(webpush_options):
+    backend = WebPushBackend(alias="webpush", options=webpush_options, timeout=2, concurrency=3)
+    client = backend.make_client()
+    assert isinstance(client._transport, GuardedTransport)
+    assert isinstance(client._transport._pool._network_backend, GuardedNetworkBackend)
+    assert client.follow_redirects is False
+    asyncio.run(client.aclose())
