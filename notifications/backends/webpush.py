@@ -9,6 +9,10 @@ The device token is the browser's subscription as JSON (`PushSubscription.toJSON
 `{"endpoint": "https://...", "keys": {"p256dh": "...", "auth": "..."}}`. The payload is JSON
 `{"title", "body", "data", "tag"}` (`tag` for the service worker's `showNotification`), encrypted
 for that subscription only; the push service cannot read it.
+
+The token is user input: it is stored as canonical compact JSON (`canonical_token`), its endpoint must
+pass the destination policy (`notifications.backends.destinations`, docs/devices.md) at registration and
+at each send, and the client connects only to addresses that policy checked.
 """
 
 import base64
