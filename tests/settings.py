@@ -13,6 +13,7 @@ INSTALLED_APPS = [*INSTALLED_APPS, "tests.leasetest"]  # noqa: F405
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in admin tests
 
-# The push fakes listen on 127.0.0.1: let Web Push reach loopback (off by default; tests of the destination
-# policy turn it off again). A test that replaces settings.WEAVE whole must set it again if it needs it.
+# The push fakes listen on 127.0.0.1: let Web Push reach loopback here, as demo.settings does with DEBUG on
+# (off by default in any site). The suite's own processes (the chaos runner, qcluster children) run with
+# these settings too. Tests of the destination policy replace settings.WEAVE, which turns it off again.
 WEAVE = {**WEAVE, "PUSH_WEBPUSH_UNSAFE_ALLOW_LOOPBACK": True}  # noqa: F405
