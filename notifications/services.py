@@ -104,6 +104,7 @@ def notification_send_to_user(
     one INSERT per backend alias at most (see `_insert_many`).
     """
     user = _saved_user(user, field="user", required=True)
+    _check_ttl(ttl)  # before the expiry expression is built from it
     devices = list(
         Device.objects.active()
         .filter(user=user)
@@ -252,8 +253,7 @@ def notification_check(
         backend=backend or DEFAULT_ALIAS, token=device_token, title=title, body=body, data=data,
         collapse_key=collapse_key, ttl=None, priority=priority,
     )  # fmt: skip
-    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_TTL):
-        raise ValidationError({"ttl": f"ttl is a whole number of seconds from 1 to {MAX_TTL} (28 days)."})
+    _check_ttl(ttl)
 
 
 def notification_edit(
@@ -335,11 +335,15 @@ def _message_fields(
     collapse_key = check_text(collapse_key or "", field="collapse_key", strip=True, one_line=True)
     if len(collapse_key) > (most := _field_length("collapse_key")) or not collapse_key.isprintable():
         raise ValidationError({"collapse_key": f"A collapse key is at most {most} printable characters."})
-    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_TTL):
-        raise ValidationError({"ttl": f"ttl is a whole number of seconds from 1 to {MAX_TTL} (28 days)."})
+    _check_ttl(ttl)
     # Counted as the UTF-8 bytes of the compact JSON actually sent; the token travels in the URL or a header.
     check_payload_size(title=title, body=body, data=data)
     return {"title": title, "body": body, "data": data, "collapse_key": collapse_key, "priority": priority}
+
+
+def _check_ttl(ttl: Any) -> None:
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_TTL):
+        raise ValidationError({"ttl": f"ttl is a whole number of seconds from 1 to {MAX_TTL} (28 days)."})
 
 
 def _insert(fields: dict[str, Any], *, device: Device | None, ttl: int | None, clock: Clock) -> Notification:

@@ -111,6 +111,15 @@ def test_send_to_user__an_unsendable_device_is_skipped_with_the_reason_and_the_o
     assert "\n" not in sent.device_token and json.loads(sent.device_token)["keys"] == json.loads(pretty.token)["keys"]
 
 
+@pytest.mark.parametrize(("ttl", "title"), [("60", "Hi"), (0, "Hi"), (60, None), (60, "x\x00")])
+def test_send_to_user__bad_content_is_a_validation_error_naming_the_field(roomy, user, ttl, title):
+    device_register(user=user, backend="apns", token=APNS)
+    with pytest.raises(ValidationError) as caught:
+        notification_send_to_user(user=user, title=title, body="", ttl=ttl)
+    assert set(caught.value.message_dict) == {"ttl" if title == "Hi" else "title"}
+    assert Notification.objects.count() == 0
+
+
 @pytest.mark.parametrize("bad", [type("FakeUser", (), {"pk": 1})(), type("Row", (), {"pk": 7, "username": "x"})()])
 def test_send_to_user__the_user_is_type_checked(roomy, bad):
     with pytest.raises(ValidationError) as caught:
