@@ -356,3 +356,14 @@ def test_webpush__the_backends_own_client_connects_through_the_guard(webpush_opt
     assert isinstance(client._transport._pool._network_backend, GuardedNetworkBackend)
     assert client.follow_redirects is False
     asyncio.run(client.aclose())
+
+
+def test_checks__loopback_outside_development_warns_and_a_url_as_host_is_an_error(settings):
+    from notifications.checks import check_device_destinations
+
+    settings.DEBUG = False
+    settings.WEAVE = {"PUSH_WEBPUSH_UNSAFE_ALLOW_LOOPBACK": True, "PUSH_WEBPUSH_EXTRA_HOSTS": ["https://x.example/"]}
+    assert sorted(m.id for m in check_device_destinations()) == ["notifications.E005", "notifications.W004"]
+
+    settings.WEAVE = {"PUSH_WEBPUSH_EXTRA_HOSTS": ["push.example.org", "*.push.example.net"]}
+    assert check_device_destinations() == []
