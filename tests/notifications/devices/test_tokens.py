@@ -252,3 +252,18 @@ def test_register__fuzzed_arguments_register_or_are_refused_by_field_and_what_is
         rows = notification_send_to_user(user=user, title="Hi", body="")
         assert device.pk in {r.device_id for r in rows}
         Notification.objects.all().delete()
+
+
+def test_create__a_raw_token_is_held_to_the_same_format_and_stored_canonical(backends):
+    from notifications.services import notification_create
+
+    row = notification_create(backend="apns", device_token=APNS.upper(), title="Hi", body="")
+    assert row.device_token == APNS
+    pretty = subscription(indent=2)
+    row = notification_create(backend="webpush", device_token=pretty, title="Hi", body="")
+    assert "\n" not in row.device_token and json.loads(row.device_token)["keys"] == json.loads(pretty)["keys"]
+    for backend, token in (("webpush", subscription("http://127.0.0.1:5432/reset")), ("fcm", "not a token ☃")):
+        with pytest.raises(ValidationError) as caught:
+            notification_create(backend=backend, device_token=token, title="Hi", body="")
+        assert set(caught.value.message_dict) == {"device_token"}
+    assert Notification.objects.count() == 2
