@@ -195,6 +195,9 @@ def _weave_env_overrides() -> dict[str, float | int | bool]:
 
 
 WEAVE.update(_weave_env_overrides())
+# The local push fakes listen on 127.0.0.1, which the Web Push destination policy refuses. Development runs
+# (DEBUG on) let loopback through; a production start never does, whatever the environment says.
+WEAVE["PUSH_WEBPUSH_UNSAFE_ALLOW_LOOPBACK"] = DEBUG
 # The onboarding plan, as comma-separated dotted paths (the chaos run adds the demo's own ERP step).
 if os.environ.get("WEAVE_ONBOARDING_STEPS"):
     WEAVE["ONBOARDING_STEPS"] = [p.strip() for p in os.environ["WEAVE_ONBOARDING_STEPS"].split(",") if p.strip()]

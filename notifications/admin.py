@@ -352,7 +352,9 @@ class DeviceAdmin(admin.ModelAdmin):
     search_fields = ("token", "user__username", "user__email")
     list_select_related = ("user",)
     raw_id_fields = ("user",)
-    readonly_fields = ("created_at", "last_used_at", "active", "deactivated_at", "deactivation_reason")
+    readonly_fields = (
+        "created_at", "last_used_at", "active", "deactivated_at", "deactivation_reason", "owner_changed_at",
+    )  # fmt: skip
     fields = ("user", "backend", "platform", "token", *readonly_fields)
     actions = ("send_test_notification", "deactivate")
 

@@ -3,7 +3,8 @@
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import Error, Tags, register
+from django.core.checks import CheckMessage, Error, Tags, register
+from django.core.checks import Warning as CheckWarning
 
 from weave.conf import weave_settings
 
@@ -55,3 +56,34 @@ def check_provider_url(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             )
         )
     return errors
+
+
+@register(Tags.security)
+def check_device_destinations(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Warn when Web Push may reach loopback outside development, and refuse host patterns that match nothing."""
+    from notifications.backends.destinations import allowed_hosts
+
+    found: list[CheckMessage] = []
+    if not weave_settings.valid("PUSH_WEBPUSH_HOSTS", "PUSH_WEBPUSH_EXTRA_HOSTS", "PUSH_WEBPUSH_UNSAFE_ALLOW_LOOPBACK"):
+        return found  # weave.E006 reports a value of the wrong type
+    if weave_settings.PUSH_WEBPUSH_UNSAFE_ALLOW_LOOPBACK and not settings.DEBUG:
+        found.append(
+            CheckWarning(
+                "WEAVE PUSH_WEBPUSH_UNSAFE_ALLOW_LOOPBACK is on with DEBUG off: any user can register a Web Push "
+                "endpoint on this machine's loopback interface and have the workers post to it.",
+                hint="Turn it off; it exists for local push fakes in tests and the demo only.",
+                id="notifications.W004",
+            )
+        )
+    for pattern in allowed_hosts():
+        bare = pattern.strip().lower().removeprefix("*.")
+        if pattern.strip() != "*" and (not bare or "*" in bare or "/" in bare or ":" in bare or "@" in bare):
+            found.append(
+                Error(
+                    f"WEAVE PUSH_WEBPUSH_HOSTS / PUSH_WEBPUSH_EXTRA_HOSTS entry {pattern!r} is not a host name, "
+                    "*.suffix or *.",
+                    hint='Write host names only, e.g. "push.example.com" or "*.push.example.com".',
+                    id="notifications.E005",
+                )
+            )
+    return found

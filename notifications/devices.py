@@ -40,19 +40,53 @@ def fail_queued_for_device(*, device_id: Any, clock: Clock = default_clock) -> l
     device = Device.objects.filter(pk=device_id).values("active", "deactivation_reason", "deactivated_at").first()
     if device is None or device["active"]:
         return []
+    reason = inactive_reason(device["deactivation_reason"])
+    return end_queued_for_device(device_id=device_id, reason=reason, clock=clock, why="device deactivated")
+
+
+def end_queued_for_device(*, device_id: Any, reason: str, clock: Clock = default_clock, why: str) -> list[Any]:
+    """End the device's pending rows that nobody holds as `failed` with `reason`; return their keys.
+
+    Picked with `FOR UPDATE SKIP LOCKED` (a claim in progress keeps its rows), then written by
+    `end_unsent()`, whose UPDATE repeats the claimable-only condition: a row a worker claimed in between
+    is not touched."""
     free = (
         Notification.objects.filter(device_id=device_id, status=Notification.Status.PENDING)
         .free_or_expired(clock)
         .select_for_update(skip_locked=True)
     )
     pks = list(free.values_list("pk", flat=True))
-    if pks:
-        Notification.objects.filter(pk__in=pks).update(
-            status=Notification.Status.FAILED, last_error=inactive_reason(device["deactivation_reason"])
-        )
-        for pk in pks:
-            log_event(logger, "failed", job="notification", id=pk, reason="device deactivated")
+    if pks and end_unsent(pks, reason=reason, clock=clock) != len(pks):
+        pks = list(Notification.objects.filter(pk__in=pks, status=Notification.Status.FAILED, last_error=reason)
+                   .values_list("pk", flat=True))  # fmt: skip
+    for pk in pks:
+        log_event(logger, "failed", job="notification", id=pk, reason=why)
     return pks
+
+
+def end_unsent(pks: list[Any], *, reason: str, clock: Clock = default_clock) -> int:
+    """Fail those of `pks` still pending and held by nobody (or by a lapsed lease), with `reason`; return how many.
+
+    One UPDATE whose WHERE is the claim's own condition in reverse: a row under a live lease matches
+    nothing, keeps its owner, fence and state, and stays its holder's to finish (the holder's guard
+    still decides its writes). A lapsed holder that wakes up later is refused by its own guard."""
+    if not pks:
+        return 0
+    return (
+        Notification.objects.filter(pk__in=pks, status=Notification.Status.PENDING)
+        .free_or_expired(clock)
+        .update(status=Notification.Status.FAILED, last_error=reason)
+    )
+
+
+def handed_over_reason(*, previous_user: Any, new_user: Any, at: datetime | None) -> str:
+    """The reason a queued row ends unsent when its device changes hands."""
+    when = f" at {at:%Y-%m-%d %H:%M:%S} UTC" if at is not None else ""
+    now = f"user {new_user}" if new_user is not None else "no user (signed out)"
+    return (
+        f"Not sent: the device was registered again by another user{when}; it was queued for user "
+        f"{previous_user}, and the device now belongs to {now}."
+    )
 
 
 def inactive_devices(device_ids: set[Any]) -> dict[Any, str]:
@@ -114,8 +148,11 @@ __all__ = [
     "Unsendable",
     "deactivate_device",
     "device_for_token",
+    "end_queued_for_device",
+    "end_unsent",
     "expired_pending",
     "fail_queued_for_device",
+    "handed_over_reason",
     "inactive_devices",
     "touch_devices",
     "unsendable",

@@ -42,6 +42,10 @@ def explain_notification(pk: int, *, clock: Clock = default_clock) -> Timeline:
 
 def _summary(n: Notification, attempts: list[DeliveryAttempt]) -> str:
     if not attempts:
+        if n.status != Notification.Status.PENDING and n.last_error:
+            # Ended before any worker took it (a device deactivated or handed over, a cancel): say why.
+            why = n.last_error.splitlines()[0].rstrip(".")
+            return f"Notification {n.pk} was never sent; it is {n.status}: {why}."
         return f"Notification {n.pk} has not been sent yet; it is {n.status}."
     parts = []
     for number, a in enumerate(attempts, 1):

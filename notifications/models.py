@@ -82,6 +82,9 @@ class Device(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     deactivated_at = models.DateTimeField(null=True, blank=True)
     deactivation_reason = models.TextField(blank=True)
+    # When the token was last registered by another user than the one it belonged to (database clock):
+    # the previous owner's queued notifications ended unsent at that moment.
+    owner_changed_at = models.DateTimeField(null=True, blank=True)
 
     objects = DeviceQuerySet.as_manager()
 

@@ -6,17 +6,19 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ImproperlyConfigured, ValidationError
-from django.db import IntegrityError, models, transaction
+from django.db import IntegrityError, connections, models, router, transaction
 
 from notifications import queue
 from notifications.backends import DEFAULT_ALIAS, PushBackend, backend_configs
 from notifications.backends.options import DataError
 from notifications.backends.registry import backend_class
-from notifications.devices import deactivate_device, fail_queued_for_device
+from notifications.devices import deactivate_device, end_queued_for_device, fail_queued_for_device, handed_over_reason
 from notifications.models import ContentLocked, Device, Notification
 from notifications.validation import TITLE_MAX as NOTIFICATION_TITLE_MAX
-from notifications.validation import check_device_token, check_payload_size
+from notifications.validation import canonical_device_token, check_payload_size
+from weave.conf import weave_settings
 from weave.events import log_event
 from weave.leases import Clock, default_clock
 from weave.validation import check_ids, check_json, check_text
@@ -27,6 +29,8 @@ __all__ = [
     "NOTIFICATION_TITLE_MAX",
     "BulkResult",
     "ContentLocked",
+    "SkippedDevice",
+    "UserNotifications",
     "device_deactivate",
     "device_register",
     "notification_cancel",
@@ -90,33 +94,141 @@ def notification_send_to_user(
     ttl: int | None = None,
     priority: str = Notification.Priority.NORMAL,
     clock: Clock = default_clock,
-) -> list[Notification]:
-    """Create one notification per active device of `user`, in one transaction; return them (maybe none).
+) -> "UserNotifications":
+    """Create one notification per active device of `user`; return them (maybe none), with `skipped`.
 
-    Every row is validated before any is stored: one device whose backend refuses the data stores nothing.
+    A device whose token cannot be sent (a backend no longer configured, a token stored before today's
+    checks) is skipped and named in `.skipped` with the reason; the others get theirs. Content that a
+    backend refuses (FCM's string-only data, say) is the caller's to fix: a ValidationError, nothing stored.
+    A constant number of statements whatever the number of devices: one read, one short locking read,
+    one INSERT per backend alias at most (see `_insert_many`).
     """
-    if user is None or getattr(user, "pk", None) is None:
-        raise ValidationError({"user": "A saved user is required."})
-    with transaction.atomic():
-        # Locked: a device deactivated concurrently is either seen inactive here or waits for this commit.
-        devices = list(Device.objects.select_for_update().active().filter(user=user).order_by("pk"))
-        planned = [
-            (
-                device,
-                _notification_fields(
-                    backend=device.backend,
-                    token=device.token,
-                    title=title,
-                    body=body,
-                    data=data,
-                    collapse_key=collapse_key,
-                    ttl=ttl,
-                    priority=priority,
-                ),  # fmt: skip
+    user = _saved_user(user, field="user", required=True)
+    _check_ttl(ttl)  # before the expiry expression is built from it
+    devices = list(
+        Device.objects.active()
+        .filter(user=user)
+        .order_by("pk")
+        .values_list("pk", "backend", "token", "last_used_at", "created_at")
+    )
+    skipped: list[SkippedDevice] = []
+    cap = weave_settings.PUSH_MAX_DEVICES_PER_USER
+    if len(devices) > cap:
+        # Registered before the cap (or before it was lowered): the most recently used ones get it.
+        recent = sorted(devices, key=lambda d: (d[3] or d[4], d[0]), reverse=True)
+        over = {d[0] for d in recent[cap:]}
+        why = f"over WEAVE PUSH_MAX_DEVICES_PER_USER ({cap}) for this user"
+        skipped += [SkippedDevice(pk, why) for pk in sorted(over)]
+        devices = [d for d in devices if d[0] not in over]
+    messages: dict[str, tuple[type[PushBackend], dict[str, Any]] | str] = {}
+    planned: list[Notification] = []
+    expires_at = clock.now(timedelta(seconds=ttl)) if ttl is not None else None
+    for pk, alias, token, _used, _created in devices:
+        if alias not in messages:
+            messages[alias] = _message_for_alias(
+                alias, title=title, body=body, data=data, collapse_key=collapse_key, ttl=ttl, priority=priority
             )
-            for device in devices
-        ]
-        return [_insert(fields, device=device, ttl=ttl, clock=clock) for device, fields in planned]
+        known = messages[alias]
+        if isinstance(known, str):
+            skipped.append(SkippedDevice(pk, known))
+            continue
+        backend_cls, fields = known
+        try:
+            canonical = canonical_device_token(token, backend_cls=backend_cls, field="token")
+        except ValidationError as exc:
+            skipped.append(SkippedDevice(pk, f"its token cannot be sent: {' '.join(exc.messages)}"))
+            continue
+        planned.append(
+            Notification(
+                **fields, backend=alias, device_token=canonical, device_id=pk, expires_at=expires_at,
+                next_attempt_at=clock.now(),
+            )
+        )  # fmt: skip
+    created: list[Notification] = []
+    if planned:
+        with transaction.atomic():
+            # Held only for this short block: a concurrent hand-over or deactivation waits for these rows to
+            # commit and then ends them, or commits first and its device is left out here.
+            # In key order, so two sends to the same user take the locks alike and never deadlock.
+            locking = Device.objects.select_for_update(no_key=True).active().filter(user=user).order_by("pk")
+            still = set(locking.values_list("pk", flat=True))
+            created = [n for n in planned if n.device_id in still]
+            skipped += [
+                SkippedDevice(n.device_id, "deactivated or registered by another user meanwhile")
+                for n in planned
+                if n.device_id not in still
+            ]
+            _insert_many(created)
+            if created and not _drain_requested_on_commit():
+                transaction.on_commit(_enqueue_drain)
+    return UserNotifications(created, skipped=sorted(skipped, key=lambda d: d.device_id))
+
+
+@dataclass(frozen=True)
+class SkippedDevice:
+    """A device `notification_send_to_user` left out, and why."""
+
+    device_id: Any
+    reason: str
+
+
+class UserNotifications(list[Notification]):
+    """The notifications `notification_send_to_user` created (a list), and the devices it `skipped`."""
+
+    def __init__(self, created: Iterable[Notification] = (), *, skipped: Iterable[SkippedDevice] = ()) -> None:
+        super().__init__(created)
+        self.skipped: list[SkippedDevice] = list(skipped)
+
+
+def _message_for_alias(alias: str, **content: Any) -> tuple[type[PushBackend], dict[str, Any]] | str:
+    """The checked message fields for one backend alias; or why its devices are skipped (text)."""
+    try:
+        backend_cls = _backend_class(alias)
+    except ValidationError as exc:
+        return f"its backend cannot send: {' '.join(exc.messages)}"
+    return backend_cls, _message_fields(backend_cls, **content)
+
+
+def _insert_many(rows: list[Notification]) -> None:
+    """Insert `rows` in as few statements as the database takes, and set their keys and database-clock times.
+
+    `bulk_create` would split the rows into batches of 999 parameters on SQLite (Django 5.2 assumes the
+    old compile-time limit), a statement per ~45 rows; the insert below asks the database for its real
+    limit, so 5,000 devices are one statement on SQLite as on PostgreSQL.
+    """
+    if not rows:
+        return
+    db = router.db_for_write(Notification)
+    meta = Notification._meta
+    fields = [f for f in meta.concrete_fields if not f.primary_key and not f.generated]
+    returning = [meta.pk, meta.get_field("next_attempt_at"), meta.get_field("expires_at")]
+    per_statement = max(1, _parameter_limit(db) // (len(fields) + 4))  # + a clock expression's parameters
+    if not connections[db].features.can_return_rows_from_bulk_insert:
+        per_statement = 1  # an old SQLite: only a one-row INSERT says which key it made
+    for start in range(0, len(rows), per_statement):
+        chunk = rows[start : start + per_statement]
+        returned = Notification._base_manager._insert(  # type: ignore[attr-defined]
+            chunk, fields=fields, returning_fields=returning, using=db
+        )
+        for row, (pk, due, expires) in zip(chunk, returned, strict=True):
+            row.pk, row.next_attempt_at, row.expires_at = pk, due, expires
+            row._state.adding, row._state.db = False, db
+
+
+def _parameter_limit(db: str) -> int:
+    """How many parameters one statement may carry on `db`."""
+    connection = connections[db]
+    if connection.vendor == "sqlite":
+        import sqlite3
+
+        connection.ensure_connection()
+        raw = connection.connection
+        if raw is not None and hasattr(raw, "getlimit"):
+            return int(raw.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
+        return int(connection.features.max_query_params or 999)
+    if connection.vendor == "postgresql" and not connection.settings_dict.get("OPTIONS", {}).get("server_side_binding"):
+        return 10**9  # client-side binding (Django's default): the values are part of the statement's text
+    return 65535  # the wire protocol's limit on bound parameters
 
 
 def notification_check(
@@ -141,8 +253,7 @@ def notification_check(
         backend=backend or DEFAULT_ALIAS, token=device_token, title=title, body=body, data=data,
         collapse_key=collapse_key, ttl=None, priority=priority,
     )  # fmt: skip
-    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_TTL):
-        raise ValidationError({"ttl": f"ttl is a whole number of seconds from 1 to {MAX_TTL} (28 days)."})
+    _check_ttl(ttl)
 
 
 def notification_edit(
@@ -189,10 +300,27 @@ def _notification_fields(
     """Validate one notification's fields against its backend; return the model fields, or raise ValidationError."""
     # Type and content first (weave.validation): a wrong argument is a ValidationError naming its field,
     # never an AttributeError, DataError or RecursionError later, and nothing is stored.
+    if not isinstance(backend, str):
+        raise ValidationError({"backend": f"backend must be text, not {type(backend).__name__}."})
     backend_cls = _backend_class(backend)
-    token = check_device_token(token)
-    if problem := _token_problem(backend_cls, token):
-        raise ValidationError({"device_token": problem})
+    token = canonical_device_token(token, backend_cls=backend_cls)
+    fields = _message_fields(
+        backend_cls, title=title, body=body, data=data, collapse_key=collapse_key, ttl=ttl, priority=priority
+    )
+    return {"backend": backend, "device_token": token, **fields}
+
+
+def _message_fields(
+    backend_cls: type[PushBackend],
+    *,
+    title: str,
+    body: str,
+    data: Mapping[str, Any] | None,
+    collapse_key: str | None,
+    ttl: int | None,
+    priority: str,
+) -> dict[str, Any]:
+    """Validate a message's content for `backend_cls` (the same for every device on it); return the fields."""
     title = check_text(
         title, field="title", required=True, max_chars=_field_length("title"), required_message="A title is required."
     )
@@ -207,19 +335,15 @@ def _notification_fields(
     collapse_key = check_text(collapse_key or "", field="collapse_key", strip=True, one_line=True)
     if len(collapse_key) > (most := _field_length("collapse_key")) or not collapse_key.isprintable():
         raise ValidationError({"collapse_key": f"A collapse key is at most {most} printable characters."})
-    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_TTL):
-        raise ValidationError({"ttl": f"ttl is a whole number of seconds from 1 to {MAX_TTL} (28 days)."})
+    _check_ttl(ttl)
     # Counted as the UTF-8 bytes of the compact JSON actually sent; the token travels in the URL or a header.
     check_payload_size(title=title, body=body, data=data)
-    return {
-        "backend": backend,
-        "device_token": token,
-        "title": title,
-        "body": body,
-        "data": data,
-        "collapse_key": collapse_key,
-        "priority": priority,
-    }
+    return {"title": title, "body": body, "data": data, "collapse_key": collapse_key, "priority": priority}
+
+
+def _check_ttl(ttl: Any) -> None:
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_TTL):
+        raise ValidationError({"ttl": f"ttl is a whole number of seconds from 1 to {MAX_TTL} (28 days)."})
 
 
 def _insert(fields: dict[str, Any], *, device: Device | None, ttl: int | None, clock: Clock) -> Notification:
@@ -260,11 +384,6 @@ def _backend_class(alias: str) -> type[PushBackend]:
         raise ValidationError({"backend": str(exc)}) from exc
 
 
-def _token_problem(backend_cls: type[PushBackend], token: str) -> str:
-    check = getattr(backend_cls, "check_token", None)
-    return str(check(token)) if check is not None else ""
-
-
 def _backend_data(backend_cls: type[PushBackend], data: Mapping[str, Any]) -> dict[str, Any]:
     """The data as the backend will send it (FCM: every value a string), converted now, never at send time."""
     prepare = getattr(backend_cls, "prepare_data", None)
@@ -279,54 +398,106 @@ def _backend_data(backend_cls: type[PushBackend], data: Mapping[str, Any]) -> di
 # --- devices --------------------------------------------------------------------------------------------
 
 
-def device_register(*, user: Any, backend: str, token: str, platform: str = "") -> Device:
+def device_register(*, user: Any, backend: str, token: str, platform: str = "", clock: Clock = default_clock) -> Device:
     """Register `token` on `backend` for `user` (None: not logged in yet); idempotent.
 
-    A known token is re-activated and moves to `user` (the same install, another login)."""
+    The token is stored in its backend's canonical form (docs/devices.md). A known token is re-activated;
+    registered by another user than its owner, it moves to `user`, and the previous owner's queued
+    notifications end unsent with the reason (rows a worker holds under a live lease are its own to finish).
+    At most WEAVE PUSH_MAX_DEVICES_PER_USER active devices per user.
+    """
+    user = _saved_user(user, field="user", required=False)
+    backend = check_text(backend, field="backend", required=True, one_line=True, max_chars=50)
     backend_cls = _backend_class(backend)
-    token = (token or "").strip()
-    if not token:
-        raise ValidationError({"token": "A device token is required."})
-    if len(token) > (most := Device._meta.get_field("token").max_length or 0):
-        raise ValidationError({"token": f"A device token has at most {most} characters."})
-    if problem := _token_problem(backend_cls, token):
-        raise ValidationError({"token": problem})
+    token = canonical_device_token(token, backend_cls=backend_cls, field="token")
+    platform = check_text(platform, field="platform", max_chars=20)
     if platform not in ("", *Device.Platform.values):
         raise ValidationError({"platform": f"platform must be one of {', '.join(Device.Platform.values)} or empty."})
-    if user is not None and getattr(user, "pk", None) is None:
-        raise ValidationError({"user": "The user must be saved first."})
+    if not isinstance(clock, Clock):
+        raise ValidationError({"clock": "clock must be a weave.leases Clock."})
     for _ in range(2):  # a concurrent first registration of the same token wins the insert; then we update
         try:
             with transaction.atomic():
-                device = Device.objects.select_for_update().filter(backend=backend, token=token).first()
-                if device is None:
-                    return Device.objects.create(user=user, backend=backend, token=token, platform=platform)
-                Device.objects.filter(pk=device.pk).update(
-                    user=user,
-                    platform=platform or device.platform,
-                    active=True,
-                    deactivated_at=None,
-                    deactivation_reason="",
-                )
-                device.refresh_from_db()
-                return device
+                return _register(user=user, backend=backend, token=token, platform=platform, clock=clock)
         except IntegrityError:
             continue
     raise ValidationError({"token": "This token is being registered concurrently; try again."})
+
+
+def _register(*, user: Any, backend: str, token: str, platform: str, clock: Clock) -> Device:
+    device = Device.objects.select_for_update().filter(backend=backend, token=token).first()
+    if device is None:
+        _check_device_cap(user, joining=None)
+        return Device.objects.create(user=user, backend=backend, token=token, platform=platform)
+    new_owner = user.pk if user is not None else None
+    # The first login on an install (no owner yet) is not a change of hands: its queued rows were for it.
+    handed_over = device.user_id is not None and device.user_id != new_owner
+    if handed_over or not device.active:
+        _check_device_cap(user, joining=device.pk)
+    changes: dict[str, Any] = {
+        "user": user, "platform": platform or device.platform, "active": True, "deactivated_at": None,
+        "deactivation_reason": "",
+    }  # fmt: skip
+    if handed_over:
+        changes["owner_changed_at"] = clock.now()
+    Device.objects.filter(pk=device.pk).update(**changes)
+    previous = device.user_id
+    device.refresh_from_db()
+    if handed_over:
+        reason = handed_over_reason(previous_user=previous, new_user=new_owner, at=device.owner_changed_at)
+        end_queued_for_device(device_id=device.pk, reason=reason, clock=clock, why="device handed over")
+        log_event(logger, "device_handed_over", job="device", id=device.pk, reason=f"from user {previous}")
+    return device
+
+
+def _check_device_cap(user: Any, *, joining: Any) -> None:
+    """Refuse one more active device for `user` past WEAVE PUSH_MAX_DEVICES_PER_USER (no cap without a user)."""
+    if user is None:
+        return
+    cap = weave_settings.PUSH_MAX_DEVICES_PER_USER
+    active = Device.objects.active().filter(user=user).exclude(pk=joining).count()
+    if active >= cap:
+        raise ValidationError(
+            {
+                "user": f"This user already has {active} active devices, the most WEAVE PUSH_MAX_DEVICES_PER_USER "
+                f"allows ({cap}); deactivate one first."
+            }
+        )
 
 
 def device_deactivate(*, device: Device, reason: str, clock: Clock = default_clock) -> Device:
     """Deactivate `device` (idempotent: the first reason stays) and fail its queued notifications with the reason.
 
     Rows a worker holds under a live lease are left to it: the worker never sends to an inactive device."""
-    reason = (reason or "").strip()
-    if not reason:
-        raise ValidationError({"reason": "Say why the device is deactivated."})
+    if not isinstance(device, Device) or device.pk is None:
+        raise ValidationError({"device": f"device must be a saved Device, not {type(device).__name__}."})
+    reason = check_text(
+        reason, field="reason", required=True, strip=True, one_line=True, max_chars=500,
+        required_message="Say why the device is deactivated.",
+    )  # fmt: skip
+    if not isinstance(clock, Clock):
+        raise ValidationError({"clock": "clock must be a weave.leases Clock."})
     with transaction.atomic():
+        if not Device.objects.filter(pk=device.pk).exists():
+            raise ValidationError({"device": f"Device {device.pk} does not exist (any more)."})
         deactivate_device(device_id=device.pk, reason=reason, clock=clock)
         fail_queued_for_device(device_id=device.pk, clock=clock)
     device.refresh_from_db()
     return device
+
+
+def _saved_user(user: Any, *, field: str, required: bool) -> Any:
+    """Return `user` if it is a saved instance of the user model (or None where allowed); refuse anything else."""
+    if user is None:
+        if required:
+            raise ValidationError({field: "A saved user is required."})
+        return None
+    model = get_user_model()
+    if not isinstance(user, model):
+        raise ValidationError({field: f"user must be a {model.__name__} (or None), not {type(user).__name__}."})
+    if user.pk is None:
+        raise ValidationError({field: "The user must be saved first."})
+    return user
 
 
 def _field_length(name: str) -> int:

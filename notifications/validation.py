@@ -1,4 +1,4 @@
-"""Validation of a notification's content: each field's type and text, and the size actually sent.
+"""Validation of a notification's content and of device tokens: each field's type and text, and the size actually sent.
 
 `check_message()` is what `notification_create` (and any later service that creates or changes a
 notification) calls before writing anything. It raises a `ValidationError` keyed by the field at
@@ -6,12 +6,16 @@ fault and returns the cleaned values.
 """
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 
+from notifications.backends.base import TokenError
 from weave.conf import weave_settings
 from weave.validation import check_json, check_text, json_bytes
+
+if TYPE_CHECKING:
+    from notifications.backends.base import PushBackend
 
 # The model's column widths; kept here so validation needs no model import (and no app registry).
 DEVICE_TOKEN_MAX = 2048
@@ -33,8 +37,9 @@ class Message:
 
 
 def check_device_token(value: Any, *, field: str = "device_token") -> str:
-    """Return the stripped token, or raise: opaque text on one line (it may travel in a URL or a header)."""
-    return check_text(
+    """Return the stripped token, or raise: printable text on one line (it may travel in a URL or a header),
+    at most DEVICE_TOKEN_MAX characters and as many UTF-8 bytes (the unique index on tokens has a row limit)."""
+    text = check_text(
         value,
         field=field,
         required=True,
@@ -43,6 +48,32 @@ def check_device_token(value: Any, *, field: str = "device_token") -> str:
         max_chars=DEVICE_TOKEN_MAX,
         required_message="A device token is required.",
     )
+    if not text.isprintable():
+        raise ValidationError({field: f"{field} holds a character that is not printable."})
+    if len(text.encode("utf-8")) > DEVICE_TOKEN_MAX:
+        raise ValidationError({field: f"{field} has at most {DEVICE_TOKEN_MAX} bytes in UTF-8."})
+    return text
+
+
+def canonical_device_token(value: Any, *, backend_cls: "type[PushBackend]", field: str = "device_token") -> str:
+    """Return `value` as `backend_cls` stores and sends it, or raise a ValidationError naming `field`.
+
+    First plain text (type, NUL, lone surrogates, control characters, length), then the backend's own
+    format (`canonical_token`), then once more the rules every stored token obeys. A pretty-printed Web
+    Push subscription spans lines: only its compact canonical form has to be one line."""
+    text = check_text(
+        value,
+        field=field,
+        required=True,
+        strip=True,
+        max_chars=DEVICE_TOKEN_MAX,
+        required_message="A device token is required.",
+    )
+    try:
+        canonical = backend_cls.canonical_token(text)
+    except TokenError as exc:
+        raise ValidationError({field: str(exc)}) from exc
+    return check_device_token(canonical, field=field)
 
 
 def check_message(*, device_token: Any, title: Any, body: Any, data: Any = None) -> Message:

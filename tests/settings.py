@@ -12,3 +12,8 @@ from demo.settings import *  # noqa: E402, F403
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.leasetest"]  # noqa: F405
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in admin tests
+
+# The push fakes listen on 127.0.0.1: let Web Push reach loopback here, as demo.settings does with DEBUG on
+# (off by default in any site). The suite's own processes (the chaos runner, qcluster children) run with
+# these settings too. Tests of the destination policy replace settings.WEAVE, which turns it off again.
+WEAVE = {**WEAVE, "PUSH_WEBPUSH_UNSAFE_ALLOW_LOOPBACK": True}  # noqa: F405

@@ -192,6 +192,25 @@ class WeaveSettings:
     PUSH_MAX_PAYLOAD_BYTES = count(4096, "largest JSON payload a notification may carry")
     PUSH_BREAKER_THRESHOLD = count(5, "consecutive systemic failures (5xx, 429, unreachable) that stop a batch")
     PUSH_BREAKER_COOLDOWN = seconds(30.0, "how long rows released by the breaker wait", minimum=0.0)
+    # --- devices: what end users may register (docs/devices.md) ---
+    PUSH_MAX_DEVICES_PER_USER = count(100, "active devices one user may have; registration beyond it is refused")
+    PUSH_WEBPUSH_HOSTS: Key[tuple[str, ...]] = Key(
+        (
+            "fcm.googleapis.com",
+            "updates.push.services.mozilla.com",
+            "push.services.mozilla.com",
+            "*.push.apple.com",
+            "*.notify.windows.com",
+        ),
+        "Web Push endpoint hosts allowed (exact names, or *.suffix for its subdomains); default: known push services",
+        kind=tuple,
+    )
+    PUSH_WEBPUSH_EXTRA_HOSTS: Key[tuple[str, ...]] = Key(
+        (), "more Web Push endpoint hosts, added to PUSH_WEBPUSH_HOSTS", kind=tuple
+    )
+    PUSH_WEBPUSH_UNSAFE_ALLOW_LOOPBACK = flag(
+        False, "UNSAFE, local fakes only: also accept Web Push endpoints on 127.0.0.0/8, ::1 and localhost"
+    )
     # --- operator console ---
     METRICS_TOKEN = text("", "bearer token for the Prometheus endpoint (weave.urls); empty: staff sessions only")
     DASHBOARD_REFRESH = count(10, "seconds between the dashboard's automatic reloads; 0 turns it off", minimum=0)

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from notifications.backends import classify
-from notifications.backends.base import Outcome, Priority, PushBackend, PushMessage, SendResult
+from notifications.backends.base import Outcome, Priority, PushBackend, PushMessage, SendResult, TokenError
 from notifications.backends.credentials import APNsProviderToken, shared, tls_context
 from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request
 from notifications.backends.options import expired_before_sending, missing, short_key, ttl_to_send, unknown, unreadable
@@ -28,7 +28,7 @@ from weave.retry import HttpClass, http_class
 from weave.sanitize import outside_text
 
 OPTIONS = {"team_id", "key_id", "key_file", "topic", "host", "ca_file", "push_type", "token_lifetime"}
-_HEX = re.compile(r"^[0-9a-fA-F]{64,200}$")
+_HEX = re.compile(r"[0-9a-f]{64,200}")
 
 # Apple's reasons that concern one device token: the device must be deactivated.
 TOKEN_REASONS = {"Unregistered", "BadDeviceToken", "DeviceTokenNotForTopic"}
@@ -79,9 +79,14 @@ class APNsBackend(PushBackend):
         return problems
 
     @classmethod
-    def check_token(cls, token: str) -> str:
-        """Return why `token` cannot be an APNs device token, or "" (a hex string, 32 bytes or more)."""
-        return "" if _HEX.match(token) else "An APNs device token is a hexadecimal string of at least 64 characters."
+    def canonical_token(cls, token: str) -> str:
+        """Return the token as lower-case hex: 32 to 100 bytes, so 64 to 200 hex digits, an even count."""
+        canonical = token.lower() if isinstance(token, str) else ""
+        if not _HEX.fullmatch(canonical) or len(canonical) % 2:
+            raise TokenError(
+                "An APNs device token is hexadecimal, 64 to 200 digits (32 to 100 bytes, so an even count)."
+            )
+        return canonical
 
     def make_client(self, **extra: Any) -> Any:
         # HTTP/2 only, like APNs itself: one connection multiplexes the batch's concurrency.

@@ -8,6 +8,7 @@ transport errors, HTTP errors or garbage answers. Every request goes through `ca
 read past a small cap.
 """
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,6 +19,12 @@ from typing import Any, ClassVar
 import httpx
 
 from weave.sanitize import SNIPPET, outside_text
+
+_VISIBLE_ASCII = re.compile(r"[!-~]{1,2048}")
+
+
+class TokenError(ValueError):
+    """A device token that this backend can never send to (its message says why)."""
 
 
 class Outcome(StrEnum):
@@ -144,6 +151,25 @@ class PushBackend(ABC):
         are chosen by users (Web Push endpoints) returns the destination's origin, so a failing push
         service holds only the rows bound for it.
         """
+        return ""
+
+    @classmethod
+    def canonical_token(cls, token: str) -> str:
+        """Return `token` in the one form this backend stores and sends, or raise `TokenError` saying why
+        it can never be sent. Called on text already checked for type, NUL and lone surrogates, stripped.
+
+        The default: visible ASCII (no spaces or control characters), 1 to 2,048 characters."""
+        if not _VISIBLE_ASCII.fullmatch(token):
+            raise TokenError("A device token is 1 to 2048 visible ASCII characters (no spaces or control characters).")
+        return token
+
+    @classmethod
+    def check_token(cls, token: str) -> str:
+        """Return why `token` cannot be sent through this backend, or "" (see `canonical_token`)."""
+        try:
+            cls.canonical_token(token)
+        except TokenError as exc:
+            return str(exc)
         return ""
 
     def secrets(self) -> list[str]:

@@ -11,12 +11,13 @@ the batch. Answers are classified from FCM's own error JSON (`google.firebase.fc
 """
 
 import json
+import re
 import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from notifications.backends import classify
-from notifications.backends.base import Outcome, Priority, PushBackend, PushMessage, SendResult
+from notifications.backends.base import Outcome, Priority, PushBackend, PushMessage, SendResult, TokenError
 from notifications.backends.credentials import (
     CredentialsRefused,
     CredentialsUnreachable,
@@ -41,6 +42,8 @@ FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 BAD_REQUEST_TYPE = "type.googleapis.com/google.rpc.BadRequest"
 RESERVED_KEYS = {"from", "notification", "message_type", "collapse_key", "priority", "time_to_live"}
 OPTIONS = {"project_id", "credentials_file", "base_url", "ca_file"}
+# Real tokens are about 160 characters ("<instance id>:APA91b..."); FCM documents no fixed length.
+_TOKEN = re.compile(r"[A-Za-z0-9_:\-]{16,1024}")
 
 
 class FCMBackend(PushBackend):
@@ -81,6 +84,13 @@ class FCMBackend(PushBackend):
         if base_url and not str(base_url).startswith(("https://", "http://")):
             problems.append("OPTIONS['base_url'] must be an https:// URL.")
         return problems
+
+    @classmethod
+    def canonical_token(cls, token: str) -> str:
+        """Return the registration token unchanged if it has FCM's shape: 16 to 1,024 of A-Z a-z 0-9 _ : -."""
+        if not _TOKEN.fullmatch(token):
+            raise TokenError("An FCM registration token is 16 to 1024 characters of letters, digits, '_', ':' and '-'.")
+        return token
 
     @classmethod
     def prepare_data(cls, data: Mapping[str, Any]) -> dict[str, str]:

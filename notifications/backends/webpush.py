@@ -9,21 +9,37 @@ The device token is the browser's subscription as JSON (`PushSubscription.toJSON
 `{"endpoint": "https://...", "keys": {"p256dh": "...", "auth": "..."}}`. The payload is JSON
 `{"title", "body", "data", "tag"}` (`tag` for the service worker's `showNotification`), encrypted
 for that subscription only; the push service cannot read it.
+
+The token is user input: it is stored as canonical compact JSON (`canonical_token`), its endpoint must
+pass the destination policy (`notifications.backends.destinations`, docs/devices.md) at registration and
+at each send, and the client connects only to addresses that policy checked.
 """
 
+import base64
 import json
 import os
+import re
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import http_ece
+import httpx
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from notifications.backends import classify
-from notifications.backends.base import Outcome, Priority, PushBackend, PushMessage, SendResult
+from notifications.backends.base import Outcome, Priority, PushBackend, PushMessage, SendResult, TokenError
 from notifications.backends.credentials import VapidSigner, shared, tls_context
+from notifications.backends.destinations import (
+    DestinationRefused,
+    Endpoint,
+    GuardedTransport,
+    check_endpoint,
+    is_known_host,
+    refusal_in,
+)
 from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request
 from notifications.backends.options import (
     expired_before_sending,
@@ -39,29 +55,63 @@ OPTIONS = {"vapid_private_key_file", "vapid_subject", "ca_file"}
 DEFAULT_TTL = 28 * 24 * 3600  # what FCM keeps a message for; a push service may store less
 
 
-class SubscriptionError(ValueError):
+class SubscriptionError(TokenError):
     pass
 
 
-def parse_subscription(token: str) -> tuple[str, bytes, bytes]:
-    """Return (endpoint, p256dh public key, auth secret) from a subscription JSON, or raise SubscriptionError."""
+class EndpointRefused(SubscriptionError):
+    """The subscription is well formed, but its endpoint is outside the destination policy."""
+
+
+_SHAPE = 'A Web Push token is the subscription JSON {"endpoint": ..., "keys": {"p256dh": ..., "auth": ...}}.'
+_B64URL = re.compile(r"[A-Za-z0-9_\-]+={0,2}")
+SUBSCRIPTION_INPUT_MAX = 16 * 1024  # characters of JSON as handed over, before it is made compact
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """A browser's push subscription, checked: where it goes and the keys its messages are encrypted for."""
+
+    endpoint: Endpoint
+    p256dh: bytes  # the browser's P-256 public key, an uncompressed point (65 bytes, 0x04 first)
+    auth: bytes  # the 16-byte auth secret
+
+    def as_token(self) -> str:
+        """The canonical token: compact JSON, keys in a fixed order, base64url without padding."""
+        keys = {"p256dh": _b64encode(self.p256dh), "auth": _b64encode(self.auth)}
+        return json.dumps({"endpoint": self.endpoint.url, "keys": keys}, separators=(",", ":"))
+
+
+def subscription(token: str) -> Subscription:
+    """Parse and check a subscription JSON (PushSubscription.toJSON(), pretty-printed or not); raise
+    SubscriptionError naming what is wrong. The endpoint passes the destination policy (no DNS here)."""
+    if not isinstance(token, str) or len(token) > SUBSCRIPTION_INPUT_MAX:
+        raise SubscriptionError(_SHAPE)
     try:
         info = json.loads(token)
         endpoint, keys = info["endpoint"], info["keys"]
         p256dh, auth = _b64(keys["p256dh"]), _b64(keys["auth"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise SubscriptionError(
-            'A Web Push token is the subscription JSON {"endpoint": ..., "keys": {"p256dh": ..., "auth": ...}}.'
-        ) from exc
-    if (
-        not isinstance(endpoint, str)
-        or urlsplit(endpoint).scheme not in ("https", "http")
-        or not urlsplit(endpoint).netloc
-    ):
-        raise SubscriptionError("The subscription's endpoint must be an https:// URL.")
-    if len(p256dh) != 65 or p256dh[0] != 4 or len(auth) != 16:
-        raise SubscriptionError("The subscription's keys must be a P-256 point (p256dh) and a 16-byte auth secret.")
-    return endpoint, p256dh, auth
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise SubscriptionError(_SHAPE) from exc
+    if len(p256dh) != 65 or p256dh[0] != 4:
+        raise SubscriptionError("The subscription's p256dh key must be an uncompressed P-256 point (65 bytes).")
+    try:
+        ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), p256dh)
+    except ValueError as exc:
+        raise SubscriptionError("The subscription's p256dh key is not a point on the P-256 curve.") from exc
+    if len(auth) != 16:
+        raise SubscriptionError("The subscription's auth secret must be 16 bytes.")
+    try:
+        checked = check_endpoint(endpoint)
+    except DestinationRefused as exc:
+        raise EndpointRefused(str(exc)) from exc
+    return Subscription(endpoint=checked, p256dh=p256dh, auth=auth)
+
+
+def parse_subscription(token: str) -> tuple[str, bytes, bytes]:
+    """Return (endpoint, p256dh public key, auth secret) from a subscription JSON, or raise SubscriptionError."""
+    checked = subscription(token)
+    return checked.endpoint.url, checked.p256dh, checked.auth
 
 
 def origin_of(url: str) -> str:
@@ -79,11 +129,13 @@ def origin_of(url: str) -> str:
 
 
 def _b64(text: Any) -> bytes:
-    import base64
-
-    if not isinstance(text, str):
+    if not isinstance(text, str) or not _B64URL.fullmatch(text):
         raise TypeError("a key must be base64url text")
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    return base64.urlsafe_b64decode(text.rstrip("=") + "=" * (-len(text.rstrip("=")) % 4))
+
+
+def _b64encode(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
 class WebPushBackend(PushBackend):
@@ -111,12 +163,9 @@ class WebPushBackend(PushBackend):
         return problems
 
     @classmethod
-    def check_token(cls, token: str) -> str:
-        try:
-            parse_subscription(token)
-        except SubscriptionError as exc:
-            return str(exc)
-        return ""
+    def canonical_token(cls, token: str) -> str:
+        """Return the subscription as canonical compact JSON; refuse it unless its keys and endpoint check out."""
+        return subscription(token).as_token()
 
     def hold_scope(self, message: PushMessage) -> str:
         """The endpoint's origin (scheme://host:port): each push service is held on its own."""
@@ -127,7 +176,10 @@ class WebPushBackend(PushBackend):
         return origin_of(endpoint)
 
     def make_client(self, **extra: Any) -> Any:
-        return super().make_client(verify=tls_context(self.ca_file), **extra)
+        # Every connection opens through the destination policy: the endpoint's host is resolved, each
+        # address checked, and only a checked address is connected to (TLS still verifies the host name).
+        transport = GuardedTransport(verify=tls_context(self.ca_file), max_connections=self.concurrency)
+        return super().make_client(transport=transport, **extra)
 
     async def send(self, message: PushMessage) -> SendResult:
         started = time.monotonic()
@@ -136,10 +188,18 @@ class WebPushBackend(PushBackend):
         if ttl == 0:
             return expired_before_sending(message)
         try:
-            endpoint, p256dh, auth = parse_subscription(message.token)
+            checked = subscription(message.token)
         except SubscriptionError as exc:
-            return SendResult(outcome=Outcome.PERMANENT, reason=f"Not sent: {exc}", token_invalid=True, sent=False)
+            # Checked again at each send. A malformed subscription is a dead token; an endpoint outside the
+            # policy (the host list may have changed since it registered) fails the row but keeps the device.
+            return SendResult(
+                outcome=Outcome.PERMANENT, reason=f"Not sent: {exc} Nothing was sent.",
+                token_invalid=not isinstance(exc, EndpointRefused), sent=False,
+            )  # fmt: skip
+        endpoint, p256dh, auth = checked.endpoint.url, checked.p256dh, checked.auth
         where = urlsplit(endpoint).netloc
+        # Answers from a host outside the site's list (a fake on loopback) are never kept verbatim.
+        verbatim = is_known_host(checked.endpoint.host)
         key = message.collapse_key or message.idempotency_key
         content = encrypt(web_push_payload(message, tag=key), p256dh=p256dh, auth=auth)
         headers = {
@@ -167,11 +227,20 @@ class WebPushBackend(PushBackend):
                     headers={**headers, "Authorization": authorization}, content=content, secrets=secrets,
                 )  # fmt: skip
             except ExchangeFailed as exc:
+                if (refusal := refusal_in(exc)) is not None:
+                    # This endpoint's name resolved to an address the policy refuses: this row waits, the
+                    # batch goes on (one user's endpoint says nothing about the other push services).
+                    return SendResult(
+                        outcome=Outcome.TEMPORARY, latency_ms=exc.latency_ms,
+                        reason=f"Not sent to {where}: {refusal}; nothing was sent.",
+                    )  # fmt: skip
                 return classify.failed_exchange(exc, where=where)
             if attempt == 1 and response.status in (401, 403):
                 refused = authorization  # re-sign the VAPID token once: nothing was delivered
                 continue
-            return classify_webpush(response, secrets=secrets, where=where, after_refresh=attempt == 2)
+            return classify_webpush(
+                response, secrets=secrets, where=where, after_refresh=attempt == 2, verbatim=verbatim
+            )
         raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -191,12 +260,27 @@ def encrypt(plaintext: bytes, *, p256dh: bytes, auth: bytes) -> bytes:
 
 
 def classify_webpush(
-    response: CappedResponse, *, secrets: list[str], where: str = "the push service", after_refresh: bool = False
+    response: CappedResponse,
+    *,
+    secrets: list[str],
+    where: str = "the push service",
+    after_refresh: bool = False,
+    verbatim: bool = True,
 ) -> SendResult:
-    """Turn a push service's answer into an outcome (RFC 8030 statuses; bodies differ per vendor)."""
+    """Turn a push service's answer into an outcome (RFC 8030 statuses; bodies differ per vendor).
+
+    `verbatim=False` (a host outside the site's list): its body and Location are never kept."""
     status = response.status
     kind = http_class(status)
     base: dict[str, Any] = {"http_status": status, "latency_ms": response.latency_ms}
+    if not verbatim:
+        if kind == HttpClass.REDIRECT:
+            return SendResult(
+                outcome=Outcome.TEMPORARY, systemic=True, fatal=True, **base,
+                reason=f"{where} answered HTTP {status} (a redirect, never followed; its target is not kept: "
+                "the host is not a known push service).",
+            )  # fmt: skip
+        response = withheld(response)
     body = response.snippet(secrets=secrets)
     tail = f": {body}" if body else ""
     if kind == HttpClass.SUCCESS:
@@ -221,3 +305,9 @@ def classify_webpush(
     if kind in (HttpClass.THROTTLED, HttpClass.SERVER, HttpClass.TIMEOUT):
         return classify.throttled_or_unavailable(response, what=f"The push service {where} is busy", secrets=secrets)
     return SendResult(outcome=Outcome.PERMANENT, reason=f"{where} refused the message (HTTP {status}){tail}.", **base)
+
+
+def withheld(response: CappedResponse) -> CappedResponse:
+    """The answer without what its sender chose freely (body, Location): only the status and Retry-After stay."""
+    kept = httpx.Headers({k: v for k, v in response.headers.items() if k.lower() in ("retry-after", "date")})
+    return replace(response, headers=kept, body=b"", truncated=False)

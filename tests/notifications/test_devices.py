@@ -53,16 +53,16 @@ def test_register__is_idempotent_and_reactivates_a_known_token(backends, user):
 
 def test_register__the_same_token_moves_to_the_user_who_registers_it_last(backends, user):
     bob = get_user_model().objects.create_user("bob")
-    device_register(user=user, backend="fcm", token="fcm-token-1")
+    device_register(user=user, backend="fcm", token="fcm-token-1-xxxxxxxxxxxxxxxx")
 
-    device = device_register(user=bob, backend="fcm", token="fcm-token-1")
+    device = device_register(user=bob, backend="fcm", token="fcm-token-1-xxxxxxxxxxxxxxxx")
 
     assert device.user == bob and Device.objects.count() == 1
 
 
 def test_register__the_same_token_on_two_backends_is_two_devices(backends, user):
-    device_register(user=user, backend="fcm", token="shared-token")
-    device_register(user=user, backend="default", token="shared-token")
+    device_register(user=user, backend="fcm", token="shared-token-xxxxxxxxxxxxxxxx")
+    device_register(user=user, backend="default", token="shared-token-xxxxxxxxxxxxxxxx")
 
     assert Device.objects.count() == 2
 
@@ -76,6 +76,7 @@ def test_register__the_same_token_on_two_backends_is_two_devices(backends, user)
         ({"backend": "webpush", "token": '{"endpoint": 1}'}, "token", "subscription JSON"),
         ({"platform": "toaster"}, "platform", "platform must be one of"),
         ({"token": "a" * 2050}, "token", "at most 2048"),
+        ({"token": "g" * 64}, "token", "hexadecimal"),
     ],
 )
 def test_register__refuses_bad_input_naming_the_field_and_stores_nothing(backends, user, kwargs, field, text):
@@ -89,10 +90,10 @@ def test_register__refuses_bad_input_naming_the_field_and_stores_nothing(backend
 
 def test_send_to_user__one_row_per_active_device_with_expiry_priority_and_collapse(backends, user):
     phone = device_register(user=user, backend="apns", token=APNS_TOKEN, platform="ios")
-    browser = device_register(user=user, backend="fcm", token="fcm-token-1", platform="android")
-    gone = device_register(user=user, backend="fcm", token="fcm-token-2")
+    browser = device_register(user=user, backend="fcm", token="fcm-token-1-xxxxxxxxxxxxxxxx", platform="android")
+    gone = device_register(user=user, backend="fcm", token="fcm-token-2-xxxxxxxxxxxxxxxx")
     device_deactivate(device=gone, reason="unregistered")
-    device_register(user=get_user_model().objects.create_user("bob"), backend="fcm", token="fcm-bob")
+    device_register(user=get_user_model().objects.create_user("bob"), backend="fcm", token="fcm-bob-xxxxxxxxxxxxxxxx")
 
     rows = notification_send_to_user(
         user=user, title="Hi", body="There", data={"n": 1}, collapse_key="score", ttl=600, priority="high"
@@ -100,7 +101,7 @@ def test_send_to_user__one_row_per_active_device_with_expiry_priority_and_collap
 
     assert [(r.device_id, r.backend, r.device_token) for r in rows] == [
         (phone.pk, "apns", APNS_TOKEN),
-        (browser.pk, "fcm", "fcm-token-1"),
+        (browser.pk, "fcm", "fcm-token-1-xxxxxxxxxxxxxxxx"),
     ]
     for row in rows:
         assert (row.priority, row.collapse_key, row.status) == ("high", "score", "pending")
@@ -112,7 +113,7 @@ def test_send_to_user__one_row_per_active_device_with_expiry_priority_and_collap
 
 def test_send_to_user__one_refused_device_stores_nothing_for_any(backends, user):
     device_register(user=user, backend="apns", token=APNS_TOKEN)
-    device_register(user=user, backend="fcm", token="fcm-token-1")
+    device_register(user=user, backend="fcm", token="fcm-token-1-xxxxxxxxxxxxxxxx")
 
     with pytest.raises(ValidationError) as caught:
         notification_send_to_user(user=user, title="Hi", body="", data={"items": [1, 2]})
@@ -133,7 +134,7 @@ def test_send_to_user__a_user_without_devices_gets_no_rows(backends, user):
     ],
 )
 def test_create__fcm_data_scalars_become_strings(backends, data, expected):
-    row = notification_create(backend="fcm", device_token="fcm-token", title="Hi", body="", data=data)
+    row = notification_create(backend="fcm", device_token="fcm-token-xxxxxxxxxxxxxxxx", title="Hi", body="", data=data)
     assert row.data == expected
 
 
@@ -156,7 +157,7 @@ def test_create__fcm_data_scalars_become_strings(backends, data, expected):
     ],
 )
 def test_create__refuses_bad_input_naming_the_field(backends, kwargs, field):
-    values = {"device_token": "token-1", "title": "Hi", "body": "", **kwargs}
+    values = {"device_token": "token-1-xxxxxxxxxxxxxxxx", "title": "Hi", "body": "", **kwargs}
     with pytest.raises(ValidationError) as caught:
         notification_create(**values)
     assert fields_of(caught) == {field}
@@ -164,7 +165,7 @@ def test_create__refuses_bad_input_naming_the_field(backends, kwargs, field):
 
 
 def test_create__for_an_inactive_device_is_refused(backends, user):
-    device = device_register(user=user, backend="fcm", token="fcm-token-1")
+    device = device_register(user=user, backend="fcm", token="fcm-token-1-xxxxxxxxxxxxxxxx")
     device_deactivate(device=device, reason="uninstalled")
 
     with pytest.raises(ValidationError) as caught:
@@ -174,14 +175,14 @@ def test_create__for_an_inactive_device_is_refused(backends, user):
 
 
 def test_create__device_and_device_token_together_are_refused(backends, user):
-    device = device_register(user=user, backend="fcm", token="fcm-token-1")
+    device = device_register(user=user, backend="fcm", token="fcm-token-1-xxxxxxxxxxxxxxxx")
     with pytest.raises(ValidationError) as caught:
         notification_create(device=device, device_token="other", title="Hi", body="")
     assert fields_of(caught) == {"device"}
 
 
 def test_deactivate__fails_queued_rows_with_the_reason_but_leaves_held_and_finished_ones(backends, user, clock):
-    device = device_register(user=user, backend="fcm", token="fcm-token-1")
+    device = device_register(user=user, backend="fcm", token="fcm-token-1-xxxxxxxxxxxxxxxx")
     queued = NotificationFactory(device=device, device_token=device.token, backend="fcm")
     held = NotificationFactory(device=device, device_token=device.token, backend="fcm", next_attempt_at=clock.current)
     Notification.objects.filter(pk=held.pk).claim_batch(owner="worker-a", ttl=30, limit=1, clock=clock)
@@ -199,14 +200,14 @@ def test_deactivate__fails_queued_rows_with_the_reason_but_leaves_held_and_finis
 
 
 def test_deactivate__twice_keeps_the_first_reason(backends, user):
-    device = device_register(user=user, backend="fcm", token="fcm-token-1")
+    device = device_register(user=user, backend="fcm", token="fcm-token-1-xxxxxxxxxxxxxxxx")
     device_deactivate(device=device, reason="first")
     device = device_deactivate(device=device, reason="second")
     assert device.deactivation_reason == "first"
 
 
 def test_deactivate__needs_a_reason(backends, user):
-    device = device_register(user=user, backend="fcm", token="fcm-token-1")
+    device = device_register(user=user, backend="fcm", token="fcm-token-1-xxxxxxxxxxxxxxxx")
     with pytest.raises(ValidationError) as caught:
         device_deactivate(device=device, reason=" ")
     assert fields_of(caught) == {"reason"}
@@ -223,9 +224,9 @@ def test_register__concurrent_first_registrations_of_one_token_make_one_device(b
     got: dict[str, int] = {}
 
     def register(name: str) -> None:
-        got[name] = device_register(user=users[name], backend="fcm", token="one-install").pk
+        got[name] = device_register(user=users[name], backend="fcm", token="one-install-xxxxxxxxxxxxxxxx").pk
 
     run_threads(register, users)
 
     assert len(set(got.values())) == 1
-    assert Device.objects.filter(backend="fcm", token="one-install").count() == 1
+    assert Device.objects.filter(backend="fcm", token="one-install-xxxxxxxxxxxxxxxx").count() == 1

@@ -128,7 +128,9 @@ def webpush(webpush_server):
 
 
 @pytest.fixture
-def webpush_options(webpush, keys) -> dict[str, Any]:
+def webpush_options(webpush, keys, settings) -> dict[str, Any]:
+    # The fake listens on 127.0.0.1, which the Web Push destination policy refuses unless told otherwise.
+    settings.WEAVE = {**settings.WEAVE, "PUSH_WEBPUSH_UNSAFE_ALLOW_LOOPBACK": True}
     return {
         "vapid_private_key_file": str(keys.vapid_private_key_file),
         "vapid_subject": "mailto:ops@example.com",

@@ -19,6 +19,7 @@ def all_backends(settings, fake, fcm_options, apns_options, webpush_options):
         "PUSH_TIMEOUT": 5.0,
         "PUSH_LEASE_TTL": 30.0,
         "PUSH_CONCURRENCY": 8,
+        "PUSH_WEBPUSH_UNSAFE_ALLOW_LOOPBACK": True,  # the Web Push fake listens on 127.0.0.1
         "PUSH_BACKENDS": {
             "default": {
                 "BACKEND": "notifications.backends.webhook.WebhookBackend",

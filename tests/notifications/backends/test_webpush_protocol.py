@@ -16,7 +16,8 @@ def test_webpush__the_push_service_decrypts_what_was_sent(webpush, webpush_backe
     (result,) = run(send_all(webpush_backend, [sent]))
 
     assert (result.outcome, result.http_status) == (Outcome.DELIVERED, 201)
-    assert result.provider_message_id.startswith(webpush.url + "/m/")
+    # The fake on 127.0.0.1 is outside the known push services: its Location is not kept.
+    assert result.provider_message_id == ""
     assert webpush.plaintexts() == [
         {"title": "Hello", "body": "World", "data": {"order": 42}, "tag": sent.idempotency_key}
     ]
