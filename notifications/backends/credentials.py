@@ -19,15 +19,11 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
-import google.auth.exceptions
-import google.auth.transport.requests
-import jwt
-import requests
-from google.oauth2 import service_account
-from py_vapid import Vapid02
+if TYPE_CHECKING:
+    import requests
 
 FCM_SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
 
@@ -65,11 +61,14 @@ class CredentialsUnreachable(Exception):
     """The auth endpoint could not be reached or did not answer in time: nothing was sent."""
 
 
-class _TimedRequest(google.auth.transport.requests.Request):
+class _TimedRequest:
     """google-auth's requests transport with our timeout on every call (its own default is 120 s)."""
 
-    def __init__(self, session: requests.Session, timeout: float) -> None:
-        super().__init__(session=session)
+    def __init__(self, session: "requests.Session", timeout: float) -> None:
+        # Imported here, not at the top: only an FCM backend needs google-auth (the [fcm] extra).
+        import google.auth.transport.requests
+
+        self._inner = google.auth.transport.requests.Request(session=session)
         self._timeout = timeout
 
     def __call__(
@@ -77,13 +76,16 @@ class _TimedRequest(google.auth.transport.requests.Request):
     ) -> Any:
         bounded = min(float(timeout or self._timeout), self._timeout)
         # google-auth's transport is untyped.
-        return super().__call__(url, method=method, body=body, headers=headers, timeout=bounded, **kwargs)  # type: ignore[no-untyped-call]
+        return self._inner(url, method=method, body=body, headers=headers, timeout=bounded, **kwargs)
 
 
 class GoogleAccessToken:
     """An OAuth2 access token for a service account; thread-safe, refreshed by one caller at a time."""
 
     def __init__(self, credentials_file: str, *, ca_file: str | None = None, timeout: float = 10.0) -> None:
+        import requests
+        from google.oauth2 import service_account
+
         # google-auth reads token_uri from the file and posts its signed assertion there.
         self._credentials = service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
             credentials_file, scopes=[FCM_SCOPE]
@@ -109,6 +111,8 @@ class GoogleAccessToken:
     def get(self, *, refused: str | None = None) -> str:
         """Return a good token, fetching one if needed. With `refused`, replace that token unless another
         caller already has (so N callers refused together cause one refresh, not N)."""
+        import google.auth.exceptions
+
         with self._lock:
             token = self.current()
             if token is not None and token != refused:
@@ -153,6 +157,8 @@ class APNsProviderToken:
 
     def get(self, *, refused: str | None = None) -> str:
         """Return the current token, signing a new one when it is older than `lifetime` or was `refused`."""
+        import jwt  # the [apns] extra
+
         with self._lock:
             fresh = self._token and time.monotonic() - self._made < self.lifetime
             if fresh and self._token != refused:
@@ -178,6 +184,8 @@ class VapidSigner:
     """VAPID `Authorization` headers, one per push-service origin, re-signed an hour before they expire."""
 
     def __init__(self, *, private_key_file: str, subject: str, lifetime: int = 12 * 3600) -> None:
+        from py_vapid import Vapid02
+
         self._vapid = Vapid02.from_file(private_key_file)
         self.subject = subject
         self.lifetime = lifetime
