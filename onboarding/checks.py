@@ -41,7 +41,7 @@ def check_onboarding_steps(app_configs: Any = None, **kwargs: Any) -> list[Error
         return [
             Error(
                 f"WEAVE['ONBOARDING_STEPS'] is not a usable plan: {exc}.",
-                hint="Each entry names a step object or class (README 'Write your own step'); names must be unique.",
+                hint="Each entry names a step object or class (docs/onboarding/steps.md); names must be unique.",
                 id="onboarding.E003",
             )
         ]
