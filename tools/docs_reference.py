@@ -35,8 +35,13 @@ def setup_django() -> None:
     django.setup()
 
 
+def _md(text: object) -> str:
+    """Plain text safe in Markdown: `<expr>` placeholders are not HTML tags, a lone `*` is not emphasis."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("*", "\\*")
+
+
 def _cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    return _md(text).replace("|", "\\|").replace("\n", " ")
 
 
 # --- settings ----------------------------------------------------------------------------------
@@ -170,6 +175,10 @@ def system_checks() -> list[dict[str, Any]]:
     return sorted(found.values(), key=lambda c: (c["id"].split(".")[0] != "weave", c["id"]))
 
 
+def _opaque(text: str) -> bool:
+    return text.startswith("<") and text.endswith(">") and text.count("<") == 1
+
+
 def checks_page() -> str:
     out = [
         "# System checks",
@@ -182,11 +191,13 @@ def checks_page() -> str:
     ]
     for check in system_checks():
         out += ["", f"## `{check['id']}`", "", f"*{check['level']}*, raised by "]
-        out[-1] += ", ".join(f"`{f}`" for f in check["functions"]) + ": " + " ".join(check["docs"])
+        out[-1] += ", ".join(f"`{f}`" for f in check["functions"]) + ": " + _md(" ".join(check["docs"]))
         for message, hint in check["cases"]:
-            out += ["", f"- **Message:** {message}"]
-            if hint:
-                out.append(f"  **Hint:** {hint}")
+            # A message built elsewhere (a variable) says nothing here: the docstring above describes it.
+            if message and not _opaque(message):
+                out += ["", f"- **Message:** {_md(message)}"]
+                if hint and not _opaque(hint):
+                    out.append(f"  **Hint:** {_md(hint)}")
     return "\n".join(out) + "\n"
 
 
