@@ -98,3 +98,6 @@ def test_the_site_builds_strictly_with_every_page_in_the_nav(tmp_path):
     for page in ("reference/settings/index.html", "reference/checks/index.html", "changelog/index.html"):
         assert (tmp_path / "site" / page).exists()
     assert "PUSH_BATCH_SIZE" in (tmp_path / "site" / "reference" / "settings" / "index.html").read_text()
+    # Reading the site needs no network either: no script or stylesheet from elsewhere.
+    for html in (tmp_path / "site").rglob("*.html"):
+        assert not re.search(r'<script[^>]+src="https?:|<link[^>]+href="https?:', html.read_text()), html
