@@ -29,7 +29,9 @@ def setup_django() -> None:
     if apps.ready:
         return
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "demo.settings")
-    os.environ.setdefault("DEBUG", "true")
+    # The demo settings refuse to load without production secrets unless DEBUG is on; a docs build
+    # only reads code, so it always runs in development mode.
+    os.environ["DEBUG"] = "true"
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     django.setup()
