@@ -56,6 +56,30 @@ def test_host_environment_holds_only_the_extras_it_asked_for(host_python, wheel)
     assert run([host_python, "-c", probe, "django", "django_q", "httpx", "psycopg", "stdnum", "prometheus_client"])
 
 
+def test_host_site_without_the_fcm_extra_is_told_which_extra_to_install(host_python, tmp_path):
+    site = tmp_path / "site"
+    run(["cp", "-r", HOST_PROJECT, site])
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        "DJANGO_SETTINGS_MODULE": "hostsite.settings",
+        "HOST_DB_NAME": "not_contacted",
+        "HOST_PUSH_URL": "http://127.0.0.1:9/push",
+        "HOST_SUPPLIER_API_URL": "http://127.0.0.1:9",
+    }
+    fcm = {"BACKEND": "notifications.backends.fcm.FCMBackend", "OPTIONS": {"project_id": "p", "credentials_file": "x"}}
+    script = (
+        "from django.conf import settings\n"
+        "from django.core.checks import run_checks\n"
+        f"settings.WEAVE = {{**settings.WEAVE, 'PUSH_BACKENDS': {{'phones': {fcm!r}}}}}\n"
+        "print([(m.id, m.hint) for m in run_checks() if m.id.endswith('E004')])\n"
+    )
+    # `shell` runs no system checks of its own: the script runs them with FCM configured.
+    out = run([host_python, "manage.py", "shell", "-c", script], cwd=site, env=env)
+    assert out.strip().splitlines()[-1] == str(
+        [("notifications.E004", 'Install the extra: pip install "weave-jobs[fcm]".')]
+    )
+
+
 @pytest.fixture
 def host_db():
     name = f"weave_host_{uuid.uuid4().hex[:8]}"

@@ -40,6 +40,12 @@ def test_user_facing_text_carries_no_issue_numbers(path):
     assert not found, f"{path.name} mentions {found}"
 
 
+def test_generated_pages_carry_no_issue_numbers():
+    for path, page in docs_reference.pages().items():
+        found = ISSUE_NUMBER.findall(page)
+        assert not found, f"{path} (from the code's docstrings) mentions {found}"
+
+
 def test_generated_settings_page_lists_every_key_with_its_default():
     from weave.conf import KEYS
 
