@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test bench chaos lint venv clean
+.PHONY: run test bench chaos lint docs dist venv clean
 
 venv: $(STAMP)
 
@@ -17,7 +17,7 @@ $(STAMP): requirements.txt
 run: $(STAMP)
 	PY=$(PY) bash scripts/run.sh
 
-## make test: the whole suite on SQLite, then on PostgreSQL (see README)
+## make test: the whole suite on SQLite, then on PostgreSQL (see docs/contributing.md)
 test: $(STAMP)
 	PY=$(PY) bash scripts/test.sh $(ARGS)
 
@@ -31,12 +31,25 @@ CHAOS_ARGS ?= -n 10000 -m 200 -k 4 --kills 3 --stops 4 --restarts 2
 chaos: $(STAMP)
 	PY=$(PY) bash scripts/chaos.sh $(CHAOS_ARGS) $(ARGS)
 
-## make lint: ruff (rules and format), mypy (strict on the shipped packages), import-linter (the layers)
+## make lint: ruff (rules and format), mypy (strict on the shipped packages), import-linter (the layers),
+## and the documentation site built with warnings as errors
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	DEBUG=$${DEBUG:-true} $(VENV)/bin/mypy  # the django-stubs plugin loads demo.settings: development mode
 	$(VENV)/bin/lint-imports
+	$(PY) -m mkdocs build --strict --quiet --site-dir .run/site-check
+
+## make docs: the documentation site in site/ (offline; the reference pages are generated from the code)
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict
+
+## make dist: the sdist and the wheel in dist/, built offline from a clean tree, checked with twine
+dist: $(STAMP)
+	rm -rf dist build *.egg-info
+	$(PY) -m build --no-isolation --outdir dist .
+	rm -rf build *.egg-info
+	$(VENV)/bin/twine check --strict dist/*
 
 clean:
-	rm -rf $(VENV) db.sqlite3* test_db.sqlite3* .run
+	rm -rf $(VENV) db.sqlite3* test_db.sqlite3* .run site dist

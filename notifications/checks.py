@@ -87,3 +87,49 @@ def check_device_destinations(app_configs: Any = None, **kwargs: Any) -> list[Ch
                 )
             )
     return found
+
+
+# Backends whose libraries come as an extra, by class (a site's subclass inherits the need).
+_BACKEND_EXTRAS = {
+    "notifications.backends.fcm.FCMBackend": "fcm",
+    "notifications.backends.apns.APNsBackend": "apns",
+    "notifications.backends.webpush.WebPushBackend": "webpush",
+}
+
+
+def _backend_extra(path: str) -> str | None:
+    """The extra the backend at `path` needs, or None (a missing module that no extra provides is E003's)."""
+    from django.utils.module_loading import import_string
+
+    from weave.extras import extra_for_module
+
+    try:
+        cls = import_string(path)
+    except ImportError as exc:
+        return extra_for_module(getattr(exc, "name", None))
+    for klass in getattr(cls, "__mro__", ()):
+        extra = _BACKEND_EXTRAS.get(f"{klass.__module__}.{klass.__qualname__}")
+        if extra:
+            return extra
+    return None
+
+
+@register(Tags.compatibility)
+def check_backend_extras(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Name the missing extra of every configured push backend whose libraries are not installed."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from notifications.backends import backend_configs
+    from weave.extras import install_hint, problem
+
+    try:
+        configs = backend_configs()
+    except ImproperlyConfigured:
+        return []  # notifications.E003 reports the malformed setting
+    errors = []
+    for alias, config in sorted(configs.items()):
+        extra = _backend_extra(str(config.get("BACKEND", "")))
+        found = problem(extra, f"WEAVE push backend {alias!r} ({config['BACKEND']})") if extra else None
+        if found:
+            errors.append(Error(found, hint=install_hint(extra or ""), id="notifications.E004"))
+    return errors

@@ -6,21 +6,24 @@ windows read `notif_attempt_finished_idx` (finish time, with outcome and latency
 leases read the partial index `notif_held_idx`.
 """
 
+from __future__ import annotations
+
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db.models import Count, F, Min, Q, Sum, Value
 from django.db.models.functions import TruncMinute
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from prometheus_client.metrics_core import Metric
 
 from notifications.models import BreakerOpening, DeliveryAttempt, Notification
 from weave.charts import age, bar_chart, line_chart, stats, table, when
 from weave.metrics import RunningCounts, seconds_since
 from weave.telemetry import db_now, minute_buckets, percentiles_by, planner_counts
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(hours=24)
@@ -224,6 +227,12 @@ def _latency_between(after: datetime | None, upto: datetime) -> dict[tuple[str, 
 
 def collect_metrics() -> Iterable[Metric]:
     """The push notifications' metric families, read from the database."""
+    from prometheus_client.core import (  # the [metrics] extra
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+    )
+
     now = db_now()
     statuses = GaugeMetricFamily("weave_notifications", "Notifications by status.", labels=["status"])
     counts, _ = status_counts()  # finished states estimated on a large PostgreSQL table (see status_counts)

@@ -1,18 +1,16 @@
 """Validation of a notification's content and of device tokens: each field's type and text, and the size actually sent.
 
-`check_message()` is what `notification_create` (and any later service that creates or changes a
-notification) calls before writing anything. It raises a `ValidationError` keyed by the field at
-fault and returns the cleaned values.
+`notification_create` and `notification_check` call these before writing anything; each raises a
+`ValidationError` keyed by the field at fault.
 """
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 
 from notifications.backends.base import TokenError
 from weave.conf import weave_settings
-from weave.validation import check_json, check_text, json_bytes
+from weave.validation import check_text, json_bytes
 
 if TYPE_CHECKING:
     from notifications.backends.base import PushBackend
@@ -20,20 +18,6 @@ if TYPE_CHECKING:
 # The model's column widths; kept here so validation needs no model import (and no app registry).
 DEVICE_TOKEN_MAX = 2048
 TITLE_MAX = 200
-
-
-@dataclass(frozen=True)
-class Message:
-    """A notification's content, checked."""
-
-    device_token: str
-    title: str
-    body: str
-    data: dict[str, Any]
-
-    def wire_payload(self) -> dict[str, Any]:
-        """The JSON object a push provider is sent for this message."""
-        return {"to": self.device_token, "title": self.title, "body": self.body, "data": self.data}
 
 
 def check_device_token(value: Any, *, field: str = "device_token") -> str:
@@ -74,20 +58,6 @@ def canonical_device_token(value: Any, *, backend_cls: "type[PushBackend]", fiel
     except TokenError as exc:
         raise ValidationError({field: str(exc)}) from exc
     return check_device_token(canonical, field=field)
-
-
-def check_message(*, device_token: Any, title: Any, body: Any, data: Any = None) -> Message:
-    """Check every field of a notification and the size of what would be sent; return the cleaned values."""
-    message = Message(
-        device_token=check_device_token(device_token),
-        title=check_text(
-            title, field="title", required=True, max_chars=TITLE_MAX, required_message="A title is required."
-        ),
-        body=check_text(body, field="body"),
-        data=check_json({} if data is None else data, field="data", object_only=True),
-    )
-    check_payload_size(title=message.title, body=message.body, data=message.data)
-    return message
 
 
 def check_payload_size(*, title: str, body: str, data: Any) -> int:

@@ -41,8 +41,17 @@ def check_onboarding_steps(app_configs: Any = None, **kwargs: Any) -> list[Error
         return [
             Error(
                 f"WEAVE['ONBOARDING_STEPS'] is not a usable plan: {exc}.",
-                hint="Each entry names a step object or class (README 'Write your own step'); names must be unique.",
+                hint="Each entry names a step object or class (docs/onboarding/steps.md); names must be unique.",
                 id="onboarding.E003",
             )
         ]
     return []
+
+
+@register(Tags.compatibility)
+def check_onboarding_extra(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Name the [onboarding] extra when the number checks' libraries (stdnum, schwifty, pycountry) are missing."""
+    from weave.extras import install_hint, problem
+
+    found = problem("onboarding", "The onboarding app (its tax id, IBAN, BIC and country checks)")
+    return [Error(found, hint=install_hint("onboarding"), id="onboarding.E004")] if found else []

@@ -5,21 +5,25 @@ Runs by status and step read `onb_run_status_phase_idx`; the last-24-hours attem
 running counters read `onb_attempt_ended_idx`; step durations read `onb_receipt_completed_idx`.
 """
 
+from __future__ import annotations
+
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from django.db.models import Count
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.metrics_core import Metric
 
 from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
 from onboarding.steps.builtin import STEPS
 from weave.charts import stats, table, when
 from weave.metrics import RunningCounts
 from weave.telemetry import db_now, planner_counts
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 DAY = timedelta(hours=24)
 TROUBLE = [RunAttempt.Outcome.BLOCKED, RunAttempt.Outcome.CRASHED]
@@ -174,6 +178,8 @@ def _attempts_between(after: datetime | None, upto: datetime) -> dict[tuple[str,
 
 def collect_metrics() -> Iterable[Metric]:
     """Supplier onboarding's metric families, read from the database."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily  # the [metrics] extra
+
     now = db_now()
     runs = GaugeMetricFamily("weave_onboarding_runs", "Onboarding runs by status.", labels=["status"])
     counts, _ = run_status_counts()  # finished runs estimated on a large PostgreSQL table

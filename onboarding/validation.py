@@ -8,18 +8,16 @@ so a malformed number is refused before a run exists; the outside services then 
 
 A country stdnum has no tax-id module for gets a format check only (4-20 letters and digits), and
 the tax-id service is the judge; `tax_id_checked()` says which.
+
+The three libraries come with the [onboarding] extra and are imported where they are used, so the
+app still imports without them and `onboarding.E004` can name the missing extra.
 """
 
 import re
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-import pycountry
 from django.core.exceptions import ValidationError
-from schwifty import BIC, IBAN
-from schwifty.exceptions import SchwiftyException
-from stdnum import get_cc_module
-from stdnum.exceptions import ValidationError as StdnumError
 
 if TYPE_CHECKING:
     from stdnum.util import NumberValidationModule  # a typing-only name (None at run time)
@@ -42,6 +40,8 @@ def normalize(value: str) -> str:
 
 def clean_country(value: str) -> str:
     """Return the ISO 3166-1 alpha-2 code `value` names, or raise naming the field."""
+    import pycountry
+
     code = (value or "").strip().upper()
     if len(code) != 2 or pycountry.countries.get(alpha_2=code) is None:
         raise ValidationError({"country": f"{value!r} is not an ISO 3166-1 alpha-2 country code (e.g. DE, FR, US)."})
@@ -50,6 +50,8 @@ def clean_country(value: str) -> str:
 
 def tax_module(country: str) -> "NumberValidationModule | None":
     """The python-stdnum module that checks `country`'s tax ids, or None if stdnum has none."""
+    from stdnum import get_cc_module
+
     name = _TAX_MODULE_NAMES.get(country, "vat")
     return get_cc_module(country.lower(), name)
 
@@ -61,6 +63,8 @@ def tax_id_checked(country: str) -> bool:
 
 def clean_tax_id(country: str, value: str) -> str:
     """Return `value` normalized if it is a well-formed tax id of `country` (an ISO code already checked)."""
+    from stdnum.exceptions import ValidationError as StdnumError
+
     number = normalize(value)
     if not number:
         raise ValidationError({"tax_id": "A tax id is required."})
@@ -86,6 +90,9 @@ def clean_tax_id(country: str, value: str) -> str:
 
 def clean_iban(value: str) -> str:
     """Return the IBAN in compact form if its length, structure and check digits hold."""
+    from schwifty import IBAN
+    from schwifty.exceptions import SchwiftyException
+
     try:
         return str(IBAN(value).compact)
     except SchwiftyException as exc:
@@ -94,6 +101,9 @@ def clean_iban(value: str) -> str:
 
 def clean_bic(value: str) -> str:
     """Return the BIC in compact form if its structure and country code hold."""
+    from schwifty import BIC
+    from schwifty.exceptions import SchwiftyException
+
     try:
         bic = BIC(value)
     except SchwiftyException as exc:

@@ -15,7 +15,7 @@ the kernel's buffers and are delivered on healing, as TCP retransmission would.
 One limit, by nature of a userspace proxy: the kernel still acknowledges what a peer sends to the
 proxy, so TCP keepalives and `tcp_user_timeout` do not fire across this proxy as they would across a
 dead link. The server's `idle_in_transaction_session_timeout` and `statement_timeout` do; that is
-what frees a cut-off worker's locks (see README, "Network partitions").
+what frees a cut-off worker's locks (docs/operations/partitions.md).
 
 Loopback only, and bounded in time: a partition heals itself after `max_seconds`, every wait is
 bounded, and `close()` (or leaving the `with` block) stops every thread and closes every socket.

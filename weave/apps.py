@@ -10,7 +10,7 @@ class WeaveConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from weave import checks  # noqa: F401  (registers the system checks)
+        from weave import checks, extras  # noqa: F401  (registers the system checks)
         from weave.worker_db import connect_signals
 
         # Worker processes only: their PostgreSQL sessions get the WORKER_DB_* limits (issue 17).

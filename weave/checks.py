@@ -17,7 +17,7 @@ def check_q_cluster(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         return [
             Error(
                 "Q_CLUSTER is missing or is not a dict.",
-                hint="Weave needs django-q2 configured; see the README section 'Add to an existing site'.",
+                hint="Weave needs django-q2 configured; see docs/getting-started.md.",
                 id="weave.E001",
             )
         ]
@@ -142,7 +142,7 @@ def check_worker_db_limits(app_configs: Any = None, **kwargs: Any) -> list[Warni
     if not any(d.get("ENGINE", "").endswith("postgresql") for d in settings.DATABASES.values()):
         return []
     hint = (
-        "Set the WEAVE WORKER_DB_* settings (see README 'Network partitions'): a worker cut off mid-transaction "
+        "Set the WEAVE WORKER_DB_* settings (docs/operations/partitions.md): a worker cut off mid-transaction "
         "keeps its row locks until the server gives up on its session."
     )
     if not weave_settings.valid("WORKER_DB_LIMITS", *_WORKER_DB_KEYS):

@@ -233,7 +233,7 @@ class WeaveSettings:
     )
     ONBOARDING_RELEASE_BACKOFF_MAX = seconds(300.0, "cap on the release backoff")
     # A run records the list when it starts, so changing it never reshapes runs in flight; the
-    # system check onboarding.E003 loads it (README "Write your own step").
+    # system check onboarding.E003 loads it (docs/onboarding/steps.md).
     ONBOARDING_STEPS = dotted_paths(
         (
             "onboarding.steps.builtin.verify_tax_id",

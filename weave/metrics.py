@@ -12,23 +12,31 @@ seconds old by the database clock, so a transaction that commits a little after 
 time is never missed.
 
 Only this process's own work is counted in memory (`weave_metrics_*`), where it is exact.
+
+prometheus_client comes with the [metrics] extra and is imported only when a scrape renders, so the
+apps (whose consoles register their metric families here) import without it; `weave.E007` names the
+extra when a site mounts `weave.urls` without it.
 """
+
+from __future__ import annotations
 
 import hmac
 import threading
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
+from functools import cache
+from typing import TYPE_CHECKING, Any, cast
 
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
-from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
 
 from weave.conf import weave_settings
 from weave.telemetry import db_now, metrics_collectors
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+    from prometheus_client.registry import Collector
 
 Labels = tuple[str, ...]
 LAG = timedelta(seconds=60)
@@ -63,8 +71,12 @@ class RunningCounts:
             self._totals = {}
 
 
-class DatabaseCollector(Collector):
-    """Yield every registered app's metric families, merged by name, read at scrape time."""
+class DatabaseCollector:
+    """Yield every registered app's metric families, merged by name, read at scrape time.
+
+    A prometheus_client `Collector` by shape (the registry only calls `collect()`), so defining it
+    needs no prometheus_client import.
+    """
 
     def collect(self) -> Iterable[Metric]:
         merged: dict[str, Metric] = {}
@@ -77,30 +89,39 @@ class DatabaseCollector(Collector):
         return list(merged.values())
 
 
-# This process's own counters: exact, because this process is the one doing the counting.
-_process_registry = CollectorRegistry(auto_describe=True)
-SCRAPES = Counter("weave_metrics_scrapes", "Scrapes this process answered.", ["result"], registry=_process_registry)
-COLLECT_SECONDS = Histogram(
-    "weave_metrics_collect_seconds",
-    "Time this process spent reading the database for one scrape.",
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
-    registry=_process_registry,
-)
+@cache
+def _process_metrics() -> tuple[Any, Any, Any]:
+    """This process's own counters: exact, because this process is the one doing the counting."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+
+    registry = CollectorRegistry(auto_describe=True)
+    scrapes = Counter("weave_metrics_scrapes", "Scrapes this process answered.", ["result"], registry=registry)
+    collect_seconds = Histogram(
+        "weave_metrics_collect_seconds",
+        "Time this process spent reading the database for one scrape.",
+        buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+        registry=registry,
+    )
+    return registry, scrapes, collect_seconds
 
 
 def render() -> bytes:
     """Return the exposition text: the database figures, then this process's counters."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.exposition import generate_latest
+
+    process_registry, scrapes, collect_seconds = _process_metrics()
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(DatabaseCollector())
+    registry.register(cast("Collector", DatabaseCollector()))
     started = time.perf_counter()
     try:
         body = generate_latest(registry)
     except Exception:
-        SCRAPES.labels("error").inc()
+        scrapes.labels("error").inc()
         raise
-    COLLECT_SECONDS.observe(time.perf_counter() - started)
-    SCRAPES.labels("ok").inc()
-    return body + generate_latest(_process_registry)
+    collect_seconds.observe(time.perf_counter() - started)
+    scrapes.labels("ok").inc()
+    return body + generate_latest(process_registry)
 
 
 def _token_ok(request: HttpRequest, token: str) -> bool:
@@ -125,6 +146,8 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
             status=403,
             content_type="text/plain",
         )
+    from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
     return HttpResponse(render(), content_type=CONTENT_TYPE_LATEST)
 
 

@@ -80,11 +80,6 @@ def http_class(status: int) -> HttpClass:
     return HttpClass.INVALID
 
 
-TEMPORARY_CLASSES = frozenset(
-    {HttpClass.REDIRECT, HttpClass.THROTTLED, HttpClass.TIMEOUT, HttpClass.SERVER, HttpClass.INVALID}
-)
-
-
 def is_json_content_type(content_type: str | None) -> bool:
     """Return whether a Content-Type names JSON (`application/json`, `application/problem+json`, ...)."""
     media = (content_type or "").split(";", 1)[0].strip().lower()

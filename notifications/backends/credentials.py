@@ -27,8 +27,6 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
-import jwt
-from py_vapid import Vapid02
 
 from weave.retry import parse_retry_after
 from weave.sanitize import outside_text, safe_url
@@ -181,6 +179,8 @@ class GoogleAccessToken:
         flight.set_result(token)
 
     def _assertion(self) -> str:
+        import jwt  # the [fcm] extra (PyJWT with cryptography signs the grant)
+
         now = int(time.time())
         claims = {"iss": self.client_email, "scope": FCM_SCOPE, "aud": self.token_uri, "iat": now, "exp": now + 3600}
         headers = {"kid": self._key_id} if self._key_id else None
@@ -298,6 +298,8 @@ class APNsProviderToken:
 
     def get(self, *, refused: str | None = None) -> str:
         """Return the current token, signing a new one when it is older than `lifetime` or was `refused`."""
+        import jwt  # the [apns] extra
+
         with self._lock:
             fresh = self._token and time.monotonic() - self._made < self.lifetime
             if fresh and self._token != refused:
@@ -331,6 +333,8 @@ class VapidSigner:
     def __init__(
         self, *, private_key_file: str, subject: str, lifetime: int = 12 * 3600, max_origins: int = MAX_ORIGINS
     ) -> None:
+        from py_vapid import Vapid02  # the [webpush] extra
+
         self._vapid = Vapid02.from_file(private_key_file)
         self.subject = subject
         self.lifetime = lifetime

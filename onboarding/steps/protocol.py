@@ -95,9 +95,6 @@ class StepContext:
         log = {"job": "onboarding", "id": self.run.pk, "owner": self.lease.owner, "fence": self.lease.fence}
         return self.http.post(path, payload, key=self.idempotency_key, heartbeat=self.heartbeat, log=log)
 
-    # The built-in steps' older spelling.
-    call = post
-
 
 @runtime_checkable
 class StepLike(Protocol):

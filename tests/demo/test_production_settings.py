@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# The production environment the README documents (PostgreSQL is not contacted by these checks).
+# The production environment docs/operations/deploy.md documents (PostgreSQL is not contacted by these checks).
 PRODUCTION = {
     "SECRET_KEY": secrets.token_urlsafe(50),
     "ALLOWED_HOSTS": "weave.example.com",

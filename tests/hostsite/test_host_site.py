@@ -7,10 +7,6 @@ wheel carries everything the apps need (migrations, templates, management comman
 """
 
 import os
-import shutil
-import subprocess
-import sys
-import sysconfig
 import uuid
 import venv
 import zipfile
@@ -22,39 +18,17 @@ from django.db import connection
 
 from notifications.testing.fake_provider import FakePushProvider
 from onboarding.testing.fake_services import FakeSupplierServices
+from tests.hostsite.conftest import closure, environment_view, run, wheel_requirements
 from tools.processes import PROJECT_ROOT, ProcessGroups, wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.e2e]
 HOST_PROJECT = Path(__file__).parent / "project"
 
 
-def run(args, **kwargs) -> str:
-    done = subprocess.run(args, capture_output=True, text=True, **kwargs)
-    assert done.returncode == 0, f"{' '.join(map(str, args))} failed:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    dist = tmp_path_factory.mktemp("dist")
-    build = tmp_path_factory.mktemp("build")
-    # Build from a clean copy: setuptools reuses a checkout's build/ directory, so a file renamed or
-    # deleted since the last build (a renumbered migration) would otherwise still ship in the wheel.
-    source = tmp_path_factory.mktemp("source") / "weave"
-    shutil.copytree(
-        PROJECT_ROOT,
-        source,
-        ignore=shutil.ignore_patterns(
-            ".git", ".venv", "build", "dist", "*.egg-info", ".run", "__pycache__", "*.sqlite3*", ".hypothesis"
-        ),
-    )
-    # --no-build-isolation: build with this environment's setuptools instead of downloading one.
-    run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", dist, source],
-        env={**os.environ, "TMPDIR": str(build)},
-    )
-    (path,) = dist.glob("weave_jobs-*.whl")
-    return path
+# What this host site uses: PostgreSQL, the onboarding app, the metrics endpoint, the webhook backend.
+# Not FCM, APNs, Web Push or the HTTP/2 fakes: their extras stay out of its environment.
+HOST_EXTRAS = frozenset({"postgres", "onboarding", "metrics"})
+NOT_INSTALLED = ("jwt", "http_ece", "py_vapid", "hypercorn")
 
 
 @pytest.fixture(scope="module")
@@ -62,13 +36,48 @@ def host_python(wheel, tmp_path_factory) -> Path:
     env_dir = tmp_path_factory.mktemp("hostvenv")
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
-    # Third-party dependencies (Django, django-q2, httpx, psycopg) come from this test run's own
-    # environment through a .pth file, so the test needs no network; Weave itself comes only from the
-    # wheel. This interpreter's site-packages holds no copy of Weave (it runs from the checkout).
+    # The third-party distributions come from this test run's own environment, so the test needs no
+    # network, but only those `weave-jobs[postgres,onboarding,metrics]` requires: a view of symlinks
+    # to exactly that closure, put on the path with a .pth file. Weave itself comes only from the wheel.
+    needed = closure(wheel_requirements(wheel), HOST_EXTRAS)
+    view = environment_view(tmp_path_factory.mktemp("host-deps"), needed)
     purelib = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip()
-    Path(purelib, "host_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    Path(purelib, "host_deps.pth").write_text(f"{view}\n")
     run([python, "-m", "pip", "install", "--quiet", "--no-deps", wheel])
     return python
+
+
+def test_host_environment_holds_only_the_extras_it_asked_for(host_python, wheel):
+    # Every declared requirement of the core and the chosen extras is met ...
+    run([host_python, "-m", "pip", "check"])
+    # ... and the unused extras' libraries are not there to lean on.
+    probe = "import importlib.util as u, sys; print([m for m in sys.argv[1:] if u.find_spec(m.split('.')[0])])"
+    assert run([host_python, "-c", probe, *NOT_INSTALLED]).strip() == "[]"
+    assert run([host_python, "-c", probe, "django", "django_q", "httpx", "psycopg", "stdnum", "prometheus_client"])
+
+
+def test_host_site_without_the_fcm_extra_is_told_which_extra_to_install(host_python, tmp_path):
+    site = tmp_path / "site"
+    run(["cp", "-r", HOST_PROJECT, site])
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        "DJANGO_SETTINGS_MODULE": "hostsite.settings",
+        "HOST_DB_NAME": "not_contacted",
+        "HOST_PUSH_URL": "http://127.0.0.1:9/push",
+        "HOST_SUPPLIER_API_URL": "http://127.0.0.1:9",
+    }
+    fcm = {"BACKEND": "notifications.backends.fcm.FCMBackend", "OPTIONS": {"project_id": "p", "credentials_file": "x"}}
+    script = (
+        "from django.conf import settings\n"
+        "from django.core.checks import run_checks\n"
+        f"settings.WEAVE = {{**settings.WEAVE, 'PUSH_BACKENDS': {{'phones': {fcm!r}}}}}\n"
+        "print([(m.id, m.hint) for m in run_checks() if m.id.endswith('E004')])\n"
+    )
+    # `shell` runs no system checks of its own: the script runs them with FCM configured.
+    out = run([host_python, "manage.py", "shell", "-c", script], cwd=site, env=env)
+    assert out.strip().splitlines()[-1] == str(
+        [("notifications.E004", 'Install the extra: pip install "weave-jobs[fcm]".')]
+    )
 
 
 @pytest.fixture
@@ -104,6 +113,9 @@ def test_wheel_carries_migrations_templates_and_commands(wheel):
         shipped = [n for n in names if n.endswith(f"/{module}") and n != "weave/urls.py"]
         assert not shipped, f"a site's {module} must not ship: {shipped}"
     assert not any("weave_chaos" in n or "weave_demo" in n or "fake_push_provider.py" in n for n in names)
+    # Typed packages (PEP 561) and the licence.
+    assert {"weave/py.typed", "notifications/py.typed", "onboarding/py.typed"} <= names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     # The shipped test fakes a host site's own tests may use.
     assert {"notifications/testing/fake_provider.py", "onboarding/testing/fake_services.py"} <= names
 

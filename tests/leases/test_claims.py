@@ -152,38 +152,6 @@ def test_release_batch__only_releases_rows_still_ours(clock):
     assert Job.objects.get(pk=jobs[0].pk).owner == "thief"
 
 
-def test_release_many__lands_only_rows_still_ours_each_with_its_own_fields(clock):
-    jobs = JobFactory.create_batch(3)
-    batch = Job.objects.claim_batch(owner="me", ttl=5, limit=10, clock=clock)
-    clock.advance(6)  # every lease lapsed; a thief takes the first row
-    thief = Job.objects.claim(jobs[0].pk, owner="thief", ttl=TTL, clock=clock)
-    mine = Job.objects.filter(pk__in=[j.pk for j in jobs[1:]]).claim_batch(owner="me", ttl=TTL, limit=10, clock=clock)
-    rows = {
-        jobs[0].pk: (batch.fences[jobs[0].pk], {"result": "stale", "writes": 9}),  # taken by the thief
-        jobs[1].pk: (batch.fences[jobs[1].pk], {"result": "old fence", "writes": 9}),  # ours, but an older fence
-        jobs[2].pk: (mine.fences[jobs[2].pk], {"result": "done", "state": "closed"}),  # current
-    }
-    before = {j.pk: Job.objects.values().get(pk=j.pk) for j in jobs[:2]}
-
-    with CaptureQueriesContext(connection) as queries:
-        landed = Job.objects.release_many("me", rows, clock=clock)
-
-    assert landed == {jobs[2].pk}
-    assert [q["sql"].lstrip().upper()[:6] for q in queries] == ["UPDATE"]
-    assert {j.pk: Job.objects.values().get(pk=j.pk) for j in jobs[:2]} == before
-    done = Job.objects.get(pk=jobs[2].pk)
-    assert (done.result, done.state, done.writes, done.owner, done.lease_expires_at) == (
-        "done",
-        "closed",
-        0,
-        None,
-        None,
-    )
-    assert done.fence == mine.fences[jobs[2].pk]
-    assert "thief at fence 2" in str(Job.objects.refusal(Lease(pk=jobs[0].pk, owner="me", fence=1), clock=clock))
-    assert thief.fence == 2
-
-
 def test_claim_rows__returns_the_claimed_rows_data_in_the_same_statement(clock):
     jobs = JobFactory.create_batch(3, phase="p1")
     Job.objects.claim(jobs[0].pk, owner="other", ttl=TTL, clock=clock)  # live: skipped

@@ -1,4 +1,4 @@
-"""Steps a site defines: the plan setting, the recorded plan, the system check, and the README's example step."""
+"""Steps a site defines: the plan setting, the recorded plan, the system check, and the docs' example step."""
 
 import re
 from datetime import timedelta
@@ -31,11 +31,10 @@ def erp_plan(settings, fake_services):
     return WITH_ERP
 
 
-def test_readme__the_write_your_own_step_example_is_the_tested_demo_step():
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Write your own step") :]
-    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    assert (ROOT / "demo" / "steps.py").read_text() in blocks, "README's example must be demo/steps.py verbatim"
+def test_docs__the_write_your_own_step_example_is_the_tested_demo_step():
+    page = (ROOT / "docs" / "onboarding" / "steps.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
+    assert (ROOT / "demo" / "steps.py").read_text() in blocks, "the docs' example must be demo/steps.py verbatim"
 
 
 def test_plan__the_default_is_the_six_built_in_steps():

@@ -13,7 +13,7 @@ from operator import or_
 from typing import Any, Self, TypeVar, cast
 
 from django.db import OperationalError, connections, models, router, transaction
-from django.db.models import BooleanField, Case, ExpressionWrapper, F, Q, Value, When
+from django.db.models import BooleanField, ExpressionWrapper, F, Q
 from django.db.models.sql import UpdateQuery
 
 from weave.leases.bulk import finish_sql
@@ -25,10 +25,6 @@ from weave.leases.lease import BatchLease, Lease
 LOCK_NOT_AVAILABLE = "55P03"
 
 _M = TypeVar("_M", bound=models.Model)
-
-
-def _expression(value: Any, field: "models.Field[Any, Any]") -> Any:
-    return value if hasattr(value, "resolve_expression") else Value(value, output_field=field)
 
 
 def _seconds(ttl: float | timedelta) -> timedelta:
@@ -195,31 +191,6 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
     ) -> None:
         """Give the row up (owner and expiry cleared, fence kept), writing `fields` in the same statement."""
         self.guarded_update(lease, clock=clock, expect=expect, owner=None, lease_expires_at=None, **fields)
-
-    def release_many(
-        self, owner: str, rows: Mapping[Any, tuple[int, Mapping[str, Any]]], *, clock: Clock = default_clock
-    ) -> set[Any]:
-        """Release many rows `owner` holds, each at its own fence, each with its own fields: one statement.
-
-        `rows` maps pk -> (fence, fields). Each row lands only under the same guard as `release()`
-        (owner, its fence, a live lease); return the pks that landed. The others are not ours any
-        more and were not touched: `refusal(lease)` says why, row by row.
-        """
-        if not rows:
-            return set()
-        meta = self.model._meta
-        names = sorted({name for _, fields in rows.values() for name in fields})
-        updates = {}
-        for name in names:
-            field = cast("models.Field[Any, Any]", meta.get_field(name))  # lease writes name concrete columns
-            whens = [
-                When(pk=pk, then=_expression(fields[name], field)) for pk, (_, fields) in rows.items() if name in fields
-            ]
-            # A row without this field keeps its value.
-            updates[name] = Case(*whens, default=F(name), output_field=field)
-        guard = self._batch_guard(owner, {pk: fence for pk, (fence, _) in rows.items()}, clock)
-        landed = self.filter(guard)._update_returning(owner=None, lease_expires_at=None, **updates)
-        return {pk for pk, _, _ in landed}
 
     def release_each(
         self, rows: Iterable[tuple[Lease, Mapping[str, Any]]], *, clock: Clock = default_clock

@@ -18,7 +18,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "accounts",
     "alerts",  # its own app labelled "notifications"
-    # Weave, as the README's "Add to an existing site" section lists it:
+    # Weave, as the docs page "Getting started" lists it:
     "django_q",
     "weave",
     "notifications",
