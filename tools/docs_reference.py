@@ -111,7 +111,14 @@ def settings_page() -> str:
 
 # --- system checks -----------------------------------------------------------------------------
 
-_LEVELS = {"Error": "error", "Warning": "warning", "Critical": "critical", "Info": "info", "Debug": "debug"}
+_LEVELS = {
+    "Error": "error",
+    "Warning": "warning",
+    "CheckWarning": "warning",
+    "Critical": "critical",
+    "Info": "info",
+    "Debug": "debug",
+}
 
 
 def _text(node: ast.expr | None) -> str:

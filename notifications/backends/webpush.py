@@ -168,12 +168,15 @@ class WebPushBackend(PushBackend):
         return subscription(token).as_token()
 
     def hold_scope(self, message: PushMessage) -> str:
-        """The endpoint's origin (scheme://host:port): each push service is held on its own."""
+        """The endpoint's origin (scheme://host:port): each push service is held on its own.
+
+        Read from the stored subscription as it is, without the destination policy: a refused endpoint
+        ends its own row before any send, and its scope must still be its own."""
         try:
-            endpoint = parse_subscription(message.token)[0]
-        except SubscriptionError:
+            endpoint = json.loads(message.token)["endpoint"]
+        except (ValueError, KeyError, TypeError):
             return ""
-        return origin_of(endpoint)
+        return origin_of(endpoint) if isinstance(endpoint, str) else ""
 
     def make_client(self, **extra: Any) -> Any:
         # Every connection opens through the destination policy: the endpoint's host is resolved, each

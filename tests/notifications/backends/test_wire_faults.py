@@ -191,8 +191,8 @@ def test_hostile_error_bodies_from_the_http2_fakes__cut_and_sanitized(webpush, w
 
     assert result.outcome == Outcome.TEMPORARY and result.http_status == 500
     assert "\x00" not in result.reason and "vapid t=" not in result.reason.lower()
-    if mode == "huge":
-        assert "[body cut at" in result.reason
+    # The fake is not a known push service: its body is withheld, and in any case never stored whole.
+    assert len(result.reason) < 600
 
 
 def test_a_trickled_answer_is_bounded_by_the_deadline(webpush, webpush_options):
