@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test bench chaos lint venv clean
+.PHONY: run test bench chaos lint mutate venv clean
 
 venv: $(STAMP)
 
@@ -38,5 +38,9 @@ lint: $(STAMP)
 	DEBUG=$${DEBUG:-true} $(VENV)/bin/mypy  # the django-stubs plugin loads demo.settings: development mode
 	$(VENV)/bin/lint-imports
 
+## make mutate: break each promise in tools/mutations.toml in turn; fails if a test suite misses one (before a release)
+mutate: $(STAMP)
+	$(PY) -m tools.mutate $(ARGS)
+
 clean:
-	rm -rf $(VENV) db.sqlite3* test_db.sqlite3* .run
+	rm -rf $(VENV) db.sqlite3* test_db.sqlite3* .run .mutate
