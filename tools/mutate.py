@@ -22,6 +22,7 @@ fails the run.
 
 import argparse
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -30,6 +31,7 @@ import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 ROOT = Path(__file__).resolve().parent.parent
 LIST = Path(__file__).with_name("mutations.toml")
@@ -83,12 +85,8 @@ def load(path: Path = LIST) -> list[Mutation]:
         databases = tuple(entry.get("databases", DATABASES))
         if not databases or set(databases) - set(DATABASES):
             raise SystemExit(f"{path}: mutation {entry['name']!r}: databases must be among {', '.join(DATABASES)}")
-        tests = entry["tests"]
-        mutations.append(
-            Mutation(
-                **{**entry, "databases": databases, "tests": tests.split() if isinstance(tests, str) else list(tests)}
-            )
-        )
+        tests = shlex.split(entry["tests"]) if isinstance(entry["tests"], str) else list(entry["tests"])
+        mutations.append(Mutation(**{**entry, "databases": databases, "tests": tests}))
     return mutations
 
 
@@ -114,7 +112,7 @@ def run_tests(mutation: Mutation, database: str) -> tuple[int, list[str]]:
 
 
 def _backup_path(relative: str) -> Path:
-    return BACKUPS / relative.replace("/", "__")
+    return BACKUPS / quote(relative, safe="")  # one flat name per file, reversible
 
 
 def repair_leftovers() -> list[str]:
@@ -122,7 +120,7 @@ def repair_leftovers() -> list[str]:
     repaired = []
     if BACKUPS.is_dir():
         for backup in sorted(BACKUPS.iterdir()):
-            target = ROOT / backup.name.replace("__", "/")
+            target = ROOT / unquote(backup.name)
             shutil.copyfile(backup, target)
             backup.unlink()
             repaired.append(str(target.relative_to(ROOT)))
@@ -205,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         mutations = [m for m in mutations if m.name in args.only]
     if args.list:
         for m in mutations:
-            print(f"{m.name}  [{', '.join(m.databases)}]  {m.file}\n    {m.promise}\n    pytest {' '.join(m.tests)}")
+            print(f"{m.name}  [{', '.join(m.databases)}]  {m.file}\n    {m.promise}\n    pytest {shlex.join(m.tests)}")
         return 0
 
     os.chdir(ROOT)

@@ -115,6 +115,26 @@ def test_takeover__old_holder_write_is_lost(clock):
     assert caught.value.holder_fence == b.fence == a.fence + 1
 
 
+@pytest.mark.parametrize("write", ["guarded_update", "release", "renew"])
+def test_an_older_fence_of_the_same_owner_is_refused(clock, write):
+    # A worker whose lease lapsed and that claimed the row again holds the new fence only: whatever
+    # it still runs under the old lease (a stalled thread, a late callback) must not land.
+    job = JobFactory()
+    old = Job.objects.claim(job.pk, owner="a", ttl=TTL, clock=clock)
+    clock.advance(TTL + 1)
+    new = Job.objects.claim(job.pk, owner="a", ttl=TTL, clock=clock)
+    Job.objects.guarded_update(new, clock=clock, result="from-the-new-lease", writes=1)
+    before = row(job)
+    with pytest.raises(LeaseLost, match="now held by a at fence 2"):
+        if write == "renew":
+            Job.objects.renew(old, ttl=TTL * 10, clock=clock)
+        else:
+            getattr(Job.objects, write)(old, clock=clock, result="from-the-old-lease", writes=2)
+    assert row(job) == before
+    assert holder(job) == ("a", new.fence, new.expires_at) and new.fence == old.fence + 1
+    assert (before["result"], before["writes"]) == ("from-the-new-lease", 1)
+
+
 def test_release__clears_holder_keeps_fence_and_is_claimable_at_once(clock):
     job = JobFactory()
     lease = Job.objects.claim(job.pk, owner="a", ttl=TTL, clock=clock)
