@@ -1,7 +1,11 @@
 """A whole attempt against the fake supplier services: the happy path and the failure paths."""
 
+import threading
+import time
+
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection
 from django.db.models import Count
 from django.utils import timezone
 
@@ -134,7 +138,8 @@ def test_run__temporary_failures_release_the_run_without_failing_it(fake_service
 def test_run__timeouts_are_temporary_and_the_retry_reuses_the_key(fake_services, settings):
     settings.WEAVE = {**settings.WEAVE, "SUPPLIER_API_TIMEOUT": 0.2, "ONBOARDING_STEP_RETRIES": 1}
     fake_services.config.hang_rate = 1.0
-    fake_services.config.hang_seconds = 1.0
+    # The service hangs until the fake stops: no load can make an answer beat the client's timeout.
+    fake_services.config.hang_seconds = 60.0
     run = OnboardingRunFactory()
 
     assert attempt(run) == "released"
@@ -163,16 +168,41 @@ def test_run__missing_service_url_waits_instead_of_failing(settings):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_run__background_heartbeat_renews_on_its_own_connection_during_a_slow_call(fake_services):
-    # As in a qcluster worker: the heartbeat thread renews while the main thread waits on HTTP.
-    fake_services.config.latency = 0.6
+def test_run__background_heartbeat_renews_on_its_own_connection_during_a_slow_call(fake_services, settings):
+    # As in a qcluster worker: the heartbeat thread renews while the main thread waits on HTTP. The call
+    # is held open until the test has seen the lease move twice in the database (events, not a latency);
+    # the lease is long, so no delay on a loaded machine can lapse it.
+    settings.WEAVE = {**settings.WEAVE, "HEARTBEAT_INTERVAL": 0.05}
+    hold = fake_services.hold("/tax-ids/verify")
     run = OnboardingRunFactory()
-    worker = claim_attempt(run.pk, ttl=1.5)
+    worker = claim_attempt(run.pk, ttl=30.0)
+    seen: dict = {}
 
-    assert worker.execute() == "completed"
+    def watch_the_lease_move():
+        try:
+            if not hold.arrived.wait(30):
+                return
+            start = OnboardingRun.objects.values_list("lease_expires_at", flat=True).get(pk=run.pk)
+            expiries = {start}
+            deadline = time.monotonic() + 30  # bounds the wait only
+            while len(expiries) < 3 and time.monotonic() < deadline:
+                expiries.add(OnboardingRun.objects.values_list("lease_expires_at", flat=True).get(pk=run.pk))
+                time.sleep(0.01)
+            seen["expiries"] = sorted(expiries)
+        finally:
+            hold.release()
+            connection.close()
 
+    watcher = threading.Thread(target=watch_the_lease_move)
+    watcher.start()
+    outcome = worker.execute()
+    watcher.join(60)
+
+    assert outcome == "completed"
+    # Renewed twice while the main thread was still inside the held call, each a later expiry.
+    assert len(seen.get("expiries", [])) == 3, seen
     renewals = worker.heartbeats["verify_tax_id"].renewals
-    assert len(renewals) >= 3  # before, at least once at ttl/3 during the call, before the save
+    assert len(renewals) >= 4  # before the call, at least twice during it, before the save
     assert StepReceipt.objects.filter(run=run).count() == 6
 
 
