@@ -7,7 +7,6 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
 from django.db.models import Count
-from django.utils import timezone
 
 from notifications.models import Notification
 from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, RunAttempt, StepReceipt, VendorRecord
@@ -109,11 +108,12 @@ def test_run__a_malformed_iban_edited_in_behind_the_form_never_reaches_the_servi
 
 
 @pytest.mark.parametrize("fault", ["error_rate", "throttle_rate"])
-def test_run__temporary_failures_release_the_run_without_failing_it(fake_services, settings, fault):
+def test_run__temporary_failures_release_the_run_without_failing_it(fake_services, settings, fault, clock):
+    # Lease time on the fake clock: the due time is a literal, so "not before then" cannot race real time.
     setattr(fake_services.config, fault, 1.0)
-    run = OnboardingRunFactory()
+    run = OnboardingRunFactory(next_attempt_at=clock.current)
 
-    assert attempt(run) == "released"
+    assert attempt(run, clock=clock) == "released"
 
     run.refresh_from_db()
     assert (run.status, run.phase, run.owner, run.lease_expires_at) == ("pending", "", None, None)
@@ -127,11 +127,12 @@ def test_run__temporary_failures_release_the_run_without_failing_it(fake_service
 
     # The run is due again later (Retry-After or backoff): an attempt before then takes nothing.
     assert run.next_attempt_at is not None and only.retry_due_at == run.next_attempt_at
-    assert attempt(run) == "not_claimable"
+    assert run.next_attempt_at > clock.current
+    assert attempt(run, clock=clock) == "not_claimable"
     # Once it is due, the next attempt (as the watcher would start it) finishes the run.
-    OnboardingRun.objects.filter(pk=run.pk).update(next_attempt_at=timezone.now())
+    clock.advance((run.next_attempt_at - clock.current).total_seconds())
     setattr(fake_services.config, fault, 0.0)
-    assert attempt(run) == "completed"
+    assert attempt(run, clock=clock) == "completed"
     assert OnboardingRun.objects.get(pk=run.pk).fence == 2
 
 
