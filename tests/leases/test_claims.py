@@ -72,9 +72,10 @@ def test_claim_batch__takes_a_row_at_the_exact_expiry_instant(clock):
 
 def test_claim__outside_claimable_state_is_not_claimable(clock):
     job = JobFactory(state="done")
+    before = row(job)
     with pytest.raises(NotClaimable):
         Job.objects.filter(state="open").claim(job.pk, owner="a", ttl=TTL, clock=clock)
-    assert Job.objects.get(pk=job.pk).fence == 0
+    assert row(job) == before and holder(job) == (None, 0, None)
 
 
 def test_renew__lapsed_lease_cannot_be_renewed_and_reclaim_gives_next_fence(clock):

@@ -124,3 +124,16 @@ def test_webhook__keeps_no_cookies_a_provider_sets_on_either_path(url_for):
     assert planter.state.cookies == [None, None, None]
     auth = planter.state.authorizations
     assert len(auth) == 3 and all(a for a in auth)  # the credentials it is given, and nothing planted
+
+
+@pytest.mark.parametrize("url_for", PATHS)
+def test_webhook__a_redirect_is_never_followed_on_either_path(fake, url_for):
+    # Where it points answers nothing: a followed redirect would show as a different, unreachable outcome.
+    fake.configure(redirect_to="http://127.0.0.1:9/elsewhere", redirect_status=307)
+
+    (result,) = _send(url_for(fake.push_url))
+
+    assert (result.outcome, result.http_status, result.systemic, result.fatal) == (Outcome.TEMPORARY, 307, True, True)
+    assert "redirects are never followed" in result.reason and "127.0.0.1:9/elsewhere" in result.reason
+    assert fake.stats()["requests"] == 1
+    assert "hunter22" not in result.reason
