@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test bench chaos lint docs dist venv clean
+.PHONY: run test bench chaos lint docs dist mutate venv clean
 
 venv: $(STAMP)
 
@@ -51,5 +51,9 @@ dist: $(STAMP)
 	rm -rf build *.egg-info
 	$(VENV)/bin/twine check --strict dist/*
 
+## make mutate: break each promise in tools/mutations.toml in turn; fails if a test suite misses one (before a release)
+mutate: $(STAMP)
+	$(PY) -m tools.mutate $(ARGS)
+
 clean:
-	rm -rf $(VENV) db.sqlite3* test_db.sqlite3* .run site dist
+	rm -rf $(VENV) db.sqlite3* test_db.sqlite3* .run site dist .mutate

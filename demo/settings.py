@@ -189,9 +189,23 @@ def _weave_env_overrides() -> dict[str, float | int | bool]:
         raw = os.environ.get(f"WEAVE_{name}")
         if raw is None or key.kind not in (int, float, bool) or name in WEAVE:
             continue
-        # bool("false") is True: a flag reads the usual spellings instead.
-        overrides[name] = raw.strip().lower() in ("1", "true", "yes", "on") if key.kind is bool else key.kind(raw)
+        spelled = raw.strip().lower()
+        try:
+            if key.kind is bool:
+                # bool("false") is True: a flag reads the usual spellings, and nothing else.
+                if spelled not in _TRUE | _FALSE:
+                    raise ValueError(raw)
+                overrides[name] = spelled in _TRUE
+            else:
+                overrides[name] = key.kind(raw)
+        except ValueError:
+            # A typo in a worker's environment must stop the start, not surface as a traceback or a default.
+            raise ImproperlyConfigured(f"WEAVE_{name}={raw!r} is not {key.expected()}.") from None
     return overrides
+
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
 
 
 WEAVE.update(_weave_env_overrides())

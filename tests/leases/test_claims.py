@@ -14,6 +14,17 @@ pytestmark = pytest.mark.django_db
 TTL = 30
 
 
+def row(job) -> dict:
+    """Every column of the job's row, as the database holds it now."""
+    return Job.objects.values().get(pk=job.pk)
+
+
+def holder(job) -> tuple:
+    """(owner, fence, lease_expires_at) of the job's row now."""
+    current = row(job)
+    return current["owner"], current["fence"], current["lease_expires_at"]
+
+
 def test_claim__bumps_fence_and_sets_expiry_from_clock(clock):
     job = JobFactory()
     lease = Job.objects.claim(job.pk, owner="a", ttl=TTL, clock=clock)
@@ -32,11 +43,39 @@ def test_claim__live_lease_is_busy_and_untouched(clock):
     assert Job.objects.values().get(pk=job.pk) == before
 
 
+def test_claim__at_the_exact_expiry_instant_the_lease_is_claimable(clock):
+    job = JobFactory()
+    first = Job.objects.claim(job.pk, owner="a", ttl=TTL, clock=clock)
+    clock.advance(TTL - 0.000001)  # one microsecond before the expiry: still a's
+    with pytest.raises(LeaseBusy):
+        Job.objects.claim(job.pk, owner="b", ttl=TTL, clock=clock)
+    clock.advance(0.000001)
+    assert Job.objects.get(pk=job.pk).lease_expires_at == clock.current  # exactly the expiry instant
+
+    assert list(Job.objects.free_or_expired(clock).values_list("pk", flat=True)) == [job.pk]
+    second = Job.objects.claim(job.pk, owner="b", ttl=TTL, clock=clock)
+
+    job.refresh_from_db()
+    assert (second.fence, job.fence, job.owner) == (first.fence + 1, first.fence + 1, "b")
+    assert job.lease_expires_at == clock.current + timedelta(seconds=TTL)
+
+
+def test_claim_batch__takes_a_row_at_the_exact_expiry_instant(clock):
+    jobs = JobFactory.create_batch(2)
+    Job.objects.claim(jobs[0].pk, owner="a", ttl=TTL, clock=clock)
+    Job.objects.claim(jobs[1].pk, owner="a", ttl=TTL + 1, clock=clock)
+    clock.advance(TTL)  # jobs[0] expires exactly now; jobs[1] a second later
+    batch = Job.objects.claim_batch(owner="b", ttl=TTL, limit=10, clock=clock)
+    assert batch.fences == {jobs[0].pk: 2}
+    assert Job.objects.get(pk=jobs[1].pk).owner == "a"
+
+
 def test_claim__outside_claimable_state_is_not_claimable(clock):
     job = JobFactory(state="done")
+    before = row(job)
     with pytest.raises(NotClaimable):
         Job.objects.filter(state="open").claim(job.pk, owner="a", ttl=TTL, clock=clock)
-    assert Job.objects.get(pk=job.pk).fence == 0
+    assert row(job) == before and holder(job) == (None, 0, None)
 
 
 def test_renew__lapsed_lease_cannot_be_renewed_and_reclaim_gives_next_fence(clock):
@@ -67,11 +106,34 @@ def test_takeover__old_holder_write_is_lost(clock):
     clock.advance(TTL + 1)
     b = Job.objects.claim(job.pk, owner="b", ttl=TTL, clock=clock)
     Job.objects.guarded_update(b, clock=clock, result="from-b", writes=1)
+    before = row(job)
     with pytest.raises(LeaseLost) as caught:
         Job.objects.guarded_update(a, clock=clock, result="from-a", writes=2)
-    job.refresh_from_db()
-    assert (job.result, job.writes, job.owner, job.fence) == ("from-b", 1, "b", b.fence)
+    # The whole refusal: not a column changed, b's owner, fence and expiry intact, nothing of a's landed.
+    assert row(job) == before
+    assert holder(job) == ("b", b.fence, b.expires_at)
+    assert (before["result"], before["writes"]) == ("from-b", 1)
     assert caught.value.holder_fence == b.fence == a.fence + 1
+
+
+@pytest.mark.parametrize("write", ["guarded_update", "release", "renew"])
+def test_an_older_fence_of_the_same_owner_is_refused(clock, write):
+    # A worker whose lease lapsed and that claimed the row again holds the new fence only: whatever
+    # it still runs under the old lease (a stalled thread, a late callback) must not land.
+    job = JobFactory()
+    old = Job.objects.claim(job.pk, owner="a", ttl=TTL, clock=clock)
+    clock.advance(TTL + 1)
+    new = Job.objects.claim(job.pk, owner="a", ttl=TTL, clock=clock)
+    Job.objects.guarded_update(new, clock=clock, result="from-the-new-lease", writes=1)
+    before = row(job)
+    with pytest.raises(LeaseLost, match="now held by a at fence 2"):
+        if write == "renew":
+            Job.objects.renew(old, ttl=TTL * 10, clock=clock)
+        else:
+            getattr(Job.objects, write)(old, clock=clock, result="from-the-old-lease", writes=2)
+    assert row(job) == before
+    assert holder(job) == ("a", new.fence, new.expires_at) and new.fence == old.fence + 1
+    assert (before["result"], before["writes"]) == ("from-the-new-lease", 1)
 
 
 def test_release__clears_holder_keeps_fence_and_is_claimable_at_once(clock):
@@ -87,10 +149,12 @@ def test_release__by_stale_holder_is_refused(clock):
     job = JobFactory()
     a = Job.objects.claim(job.pk, owner="a", ttl=TTL, clock=clock)
     clock.advance(TTL + 1)
-    Job.objects.claim(job.pk, owner="b", ttl=TTL, clock=clock)
-    with pytest.raises(LeaseLost):
-        Job.objects.release(a, clock=clock)
-    assert Job.objects.get(pk=job.pk).owner == "b"
+    b = Job.objects.claim(job.pk, owner="b", ttl=TTL, clock=clock)
+    before = row(job)
+    with pytest.raises(LeaseLost, match="now held by b at fence 2"):
+        Job.objects.release(a, clock=clock, result="from-a")
+    assert row(job) == before
+    assert holder(job) == ("b", b.fence, b.expires_at) and before["result"] == ""
 
 
 def test_claim_batch__takes_free_and_expired_rows_and_skips_live_ones(clock):
@@ -126,12 +190,14 @@ def test_renew_batch__drops_rows_taken_by_others(clock):
     jobs = JobFactory.create_batch(3)
     batch = Job.objects.claim_batch(owner="me", ttl=5, limit=10, clock=clock)
     clock.advance(6)
-    Job.objects.claim(jobs[0].pk, owner="thief", ttl=TTL, clock=clock)
+    thief = Job.objects.claim(jobs[0].pk, owner="thief", ttl=TTL, clock=clock)
+    before = [row(j) for j in jobs]
     lost = Job.objects.renew_batch(batch, ttl=5, clock=clock)
     # All three lapsed; one was taken. A lapsed lease is never renewed, so all three are lost.
     assert set(lost) == {j.pk for j in jobs}
     assert len(batch) == 0
-    assert Job.objects.get(pk=jobs[0].pk).owner == "thief"
+    assert [row(j) for j in jobs] == before  # no expiry moved, the thief's included
+    assert holder(jobs[0]) == ("thief", thief.fence, thief.expires_at)
 
 
 def test_renew_batch__keeps_live_rows(clock):
@@ -147,9 +213,13 @@ def test_release_batch__only_releases_rows_still_ours(clock):
     jobs = JobFactory.create_batch(3)
     batch = Job.objects.claim_batch(owner="me", ttl=5, limit=10, clock=clock)
     clock.advance(6)
-    Job.objects.claim(jobs[0].pk, owner="thief", ttl=TTL, clock=clock)
-    assert Job.objects.release_batch(batch, clock=clock) == 0  # all lapsed: nothing is ours to release
-    assert Job.objects.get(pk=jobs[0].pk).owner == "thief"
+    thief = Job.objects.claim(jobs[0].pk, owner="thief", ttl=TTL, clock=clock)
+    before = [row(j) for j in jobs]
+    # All lapsed: nothing is ours to release, and 0 rows change.
+    assert Job.objects.release_batch(batch, clock=clock, result="stale") == 0
+    assert [row(j) for j in jobs] == before
+    assert holder(jobs[0]) == ("thief", thief.fence, thief.expires_at)
+    assert all(r["result"] == "" for r in before)
 
 
 def test_claim_rows__returns_the_claimed_rows_data_in_the_same_statement(clock):

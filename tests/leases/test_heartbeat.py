@@ -123,13 +123,18 @@ def test_heartbeat__background_thread_follows_the_fake_clock(clock):
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_heartbeat__real_time_on_postgres_keeps_a_short_lease_alive():
+    # The design's one real-time lease test. A renewal every TTL / 3 = 1 s leaves a renewal 2 s to be
+    # late before the lease could lapse: a margin a loaded 2-core machine does not eat.
+    ttl = 3.0
     real = DatabaseClock()
     job = JobFactory()
-    lease = Job.objects.claim(job.pk, owner="a", ttl=0.6, clock=real)
-    with Heartbeat(Job.objects, lease, ttl=0.6, clock=real) as hb:
-        time.sleep(1.5)  # 2.5 TTLs of slow work
+    lease = Job.objects.claim(job.pk, owner="a", ttl=ttl, clock=real)
+    with Heartbeat(Job.objects, lease, ttl=ttl, clock=real) as hb:
+        time.sleep(2.5 * ttl)  # slow work, far longer than one lease
+        # Outlived its first expiry by the database clock, yet still held.
+        assert Job.objects.values_list("lease_expires_at", flat=True).get(pk=job.pk) > lease.expires_at
         with pytest.raises(LeaseBusy):
-            Job.objects.claim(job.pk, owner="b", ttl=0.6, clock=real)
+            Job.objects.claim(job.pk, owner="b", ttl=ttl, clock=real)
         hb.before_save()
         Job.objects.guarded_update(lease, clock=real, result="saved")
     assert len(hb.renewals) >= 4

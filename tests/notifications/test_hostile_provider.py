@@ -70,8 +70,8 @@ def test_trickled_answer__the_whole_exchange_is_capped_by_the_timeout(push_setti
     notification, attempt, _ = deliver_one(clock)
     assert (notification.status, attempt.outcome) == ("pending", "unknown")
     assert "No response within 0.5 s" in attempt.reason
-    # We hung up long before the trickle ended (before: the send lasted the full 6 s).
-    assert attempt.latency_ms < 6000
+    # We hung up before the trickle ended (before: the send lasted the full 6 s): the fake saw the client
+    # go while it was still trickling, and never finished the answer.
     assert wait_for(lambda: fake.stats()["aborted"] == 1), fake.stats()
     assert fake.stats()["completed_hostile"] == 0
 

@@ -65,7 +65,9 @@ def test_overlap__refusal_names_the_worker_that_holds_the_row_now(push_settings,
 
     a = deliver_batch(clock=clock, owner="worker-a", ttl=TTL, hooks=Hooks(before_finish=takeover))
     assert a.lease_lost == 2
-    for attempt in DeliveryAttempt.objects.filter(notification_id__in=pks):
+    attempts = list(DeliveryAttempt.objects.filter(notification_id__in=pks))
+    assert sorted(attempt.notification_id for attempt in attempts) == sorted(pks)  # one each, none missing
+    for attempt in attempts:
         assert attempt.outcome == "lease_lost"
         assert "now held by worker-b at fence 2" in attempt.reason
     assert set(Notification.objects.values_list("status", "attempts", "owner", "fence")) == {

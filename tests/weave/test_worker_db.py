@@ -4,7 +4,7 @@ import threading
 
 import pytest
 from django.core.checks import Warning as CheckWarning
-from django.db import connection, connections
+from django.db import connections
 
 from weave import checks, worker_db
 from weave.worker_db import client_options, enter_worker_mode, is_cut_off, server_settings, worker_options
@@ -70,10 +70,16 @@ def test_check__warns_when_a_limit_is_not_below_the_shortest_ttl(settings, monke
     assert "8 s" in warnings[0].msg
 
 
-def test_check__silent_without_postgresql(settings):
+def test_check__silent_without_postgresql(settings, monkeypatch):
+    # The same settings warn with PostgreSQL configured (above); with only SQLite there is nothing to limit.
     settings.WEAVE = {"WORKER_DB_LIMITS": False}
-    if connection.vendor == "sqlite":
-        assert checks.check_worker_db_limits() == []
+    sqlite_only = {"default": {"ENGINE": "django.db.backends.sqlite3"}, "other": {"ENGINE": "x.sqlite3"}}
+    monkeypatch.setattr(checks.settings, "DATABASES", sqlite_only, raising=False)
+    assert checks.check_worker_db_limits() == []
+    monkeypatch.setattr(
+        checks.settings, "DATABASES", {**sqlite_only, "pg": {"ENGINE": "django.db.backends.postgresql"}}
+    )
+    assert [w.id for w in checks.check_worker_db_limits()] == ["weave.W020"]
 
 
 @pytest.fixture
@@ -127,17 +133,15 @@ def weave_settings_valid() -> bool:
 
 
 def test_check__chaos_worker_limits_pass_for_its_short_ttl(settings, monkeypatch):
+    from tests.demo.site_env import weave_settings_under
     from tools.chaos.config import ChaosConfig
 
-    env = ChaosConfig().worker_env()
-    from weave.conf import KEYS
-
-    weave = {}
-    for name, raw in env.items():
-        if name.startswith("WEAVE_WORKER_DB_"):
-            key = name.removeprefix("WEAVE_")
-            weave[key] = KEYS[key].kind(raw)  # as demo/settings.py reads them
-    weave |= {"LEASE_TTL": 4.0, "PUSH_LEASE_TTL": 4.0, "ONBOARDING_LEASE_TTL": 4.0}
+    config = ChaosConfig()
+    # The WEAVE dict a chaos worker gets: demo/settings.py itself reads the runner's environment.
+    weave = weave_settings_under(config.worker_env())
+    assert weave["PUSH_LEASE_TTL"] == weave["ONBOARDING_LEASE_TTL"] == config.lease_ttl
+    assert any(name.startswith("WORKER_DB_") for name in weave)
+    weave.pop("PUSH_BACKENDS", None)
     settings.WEAVE = weave
     assert weave_settings_valid()
     assert _check(settings, monkeypatch, **weave) == []
