@@ -313,4 +313,7 @@ def classify_webpush(
 def withheld(response: CappedResponse) -> CappedResponse:
     """The answer without what its sender chose freely (body, Location): only the status and Retry-After stay."""
     kept = httpx.Headers({k: v for k, v in response.headers.items() if k.lower() in ("retry-after", "date")})
-    return replace(response, headers=kept, body=b"", truncated=False)
+    # In place of the body, our own words on it: that there was one, and whether the cap cut it.
+    cut = f"; body cut at {len(response.body)} bytes" if response.truncated else ""
+    note = f"[body withheld: not a known push service{cut}]".encode() if response.body else b""
+    return replace(response, headers=kept, body=note, truncated=False)
