@@ -32,8 +32,10 @@ class NotificationsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from notifications import checks  # noqa: F401  (registers the system checks)
-        from notifications import console
+        from notifications import (
+            checks,  # noqa: F401  (registers the system checks)
+            console,
+        )
         from notifications.explain import explain_notification
         from notifications.models import Notification
         from notifications.queue import enqueue_drain

@@ -39,8 +39,10 @@ class OnboardingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from onboarding import checks  # noqa: F401  (registers the system checks)
-        from onboarding import console
+        from onboarding import (
+            checks,  # noqa: F401  (registers the system checks)
+            console,
+        )
         from onboarding.explain import explain_run
         from onboarding.models import OnboardingRun
         from onboarding.services import onboarding_wake

@@ -1,6 +1,6 @@
 """Job types: one declaration per kind of leased job, and the coalesced-request beats every task shares.
 
-    from weave.jobs import JobType, register
+from weave.jobs import JobType, register
 """
 
 from weave.jobs.declaration import JobType, job_types, register, ttl_settings
