@@ -230,6 +230,11 @@ KEYS: Mapping[str, Key[Any]] = _Keys()
 DEFAULTS: Mapping[str, Any] = _Defaults()
 
 
+def setting(name: str) -> Any:
+    """The site's value (or the default) of the declared key `name`."""
+    return KEYS[name].read(_overrides())
+
+
 def secret_values() -> list[str]:
     """The configured credentials: every `secret` key's value and the userinfo of every `url` key's value."""
     overrides = _overrides()

@@ -39,3 +39,23 @@ def started(name: str, *, forget: bool = False) -> None:
 def settled() -> None:
     """The task is done: due times changed, so the watchers recompute the earliest one."""
     wake.announce()
+
+
+# --- the core's own runner: one task per job ------------------------------------------------------------
+
+DUE_PER_WAKE = 500  # requests one wake-up makes at most; the next wake (or the sweep) asks for the rest
+
+
+def job_request_name(job_type: str, pk: Any) -> str:
+    return request_name(f"weave.jobs:{job_type}:{pk}")
+
+
+def enqueue_job(job_type: str, pk: Any) -> bool:
+    """Ask for one attempt at job `pk` of `job_type`, unless one is already waiting to start."""
+    return request(job_request_name(job_type, pk), "weave.jobs.tasks.run", job_type, pk, group=job_type)
+
+
+def enqueue_due(job_type: str, model: Any) -> int:
+    """Ask for an attempt at every due job of `job_type` (coalesced per job); return how many were asked for."""
+    pks = list(model.objects.due().order_by("next_attempt_at", "pk").values_list("pk", flat=True)[:DUE_PER_WAKE])
+    return sum(1 for pk in pks if enqueue_job(job_type, pk))
