@@ -15,7 +15,8 @@ def quote(ctx: JobContext) -> dict[str, Any]:
 
 def book(ctx: JobContext) -> dict[str, Any]:
     with ctx.heartbeat() as hb:  # a slow external call: keep the lease alive while it runs
-        ref = carrier.book_and_charge(key=ctx.idempotency_key, parcel=ctx.job.parcel, cents=ctx.results["quote"]["cents"])
+        cents = ctx.results["quote"]["cents"]
+        ref = carrier.book_and_charge(key=ctx.idempotency_key, parcel=ctx.job.parcel, cents=cents)
         for hook in during_booking:
             hook(ctx, hb)
         hb.check()  # a renewal that failed wins, even if the call looks fine
