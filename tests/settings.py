@@ -12,3 +12,6 @@ from demo.settings import *  # noqa: E402, F403
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.leasetest", "tests.jobs.shipping"]  # noqa: F405
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in admin tests
+
+# django.tasks (the backport on Django 5.2) through Weave: tests/jobs/test_tasks.py
+TASKS = {"default": {"BACKEND": "weave.tasks.WeaveBackend"}}
