@@ -101,3 +101,18 @@ def test_clock_read__fake_is_its_literal_and_seconds_until_counts_from_it(clock)
     assert clock.read() == clock.current
     assert clock.seconds_until(clock.current + timedelta(seconds=5)) == 5.0
     assert clock.seconds_until(None) is None
+
+
+def test_claim__also_writes_other_fields_in_the_same_statement(clock):
+    from django.db.models import F
+
+    job = JobFactory(writes=3)
+    with CaptureQueriesContext(connection) as queries:
+        lease = Job.objects.claim(job.pk, owner="me", ttl=TTL, clock=clock, also={"writes": F("writes") + 1})
+    assert [q["sql"] for q in queries if q["sql"].startswith("UPDATE")] and lease.fence == 1
+    assert sum(1 for q in queries if q["sql"].startswith("UPDATE")) == 1
+    assert Job.objects.values_list("writes", "owner").get(pk=job.pk) == (4, "me")
+    clock.advance(1)
+    with pytest.raises(Exception, match="busy"):
+        Job.objects.claim(job.pk, owner="rival", ttl=TTL, clock=clock, also={"writes": 100})
+    assert Job.objects.get(pk=job.pk).writes == 4  # a refused claim writes nothing

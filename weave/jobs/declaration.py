@@ -54,7 +54,9 @@ class JobType:
     A job type the core runs for you (a site's own, on a `weave.models.JobModel`) also gives
     `handler` (one function of a `JobContext`) or `steps`, with `ttl` (seconds, when there is no
     `ttl_setting`), `budget` (seconds one attempt may work) and `retry`. Such a type gets the core's
-    sweep, due-time watch, runner and explainer unless it names its own.
+    sweep, due-time watch, runner and explainer unless it names its own. A handler is one step with
+    no receipt of its own (the attempt's finish is its receipt); `result_field` names the model
+    field its return value is saved to, in the same guarded statement as the finish.
     """
 
     name: str
@@ -79,6 +81,7 @@ class JobType:
     ttl: float | None = None
     budget: float | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    result_field: str = ""  # a handler's return value is saved here by the guarded finish
 
     @property
     def registry_key(self) -> str:
@@ -118,6 +121,8 @@ class JobType:
             found.append("panel needs panel_title")
         if self.handler is not None and self.steps:
             found.append("give a handler or steps, not both")
+        if self.result_field and self.handler is None:
+            found.append("result_field goes with a handler")
         if self.ttl is not None and self.ttl <= 0:
             found.append("ttl must be above 0 seconds")
         names = [step.name for step in self.steps]

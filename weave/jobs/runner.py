@@ -32,20 +32,28 @@ def run_job(job_type: str, pk: Any, *, owner: str | None = None, clock: Clock = 
     ttl = jt.lease_ttl()
     owner = owner or new_owner(f"{job_type}:")
     try:
-        lease = model.objects.due(clock).claim(pk, owner=owner, ttl=ttl, clock=clock)
+        # The claim counts the attempt in the same statement: a crash mid-attempt still uses one up.
+        lease = model.objects.due(clock).claim(
+            pk, owner=owner, ttl=ttl, clock=clock, also={"attempts": F("attempts") + 1}
+        )
     except LeaseBusy:
         return "busy"
     except NotClaimable:
         return "not due"
-    started = clock.read()
+    # The claim's own database time: its expiry less the TTL it was granted.
+    started = lease.expires_at - timedelta(seconds=ttl) if lease.expires_at is not None else clock.read()
     job = model.objects.get(pk=pk)
     budget_ends = None if jt.budget is None else clock.monotonic() + jt.budget
-    ctx = JobContext(job_type, job, lease, job.attempts + 1, job.epoch, ttl, clock, budget_ends)
+    ctx = JobContext(job_type, job, lease, job.attempts, job.epoch, ttl, clock, budget_ends)
     try:
-        with ctx.guarded(attempts=F("attempts") + 1):
-            pass  # the attempt is counted by its first guarded write
-        _walk(jt, ctx)
-        _finish(ctx, started, JobAttempt.Outcome.DONE, "", state=JobState.DONE, result=ctx.results.get("run"))
+        if jt.handler is not None:
+            ctx.step = "run"
+            ctx.results["run"] = jt.handler(ctx)
+        else:
+            _walk(jt, ctx)
+        value = ctx.results.get("run")
+        saved = {jt.result_field: value} if jt.result_field else {}
+        _finish(ctx, started, JobAttempt.Outcome.DONE, "", state=JobState.DONE, result=value, fields=saved)
         return "done"
     except LeaseLost as lost:
         _blocked(ctx, started, lost)
@@ -112,7 +120,7 @@ def _receipt(ctx: JobContext, started: Any, outcome: str, reason: str, **extra: 
 def _finish(ctx: JobContext, started: Any, outcome: str, reason: str, *, state: str, **extra: Any) -> None:
     """Release the job under its lease with its new state, and write the attempt's receipt in the same transaction."""
     clock = ctx.clock
-    fields: dict[str, Any] = {"state": state, "last_error": outside_text(reason, limit=2000)}
+    fields: dict[str, Any] = {"state": state, "last_error": outside_text(reason, limit=2000), **extra.pop("fields", {})}
     retry_in = extra.pop("retry_in", None)
     fields["next_attempt_at"] = None if retry_in is None else clock.now(timedelta(seconds=retry_in))
     fields["finished_at"] = clock.now() if state != JobState.PENDING else None

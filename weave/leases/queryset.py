@@ -61,10 +61,19 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
 
     # --- claims -------------------------------------------------------------------------------
 
-    def claim(self, pk: Any, *, owner: str, ttl: float | timedelta, clock: Clock = default_clock) -> Lease:
+    def claim(
+        self,
+        pk: Any,
+        *,
+        owner: str,
+        ttl: float | timedelta,
+        clock: Clock = default_clock,
+        also: Mapping[str, Any] | None = None,
+    ) -> Lease:
         """Claim one row if it is free or expired (and matches this queryset); bump its fence.
 
-        Raises `LeaseBusy` if someone else holds a live lease, `NotClaimable` otherwise.
+        `also` writes other fields in the same statement (e.g. an attempt counter). Raises `LeaseBusy`
+        if someone else holds a live lease, `NotClaimable` otherwise.
         """
         # nowait: a row locked by another transaction (a save in flight, or a worker cut off before its
         # COMMIT) refuses at once instead of queueing behind the lock. Picking the row in the subselect
@@ -81,6 +90,7 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
                     .free_or_expired(clock)
                     ._update_returning(
                         ["fence", "lease_expires_at"],
+                        **(also or {}),
                         owner=owner,
                         fence=F("fence") + 1,
                         lease_expires_at=clock.now(_seconds(ttl)),

@@ -74,10 +74,8 @@ def run_task(ctx: JobContext) -> Any:
         value = task.call(context, *row.args, **row.kwargs)
     else:
         value = task.call(*row.args, **row.kwargs)
-    value = normalize_json(value)
-    with ctx.guarded(return_value=value):
-        pass  # the value lands only under the lease, like every write of the attempt
-    return value
+    # Saved by the guarded finish (result_field): it lands only under the lease, like every write.
+    return normalize_json(value)
 
 
 def ensure_registered() -> None:
@@ -90,6 +88,7 @@ def ensure_registered() -> None:
                 name=JOB_TYPE,
                 model=TaskRow,
                 handler=run_task,
+                result_field="return_value",
                 # django.tasks semantics: a task that raises has failed; lost leases are retried by takeover.
                 retry=RetryPolicy(max_attempts=1),
                 schedule=ScheduleSpec(name="weave.tasks.sweep", func="weave.tasks.worker.sweep", minutes=1),
