@@ -9,7 +9,7 @@ os.environ.setdefault("DEBUG", "true")
 
 from demo.settings import *  # noqa: E402, F403
 
-INSTALLED_APPS = [*INSTALLED_APPS, "tests.leasetest"]  # noqa: F405
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.leasetest", "tests.jobs.shipping"]  # noqa: F405
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in admin tests
 
@@ -17,3 +17,6 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast log
 # (off by default in any site). The suite's own processes (the chaos runner, qcluster children) run with
 # these settings too. Tests of the destination policy replace settings.WEAVE, which turns it off again.
 WEAVE = {**WEAVE, "PUSH_WEBPUSH_UNSAFE_ALLOW_LOOPBACK": True}  # noqa: F405
+
+# django.tasks (the backport on Django 5.2) through Weave: tests/jobs/test_tasks.py
+TASKS = {"default": {"BACKEND": "weave.tasks.WeaveBackend"}}
