@@ -128,6 +128,14 @@ class PushBackend(ABC):
         """Return the problems with `options` (missing keys, unreadable files), each a readable sentence."""
         return []
 
+    def hold_scope(self, message: PushMessage) -> str:
+        """Return what a failure of `message` may hold back beyond its own row, below this backend's alias.
+
+        "" (the default): the provider is this backend's alone, so its failures concern the alias. A
+        backend whose destinations users choose returns the destination's origin, so one stranger's
+        server holds only the rows going to it."""
+        return ""
+
     def secrets(self) -> list[str]:
         """Return every secret value this backend holds (tokens, keys), so reasons and logs can redact them."""
         return []

@@ -107,6 +107,14 @@ class WebPushBackend(PushBackend):
     def make_client(self, **extra: Any) -> Any:
         return super().make_client(verify=tls_context(self.ca_file), **extra)
 
+    def hold_scope(self, message: PushMessage) -> str:
+        # The browser (so the user) chose the push service: its failures hold only rows going to it.
+        try:
+            endpoint = urlsplit(parse_subscription(message.token)[0])
+        except SubscriptionError:
+            return ""  # refused before sending, by this row alone
+        return f"{endpoint.scheme}://{endpoint.netloc}".lower()
+
     async def send(self, message: PushMessage) -> SendResult:
         started = time.monotonic()
         deadline = started + self.timeout

@@ -4,7 +4,7 @@ completer (`completer`) and the worker loop that feeds them (`worker`).
 from notifications.delivery import drain, deliver_batch, PushWorker, Hooks
 """
 
-from notifications.delivery.policy import CircuitBreaker
+from notifications.delivery.breaker import CircuitBreaker
 from notifications.delivery.report import DeliveryReport, Hooks
 from notifications.delivery.worker import PushWorker, deliver_batch, drain
 

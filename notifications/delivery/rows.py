@@ -84,6 +84,8 @@ class Row:
     message: PushMessage
     sent_at: datetime | None = None  # the database's time when it was handed to the sender
     device_id: Any = None
+    scope: str = ""  # its circuit breaker's scope, once the worker asked (backend alias, maybe origin)
+    probe: bool = False  # sent as its scope's half-open probe
 
     @property
     def owner(self) -> str:

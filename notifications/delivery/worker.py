@@ -28,6 +28,7 @@ from django.db import connection
 
 from notifications import queue
 from notifications.backends import PushBackend, PushMessage, SendResult, backend_aliases, get_backend
+from notifications.delivery.breaker import BreakerRule, Breakers, CircuitBreaker
 from notifications.delivery.claims import ClaimBuffer
 from notifications.delivery.completer import (
     DONE,
@@ -39,7 +40,7 @@ from notifications.delivery.completer import (
     count_unsent,
 )
 from notifications.delivery.inbox import Inbox
-from notifications.delivery.policy import CircuitBreaker, RetryPolicy
+from notifications.delivery.policy import RetryPolicy
 from notifications.delivery.report import DeliveryReport, Hooks
 from notifications.delivery.rows import JOB, Claim, Row, log_lost, logger
 from notifications.delivery.sender import ANSWER, AsyncSender, build_result_missing
@@ -93,14 +94,23 @@ class PushWorker:
         self.completer = Completer(
             owner=self.owner, clock=clock, retry=retry, rng=rng or random.Random(), hooks=self.hooks
         )
-        self.breaker = CircuitBreaker(
-            conf.PUSH_BREAKER_THRESHOLD, cooldown=conf.PUSH_BREAKER_COOLDOWN, cap=conf.PUSH_BACKOFF_MAX
+        self.breakers = Breakers(
+            BreakerRule(
+                window=conf.PUSH_BREAKER_WINDOW,
+                min_answers=conf.PUSH_BREAKER_MIN_ANSWERS,
+                ratio=conf.PUSH_BREAKER_RATIO,
+                cooldown=conf.PUSH_BREAKER_COOLDOWN,
+                cap=conf.PUSH_BACKOFF_MAX,
+                origin_cap=conf.PUSH_ORIGIN_HOLD_MAX,
+            )
         )
+        self.first_opening = ""  # why the first breaker of this worker opened
         if backends is None:
             # Built (and checked) before any row is claimed: a misconfigured backend is not the rows' fault.
             backends = {
                 alias: get_backend(alias, timeout=timeout, concurrency=self.concurrency) for alias in backend_aliases()
             }
+        self.backends = dict(backends)
         self.inbox = Inbox()
         self.sender = AsyncSender(backends, missing=build_result_missing, inbox=self.inbox)
         self._budget_ends = clock.monotonic() + self.budget
@@ -136,7 +146,7 @@ class PushWorker:
         return report
 
     def run(self) -> DeliveryReport:
-        """Deliver due rows until none are left, the budget is spent or the breaker opens."""
+        """Deliver due rows until none are left or the budget is spent (an open breaker holds only its scope)."""
         report = DeliveryReport(owner=self.owner)
         _Pump(self, report, more_claims=True).run([])
         return report
@@ -144,10 +154,22 @@ class PushWorker:
     # --- what the loop asks ---------------------------------------------------------------------------
 
     def stop_reason(self) -> str:
-        """Why no new row may start now: "budget", "breaker", or "" to go on."""
-        if self.budget_spent:
-            return "budget"
-        return "breaker" if self.breaker.reason else ""
+        """Why no new row may start now: "budget", or "" to go on (a breaker holds only its own scope's rows)."""
+        return "budget" if self.budget_spent else ""
+
+    def breaker_for(self, row: Row) -> CircuitBreaker:
+        """The breaker of the scope `row` goes to: its backend, and the origin when a user chose the destination."""
+        if not row.scope:
+            backend = self.backends.get(row.message.backend)
+            origin = backend.hold_scope(row.message) if backend is not None else ""
+            row.scope = Breakers.scope(row.message.backend, origin)
+        return self.breakers.get(row.scope)
+
+    def may_start(self, row: Row) -> bool:
+        """Whether `row`'s scope lets it out now (marking it as the probe when its scope is half-open)."""
+        verdict = self.breaker_for(row).allows(self.clock.monotonic())
+        row.probe = verdict == "probe"
+        return bool(verdict)
 
     def unsendable(self, row: Row) -> Unsendable | None:
         """Whether `row` must end without a send (expired; device inactive), judged at the send's database time."""
@@ -159,24 +181,35 @@ class PushWorker:
             device_reason=reason or "",
         )
 
-    def record_answers(self, results: list[SendResult]) -> None:
-        """Show the breaker each answer; record its opening (an event, not a leased write) when one opens it."""
-        for result in results:
-            if self.breaker.record(result):
-                log_event(logger, "breaker_open", job=JOB, id="-", owner=self.owner, reason=self.breaker.reason)
+    def record_answers(self, group: list[tuple[Row, SendResult]]) -> None:
+        """Show each answer to its scope's breaker; record an opening (an event, not a leased write)."""
+        for row, result in group:
+            breaker = self.breaker_for(row)
+            if breaker.record(result, self.clock.monotonic(), probe=row.probe):
+                log_event(logger, "breaker_open", job=JOB, id="-", owner=self.owner, reason=breaker.reason)
+                self.first_opening = self.first_opening or breaker.reason
                 # Kept so the console and the metrics see it after this worker is gone.
-                BreakerOpening.objects.create(opened_at=self.clock.now(), owner=self.owner, reason=self.breaker.reason)
+                BreakerOpening.objects.create(opened_at=self.clock.now(), owner=self.owner, reason=breaker.reason)
 
-    def release(self, rows: list[Row], why: str) -> int:
-        """Hand back rows never sent, through the guard, without using any of their attempts."""
-        if why == "breaker":
-            hold = self.breaker.hold_for
-            reason = f"{self.breaker.reason}. Held back for {hold:g} s without using an attempt."
-            return self.buffer.release(
-                rows, reason, next_attempt_at=self.clock.now(timedelta(seconds=hold)), last_error=reason
-            )
+    def release(self, rows: list[Row]) -> int:
+        """Hand back rows never sent (the budget is spent), claimable at once, without using an attempt."""
         reason = "execution budget spent before this row was sent; released for the next drain"
-        return self.buffer.release(rows, reason)  # claimable at once, due time unchanged
+        return self.buffer.release(rows, reason)
+
+    def hold(self, rows: list[Row]) -> int:
+        """Hand back rows whose scope's breaker is open, due when its hold ends, without using an attempt."""
+        by_scope: dict[str, list[Row]] = {}
+        for row in rows:
+            by_scope.setdefault(row.scope, []).append(row)
+        held = 0
+        now = self.clock.monotonic()
+        for scope, mine in by_scope.items():
+            breaker = self.breakers.get(scope)
+            seconds = breaker.hold_seconds(now)
+            reason = f"{breaker.reason}. Held back for {seconds:g} s without using an attempt."
+            until = self.clock.now(timedelta(seconds=seconds))
+            held += self.buffer.release(mine, reason, next_attempt_at=until, last_error=reason)
+        return held
 
     def learn(self, done: Finished) -> None:
         self._dead_devices.update(done.dead)
@@ -215,7 +248,7 @@ class _Pump:
                 self._take(0.0)  # the last groups' counts
             else:
                 worker.completer.flush_touches()
-        self.report.breaker = worker.breaker.reason
+        self.report.breaker = worker.first_opening
         self.report.budget_spent = self.stop == "budget"
 
     def step(self) -> bool:
@@ -238,7 +271,7 @@ class _Pump:
     def _check_stop(self) -> bool:
         self.stop = self.stop or self.worker.stop_reason()
         if self.stop and self.waiting:
-            self.report.released += self.worker.release(list(self.waiting), self.stop)
+            self.report.released += self.worker.release(list(self.waiting))
             self.waiting.clear()
         return bool(self.stop)
 
@@ -264,6 +297,7 @@ class _Pump:
         worker = self.worker
         starting: list[tuple[Any, PushMessage]] = []
         unsent: list[tuple[Row, Unsendable]] = []
+        held: list[Row] = []
         while self.waiting and len(self.in_flight) < worker.concurrency and not self._check_stop():
             if not worker.budget_spent:
                 worker.buffer.keep_alive()
@@ -278,6 +312,9 @@ class _Pump:
                 row.sent_at = row.claim.database_time(worker.clock.monotonic())
                 unsent.append((row, ending))  # expired, or its device is inactive: ends without a send
                 continue
+            if not worker.may_start(row):
+                held.append(row)  # its scope's breaker is open: back, due when the hold ends
+                continue
             if worker.hooks.before_send:
                 worker.hooks.before_send(row.pk)
             row.sent_at = row.claim.database_time(worker.clock.monotonic())
@@ -288,6 +325,10 @@ class _Pump:
             for row, _ in unsent:
                 row.claim.batch.drop(row.pk)
             count_unsent(unsent, worker.completer.end_unsent(unsent), self.report)
+        if held:
+            landed = worker.hold(held)
+            self.report.released += landed
+            self.report.held += landed
         worker.sender.submit(starting)
 
     def _take(self, timeout: float) -> None:
@@ -306,7 +347,7 @@ class _Pump:
 
     def _finish(self, group: list[tuple[Row, SendResult]]) -> None:
         worker = self.worker
-        worker.record_answers([result for _, result in group])
+        worker.record_answers(group)
         for row, _ in group:
             # Finished from here on: no renewal covers it (its finish is judged by the lease it had).
             row.claim.batch.drop(row.pk)
