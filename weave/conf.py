@@ -203,6 +203,7 @@ class WeaveSettings:
     )
     PUSH_BREAKER_RATIO = Key(0.5, "share of failures in the window that opens a breaker scope", kind=float, above=0.0)
     PUSH_BREAKER_COOLDOWN = seconds(30.0, "how long rows held back by an open breaker wait", minimum=0.0)
+    PUSH_LINGER = seconds(0.5, "seconds a drain task keeps looking for new rows after the last it found", minimum=0.0)
     PUSH_ORIGIN_HOLD_MAX = seconds(300.0, "longest hold a user-chosen origin (a Web Push endpoint) may set")
     # --- operator console ---
     METRICS_TOKEN = text("", "bearer token for the Prometheus endpoint (weave.urls); empty: staff sessions only")

@@ -52,9 +52,10 @@ from weave.leases import BatchLease, Clock, default_clock, new_owner
 
 __all__ = ["DeliveryReport", "Hooks", "PushWorker", "WorkerOptions", "deliver_batch", "drain"]
 
-# If nothing was due, look again this often (real time) while sends are still out, so a drain picks
-# up rows created meanwhile instead of ending with them queued.
-_RECHECK_SECONDS = 0.25
+# If nothing was due, look again (real time) while sends are still out, so a drain picks up rows
+# created meanwhile instead of ending with them queued: soon after a look that found rows (a steady
+# stream is served within milliseconds), then less and less often, up to the longest gap.
+_RECHECK_SECONDS = (0.01, 0.25)
 # How long the completer's thread waits for more answers before it writes a group.
 _GATHER_SECONDS = 0.002
 
@@ -74,8 +75,11 @@ class PushWorker:
         ttl: float | None = None,
         rng: random.Random | None = None,
         backends: Mapping[str, PushBackend] | None = None,
+        linger: float = 0.0,
     ) -> None:
         conf = weave_settings
+        # Real seconds `run()` goes on looking for new rows after the last ones it found (0: end at once).
+        self.linger = linger
         self.clock = clock
         self.owner = owner or new_owner("push:")
         self.hooks = hooks or Hooks()
@@ -231,6 +235,8 @@ class _Pump:
         self.in_flight: dict[Any, Row] = {}
         self.finishing = 0  # rows handed to the completer's thread, not yet counted
         self.nothing_due_at: float | None = None  # real time of the last claim that found nothing
+        self.recheck = _RECHECK_SECONDS[0]  # how long after it to look again
+        self.found_at = time.monotonic()  # real time of the last claim that found rows
         self.stop = ""
         self.thread: CompleterThread | None = None
 
@@ -261,12 +267,24 @@ class _Pump:
             self._refill()
         self._start()
         if self.in_flight or self.finishing:
-            self._take(max(0.05, min(1.0, worker.buffer.seconds_to_renewal())))
+            timeout = max(0.05, min(1.0, worker.buffer.seconds_to_renewal()))
+            if self.more_claims and self.nothing_due_at is not None:
+                timeout = min(timeout, max(0.0, self.nothing_due_at + self.recheck - time.monotonic()))
+            self._take(timeout)
             return True
         if self.waiting:
             return True
-        # Nothing out and nothing waiting: done, unless more rows may be claimed.
-        return self.more_claims and not self.stop and self.nothing_due_at is None
+        # Nothing out and nothing waiting: done, unless more rows may be claimed ...
+        if not self.more_claims or self.stop:
+            return False
+        if self.nothing_due_at is None:
+            return True
+        # ... or the drain lingers a little for rows still to come, looking again now and then: a row
+        # created meanwhile goes out without waiting for the broker to hand out a new drain.
+        if time.monotonic() - self.found_at >= self.worker.linger:
+            return False
+        self._take(max(0.0, self.nothing_due_at + self.recheck - time.monotonic()))
+        return True
 
     def _check_stop(self) -> bool:
         self.stop = self.stop or self.worker.stop_reason()
@@ -281,15 +299,20 @@ class _Pump:
         while (
             not self.stop
             and len(self.waiting) + len(self.in_flight) <= worker.concurrency
-            and (self.nothing_due_at is None or time.monotonic() - self.nothing_due_at >= _RECHECK_SECONDS)
+            and (self.nothing_due_at is None or time.monotonic() - self.nothing_due_at >= self.recheck)
         ):
             _, rows = worker.buffer.claim(worker.batch_size)
             self.report.batches += 1 if rows else 0
             self.report.claimed += len(rows)
             if not rows:
+                if self.nothing_due_at is not None and not self.in_flight:
+                    # Slow down only when nothing is out either: traffic is ebbing.
+                    self.recheck = min(_RECHECK_SECONDS[1], self.recheck * 2)
                 self.nothing_due_at = time.monotonic()
                 return
             self.nothing_due_at = None
+            self.recheck = _RECHECK_SECONDS[0]
+            self.found_at = time.monotonic()
             self.waiting.extend(rows)
 
     def _start(self) -> None:
@@ -376,6 +399,7 @@ class WorkerOptions(TypedDict, total=False):
     ttl: float | None
     rng: random.Random | None
     backends: Mapping[str, PushBackend] | None
+    linger: float
 
 
 def deliver_batch(**options: Unpack[WorkerOptions]) -> DeliveryReport:

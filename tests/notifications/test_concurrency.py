@@ -103,3 +103,26 @@ def test_sends_keep_flowing_while_a_finish_is_being_written(push_settings, fake)
     assert seen == {"sent_meanwhile": True}
     assert report.delivered == 30 and set(Notification.objects.values_list("status", flat=True)) == {"delivered"}
     assert DeliveryAttempt.objects.count() == 30
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_lingering_drain_sends_a_row_created_after_it_ran_dry(push_settings, fake):
+    # At low load the next row goes out from the drain that is still looking, not from a new drain the
+    # broker hands out later.
+    NotificationFactory(next_attempt_at=DatabaseClock().now())
+
+    def later() -> None:
+        try:
+            NotificationFactory(next_attempt_at=DatabaseClock().now())
+        finally:
+            connections.close_all()
+
+    timer = threading.Timer(0.3, later)
+    timer.start()
+    try:
+        report = drain(linger=2.0, enqueue_more=False)
+    finally:
+        timer.join()
+    assert report.delivered == 2 and report.batches == 2
+    assert set(DeliveryAttempt.objects.values_list("owner", flat=True)) == {report.owner}
