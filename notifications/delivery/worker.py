@@ -251,7 +251,9 @@ class _Pump:
         finally:
             if self.thread is not None:
                 self.thread.close()
-                self._take(0.0)  # the last groups' counts
+                for kind, item in worker.inbox.take(0.0):  # the last groups' counts
+                    if kind == DONE:
+                        self._count(item)
             else:
                 worker.completer.flush_touches()
         self.report.breaker = worker.first_opening
@@ -375,13 +377,14 @@ class _Pump:
             # Finished from here on: no renewal covers it (its finish is judged by the lease it had).
             row.claim.batch.drop(row.pk)
         if self.thread is None:
-            self._count(worker.completer.finish(group), handed=0)
+            self._count(worker.completer.finish(group), threaded=False)
             return
         self.finishing += len(group)
         self.thread.submit(group)
 
-    def _count(self, done: Finished, handed: int | None = None) -> None:
-        self.finishing -= len(done.plans) if handed is None else handed
+    def _count(self, done: Finished, *, threaded: bool = True) -> None:
+        if threaded:
+            self.finishing -= len(done.plans)
         self.worker.learn(done)
         count(done, self.report)
         self.worker.buffer.forget_done()
