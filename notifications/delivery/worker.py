@@ -28,7 +28,7 @@ from django.db import connection
 
 from notifications import queue
 from notifications.backends import PushBackend, PushMessage, SendResult, backend_aliases, get_backend
-from notifications.delivery.breaker import BreakerRule, Breakers, CircuitBreaker
+from notifications.delivery.breaker import HALF_OPEN, BreakerRule, Breakers, CircuitBreaker
 from notifications.delivery.claims import ClaimBuffer
 from notifications.delivery.completer import (
     DONE,
@@ -169,11 +169,14 @@ class PushWorker:
             row.scope = Breakers.scope(row.message.backend, origin)
         return self.breakers.get(row.scope)
 
-    def may_start(self, row: Row) -> bool:
-        """Whether `row`'s scope lets it out now (marking it as the probe when its scope is half-open)."""
-        verdict = self.breaker_for(row).allows(self.clock.monotonic())
+    def may_start(self, row: Row) -> str:
+        """ "go" (marked as the probe when its scope is half-open), "wait" (its scope's probe is out) or "hold"."""
+        breaker = self.breaker_for(row)
+        verdict = breaker.allows(self.clock.monotonic())
         row.probe = verdict == "probe"
-        return bool(verdict)
+        if verdict:
+            return "go"
+        return "wait" if breaker.state == HALF_OPEN else "hold"
 
     def unsendable(self, row: Row) -> Unsendable | None:
         """Whether `row` must end without a send (expired; device inactive), judged at the send's database time."""
@@ -232,6 +235,7 @@ class _Pump:
         self.report = report
         self.more_claims = more_claims
         self.waiting: deque[Row] = deque()
+        self.parked: list[Row] = []  # rows whose half-open scope's probe is out: back in line at the next answer
         self.in_flight: dict[Any, Row] = {}
         self.finishing = 0  # rows handed to the completer's thread, not yet counted
         self.nothing_due_at: float | None = None  # real time of the last claim that found nothing
@@ -290,9 +294,10 @@ class _Pump:
 
     def _check_stop(self) -> bool:
         self.stop = self.stop or self.worker.stop_reason()
-        if self.stop and self.waiting:
-            self.report.released += self.worker.release(list(self.waiting))
+        if self.stop and (self.waiting or self.parked):
+            self.report.released += self.worker.release([*self.waiting, *self.parked])
             self.waiting.clear()
+            self.parked.clear()
         return bool(self.stop)
 
     def _refill(self) -> None:
@@ -337,8 +342,12 @@ class _Pump:
                 row.sent_at = row.claim.database_time(worker.clock.monotonic())
                 unsent.append((row, ending))  # expired, or its device is inactive: ends without a send
                 continue
-            if not worker.may_start(row):
+            verdict = worker.may_start(row)
+            if verdict == "hold":
                 held.append(row)  # its scope's breaker is open: back, due when the hold ends
+                continue
+            if verdict == "wait":
+                self.parked.append(row)  # kept (and kept alive) until the probe's answer decides
                 continue
             if worker.hooks.before_send:
                 worker.hooks.before_send(row.pk)
@@ -369,6 +378,9 @@ class _Pump:
                 raise item
         if answers:
             self._finish(answers)
+            # The probe may have answered: parked rows go back to the front of the line.
+            self.waiting.extendleft(reversed(self.parked))
+            self.parked.clear()
 
     def _finish(self, group: list[tuple[Row, SendResult]]) -> None:
         worker = self.worker

@@ -6,7 +6,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from notifications.delivery import deliver_batch, drain
+from notifications.delivery import Hooks, deliver_batch, drain
 from notifications.models import BreakerOpening, Notification
 from notifications.testing.fake_webpush import FakeWebPush, derive_subscription
 from notifications.testing.keys import TestKeys
@@ -222,3 +222,32 @@ def test_a_307_from_one_endpoint_holds_only_that_origin(mixed_backends, fake, st
         "delivered"
     }
     assert fake.stats()["requests"] == 40 and len(webpush_service.plaintexts()) == 6
+
+
+@pytest.mark.parametrize("recovered", [True, False])
+def test_half_open__one_probe_while_the_scopes_other_rows_wait_then_closed_or_held_again(
+    push_settings, fake, clock, recovered
+):
+    NotificationFactory.create_batch(6, next_attempt_at=clock.current)
+    fake.configure(token="the-real-token")  # our token is refused: fatal, the backend's breaker opens at once
+    finishes = []
+
+    def cooldown_passes(_pks):
+        finishes.append(len(_pks))
+        if len(finishes) == 1:
+            clock.advance(31)  # past the 30 s hold
+            if recovered:
+                fake.configure(token=None)
+
+    report = deliver_batch(clock=clock, concurrency=3, ttl=120, hooks=Hooks(before_finish=cooldown_passes))
+    assert BreakerOpening.objects.count() == (1 if recovered else 2)
+    requests = fake.stats()["requests"]
+    if recovered:
+        # The probe's good answer closed the scope; the rows that waited for it went out after it.
+        assert (report.delivered, report.held, requests) == (3, 0, 4 + 2)
+        assert Notification.objects.filter(status="delivered").count() == 3
+    else:
+        # The probe failed: the scope opened again and the waiting rows were held, no attempt used.
+        assert "half-open probe failed" in BreakerOpening.objects.order_by("pk").last().reason
+        assert (report.held, requests) == (2, 4)
+        assert Notification.objects.filter(attempts=0).count() == 2
