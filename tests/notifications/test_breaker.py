@@ -243,9 +243,12 @@ def test_half_open__one_probe_while_the_scopes_other_rows_wait_then_closed_or_he
     assert BreakerOpening.objects.count() == (1 if recovered else 2)
     requests = fake.stats()["requests"]
     if recovered:
-        # The probe's good answer closed the scope; the rows that waited for it went out after it.
-        assert (report.delivered, report.held, requests) == (3, 0, 4 + 2)
-        assert Notification.objects.filter(status="delivered").count() == 3
+        # The probe's good answer closed the scope; the rows that waited for it went out after it. (The
+        # first three were in flight together: the two behind the refused one may have been sent after
+        # the fake took our token again.)
+        assert (report.held, requests) == (0, 6)
+        assert 3 <= report.delivered == Notification.objects.filter(status="delivered").count() <= 5
+        assert not Notification.objects.filter(attempts=0).exists()
     else:
         # The probe failed: the scope opened again and the waiting rows were held, no attempt used.
         assert "half-open probe failed" in BreakerOpening.objects.order_by("pk").last().reason
