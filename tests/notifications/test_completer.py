@@ -122,3 +122,24 @@ def test_completer_thread__finishes_on_its_own_connection_and_posts_what_it_did(
     # Written and committed by the completer's connection: this thread's connection sees it.
     assert set(Notification.objects.values_list("status", "owner")) == {("delivered", None)}
     assert DeliveryAttempt.objects.filter(owner="done-t", outcome="delivered").count() == 4
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_completer_thread__a_bug_in_the_finish_ends_the_drain_with_it_instead_of_hanging(
+    push_settings, fake, monkeypatch
+):
+    from notifications.delivery import drain
+
+    NotificationFactory.create_batch(3, next_attempt_at=None)
+    Notification.objects.update(next_attempt_at=DatabaseClock().now())
+
+    def broken(self, group):
+        raise RuntimeError("a bug in the finish")
+
+    monkeypatch.setattr(Completer, "finish", broken)
+    with pytest.raises(RuntimeError, match="a bug in the finish"):
+        drain(enqueue_more=False)
+    # Nothing was recorded: the rows stay leased until their lease lapses, then any worker takes them.
+    assert not DeliveryAttempt.objects.exists()
+    assert set(Notification.objects.values_list("status", flat=True)) == {"pending"}
