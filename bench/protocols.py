@@ -8,9 +8,10 @@ APNs and Web Push fakes speaking HTTP/2 over TLS), then for each backend loads N
 this process's CPU (every thread: the worker's, the sender's loop, the completer's) per 1,000 pushes,
 the CPU of the bench database's PostgreSQL backends and of the fakes (which share the same two cores).
 
-Anchor, measured in the same run against the same FCM fake: firebase-admin's `send_each_async` in
-batches of 500 (no persistence at all). The other anchors named by the performance targets (the
-fcm-django Celery pattern, aioapns, pywebpush in Celery) are not built yet.
+Anchors, measured in the same run against the same fakes, with no persistence at all: firebase-admin's
+`send_each_async` in batches of 500 (FCM), and aioapns with as many sends in flight as the worker's
+PUSH_CONCURRENCY (APNs). The other anchors named by the performance targets (the fcm-django Celery
+pattern, pywebpush in a Celery task) are not built yet.
 """
 
 import argparse
@@ -138,6 +139,64 @@ def _firebase_admin(n: int, configured: dict[str, Any], token: str, fakes: list[
     }
 
 
+def _aioapns(n: int, configured: dict[str, Any], token: str, fakes: list[Any], window: int) -> dict[str, Any]:
+    """aioapns (what django-push-notifications uses), `window` sends in flight, against the APNs fake."""
+    import ssl
+
+    from aioapns import APNs, NotificationRequest, PushType
+    from aioapns.connection import APNsBaseClientProtocol, APNsProductionClientProtocol
+
+    options = configured["apns"]["OPTIONS"]
+    host, port = options["host"].rsplit(":", 1)
+    # aioapns dials Apple's host on 443; point its protocol at the fake instead.
+    APNsProductionClientProtocol.APNS_SERVER, APNsProductionClientProtocol.APNS_PORT = host, int(port)
+    # The fake's HTTP/2 server ends a 200 with an empty DATA frame (Apple ends it on the HEADERS frame),
+    # which aioapns would parse as JSON: skip empty frames, nothing else changes.
+    parse = APNsBaseClientProtocol.on_data_received
+    if not getattr(parse, "bench_tolerant", False):
+
+        def tolerant(self: Any, raw_data: bytes, stream_id: int) -> None:
+            if raw_data:
+                parse(self, raw_data, stream_id)
+
+        tolerant.bench_tolerant = True  # type: ignore[attr-defined]
+        APNsBaseClientProtocol.on_data_received = tolerant  # type: ignore[method-assign]
+    key = Path(options["key_file"]).read_text()
+
+    async def send_all() -> int:
+        client = APNs(
+            key=key, key_id=options["key_id"], team_id=options["team_id"], topic=options["topic"],
+            ssl_context=ssl.create_default_context(cafile=options["ca_file"]), max_connections=1,
+        )  # fmt: skip
+        slots = asyncio.Semaphore(window)
+
+        async def one(i: int) -> bool:
+            request = NotificationRequest(
+                device_token=token, message={"aps": {"alert": {"title": "Weave bench", "body": f"Notification {i}"}}},
+                notification_id=str(uuid.uuid4()), push_type=PushType.ALERT,
+            )  # fmt: skip
+            async with slots:
+                return (await client.send_notification(request)).is_successful
+
+        return sum(await asyncio.gather(*(one(i) for i in range(n))))
+
+    fake = group_pids(fakes)
+    fake0, cpu0, t0 = _cpu(fake), time.process_time(), time.perf_counter()
+    delivered = asyncio.run(send_all())
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    return {
+        "system": f"aioapns, {window} in flight",
+        "n": n,
+        "delivered": delivered,
+        "rate": n / wall,
+        "worker_cpu_per_1000": cpu / n * 1000,
+        "postgres_cpu_per_1000": 0.0,
+        "fake_cpu_per_1000": (_cpu(fake) - fake0) / n * 1000,
+        "groups": 0,
+        "window": str(window),
+    }
+
+
 def run_latency(latency: int, n: int, concurrency: int | None) -> list[dict[str, Any]]:
     from django.conf import settings
 
@@ -158,10 +217,14 @@ def run_latency(latency: int, n: int, concurrency: int | None) -> list[dict[str,
                 rows.append(row)
                 _print(row)
             if os.environ.get("BENCH_ANCHORS", "1") != "0":
-                row = _firebase_admin(n, configured, tokens["fcm"], fakes["fcm"])
-                row["latency_ms"] = latency
-                rows.append(row)
-                _print(row)
+                window = concurrency or settings.WEAVE.get("PUSH_CONCURRENCY", 20)
+                for row in (
+                    _firebase_admin(n, configured, tokens["fcm"], fakes["fcm"]),
+                    _aioapns(n, configured, tokens["apns"], fakes["apns"], window),
+                ):
+                    row["latency_ms"] = latency
+                    rows.append(row)
+                    _print(row)
         finally:
             settings.WEAVE = previous
     return rows
