@@ -213,7 +213,7 @@ class PushWorker:
         for scope, mine in by_scope.items():
             breaker = self.breakers.get(scope)
             seconds = breaker.hold_seconds(now)
-            reason = f"{breaker.reason}. Held back for {seconds:g} s without using an attempt."
+            reason = f"{breaker.reason}. Held back for {seconds:.1f} s without using an attempt."
             until = self.clock.now(timedelta(seconds=seconds))
             held += self.buffer.release(mine, reason, next_attempt_at=until, last_error=reason)
         return held
