@@ -21,8 +21,21 @@ class PushSettings(SettingsGroup):
     PUSH_BACKOFF_BASE = seconds(2.0, "first retry delay; doubled per attempt, with jitter", minimum=0.0)
     PUSH_BACKOFF_MAX = seconds(3600.0, "cap on the retry delay", minimum=0.0)
     PUSH_MAX_PAYLOAD_BYTES = count(4096, "largest JSON payload a notification may carry")
-    PUSH_BREAKER_THRESHOLD = count(5, "consecutive systemic failures (5xx, 429, unreachable) that stop a batch")
-    PUSH_BREAKER_COOLDOWN = seconds(30.0, "how long rows released by the breaker wait", minimum=0.0)
+    # Deprecated: before breakers were judged on a ratio this was "failures in a row"; it is now read
+    # as PUSH_BREAKER_MIN_ANSWERS when that key is not set.
+    PUSH_BREAKER_THRESHOLD = count(10, "deprecated: read as PUSH_BREAKER_MIN_ANSWERS when that is unset")
+    PUSH_BREAKER_WINDOW = count(20, "answers per breaker scope the failure ratio is taken over")
+    PUSH_BREAKER_MIN_ANSWERS = Key(
+        10,
+        "answers a breaker scope's window must hold before its failure ratio can open it",
+        kind=int,
+        minimum=1,
+        fallback=PUSH_BREAKER_THRESHOLD,
+    )
+    PUSH_BREAKER_RATIO = Key(0.5, "share of failures in the window that opens a breaker scope", kind=float, above=0.0)
+    PUSH_BREAKER_COOLDOWN = seconds(30.0, "how long rows held back by an open breaker wait", minimum=0.0)
+    PUSH_LINGER = seconds(0.5, "seconds a drain task keeps looking for new rows after the last it found", minimum=0.0)
+    PUSH_ORIGIN_HOLD_MAX = seconds(300.0, "longest hold a user-chosen origin (a Web Push endpoint) may set")
     # --- devices: what end users may register (docs/devices.md) ---
     PUSH_MAX_DEVICES_PER_USER = count(100, "active devices one user may have; registration beyond it is refused")
     PUSH_WEBPUSH_HOSTS: Key[tuple[str, ...]] = Key(

@@ -1,7 +1,7 @@
-"""What an answer means for its notification: the transition, the backoff, the breaker. No database here.
+"""What an answer means for its notification: the transition and the backoff. No database here.
 
-The worker asks `decide()` for every answer and writes what it returns behind the row's guard; the
-breaker watches the run of answers. Everything is a pure function of its inputs (the random source
+The worker asks `decide()` for every answer and writes what it returns behind the row's guard (the
+circuit breakers live in `breaker`). Everything is a pure function of its inputs (the random source
 included), so it is tested fast, with `httpx.MockTransport` answers and no database.
 """
 
@@ -108,37 +108,3 @@ def safe_result(result: SendResult, secrets: Sequence[str] = ()) -> SendResult:
         return result
     values: dict[str, Any] = {**asdict(result), "reason": reason, "provider_message_id": message_id}
     return SendResult(**values)
-
-
-class CircuitBreaker:
-    """Open after `threshold` systemic failures in a row, or at once on a fatal one (credentials, a redirect).
-
-    `hold_for` is how long rows held back by an open breaker wait: the cooldown, or longer when the
-    provider itself asked for more (Retry-After on 429/503).
-    """
-
-    def __init__(self, threshold: int, cooldown: float = 0.0, cap: float = 3600.0) -> None:
-        self.threshold = threshold
-        self.cooldown = cooldown
-        self.cap = cap
-        self.run = 0
-        self.reason = ""
-        self.hold_for = cooldown
-
-    def record(self, result: SendResult) -> bool:
-        """Count one answer; return True when this answer opened the breaker."""
-        if self.reason:
-            return False
-        if result.fatal:
-            self.reason = f"Circuit breaker opened: {result.reason}"
-        elif result.systemic:
-            self.run += 1
-            if self.run >= self.threshold:
-                self.reason = (
-                    f"Circuit breaker opened after {self.run} provider failures in a row (last: {result.reason})"
-                )
-        elif result.outcome in (Outcome.DELIVERED, Outcome.PERMANENT):
-            self.run = 0  # the provider answered sensibly: the run of failures is broken
-        if self.reason and result.retry_after is not None:
-            self.hold_for = max(self.cooldown, min(result.retry_after, self.cap))
-        return bool(self.reason)

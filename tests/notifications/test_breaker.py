@@ -1,24 +1,32 @@
-"""The circuit breaker stops a batch on systematic provider failure without burning unstarted rows' attempts."""
+"""Circuit breakers hold back only what failed: a backend alias, or the origin a user chose; others keep going."""
 
+import threading
 from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from notifications.backends import Outcome, SendResult
-from notifications.delivery import CircuitBreaker, deliver_batch
+from notifications.delivery import Hooks, deliver_batch, drain
 from notifications.models import BreakerOpening, Notification
+from notifications.testing.fake_webpush import FakeWebPush, derive_subscription
+from notifications.testing.keys import TestKeys
+from tests.conftest import TOKEN
 from tests.factories import NotificationFactory
 
 pytestmark = pytest.mark.django_db
 
 
-def test_breaker__a_run_of_5xx_stops_the_batch_and_holds_the_rest_back(push_settings, fake, clock, settings):
+# --- one backend -------------------------------------------------------------------------------------
+
+
+def test_breaker__a_run_of_5xx_holds_the_rest_of_its_backend_back(push_settings, fake, clock, settings):
+    # PUSH_BREAKER_THRESHOLD is deprecated: it is read as the breaker's minimum number of answers.
     settings.WEAVE = {**push_settings, "PUSH_BREAKER_THRESHOLD": 5, "PUSH_BREAKER_COOLDOWN": 30}
     NotificationFactory.create_batch(20, next_attempt_at=clock.current)
     fake.configure(force_status=502)
     report = deliver_batch(clock=clock, concurrency=1)
-    assert report.breaker.startswith("Circuit breaker opened after 5 provider failures in a row")
-    assert (report.sent, report.temporary, report.released) == (5, 5, 15)
+    assert report.breaker.startswith("Circuit breaker opened for backend 'default': 5 of its last 5 answers failed")
+    assert (report.sent, report.temporary, report.released, report.held) == (5, 5, 15, 15)
     assert fake.stats()["requests"] == 5
     held_back = Notification.objects.filter(attempts=0)
     assert held_back.count() == 15
@@ -32,7 +40,15 @@ def test_breaker__a_run_of_5xx_stops_the_batch_and_holds_the_rest_back(push_sett
     assert opening.opened_at == clock.current
 
 
-def test_breaker__bad_credentials_stop_the_batch_after_one_request(push_settings, fake, clock):
+def test_breaker__by_default_opens_at_half_of_the_window_once_ten_answers_are_in(push_settings, fake, clock):
+    NotificationFactory.create_batch(20, next_attempt_at=clock.current)
+    fake.configure(force_status=503)
+    report = deliver_batch(clock=clock, concurrency=1)
+    assert "10 of its last 10 answers failed" in report.breaker
+    assert (report.sent, report.held) == (10, 10)
+
+
+def test_breaker__bad_credentials_stop_the_backend_after_one_request(push_settings, fake, clock):
     NotificationFactory.create_batch(10, next_attempt_at=clock.current)
     fake.configure(token="the-real-token")
     report = deliver_batch(clock=clock, concurrency=1)
@@ -42,14 +58,199 @@ def test_breaker__bad_credentials_stop_the_batch_after_one_request(push_settings
     assert Notification.objects.filter(attempts=0, owner__isnull=True).count() == 9
 
 
-def test_breaker__a_good_answer_breaks_the_run():
-    breaker = CircuitBreaker(threshold=3)
-    failure = SendResult(outcome=Outcome.TEMPORARY, http_status=503, reason="HTTP 503", systemic=True)
-    for result in (failure, failure, SendResult(outcome=Outcome.DELIVERED), failure, failure):
-        breaker.record(result)
-    assert breaker.reason == ""
-    # A timeout says nothing about the provider's health either way: it neither counts nor resets.
-    breaker.record(SendResult(outcome=Outcome.UNKNOWN))
-    assert breaker.reason == ""
-    breaker.record(failure)
-    assert breaker.reason == "Circuit breaker opened after 3 provider failures in a row (last: HTTP 503)"
+def test_breaker__a_third_of_first_answers_failing_with_twenty_in_flight_does_not_open(push_settings, fake, clock):
+    NotificationFactory.create_batch(90, next_attempt_at=clock.current)
+    fake.configure(first_5xx_every=3)  # the first request of every third key answers 503
+    report = drain(clock=clock, concurrency=20, batch_size=90, enqueue_more=False)
+    assert report.breaker == "" and report.held == 0
+    assert (report.delivered, report.temporary) == (60, 30)
+    assert not BreakerOpening.objects.exists()
+    assert not Notification.objects.filter(last_error__contains="Held back").exists()
+
+
+# --- destinations users choose ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def push_keys(tmp_path_factory) -> TestKeys:
+    return TestKeys.create(tmp_path_factory.mktemp("breaker-keys"))
+
+
+@pytest.fixture(scope="module")
+def webpush_service(push_keys):
+    with FakeWebPush(push_keys) as service:
+        yield service
+
+
+class _Stranger(ThreadingHTTPServer):
+    """A push service a user pointed their subscriptions at (another origin): one answer to every POST."""
+
+    daemon_threads = True
+    status = 503
+    headers: dict[str, str] = {}
+    requests = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def configure(self, status: int, **headers: str) -> None:
+        self.status, self.headers = status, headers
+
+    def stats(self) -> dict[str, int]:
+        return {"requests": self.requests}
+
+
+class _Answer(BaseHTTPRequestHandler):
+    server: _Stranger
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.server.requests += 1
+        self.send_response(self.server.status)
+        for name, value in self.server.headers.items():
+            self.send_header(name.replace("_", "-"), value)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def stranger():
+    server = _Stranger(("127.0.0.1", 0), _Answer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def mixed_backends(settings, fake, webpush_service, push_keys):
+    settings.WEAVE = {
+        "PUSH_TIMEOUT": 3.0,
+        "PUSH_LEASE_TTL": 30.0,
+        "PUSH_MAX_ATTEMPTS": 3,
+        "PUSH_BACKENDS": {
+            "default": {
+                "BACKEND": "notifications.backends.webhook.WebhookBackend",
+                "OPTIONS": {"url": fake.push_url, "token": TOKEN},
+            },
+            "webpush": {
+                "BACKEND": "notifications.backends.webpush.WebPushBackend",
+                "OPTIONS": {
+                    "vapid_private_key_file": str(push_keys.vapid_private_key_file),
+                    "vapid_subject": "mailto:ops@example.com",
+                    "ca_file": str(push_keys.ca_file),
+                },
+            },
+        },
+    }
+    webpush_service.reset()
+
+
+def _rows(clock, stranger, webpush_service, *, strangers: int, webhook: int = 40, webpush: int = 6):
+    """The stranger's rows are due first, so under the old rule their failures came first, in a row."""
+    due = clock.current - timedelta(seconds=10)
+    evil = [
+        NotificationFactory(
+            backend="webpush",
+            device_token=derive_subscription(stranger.url, f"evil-{i}").as_token(),
+            next_attempt_at=due,
+        )
+        for i in range(strangers)
+    ]
+    others = NotificationFactory.create_batch(webhook, next_attempt_at=clock.current)
+    others += [
+        NotificationFactory(
+            backend="webpush",
+            device_token=webpush_service.subscription(f"user-{i}").as_token(),
+            next_attempt_at=clock.current,
+        )
+        for i in range(webpush)
+    ]
+    return evil, others
+
+
+def test_a_strangers_endpoints_answering_503_retry_after_an_hour_hold_nobody_else(
+    mixed_backends, fake, stranger, webpush_service, clock
+):
+    stranger.configure(503, Retry_After="3600")
+    evil, others = _rows(clock, stranger, webpush_service, strangers=8)
+    report = drain(clock=clock, concurrency=1, enqueue_more=False)
+    assert set(Notification.objects.filter(pk__in=[n.pk for n in others]).values_list("status", flat=True)) == {
+        "delivered"
+    }
+    assert report.held == 0 and report.breaker == ""  # 8 answers: below the breaker's minimum volume
+    mine = Notification.objects.filter(pk__in=[n.pk for n in evil])
+    assert set(mine.values_list("status", "attempts")) == {("pending", 1)}
+    assert stranger.stats()["requests"] == 8
+
+
+def test_a_strangers_origin_opens_its_own_breaker_with_a_capped_hold(
+    mixed_backends, fake, stranger, webpush_service, clock, settings
+):
+    settings.WEAVE = {**settings.WEAVE, "PUSH_ORIGIN_HOLD_MAX": 120}
+    stranger.configure(503, Retry_After="3600")
+    evil, others = _rows(clock, stranger, webpush_service, strangers=14)
+    report = drain(clock=clock, concurrency=1, enqueue_more=False)
+    origin = stranger.url.lower()
+    assert report.breaker.startswith(f"Circuit breaker opened for backend 'webpush', origin {origin}: 10 of its last")
+    assert report.held == 4 and stranger.stats()["requests"] == 10
+    held = Notification.objects.filter(pk__in=[n.pk for n in evil], attempts=0)
+    # Held for the cap (120 s), not the hour the stranger asked for, and only the stranger's rows.
+    assert set(held.values_list("next_attempt_at", flat=True)) == {clock.current + timedelta(seconds=120)}
+    assert held.count() == 4
+    assert set(Notification.objects.filter(pk__in=[n.pk for n in others]).values_list("status", flat=True)) == {
+        "delivered"
+    }
+    assert list(BreakerOpening.objects.values_list("reason", flat=True)) == [report.breaker]
+
+
+def test_a_307_from_one_endpoint_holds_only_that_origin(mixed_backends, fake, stranger, webpush_service, clock):
+    stranger.configure(307, Location="https://elsewhere.example/wp/x")
+    evil, others = _rows(clock, stranger, webpush_service, strangers=3)
+    report = drain(clock=clock, concurrency=1, enqueue_more=False)
+    assert stranger.stats()["requests"] == 1  # fatal: its origin opened at once
+    assert f"origin {stranger.url.lower()}" in report.breaker and report.held == 2
+    assert Notification.objects.filter(pk__in=[n.pk for n in evil], attempts=0).count() == 2
+    assert set(Notification.objects.filter(pk__in=[n.pk for n in others]).values_list("status", flat=True)) == {
+        "delivered"
+    }
+    assert fake.stats()["requests"] == 40 and len(webpush_service.plaintexts()) == 6
+
+
+@pytest.mark.parametrize("recovered", [True, False])
+def test_half_open__one_probe_while_the_scopes_other_rows_wait_then_closed_or_held_again(
+    push_settings, fake, clock, recovered
+):
+    NotificationFactory.create_batch(6, next_attempt_at=clock.current)
+    fake.configure(token="the-real-token")  # our token is refused: fatal, the backend's breaker opens at once
+    finishes = []
+
+    def cooldown_passes(_pks):
+        finishes.append(len(_pks))
+        if len(finishes) == 1:
+            clock.advance(31)  # past the 30 s hold
+            if recovered:
+                fake.configure(token=None)
+
+    report = deliver_batch(clock=clock, concurrency=3, ttl=120, hooks=Hooks(before_finish=cooldown_passes))
+    assert BreakerOpening.objects.count() == (1 if recovered else 2)
+    requests = fake.stats()["requests"]
+    if recovered:
+        # The probe's good answer closed the scope; the rows that waited for it went out after it. (The
+        # first three were in flight together: the two behind the refused one may have been sent after
+        # the fake took our token again.)
+        assert (report.held, requests) == (0, 6)
+        assert 3 <= report.delivered == Notification.objects.filter(status="delivered").count() <= 5
+        assert not Notification.objects.filter(attempts=0).exists()
+    else:
+        # The probe failed: the scope opened again and the waiting rows were held, no attempt used.
+        assert "half-open probe failed" in BreakerOpening.objects.order_by("pk").last().reason
+        assert (report.held, requests) == (2, 4)
+        assert Notification.objects.filter(attempts=0).count() == 2

@@ -79,3 +79,50 @@ def test_slow_request__batch_lease_is_renewed_in_real_time_so_nobody_takes_the_r
     assert (report.delivered, report.lease_lost) == (1, 0)
     row.refresh_from_db()
     assert (row.status, row.fence) == ("delivered", 1)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_sends_keep_flowing_while_a_finish_is_being_written(push_settings, fake):
+    # The completer writes on its own thread: a slow first finish must not stop the sends behind it.
+    NotificationFactory.create_batch(30, next_attempt_at=None)
+    Notification.objects.update(next_attempt_at=DatabaseClock().now())
+    seen: dict[str, bool] = {}
+
+    def slow_first_finish(_pks):
+        if seen:
+            return
+        deadline = threading.Event()
+        for _ in range(200):  # up to 10 s for the other rows to go out meanwhile
+            if fake.stats()["requests"] >= 20:
+                break
+            deadline.wait(0.05)
+        seen["sent_meanwhile"] = fake.stats()["requests"] >= 20
+
+    report = drain(batch_size=30, concurrency=5, enqueue_more=False, hooks=Hooks(before_finish=slow_first_finish))
+    assert seen == {"sent_meanwhile": True}
+    assert report.delivered == 30 and set(Notification.objects.values_list("status", flat=True)) == {"delivered"}
+    assert DeliveryAttempt.objects.count() == 30
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_lingering_drain_sends_a_row_created_after_it_ran_dry(push_settings, fake):
+    # At low load the next row goes out from the drain that is still looking, not from a new drain the
+    # broker hands out later.
+    NotificationFactory(next_attempt_at=DatabaseClock().now())
+
+    def later() -> None:
+        try:
+            NotificationFactory(next_attempt_at=DatabaseClock().now())
+        finally:
+            connections.close_all()
+
+    timer = threading.Timer(0.3, later)
+    timer.start()
+    try:
+        report = drain(linger=2.0, enqueue_more=False)
+    finally:
+        timer.join()
+    assert report.delivered == 2 and report.batches == 2
+    assert set(DeliveryAttempt.objects.values_list("owner", flat=True)) == {report.owner}

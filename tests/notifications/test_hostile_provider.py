@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 from django.db import DataError
 
-from notifications.delivery import deliver_batch, worker
+from notifications.delivery import completer, deliver_batch
 from notifications.explain import explain_notification
 from notifications.models import DeliveryAttempt, Notification
 from tests.conftest import TOKEN
@@ -130,7 +130,7 @@ def test_retry_after_http_date__is_the_due_time_on_the_database_clock(push_setti
 def test_group_finish_that_fails__finished_row_by_row_and_every_attempt_counts(push_settings, fake, clock, monkeypatch):
     rows = NotificationFactory.create_batch(6, next_attempt_at=clock.current)
     fake.configure(force_status=503)
-    real = worker.insert_receipts
+    real = completer.insert_receipts
     poison = rows[2].pk
 
     def fragile(receipts, **kwargs):
@@ -142,7 +142,7 @@ def test_group_finish_that_fails__finished_row_by_row_and_every_attempt_counts(p
             raise DataError("invalid byte sequence for encoding UTF8: 0x00")
         return real(receipts, **kwargs)
 
-    monkeypatch.setattr(worker, "insert_receipts", fragile)
+    monkeypatch.setattr(completer, "insert_receipts", fragile)
     report = deliver_batch(clock=clock, concurrency=6)
     assert report.fallbacks >= 1
     assert set(Notification.objects.values_list("status", "attempts", "owner")) == {("pending", 1, None)}

@@ -8,7 +8,8 @@ import pytest
 
 from notifications.backends import Outcome, PushMessage, SendResult
 from notifications.backends.webhook import WebhookBackend
-from notifications.delivery.policy import CircuitBreaker, PastAttempt, RetryPolicy, decide, safe_result, story
+from notifications.delivery.breaker import BreakerRule, CircuitBreaker
+from notifications.delivery.policy import PastAttempt, RetryPolicy, decide, safe_result, story
 
 POLICY = RetryPolicy(max_attempts=3, backoff_base=2.0, backoff_max=600.0)
 MESSAGE = PushMessage(idempotency_key="k", token="device", title="t", body="b")
@@ -81,17 +82,17 @@ def test_out_of_attempts__failed_with_the_story_from_stored_fields():
 
 def test_redirect__systemic_and_fatal_never_permanent():
     result = answer(httpx.Response(302, headers={"Location": "https://elsewhere/"}))
-    breaker = CircuitBreaker(threshold=5)
-    assert breaker.record(result) is True
+    breaker = CircuitBreaker()
+    assert breaker.record(result, now=0.0) is True
     assert decide(result, attempts_before=0, policy=POLICY, rng=random.Random(1)).status == "pending"
 
 
 def test_breaker__holds_rows_back_as_long_as_the_provider_asked():
-    breaker = CircuitBreaker(threshold=2, cooldown=30, cap=600)
+    breaker = CircuitBreaker(BreakerRule(min_answers=2, cooldown=30, cap=600))
     throttled = answer(httpx.Response(429, headers={"Retry-After": "120"}))
-    breaker.record(throttled)
-    assert breaker.record(throttled) is True
-    assert breaker.hold_for == 120
+    breaker.record(throttled, now=0.0)
+    assert breaker.record(throttled, now=0.0) is True
+    assert breaker.hold_seconds(now=0.0) == 120
 
 
 def test_safe_result__a_careless_backend_cannot_store_nul_or_a_secret():

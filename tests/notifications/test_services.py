@@ -124,7 +124,7 @@ def test_drain_task__asks_for_one_more_drain_when_more_than_a_batch_is_due(monke
     from notifications import tasks
 
     NotificationFactory.create_batch(due, next_attempt_at=timezone.now())
-    monkeypatch.setattr(tasks, "run_drain", lambda: _Report())
+    monkeypatch.setattr(tasks, "run_drain", lambda **_options: _Report())
     tasks.drain()
     assert OrmQ.objects.count() == more
 

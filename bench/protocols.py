@@ -1,0 +1,259 @@
+"""Bench-only: the push worker on each protocol (webhook, FCM, APNs, Web Push), side by side with an anchor.
+
+    BENCH_DATABASE_URL=postgres://... python bench/protocols.py --n 2000 [--latency 0,50] [--json out.json]
+
+For each provider latency it starts the local fakes in child processes (the webhook fake, and the FCM,
+APNs and Web Push fakes speaking HTTP/2 over TLS), then for each backend loads N due rows and runs one
+`drain()` in this process: the worker's code path without django-q2 around it. It reports the rate,
+this process's CPU (every thread: the worker's, the sender's loop, the completer's) per 1,000 pushes,
+the CPU of the bench database's PostgreSQL backends and of the fakes (which share the same two cores).
+
+Anchors, measured in the same run against the same fakes, with no persistence at all: firebase-admin's
+`send_each_async` in batches of 500 (FCM), and aioapns with as many sends in flight as the worker's
+PUSH_CONCURRENCY (APNs). The other anchors named by the performance targets (the fcm-django Celery
+pattern, pywebpush in a Celery task) are not built yet.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import harness  # noqa: E402
+from bench.product import backend_pids, group_pids, proc_cpu  # noqa: E402
+
+ALIASES = tuple(os.environ.get("BENCH_ALIASES", "default,fcm,apns,webpush").split(","))
+
+
+def _cpu(pids: set[int]) -> float:
+    return sum(proc_cpu(pids).values())
+
+
+def _start_fakes(run: harness.Bench, latency: int) -> tuple[Any, dict[str, Any], dict[str, str], Path]:
+    directory = harness.log_dir() / f"protocol-fakes-{latency}"
+    backends_file = directory / "push_backends.json"
+    backends_file.unlink(missing_ok=True)
+    ports = [harness.free_port() for _ in range(3)]
+    command = [
+        *harness.provider_command(0, 0)[:2], "fake_push_services", "--dir", str(directory),
+        "--fcm-port", str(ports[0]), "--apns-port", str(ports[1]), "--webpush-port", str(ports[2]),
+        "--latency-ms", str(latency),
+    ]  # fmt: skip
+    child = run.groups.start(f"protocol-fakes-{latency}", command)
+    harness.wait_until(lambda: backends_file.exists() or not child.alive(), timeout=60, message="the fakes")
+    if not child.alive():
+        raise RuntimeError(f"fake_push_services exited:\n{child.log_tail()}")
+    configured = json.loads(backends_file.read_text())
+    tokens = json.loads((directory / "sample_tokens.json").read_text())["live"]
+    return child, configured, tokens, directory
+
+
+def _weave(alias: str, n: int, token: str, fakes: list[Any]) -> dict[str, Any]:
+    from django.utils import timezone
+
+    from notifications.backends.credentials import forget_shared
+    from notifications.delivery import drain
+    from notifications.models import Notification
+
+    harness.reset_tables()
+    forget_shared()  # a fresh worker process starts without a token
+    now = timezone.now()
+    Notification.objects.bulk_create(
+        Notification(
+            device_token=token, backend=alias, title="Weave bench", body=f"Notification {i}", data={"i": str(i)},
+            idempotency_key=uuid.uuid4(), next_attempt_at=now,
+        )
+        for i in range(n)
+    )  # fmt: skip
+    pg, fake = backend_pids(), group_pids(fakes)
+    pg0, fake0, cpu0, t0 = _cpu(pg), _cpu(fake), time.process_time(), time.perf_counter()
+    report = drain(enqueue_more=False, budget=600)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    pg |= backend_pids()
+    delivered = harness.status_counts().get("delivered", 0)
+    return {
+        "system": f"weave {alias}",
+        "n": n,
+        "delivered": delivered,
+        "rate": n / wall,
+        "worker_cpu_per_1000": cpu / n * 1000,
+        "postgres_cpu_per_1000": (_cpu(pg) - pg0) / n * 1000,
+        "fake_cpu_per_1000": (_cpu(fake) - fake0) / n * 1000,
+        "groups": report.groups,
+        "window": "PUSH_CONCURRENCY",
+    }
+
+
+def _firebase_admin(n: int, configured: dict[str, Any], token: str, fakes: list[Any]) -> dict[str, Any]:
+    """firebase-admin 7's `send_each_async`, batches of 500, against the FCM fake: no database at all."""
+    import firebase_admin
+    from firebase_admin import credentials, messaging
+
+    options = configured["fcm"]["OPTIONS"]
+    # The client trusts the fake's CA the standard way (httpx and requests read these variables).
+    os.environ["SSL_CERT_FILE"] = os.environ["REQUESTS_CA_BUNDLE"] = options["ca_file"]
+    messaging._MessagingService.FCM_URL = options["base_url"] + "/v1/projects/{0}/messages:send"
+    # The fake grants only the messaging scope (the one FCM's send needs); firebase-admin asks for a list.
+    credentials._scopes = ["https://www.googleapis.com/auth/firebase.messaging"]
+    name = f"bench-{uuid.uuid4().hex[:8]}"
+    app = firebase_admin.initialize_app(
+        credentials.Certificate(options["credentials_file"]), {"projectId": options["project_id"]}, name=name
+    )
+    batch = [
+        messaging.Message(
+            token=token, notification=messaging.Notification(title="Weave bench", body=f"Notification {i}"),
+            data={"i": str(i)},
+        )
+        for i in range(n)
+    ]  # fmt: skip
+
+    async def send_all() -> int:
+        ok = 0
+        for start in range(0, n, 500):
+            response = await messaging.send_each_async(batch[start : start + 500], app=app)
+            ok += response.success_count
+        return ok
+
+    fake = group_pids(fakes)
+    fake0, cpu0, t0 = _cpu(fake), time.process_time(), time.perf_counter()
+    delivered = asyncio.run(send_all())
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    # (No delete_app: it closes the async client after its loop is gone. One app per run is fine.)
+    return {
+        "system": "firebase-admin send_each_async",
+        "n": n,
+        "delivered": delivered,
+        "rate": n / wall,
+        "worker_cpu_per_1000": cpu / n * 1000,
+        "postgres_cpu_per_1000": 0.0,
+        "fake_cpu_per_1000": (_cpu(fake) - fake0) / n * 1000,
+        "groups": 0,
+        "window": "500 per batch",
+    }
+
+
+def _aioapns(n: int, configured: dict[str, Any], token: str, fakes: list[Any], window: int) -> dict[str, Any]:
+    """aioapns (what django-push-notifications uses), `window` sends in flight, against the APNs fake."""
+    import ssl
+
+    from aioapns import APNs, NotificationRequest, PushType
+    from aioapns.connection import APNsBaseClientProtocol, APNsProductionClientProtocol
+
+    options = configured["apns"]["OPTIONS"]
+    host, port = options["host"].rsplit(":", 1)
+    # aioapns dials Apple's host on 443; point its protocol at the fake instead.
+    APNsProductionClientProtocol.APNS_SERVER, APNsProductionClientProtocol.APNS_PORT = host, int(port)
+    # The fake's HTTP/2 server ends a 200 with an empty DATA frame (Apple ends it on the HEADERS frame),
+    # which aioapns would parse as JSON: skip empty frames, nothing else changes.
+    parse = APNsBaseClientProtocol.on_data_received
+    if not getattr(parse, "bench_tolerant", False):
+
+        def tolerant(self: Any, raw_data: bytes, stream_id: int) -> None:
+            if raw_data:
+                parse(self, raw_data, stream_id)
+
+        tolerant.bench_tolerant = True  # type: ignore[attr-defined]
+        APNsBaseClientProtocol.on_data_received = tolerant  # type: ignore[method-assign]
+    key = Path(options["key_file"]).read_text()
+
+    async def send_all() -> int:
+        client = APNs(
+            key=key, key_id=options["key_id"], team_id=options["team_id"], topic=options["topic"],
+            ssl_context=ssl.create_default_context(cafile=options["ca_file"]), max_connections=1,
+        )  # fmt: skip
+        slots = asyncio.Semaphore(window)
+
+        async def one(i: int) -> bool:
+            request = NotificationRequest(
+                device_token=token, message={"aps": {"alert": {"title": "Weave bench", "body": f"Notification {i}"}}},
+                notification_id=str(uuid.uuid4()), push_type=PushType.ALERT,
+            )  # fmt: skip
+            async with slots:
+                return (await client.send_notification(request)).is_successful
+
+        return sum(await asyncio.gather(*(one(i) for i in range(n))))
+
+    fake = group_pids(fakes)
+    fake0, cpu0, t0 = _cpu(fake), time.process_time(), time.perf_counter()
+    delivered = asyncio.run(send_all())
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    return {
+        "system": f"aioapns, {window} in flight",
+        "n": n,
+        "delivered": delivered,
+        "rate": n / wall,
+        "worker_cpu_per_1000": cpu / n * 1000,
+        "postgres_cpu_per_1000": 0.0,
+        "fake_cpu_per_1000": (_cpu(fake) - fake0) / n * 1000,
+        "groups": 0,
+        "window": str(window),
+    }
+
+
+def run_latency(latency: int, n: int, concurrency: int | None) -> list[dict[str, Any]]:
+    from django.conf import settings
+
+    rows = []
+    with harness.bench() as run:
+        provider = run.start_provider(latency)
+        child, configured, tokens, _ = _start_fakes(run, latency)
+        tokens["default"] = "bench-device"
+        previous = getattr(settings, "WEAVE", {})
+        settings.WEAVE = {**previous, "PUSH_URL": provider.push_url, "PUSH_TIMEOUT": 10.0, "PUSH_BACKENDS": configured}
+        if concurrency:
+            settings.WEAVE.update(PUSH_CONCURRENCY=concurrency, PUSH_BATCH_SIZE=2 * concurrency)
+        fakes = {"default": [provider.child]} | {alias: [child] for alias in ("fcm", "apns", "webpush")}
+        try:
+            for alias in ALIASES:
+                row = _weave(alias, n, tokens[alias], fakes[alias])
+                row["latency_ms"] = latency
+                rows.append(row)
+                _print(row)
+            if os.environ.get("BENCH_ANCHORS", "1") != "0":
+                window = concurrency or settings.WEAVE.get("PUSH_CONCURRENCY", 20)
+                for row in (
+                    _firebase_admin(n, configured, tokens["fcm"], fakes["fcm"]),
+                    _aioapns(n, configured, tokens["apns"], fakes["apns"], window),
+                ):
+                    row["latency_ms"] = latency
+                    rows.append(row)
+                    _print(row)
+        finally:
+            settings.WEAVE = previous
+    return rows
+
+
+def _print(row: dict[str, Any]) -> None:
+    print(
+        f"{row['latency_ms']:>3} ms  {row['system']:<32} {row['rate']:>7,.0f}/s"
+        f"  delivered {row['delivered']}/{row['n']}"
+        f"  worker CPU {row['worker_cpu_per_1000']:.2f} s/1000  PostgreSQL {row['postgres_cpu_per_1000']:.2f}"
+        f"  fake {row['fake_cpu_per_1000']:.2f}",
+        flush=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=2000)
+    parser.add_argument("--latency", default="0,50")
+    parser.add_argument("--concurrency", type=int, default=None, help="PUSH_CONCURRENCY (default: the setting)")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    harness.configure()
+    rows = []
+    for latency in (int(v) for v in args.latency.split(",")):
+        rows += run_latency(latency, args.n, args.concurrency)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

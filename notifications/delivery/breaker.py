@@ -1,0 +1,127 @@
+"""Circuit breakers, one per scope: a failure holds back only the rows that would hit the same failure.
+
+A scope is a backend alias, and for destinations a user chooses (Web Push endpoints) the alias plus
+the endpoint's origin (`PushBackend.hold_scope()`), so a stranger's push service holds only the rows
+going to it. Per scope:
+
+- *closed*: every row may start. Each answer goes into a window of the last `window` answers. A
+  failure is a systemic answer (5xx, 429, unreachable, a redirect, refused credentials) or an
+  `unknown` one (no answer: the peer may be hanging). It opens when the window holds at least
+  `min_answers` answers and at least `ratio` of them are failures, or at once on a fatal answer
+  (credentials, a redirect). Answers arrive in completion order, so a ratio, not a run, is judged.
+- *open*: rows of the scope are not started; they are handed back due at the hold's end, without
+  using an attempt. The hold is the cooldown, or the provider's Retry-After when longer, capped by
+  `cap` for a backend and by `origin_cap` for a user-chosen origin.
+- *half-open*: once the hold is over, one row goes out as a probe. A good answer closes the scope
+  (with a fresh window); a failure opens it again for another hold.
+
+Pure: no database, no clock of its own (callers pass `now`, a monotonic reading).
+"""
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from notifications.backends import Outcome, SendResult
+
+CLOSED, OPEN, HALF_OPEN = "closed", "open", "half-open"
+
+
+@dataclass(frozen=True)
+class BreakerRule:
+    """The numbers every scope's breaker follows (WEAVE PUSH_BREAKER_* settings)."""
+
+    window: int = 20
+    min_answers: int = 10
+    ratio: float = 0.5
+    cooldown: float = 30.0
+    cap: float = 3600.0  # longest hold a backend's own Retry-After may set
+    origin_cap: float = 300.0  # longest hold a user-chosen origin may set
+
+
+def is_failure(result: SendResult) -> bool:
+    """Whether an answer says the scope is unhealthy (systemic, or no answer at all)."""
+    return result.systemic or result.outcome == Outcome.UNKNOWN
+
+
+@dataclass
+class CircuitBreaker:
+    """One scope's breaker."""
+
+    rule: BreakerRule = field(default_factory=BreakerRule)
+    user_chosen: bool = False  # an origin a user picked: its holds are capped by `origin_cap`
+    name: str = ""
+    state: str = CLOSED
+    reason: str = ""  # why it last opened
+    hold_until: float = 0.0  # monotonic time the current hold ends
+    probing: bool = False  # a half-open probe is out
+    answers: deque[bool] = field(default_factory=deque)  # True: a failure
+
+    def allows(self, now: float) -> str:
+        """Whether a row of this scope may start now: "go", "probe" (the one a half-open scope lets through) or ""."""
+        if self.state == OPEN and now >= self.hold_until:
+            self.state = HALF_OPEN
+        if self.state == CLOSED:
+            return "go"
+        if self.state == HALF_OPEN and not self.probing:
+            self.probing = True
+            return "probe"
+        return ""
+
+    def record(self, result: SendResult, now: float, *, probe: bool = False) -> bool:
+        """Count one answer (`probe`: the answer to the half-open probe); return True when it opened the breaker."""
+        failed = is_failure(result)
+        if probe and self.state == HALF_OPEN:
+            self.probing = False
+            if not failed:
+                self.state, self.reason = CLOSED, ""
+                self.answers.clear()
+                return False
+            return self._open(result, now, "its half-open probe failed")
+        if self.state != CLOSED:
+            return False  # answers to rows started before it opened: the hold already stands
+        if result.fatal:
+            return self._open(result, now, "")
+        self.answers.append(failed)
+        while len(self.answers) > self.rule.window:
+            self.answers.popleft()
+        failures = sum(self.answers)
+        if len(self.answers) >= self.rule.min_answers and failures >= self.rule.ratio * len(self.answers):
+            return self._open(result, now, f"{failures} of its last {len(self.answers)} answers failed")
+        return False
+
+    def hold_seconds(self, now: float) -> float:
+        """How long from `now` rows of this scope are held back (0 when it is closed)."""
+        return 0.0 if self.state == CLOSED else max(0.0, self.hold_until - now)
+
+    def _open(self, result: SendResult, now: float, why: str) -> bool:
+        cap = self.rule.origin_cap if self.user_chosen else self.rule.cap
+        hold = self.rule.cooldown
+        if result.retry_after is not None:
+            hold = max(hold, result.retry_after)
+        hold = min(hold, cap)
+        self.state, self.probing = OPEN, False
+        self.hold_until = now + hold
+        self.answers.clear()
+        cause = f"{why} (last: {result.reason})" if why else result.reason
+        self.reason = f"Circuit breaker opened for {self.name or 'this scope'}: {cause}"
+        return True
+
+
+class Breakers:
+    """Every scope's breaker for one worker, made on first use."""
+
+    def __init__(self, rule: BreakerRule) -> None:
+        self.rule = rule
+        self.scopes: dict[str, CircuitBreaker] = {}
+
+    @staticmethod
+    def scope(alias: str, origin: str = "") -> str:
+        """The scope key of a row: its backend alias, plus the origin when a user chose the destination."""
+        return f"backend {alias!r}" + (f", origin {origin}" if origin else "")
+
+    def get(self, scope: str) -> CircuitBreaker:
+        breaker = self.scopes.get(scope)
+        if breaker is None:
+            breaker = CircuitBreaker(rule=self.rule, user_chosen=", origin " in scope, name=scope)
+            self.scopes[scope] = breaker
+        return breaker

@@ -1,0 +1,79 @@
+"""The breaker's rule alone (pure): a failure ratio over a window with a minimum volume, holds, half-open probes."""
+
+from notifications.backends import Outcome, SendResult
+from notifications.delivery.breaker import BreakerRule, Breakers, CircuitBreaker
+
+FAIL = SendResult(outcome=Outcome.TEMPORARY, http_status=503, reason="HTTP 503", systemic=True)
+OK = SendResult(outcome=Outcome.DELIVERED, http_status=200)
+GONE = SendResult(outcome=Outcome.PERMANENT, http_status=410, reason="HTTP 410", token_invalid=True)
+SILENT = SendResult(outcome=Outcome.UNKNOWN, reason="no answer")
+
+
+def _feed(breaker, answers, now=0.0):
+    return [breaker.record(a, now) for a in answers]
+
+
+def test_a_minority_failing_never_opens_even_with_five_in_a_row_by_completion_order():
+    # With many requests in flight failures may complete together: five in a row (which opened the old
+    # "5 in a row" breaker) amid a provider that fails one answer in three or four.
+    breaker = CircuitBreaker()
+    answers = [OK] * 10 + [FAIL] * 5 + ([OK, OK, OK, FAIL] * 10) + ([OK, OK, FAIL] * 10)
+    assert not any(_feed(breaker, answers))
+    assert breaker.state == "closed" and breaker.allows(0.0) == "go"
+
+
+def test_opens_at_half_of_the_last_twenty_once_ten_answers_are_in():
+    breaker = CircuitBreaker(name="backend 'default'")
+    assert _feed(breaker, [FAIL] * 9) == [False] * 9  # below the minimum volume
+    assert breaker.record(FAIL, 0.0) is True
+    assert breaker.reason == (
+        "Circuit breaker opened for backend 'default': 10 of its last 10 answers failed (last: HTTP 503)"
+    )
+    mixed = CircuitBreaker()
+    assert not any(_feed(mixed, [OK] * 11 + [FAIL] * 9))  # 9 of 20
+    assert mixed.record(FAIL, 0.0) is True  # the window slides: 10 of the last 20
+
+
+def test_token_level_refusals_are_healthy_answers_and_unknowns_count_as_failures():
+    breaker = CircuitBreaker()
+    assert not any(_feed(breaker, [GONE] * 30))
+    assert not any(_feed(breaker, [SILENT] * 9))
+    assert breaker.record(SILENT, 0.0) is True  # 10 of the last 20: a peer that never answers opens it
+
+
+def test_a_fatal_answer_opens_at_once_and_retry_after_sets_the_hold_within_its_cap():
+    rule = BreakerRule(cooldown=30, cap=3600, origin_cap=300)
+    redirect = SendResult(outcome=Outcome.TEMPORARY, reason="HTTP 307", systemic=True, fatal=True)
+    backend = CircuitBreaker(rule)
+    assert backend.record(redirect, 0.0) is True and backend.hold_seconds(0.0) == 30
+    slow = SendResult(outcome=Outcome.TEMPORARY, reason="503", systemic=True, fatal=True, retry_after=3600)
+    provider = CircuitBreaker(rule)
+    provider.record(slow, 0.0)
+    assert provider.hold_seconds(0.0) == 3600  # the provider's own ask, up to the backend's cap
+    stranger = Breakers(rule).get(Breakers.scope("webpush", "https://evil.example"))
+    stranger.record(slow, 0.0)
+    assert stranger.user_chosen and stranger.hold_seconds(0.0) == 300  # a user-chosen origin: capped
+
+
+def test_half_open__one_probe_then_closed_on_success_or_open_again_on_failure():
+    breaker = CircuitBreaker(BreakerRule(cooldown=30))
+    breaker.record(SendResult(outcome=Outcome.TEMPORARY, reason="401", systemic=True, fatal=True), 0.0)
+    assert breaker.allows(10.0) == ""
+    assert breaker.allows(30.0) == "probe"
+    assert breaker.allows(30.0) == ""  # one probe at a time
+    assert breaker.record(OK, 31.0) is False and breaker.state == "half-open"  # not the probe's answer
+    assert breaker.record(FAIL, 31.0, probe=True) is True and breaker.hold_seconds(31.0) == 30
+    assert "half-open probe failed" in breaker.reason
+    assert breaker.allows(61.0) == "probe"
+    breaker.record(OK, 62.0, probe=True)
+    assert breaker.state == "closed" and breaker.allows(62.0) == "go"
+
+
+def test_scopes__per_backend_alias_and_per_user_chosen_origin():
+    breakers = Breakers(BreakerRule())
+    one = breakers.get(Breakers.scope("webpush", "https://a.example"))
+    one.record(SendResult(outcome=Outcome.TEMPORARY, reason="307", systemic=True, fatal=True), 0.0)
+    assert breakers.get(Breakers.scope("webpush", "https://a.example")).allows(1.0) == ""
+    assert breakers.get(Breakers.scope("webpush", "https://b.example")).allows(1.0) == "go"
+    assert breakers.get(Breakers.scope("default")).allows(1.0) == "go"
+    assert not breakers.get(Breakers.scope("default")).user_chosen
