@@ -1,5 +1,6 @@
 """Circuit breakers hold back only what failed: a backend alias, or the origin a user chose; others keep going."""
 
+import ssl
 import threading
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -92,7 +93,8 @@ class _Stranger(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+        # https, as the destination policy demands; loopback is let through for these tests only.
+        return f"https://127.0.0.1:{self.server_address[1]}"
 
     def configure(self, status: int, **headers: str) -> None:
         self.status, self.headers = status, headers
@@ -118,8 +120,11 @@ class _Answer(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def stranger():
+def stranger(push_keys):
     server = _Stranger(("127.0.0.1", 0), _Answer)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(push_keys.server_cert, push_keys.server_key)
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -132,6 +137,7 @@ def stranger():
 @pytest.fixture
 def mixed_backends(settings, fake, webpush_service, push_keys):
     settings.WEAVE = {
+        "PUSH_WEBPUSH_UNSAFE_ALLOW_LOOPBACK": True,  # the Web Push services here are local fakes
         "PUSH_TIMEOUT": 3.0,
         "PUSH_LEASE_TTL": 30.0,
         "PUSH_MAX_ATTEMPTS": 3,

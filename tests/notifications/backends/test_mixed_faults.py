@@ -19,6 +19,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def everything_failing(settings, fake, fcm, apns, webpush, fcm_options, apns_options, webpush_options):
     settings.WEAVE = {
+        "PUSH_WEBPUSH_UNSAFE_ALLOW_LOOPBACK": True,  # the Web Push services here are local fakes
         "PUSH_TIMEOUT": 3.0,
         "PUSH_LEASE_TTL": 30.0,
         "PUSH_CONCURRENCY": 8,
