@@ -35,6 +35,10 @@ class WeaveConfig(AppConfig):
 
             # Every django-q2 worker process gets a due-time watcher thread (weave.wake).
             post_spawn.connect(start_watcher, dispatch_uid="weave.wake.watcher")
+            from weave.reports import start_reporter
+
+            # ... and reports what it runs with, for the dashboard and weave_tune (weave.reports).
+            post_spawn.connect(start_reporter, dispatch_uid="weave.reports.reporter")
 
 
 def _ensure_schedules_after_migrate(sender: AppConfig, using: str = "default", **kwargs: Any) -> None:
