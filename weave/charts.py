@@ -141,10 +141,10 @@ def _legend(names: Sequence[str], *, kind: str, uid: str) -> SafeString:
     for i, name in enumerate(names):
         colour = _colour(name, i)
         if kind == "bar":
+            # The chart's own patterns: inline SVGs of one page share their ids.
             sample = format_html(
-                '<svg width="16" height="12" aria-hidden="true"><defs>{}</defs><rect width="16" height="12" '
-                'fill="url(#{}-legend-p{})" stroke="{}"/></svg>',
-                _pattern_defs(names, f"{uid}-legend"),
+                '<svg width="16" height="12" aria-hidden="true"><rect width="16" height="12" fill="url(#{}-p{})" '
+                'stroke="{}"/></svg>',
                 uid,
                 i,
                 colour,
