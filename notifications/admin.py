@@ -387,7 +387,7 @@ class NotificationAdmin(LeasedModelAdmin):
         result = notification_retry_now(
             notification_ids=list(queryset.values_list("pk", flat=True)), requested_by=request.user.get_username()
         )
-        self._log(request, result, "Retry now requested: due at once, attempts counted from zero for a failed one.")
+        self._log(request, result, "Retry now requested.")
         self._report(request, result, "due now", applies_to="pending or failed")
 
     @admin.action(description="Cancel pending notifications", permissions=["manage_delivery"])

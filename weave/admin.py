@@ -32,7 +32,7 @@ class OperatorLogMixin:
     """History entries (LogEntry) stamped by the database clock, so a job's timeline orders them truly
     against claims and attempts, which the database stamps too. The timelines read them as operator events."""
 
-    def _log(self, request: HttpRequest, obj: Model, flag: int, message: Any) -> LogEntry:
+    def _log_entry(self, request: HttpRequest, obj: Model, flag: int, message: Any) -> LogEntry:
         if isinstance(message, list):
             import json
 
@@ -48,10 +48,10 @@ class OperatorLogMixin:
         )
 
     def log_change(self, request: HttpRequest, obj: Any, message: Any) -> Any:
-        return self._log(request, obj, CHANGE, message)
+        return self._log_entry(request, obj, CHANGE, message)
 
     def log_addition(self, request: HttpRequest, obj: Any, message: Any) -> Any:
-        return self._log(request, obj, ADDITION, message)
+        return self._log_entry(request, obj, ADDITION, message)
 
 
 class LeaseStateFilter(admin.SimpleListFilter):

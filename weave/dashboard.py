@@ -197,7 +197,7 @@ def render_leases(now: datetime) -> SafeString:
 
 def _count_link(model: Any, n: int, **filters: object) -> SafeString:
     url = changelist_url(model, **filters)
-    return format_html('<a href="{}">{}</a>', url, n) if url else format_html("{}", n)
+    return format_html('<a href="{}">{}</a>', url, n) if url and n else format_html("{}", n)
 
 
 def render_workers(now: datetime) -> SafeString:
@@ -342,7 +342,7 @@ def render_ttl(now: datetime) -> SafeString:
     return format_html(
         '<div class="weave-scroll">{}</div><p>Needed TTL = p99 (capped at the request timeout) + heartbeat + margin, '
         "rounded up to a second: heartbeat is {}; margin is max({} s, {}% of p99). A recommendation needs at least "
-        "{} samples from the last 24 hours (newest {:,} per job type). <code>manage.py weave_tune</code> prints the "
+        "{} samples from the last 24 hours (newest {} per job type). <code>manage.py weave_tune</code> prints the "
         "same figures.</p>",
         table(
             ["job", "group", "samples", "p50", "p95", "p99", "p99 + heartbeat + margin", "configured", "verdict"],
@@ -353,7 +353,7 @@ def render_ttl(now: datetime) -> SafeString:
         f"{MARGIN_FLOOR:g}",
         f"{MARGIN_SHARE * 100:.0f}",
         MIN_SAMPLES,
-        TUNE_LIMIT,
+        f"{TUNE_LIMIT:,}",
     )
 
 
