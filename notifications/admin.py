@@ -27,9 +27,19 @@ from weave.admin import (
     LeaseStateFilter,
     OperatorLogMixin,
     ReadOnlyAdminMixin,
+    state_filter,
     within_filter,
 )
-from weave.display import admin_link_to, change_url, clipped, said_once, shown, timestamp, timestamp_column
+from weave.display import (
+    admin_link_to,
+    change_url,
+    clipped,
+    said_once,
+    shown,
+    state_word,
+    timestamp,
+    timestamp_column,
+)
 from weave.leases import default_clock
 
 PLATFORM_NAMES = {"android": "Android", "ios": "iOS", "web": "Web", "other": "other"}
@@ -124,7 +134,7 @@ class HasAttemptWithOutcomeFilter(admin.SimpleListFilter):
     parameter_name = "attempt_outcome"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return DeliveryAttempt.Outcome.choices
+        return [(value, state_word(value)) for value in DeliveryAttempt.Outcome.values]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         if not self.value():
@@ -201,8 +211,19 @@ class NotificationAdmin(LeasedModelAdmin):
     form = NotificationForm
     # Eight columns that fit 1280 px with the filters: long text is cut to a line (whole on hover and
     # on the row's page), the times and the lease share one column each.
-    list_display = ("id", "short_title", "short_token", "status", "attempts", "when", "reason", "lease")
-    list_filter = ("status", DueNowFilter, LeaseStateFilter, "backend", HasAttemptWithOutcomeFilter)
+    list_display = ("id", "short_title", "short_token", "status_word", "attempts", "when", "reason", "lease")
+
+    @admin.display(description="status", ordering="status")
+    def status_word(self, obj: Notification) -> str:
+        return state_word(obj.status)
+
+    list_filter = (
+        state_filter("status", Notification.Status.values),
+        DueNowFilter,
+        LeaseStateFilter,
+        "backend",
+        HasAttemptWithOutcomeFilter,
+    )
     search_fields = ("device_token", "title", "idempotency_key")
     readonly_fields = (
         "device",
@@ -276,7 +297,7 @@ class NotificationAdmin(LeasedModelAdmin):
 
     @admin.display(description="title", ordering="title")
     def short_title(self, obj: Notification) -> str:
-        return clipped(obj.title, width="14em")
+        return clipped(obj.title)
 
     @admin.display(description="device token")
     def shown_token(self, obj: Notification) -> str:
@@ -377,7 +398,7 @@ class NotificationAdmin(LeasedModelAdmin):
 
     @admin.display(description="device token")
     def short_token(self, obj: Notification) -> str:
-        return clipped(mask_token(obj.device_token), width="12em")
+        return clipped(mask_token(obj.device_token), one_line=True)
 
     def has_manage_delivery_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("weave_notifications.manage_delivery")
@@ -440,7 +461,7 @@ class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "id",
         "notification_link",
-        "outcome",
+        "outcome_word",
         "http_status",
         "latency_ms",
         "held_by",
@@ -449,7 +470,15 @@ class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     )
     Media = ConsoleMedia
     started_at_display = timestamp_column("started_at", "sent at (database clock)")
-    list_filter = ("outcome", within_filter("finished_at", "finished", "finished"))
+    list_filter = (
+        state_filter("outcome", DeliveryAttempt.Outcome.values),
+        within_filter("finished_at", "finished", "finished"),
+    )
+
+    @admin.display(description="outcome", ordering="outcome")
+    def outcome_word(self, obj: DeliveryAttempt) -> str:
+        return state_word(obj.outcome)
+
     search_fields = ("reason", "owner")
     list_select_related = ("notification",)
     fields = readonly_fields = (
@@ -475,7 +504,7 @@ class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="worker · fence")
     def held_by(self, obj: DeliveryAttempt) -> str:
-        return format_html("{} · fence {}", clipped(obj.owner, width="12em"), obj.fence)
+        return format_html("{} · fence {}", clipped(obj.owner, one_line=True), obj.fence)
 
 
 @admin.register(BreakerOpening)

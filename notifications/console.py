@@ -19,7 +19,7 @@ from prometheus_client.metrics_core import Metric
 
 from notifications.models import BreakerOpening, DeliveryAttempt, Notification
 from weave.charts import age, bar_chart, line_chart, stats, table, when
-from weave.display import changelist_url, said_once
+from weave.display import changelist_url, said_once, state_word
 from weave.metrics import RunningCounts, seconds_since
 from weave.reports import workers
 from weave.telemetry import (
@@ -170,8 +170,11 @@ def render_panel(now: datetime) -> SafeString:
             ("breaker openings (24 h)", openings, _url(BreakerOpening, opened="24h")),
         ]
     )
-    throughput_chart = bar_chart(
-        minutes, series, title="Delivery attempts per minute, last hour (retrying: temporary, unknown, lease lost)"
+    throughput_chart = bar_chart(minutes, series, title="Delivery attempts per minute, last hour")
+    throughput_chart = format_html(
+        '{}<p class="weave-muted">retrying: temporary, unknown or lease lost (tried again); failed: permanent, the '
+        "same word as the failed tile.</p>",
+        throughput_chart,
     )
     if not latency:
         latency = {"default": {name: [None] * len(lat_minutes) for name in ("p50", "p95", "p99")}}
@@ -182,7 +185,7 @@ def render_panel(now: datetime) -> SafeString:
     outcome_table = table(
         ["outcome", "attempts in the last hour"],
         [
-            (outcome, _count(n, _url(DeliveryAttempt, outcome__exact=outcome, finished="1h")))
+            (state_word(outcome), _count(n, _url(DeliveryAttempt, outcome__exact=outcome, finished="1h")))
             for outcome, n in outcomes.items()
         ],
     )

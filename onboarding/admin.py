@@ -30,6 +30,7 @@ from weave.admin import (
     LeaseStateFilter,
     OperatorLogMixin,
     ReadOnlyAdminMixin,
+    state_filter,
     within_filter,
 )
 from weave.display import (
@@ -41,6 +42,7 @@ from weave.display import (
     joined_reason,
     said_once,
     shown,
+    state_word,
     timestamp,
     timestamp_column,
 )
@@ -173,7 +175,7 @@ class SupplierAdmin(OperatorLogMixin, admin.ModelAdmin):
                     r.status,
                     r.phase or "—",
                     timestamp(r.created_at),
-                    clipped(current_reason(r), width="30em"),
+                    clipped(current_reason(r)),
                 )
                 for r in runs
             ),
@@ -345,14 +347,14 @@ class OnboardingRunAdmin(LeasedModelAdmin):
     list_display = [
         "id",
         "supplier_link",
-        "status",
+        "status_word",
         "step",
         "list_reason",
         "lease",
         "attempt_count",
         "created_at_display",
     ]
-    list_filter = ["status", LeaseStateFilter, HasBlockedAttemptsFilter]
+    list_filter = [state_filter("status", OnboardingRun.Status.values), LeaseStateFilter, HasBlockedAttemptsFilter]
     list_select_related = ["supplier"]
     search_fields = ["supplier__legal_name", "owner"]
     readonly_fields = [
@@ -388,6 +390,10 @@ class OnboardingRunAdmin(LeasedModelAdmin):
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
         # The dashboard's "runs by status and step" links filter by step.
         return lookup in {"phase", "failed_step"} or super().lookup_allowed(lookup, value, request)
+
+    @admin.display(description="status", ordering="status")
+    def status_word(self, run: OnboardingRun) -> str:
+        return state_word(run.status)
 
     @admin.display(description="reason")
     def list_reason(self, run: OnboardingRun) -> str:
@@ -708,7 +714,7 @@ class RunAttemptOutcomeFilter(admin.SimpleListFilter):
     parameter_name = "outcome"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return list(RunAttempt.Outcome.choices)
+        return [(value, state_word(value)) for value in RunAttempt.Outcome.values]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         value = self.value()
@@ -719,11 +725,13 @@ class RunAttemptOutcomeFilter(admin.SimpleListFilter):
 class RunAttemptAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
     """Every attempt with its outcome and why; blocked ones (lost leases) are a filter away."""
 
+    # "id" first: the row's own link; a first column that is itself a link would nest one link in another.
     list_display = [
+        "id",
         "run_link",
         "fence",
         "short_owner",
-        "outcome",
+        "outcome_word",
         "started_at_display",
         "ended_at_display",
         "list_reason",
@@ -753,15 +761,19 @@ class RunAttemptAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
     def list_reason(self, attempt: RunAttempt) -> str:
         return clipped(said_once(attempt.reason))
 
+    @admin.display(description="outcome", ordering="outcome")
+    def outcome_word(self, attempt: RunAttempt) -> str:
+        return state_word(attempt.outcome)
+
     @admin.display(description="owner", ordering="owner")
     def short_owner(self, attempt: RunAttempt) -> str:
-        return clipped(attempt.owner, width="14em")
+        return clipped(attempt.owner, one_line=True)
 
 
 @admin.register(StepReceipt)
 class StepReceiptAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
     Media = ConsoleMedia
-    list_display = ["run_link", "step", "fence", "owner", "completed_at_display", "linked_output"]
+    list_display = ["id", "run_link", "step", "fence", "owner", "completed_at_display", "linked_output"]
     list_filter = ["step"]
     list_select_related = ["run__supplier"]
     completed_at_display = timestamp_column("completed_at", "completed at (database clock)")
@@ -779,11 +791,11 @@ class VendorRecordAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
 
 @admin.register(PaymentTerms)
 class PaymentTermsAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["supplier_link", "net_days", "currency", "run_link", "fence", "created_at_display"]
+    list_display = ["id", "supplier_link", "net_days", "currency", "run_link", "fence", "created_at_display"]
     created_at_display = timestamp_column("created_at")
 
 
 @admin.register(BankAccount)
 class BankAccountAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["supplier_link", "reference", "last4", "run_link", "fence", "verified_at_display"]
+    list_display = ["id", "supplier_link", "reference", "last4", "run_link", "fence", "verified_at_display"]
     verified_at_display = timestamp_column("verified_at")

@@ -147,7 +147,7 @@ def render_panel(now: datetime) -> SafeString:
                 a.run.supplier.legal_name,
                 a.outcome,
                 a.fence,
-                clipped(said_once(a.reason), width="40em"),
+                clipped(said_once(a.reason)),
             )
             for a in newest
         ],

@@ -85,13 +85,19 @@ def change_url(model: type[models.Model], pk: object) -> str | None:
         return None
 
 
-def clipped(text: str, *, width: str = "") -> str:
-    """Text cut to one line in a list cell, the whole of it in the title (hover) and in the row's page."""
+def clipped(text: str, *, one_line: bool = False) -> str:
+    """Text cut to two lines in a list cell (or one, for names and tokens), the whole of it in the title
+    (hover) and on the row's page."""
     text = shown(text or "")
     if not text:
         return "—"
-    style = f"max-width:{width}" if width else ""
-    return format_html('<span class="weave-clip" title="{}" style="{}">{}</span>', text, style, text)
+    kind = "weave-clip-line" if one_line else "weave-clip"
+    return format_html('<span class="{}" title="{}">{}</span>', kind, text, text)
+
+
+def state_word(value: str) -> str:
+    """One wording for a state everywhere: the stored value with spaces ("lease_lost" -> "lease lost")."""
+    return (value or "").replace("_", " ")
 
 
 def joined_reason(prefix: str, reason: str) -> str:

@@ -95,4 +95,8 @@ def test_failed_runs_are_counted_by_the_step_they_failed_at(admin_client):
     run = OnboardingRunFactory()
     OnboardingRun.objects.filter(pk=run.pk).update(status="failed", phase="set_payment_terms")
     page = admin_client.get(URL).content.decode()
-    assert re.search(r"<td>failed</td><td>failed at register_bank_account</td><td><a href=\"[^\"]*failed_step=register_bank_account[^\"]*\">1</a></td>", page)
+    assert re.search(
+        r"<td>failed</td><td>failed at register_bank_account</td>"
+        r"<td><a href=\"[^\"]*failed_step=register_bank_account[^\"]*\">1</a></td>",
+        page,
+    )
