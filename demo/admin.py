@@ -18,4 +18,4 @@ class ErpVendorAdmin(admin.ModelAdmin):
 
 
 # The demo site is the admin and /metrics only: no "View site" link to a page that is not there.
-admin.site.site_url = None  # type: ignore[assignment]
+admin.site.site_url = None

@@ -350,7 +350,10 @@ class NotificationAdmin(LeasedModelAdmin):
         # An existing row shows its token masked, and its data as a table once it can no longer be edited.
         editable = self.has_change_permission(request, obj)
         swap = {"device_token": "shown_token", **({} if editable else {"data": "data_table"})}
-        return [(name, {**opts, "fields": [swap.get(f, f) for f in opts["fields"]]}) for name, opts in fieldsets]
+        return [
+            (name, {**opts, "fields": [swap.get(str(f), f) for f in opts.get("fields", ())]})
+            for name, opts in fieldsets
+        ]
 
     def get_inlines(self, request: HttpRequest, obj: Notification | None) -> Any:
         return self.inlines if obj is not None else ()  # a new notification has no attempts yet
@@ -427,7 +430,9 @@ class NotificationAdmin(LeasedModelAdmin):
             super().log_change(request, row, message)
 
     def _report(self, request: HttpRequest, result: BulkResult, done: str, *, applies_to: str) -> None:
-        ids = lambda pks: linked_ids(Notification, pks)  # noqa: E731
+        def ids(pks: list[int]) -> SafeString:
+            return linked_ids(Notification, pks)
+
         if result.changed:
             self.message_user(
                 request, format_html("{} notification(s) {}: {}.", len(result.changed), done, ids(result.changed))

@@ -102,8 +102,9 @@ def throughput(now: datetime) -> tuple[list[datetime], dict[str, list[float]]]:
     for row in rows:
         i = index.get(row["minute"])
         if i is not None:
+            counts: dict[str, Any] = dict(row)
             for name in names:
-                series[name][i] += row[name]
+                series[name][i] += counts[name]
     return minutes, series
 
 

@@ -39,7 +39,7 @@ def explain_notification(pk: int, *, clock: Clock = default_clock) -> Timeline:
         t.add(None, "due", f"next send due at {clock_time(n.next_attempt_at)} (database time)")
     add_operator_events(t, Notification, pk)
     t.add(None, "holder", holder(n))
-    claims = {}
+    claims: dict[int, str] = {}
     for a in attempts:
         claims.setdefault(a.fence, f"claimed by {a.owner} ({a.outcome})")
     t.summary = f"{_summary(n, attempts)} {fences_accounted(n.fence, claims)}"

@@ -387,7 +387,7 @@ class OnboardingRunAdmin(LeasedModelAdmin):
     actions = ["resume", "cancel", "retry_failed", "cancel_and_undo"]
     explain_kind = "run"
 
-    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
         # The dashboard's "runs by status and step" links filter by step.
         return lookup in {"phase", "failed_step"} or super().lookup_allowed(lookup, value, request)
 

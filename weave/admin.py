@@ -39,7 +39,7 @@ class OperatorLogMixin:
             message = json.dumps(message)
         return LogEntry.objects.create(
             action_time=db_now(),
-            user_id=request.user.pk,
+            user_id=int(request.user.pk or 0),
             content_type=ContentType.objects.get_for_model(obj, for_concrete_model=False),
             object_id=str(obj.pk),
             object_repr=str(obj)[:200],
