@@ -13,7 +13,7 @@ from typing import Any
 from django.db.models import Count, F, Min, Q, Sum, Value
 from django.db.models.functions import TruncMinute
 from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 
@@ -290,7 +290,7 @@ def backlog_cause(now: datetime) -> SafeString:
     if not crew.live:
         if crew.any_reported:
             return format_html("no live worker: the last worker report is older than {} s.", 45)
-        return format_html("no worker has reported (is <code>manage.py qcluster</code> running?).")
+        return mark_safe("no worker has reported (is <code>manage.py qcluster</code> running?).")
     return format_html(
         "{} live worker(s), none of them holding these rows: the workers are not keeping up.", len(crew.live)
     )

@@ -509,7 +509,7 @@ class OnboardingRunAdmin(LeasedModelAdmin):
             '<th scope="col">state</th><th scope="col">output</th></tr></thead><tbody>{}</tbody></table>',
             table,
         )
-        domain = format_html_join("", "<li>{} ({})</li>", rows) if rows else format_html("<li>none</li>")
+        domain = format_html_join("", "<li>{} ({})</li>", rows) if rows else mark_safe("<li>none</li>")
         note = ""
         if run.status == OnboardingRun.Status.CANCELLED:
             left = [r.step for r in receipts if r.undone_at is None]

@@ -113,13 +113,13 @@ def _pattern_defs(names: Sequence[str], uid: str) -> SafeString:
         hatch, colour = HATCHES[index % len(HATCHES)], _colour(name, index)
         pid = f"{uid}-p{index}"
         if hatch == "hatch":
-            shape = format_html('<path d="M0,6 L6,0" stroke="#fff" stroke-width="1.6"/>')
+            shape = mark_safe('<path d="M0,6 L6,0" stroke="#fff" stroke-width="1.6"/>')
         elif hatch == "dots":
-            shape = format_html('<circle cx="3" cy="3" r="1.3" fill="#fff"/>')
+            shape = mark_safe('<circle cx="3" cy="3" r="1.3" fill="#fff"/>')
         elif hatch == "cross":
-            shape = format_html('<path d="M0,0 L6,6 M6,0 L0,6" stroke="#fff" stroke-width="1.2"/>')
+            shape = mark_safe('<path d="M0,0 L6,6 M6,0 L0,6" stroke="#fff" stroke-width="1.2"/>')
         else:
-            shape = format_html("")
+            shape = mark_safe("")
         defs.append(
             format_html(
                 '<pattern id="{}" width="6" height="6" patternUnits="userSpaceOnUse"><rect width="6" height="6" '
@@ -283,7 +283,7 @@ def line_chart(
     body = mark_safe("".join(parts))  # every part above was built by format_html
     return format_html(
         "{}{}{}",
-        _frame(title, times, top, unit, len(values), body, format_html("")),
+        _frame(title, times, top, unit, len(values), body, mark_safe("")),
         _legend(names, kind="line", uid=uid),
         data_table(times, series, title=title, unit=unit),
     )

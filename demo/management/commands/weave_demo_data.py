@@ -54,7 +54,9 @@ class Command(BaseCommand):
                     body="Sent through the fake push provider by the demo.",
                     data={"demo": True},
                 )
-            self.stdout.write("Notifications: 3 created (delivery is queued for qcluster).")
+            self.stdout.write("Notifications to demo phones: 3 created.")
+        total = Notification.objects.count()
+        self.stdout.write(f"Notifications in the database: {total}; qcluster delivers them.")
 
     def _devices(self) -> None:
         """With the provider fakes running (WEAVE_PUSH_BACKENDS_FILE), give the demo admin a live and a dead
@@ -82,4 +84,4 @@ class Command(BaseCommand):
         rows = notification_send_to_user(
             user=user, title="Hello from every backend", body="FCM, APNs and Web Push fakes", ttl=3600
         )
-        self.stdout.write(f"Devices: 6 registered (3 of them dead); {len(rows)} notifications queued to them.")
+        self.stdout.write(f"Devices: 6 registered (3 of them dead); notifications to them: {len(rows)} created.")
