@@ -13,6 +13,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from onboarding.errors import AlreadyOnboarded, RunAlreadyActive, RunNotRetryable
+from onboarding.explain import current_reason
 from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, RunAttempt, StepReceipt, Supplier, VendorRecord
 from onboarding.services import (
     RETRY_PERMISSION,
@@ -98,15 +99,6 @@ def _plain(value: Any) -> str:
 def step_name(path: str) -> str:
     """A plan entry as a person reads it: the step's name, not its dotted module path."""
     return path.rsplit(".", 1)[-1]
-
-
-def current_reason(run: OnboardingRun) -> str:
-    """The run's reason, unless its status has moved past it (a running run still saying it waits)."""
-    if run.status == OnboardingRun.Status.RUNNING and run.owner:
-        live = getattr(run, "lease_live", None)
-        state = "" if live is None else (" (lease live)" if live else " (lease expired: its worker stopped)")
-        return f"Running under fence {run.fence}, held by {run.owner}{state}; last saved step {run.phase or '—'}."
-    return said_once(run.reason)
 
 
 def confirm_page(

@@ -44,6 +44,15 @@ def _fences(attempts: list[RunAttempt], events: list[OperatorEvent]) -> dict[int
     return known
 
 
+def current_reason(run: OnboardingRun) -> str:
+    """The run's reason, unless its status has moved past it (a running run still saying it waits)."""
+    if run.status == OnboardingRun.Status.RUNNING and run.owner:
+        live = getattr(run, "lease_live", None)
+        state = "" if live is None else (" (lease live)" if live else " (lease expired: its worker stopped)")
+        return f"Running under fence {run.fence}, held by {run.owner}{state}; last saved step {run.phase or '—'}."
+    return said_once(run.reason)
+
+
 def _summary(run: OnboardingRun, attempts: list[RunAttempt], receipts: list[StepReceipt]) -> str:
     if not attempts:
         return f"Run {run.pk} has not been claimed yet; it is {run.status}."
@@ -63,5 +72,5 @@ def _summary(run: OnboardingRun, attempts: list[RunAttempt], receipts: list[Step
         ending = endings.get(a.outcome, a.outcome)
         parts.append(f"attempt {number} (fence {a.fence}) {did} and {ending}")
     text = "; ".join(parts)
-    tail = f" Reason on the run: {said_once(run.reason)}" if run.reason else ""
+    tail = f" Reason on the run: {current_reason(run)}" if run.reason else ""
     return f"{text[0].upper()}{text[1:]}. The run is {run.status} after step {run.phase or '—'}.{tail}"

@@ -276,3 +276,30 @@ def test_charts_have_a_data_table_and_series_differ_by_more_than_colour(admin_cl
     assert 'stroke-dasharray="7 4"' in page  # p95 dashed
     assert "(dashed line, square markers)" in page and 'fill="url(#' in page
     assert "(per minute) (per minute)" not in page
+
+
+def test_edit_and_send_test_in_the_admin__are_events_in_the_notification_timeline(admin_client, settings):
+    from notifications.explain import explain_notification
+    from notifications.models import Device
+
+    row = NotificationFactory(title="Before")
+    change = reverse("admin:weave_notifications_notification_change", args=[row.pk])
+    inline = {"delivery_attempts-TOTAL_FORMS": "0", "delivery_attempts-INITIAL_FORMS": "0"}
+    admin_client.post(change, {"title": "After", "body": "b", "data": "{}", **inline})
+    assert Notification.objects.get(pk=row.pk).title == "After"
+    assert re.search(r"edited\s+by admin: Changed Title", explain_notification(row.pk).as_text())
+
+    device = Device.objects.create(backend="default", token="test-device-token-0001", platform="ios")
+    devices = reverse("admin:weave_notifications_device_changelist")
+    admin_client.post(devices, {"action": "send_test_notification", "_selected_action": [device.pk], "index": 0})
+    sent = Notification.objects.get(device=device)
+    assert re.search(r"send-test\s+by admin: Sent as a test to device", explain_notification(sent.pk).as_text())
+
+
+def test_a_running_run_with_a_live_owner_never_says_it_waits_for_a_worker(admin_client):
+    run = OnboardingRunFactory(reason="Waiting for a worker.")
+    OnboardingRun.objects.claim(run.pk, owner="onboarding:busy:1", ttl=60)
+    OnboardingRun.objects.filter(pk=run.pk).update(status=OnboardingRun.Status.RUNNING)
+    page = admin_client.get(RUNS).content.decode()
+    assert "Waiting for a worker" not in page and "held by onboarding:busy:1 (lease live)" in page
+    assert "Waiting for a worker" not in explain_run(run.pk).as_text()
