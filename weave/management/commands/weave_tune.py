@@ -14,7 +14,7 @@ from weave.tuning import MARGIN_FLOOR, MARGIN_SHARE, MIN_SAMPLES, PERCENTILE
 
 
 def _s(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
+    return "—" if value is None else f"{value:.3f}"
 
 
 def _configured_from(crew: Workers, settings: list[str]) -> str:
@@ -60,7 +60,7 @@ class Command(BaseCommand):
         for report in reports:
             r, _ = ttl_as_run(report, crew)
             a = r.advice
-            shown = "-" if a.needed is None else f"{a.needed:.0f} s"
+            shown = "—" if a.needed is None else f"{a.needed:.0f} s"
             self.stdout.write(
                 f"{r.job:<13}{(r.group_kind + ' ' + r.group)[:33]:<34}{a.samples:>8}{_s(a.p50):>9}{_s(a.p95):>9}"
                 f"{_s(a.p99):>9}{shown:>8}  {r.setting}={a.configured:g} s"
