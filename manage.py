@@ -14,7 +14,7 @@ def main() -> None:
         execute_from_command_line(sys.argv)
     except ImproperlyConfigured as exc:
         # A missing production setting is the operator's to fix, not a bug: say what, without a traceback.
-        sys.stderr.write(f"Error: {exc}\n")
+        sys.stderr.write(f"ImproperlyConfigured: {exc}\n")
         sys.exit(2)
 
 

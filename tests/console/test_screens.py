@@ -303,3 +303,19 @@ def test_a_running_run_with_a_live_owner_never_says_it_waits_for_a_worker(admin_
     page = admin_client.get(RUNS).content.decode()
     assert "Waiting for a worker" not in page and "held by onboarding:busy:1 (lease live)" in page
     assert "Waiting for a worker" not in explain_run(run.pk).as_text()
+
+
+def test_weave_explain_without_debug__one_clear_line_no_traceback():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY", "DJANGO_SETTINGS_MODULE"}}
+    env.update(WEAVE_PUSH_URL="", WEAVE_PUSH_TOKEN="")
+    result = subprocess.run(
+        [sys.executable, "manage.py", "weave_explain", "run", "1"], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and "DEBUG is off" in result.stderr and "DEBUG=true" in result.stderr

@@ -325,6 +325,13 @@ def test_operator_screens_at_1440_1280_and_390_px(live_server, chromium, monkeyp
             assert seen["page"] <= 1 and all(r <= 1 for r in seen["reasons"]), (url, seen)
             assert seen["reasonsShown"] == seen["cells"] and seen["tallStatus"] == 0, (url, seen)
         page.screenshot(path=str(SHOTS / "13-notifications-390.png"), full_page=True)
+
+        # The re-opened run is active, so its list reloads itself: the reader keeps their place.
+        page.goto(f"{live_server.url}/admin/weave_onboarding/onboardingrun/")
+        assert page.locator("#weave-refresh[data-weave-refresh='2']").count() == 1
+        page.evaluate("() => { window.scrollTo(0, 200); window.__before_reload = true; }")
+        page.wait_for_function("() => window.__before_reload === undefined", timeout=10_000)  # it reloaded
+        page.wait_for_function("() => window.scrollY > 150", timeout=5_000)
         page.goto(f"{live_server.url}/admin/weave/dashboard/")
         assert page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth") <= 1
         page.screenshot(path=str(SHOTS / "14-dashboard-390.png"), full_page=True)
