@@ -197,7 +197,7 @@ def data_table(
     )
     return format_html(
         '<details class="weave-chart-data"><summary>Data table: {} ({} minute{} with data)</summary>'
-        '<table class="weave-table"><caption>{} ({})</caption><thead><tr><th scope="col">minute</th>{}</tr></thead>'
+        '<table class="weave-data"><caption>{} ({})</caption><thead><tr><th scope="col">minute</th>{}</tr></thead>'
         "<tbody>{}</tbody></table></details>",
         title,
         len(rows),
@@ -290,12 +290,18 @@ def line_chart(
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, empty: str = "none") -> SafeString:
-    """A plain admin-styled table; `empty` is shown when there are no rows."""
+    """A plain admin-styled table; `empty` is shown when there are no rows.
+
+    Each cell carries its column's name (`data-label`): on a phone the rows become cards that label
+    every value, so no column (a verdict, a reason) is pushed off the screen.
+    """
     if not rows:
         return format_html('<p class="weave-empty">{}</p>', empty)
-    head = format_html_join("", "<th>{}</th>", ((h,) for h in headers))
+    head = format_html_join("", '<th scope="col">{}</th>', ((h,) for h in headers))
     body = format_html_join(
-        "", "<tr>{}</tr>", ((format_html_join("", "<td>{}</td>", ((cell,) for cell in row)),) for row in rows)
+        "",
+        "<tr>{}</tr>",
+        ((format_html_join("", '<td data-label="{}">{}</td>', zip(headers, row, strict=False)),) for row in rows),
     )
     return format_html('<table class="weave-table"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>', head, body)
 

@@ -133,6 +133,13 @@ def test_operator_walkthrough(live_server, groups, worker_env, chromium, monkeyp
             poll(page, charts_have_data, timeout=90, message="the dashboard's charts to have data")
             assert page.locator("#weave-leases").count() == 1 and page.locator("#weave-ttl").count() == 1
             assert "completed" in page.locator("#weave-onboarding").inner_text().lower()
+            # The qcluster's worker processes report what they run with; the dashboard shows their values.
+            from weave.models import WorkerReport
+
+            reports = list(WorkerReport.objects.all())
+            assert reports and all(r.config.get("PUSH_TIMEOUT") == 3.0 for r in reports), reports
+            workers = page.locator("#weave-workers").inner_text()
+            assert "live" in workers and "PUSH_TIMEOUT" in workers
             page.screenshot(path=str(SHOTS / "05-dashboard.png"), full_page=True)
             browser.close()
 
