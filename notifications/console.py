@@ -173,7 +173,7 @@ def render_panel(now: datetime) -> SafeString:
     )
     throughput_chart = bar_chart(minutes, series, title="Delivery attempts per minute, last hour")
     throughput_chart = format_html(
-        '{}<p class="weave-muted">retrying: temporary, unknown or lease lost (tried again); failed: permanent, the '
+        '{}<p class="weave-muted">retrying: temporary, unknown or lease_lost (tried again); failed: permanent, the '
         "same word as the failed tile.</p>",
         throughput_chart,
     )

@@ -96,8 +96,9 @@ def clipped(text: str, *, one_line: bool = False) -> str:
 
 
 def state_word(value: str) -> str:
-    """One wording for a state everywhere: the stored value with spaces ("lease_lost" -> "lease lost")."""
-    return (value or "").replace("_", " ")
+    """One wording for a state everywhere: the stored value ("lease_lost"), as the logs, the metrics'
+    labels and `weave_explain` print it, never Django's generated label ("Lease Lost")."""
+    return value or "—"
 
 
 def joined_reason(prefix: str, reason: str) -> str:
