@@ -152,7 +152,7 @@ class DeliveryAttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
     fields = readonly_fields = (
         "started_at_display",
         "finished_at_display",
-        "outcome",
+        "outcome_word",
         "http_status",
         "latency_ms",
         "owner",
@@ -166,6 +166,10 @@ class DeliveryAttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
     @admin.display(description="reason")
     def shown_reason(self, obj: DeliveryAttempt) -> str:
         return shown(said_once(obj.reason))
+
+    @admin.display(description="outcome")
+    def outcome_word(self, obj: DeliveryAttempt) -> str:
+        return state_word(obj.outcome)
 
 
 class NotificationForm(forms.ModelForm):
@@ -227,6 +231,7 @@ class NotificationAdmin(LeasedModelAdmin):
     search_fields = ("device_token", "title", "idempotency_key")
     readonly_fields = (
         "device",
+        "status_word",
         "backend",
         "expires_at",
         "expires_at_display",
@@ -261,7 +266,7 @@ class NotificationAdmin(LeasedModelAdmin):
             "Delivery",
             {
                 "fields": (
-                    "status",
+                    "status_word",
                     "attempts",
                     "next_attempt_display",
                     "delivered_at_display",
@@ -494,7 +499,7 @@ class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "finished_at",
         "http_status",
         "latency_ms",
-        "outcome",
+        "outcome_word",
         "shown_reason",
     )
 

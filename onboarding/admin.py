@@ -308,7 +308,14 @@ class StepReceiptInline(LinkedReadOnlyMixin, admin.TabularInline):
 class RunAttemptInline(LinkedReadOnlyMixin, admin.TabularInline):
     model = RunAttempt
     extra = 0
-    fields = readonly_fields = ("fence", "owner", "outcome", "started_at_display", "ended_at_display", "shown_reason")
+    fields = readonly_fields = (
+        "fence",
+        "owner",
+        "outcome_word",
+        "started_at_display",
+        "ended_at_display",
+        "shown_reason",
+    )
     ordering = ["fence", "pk"]
     started_at_display = timestamp_column("started_at", "started at (database clock)")
     ended_at_display = timestamp_column("ended_at", "ended at (database clock)")
@@ -316,6 +323,10 @@ class RunAttemptInline(LinkedReadOnlyMixin, admin.TabularInline):
     @admin.display(description="reason")
     def shown_reason(self, attempt: RunAttempt) -> str:
         return shown(said_once(attempt.reason))
+
+    @admin.display(description="outcome")
+    def outcome_word(self, attempt: RunAttempt) -> str:
+        return state_word(attempt.outcome)
 
 
 class HasBlockedAttemptsFilter(admin.SimpleListFilter):
@@ -351,7 +362,7 @@ class OnboardingRunAdmin(LeasedModelAdmin):
     search_fields = ["supplier__legal_name", "owner"]
     readonly_fields = [
         "supplier_link",
-        "status",
+        "status_word",
         "step",
         "shown_reason",
         "created_by",
@@ -464,7 +475,7 @@ class OnboardingRunAdmin(LeasedModelAdmin):
 
     @admin.display(description="plan")
     def plan_steps(self, run: OnboardingRun) -> str:
-        steps = [(path, f"{i}. {step_name(path)}") for i, path in enumerate(run.plan or DEFAULT_PLAN, 1)]
+        steps = [(path, step_name(path)) for path in (run.plan or DEFAULT_PLAN)]
         return format_html('<ol class="weave-plan">{}</ol>', format_html_join("", '<li title="{}">{}</li>', steps))
 
     @admin.display(description="committed rows")
@@ -733,7 +744,7 @@ class RunAttemptAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
         "run_link",
         "fence",
         "owner",
-        "outcome",
+        "outcome_word",
         "started_at_display",
         "ended_at_display",
         "shown_reason",

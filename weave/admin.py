@@ -32,6 +32,8 @@ class OperatorLogMixin:
     """History entries (LogEntry) stamped by the database clock, so a job's timeline orders them truly
     against claims and attempts, which the database stamps too. The timelines read them as operator events."""
 
+    empty_value_display = "—"  # one dash on every Weave screen
+
     def _log_entry(self, request: HttpRequest, obj: Model, flag: int, message: Any) -> LogEntry:
         if isinstance(message, list):
             import json
@@ -116,6 +118,8 @@ def within_filter(field: str, parameter: str, title: str) -> type[admin.SimpleLi
 
 class ReadOnlyAdminMixin:
     """Rows written only by workers (receipts, attempts, domain writes): visible, never edited by hand."""
+
+    empty_value_display = "—"  # one dash on every Weave screen
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

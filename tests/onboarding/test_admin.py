@@ -154,4 +154,4 @@ def test_run_admin__lease_fields_are_read_only_and_judged_live_by_the_database(o
     ]
     # The whole page is read-only (no change permission on a run): shown, never an editable field.
     assert not {"owner", "fence", "lease_expires_at", "status", "phase"} & set(admin_form.form.fields)
-    assert {"owner", "fence", "lease_expires_at_display", "status", "step"} <= set(admin_form.readonly_fields)
+    assert {"owner", "fence", "lease_expires_at_display", "status_word", "step"} <= set(admin_form.readonly_fields)
