@@ -17,7 +17,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.cache import never_cache
 
 from weave.charts import age, table, when
@@ -86,21 +86,36 @@ def _lease_name(job: str, row: Any) -> SafeString:
 
 
 def lease_findings(now: datetime) -> list[Finding]:
-    """An expired lease is a worker that died or froze holding a job: say which, and for how long."""
-    findings = []
+    """An expired lease is a worker that died or froze holding a job: say which, and for how long.
+
+    One worker's batch (many rows, one owner) is one reason naming each row, not one reason per row.
+    """
+    by_holder: dict[tuple[str, str], list[Any]] = {}
     for job, row in expired_leases(now):
-        ago = (now - row.lease_expires_at).total_seconds()
+        by_holder.setdefault((job, row.owner), []).append(row)
+    findings = []
+    for (job, owner), rows in by_holder.items():
+        first = rows[0]  # the oldest expiry
+        ago = (now - first.lease_expires_at).total_seconds()
+        names = mark_safe(", ".join(_lease_name(job, r) for r in rows))  # each built by format_html
+        fences = sorted({r.fence for r in rows})
+        fence_text = f"fence {fences[0]}" if len(fences) == 1 else f"fences {fences[0]}–{fences[-1]}"
+        nxt = (
+            f"the next claim takes it over under fence {first.fence + 1}"
+            if len(rows) == 1
+            else ("the next claims take them over, each under its next fence")
+        )
         findings.append(
             Finding(
                 FAILING if ago > FAILING_AFTER else DEGRADED,
                 format_html(
-                    "Expired lease: {} held by {} at fence {}, expired {} ago; its worker died or stalled, and the "
-                    "next claim takes it over under fence {}.",
-                    _lease_name(job, row),
-                    row.owner,
-                    row.fence,
+                    "Expired lease{}: {} held by {} at {}, expired {} ago; its worker died or stalled, and {}.",
+                    "" if len(rows) == 1 else "s",
+                    names,
+                    owner,
+                    fence_text,
                     age(ago),
-                    row.fence + 1,
+                    nxt,
                 ),
             )
         )

@@ -322,3 +322,12 @@ def test_weave_explain_without_debug__one_clear_line_no_traceback():
     )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr and "DEBUG is off" in result.stderr and "DEBUG=true" in result.stderr
+
+
+def test_verdict__one_reason_per_dead_worker_naming_each_row_of_its_batch(admin_client):
+    rows = [NotificationFactory() for _ in range(3)]
+    for row in rows:
+        Notification.objects.claim(row.pk, owner="push:dead-host:5", ttl=-10)
+    text = verdict(admin_client.get(DASHBOARD).content.decode())
+    assert text.count("push:dead-host:5") == 1 and "Expired leases:" in text
+    assert all(f"notification #{row.pk}</a>" in text for row in rows)
