@@ -19,6 +19,7 @@ from prometheus_client.metrics_core import Metric
 
 from notifications.models import BreakerOpening, DeliveryAttempt, Notification
 from weave.charts import age, bar_chart, line_chart, stats, table, when
+from weave.conf import weave_settings
 from weave.display import changelist_url, said_once, state_word
 from weave.metrics import RunningCounts, seconds_since
 from weave.reports import workers
@@ -279,7 +280,9 @@ def backlog_cause(now: datetime) -> SafeString:
             age(expired),
             _url(Notification, due="now", lease="expired") or "#",
         )
-    opening = BreakerOpening.objects.filter(opened_at__gt=now - RECENT_BREAKER).order_by("-opened_at").first()
+    # Rows a breaker released wait out its cooldown: an opening older than twice that explains nothing now.
+    window = timedelta(seconds=max(60.0, 2 * float(weave_settings.PUSH_BREAKER_COOLDOWN)))
+    opening = BreakerOpening.objects.filter(opened_at__gt=now - window).order_by("-opened_at").first()
     if opening is not None:
         return format_html(
             "the breaker opened at {} ({}): rows wait out its cooldown.",

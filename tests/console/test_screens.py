@@ -331,3 +331,26 @@ def test_verdict__one_reason_per_dead_worker_naming_each_row_of_its_batch(admin_
     text = verdict(admin_client.get(DASHBOARD).content.decode())
     assert text.count("push:dead-host:5") == 1 and "Expired leases:" in text
     assert all(f"notification #{row.pk}</a>" in text for row in rows)
+
+
+def test_notification_story__accounts_for_a_fence_whose_claim_sent_nothing():
+    from notifications.explain import explain_notification
+
+    row = NotificationFactory()
+    Notification.objects.claim(row.pk, owner="push:a:1", ttl=-1)  # fence 1: claimed, released unstarted
+    Notification.objects.claim(row.pk, owner="push:b:2", ttl=30)  # fence 2: sends
+    now = db_now()
+    DeliveryAttempt.objects.create(
+        notification=row, owner="push:b:2", fence=2, started_at=now, finished_at=now, outcome="delivered"
+    )
+    summary = explain_notification(row.pk).summary
+    assert "Fences: 1 taken by a claim that recorded no attempt (released unstarted); 2 claimed by push:b:2" in summary
+
+
+def test_backlog_cause__the_breaker_when_it_opened_within_its_cooldown(admin_client):
+    from notifications.models import BreakerOpening
+
+    NotificationFactory(next_attempt_at=db_now() - timedelta(minutes=3))
+    BreakerOpening.objects.create(opened_at=db_now(), owner="push:h:1", reason="Circuit breaker opened: HTTP 503")
+    text = verdict(admin_client.get(DASHBOARD).content.decode())
+    assert "the breaker opened at" in text and "HTTP 503" in text
