@@ -67,6 +67,8 @@ start qcluster "$PY" manage.py qcluster
 qcluster_pid=${pids[-1]}  # setsid execs in place here, so this is qcluster's main pid (and its pgid)
 # Now and then freeze the worker holding a run past its lease: its attempt ends blocked, with the reason.
 start stalls "$PY" manage.py weave_demo_stalls --every "${STALL_EVERY:-40}"
+# Now and then a few seconds of provider outage: a push worker's breaker opens, its rows wait and go out.
+start outage "$PY" manage.py weave_demo_outage --provider "http://127.0.0.1:$PUSH_PORT" --every "${OUTAGE_EVERY:-60}"
 "$PY" manage.py weave_demo_data
 
 cat <<MSG
@@ -85,7 +87,8 @@ cat <<MSG
        the run's timeline shows the re-open, who did it and why.
     3. Weave > Dashboard: the verdict first (healthy, degraded or failing, with the reasons), then
        throughput, provider latency, leases, blocked attempts (a demo fault freezes a worker about
-       every ${STALL_EVERY:-40} s while it holds a run) and the lease TTL advice.
+       every ${STALL_EVERY:-40} s while it holds a run), breaker openings (the fake provider answers
+       503 for a few seconds about every ${OUTAGE_EVERY:-60} s, the first after 20 s) and the lease TTL advice.
     4. Push notifications > Notifications: the demo notifications and each supplier's welcome
        message, with their delivery attempts (a few retries: the fake provider has faults on).
     5. Push notifications > Devices: the admin's devices on FCM, APNs and Web Push; the dead ones
