@@ -176,10 +176,11 @@ def health(now: datetime) -> list[Finding]:
             Finding(
                 DEGRADED,
                 format_html(
-                    '<a href="{}">{} failed run{}</a> wait for someone to fix the cause and retry them.',
+                    '<a href="{}">{} failed run{}</a> {} for someone to fix the cause and retry.',
                     changelist_url(OnboardingRun, status__exact=OnboardingRun.Status.FAILED) or "#",
                     failed,
                     "" if failed == 1 else "s",
+                    "waits" if failed == 1 else "wait",
                 ),
             )
         )

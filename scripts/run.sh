@@ -22,7 +22,7 @@ mkdir -p "$LOGS"
 
 "$PY" manage.py migrate --noinput
 "$PY" manage.py weave_demo_user --username "$ADMIN_USER" --password "$ADMIN_PASSWORD"
-"$PY" manage.py weave_schedules
+"$PY" manage.py weave_schedules >/dev/null  # migrate has set them up already; this only checks
 
 pids=()
 start() {  # start a child in its own process group, remember its pgid; $1 names its log file
