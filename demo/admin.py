@@ -15,3 +15,7 @@ class ErpVendorAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+# The demo site is the admin and /metrics only: no "View site" link to a page that is not there.
+admin.site.site_url = None

@@ -7,7 +7,8 @@ from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.utils.html import format_html_join
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 
 from notifications.models import BreakerOpening, DeliveryAttempt, Device, Notification
 from notifications.services import (
@@ -20,8 +21,110 @@ from notifications.services import (
     notification_edit,
     notification_retry_now,
 )
-from weave.admin import LeasedModelAdmin, ReadOnlyAdminMixin
-from weave.display import admin_link_to, shown, timestamp_column
+from weave.admin import (
+    ConsoleMedia,
+    LeasedModelAdmin,
+    LeaseStateFilter,
+    OperatorLogMixin,
+    ReadOnlyAdminMixin,
+    state_filter,
+    within_filter,
+)
+from weave.display import (
+    admin_link_to,
+    change_url,
+    clipped,
+    said_once,
+    shown,
+    state_word,
+    timestamp,
+    timestamp_column,
+)
+from weave.leases import default_clock
+
+PLATFORM_NAMES = {"android": "Android", "ios": "iOS", "web": "Web", "other": "other"}
+
+
+def mask_token(token: str, platform: str = "") -> str:
+    """A device token as a person may see it: never whole (it is the address of someone's phone).
+
+    A Web Push subscription shows its push service's host and the end of its endpoint; app tokens
+    (FCM, APNs, a webhook's) their first 6 and last 4 characters.
+    """
+    token = token or ""
+    if token.lstrip().startswith("{"):
+        import json
+        from urllib.parse import urlsplit
+
+        try:
+            endpoint = str(json.loads(token).get("endpoint", ""))
+            parts = urlsplit(endpoint)
+        except (ValueError, AttributeError):
+            return "Web Push subscription (unreadable)"
+        tail = parts.path.rstrip("/")[-6:]
+        return f"Web Push · {parts.hostname or '?'} …{tail}"
+    name = PLATFORM_NAMES.get(platform, "")
+    short = token if len(token) <= 12 else f"{token[:6]}…{token[-4:]}"
+    return f"{name} · {short}" if name else short
+
+
+def linked_ids(model: type, pks: list[int], limit: int = 20) -> SafeString:
+    """Ids as links to their change pages: "15, 16 and 3 more"."""
+    links = []
+    for pk in pks[:limit]:
+        url = change_url(model, pk)
+        links.append(format_html('<a href="{}">{}</a>', url, pk) if url else format_html("{}", pk))
+    more = f" and {len(pks) - limit} more" if len(pks) > limit else ""
+    return format_html("{}{}", mark_safe(", ".join(links)), more)  # each link built by format_html
+
+
+def key_values(data: Any) -> str:
+    """A JSON object as a two-column table; anything else as its text."""
+    if not data:
+        return "—"
+    if not isinstance(data, dict):
+        return shown(str(data))
+    rows = format_html_join(
+        "",
+        '<tr><th scope="row">{}</th><td>{}</td></tr>',
+        ((shown(str(k)), shown(v if isinstance(v, str) else _json(v))) for k, v in data.items()),
+    )
+    return format_html('<table class="weave-kv"><tbody>{}</tbody></table>', rows)
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False)
+
+
+class DueNowFilter(admin.SimpleListFilter):
+    """Pending notifications whose due time has come by the database clock: the dashboard's backlog."""
+
+    title = "due"
+    parameter_name = "due"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("now", "due now (backlog)"), ("later", "due later")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        now = default_clock.now()
+        if self.value() == "now":
+            return queryset.filter(status=Notification.Status.PENDING, next_attempt_at__lte=now)
+        if self.value() == "later":
+            return queryset.filter(status=Notification.Status.PENDING, next_attempt_at__gt=now)
+        return queryset
+
+
+class PlatformFilter(admin.SimpleListFilter):
+    title = "platform"
+    parameter_name = "platform"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return list(PLATFORM_NAMES.items())
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        return queryset.filter(platform=self.value()) if self.value() else queryset
 
 
 class HasAttemptWithOutcomeFilter(admin.SimpleListFilter):
@@ -31,7 +134,7 @@ class HasAttemptWithOutcomeFilter(admin.SimpleListFilter):
     parameter_name = "attempt_outcome"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return DeliveryAttempt.Outcome.choices
+        return [(value, state_word(value)) for value in DeliveryAttempt.Outcome.values]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         if not self.value():
@@ -49,7 +152,7 @@ class DeliveryAttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
     fields = readonly_fields = (
         "started_at_display",
         "finished_at_display",
-        "outcome",
+        "outcome_word",
         "http_status",
         "latency_ms",
         "owner",
@@ -62,7 +165,11 @@ class DeliveryAttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
 
     @admin.display(description="reason")
     def shown_reason(self, obj: DeliveryAttempt) -> str:
-        return shown(obj.reason)
+        return shown(said_once(obj.reason))
+
+    @admin.display(description="outcome")
+    def outcome_word(self, obj: DeliveryAttempt) -> str:
+        return state_word(obj.outcome)
 
 
 class NotificationForm(forms.ModelForm):
@@ -106,23 +213,25 @@ class NotificationAdmin(LeasedModelAdmin):
     """
 
     form = NotificationForm
-    list_display = (
-        "id",
-        "title",
-        "short_token",
-        "status",
-        "attempts",
-        "next_attempt_at_display",
-        "delivered_at_display",
-        "reason",
-        "lease_state",
-        "owner",
-        "fence",
+    # Eight columns that fit 1280 px with the filters: long text is cut to a line (whole on hover and
+    # on the row's page), the times and the lease share one column each.
+    list_display = ("id", "short_title", "short_token", "status_word", "attempts", "when", "reason", "lease")
+
+    @admin.display(description="status", ordering="status")
+    def status_word(self, obj: Notification) -> str:
+        return state_word(obj.status)
+
+    list_filter = (
+        state_filter("status", Notification.Status.values),
+        DueNowFilter,
+        LeaseStateFilter,
+        "backend",
+        HasAttemptWithOutcomeFilter,
     )
-    list_filter = ("status", "backend", HasAttemptWithOutcomeFilter)
     search_fields = ("device_token", "title", "idempotency_key")
     readonly_fields = (
         "device",
+        "status_word",
         "backend",
         "expires_at",
         "expires_at_display",
@@ -146,6 +255,9 @@ class NotificationAdmin(LeasedModelAdmin):
         "created_at_display",
         "sent_for",
         "timeline",
+        "next_attempt_display",
+        "shown_token",
+        "data_table",
     )
     fieldsets = (
         (None, {"fields": ("device", "backend", "device_token", "title", "body", "data", "sent_for")}),
@@ -154,9 +266,9 @@ class NotificationAdmin(LeasedModelAdmin):
             "Delivery",
             {
                 "fields": (
-                    "status",
+                    "status_word",
                     "attempts",
-                    "next_attempt_at_display",
+                    "next_attempt_display",
                     "delivered_at_display",
                     "provider_message_id",
                     "shown_last_error",
@@ -171,6 +283,35 @@ class NotificationAdmin(LeasedModelAdmin):
         ("Timeline", {"fields": ("timeline",)}),
     )
     next_attempt_at_display = timestamp_column("next_attempt_at", "next attempt at (database clock)")
+
+    @admin.display(description="next attempt at (database clock)")
+    def next_attempt_display(self, obj: Notification) -> str:
+        # Only a pending row has a next attempt; a finished one keeps its last due time, which would mislead.
+        if obj.status != Notification.Status.PENDING:
+            return f"— ({obj.status}: no next attempt)"
+        return timestamp(obj.next_attempt_at)
+
+    @admin.display(description="when", ordering="next_attempt_at")
+    def when(self, obj: Notification) -> str:
+        """The one time that matters for the row's status: due, delivered, or when it finished."""
+        if obj.status == Notification.Status.PENDING:
+            return f"due {timestamp(obj.next_attempt_at)}"
+        if obj.status == Notification.Status.DELIVERED:
+            return f"delivered {timestamp(obj.delivered_at)}"
+        return "—"
+
+    @admin.display(description="title", ordering="title")
+    def short_title(self, obj: Notification) -> str:
+        return clipped(obj.title)
+
+    @admin.display(description="device token")
+    def shown_token(self, obj: Notification) -> str:
+        return mask_token(obj.device_token, getattr(obj.device, "platform", "") if obj.device_id else "")
+
+    @admin.display(description="data")
+    def data_table(self, obj: Notification) -> str:
+        return key_values(obj.data)
+
     delivered_at_display = timestamp_column("delivered_at")
     lease_expires_at_display = timestamp_column("lease_expires_at", "lease expires at (database clock)")
     created_at_display = timestamp_column("created_at")
@@ -181,8 +322,9 @@ class NotificationAdmin(LeasedModelAdmin):
 
     @admin.display(description="reason")
     def reason(self, obj: Notification) -> str:
-        # The first line: the story of a row that gave up goes on over several lines (the change page has it all).
-        return shown((obj.last_error or "").split("\n", 1)[0]) or "—"
+        # The first line, cut to the column: the story of a row that gave up goes on over several lines
+        # (the title attribute and the change page have it all).
+        return clipped(said_once((obj.last_error or "").split("\n", 1)[0]))
 
     @admin.display(description="sent for")
     def sent_for(self, obj: Notification) -> str:
@@ -205,6 +347,18 @@ class NotificationAdmin(LeasedModelAdmin):
         fields = tuple(super().get_readonly_fields(request, obj))
         # Where it goes is fixed once it exists: only title, body and data may change before a claim.
         return (*fields, "device_token") if obj is not None else fields
+
+    def get_fieldsets(self, request: HttpRequest, obj: Notification | None = None) -> Any:
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None:
+            return fieldsets
+        # An existing row shows its token masked, and its data as a table once it can no longer be edited.
+        editable = self.has_change_permission(request, obj)
+        swap = {"device_token": "shown_token", **({} if editable else {"data": "data_table"})}
+        return [
+            (name, {**opts, "fields": [swap.get(str(f), f) for f in opts.get("fields", ())]})
+            for name, opts in fieldsets
+        ]
 
     def get_inlines(self, request: HttpRequest, obj: Notification | None) -> Any:
         return self.inlines if obj is not None else ()  # a new notification has no attempts yet
@@ -252,7 +406,7 @@ class NotificationAdmin(LeasedModelAdmin):
 
     @admin.display(description="device token")
     def short_token(self, obj: Notification) -> str:
-        return obj.device_token if len(obj.device_token) <= 16 else f"{obj.device_token[:16]}…"
+        return clipped(mask_token(obj.device_token), one_line=True)
 
     def has_manage_delivery_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("weave_notifications.manage_delivery")
@@ -274,25 +428,40 @@ class NotificationAdmin(LeasedModelAdmin):
         self._report(request, result, "cancelled", applies_to="pending")
 
     def _log(self, request: HttpRequest, result: BulkResult, message: str) -> None:
-        """Write each changed row to the admin history (LogEntry): who did what to which notification."""
+        """Write each changed row to the admin history (LogEntry): who did what to which notification.
+
+        The timeline of each notification shows these entries as operator events."""
         for row in Notification.objects.filter(pk__in=result.changed):
             super().log_change(request, row, message)
 
     def _report(self, request: HttpRequest, result: BulkResult, done: str, *, applies_to: str) -> None:
+        def ids(pks: list[int]) -> SafeString:
+            return linked_ids(Notification, pks)
+
         if result.changed:
-            self.message_user(request, f"{len(result.changed)} notification(s) {done}: {_ids(result.changed)}.")
+            self.message_user(
+                request, format_html("{} notification(s) {}: {}.", len(result.changed), done, ids(result.changed))
+            )
         if result.busy:
             self.message_user(
                 request,
-                f"{len(result.busy)} notification(s) left alone because a worker holds them right now: "
-                f"{_ids(result.busy)}. Try again when the lease is released.",
+                format_html(
+                    "{} notification(s) left alone because a worker holds them right now: {}. Try again when the "
+                    "lease is released.",
+                    len(result.busy),
+                    ids(result.busy),
+                ),
                 level=messages.WARNING,
             )
         if result.skipped:
             self.message_user(
                 request,
-                f"This action applies to {applies_to} notifications only; "
-                f"{len(result.skipped)} left alone: {_ids(result.skipped)}.",
+                format_html(
+                    "This action applies to {} notifications only; {} left alone: {}.",
+                    applies_to,
+                    len(result.skipped),
+                    ids(result.skipped),
+                ),
                 level=messages.WARNING,
             )
 
@@ -301,17 +470,25 @@ class NotificationAdmin(LeasedModelAdmin):
 class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "id",
-        "notification",
-        "outcome",
+        "notification_link",
+        "outcome_word",
         "http_status",
         "latency_ms",
-        "owner",
-        "fence",
+        "held_by",
         "started_at_display",
         "shown_reason",
     )
+    Media = ConsoleMedia
     started_at_display = timestamp_column("started_at", "sent at (database clock)")
-    list_filter = ("outcome",)
+    list_filter = (
+        state_filter("outcome", DeliveryAttempt.Outcome.values),
+        within_filter("finished_at", "finished", "finished"),
+    )
+
+    @admin.display(description="outcome", ordering="outcome")
+    def outcome_word(self, obj: DeliveryAttempt) -> str:
+        return state_word(obj.outcome)
+
     search_fields = ("reason", "owner")
     list_select_related = ("notification",)
     fields = readonly_fields = (
@@ -322,33 +499,50 @@ class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "finished_at",
         "http_status",
         "latency_ms",
-        "outcome",
+        "outcome_word",
         "shown_reason",
     )
 
     @admin.display(description="reason")
     def shown_reason(self, obj: DeliveryAttempt) -> str:
-        return shown(obj.reason)
+        return clipped(said_once(obj.reason))
+
+    @admin.display(description="notification", ordering="notification")
+    def notification_link(self, obj: DeliveryAttempt) -> str:
+        url = change_url(Notification, obj.notification_id)
+        return format_html('<a href="{}">#{}</a>', url, obj.notification_id) if url else f"#{obj.notification_id}"
+
+    @admin.display(description="worker · fence")
+    def held_by(self, obj: DeliveryAttempt) -> str:
+        return format_html("{} · fence {}", clipped(obj.owner, one_line=True), obj.fence)
 
 
 @admin.register(BreakerOpening)
 class BreakerOpeningAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """When a push worker's circuit breaker opened, and why (also on the Weave dashboard)."""
 
-    list_display = ("opened_at_display", "owner", "reason")
+    list_display = ("opened_at_display", "owner", "shown_reason")
+    list_filter = (within_filter("opened_at", "opened", "opened"),)
+    Media = ConsoleMedia
+
+    @admin.display(description="reason")
+    def shown_reason(self, obj: BreakerOpening) -> str:
+        return clipped(said_once(obj.reason))
+
     search_fields = ("owner", "reason")
     opened_at_display = timestamp_column("opened_at", "opened at (database clock)")
 
 
-def _ids(pks: list[int]) -> str:
-    shown = ", ".join(str(pk) for pk in pks[:20])
-    return shown + (f" and {len(pks) - 20} more" if len(pks) > 20 else "")
-
-
 @admin.register(Device)
-class DeviceAdmin(admin.ModelAdmin):
-    list_display = ("id", "user", "backend", "platform", "short_token", "active", "created_at", "deactivated_at")
-    list_filter = ("active", "backend", "platform")
+class DeviceAdmin(OperatorLogMixin, admin.ModelAdmin):
+    list_display = ("id", "user", "backend", "platform_name", "short_token", "active", "created_at", "deactivated_at")
+    list_filter = ("active", "backend", PlatformFilter)
+    Media = ConsoleMedia
+
+    @admin.display(description="platform", ordering="platform")
+    def platform_name(self, obj: Device) -> str:
+        return PLATFORM_NAMES.get(obj.platform, obj.platform or "—")
+
     search_fields = ("token", "user__username", "user__email")
     list_select_related = ("user",)
     raw_id_fields = ("user",)
@@ -360,7 +554,7 @@ class DeviceAdmin(admin.ModelAdmin):
 
     @admin.display(description="token")
     def short_token(self, obj: Device) -> str:
-        return obj.token if len(obj.token) <= 24 else f"{obj.token[:24]}…"
+        return mask_token(obj.token, obj.platform)
 
     def has_send_test_notification_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("weave_notifications.send_test_notification")
@@ -378,15 +572,26 @@ class DeviceAdmin(admin.ModelAdmin):
                     ttl=3600,  # a test that arrives tomorrow is noise
                 )
             except ValidationError as exc:
-                refused.append(f"{device.pk} ({'; '.join(exc.messages)})")
+                # One clause per device, without the messages' own brackets nested in ours.
+                problems = "; ".join(m.rstrip(".") for m in exc.messages)
+                refused.append(format_html("device {}: {}", linked_ids(Device, [device.pk]), problems))
                 continue
             sent.append(notification.pk)
             self.log_change(request, device, f"Sent test notification {notification.pk}.")
+            self.log_addition(request, notification, f"Sent as a test to device {device.pk}.")
         if sent:
-            self.message_user(request, f"{len(sent)} test notification(s) queued: {_ids(sent)}.")
+            self.message_user(
+                request, format_html("{} test notification(s) queued: {}.", len(sent), linked_ids(Notification, sent))
+            )
         if refused:
             self.message_user(
-                request, f"Not sent to {len(refused)} device(s): {', '.join(refused[:10])}.", level=messages.WARNING
+                request,
+                format_html(
+                    "Not sent to {} device(s). {}.",
+                    len(refused),
+                    format_html_join(". ", "{}", ((r,) for r in refused[:10])),
+                ),
+                level=messages.WARNING,
             )
 
     @admin.action(description="Deactivate (fails their queued notifications)", permissions=["change"])
@@ -397,4 +602,9 @@ class DeviceAdmin(admin.ModelAdmin):
             device_deactivate(device=device, reason=f"Deactivated in the admin by {who}.")
             self.log_change(request, device, "Deactivated.")
             done.append(device.pk)
-        self.message_user(request, f"{len(done)} device(s) deactivated: {_ids(done)}." if done else "No active device.")
+        if done:
+            self.message_user(
+                request, format_html("{} device(s) deactivated: {}.", len(done), linked_ids(Device, done))
+            )
+        else:
+            self.message_user(request, "No active device among the selected ones.")

@@ -15,20 +15,38 @@ from typing import TYPE_CHECKING, Any
 from django.db.models import Count, F, Min, Q, Sum, Value
 from django.db.models.functions import TruncMinute
 from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 
 from notifications.models import BreakerOpening, DeliveryAttempt, Notification
 from weave.charts import age, bar_chart, line_chart, stats, table, when
+from weave.conf import weave_settings
+from weave.display import changelist_url, said_once, state_word
 from weave.metrics import RunningCounts, seconds_since
-from weave.telemetry import db_now, minute_buckets, percentiles_by, planner_counts
+from weave.reports import workers
+from weave.telemetry import (
+    DEGRADED,
+    FAILING,
+    Finding,
+    db_now,
+    minute_buckets,
+    percentiles_by,
+    planner_counts,
+    register_health,
+)
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(hours=24)
-# Attempts that did not deliver: the "failed" series of the throughput chart.
-NOT_DELIVERED = [DeliveryAttempt.Outcome.TEMPORARY, DeliveryAttempt.Outcome.UNKNOWN, DeliveryAttempt.Outcome.PERMANENT]
+# The throughput chart's series: "retrying" are attempts after which the notification is tried again
+# (temporary, unknown, an answer refused for a lost lease); "failed" are permanent failures, the same
+# word the "failed" tile counts.
+RETRYING = [DeliveryAttempt.Outcome.TEMPORARY, DeliveryAttempt.Outcome.UNKNOWN, DeliveryAttempt.Outcome.LEASE_LOST]
+FAILED = [DeliveryAttempt.Outcome.PERMANENT]
+BACKLOG_DEGRADED = 30.0  # seconds the oldest due notification may wait before the verdict mentions it
+BACKLOG_FAILING = 120.0
+RECENT_BREAKER = timedelta(minutes=15)
 # Upper bounds (seconds) of the latency histogram's buckets.
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -77,17 +95,20 @@ def throughput(now: datetime) -> tuple[list[datetime], dict[str, list[float]]]:
         .values("minute")
         .annotate(
             delivered=Count("pk", filter=Q(outcome=DeliveryAttempt.Outcome.DELIVERED)),
-            failed=Count("pk", filter=Q(outcome__in=NOT_DELIVERED)),
+            retrying=Count("pk", filter=Q(outcome__in=RETRYING)),
+            failed=Count("pk", filter=Q(outcome__in=FAILED)),
         )
         .order_by()
     )
     index = {m: i for i, m in enumerate(minutes)}
-    series: dict[str, list[float]] = {"delivered": [0.0] * len(minutes), "failed": [0.0] * len(minutes)}
+    names = ("delivered", "retrying", "failed")
+    series: dict[str, list[float]] = {name: [0.0] * len(minutes) for name in names}
     for row in rows:
         i = index.get(row["minute"])
         if i is not None:
-            series["delivered"][i] += row["delivered"]
-            series["failed"][i] += row["failed"]
+            counts: dict[str, Any] = dict(row)
+            for name in names:
+                series[name][i] += counts[name]
     return minutes, series
 
 
@@ -126,6 +147,10 @@ def breaker_openings(now: datetime, limit: int = 5) -> tuple[int, list[BreakerOp
 # --- the dashboard panel ----------------------------------------------------------------------------
 
 
+def _url(model: Any, **filters: object) -> str | None:
+    return changelist_url(model, **filters)
+
+
 def render_panel(now: datetime) -> SafeString:
     """The push notifications section of the Weave dashboard."""
     statuses, estimated = status_counts()
@@ -134,39 +159,146 @@ def render_panel(now: datetime) -> SafeString:
     lat_minutes, latency = latency_by_backend(now)
     outcomes = outcomes_since(now - HOUR, now)
     openings, last_openings = breaker_openings(now)
+    due_url = _url(Notification, due="now")
     headline = stats(
         [
-            ("due backlog", backlog),
-            ("oldest due", age(seconds_since(now, oldest)) if oldest else "—"),
+            ("due now (backlog)", backlog, due_url),
+            ("oldest due waited", age(seconds_since(now, oldest)) if oldest else "—", due_url if oldest else None),
             *(
-                (status, f"≈ {n:,}" if estimated and status != Notification.Status.PENDING else f"{n:,}")
+                (
+                    status,
+                    f"≈ {n:,}" if estimated and status != Notification.Status.PENDING else f"{n:,}",
+                    _url(Notification, status__exact=status),
+                )
                 for status, n in statuses.items()
             ),
-            ("breaker openings (24 h)", openings),
+            ("breaker openings (24 h)", openings, _url(BreakerOpening, opened="24h")),
         ]
     )
     throughput_chart = bar_chart(minutes, series, title="Delivery attempts per minute, last hour")
+    throughput_chart = format_html(
+        '{}<p class="weave-muted">retrying: temporary, unknown or lease_lost (tried again); failed: permanent, the '
+        "same word as the failed tile.</p>",
+        throughput_chart,
+    )
     if not latency:
         latency = {"default": {name: [None] * len(lat_minutes) for name in ("p50", "p95", "p99")}}
     latency_charts = [
-        line_chart(lat_minutes, lines, title=f"Provider latency, backend {backend!r}", unit="ms")
+        line_chart(lat_minutes, lines, title=f"Provider latency, backend {backend}", unit="ms")
         for backend, lines in sorted(latency.items())
     ]
-    outcome_table = table(["outcome", "attempts in the last hour"], list(outcomes.items()))
+    outcome_table = table(
+        ["outcome", "attempts in the last hour"],
+        [
+            (state_word(outcome), _count(n, _url(DeliveryAttempt, outcome__exact=outcome, finished="1h")))
+            for outcome, n in outcomes.items()
+        ],
+    )
     breaker_table = table(
         ["opened at", "worker", "reason"],
-        [(when(o.opened_at), o.owner, o.reason) for o in last_openings],
+        [(when(o.opened_at), o.owner, said_once(o.reason)) for o in last_openings],
         empty="No breaker opened in the last 24 hours.",
     )
+    charts = "".join(f'<div class="weave-chart-cell">{chart}</div>' for chart in [throughput_chart, *latency_charts])
     return format_html(
-        '{}<div class="weave-row"><div class="weave-cell">{}</div><div class="weave-cell">{}</div></div>'
+        '{}<div class="weave-charts">{}</div>'
         '<div class="weave-row"><div class="weave-cell"><h3>Outcomes, last hour</h3>{}</div>'
         '<div class="weave-cell"><h3>Breaker openings, last 24 hours</h3>{}</div></div>',
         headline,
-        throughput_chart,
-        SafeString("".join(latency_charts)),
+        SafeString(charts),  # each chart built by format_html
         outcome_table,
         breaker_table,
+    )
+
+
+def _count(n: int, url: str | None) -> SafeString:
+    return format_html('<a href="{}">{}</a>', url, n) if url and n else format_html("{}", n)
+
+
+def health(now: datetime) -> list[Finding]:
+    """What is wrong with push delivery now, for the dashboard's verdict: a waiting backlog and its cause,
+    a breaker that opened, permanent failures."""
+    findings = []
+    backlog, oldest = due_backlog(now)
+    waited = seconds_since(now, oldest) if oldest else 0.0
+    if backlog and waited > BACKLOG_DEGRADED:
+        findings.append(
+            Finding(
+                FAILING if waited > BACKLOG_FAILING else DEGRADED,
+                format_html(
+                    '<a href="{}">{} notification{} due</a>, the oldest waiting {}: {}',
+                    _url(Notification, due="now") or "#",
+                    backlog,
+                    "" if backlog == 1 else "s",
+                    age(waited),
+                    backlog_cause(now),
+                ),
+            )
+        )
+    recent = BreakerOpening.objects.filter(opened_at__gt=now - RECENT_BREAKER).order_by("-opened_at", "-pk")
+    last = recent.first()
+    if last is not None:
+        findings.append(
+            Finding(
+                DEGRADED,
+                format_html(
+                    '<a href="{}">{} breaker opening{}</a> in the last 15 minutes; the latest at {} by {}: {}',
+                    _url(BreakerOpening, opened="15m") or "#",
+                    recent.count(),
+                    "" if recent.count() == 1 else "s",
+                    when(last.opened_at),
+                    last.owner,
+                    said_once(last.reason),
+                ),
+            )
+        )
+    failed = DeliveryAttempt.objects.filter(finished_at__gt=now - HOUR, outcome__in=FAILED).count()
+    if failed:
+        findings.append(
+            Finding(
+                DEGRADED,
+                format_html(
+                    '<a href="{}">{} permanent failure{}</a> in the last hour (see their reasons).',
+                    _url(DeliveryAttempt, outcome__exact=DeliveryAttempt.Outcome.PERMANENT, finished="1h") or "#",
+                    failed,
+                    "" if failed == 1 else "s",
+                ),
+            )
+        )
+    return findings
+
+
+def backlog_cause(now: datetime) -> SafeString:
+    """Why due notifications wait, when the database can tell: an expired lease, the breaker, no worker."""
+    held = Notification.objects.due().filter(owner__isnull=False, lease_expires_at__lte=now)
+    first = held.order_by("lease_expires_at", "pk").first()
+    if first is not None:
+        expired = (now - first.lease_expires_at).total_seconds() if first.lease_expires_at else 0.0
+        return format_html(
+            "{} of them are held by {} (fence {}) whose lease expired {} ago: that worker died or froze; "
+            'the next claim takes them over (<a href="{}">see them</a>).',
+            held.count(),
+            first.owner,
+            first.fence,
+            age(expired),
+            _url(Notification, due="now", lease="expired") or "#",
+        )
+    # Rows a breaker released wait out its cooldown: an opening older than twice that explains nothing now.
+    window = timedelta(seconds=max(60.0, 2 * float(weave_settings.PUSH_BREAKER_COOLDOWN)))
+    opening = BreakerOpening.objects.filter(opened_at__gt=now - window).order_by("-opened_at").first()
+    if opening is not None:
+        return format_html(
+            "the breaker opened at {} ({}): rows wait out its cooldown.",
+            when(opening.opened_at),
+            said_once(opening.reason),
+        )
+    crew = workers(now)
+    if not crew.live:
+        if crew.any_reported:
+            return format_html("no live worker: the last worker report is older than {} s.", 45)
+        return mark_safe("no worker has reported (is <code>manage.py qcluster</code> running?).")
+    return format_html(
+        "{} live worker(s), none of them holding these rows: the workers are not keeping up.", len(crew.live)
     )
 
 
@@ -270,3 +402,7 @@ def collect_metrics() -> Iterable[Metric]:
     openings = CounterMetricFamily("weave_breaker_openings", "Circuit breaker openings (all workers).")
     openings.add_metric([], BreakerOpening.objects.count())
     yield openings
+
+
+# Registered on import: `NotificationsConfig.ready()` imports this module to register the panel.
+register_health("notifications", health)

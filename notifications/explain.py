@@ -2,7 +2,7 @@
 
 from notifications.models import DeliveryAttempt, Notification
 from weave.leases import Clock, default_clock
-from weave.timeline import Timeline, clock_time, holder, lateness
+from weave.timeline import Timeline, add_operator_events, clock_time, fences_accounted, holder, lateness
 
 
 def explain_notification(pk: int, *, clock: Clock = default_clock) -> Timeline:
@@ -12,7 +12,9 @@ def explain_notification(pk: int, *, clock: Clock = default_clock) -> Timeline:
     t = Timeline(f"Notification {n.pk} to {n.device_token} (key {n.idempotency_key}): {n.status}")
     expiry = f", expires {clock_time(n.expires_at)}" if n.expires_at else ""
     device = f", device {n.device_id} on backend {n.backend!r}" if n.device_id else ""
-    t.add(n.created_at, "created", f"{n.title!r}, due {clock_time(n.next_attempt_at)}{expiry}{device}")
+    # Due time on the created line only before any send: a later retry moves next_attempt_at.
+    due_now = f", due {clock_time(n.next_attempt_at)}" if not attempts and n.next_attempt_at else ""
+    t.add(n.created_at, "created", f"{n.title!r}{due_now}{expiry}{device}")
     seen: set[tuple[str, int]] = set()
     due_at = None  # the due time the next send is measured against (the previous attempt's retry_at)
     for a in attempts:
@@ -35,8 +37,12 @@ def explain_notification(pk: int, *, clock: Clock = default_clock) -> Timeline:
         )
     if n.status == Notification.Status.PENDING and n.next_attempt_at is not None and attempts:
         t.add(None, "due", f"next send due at {clock_time(n.next_attempt_at)} (database time)")
+    add_operator_events(t, Notification, pk)
     t.add(None, "holder", holder(n))
-    t.summary = _summary(n, attempts)
+    claims: dict[int, str] = {}
+    for a in attempts:
+        claims.setdefault(a.fence, f"claimed by {a.owner} ({a.outcome})")
+    t.summary = f"{_summary(n, attempts)} {fences_accounted(n.fence, claims)}"
     return t
 
 

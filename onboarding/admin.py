@@ -6,12 +6,14 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Count, Exists, OuterRef, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 
 from onboarding.errors import AlreadyOnboarded, RunAlreadyActive, RunNotRetryable
+from onboarding.explain import current_reason
 from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, RunAttempt, StepReceipt, Supplier, VendorRecord
 from onboarding.services import (
     RETRY_PERMISSION,
@@ -23,8 +25,28 @@ from onboarding.services import (
 )
 from onboarding.steps.plan import DEFAULT_PLAN, PlanError, load_plan
 from onboarding.validation import clean_supplier_fields
-from weave.admin import LeasedModelAdmin, ReadOnlyAdminMixin
-from weave.display import admin_link, admin_link_to, changelist_link, shown, timestamp_column
+from weave.admin import (
+    ConsoleMedia,
+    LeasedModelAdmin,
+    LeaseStateFilter,
+    OperatorLogMixin,
+    ReadOnlyAdminMixin,
+    state_filter,
+    within_filter,
+)
+from weave.display import (
+    admin_link,
+    admin_link_to,
+    change_url,
+    changelist_link,
+    clipped,
+    joined_reason,
+    said_once,
+    shown,
+    state_word,
+    timestamp,
+    timestamp_column,
+)
 
 ACTIVE_REFRESH = 2  # seconds between reloads of run pages while a run is pending or running
 
@@ -42,6 +64,41 @@ class LinkedReadOnlyMixin(ReadOnlyAdminMixin):
 
 
 CONFIRM_TEMPLATE = "weave_onboarding/admin/confirm_action.html"
+
+
+def run_links(pks: list[Any]) -> SafeString:
+    """Run ids as links to their pages, for result messages."""
+    links = [format_html('<a href="{}">{}</a>', change_url(OnboardingRun, pk) or "#", pk) for pk in pks]
+    return mark_safe(", ".join(links))  # each link built by format_html
+
+
+def key_values(data: Any) -> str:
+    """A step's output (a JSON object) as labelled fields."""
+    if not data:
+        return "—"
+    if not isinstance(data, dict):
+        return shown(str(data))
+    rows = format_html_join(
+        "",
+        '<tr><th scope="row">{}</th><td>{}</td></tr>',
+        ((str(k).replace("_", " "), shown(_plain(v))) for k, v in data.items()),
+    )
+    return format_html('<table class="weave-kv"><tbody>{}</tbody></table>', rows)
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_plain(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return ", ".join(_plain(v) for v in value)
+    return str(value)
+
+
+def step_name(path: str) -> str:
+    """A plan entry as a person reads it: the step's name, not its dotted module path."""
+    return path.rsplit(".", 1)[-1]
 
 
 def confirm_page(
@@ -87,8 +144,46 @@ class SupplierForm(forms.ModelForm):
 
 
 @admin.register(Supplier)
-class SupplierAdmin(admin.ModelAdmin):
+class SupplierAdmin(OperatorLogMixin, admin.ModelAdmin):
     form = SupplierForm
+    Media = ConsoleMedia
+    readonly_fields = ["onboarding_runs"]
+
+    def get_fields(self, request: HttpRequest, obj: Supplier | None = None) -> Any:
+        fields = list(SupplierForm.Meta.fields)
+        return [*fields, "onboarding_runs"] if obj is not None else fields
+
+    @admin.display(description="onboarding runs")
+    def onboarding_runs(self, supplier: Supplier) -> str:
+        runs = list(supplier.onboarding_runs.order_by("-pk")[:20])
+        if not runs:
+            return "No run yet: use Start onboarding above."
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    admin_link(r, f"run #{r.pk}"),
+                    r.status,
+                    r.phase or "—",
+                    timestamp(r.created_at),
+                    clipped(current_reason(r)),
+                )
+                for r in runs
+            ),
+        )
+        return format_html(
+            '<table class="weave-table"><thead><tr><th>run</th><th>status</th><th>last step</th><th>created</th>'
+            "<th>reason</th></tr></thead><tbody>{}</tbody></table>",
+            rows,
+        )
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict | None = None
+    ) -> HttpResponse:
+        extra = {"can_start_onboarding": self.has_start_onboarding_permission(request)}
+        return super().change_view(request, object_id, form_url, {**(extra_context or {}), **extra})
+
     list_display = ["legal_name", "country", "tax_id", "contact_email", "latest_run", "runs"]
     search_fields = ["legal_name", "tax_id", "contact_email"]
     list_filter = ["country"]
@@ -140,10 +235,19 @@ class SupplierAdmin(admin.ModelAdmin):
                 refused.append(f"{supplier}: {'; '.join(exc.messages)}")
             else:
                 again = " again" if supplier.pk in completed else ""
-                started.append(f"{supplier} (run {run.pk}{again})")
+                started.append(format_html("{} (run {}{})", supplier, run_links([run.pk]), again))
                 self.log_change(request, supplier, f"Started onboarding run {run.pk}.")
+                note = " again (re-onboarding confirmed)" if again else ""
+                self.log_addition(request, run, f"Started onboarding{note} for {supplier}.")
         if started:
-            self.message_user(request, f"Started onboarding for {len(started)}: {', '.join(started)}.")
+            self.message_user(
+                request,
+                format_html(
+                    "Started onboarding for {}: {}.",
+                    len(started),
+                    format_html_join(", ", "{}", ((x,) for x in started)),
+                ),
+            )
         if skipped:
             self.message_user(
                 request,
@@ -184,9 +288,9 @@ def receipt_output(receipt: StepReceipt) -> str:
         row = model._default_manager.filter(run_id=receipt.run_id).first()
         if row is not None:
             links.append((str(model._meta.verbose_name), admin_link(row)))
-    rest = ", ".join(f"{key}: {value}" for key, value in output.items())
     parts = format_html_join("; ", "{}: {}", links)
-    return format_html("{}{}{}", parts, "; " if links and rest else "", rest) if (links or rest) else "—"
+    rest = key_values(output) if output else ""
+    return format_html("{}{}", parts, rest) if (links or output) else "—"
 
 
 class StepReceiptInline(LinkedReadOnlyMixin, admin.TabularInline):
@@ -204,14 +308,25 @@ class StepReceiptInline(LinkedReadOnlyMixin, admin.TabularInline):
 class RunAttemptInline(LinkedReadOnlyMixin, admin.TabularInline):
     model = RunAttempt
     extra = 0
-    fields = readonly_fields = ("fence", "owner", "outcome", "started_at_display", "ended_at_display", "shown_reason")
+    fields = readonly_fields = (
+        "fence",
+        "owner",
+        "outcome_word",
+        "started_at_display",
+        "ended_at_display",
+        "shown_reason",
+    )
     ordering = ["fence", "pk"]
     started_at_display = timestamp_column("started_at", "started at (database clock)")
     ended_at_display = timestamp_column("ended_at", "ended at (database clock)")
 
     @admin.display(description="reason")
     def shown_reason(self, attempt: RunAttempt) -> str:
-        return shown(attempt.reason)
+        return shown(said_once(attempt.reason))
+
+    @admin.display(description="outcome")
+    def outcome_word(self, attempt: RunAttempt) -> str:
+        return state_word(attempt.outcome)
 
 
 class HasBlockedAttemptsFilter(admin.SimpleListFilter):
@@ -235,21 +350,19 @@ class OnboardingRunAdmin(LeasedModelAdmin):
     list_display = [
         "id",
         "supplier_link",
-        "status",
+        "status_word",
         "step",
-        "shown_reason",
-        "owner",
-        "fence",
-        "lease_state",
+        "list_reason",
+        "lease",
         "attempt_count",
         "created_at_display",
     ]
-    list_filter = ["status", HasBlockedAttemptsFilter]
+    list_filter = [state_filter("status", OnboardingRun.Status.values), LeaseStateFilter, HasBlockedAttemptsFilter]
     list_select_related = ["supplier"]
     search_fields = ["supplier__legal_name", "owner"]
     readonly_fields = [
         "supplier_link",
-        "status",
+        "status_word",
         "step",
         "shown_reason",
         "created_by",
@@ -276,6 +389,18 @@ class OnboardingRunAdmin(LeasedModelAdmin):
     inlines = [StepReceiptInline, RunAttemptInline]
     actions = ["resume", "cancel", "retry_failed", "cancel_and_undo"]
     explain_kind = "run"
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
+        # The dashboard's "runs by status and step" links filter by step.
+        return lookup in {"phase", "failed_step"} or super().lookup_allowed(lookup, value, request)
+
+    @admin.display(description="status", ordering="status")
+    def status_word(self, run: OnboardingRun) -> str:
+        return state_word(run.status)
+
+    @admin.display(description="reason")
+    def list_reason(self, run: OnboardingRun) -> str:
+        return clipped(current_reason(run))
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         runs: QuerySet = super().get_queryset(request).annotate(attempt_total=Count("attempts", distinct=True))
@@ -304,6 +429,15 @@ class OnboardingRunAdmin(LeasedModelAdmin):
         actions = super().get_actions(request)
         # Domain rows point at their run with PROTECT: a bulk delete of runs could only ever fail.
         actions.pop("delete_selected", None)
+        # Offered only while some run is in a state the action applies to.
+        runs = OnboardingRun.objects.all()
+        if "retry_failed" in actions and not runs.filter(status=OnboardingRun.Status.FAILED).exists():
+            actions.pop("retry_failed")
+        if not runs.active().exists():
+            actions.pop("resume", None)
+            actions.pop("cancel", None)
+        if "cancel_and_undo" in actions and not _undoable(runs).exists():
+            actions.pop("cancel_and_undo")
         return actions
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -337,11 +471,12 @@ class OnboardingRunAdmin(LeasedModelAdmin):
 
     @admin.display(description="reason")
     def shown_reason(self, run: OnboardingRun) -> str:
-        return shown(run.reason)
+        return shown(current_reason(run))
 
     @admin.display(description="plan")
     def plan_steps(self, run: OnboardingRun) -> str:
-        return format_html_join(", ", "<code>{}</code>", ((path,) for path in (run.plan or DEFAULT_PLAN)))
+        steps = [(path, step_name(path)) for path in (run.plan or DEFAULT_PLAN)]
+        return format_html('<ol class="weave-plan">{}</ol>', format_html_join("", '<li title="{}">{}</li>', steps))
 
     @admin.display(description="committed rows")
     def committed_rows(self, run: OnboardingRun) -> str:
@@ -361,14 +496,23 @@ class OnboardingRunAdmin(LeasedModelAdmin):
         items = []
         for r in receipts:
             if r.undone_at is not None:
-                state = f"undone at fence {r.undone_fence}, {r.undone_at:%Y-%m-%d %H:%M:%S %Z}"
+                state = f"undone at fence {r.undone_fence}, {timestamp(r.undone_at)}"
             elif r.step in undoable:
                 state = "committed; has an undo"
             else:
                 state = "committed; no undo (stays)"
-            items.append((r.step, r.fence, state, r.output))
-        table = format_html_join("", "<li><code>{}</code> at fence {}: {} <small>{}</small></li>", items)
-        domain = format_html_join("", "<li>{} ({})</li>", rows) if rows else format_html("<li>none</li>")
+            items.append((r.step, r.fence, state, key_values(r.output)))
+        table = format_html_join(
+            "",
+            '<tr><th scope="row">{}</th><td>{}</td><td>{}</td><td>{}</td></tr>',
+            items,
+        )
+        table = format_html(
+            '<table class="weave-table"><thead><tr><th scope="col">step</th><th scope="col">fence</th>'
+            '<th scope="col">state</th><th scope="col">output</th></tr></thead><tbody>{}</tbody></table>',
+            table,
+        )
+        domain = format_html_join("", "<li>{} ({})</li>", rows) if rows else mark_safe("<li>none</li>")
         note = ""
         if run.status == OnboardingRun.Status.CANCELLED:
             left = [r.step for r in receipts if r.undone_at is None]
@@ -379,7 +523,7 @@ class OnboardingRunAdmin(LeasedModelAdmin):
                 len(receipts),
                 ", ".join(left) or "nothing",
             )
-        return format_html("{}<ul>{}</ul><p>Rows written by this run:</p><ul>{}</ul>", note, table, domain)
+        return format_html("{}{}<p>Rows written by this run:</p><ul>{}</ul>", note, table, domain)
 
     @admin.display(description="attempts", ordering="attempt_total")
     def attempt_count(self, run: OnboardingRun) -> int:
@@ -392,10 +536,10 @@ class OnboardingRunAdmin(LeasedModelAdmin):
         for run in runs:
             if onboarding_resume(run=run):
                 resumed.append(run.pk)
-                self.log_change(request, run, "Resumed: a worker was enqueued.")
+                self.log_change(request, run, f"Resumed at fence {run.fence}: a worker was enqueued now.")
         skipped = [f"#{run.pk} ({run.status})" for run in runs if run.pk not in resumed]
         if resumed:
-            self.message_user(request, f"Enqueued {len(resumed)} run(s): {', '.join(map(str, resumed))}.")
+            self.message_user(request, format_html("Enqueued {} run(s): {}.", len(resumed), run_links(resumed)))
         if skipped:
             self.message_user(
                 request,
@@ -408,15 +552,19 @@ class OnboardingRunAdmin(LeasedModelAdmin):
         runs = list(queryset)
         cancelled = []
         for run in runs:
+            was = run.status
             if onboarding_cancel(run=run, cancelled_by=request.user):
                 cancelled.append(run.pk)
-                self.log_change(request, run, "Cancelled.")
+                self.log_change(request, run, f"Cancelled (it was {was} at fence {run.fence}).")
         skipped = [f"#{run.pk} ({run.status})" for run in runs if run.pk not in cancelled]
         if cancelled:
             self.message_user(
                 request,
-                f"Cancelled {len(cancelled)} run(s): {', '.join(map(str, cancelled))}. "
-                "A worker holding one stops at its next save.",
+                format_html(
+                    "Cancelled {} run(s): {}. A worker holding one stops at its next save.",
+                    len(cancelled),
+                    run_links(cancelled),
+                ),
             )
         if skipped:
             self.message_user(
@@ -436,18 +584,30 @@ class OnboardingRunAdmin(LeasedModelAdmin):
         runs = list(queryset.select_related("supplier"))
         failed = [r for r in runs if r.status == OnboardingRun.Status.FAILED]
         why = request.POST.get("why", "").strip()
+        if not failed:
+            # Nothing to ask about: no confirmation page with an active button for runs it cannot apply to.
+            self.message_user(
+                request,
+                "Retry applies to failed runs only; none of the selected runs is failed: "
+                + ", ".join(f"#{r.pk} ({r.status})" for r in runs)
+                + ".",
+                level=messages.WARNING,
+            )
+            return None
         if request.POST.get("post") != "yes" or not why:
             return confirm_page(
                 self,
                 request,
-                queryset,
+                queryset.filter(status=OnboardingRun.Status.FAILED),
                 "retry_failed",
                 title="Retry failed runs?",
                 intro="Each failed run is re-opened under a new fence and resumes after its last receipt. "
                 "Only a failure someone fixed is worth it (e.g. the supplier's data was corrected).",
-                warning="Re-opened:",
+                warning="To re-open:",
                 warning_items=[
-                    f"Run {r.pk} for {r.supplier}: failed at {r.failed_step or '-'}: {shown(r.reason)}" for r in failed
+                    f"Run {r.pk} for {r.supplier}: "
+                    + shown(joined_reason(f"failed at {r.failed_step or '—'}", said_once(r.reason)))
+                    for r in failed
                 ],
                 other="Left alone (retry applies to failed runs only):",
                 other_items=[f"Run {r.pk} for {r.supplier} ({r.status})" for r in runs if r not in failed],
@@ -457,18 +617,27 @@ class OnboardingRunAdmin(LeasedModelAdmin):
             )
         done, refused = [], []
         for run in failed:
+            failed_fence = run.fence
             try:
-                onboarding_retry(run=run, retried_by=request.user, why=why)
+                reopened = onboarding_retry(run=run, retried_by=request.user, why=why)
             except (RunNotRetryable, RunAlreadyActive, PermissionDenied) as exc:
                 refused.append(str(exc))
             except ValidationError as exc:
                 refused.append(f"Run {run.pk}: the supplier's data is still invalid: {'; '.join(exc.messages)}")
             else:
-                done.append(str(run.pk))
-                self.log_change(request, run, f"Retried: {why}")
+                done.append(run.pk)
+                # The fence the re-open took, so the run's story accounts for it (the next claim takes the one after).
+                self.log_change(
+                    request,
+                    run,
+                    f"Re-opened under fence {reopened.fence} (it failed at fence {failed_fence}): {why}",
+                )
         if done:
             self.message_user(
-                request, f"Re-opened {len(done)} failed run(s): {', '.join(done)}. Each resumes after its last receipt."
+                request,
+                format_html(
+                    "Re-opened {} failed run(s): {}. Each resumes after its last receipt.", len(done), run_links(done)
+                ),
             )
         skipped = len(runs) - len(failed)
         if refused or skipped:
@@ -479,91 +648,135 @@ class OnboardingRunAdmin(LeasedModelAdmin):
     @admin.action(description="Cancel and undo committed steps", permissions=["undo_run"])
     def cancel_and_undo(self, request: HttpRequest, queryset: QuerySet[OnboardingRun]) -> TemplateResponse | None:
         runs = list(queryset.select_related("supplier"))
+        applies = {r.pk for r in _undoable(queryset)}
+        left = [f"Run {r.pk} for {r.supplier} ({_undo_refusal(r)})" for r in runs if r.pk not in applies]
+        if not applies:
+            self.message_user(
+                request,
+                "Cancel and undo applies to active and failed runs, and to cancelled ones whose undo was not asked "
+                "yet or failed; none of the selected runs is one: " + "; ".join(left) + ".",
+                level=messages.WARNING,
+            )
+            return None
         if request.POST.get("post") != "yes":
             return confirm_page(
                 self,
                 request,
-                queryset,
+                queryset.filter(pk__in=applies),
                 "cancel_and_undo",
                 title="Cancel and undo?",
                 intro="Each run is cancelled (active or failed ones), then a worker runs the undo of every committed "
                 "step that declares one, newest first, under its own lease. Steps without an undo stay as they are.",
-                warning="Runs:",
-                warning_items=[f"Run {r.pk} for {r.supplier} ({r.status}, last step {r.phase or '-'})" for r in runs],
+                warning="To cancel and undo:",
+                warning_items=[
+                    f"Run {r.pk} for {r.supplier} ({r.status}, last step {r.phase or '—'})"
+                    for r in runs
+                    if r.pk in applies
+                ],
+                other="Left alone:",
+                other_items=left,
                 confirm="Cancel and undo",
             )
         done = []
         for r in runs:
-            if onboarding_cancel(run=r, cancelled_by=request.user, undo=True):
-                done.append(str(r.pk))
-                self.log_change(request, r, "Cancelled; undo of the committed steps requested.")
+            if r.pk in applies and onboarding_cancel(run=r, cancelled_by=request.user, undo=True):
+                done.append(r.pk)
+                self.log_change(request, r, f"Cancelled (it was {r.status}); undo of the committed steps requested.")
         if done:
-            self.message_user(request, f"Cancelled run(s) {', '.join(done)}; their undo is queued for a worker.")
+            self.message_user(
+                request, format_html("Cancelled run(s) {}; their undo is queued for a worker.", run_links(done))
+            )
         if len(done) < len(runs):
             self.message_user(
                 request,
-                f"Skipped {len(runs) - len(done)}: completed runs, or cancelled ones whose undo was already asked.",
+                f"Left alone {len(runs) - len(done)}: " + ("; ".join(left) or "they changed meanwhile") + ".",
                 level=messages.WARNING,
             )
         return None
 
 
+def _undoable(runs: QuerySet[OnboardingRun]) -> QuerySet[OnboardingRun]:
+    """The runs "Cancel and undo" applies to (the same states `onboarding_cancel(undo=True)` accepts)."""
+    Status, Undo = OnboardingRun.Status, OnboardingRun.Undo
+    return runs.filter(
+        Q(status__in=[*OnboardingRun.ACTIVE, Status.FAILED])
+        | Q(status=Status.CANCELLED, undo_state__in=[Undo.NONE, Undo.FAILED])
+    )
+
+
+def _undo_refusal(run: OnboardingRun) -> str:
+    if run.status == OnboardingRun.Status.COMPLETED:
+        return "completed: nothing to cancel"
+    return f"{run.status}, undo {run.undo_state}: already asked"
+
+
 class RunAttemptOutcomeFilter(admin.SimpleListFilter):
-    """A run attempt's own outcome, opening on "blocked": the attempts that lost their lease, with their reasons."""
+    """A run attempt's own outcome. The bare list shows every attempt; the dashboard links to "blocked"."""
 
     title = "outcome"
     parameter_name = "outcome"
-    default = RunAttempt.Outcome.BLOCKED.value
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [*RunAttempt.Outcome.choices, ("all", "All outcomes")]
-
-    def value(self) -> str:
-        return super().value() or self.default
+        return [(value, state_word(value)) for value in RunAttempt.Outcome.values]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         value = self.value()
-        return queryset if value == "all" else queryset.filter(outcome=value)
-
-    def choices(self, changelist: Any) -> Any:
-        # No "All" entry pointing at the bare URL: the bare URL means "blocked" here.
-        for lookup, title in self.lookup_choices:
-            yield {
-                "selected": self.value() == str(lookup),
-                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
-                "display": title,
-            }
+        return queryset.filter(outcome=value) if value else queryset
 
 
 @admin.register(RunAttempt)
 class RunAttemptAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
-    """Blocked attempts and why (the page opens on them); other outcomes are a filter away."""
+    """Every attempt with its outcome and why; blocked ones (lost leases) are a filter away."""
 
-    list_display = ["run_link", "fence", "owner", "outcome", "started_at_display", "ended_at_display", "shown_reason"]
+    # "id" first: the row's own link; a first column that is itself a link would nest one link in another.
+    list_display = [
+        "id",
+        "run_link",
+        "fence",
+        "short_owner",
+        "outcome_word",
+        "started_at_display",
+        "ended_at_display",
+        "list_reason",
+    ]
+    Media = ConsoleMedia
     fields = readonly_fields = (
         "run_link",
         "fence",
         "owner",
-        "outcome",
+        "outcome_word",
         "started_at_display",
         "ended_at_display",
         "shown_reason",
     )
     started_at_display = timestamp_column("started_at", "started at (database clock)")
     ended_at_display = timestamp_column("ended_at", "ended at (database clock)")
-    list_filter = [RunAttemptOutcomeFilter]
+    list_filter = [RunAttemptOutcomeFilter, within_filter("ended_at", "ended", "ended")]
     list_select_related = ["run__supplier"]
     search_fields = ["owner", "reason"]
     ordering = ["-pk"]
 
     @admin.display(description="reason")
     def shown_reason(self, attempt: RunAttempt) -> str:
-        return shown(attempt.reason)
+        return shown(said_once(attempt.reason))
+
+    @admin.display(description="reason")
+    def list_reason(self, attempt: RunAttempt) -> str:
+        return clipped(said_once(attempt.reason))
+
+    @admin.display(description="outcome", ordering="outcome")
+    def outcome_word(self, attempt: RunAttempt) -> str:
+        return state_word(attempt.outcome)
+
+    @admin.display(description="owner", ordering="owner")
+    def short_owner(self, attempt: RunAttempt) -> str:
+        return clipped(attempt.owner, one_line=True)
 
 
 @admin.register(StepReceipt)
 class StepReceiptAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["run_link", "step", "fence", "owner", "completed_at_display", "linked_output"]
+    Media = ConsoleMedia
+    list_display = ["id", "run_link", "step", "fence", "owner", "completed_at_display", "linked_output"]
     list_filter = ["step"]
     list_select_related = ["run__supplier"]
     completed_at_display = timestamp_column("completed_at", "completed at (database clock)")
@@ -581,11 +794,11 @@ class VendorRecordAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
 
 @admin.register(PaymentTerms)
 class PaymentTermsAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["supplier_link", "net_days", "currency", "run_link", "fence", "created_at_display"]
+    list_display = ["id", "supplier_link", "net_days", "currency", "run_link", "fence", "created_at_display"]
     created_at_display = timestamp_column("created_at")
 
 
 @admin.register(BankAccount)
 class BankAccountAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["supplier_link", "reference", "last4", "run_link", "fence", "verified_at_display"]
+    list_display = ["id", "supplier_link", "reference", "last4", "run_link", "fence", "verified_at_display"]
     verified_at_display = timestamp_column("verified_at")

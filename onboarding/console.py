@@ -11,16 +11,19 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
 from onboarding.steps.builtin import STEPS
-from weave.charts import stats, table, when
+from weave.charts import age, stats, table, when
+from weave.conf import weave_settings
+from weave.display import changelist_url, clipped, said_once
 from weave.metrics import RunningCounts
-from weave.telemetry import db_now, planner_counts
+from weave.reports import workers
+from weave.telemetry import DEGRADED, FAILING, Finding, db_now, planner_counts, register_health
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -46,7 +49,7 @@ def _step_label(status: str, phase: str, failed_at: str) -> str:
     if status == OnboardingRun.Status.FAILED:
         # The run records the step it failed at; older rows fall back to the step after the last saved one.
         return f"failed at {failed_at or failed_step(phase)}"
-    return phase or "(no step yet)"
+    return phase or "—"
 
 
 def runs_by_status_and_step() -> tuple[list[tuple[str, str, str]], bool]:
@@ -100,6 +103,18 @@ def _run_link(run_id: int) -> SafeString:
     return format_html('<a href="{}">run #{}</a>', url, run_id)
 
 
+def _step_url(status: str, label: str) -> str | None:
+    if label == "(any)":
+        return changelist_url(OnboardingRun, status__exact=status)
+    if label.startswith("failed at "):
+        return changelist_url(OnboardingRun, status__exact=status, failed_step=label.removeprefix("failed at "))
+    return changelist_url(OnboardingRun, status__exact=status, phase=label if label != "—" else "")
+
+
+def _linked(n: object, url: str | None) -> SafeString:
+    return format_html('<a href="{}">{}</a>', url, n) if url else format_html("{}", n)
+
+
 def render_panel(now: datetime) -> SafeString:
     """The supplier onboarding section of the Weave dashboard."""
     by_step, _ = runs_by_status_and_step()
@@ -108,26 +123,125 @@ def render_panel(now: datetime) -> SafeString:
     counts, newest = troubled_attempts(now)
     headline = stats(
         [
-            *((status, f"≈ {n:,}" if estimated and status in finished else f"{n:,}") for status, n in totals.items()),
-            *((f"{outcome} attempts (24 h)", n) for outcome, n in counts.items()),
+            *(
+                (
+                    f"{status} runs",
+                    f"≈ {n:,}" if estimated and status in finished else f"{n:,}",
+                    changelist_url(OnboardingRun, status__exact=status),
+                )
+                for status, n in totals.items()
+            ),
+            *(
+                (f"{outcome} attempts (24 h)", n, changelist_url(RunAttempt, outcome=outcome, ended="24h"))
+                for outcome, n in counts.items()
+            ),
         ]
     )
-    step_table = table(["status", "step", "runs"], by_step, empty="No onboarding runs yet.")
+    step_table = table(
+        ["status", "step", "runs"],
+        [(status, label, _linked(n, _step_url(status, label))) for status, label, n in by_step],
+        empty="No onboarding runs yet.",
+    )
     trouble_table = table(
         ["ended at", "run", "supplier", "outcome", "fence", "reason"],
         [
-            (when(a.ended_at), _run_link(a.run_id), a.run.supplier.legal_name, a.outcome, a.fence, a.reason)
+            (
+                when(a.ended_at),
+                _run_link(a.run_id),
+                a.run.supplier.legal_name,
+                a.outcome,
+                a.fence,
+                clipped(said_once(a.reason)),
+            )
             for a in newest
         ],
         empty="No blocked or crashed attempt in the last 24 hours.",
     )
     return format_html(
         '{}<div class="weave-row"><div class="weave-cell"><h3>Runs by status and step</h3>{}</div>'
-        '<div class="weave-cell wide"><h3>Blocked and crashed attempts, last 24 hours</h3>{}</div></div>',
+        '<div class="weave-cell wide"><h3>Blocked and crashed attempts, last 24 hours</h3>'
+        '<div class="weave-scroll">{}</div></div></div>',
         headline,
         step_table,
         trouble_table,
     )
+
+
+STUCK_SLACK = 30.0  # seconds past an attempt's budget plus its lease TTL before it is called stuck
+WAITING_DEGRADED = 60.0  # seconds a pending run may wait for its first claim before the verdict says so
+
+
+def health(now: datetime) -> list[Finding]:
+    """What is wrong with onboarding now: failed runs waiting for a fix, stuck or blocked attempts, waiting runs."""
+    findings: list[Finding] = []
+    failed = OnboardingRun.objects.filter(status=OnboardingRun.Status.FAILED).count()
+    if failed:
+        findings.append(
+            Finding(
+                DEGRADED,
+                format_html(
+                    '<a href="{}">{} failed run{}</a> {} for someone to fix the cause and retry.',
+                    changelist_url(OnboardingRun, status__exact=OnboardingRun.Status.FAILED) or "#",
+                    failed,
+                    "" if failed == 1 else "s",
+                    "waits" if failed == 1 else "wait",
+                ),
+            )
+        )
+    limit = float(weave_settings.ONBOARDING_BUDGET) + float(weave_settings.ONBOARDING_LEASE_TTL) + STUCK_SLACK
+    stuck = RunAttempt.objects.filter(outcome=RunAttempt.Outcome.RUNNING, started_at__lt=now - timedelta(seconds=limit))
+    for a in stuck.order_by("started_at")[:10]:
+        findings.append(
+            Finding(
+                FAILING,
+                format_html(
+                    "Stuck attempt: {} at fence {} held by {} has run for {} (its budget is {} s).",
+                    _run_link(a.run_id),
+                    a.fence,
+                    a.owner,
+                    age((now - a.started_at).total_seconds()),
+                    f"{weave_settings.ONBOARDING_BUDGET:g}",
+                ),
+            )
+        )
+    recent = RunAttempt.objects.filter(ended_at__gt=now - timedelta(hours=1), outcome__in=TROUBLE)
+    counts = dict(recent.order_by().values_list("outcome").annotate(n=Count("pk")))
+    for outcome, n in sorted(counts.items()):
+        findings.append(
+            Finding(
+                DEGRADED,
+                format_html(
+                    '<a href="{}">{} {} attempt{}</a> in the last hour (a worker lost its lease or stopped).',
+                    changelist_url(RunAttempt, outcome=outcome, ended="1h") or "#",
+                    n,
+                    outcome,
+                    "" if n == 1 else "s",
+                ),
+            )
+        )
+    waiting = OnboardingRun.objects.filter(
+        status=OnboardingRun.Status.PENDING,
+        owner__isnull=True,
+        created_at__lt=now - timedelta(seconds=WAITING_DEGRADED),
+    ).filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lt=now - timedelta(seconds=WAITING_DEGRADED)))
+    n = waiting.count()
+    if n:
+        crew = workers(now)
+        cause = "no worker is live" if crew.any_reported and not crew.live else "no worker has claimed them"
+        findings.append(
+            Finding(
+                DEGRADED,
+                format_html(
+                    '<a href="{}">{} pending run{}</a> due for over {} s: {}.',
+                    changelist_url(OnboardingRun, status__exact=OnboardingRun.Status.PENDING, lease="free") or "#",
+                    n,
+                    "" if n == 1 else "s",
+                    f"{WAITING_DEGRADED:g}",
+                    cause,
+                ),
+            )
+        )
+    return findings
 
 
 # --- step durations for the lease TTL advice --------------------------------------------------------
@@ -201,3 +315,7 @@ def collect_metrics() -> Iterable[Metric]:
     yield refusals
     running = RunAttempt.objects.filter(outcome=RunAttempt.Outcome.RUNNING).aggregate(n=Count("pk"))
     yield GaugeMetricFamily("weave_run_attempts_running", "Run attempts still running.", value=running["n"])
+
+
+# Registered on import: `OnboardingConfig.ready()` imports this module to register the panel.
+register_health("onboarding", health)

@@ -22,7 +22,7 @@ mkdir -p "$LOGS"
 
 "$PY" manage.py migrate --noinput
 "$PY" manage.py weave_demo_user --username "$ADMIN_USER" --password "$ADMIN_PASSWORD"
-"$PY" manage.py weave_schedules
+"$PY" manage.py weave_schedules >/dev/null  # migrate has set them up already; this only checks
 
 pids=()
 start() {  # start a child in its own process group, remember its pgid; $1 names its log file
@@ -52,7 +52,7 @@ trap stop_all INT TERM EXIT
 
 # Mild faults, so the admin shows retries and `unknown` attempts next to deliveries.
 start fake_push "$PY" manage.py fake_push_provider --port "$PUSH_PORT" --latency-ms 150 \
-  --rate-5xx 0.05 --rate-429 0.03 --retry-after 2 --rate-hang 0.01 --hang-seconds 12
+  --rate-5xx 0.12 --rate-429 0.06 --retry-after 2 --rate-hang 0.01 --hang-seconds 12
 # FCM, APNs and Web Push fakes (HTTP/2 over TLS, keys generated into $LOGS/push-fakes); the site reads
 # the PUSH_BACKENDS they write once they are up.
 rm -f "$LOGS/push-fakes/push_backends.json"
@@ -67,6 +67,8 @@ start qcluster "$PY" manage.py qcluster
 qcluster_pid=${pids[-1]}  # setsid execs in place here, so this is qcluster's main pid (and its pgid)
 # Now and then freeze the worker holding a run past its lease: its attempt ends blocked, with the reason.
 start stalls "$PY" manage.py weave_demo_stalls --every "${STALL_EVERY:-40}"
+# Now and then a few seconds of provider outage: a push worker's breaker opens, its rows wait and go out.
+start outage "$PY" manage.py weave_demo_outage --provider "http://127.0.0.1:$PUSH_PORT" --every "${OUTAGE_EVERY:-60}"
 "$PY" manage.py weave_demo_data
 
 cat <<MSG
@@ -79,13 +81,17 @@ cat <<MSG
 
   What to click:
     1. Supplier onboarding > Suppliers: tick a few suppliers, choose "Start onboarding", press Go.
-    2. Supplier onboarding > Onboarding runs: open a run and reload; receipts and attempts appear
-       step by step. "Faulty Fixtures Co" ends failed: its bank account is refused.
-    3. Weave > Dashboard: throughput, provider latency, leases, blocked attempts (a demo fault freezes
-       a worker about every ${STALL_EVERY:-40} s while it holds a run) and the lease TTL advice.
+    2. Supplier onboarding > Onboarding runs: open a run; receipts and attempts appear step by step
+       (the page reloads itself while the run is active). "Faulty Fixtures Co" ends failed: its bank
+       account is refused. Fix its IBAN on the supplier's page, then "Retry failed run" with a note:
+       the run's timeline shows the re-open, who did it and why.
+    3. Weave > Dashboard: the verdict first (healthy, degraded or failing, with the reasons), then
+       throughput, provider latency, leases, blocked attempts (a demo fault freezes a worker about
+       every ${STALL_EVERY:-40} s while it holds a run), breaker openings (the fake provider answers
+       503 for a few seconds about every ${OUTAGE_EVERY:-60} s, the first after 20 s) and the lease TTL advice.
     4. Push notifications > Notifications: the demo notifications and each supplier's welcome
        message, with their delivery attempts (a few retries: the fake provider has faults on).
-    4. Push notifications > Devices: the admin's devices on FCM, APNs and Web Push; the dead ones
+    5. Push notifications > Devices: the admin's devices on FCM, APNs and Web Push; the dead ones
        were deactivated by the provider's answer. Tick some, "Send test notification", press Go.
   Fake services: http://127.0.0.1:$PUSH_PORT/_stats and http://127.0.0.1:$SUPPLIER_PORT/_stats
   Logs: $LOGS/.  Ctrl-C stops everything.

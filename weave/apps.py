@@ -41,6 +41,10 @@ class WeaveConfig(AppConfig):
 
             # Every django-q2 worker process gets a due-time watcher thread (weave.wake).
             post_spawn.connect(start_watcher, dispatch_uid="weave.wake.watcher")
+            from weave.reports import start_reporter
+
+            # ... and reports what it runs with, for the dashboard and weave_tune (weave.reports).
+            post_spawn.connect(start_reporter, dispatch_uid="weave.reports.reporter")
 
 
 def _uses_weave_tasks() -> bool:

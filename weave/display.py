@@ -8,6 +8,7 @@ header, or a password from a configured URL, to any user, view-only ones include
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.db import models
@@ -60,15 +61,71 @@ def admin_link_to(app_label: str, model_name: str, pk: object, text: object) -> 
     return format_html('<a href="{}">{}</a>', url, text)
 
 
-def changelist_link(model: type[models.Model], text: object, **filters: object) -> str:
-    """A link to `model`'s admin list, filtered by `filters` (e.g. supplier__id__exact=3)."""
+def changelist_url(model: type[models.Model], **filters: object) -> str | None:
+    """The URL of `model`'s admin list filtered by `filters` (e.g. status__exact="failed"), or None."""
     meta = model._meta
     try:
         url = reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist")
     except NoReverseMatch:
-        return str(text)
-    query = "&".join(f"{key}={value}" for key, value in filters.items())
-    return format_html('<a href="{}?{}">{}</a>', url, query, text)
+        return None
+    return f"{url}?{urlencode({k: str(v) for k, v in filters.items()})}" if filters else url
+
+
+def changelist_link(model: type[models.Model], text: object, **filters: object) -> str:
+    """A link to `model`'s admin list, filtered by `filters` (e.g. supplier__id__exact=3)."""
+    url = changelist_url(model, **filters)
+    return str(text) if url is None else format_html('<a href="{}">{}</a>', url, text)
+
+
+def change_url(model: type[models.Model], pk: object) -> str | None:
+    meta = model._meta
+    try:
+        return reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[pk])
+    except NoReverseMatch:
+        return None
+
+
+def clipped(text: str, *, one_line: bool = False) -> str:
+    """Text cut to two lines in a list cell (or one, for names and tokens), the whole of it in the title
+    (hover) and on the row's page."""
+    text = shown(text or "")
+    if not text:
+        return "—"
+    kind = "weave-clip-line" if one_line else "weave-clip"
+    return format_html('<span class="{}" title="{}">{}</span>', kind, text, text)
+
+
+def state_word(value: str) -> str:
+    """One wording for a state everywhere: the stored value ("lease_lost"), as the logs, the metrics'
+    labels and `weave_explain` print it, never Django's generated label ("Lease Lost")."""
+    return value or "—"
+
+
+def joined_reason(prefix: str, reason: str) -> str:
+    """`prefix: reason`, said once: words the reason repeats from the prefix are not said twice.
+
+    "failed at step_x" + "step_x: account closed" -> "failed at step_x: account closed";
+    "Lease lost at step_x" + "Lease lost on run 2 (...)" -> "Lease lost at step_x, on run 2 (...)".
+    """
+    reason, prefix = (reason or "").strip(), (prefix or "").strip().rstrip(":")
+    if not reason or not prefix:
+        return reason or prefix
+    head, colon, rest = reason.partition(":")
+    if colon and head.strip() and prefix.lower().endswith(head.strip().lower()):
+        return f"{prefix}: {rest.strip()}"  # the reason starts by naming what the prefix already names
+    said, words = prefix.lower().split(), reason.split()
+    common = 0
+    while common < min(len(said), len(words)) and said[common] == words[common].lower():
+        common += 1
+    if common >= 2:
+        return f"{prefix}, {' '.join(words[common:])}"
+    return f"{prefix}: {reason}"
+
+
+def said_once(reason: str) -> str:
+    """A stored reason with a doubled lead-in said once ("failed at x: x: closed" -> "failed at x: closed")."""
+    head, sep, rest = (reason or "").partition(": ")
+    return joined_reason(head, rest) if sep and rest else reason or ""
 
 
 def known_secrets() -> list[str]:

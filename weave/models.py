@@ -182,3 +182,23 @@ class TaskRow(JobModel):
 
     def __str__(self) -> str:
         return f"task {self.task_path} ({self.result_id})"
+
+
+class WorkerReport(models.Model):
+    """What one worker process runs with, written by the process itself (`weave.reports`).
+
+    The web process reads its own settings; a worker may run with others (`make run` gives its own
+    processes a shorter onboarding TTL, a deploy may set the environment per unit). The dashboard and
+    `weave_tune` show these reports, so an operator sees the configuration the work actually runs under.
+    """
+
+    name = models.CharField(max_length=200, primary_key=True, help_text="host:pid of the worker process")
+    started_at = models.DateTimeField()
+    seen_at = models.DateTimeField(help_text="database time of the latest report")
+    config = models.JSONField(default=dict, help_text="the WEAVE settings this process reads (numbers and flags)")
+
+    class Meta:
+        verbose_name = "worker report"
+
+    def __str__(self) -> str:
+        return f"Worker {self.name}"

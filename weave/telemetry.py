@@ -143,6 +143,33 @@ def panels() -> list[Panel]:
     return sorted(_panels.values(), key=lambda p: (p.order, p.key))
 
 
+# --- the dashboard's verdict ---------------------------------------------------------------------
+
+FAILING, DEGRADED = "failing", "degraded"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One reason the dashboard's verdict is not "healthy": `level` is FAILING or DEGRADED, `text` says
+    what is wrong in one sentence, with links to the rows it names."""
+
+    level: str
+    text: SafeString
+
+
+HealthCheck = Callable[[datetime], list[Finding]]
+_health: dict[str, HealthCheck] = {}
+
+
+def register_health(name: str, check: HealthCheck) -> None:
+    """Add a function that returns what is wrong now (an empty list when nothing is)."""
+    _health[name] = check
+
+
+def health_checks() -> list[HealthCheck]:
+    return [_health[name] for name in sorted(_health)]
+
+
 # --- Prometheus metric families -----------------------------------------------------------------
 
 MetricsCollector = Callable[[], Iterable[Any]]  # yields prometheus_client metric families

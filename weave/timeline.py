@@ -4,6 +4,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.db.models import Model
 from django.utils.html import format_html, format_html_join
 
 from weave.display import shown
@@ -41,7 +42,9 @@ class Timeline:
 
     def as_html(self) -> str:
         rows = format_html_join(
-            "", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", ((stamp(e.at), e.what, e.text) for e in self.ordered())
+            "",
+            '<tr class="{}"><td>{}</td><td>{}</td><td>{}</td></tr>',
+            (("operator" if e.what in OPERATOR_WORDS else "", stamp(e.at), e.what, e.text) for e in self.ordered()),
         )
         return format_html(
             '<table class="weave-timeline"><thead><tr><th>database time</th><th>event</th><th>detail</th></tr>'
@@ -52,6 +55,84 @@ class Timeline:
 
 
 _RANK = {"created": 0, "claim": 1, "send": 2, "receipt": 2}
+# Events a person caused in the admin: highlighted in the change page's timeline.
+OPERATOR_WORDS = {"started", "retried", "reopened", "cancelled", "resumed", "edited", "send-test", "operator", "undo"}
+
+
+@dataclass(frozen=True)
+class OperatorEvent:
+    """One thing a person did to a job in the admin (from its history, LogEntry): when, who, what, why."""
+
+    at: datetime
+    who: str
+    action: str  # "added", "changed", "deleted"
+    text: str
+
+
+def operator_events(model: type[Model], pk: object) -> list[OperatorEvent]:
+    """The admin history of one row, oldest first; empty where django.contrib.admin is not installed."""
+    from django.apps import apps
+
+    if not apps.is_installed("django.contrib.admin"):
+        return []
+    from django.contrib.admin.models import ADDITION, DELETION, LogEntry
+    from django.contrib.contenttypes.models import ContentType
+
+    kind = ContentType.objects.get_for_model(model, for_concrete_model=False)
+    entries = LogEntry.objects.filter(content_type=kind, object_id=str(pk)).select_related("user")
+    names = {ADDITION: "added", DELETION: "deleted"}
+    return [
+        OperatorEvent(
+            at=e.action_time,
+            who=e.user.get_username() if e.user_id else "someone",
+            action=names.get(e.action_flag, "changed"),
+            text=str(e.get_change_message() or "").strip(),
+        )
+        for e in entries.order_by("action_time", "pk")
+    ]
+
+
+# The first words of the history messages Weave's admin writes, and the timeline event each one is.
+_WORDS = (
+    ("started", "started"),
+    ("re-opened", "reopened"),
+    ("retried", "reopened"),
+    ("retry", "retried"),
+    ("cancelled", "cancelled"),
+    ("resumed", "resumed"),
+    ("sent test", "send-test"),
+    ("sent as a test", "send-test"),
+    ("deactivated", "operator"),
+    ("changed", "edited"),
+    ("added", "created"),
+)
+
+
+def operator_word(event: OperatorEvent) -> str:
+    """The timeline's word for an operator event ("reopened", "cancelled", "edited" ...)."""
+    lowered = event.text.lower()
+    for start, word in _WORDS:
+        if lowered.startswith(start):
+            return word
+    return {"added": "created", "deleted": "deleted"}.get(event.action, "operator")
+
+
+def add_operator_events(timeline: "Timeline", model: type[Model], pk: object) -> list[OperatorEvent]:
+    """Put a row's admin history into its timeline, each event with who did it and what they said."""
+    events = operator_events(model, pk)
+    for e in events:
+        timeline.add(e.at, operator_word(e), f"by {e.who}: {e.text}" if e.text else f"by {e.who}")
+    return events
+
+
+def fences_accounted(current: int, known: dict[int, str]) -> str:
+    """One sentence naming what took every fence from 1 to `current`; a fence nothing explains is said to be so."""
+    if current <= 0:
+        return "No fence taken yet (fence 0)."
+    parts = []
+    for fence in range(1, current + 1):
+        parts.append(f"{fence} {known.get(fence, 'taken by a claim that recorded no attempt (released unstarted)')}")
+    return "Fences: " + "; ".join(parts) + "."
 
 
 def stamp(at: datetime | None) -> str:

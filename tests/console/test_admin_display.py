@@ -93,12 +93,15 @@ def test_supplier_list__links_to_its_latest_run(admin_client, failed_run):
 def test_run_pages_reload_while_a_run_is_active_and_stop_when_it_finished(admin_client, failed_run):
     active = OnboardingRunFactory()
     change = "admin:weave_onboarding_onboardingrun_change"
-    assert 'http-equiv="refresh"' in admin_client.get(reverse(change, args=[active.pk])).content.decode()
-    assert 'http-equiv="refresh"' not in admin_client.get(reverse(change, args=[failed_run.pk])).content.decode()
+    # The reload is the script's (weave/console.js), which keeps focus and scroll; never a meta refresh.
+    reloading = 'data-weave-refresh="2"'
+    page = admin_client.get(reverse(change, args=[active.pk])).content.decode()
+    assert reloading in page and 'http-equiv="refresh"' not in page
+    assert reloading not in admin_client.get(reverse(change, args=[failed_run.pk])).content.decode()
     changelist = reverse("admin:weave_onboarding_onboardingrun_changelist")
-    assert 'http-equiv="refresh"' in admin_client.get(changelist).content.decode()
+    assert reloading in admin_client.get(changelist).content.decode()
     OnboardingRun.objects.filter(pk=active.pk).update(status="cancelled")
-    assert 'http-equiv="refresh"' not in admin_client.get(changelist).content.decode()
+    assert reloading not in admin_client.get(changelist).content.decode()
 
 
 def test_breaker_openings_are_listed_read_only_with_their_reason(admin_client):

@@ -133,5 +133,226 @@ def test_operator_walkthrough(live_server, groups, worker_env, chromium, monkeyp
             poll(page, charts_have_data, timeout=90, message="the dashboard's charts to have data")
             assert page.locator("#weave-leases").count() == 1 and page.locator("#weave-ttl").count() == 1
             assert "completed" in page.locator("#weave-onboarding").inner_text().lower()
+            # The qcluster's worker processes report what they run with; the dashboard shows their values.
+            from weave.models import WorkerReport
+
+            # any(): a worker of an earlier test may report once more after that test's tables were flushed.
+            reports = list(WorkerReport.objects.all())
+            assert any(r.config.get("PUSH_TIMEOUT") == 3.0 for r in reports), [(r, r.config) for r in reports]
+            workers = page.locator("#weave-workers").inner_text()
+            assert "live" in workers and "PUSH_TIMEOUT" in workers
             page.screenshot(path=str(SHOTS / "05-dashboard.png"), full_page=True)
             browser.close()
+
+
+# --- the screens at 1440, 1280 and 390 px, with axe-core ---------------------------------------------------
+
+AXE = Path(__file__).resolve().parent / "node_modules" / "axe-core" / "axe.min.js"
+LONG_REASON = (
+    "Provider answered HTTP 410 Gone: the device token is no longer registered with the push service, so "
+    "Weave stopped trying and marked the notification failed; register the device again to reach it"
+)
+
+
+def axe_violations(page) -> list[str]:
+    """Serious and critical axe-core violations on the page as it is, one line each."""
+    if not AXE.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true requires axe-core: (cd tests/e2e && npm ci), as .ci/run does")
+        return []  # without node_modules the layout checks still run; the CI run always has axe
+    page.add_script_tag(path=str(AXE))
+    found = page.evaluate(
+        """async () => {
+            const r = await axe.run(document, {resultTypes: ['violations']});
+            return r.violations.filter(v => ['serious', 'critical'].includes(v.impact))
+                .map(v => v.impact + ' ' + v.id + ': ' + v.nodes.slice(0, 3).map(n => n.target.join(' ')).join(' | '));
+        }"""
+    )
+    return list(found)
+
+
+def overflow(page) -> dict:
+    """How far the page and each reason cell reach past the viewport's right edge (0 = none)."""
+    return page.evaluate(
+        """() => {
+            const width = document.documentElement.clientWidth;
+            const cells = [...document.querySelectorAll(
+                '#result_list td.field-reason, #result_list td.field-shown_reason, #result_list td.field-list_reason')];
+            const status = [...document.querySelectorAll(
+                '#result_list td.field-status_word, #result_list td.field-outcome_word')];
+            return {
+                page: document.documentElement.scrollWidth - width,
+                reasons: cells.map(c => Math.round(c.getBoundingClientRect().right - width)),
+                reasonsShown: cells.filter(c => c.getBoundingClientRect().width > 60).length,
+                cells: cells.length,
+                tallStatus: status.filter(c => c.getBoundingClientRect().height > 60).length,
+            };
+        }"""
+    )
+
+
+def make_trouble():
+    """Rows in every state the screens must explain: failed with a long reason, an expired lease, a failed run."""
+    from datetime import timedelta
+
+    from notifications.models import DeliveryAttempt, Notification
+    from onboarding.models import RunAttempt
+    from weave.telemetry import db_now
+
+    now = db_now()
+    failed = []
+    for n in range(4):
+        row = Notification.objects.create(
+            device_token=f"screen-device-{n:04d}-abcdefghijkl", title=f"Order {n} shipped", body="b", data={"n": n}
+        )
+        Notification.objects.filter(pk=row.pk).update(status="failed", last_error=LONG_REASON, fence=1)
+        DeliveryAttempt.objects.create(
+            notification=row,
+            owner="push:screens-host:4242:abcdef",
+            fence=1,
+            started_at=now - timedelta(seconds=30),
+            finished_at=now - timedelta(seconds=29),
+            latency_ms=120,
+            http_status=410,
+            outcome="permanent",
+            reason=LONG_REASON,
+        )
+        failed.append(row)
+    held = Notification.objects.create(device_token="screen-held-device", title="Held", body="b")
+    Notification.objects.claim(held.pk, owner="push:frozen-host:99:deadbeef", ttl=-90)
+    supplier = Supplier.objects.create(
+        legal_name="Screens Supplier GmbH",
+        country="DE",
+        tax_id=german_vat_number(77),
+        contact_email="ap@screens.example",
+        device_token="screens-supplier-device",
+        iban=german_iban(77),
+    )
+    run = OnboardingRun.objects.create(supplier=supplier, plan=[], reason="")
+    OnboardingRun.objects.claim(run.pk, owner="onboarding:screens:1", ttl=30)
+    OnboardingRun.objects.filter(pk=run.pk).update(
+        status="failed",
+        owner=None,
+        lease_expires_at=None,
+        phase="set_payment_terms",
+        failed_step="register_bank_account",
+        reason="register_bank_account: Bank account refused: the account is closed.",
+    )
+    RunAttempt.objects.create(
+        run=run,
+        fence=1,
+        owner="onboarding:screens:1",
+        started_at=now - timedelta(seconds=20),
+        ended_at=now - timedelta(seconds=19),
+        outcome="failed",
+        reason="register_bank_account: Bank account refused: the account is closed.",
+    )
+    return failed, held, run
+
+
+LIST_PAGES = [
+    "/admin/weave_notifications/notification/",
+    "/admin/weave_notifications/deliveryattempt/",
+    "/admin/weave_onboarding/onboardingrun/",
+    "/admin/weave_onboarding/runattempt/",
+]
+
+
+# Lists without a reason column: checked with axe-core only.
+MORE_PAGES = [
+    "/admin/weave_onboarding/supplier/",
+    "/admin/weave_notifications/device/",
+    "/admin/weave_notifications/breakeropening/",
+    "/admin/weave_onboarding/stepreceipt/",
+]
+
+
+def test_operator_screens_at_1440_1280_and_390_px(live_server, chromium, monkeypatch):
+    from playwright.sync_api import sync_playwright
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    User.objects.create_superuser("screens", "ops@example.com", "screens-pw")
+    failed, held, run = make_trouble()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+        context = browser.new_context(viewport={"width": 1440, "height": 900})
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        page.goto(f"{live_server.url}/admin/login/")
+        page.fill("#id_username", "screens")
+        page.fill("#id_password", "screens-pw")
+        page.click("input[type=submit]")
+
+        # The dashboard: a verdict first, naming the expired lease; tiles link to the rows they count.
+        page.goto(f"{live_server.url}/admin/weave/dashboard/")
+        verdict = page.locator("#weave-verdict")
+        assert "Failing" in verdict.inner_text() or "Degraded" in verdict.inner_text()
+        assert f"notification #{held.pk}" in verdict.inner_text() and "push:frozen-host:99" in verdict.inner_text()
+        assert page.locator("a.weave-stat").count() >= 5
+        assert page.locator("meta[http-equiv=refresh]").count() == 0, "no auto-reload unless asked for"
+        assert page.locator("details.weave-chart-data").count() >= 2, "each chart has a data table"
+        assert not axe_violations(page), axe_violations(page)
+        page.screenshot(path=str(SHOTS / "10-dashboard-1440.png"), full_page=True)
+        with page.expect_navigation():
+            page.locator("a.weave-stat", has_text="failed").first.click()
+        assert "status__exact=failed" in page.url
+        rows = page.locator("#result_list tbody tr")
+        assert rows.count() == len(failed), "the failed tile opens the failed notifications"
+
+        # Lists: reason and status side by side at 1280 px, nothing past the right edge.
+        page.set_viewport_size({"width": 1280, "height": 900})
+        for url in LIST_PAGES:
+            page.goto(f"{live_server.url}{url}")
+            seen = overflow(page)
+            page.screenshot(path=str(SHOTS / f"list-1280-{url.strip('/').replace('/', '-')}.png"), full_page=True)
+            assert seen["page"] <= 1 and all(r <= 1 for r in seen["reasons"]), (url, seen)
+            assert seen["cells"] and seen["reasonsShown"] == seen["cells"], (url, seen)
+            assert not axe_violations(page), (url, axe_violations(page))
+        for url in MORE_PAGES:
+            page.goto(f"{live_server.url}{url}")
+            assert not axe_violations(page), (url, axe_violations(page))
+        page.goto(f"{live_server.url}{LIST_PAGES[0]}")
+        clip = page.locator("#result_list td.field-reason .weave-clip").first
+        assert clip.get_attribute("title") == LONG_REASON, "the whole reason is in the title"
+        page.screenshot(path=str(SHOTS / "11-notifications-1280.png"), full_page=True)
+
+        # A retry in the browser, with its note: the run's timeline shows the re-open and who did it.
+        page.goto(f"{live_server.url}/admin/weave_onboarding/onboardingrun/")
+        page.check(f"input[name=_selected_action][value='{run.pk}']")
+        page.select_option("select[name=action]", "retry_failed")
+        with page.expect_navigation():
+            page.click("button[name=index]")
+        page.fill("#id_why", "IBAN corrected")
+        with page.expect_navigation():
+            page.click("input[type=submit][value=Retry]")
+        assert "Re-opened 1 failed run" in page.locator("ul.messagelist").inner_text()
+        page.goto(f"{live_server.url}/admin/weave_onboarding/onboardingrun/{run.pk}/change/")
+        timeline = page.locator("table.weave-timeline").inner_text()
+        assert (
+            "reopened" in timeline
+            and "by screens: Re-opened under fence 2" in timeline
+            and "IBAN corrected" in timeline
+        )
+        page.screenshot(path=str(SHOTS / "12-run-timeline-1440.png"), full_page=True)
+
+        # A phone: no sideways scrolling, reasons readable, no letter-by-letter columns.
+        page.set_viewport_size({"width": 390, "height": 844})
+        for url in LIST_PAGES:
+            page.goto(f"{live_server.url}{url}")
+            seen = overflow(page)
+            page.screenshot(path=str(SHOTS / f"list-390-{url.strip('/').replace('/', '-')}.png"), full_page=True)
+            assert seen["page"] <= 1 and all(r <= 1 for r in seen["reasons"]), (url, seen)
+            assert seen["reasonsShown"] == seen["cells"] and seen["tallStatus"] == 0, (url, seen)
+        page.screenshot(path=str(SHOTS / "13-notifications-390.png"), full_page=True)
+
+        # The re-opened run is active, so its list reloads itself: the reader keeps their place.
+        page.goto(f"{live_server.url}/admin/weave_onboarding/onboardingrun/")
+        assert page.locator("#weave-refresh[data-weave-refresh='2']").count() == 1
+        page.evaluate("() => { window.scrollTo(0, 200); window.__before_reload = true; }")
+        page.wait_for_function("() => window.__before_reload === undefined", timeout=10_000)  # it reloaded
+        page.wait_for_function("() => window.scrollY > 150", timeout=5_000)
+        page.goto(f"{live_server.url}/admin/weave/dashboard/")
+        assert page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth") <= 1
+        page.screenshot(path=str(SHOTS / "14-dashboard-390.png"), full_page=True)
+        browser.close()

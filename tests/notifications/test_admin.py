@@ -81,8 +81,11 @@ def test_cancel__leaves_rows_a_worker_holds_and_reports_them(client):
     page = act(client, "cancel", [free, held, done]).content.decode()
     statuses = dict(Notification.objects.values_list("pk", "status"))
     assert statuses == {free.pk: "cancelled", held.pk: "pending", done.pk: "delivered"}
-    assert f"a worker holds them right now: {held.pk}" in page
-    assert f"This action applies to pending notifications only; 1 left alone: {done.pk}" in page
+    assert f'a worker holds them right now: <a href="{CHANGELIST}{held.pk}/change/">{held.pk}</a>' in page
+    assert (
+        "This action applies to pending notifications only; 1 left alone: "
+        f'<a href="{CHANGELIST}{done.pk}/change/">{done.pk}</a>' in page
+    )
     # The worker's lease is intact, so its finish still lands.
     Notification.objects.release(lease, status="delivered")
     assert Notification.objects.get(pk=held.pk).status == "delivered"

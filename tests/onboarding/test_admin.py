@@ -130,11 +130,12 @@ def test_changelists_render_runs_with_receipts_and_attempts(operator, fake_servi
         assert step.encode() in detail.content
     assert b"completed" in detail.content
 
-    attempts = operator.get(reverse("admin:weave_onboarding_runattempt_changelist"))
+    # The bare list shows every attempt (no "0 results (5 total)" behind a default filter); blocked is a filter.
+    attempts = operator.get(reverse("admin:weave_onboarding_runattempt_changelist"), {"outcome": "blocked"})
     assert attempts.status_code == 200
     assert list(attempts.context["cl"].result_list) == list(RunAttempt.objects.filter(outcome="blocked"))
     assert b"now held by fresh-worker at fence 2" in attempts.content
-    everything = operator.get(reverse("admin:weave_onboarding_runattempt_changelist"), {"outcome": "all"})
+    everything = operator.get(reverse("admin:weave_onboarding_runattempt_changelist"))
     assert everything.context["cl"].result_count == RunAttempt.objects.count() == 2
 
     receipts = operator.get(reverse("admin:weave_onboarding_stepreceipt_changelist"))
@@ -153,4 +154,4 @@ def test_run_admin__lease_fields_are_read_only_and_judged_live_by_the_database(o
     ]
     # The whole page is read-only (no change permission on a run): shown, never an editable field.
     assert not {"owner", "fence", "lease_expires_at", "status", "phase"} & set(admin_form.form.fields)
-    assert {"owner", "fence", "lease_expires_at_display", "status", "step"} <= set(admin_form.readonly_fields)
+    assert {"owner", "fence", "lease_expires_at_display", "status_word", "step"} <= set(admin_form.readonly_fields)

@@ -36,5 +36,6 @@ def test_operator_actions__start_resume_cancel_are_in_the_admin_history(admin_cl
     admin_client.post(RUNS, {"action": "cancel", "_selected_action": [run.pk], "index": 0})
     messages = [(e.content_type.model_class(), e.object_id, e.get_change_message()) for e in LogEntry.objects.all()]
     assert (Supplier, str(supplier.pk), f"Started onboarding run {run.pk}.") in messages
-    assert (OnboardingRun, str(run.pk), "Resumed: a worker was enqueued.") in messages
-    assert (OnboardingRun, str(run.pk), "Cancelled.") in messages
+    assert (OnboardingRun, str(run.pk), f"Started onboarding for {supplier}.") in messages
+    assert (OnboardingRun, str(run.pk), "Resumed at fence 0: a worker was enqueued now.") in messages
+    assert (OnboardingRun, str(run.pk), "Cancelled (it was pending at fence 0).") in messages

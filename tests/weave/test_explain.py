@@ -73,7 +73,7 @@ def test_explain_run__failed_run_gives_the_business_reason(fake_services, clock)
         "failed     fence 1: verify_tax_id",
         f"{UNREGISTERED} (DE) is invalid: tax id {UNREGISTERED} is not registered",
         "Attempt 1 (fence 1) saved no step and failed the run",
-        "The run is failed after step -. Reason on the run: verify_tax_id",
+        "The run is failed after step —. Reason on the run: verify_tax_id",
     )
 
 

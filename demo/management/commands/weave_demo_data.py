@@ -23,6 +23,10 @@ class Command(BaseCommand):
     help = "Create demo suppliers and a few notifications (idempotent: existing demo rows are left alone)."
 
     def handle(self, *args, **options):
+        import logging
+
+        # django-q2 logs each enqueue at INFO; the demo's start-up output says what it created instead.
+        logging.getLogger("django-q").setLevel(logging.WARNING)
         from notifications.models import Notification
         from notifications.services import notification_create
         from onboarding.models import Supplier
@@ -42,6 +46,7 @@ class Command(BaseCommand):
                 )
                 created += new
             self.stdout.write(f"Suppliers: {created} created, {len(SUPPLIERS) - created} already there.")
+            self._start_failing_run()
 
             self._devices()
             if Notification.objects.filter(device_token__startswith=DEMO_TOKEN_PREFIX + "phone").exists():
@@ -54,7 +59,21 @@ class Command(BaseCommand):
                     body="Sent through the fake push provider by the demo.",
                     data={"demo": True},
                 )
-            self.stdout.write("Notifications: 3 created (delivery is queued for qcluster).")
+            self.stdout.write("Notifications to demo phones: 3 created.")
+        total = Notification.objects.count()
+        self.stdout.write(f"Notifications in the database: {total}; qcluster delivers them.")
+
+    def _start_failing_run(self) -> None:
+        """Start onboarding for the supplier whose bank account is closed, so a failed run (to fix and
+        retry) is on the screens within seconds; the other suppliers wait for the operator's Start."""
+        from onboarding.models import OnboardingRun, Supplier
+        from onboarding.services import onboarding_start
+
+        supplier = Supplier.objects.filter(iban=CLOSED_ACCOUNT_IBAN).first()
+        if supplier is None or OnboardingRun.objects.filter(supplier=supplier).exists():
+            return
+        run = onboarding_start(supplier=supplier, started_by=None)
+        self.stdout.write(f"Onboarding: run {run.pk} started for {supplier} (it fails at the bank account step).")
 
     def _devices(self) -> None:
         """With the provider fakes running (WEAVE_PUSH_BACKENDS_FILE), give the demo admin a live and a dead
@@ -82,4 +101,4 @@ class Command(BaseCommand):
         rows = notification_send_to_user(
             user=user, title="Hello from every backend", body="FCM, APNs and Web Push fakes", ttl=3600
         )
-        self.stdout.write(f"Devices: 6 registered (3 of them dead); {len(rows)} notifications queued to them.")
+        self.stdout.write(f"Devices: 6 registered (3 of them dead); notifications to them: {len(rows)} created.")

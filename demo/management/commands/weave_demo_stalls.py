@@ -50,12 +50,19 @@ class Command(BaseCommand):
         done = 0
         while not stalls or done < stalls:
             time.sleep(rng.uniform(0.5, 1.5) * every)
-            try:
-                if self.stall_one():
-                    done += 1
-            except DatabaseError as exc:
-                # A demo fault must never take the demo down: say so and try again later.
-                self.stderr.write(f"stall: skipped after a database error: {exc}")
+            # Once due, the stall waits (polling each second, up to one more interval) for a run to be held:
+            # runs take seconds, so a single look would mostly find none and the blocked view stay empty.
+            deadline = time.monotonic() + every
+            while time.monotonic() < deadline:
+                try:
+                    if self.stall_one():
+                        done += 1
+                        break
+                except DatabaseError as exc:
+                    # A demo fault must never take the demo down: say so and try again later.
+                    self.stderr.write(f"stall: skipped after a database error: {exc}")
+                    break
+                time.sleep(1.0)
 
     def stall_one(self) -> bool:
         """Freeze one run holder until another worker took the run over; return whether one was found."""
