@@ -197,10 +197,17 @@ class WeaveSettings:
     DASHBOARD_REFRESH = count(10, "seconds between the dashboard's automatic reloads; 0 turns it off", minimum=0)
     # --- waking workers for due work (weave.wake) ---
     WAKE_WATCHER = flag(True, "run a due-time watcher thread in every django-q2 worker process")
-    WAKE_HOLD = seconds(10.0, "how long a queued task holds its request slot if it never starts", minimum=0.0)
+    WAKE_HOLD = seconds(3.0, "how long a queued task holds its request slot if it never starts", minimum=0.0)
     WAKE_GRACE = seconds(0.2, "how long work found due after a notification is left to the task that sent it")
     WAKE_POLL_MAX = seconds(1.0, "longest poll on SQLite, and the longest backoff while work stays overdue")
     WAKE_IDLE = seconds(30.0, "longest LISTEN on PostgreSQL with nothing due (NOTIFY wakes it sooner)")
+    WAKE_LISTEN_DB = text(
+        "", "database alias or DSN of a direct session connection the watchers LISTEN on; empty: 'default'"
+    )
+    WAKE_PROBE_TIMEOUT = seconds(2.0, "how long a watcher waits for its probe NOTIFY before it falls back to polling")
+    WAKE_LINGER = seconds(
+        2.0, "a drain with nothing left keeps looking for new rows this long, holding the slot; 0: end at once", minimum=0.0
+    )
     # --- supplier onboarding ---
     SUPPLIER_API_URL = text("", "base URL of the supplier services")
     SUPPLIER_API_TIMEOUT = seconds(10.0, "per request")
