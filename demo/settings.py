@@ -160,13 +160,25 @@ Q_CLUSTER = {
     "poll": 0.2,
     "catch_up": False,
     "ack_failures": True,
-    "save_limit": 1000,
+    # Weave keeps its own history (attempts, runs), so django-q2 need not store successes. A positive
+    # save_limit makes every monitor lock all stored successes on each save (SELECT ... FOR UPDATE):
+    # several clusters then queue on each other, and workers hang on exit behind them (weave.W040).
+    # Failures are still stored.
+    "save_limit": -1,
+    # Each worker restarts after about this many tasks. Weave staggers it per worker process (between
+    # 1x and 1.5x; weave.broker.stagger_recycle), so the workers never all recycle at once.
+    "recycle": 500,
+    # Task locks stamped and compared by the database clock: a worker host whose clock is behind the
+    # web host's takes a new task at once instead of after the skew (weave.W041).
+    "broker_class": "weave.broker.DatabaseClockORM",
     "label": "Django Q2",
 }
-# WEAVE_Q_REDIS=redis://host:port/db runs the cluster on django-q2's Redis broker instead of the ORM one.
+# WEAVE_Q_REDIS=redis://host:port/db runs the cluster on django-q2's Redis broker instead of the ORM one,
+# with one connection pool per process and bounded connect/read times (weave.W042).
 if os.environ.get("WEAVE_Q_REDIS"):
     del Q_CLUSTER["orm"]
     Q_CLUSTER["redis"] = os.environ["WEAVE_Q_REDIS"]
+    Q_CLUSTER["broker_class"] = "weave.broker.PooledRedis"
 
 # --- Weave -------------------------------------------------------------------------------------
 WEAVE: dict[str, object] = {

@@ -47,34 +47,41 @@ def drain() -> dict[str, Any]:
 def _drain_and_linger(name: str, linger: float) -> DeliveryReport:
     budget = float(weave_settings.PUSH_BUDGET)
     started = time.monotonic()
+    slot = _Hold(name, linger)
     report = run_drain(enqueue_more=False)
     while linger and not report.breaker and not report.budget_spent:
         left = budget - (time.monotonic() - started)
-        if left <= 0 or not _wait_for_rows(name, linger, until=started + budget):
+        if left <= 0 or not _wait_for_rows(slot, until=started + budget):
             break
+        slot.renew_if_due()
         wake.announce()
         report.add(run_drain(enqueue_more=False, budget=left))
     return report
 
 
-def _wait_for_rows(name: str, linger: float, *, until: float) -> bool:
-    """Look for claimable rows every WAKE_GRACE / 2 for up to `linger` seconds, renewing the hold."""
+class _Hold:
+    """The drain's hold on its request slot, renewed every half linger while it looks for rows."""
+
+    def __init__(self, name: str, linger: float) -> None:
+        self.name, self.linger = name, linger
+        self.renewed = time.monotonic()
+
+    def renew_if_due(self) -> None:
+        if time.monotonic() - self.renewed >= self.linger / 2:
+            wake.hold(self.name, _hold_for(self.linger))
+            self.renewed = time.monotonic()
+
+
+def _wait_for_rows(slot: _Hold, *, until: float) -> bool:
+    """Look for claimable rows every WAKE_GRACE / 2 for up to the linger, renewing the hold."""
     step = max(0.02, float(weave_settings.WAKE_GRACE) / 2)
-    deadline = min(time.monotonic() + linger, until)
-    renewed = time.monotonic()
+    deadline = min(time.monotonic() + slot.linger, until)
     while time.monotonic() < deadline:
         if Notification.objects.claimable().exists():
             return True
-        if time.monotonic() - renewed >= linger / 2:
-            wake.hold(name, _hold_for(linger))
-            renewed = time.monotonic()
+        slot.renew_if_due()
         time.sleep(step)
     return False
-
-
-def _hold_for(linger: float) -> float:
-    # Long enough to span one renewal period; short enough that a killed drain's slot lapses quickly.
-    return linger + float(weave_settings.WAKE_GRACE)
 
 
 def sweep() -> dict[str, Any]:
@@ -83,3 +90,8 @@ def sweep() -> dict[str, Any]:
     A safety net: the watchers normally wake a drain at each due time within a second.
     """
     return drain()
+
+
+def _hold_for(linger: float) -> float:
+    # Long enough to span one renewal period; short enough that a killed drain's slot lapses quickly.
+    return linger + float(weave_settings.WAKE_GRACE)

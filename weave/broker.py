@@ -66,29 +66,30 @@ class DatabaseClockORM(ORM):
         return taken
 
 
-_pools: dict[int, redis.Redis] = {}
+_pools: dict[tuple[int, str], redis.Redis] = {}
 _pool_lock = threading.Lock()
 
 
 def shared_redis() -> redis.Redis:
     """This process's Redis client (one connection pool), built from Q_CLUSTER['redis'] on first use.
 
-    Keyed by process id: a forked worker builds its own instead of sharing its parent's sockets.
+    Keyed by process id (a forked worker builds its own instead of sharing its parent's sockets) and
+    by the configuration (a test that points django-q2 at another Redis gets a client for it).
     """
-    pid = os.getpid()
-    client = _pools.get(pid)
+    key = (os.getpid(), repr(Conf.REDIS))
+    client = _pools.get(key)
     if client is not None:
         return client
     with _pool_lock:
-        client = _pools.get(pid)
+        client = _pools.get(key)
         if client is None:
             bounds = {"socket_connect_timeout": REDIS_CONNECT_TIMEOUT, "socket_timeout": REDIS_SOCKET_TIMEOUT}
             if isinstance(Conf.REDIS, str):
                 client = redis.Redis.from_url(Conf.REDIS, **bounds)
             else:
                 client = redis.Redis(**{**bounds, **(Conf.REDIS or {})})
-            _pools.clear()  # a parent's client, inherited over fork, is never used here
-            _pools[pid] = client
+            _pools.clear()  # a parent's client (inherited over fork) or an old configuration's: unused
+            _pools[key] = client
     return client
 
 

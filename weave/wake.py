@@ -96,7 +96,14 @@ def hold(name: str, seconds: float) -> None:
     """
     from weave.models import WakeRequest
 
-    WakeRequest.objects.filter(name=name).update(queued_until=DbNow(timedelta(seconds=seconds)))
+    until = DbNow(timedelta(seconds=seconds))
+    if WakeRequest.objects.filter(name=name).update(queued_until=until):
+        return
+    try:  # started by a sweep or by hand, never requested: the row may not exist yet
+        with transaction.atomic():
+            WakeRequest.objects.create(name=name, queued_until=until)
+    except IntegrityError:
+        WakeRequest.objects.filter(name=name).update(queued_until=until)
 
 
 def release(name: str) -> None:
