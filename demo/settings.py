@@ -98,6 +98,11 @@ DATABASES = {
         DATABASE_URL, conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "60")), conn_health_checks=True
     )
 }
+# DB_TRANSACTION_POOLER=true: DATABASE_URL goes through a transaction pooler (pgbouncer
+# pool_mode=transaction). A server-side cursor cannot outlive its transaction there, so none is used.
+# The watchers then need WEAVE_WAKE_LISTEN_DB (a direct DSN) to LISTEN, or they poll (docs/operations.md).
+if env_bool("DB_TRANSACTION_POOLER", False):
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {
         # Several processes (site, qcluster workers, heartbeat threads) share one file:
@@ -207,6 +212,9 @@ def _weave_env_overrides() -> dict[str, float | int | bool]:
 
 
 WEAVE.update(_weave_env_overrides())
+# A direct session connection (alias or DSN) for the watchers' LISTEN, e.g. behind pgbouncer.
+if os.environ.get("WEAVE_WAKE_LISTEN_DB"):
+    WEAVE["WAKE_LISTEN_DB"] = os.environ["WEAVE_WAKE_LISTEN_DB"]
 # The onboarding plan, as comma-separated dotted paths (the chaos run adds the demo's own ERP step).
 if os.environ.get("WEAVE_ONBOARDING_STEPS"):
     WEAVE["ONBOARDING_STEPS"] = [p.strip() for p in os.environ["WEAVE_ONBOARDING_STEPS"].split(",") if p.strip()]
