@@ -35,7 +35,7 @@ REDIS_CONNECT_TIMEOUT = 2.0
 REDIS_SOCKET_TIMEOUT = 5.0
 
 
-class DatabaseClockORM(ORM):
+class DatabaseClockORM(ORM):  # type: ignore[misc]  # django-q2 ships no type hints
     """The ORM broker, with `lock` written and compared as the database's `clock_timestamp()`."""
 
     def timeout(self, task: Any) -> Any:
@@ -93,7 +93,7 @@ def shared_redis() -> redis.Redis:
     return client
 
 
-class PooledRedis(Redis):
+class PooledRedis(Redis):  # type: ignore[misc]  # django-q2 ships no type hints
     """django-q2's Redis broker on this process's shared client."""
 
     @staticmethod

@@ -206,7 +206,9 @@ class WeaveSettings:
     )
     WAKE_PROBE_TIMEOUT = seconds(2.0, "how long a watcher waits for its probe NOTIFY before it falls back to polling")
     WAKE_LINGER = seconds(
-        2.0, "a drain with nothing left keeps looking for new rows this long, holding the slot; 0: end at once", minimum=0.0
+        2.0,
+        "a drain with nothing left keeps looking for new rows this long, holding the slot; 0: end at once",
+        minimum=0.0,
     )
     # --- supplier onboarding ---
     SUPPLIER_API_URL = text("", "base URL of the supplier services")

@@ -129,4 +129,6 @@ def test_check_database__warns_when_the_listen_connection_goes_through_a_transac
 
     pooled = bouncer.url(connection.settings_dict["NAME"])
     assert "weave.W043" in check(DATABASE_URL=pooled, DB_TRANSACTION_POOLER="true")
-    assert "weave.W043" not in check(DATABASE_URL=pooled, DB_TRANSACTION_POOLER="true", WEAVE_WAKE_LISTEN_DB=database_url())
+    assert "weave.W043" not in check(
+        DATABASE_URL=pooled, DB_TRANSACTION_POOLER="true", WEAVE_WAKE_LISTEN_DB=database_url()
+    )

@@ -36,7 +36,13 @@ STEADY = float(os.environ.get("WEAVE_E2E_STEADY_SECONDS", "60"))
 
 def use_redis(monkeypatch, name: str, url: str = REDIS_URL) -> None:
     """Enqueue from this process through the Redis queue the clusters read (django-q2 reads Conf once)."""
-    values = {"ORM": None, "REDIS": url, "PREFIX": name, "CLUSTER_NAME": name, "BROKER_CLASS": "weave.broker.PooledRedis"}
+    values = {
+        "ORM": None,
+        "REDIS": url,
+        "PREFIX": name,
+        "CLUSTER_NAME": name,
+        "BROKER_CLASS": "weave.broker.PooledRedis",
+    }
     for attribute, value in values.items():
         monkeypatch.setattr(Conf, attribute, value)
 

@@ -107,6 +107,20 @@ def test_checks__the_documented_q_cluster_passes(settings):
 def test_checks__warn_about_a_save_limit_the_stock_orm_broker_and_the_stock_redis_broker(settings):
     assert _ids({**BASE, "orm": "default", "save_limit": 1000}, settings) == {"weave.W040", "weave.W041"}
     assert _ids({**BASE, "orm": "default", "broker_class": "weave.broker.DatabaseClockORM"}, settings) == {"weave.W040"}
-    assert _ids({**BASE, "orm": "default", "save_limit": -1, "broker_class": DatabaseClockORM.__module__ + ".DatabaseClockORM"}, settings) == set()
+    assert (
+        _ids(
+            {
+                **BASE,
+                "orm": "default",
+                "save_limit": -1,
+                "broker_class": DatabaseClockORM.__module__ + ".DatabaseClockORM",
+            },
+            settings,
+        )
+        == set()
+    )
     assert _ids({**BASE, "redis": REDIS_URL, "save_limit": -1}, settings) == {"weave.W042"}
-    assert _ids({**BASE, "redis": REDIS_URL, "save_limit": 0, "broker_class": "weave.broker.PooledRedis"}, settings) == set()
+    assert (
+        _ids({**BASE, "redis": REDIS_URL, "save_limit": 0, "broker_class": "weave.broker.PooledRedis"}, settings)
+        == set()
+    )

@@ -20,8 +20,6 @@ from weave import wake
 from weave.models import WakeRequest
 from weave.wake import Watcher, WatchSpec
 
-postgres_only = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
 
 def _nothing_due() -> WatchSpec:
     return WatchSpec(name="test", next_due=lambda: None, wake=lambda: None)
@@ -41,10 +39,9 @@ def _notify_soon(payload: str = "", delay: float = 0.3) -> threading.Thread:
     return thread
 
 
-@pytest.mark.parametrize("_", [None], ids=["listen"])
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_watcher__a_notify_cuts_its_sleep_short_with_no_psycopg_warning(_):
+def test_watcher__a_notify_cuts_its_sleep_short_with_no_psycopg_warning():
     watcher = Watcher([_nothing_due()])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -98,7 +95,8 @@ def test_a_direct_listen_connection__hears_its_probe():
 @pytest.mark.django_db(transaction=True)
 def test_listen_db__a_dsn_names_the_listen_connection(settings):
     s = connection.settings_dict
-    settings.WEAVE = {"WAKE_LISTEN_DB": f"host={s['HOST'] or '127.0.0.1'} port={s['PORT'] or 5432} dbname={s['NAME']} user={s['USER']}"}
+    dsn = f"host={s['HOST'] or '127.0.0.1'} port={s['PORT'] or 5432} dbname={s['NAME']} user={s['USER']}"
+    settings.WEAVE = {"WAKE_LISTEN_DB": dsn}
     assert wake.listen_target()[0] == "dsn"
     raw = wake.open_listener()
     try:
