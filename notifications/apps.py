@@ -15,6 +15,10 @@ class NotificationsConfig(AppConfig):
 
         # The sweep: picks up expired leases and due retries even when nothing new is created.
         register_schedule(ScheduleSpec(name="notifications.sweep", func="notifications.tasks.sweep", minutes=1))
+        from notifications import retention
+
+        # What the retention purge may delete of this app's history (weave.retention).
+        retention.register()
         register_explainer("notification", explain_notification)
 
         # The operator console: lease counts, the dashboard panel, latency for the TTL advice, metrics.

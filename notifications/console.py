@@ -20,6 +20,7 @@ from prometheus_client.metrics_core import Metric
 from notifications.models import BreakerOpening, DeliveryAttempt, Notification
 from weave.charts import age, bar_chart, line_chart, stats, table, when
 from weave.metrics import RunningCounts, seconds_since
+from weave.retention import purged_totals
 from weave.telemetry import db_now, minute_buckets, percentiles_by, planner_counts
 
 HOUR = timedelta(hours=1)
@@ -196,7 +197,14 @@ def _attempts_between(after: datetime | None, upto: datetime) -> dict[tuple[str,
     qs = DeliveryAttempt.objects.filter(finished_at__lte=upto)
     if after is not None:
         qs = qs.filter(finished_at__gt=after)
-    return {(outcome,): n for outcome, n in qs.order_by().values_list("outcome").annotate(n=Count("pk"))}
+    counts: dict[tuple[str, ...], float] = {
+        (outcome,): n for outcome, n in qs.order_by().values_list("outcome").annotate(n=Count("pk"))
+    }
+    if after is None:
+        # The first count adds what retention purged, so the counter never goes down (weave.retention).
+        for outcome, n in purged_totals("attempts").items():
+            counts[(outcome,)] = counts.get((outcome,), 0) + n
+    return counts
 
 
 def _latency_between(after: datetime | None, upto: datetime) -> dict[tuple[str, ...], float]:
@@ -259,5 +267,5 @@ def collect_metrics() -> Iterable[Metric]:
         histogram.add_metric([backend], buckets, sum_value=latency.get((backend, "sum"), 0))
     yield histogram
     openings = CounterMetricFamily("weave_breaker_openings", "Circuit breaker openings (all workers).")
-    openings.add_metric([], BreakerOpening.objects.count())
+    openings.add_metric([], BreakerOpening.objects.count() + sum(purged_totals("breaker_openings").values()))
     yield openings

@@ -15,6 +15,10 @@ class OnboardingConfig(AppConfig):
 
         # The sweep: re-enqueues pending runs and runs whose worker died (expired lease).
         register_schedule(ScheduleSpec(name="onboarding.sweep", func="onboarding.tasks.sweep", minutes=1))
+        from onboarding import retention
+
+        # What the retention purge may delete of this app's history (weave.retention).
+        retention.register()
         register_explainer("run", explain_run)
 
         # The operator console: lease counts, the dashboard panel, step durations for the TTL advice, metrics.

@@ -314,3 +314,20 @@ def _listen_warning(why: str) -> Warning:
         "database alias or DSN.",
         id="weave.W043",
     )
+
+
+@register(Tags.compatibility)
+def check_retention(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Refuse a WEAVE["RETENTION"] with an unknown kind or a period that is not a positive number of days."""
+    from weave.retention import retention_problems
+
+    if not weave_settings.valid("RETENTION"):
+        return []  # weave.E006 reports the wrong type
+    return [
+        Error(
+            f'WEAVE["RETENTION"]: {problem}.',
+            hint="Give days (a number above 0) per kind, or None to keep that kind forever; see docs/operations.md.",
+            id="weave.E044",
+        )
+        for problem in retention_problems()
+    ]

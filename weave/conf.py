@@ -210,6 +210,15 @@ class WeaveSettings:
         "a drain with nothing left keeps looking for new rows this long, holding the slot; 0: end at once",
         minimum=0.0,
     )
+    # --- retention (weave.retention) ---
+    RETENTION = mapping_or_none(
+        "days each kind of finished history is kept, e.g. {'attempts': 14, 'runs': None}; None or kinds not "
+        "named: weave.retention.DEFAULT_RETENTION (None as a value keeps that kind forever)"
+    )
+    RETENTION_BATCH = count(1000, "rows deleted per purge transaction")
+    RETENTION_BUDGET = seconds(240.0, "seconds one purge run may delete for; the next run resumes")
+    RETENTION_LEASE_TTL = seconds(60.0, "lease TTL of the purge job, renewed by every batch")
+    RETENTION_EVERY = count(15, "minutes between scheduled purge runs")
     # --- supplier onboarding ---
     SUPPLIER_API_URL = text("", "base URL of the supplier services")
     SUPPLIER_API_TIMEOUT = seconds(10.0, "per request")

@@ -148,3 +148,23 @@ def collect_lease_metrics() -> Iterable[Metric]:
         for state in ("live", "expired"):
             leases.add_metric([job, state], counts[state])
     yield leases
+
+
+def collect_retention_metrics() -> Iterable[Metric]:
+    """The retention purge: rows purged so far (a counter) and rows due for purging now (a gauge), per kind."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    from weave.retention import backlog, progress
+
+    purged = CounterMetricFamily("weave_retention_purged", "Rows deleted by the retention purge.", labels=["kind"])
+    due = GaugeMetricFamily(
+        "weave_retention_backlog", "Rows past their retention, not yet purged (counted up to a cap).", labels=["kind"]
+    )
+    for kind, figures in backlog().items():
+        purged.add_metric([kind], figures["purged"])
+        due.add_metric([kind], figures["due"])
+    yield purged
+    yield due
+    yield GaugeMetricFamily(
+        "weave_retention_running", "1 while a purge holds its lease.", value=1 if progress()["running"] else 0
+    )
