@@ -273,3 +273,17 @@ def progress() -> dict[str, Any]:
         "last_finished_at": state.last_finished_at,
         "last_outcome": state.last_outcome,
     }
+
+
+def register_core_purges() -> None:
+    """Weave's own rows: wake-up requests not asked for within the period (per-job rows never started)."""
+    from weave.models import WakeRequest
+
+    register_purge(
+        PurgeSpec(
+            kind="wake_requests",
+            model=WakeRequest,
+            order=90,
+            candidates=lambda before: WakeRequest.objects.filter(queued_until__lt=before),
+        )
+    )

@@ -149,3 +149,12 @@ def test_check__refuses_an_unknown_kind_or_a_period_that_is_not_positive_days(se
     settings.WEAVE = {"RETENTION": {"attempt": 30, "runs": 0}}
     messages = [m.msg for m in run_checks() if m.id == "weave.E044"]
     assert len(messages) == 2 and "unknown kind 'attempt'" in messages[0] and "'runs'" in messages[1]
+
+
+def test_purge__wake_request_rows_not_asked_for_within_the_period_go():
+    from weave.models import WakeRequest
+
+    WakeRequest.objects.create(name="onboarding.run:1@weave", queued_until=aged(8))
+    WakeRequest.objects.create(name="notifications.drain@weave", queued_until=aged(0.01))
+    assert retention.purge().deleted == {"wake_requests": 1}
+    assert list(WakeRequest.objects.values_list("name", flat=True)) == ["notifications.drain@weave"]
