@@ -98,7 +98,8 @@ def enter_worker_mode(**signal_kwargs: Any) -> None:
 def session_limits(using: str = "default") -> dict[str, Any]:
     """Return the limits in effect on this thread's connection to `using`, as the server and libpq see them.
 
-    A diagnostic: enqueue it as a django-q2 task to see what a worker's sessions really run with.
+    A diagnostic: enqueue it as a django-q2 task with `save=True` (the documented Q_CLUSTER keeps no
+    successes otherwise) to see what a worker's sessions really run with.
     """
     conn = connections[using]
     if conn.vendor != "postgresql":
