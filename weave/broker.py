@@ -60,8 +60,9 @@ class DatabaseClockORM(ORM):  # type: ignore[misc]  # django-q2 ships no type hi
             return None
         taken = []
         for task in tasks:
-            # Guarded on the lock we read: a cluster that took the task first changed it.
-            if self.get_connection().filter(id=task.id, lock=task.lock).update(lock=self.timeout(task)):
+            # Guarded on the lock still being in the database's past: a cluster that took the task
+            # first moved it `retry` seconds ahead, so only one taker's UPDATE matches.
+            if self.get_connection().filter(id=task.id, lock__lt=DbNow()).update(lock=self.timeout(task)):
                 taken.append((task.pk, task.payload))
         return taken
 
