@@ -158,3 +158,19 @@ def test_a_running_drain__delivers_rows_that_arrive_while_it_runs_with_no_new_ta
     assert fake.stats()["unique_deliveries"] == 9
     # Ended: the slot is free again, so the next row asks for (and gets) its own drain.
     assert enqueue_drain() is True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_notification_create__with_an_unreachable_redis_stores_the_row_and_raises_nothing(monkeypatch, caplog):
+    from django_q.conf import Conf
+
+    from tests.e2e.conftest import free_port
+
+    monkeypatch.setattr(Conf, "ORM", None)
+    monkeypatch.setattr(Conf, "REDIS", f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
+    monkeypatch.setattr(Conf, "BROKER_CLASS", "weave.broker.PooledRedis")
+    created = notification_create(device_token="device-1", title="Hi", body="stored")  # no ConnectionError
+    assert Notification.objects.filter(pk=created.pk, status="pending").exists()
+    assert "event=enqueue_failed" in caplog.text
+    # The slot is free: the first watcher that asks (with a broker it can reach) enqueues at once.
+    assert WakeRequest.objects.get(name=drain_request_name()).queued_until is None
