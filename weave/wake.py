@@ -12,8 +12,12 @@ Two parts, both owned by Weave rather than by the task queue:
   signal). It never does the work: it sleeps until the earliest time any registered kind of work becomes
   due by the database clock (a retry's due time, a lapsed lease) and then asks for a task through the
   app's coalesced request. The worker process stays free for tasks while its watcher sleeps. On
-  PostgreSQL it sleeps in `LISTEN weave_wake`, so a task that changes due times (`announce()`) wakes it
-  at once; on SQLite it polls with backoff.
+  PostgreSQL it sleeps in `LISTEN weave_wake` on a connection of its own (WAKE_LISTEN_DB), so a task
+  that changes due times (`announce()`) or a new request (`request_once`) wakes it at once. A probe
+  NOTIFY checks that notifications arrive there; behind a transaction pooler they don't, and the
+  watcher polls every WAKE_POLL_MAX instead, saying so once. On SQLite it polls with backoff.
+  While due work stays undone it asks again every round, so a lost or stuck task is replaced once its
+  request's hold lapses.
 
 Apps register what they watch in `AppConfig.ready()`:
 
