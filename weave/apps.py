@@ -28,6 +28,9 @@ class WeaveConfig(AppConfig):
 
         # Retention: the fenced purge of old history, and its progress and backlog in the metrics.
         register_metrics("weave.retention", collect_retention_metrics)
+        from weave.metrics import collect_wake_metrics
+
+        register_metrics("weave.wake", collect_wake_metrics)
         from weave.retention import register_core_purges
 
         register_core_purges()

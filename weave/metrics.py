@@ -168,3 +168,20 @@ def collect_retention_metrics() -> Iterable[Metric]:
     yield GaugeMetricFamily(
         "weave_retention_running", "1 while a purge holds its lease.", value=1 if progress()["running"] else 0
     )
+
+
+def collect_wake_metrics() -> Iterable[Metric]:
+    """Due-time watchers by how they learn of new work: LISTEN, or polling (notifications do not arrive)."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    from weave.wake import listen_report
+
+    report = listen_report()
+    watchers = GaugeMetricFamily(
+        "weave_wake_watchers",
+        "Watchers that probed in the last hour, by mode (poll: LISTEN hears nothing).",
+        labels=["mode"],
+    )
+    watchers.add_metric(["listen"], report["listening"])
+    watchers.add_metric(["poll"], report["polling"])
+    yield watchers

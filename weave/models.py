@@ -75,3 +75,22 @@ class PurgedCount(models.Model):
 
     def __str__(self) -> str:
         return f"{self.count} purged {self.kind} {self.label}".strip()
+
+
+class WatcherProbe(models.Model):
+    """What one worker process's due-time watcher found when it probed its LISTEN connection.
+
+    Written once per (re)connect, so the dashboard and the metrics can say when watchers poll because
+    notifications do not reach them (a transaction pooler), instead of that being silent.
+    """
+
+    process = models.CharField(max_length=200, primary_key=True, help_text="host:pid")
+    mode = models.CharField(max_length=10, help_text='"listen" or "poll"')
+    reason = models.TextField(blank=True)
+    probed_at = models.DateTimeField(help_text="Database clock.")
+
+    class Meta:
+        verbose_name = "watcher probe"
+
+    def __str__(self) -> str:
+        return f"Watcher {self.process}: {self.mode}"

@@ -266,6 +266,7 @@ def probe_listener(raw: Any, *, timeout: float | None = None) -> bool:
 def _record(mode: str, reason: str) -> None:
     global _poll_warned
     _state.mode, _state.reason, _state.since = mode, reason, time.time()
+    _store_probe(mode, reason)
     if mode == "poll" and not _poll_warned:
         _poll_warned = True
         logger.warning(
@@ -274,6 +275,31 @@ def _record(mode: str, reason: str) -> None:
             reason,
             float(weave_settings.WAKE_POLL_MAX),
         )
+
+
+def _store_probe(mode: str, reason: str) -> None:
+    """Keep this process's probe result where the dashboard and the metrics read it (best effort)."""
+    import os
+    import socket
+
+    from weave.models import WatcherProbe
+
+    try:
+        WatcherProbe.objects.update_or_create(
+            process=f"{socket.gethostname()}:{os.getpid()}"[:200],
+            defaults={"mode": mode, "reason": reason, "probed_at": DbNow()},
+        )
+    except Exception:  # a missing table (not migrated yet) must not stop the watcher
+        logger.debug("could not store the watcher's probe", exc_info=True)
+
+
+def listen_report(max_age: float = 3600.0) -> dict[str, Any]:
+    """Watchers that probed within `max_age` seconds: how many listen, how many poll, and why (dashboard)."""
+    from weave.models import WatcherProbe
+
+    recent = WatcherProbe.objects.filter(probed_at__gte=DbNow(timedelta(seconds=-max_age)))
+    polling = list(recent.filter(mode="poll").order_by("process").values("process", "reason", "probed_at"))
+    return {"listening": recent.filter(mode="listen").count(), "polling": len(polling), "polling_watchers": polling}
 
 
 # --- the watcher thread --------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from tests.e2e.conftest import database_url
 from tests.e2e.test_wake import RECOVERY_MARGIN, RETRY_TARGET, db_now, no_sweeps, start_cluster
 from tools import pgbouncer
 from tools.processes import PROJECT_ROOT, wait_until
+from weave.models import WatcherProbe
 
 pytestmark = [
     pytest.mark.postgres,
@@ -72,11 +73,12 @@ def test_through_pgbouncer__a_503_retry_goes_out_within_a_second_of_its_due_time
     for late in _retry_lateness(ids):
         assert -0.05 <= late <= RETRY_TARGET, f"retry sent {late:.3f} s after its due time through pgbouncer"
     log = cluster.log_tail(2000)
+    modes = set(WatcherProbe.objects.values_list("mode", flat=True))
     if listen == "poll":
-        # Never silent: the watchers say they poll, and why.
-        assert "event=wake_polling" in log
+        # Never silent: the watchers say they poll, in the log and where the dashboard reads it.
+        assert "event=wake_polling" in log and modes == {"poll"}
     else:
-        assert "event=wake_polling" not in log
+        assert "event=wake_polling" not in log and modes == {"listen"}
 
 
 def test_through_pgbouncer__a_sigkilled_workers_rows_are_finished_within_ttl_plus_3_s(groups, worker_env, bouncer):

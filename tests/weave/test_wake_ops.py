@@ -54,7 +54,7 @@ def test_watcher__a_notify_cuts_its_sleep_short_with_no_psycopg_warning():
         assert watcher._wait(0.2) is False  # nothing more: the timer ends this one
         watcher._reset_connection()
     assert time.monotonic() - started < 15
-    assert wake.listen_state().mode == "listen"
+    assert wake.listen_state().mode == "listen" and wake.listen_report()["listening"] == 1
     mixed = [w for w in caught if "notifies" in str(w.message)]
     assert mixed == [], [str(w.message) for w in mixed]
 
@@ -79,6 +79,13 @@ def test_watcher__hears_nothing_after_a_failed_probe_so_it_polls_and_says_so_onc
         second._reset_connection()
     assert wake.listen_state().mode == "poll"
     assert caplog.text.count("event=wake_polling") == 1  # said once per process, not once per round
+    # ... and kept where the dashboard and the metrics read it (one row per process).
+    report = wake.listen_report()
+    assert (report["listening"], report["polling"]) == (0, 1) and "probe" in report["polling_watchers"][0]["reason"]
+    from weave.metrics import collect_wake_metrics
+
+    (family,) = collect_wake_metrics()
+    assert {s.labels["mode"]: s.value for s in family.samples} == {"listen": 0, "poll": 1}
 
 
 @pytest.mark.postgres
