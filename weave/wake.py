@@ -318,6 +318,7 @@ class Watcher:
         self._stop = threading.Event()
         self._listener: Any = None
         self._hears = False  # the last probe arrived: LISTEN works, long sleeps are safe
+        self._polling = False  # the last probe did not: poll until a reconnect probes again
         self._overdue_seen: set[str] = set()
         self._poll = float(weave_settings.WAKE_GRACE)
         self.rounds = 0
@@ -395,6 +396,8 @@ class Watcher:
 
     def _listen(self) -> Any:
         """The listening connection, opened and probed once per (re)connect; None while polling."""
+        if self._polling:
+            return None
         if self._listener is None:
             self._listener = open_listener()
             try:
@@ -405,8 +408,11 @@ class Watcher:
             if self._hears:
                 _record("listen", "notifications arrive")
             else:
+                # A connection that hears nothing is of no use: close it, poll until the next reconnect.
+                self._close_listener()
+                self._polling = True
                 _record("poll", "a probe NOTIFY did not arrive on the LISTEN connection (a transaction pooler?)")
-        return self._listener if self._hears else None
+        return self._listener
 
     def _close_listener(self) -> None:
         raw, self._listener, self._hears = self._listener, None, False
@@ -418,6 +424,7 @@ class Watcher:
 
     def _reset_connection(self) -> None:
         self._close_listener()
+        self._polling = False
         try:
             connection.close()
         except Exception:  # closing a broken connection may fail too; the next round reconnects
