@@ -237,7 +237,7 @@ class RedisBroker:
             "REDIS": REDIS_URL,
             "PREFIX": self.NAME,
             "CLUSTER_NAME": self.NAME,
-            "BROKER_CLASS": "weave.broker.PooledRedis",
+            "BROKER_CLASS": "weave.broker_redis.PooledRedis",
         }.items():
             setattr(Conf, key, value)
         return {"q_redis": REDIS_URL}

@@ -183,7 +183,7 @@ Q_CLUSTER = {
 if os.environ.get("WEAVE_Q_REDIS"):
     del Q_CLUSTER["orm"]
     Q_CLUSTER["redis"] = os.environ["WEAVE_Q_REDIS"]
-    Q_CLUSTER["broker_class"] = "weave.broker.PooledRedis"
+    Q_CLUSTER["broker_class"] = "weave.broker_redis.PooledRedis"
 # WEAVE_Q_BROKER_CLASS overrides the broker class (empty: django-q2's own broker, for comparisons).
 if "WEAVE_Q_BROKER_CLASS" in os.environ:
     Q_CLUSTER["broker_class"] = os.environ["WEAVE_Q_BROKER_CLASS"] or None

@@ -5,7 +5,8 @@
   a worker only takes tasks whose lock lies in *its own* past, so a worker host whose clock is 3 s behind
   the web host's waits 3 s for every new task (and one minutes behind starves). Here both sides read
   the same clock, the database's, so host clocks never decide when work starts.
-- `PooledRedis`: django-q2's Redis broker with one connection pool per process. The stock broker
+- `weave.broker_redis.PooledRedis` (its own module: `redis` is an optional dependency): django-q2's
+  Redis broker with one connection pool per process. The stock broker
   builds a new client (a new TCP connection) for every `async_task`; under steady traffic that is one
   socket per enqueue left in TIME_WAIT. It also bounds connect and read times, so an unreachable Redis
   fails an enqueue in seconds instead of blocking the caller.
@@ -17,22 +18,15 @@ exactly `recycle` tasks, so workers started together all recycle together.
 import logging
 import os
 import random
-import threading
 from datetime import timedelta
 from typing import Any
 
-import redis
 from django_q.brokers.orm import ORM
-from django_q.brokers.redis_broker import Redis
 from django_q.conf import Conf
 
 from weave.leases import DbNow
 
 logger = logging.getLogger("weave.broker")
-
-# Bounds for the pooled client unless the site's Q_CLUSTER['redis'] dict sets its own.
-REDIS_CONNECT_TIMEOUT = 2.0
-REDIS_SOCKET_TIMEOUT = 5.0
 
 
 class DatabaseClockORM(ORM):  # type: ignore[misc]  # django-q2 ships no type hints
@@ -65,41 +59,6 @@ class DatabaseClockORM(ORM):  # type: ignore[misc]  # django-q2 ships no type hi
             if self.get_connection().filter(id=task.id, lock__lt=DbNow()).update(lock=self.timeout(task)):
                 taken.append((task.pk, task.payload))
         return taken
-
-
-_pools: dict[tuple[int, str], redis.Redis] = {}
-_pool_lock = threading.Lock()
-
-
-def shared_redis() -> redis.Redis:
-    """This process's Redis client (one connection pool), built from Q_CLUSTER['redis'] on first use.
-
-    Keyed by process id (a forked worker builds its own instead of sharing its parent's sockets) and
-    by the configuration (a test that points django-q2 at another Redis gets a client for it).
-    """
-    key = (os.getpid(), repr(Conf.REDIS))
-    client = _pools.get(key)
-    if client is not None:
-        return client
-    with _pool_lock:
-        client = _pools.get(key)
-        if client is None:
-            bounds = {"socket_connect_timeout": REDIS_CONNECT_TIMEOUT, "socket_timeout": REDIS_SOCKET_TIMEOUT}
-            if isinstance(Conf.REDIS, str):
-                client = redis.Redis.from_url(Conf.REDIS, **bounds)
-            else:
-                client = redis.Redis(**{**bounds, **(Conf.REDIS or {})})
-            _pools.clear()  # a parent's client (inherited over fork) or an old configuration's: unused
-            _pools[key] = client
-    return client
-
-
-class PooledRedis(Redis):  # type: ignore[misc]  # django-q2 ships no type hints
-    """django-q2's Redis broker on this process's shared client."""
-
-    @staticmethod
-    def get_connection(list_key: str | None = None) -> redis.Redis:
-        return shared_redis()
 
 
 def stagger_recycle(**_signal: Any) -> None:

@@ -235,7 +235,7 @@ def check_ttl_fits_traffic(app_configs: Any = None, databases: Any = None, **kwa
 # --- django-q2 settings that stall or let host clocks decide (weave.broker) ---------------------------
 
 _ORM_BROKERS = {"weave.broker.DatabaseClockORM"}
-_REDIS_BROKERS = {"weave.broker.PooledRedis"}
+_REDIS_BROKERS = {"weave.broker_redis.PooledRedis"}
 
 
 @register(Tags.compatibility)
@@ -272,7 +272,7 @@ def check_q_cluster_operations(app_configs: Any = None, **kwargs: Any) -> list[W
             Warning(
                 "django-q2's Redis broker opens a new connection for every enqueue and waits on an unreachable "
                 "Redis without a bound.",
-                hint="Set Q_CLUSTER['broker_class'] = 'weave.broker.PooledRedis' (one pool per process).",
+                hint="Set Q_CLUSTER['broker_class'] = 'weave.broker_redis.PooledRedis' (one pool per process).",
                 id="weave.W042",
             )
         )

@@ -41,7 +41,7 @@ def use_redis(monkeypatch, name: str, url: str = REDIS_URL) -> None:
         "REDIS": url,
         "PREFIX": name,
         "CLUSTER_NAME": name,
-        "BROKER_CLASS": "weave.broker.PooledRedis",
+        "BROKER_CLASS": "weave.broker_redis.PooledRedis",
     }
     for attribute, value in values.items():
         monkeypatch.setattr(Conf, attribute, value)

@@ -157,7 +157,7 @@ def test_drain_coalescing__works_with_the_redis_broker(groups, worker_env, monke
         "REDIS": redis_url,
         "PREFIX": name,
         "CLUSTER_NAME": name,
-        "BROKER_CLASS": "weave.broker.PooledRedis",
+        "BROKER_CLASS": "weave.broker_redis.PooledRedis",
     }.items():
         monkeypatch.setattr(Conf, attribute, value)
     import redis
@@ -200,7 +200,7 @@ def test_a_lost_drain__is_asked_for_again_once_its_hold_lapses_while_the_row_is_
             "REDIS": env["WEAVE_Q_REDIS"],
             "PREFIX": name,
             "CLUSTER_NAME": name,
-            "BROKER_CLASS": "weave.broker.PooledRedis",
+            "BROKER_CLASS": "weave.broker_redis.PooledRedis",
         }.items():
             monkeypatch.setattr(Conf, attribute, value)
     with FakePushProvider(latency_ms=10) as fake:

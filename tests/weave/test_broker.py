@@ -15,7 +15,8 @@ from django_q.models import OrmQ
 from django_q.tasks import async_task
 
 from weave import broker
-from weave.broker import DatabaseClockORM, PooledRedis, shared_redis, stagger_recycle
+from weave.broker import DatabaseClockORM, stagger_recycle
+from weave.broker_redis import PooledRedis, shared_redis
 
 REDIS_URL = "redis://127.0.0.1:6379/5"
 
@@ -74,7 +75,7 @@ def test_pooled_redis__an_unreachable_redis_fails_an_enqueue_in_bounded_time(mon
     from tests.e2e.conftest import free_port
 
     monkeypatch.setattr(Conf, "REDIS", f"redis://127.0.0.1:{free_port()}/0")
-    monkeypatch.setattr(Conf, "BROKER_CLASS", "weave.broker.PooledRedis")
+    monkeypatch.setattr(Conf, "BROKER_CLASS", "weave.broker_redis.PooledRedis")
     with pytest.raises(redis.ConnectionError):
         async_task("math.floor", 1.5)
 
@@ -121,6 +122,6 @@ def test_checks__warn_about_a_save_limit_the_stock_orm_broker_and_the_stock_redi
     )
     assert _ids({**BASE, "redis": REDIS_URL, "save_limit": -1}, settings) == {"weave.W042"}
     assert (
-        _ids({**BASE, "redis": REDIS_URL, "save_limit": 0, "broker_class": "weave.broker.PooledRedis"}, settings)
+        _ids({**BASE, "redis": REDIS_URL, "save_limit": 0, "broker_class": "weave.broker_redis.PooledRedis"}, settings)
         == set()
     )

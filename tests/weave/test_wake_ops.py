@@ -175,7 +175,7 @@ def test_notification_create__with_an_unreachable_redis_stores_the_row_and_raise
 
     monkeypatch.setattr(Conf, "ORM", None)
     monkeypatch.setattr(Conf, "REDIS", f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
-    monkeypatch.setattr(Conf, "BROKER_CLASS", "weave.broker.PooledRedis")
+    monkeypatch.setattr(Conf, "BROKER_CLASS", "weave.broker_redis.PooledRedis")
     created = notification_create(device_token="device-1", title="Hi", body="stored")  # no ConnectionError
     assert Notification.objects.filter(pk=created.pk, status="pending").exists()
     assert "event=enqueue_failed" in caplog.text
