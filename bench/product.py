@@ -231,8 +231,14 @@ class RedisBroker:
     def __enter__(self) -> dict[str, str]:
         from django_q.conf import Conf
 
-        self.saved = {key: getattr(Conf, key) for key in ("ORM", "REDIS", "PREFIX", "CLUSTER_NAME")}
-        for key, value in {"ORM": None, "REDIS": REDIS_URL, "PREFIX": self.NAME, "CLUSTER_NAME": self.NAME}.items():
+        self.saved = {key: getattr(Conf, key) for key in ("ORM", "REDIS", "PREFIX", "CLUSTER_NAME", "BROKER_CLASS")}
+        for key, value in {
+            "ORM": None,
+            "REDIS": REDIS_URL,
+            "PREFIX": self.NAME,
+            "CLUSTER_NAME": self.NAME,
+            "BROKER_CLASS": "weave.broker_redis.PooledRedis",
+        }.items():
             setattr(Conf, key, value)
         return {"q_redis": REDIS_URL}
 

@@ -98,6 +98,11 @@ DATABASES = {
         DATABASE_URL, conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "60")), conn_health_checks=True
     )
 }
+# DB_TRANSACTION_POOLER=true: DATABASE_URL goes through a transaction pooler (pgbouncer
+# pool_mode=transaction). A server-side cursor cannot outlive its transaction there, so none is used.
+# The watchers then need WEAVE_WAKE_LISTEN_DB (a direct DSN) to LISTEN, or they poll (docs/operations.md).
+if env_bool("DB_TRANSACTION_POOLER", False):
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {
         # Several processes (site, qcluster workers, heartbeat threads) share one file:
@@ -160,13 +165,28 @@ Q_CLUSTER = {
     "poll": 0.2,
     "catch_up": False,
     "ack_failures": True,
-    "save_limit": 1000,
+    # Weave keeps its own history (attempts, runs), so django-q2 need not store successes. A positive
+    # save_limit makes every monitor lock all stored successes on each save (SELECT ... FOR UPDATE):
+    # several clusters then queue on each other, and workers hang on exit behind them (weave.W040).
+    # Failures are still stored.
+    "save_limit": -1,
+    # Each worker restarts after about this many tasks. Weave staggers it per worker process (between
+    # 1x and 1.5x; weave.broker.stagger_recycle), so the workers never all recycle at once.
+    "recycle": 500,
+    # Task locks stamped and compared by the database clock: a worker host whose clock is behind the
+    # web host's takes a new task at once instead of after the skew (weave.W041).
+    "broker_class": "weave.broker.DatabaseClockORM",
     "label": "Django Q2",
 }
-# WEAVE_Q_REDIS=redis://host:port/db runs the cluster on django-q2's Redis broker instead of the ORM one.
+# WEAVE_Q_REDIS=redis://host:port/db runs the cluster on django-q2's Redis broker instead of the ORM one,
+# with one connection pool per process and bounded connect/read times (weave.W042).
 if os.environ.get("WEAVE_Q_REDIS"):
     del Q_CLUSTER["orm"]
     Q_CLUSTER["redis"] = os.environ["WEAVE_Q_REDIS"]
+    Q_CLUSTER["broker_class"] = "weave.broker_redis.PooledRedis"
+# WEAVE_Q_BROKER_CLASS overrides the broker class (empty: django-q2's own broker, for comparisons).
+if "WEAVE_Q_BROKER_CLASS" in os.environ:
+    Q_CLUSTER["broker_class"] = os.environ["WEAVE_Q_BROKER_CLASS"] or None
 
 # --- Weave -------------------------------------------------------------------------------------
 WEAVE: dict[str, object] = {
@@ -214,6 +234,9 @@ WEAVE.update(_weave_env_overrides())
 # The local push fakes listen on 127.0.0.1, which the Web Push destination policy refuses. Development runs
 # (DEBUG on) let loopback through; a production start never does, whatever the environment says.
 WEAVE["PUSH_WEBPUSH_UNSAFE_ALLOW_LOOPBACK"] = DEBUG
+# A direct session connection (alias or DSN) for the watchers' LISTEN, e.g. behind pgbouncer.
+if os.environ.get("WEAVE_WAKE_LISTEN_DB"):
+    WEAVE["WAKE_LISTEN_DB"] = os.environ["WEAVE_WAKE_LISTEN_DB"]
 # The onboarding plan, as comma-separated dotted paths (the chaos run adds the demo's own ERP step).
 if os.environ.get("WEAVE_ONBOARDING_STEPS"):
     WEAVE["ONBOARDING_STEPS"] = [p.strip() for p in os.environ["WEAVE_ONBOARDING_STEPS"].split(",") if p.strip()]

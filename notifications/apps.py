@@ -96,3 +96,7 @@ class NotificationsConfig(AppConfig):
                 metrics=console.collect_metrics,
             )
         )
+        from notifications import retention
+
+        # What the retention purge may delete of this app's history (weave.retention).
+        retention.register()

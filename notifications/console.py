@@ -23,6 +23,7 @@ from weave.conf import weave_settings
 from weave.display import changelist_url, said_once, state_word
 from weave.metrics import RunningCounts, seconds_since
 from weave.reports import workers
+from weave.retention import purged_totals
 from weave.telemetry import (
     DEGRADED,
     FAILING,
@@ -331,7 +332,14 @@ def _attempts_between(after: datetime | None, upto: datetime) -> dict[tuple[str,
     qs = DeliveryAttempt.objects.filter(finished_at__lte=upto)
     if after is not None:
         qs = qs.filter(finished_at__gt=after)
-    return {(outcome,): n for outcome, n in qs.order_by().values_list("outcome").annotate(n=Count("pk"))}
+    counts: dict[tuple[str, ...], float] = {
+        (outcome,): n for outcome, n in qs.order_by().values_list("outcome").annotate(n=Count("pk"))
+    }
+    if after is None:
+        # The first count adds what retention purged, so the counter never goes down (weave.retention).
+        for outcome, n in purged_totals("attempts").items():
+            counts[(outcome,)] = counts.get((outcome,), 0) + n
+    return counts
 
 
 def _latency_between(after: datetime | None, upto: datetime) -> dict[tuple[str, ...], float]:
@@ -400,7 +408,7 @@ def collect_metrics() -> Iterable[Metric]:
         histogram.add_metric([backend], buckets, sum_value=latency.get((backend, "sum"), 0))
     yield histogram
     openings = CounterMetricFamily("weave_breaker_openings", "Circuit breaker openings (all workers).")
-    openings.add_metric([], BreakerOpening.objects.count())
+    openings.add_metric([], BreakerOpening.objects.count() + sum(purged_totals("breaker_openings").values()))
     yield openings
 
 

@@ -135,6 +135,9 @@ class Notification(LeasedModel):
     provider_message_id = models.CharField(max_length=200, blank=True)
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The lease fields' own, without the base's plain index: `notif_held_idx` (held rows only) is the
+    # one every reader uses, and a second index on the column is one more write per insert and claim.
+    lease_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     objects = NotificationQuerySet.as_manager()  # type: ignore[misc]  # replaces the abstract base's manager
 
@@ -183,7 +186,10 @@ class DeliveryAttempt(models.Model):
         # so the row's timeline says who ended it, at which fence and when. Uses no attempt.
         NOT_SENT = "not_sent"
 
-    notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="delivery_attempts")
+    # No index of its own: `notif_attempt_idx` (notification, started_at) starts with it and serves every lookup.
+    notification = models.ForeignKey(
+        Notification, on_delete=models.CASCADE, related_name="delivery_attempts", db_index=False
+    )
     owner = models.CharField(max_length=100)
     fence = models.BigIntegerField()
     started_at = models.DateTimeField()

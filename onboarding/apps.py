@@ -70,3 +70,7 @@ class OnboardingConfig(AppConfig):
                 metrics=console.collect_metrics,
             )
         )
+        from onboarding import retention
+
+        # What the retention purge may delete of this app's history (weave.retention).
+        retention.register()

@@ -68,6 +68,8 @@ class SilentProxy:
         self._quiet = threading.Event()  # set while partitioned
         self._heal_at = 0.0
         self.partitions = 0  # how many times partition() was called
+        self.resets = 0  # how many times reset() was called
+        self._refuse_until = 0.0
         self._threads: list[threading.Thread] = []
         self._start(self._accept, "proxy-accept")
         self._start(self._auto_heal, "proxy-auto-heal")
@@ -87,6 +89,16 @@ class SilentProxy:
     def heal(self) -> None:
         """Forward again: bytes held during the partition flow, and closes seen meanwhile pass on."""
         self._quiet.clear()
+
+    def reset(self, *, refuse_for: float = 0.0) -> None:
+        """Close every link now and refuse new connections for `refuse_for` seconds: to the client, the
+        way a PostgreSQL restart looks (sessions end, reconnects fail until the server is back)."""
+        self._refuse_until = time.monotonic() + refuse_for
+        self.resets += 1
+        with self._lock:
+            for link in self._links:
+                self._close_link(link)
+            self._links = []
 
     @contextmanager
     def partitioned_for(self, max_seconds: float = 60.0) -> Iterator["SilentProxy"]:
@@ -142,6 +154,9 @@ class SilentProxy:
                 continue
             except OSError:
                 return
+            if time.monotonic() < self._refuse_until:  # "restarting": the client's connect fails
+                client.close()
+                continue
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
             except OSError:

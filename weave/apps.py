@@ -22,6 +22,23 @@ class WeaveConfig(AppConfig):
 
         register_core_panels()
         register_metrics("weave.leases", collect_lease_metrics)
+        from weave.conf import weave_settings
+        from weave.metrics import collect_retention_metrics
+        from weave.schedules import ScheduleSpec, register_schedule
+
+        # Retention: the fenced purge of old history, and its progress and backlog in the metrics.
+        register_metrics("weave.retention", collect_retention_metrics)
+        from weave.metrics import collect_wake_metrics
+
+        register_metrics("weave.wake", collect_wake_metrics)
+        from weave.retention import register_core_purges
+
+        register_core_purges()
+        register_schedule(
+            ScheduleSpec(
+                name="weave.retention", func="weave.retention.purge_task", minutes=int(weave_settings.RETENTION_EVERY)
+            )
+        )
         if apps.is_installed("django.contrib.admin"):
             register_admin()
 

@@ -231,3 +231,104 @@ def check_ttl_fits_traffic(app_configs: Any = None, databases: Any = None, **kwa
                 )
             )
     return warnings
+
+
+# --- django-q2 settings that stall or let host clocks decide (weave.broker) ---------------------------
+
+_ORM_BROKERS = {"weave.broker.DatabaseClockORM"}
+_REDIS_BROKERS = {"weave.broker_redis.PooledRedis"}
+
+
+@register(Tags.compatibility)
+def check_q_cluster_operations(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """Warn about a Q_CLUSTER known to stall several clusters, or to let host clocks delay new tasks."""
+    conf = getattr(settings, "Q_CLUSTER", None)
+    if not isinstance(conf, dict):
+        return []  # weave.E001 reports it
+    warnings: list[Warning] = []
+    save_limit = conf.get("save_limit", 250)  # django-q2's own default
+    if isinstance(save_limit, int) and save_limit > 0:
+        warnings.append(
+            Warning(
+                f"Q_CLUSTER['save_limit'] is {save_limit}: on every save, each cluster's monitor locks all stored "
+                "successes (SELECT ... FOR UPDATE), so several clusters queue on each other and workers hang on "
+                "recycle behind them.",
+                hint="Set save_limit to -1 (Weave keeps its own history; failures are still stored).",
+                id="weave.W040",
+            )
+        )
+    broker = conf.get("broker_class")
+    uses_orm = conf.get("orm") and not any(conf.get(k) for k in ("redis", "django_redis", "sqs", "iron_mq", "mongo"))
+    if uses_orm and broker not in _ORM_BROKERS:
+        warnings.append(
+            Warning(
+                "The ORM broker stamps task locks with the enqueuing host's clock: a worker host whose clock "
+                "is behind waits out the difference for every new task.",
+                hint="Set Q_CLUSTER['broker_class'] = 'weave.broker.DatabaseClockORM' (locks by the database clock).",
+                id="weave.W041",
+            )
+        )
+    if conf.get("redis") and not conf.get("django_redis") and broker not in _REDIS_BROKERS:
+        warnings.append(
+            Warning(
+                "django-q2's Redis broker opens a new connection for every enqueue and waits on an unreachable "
+                "Redis without a bound.",
+                hint="Set Q_CLUSTER['broker_class'] = 'weave.broker_redis.PooledRedis' (one pool per process).",
+                id="weave.W042",
+            )
+        )
+    return warnings
+
+
+@register(Tags.database)
+def check_wake_listen(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Warning]:
+    """With `check --database`: say whether the watchers' LISTEN connection hears a NOTIFY (a pooler loses them)."""
+    from django.db import connection
+
+    from weave import wake
+
+    if not databases or connection.vendor != "postgresql":
+        return []
+    try:
+        raw = wake.open_listener()
+    except Exception as error:
+        return [_listen_warning(f"the LISTEN connection could not be opened ({type(error).__name__}: {error})")]
+    try:
+        hears = wake.probe_listener(raw)
+    finally:
+        raw.close()
+    if hears:
+        return []
+    return [_listen_warning("a NOTIFY sent through the site's connection did not arrive on it")]
+
+
+def _listen_warning(why: str) -> Warning:
+    from weave.wake import listen_target
+
+    kind, target = listen_target()
+    # A DSN may carry a password: it is never echoed.
+    where = "the DSN in WAKE_LISTEN_DB" if kind == "dsn" else f"database alias {target!r}"
+    return Warning(
+        f"The due-time watchers cannot listen on {where}: {why}. They fall back to polling "
+        f"every WAKE_POLL_MAX ({weave_settings.WAKE_POLL_MAX:g} s).",
+        hint="Behind a transaction pooler (pgbouncer), set WEAVE['WAKE_LISTEN_DB'] to a direct connection's "
+        "database alias or DSN.",
+        id="weave.W043",
+    )
+
+
+@register(Tags.compatibility)
+def check_retention(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Refuse a WEAVE["RETENTION"] with an unknown kind or a period that is not a positive number of days."""
+    from weave.retention import retention_problems
+
+    if not weave_settings.valid("RETENTION"):
+        return []  # weave.E006 reports the wrong type
+    return [
+        Error(
+            f'WEAVE["RETENTION"]: {problem}.',
+            hint="Give days (a number above 0) per kind, or None to keep that kind forever; see docs/operations.md.",
+            id="weave.E044",
+        )
+        for problem in retention_problems()
+    ]

@@ -282,10 +282,28 @@ class WeaveSettings(SettingsGroup):
     DASHBOARD_REFRESH = count(10, "seconds between the dashboard's automatic reloads; 0 turns it off", minimum=0)
     # --- waking workers for due work (weave.wake) ---
     WAKE_WATCHER = flag(True, "run a due-time watcher thread in every django-q2 worker process")
-    WAKE_HOLD = seconds(10.0, "how long a queued task holds its request slot if it never starts", minimum=0.0)
+    WAKE_HOLD = seconds(3.0, "how long a queued task holds its request slot if it never starts", minimum=0.0)
     WAKE_GRACE = seconds(0.2, "how long work found due after a notification is left to the task that sent it")
     WAKE_POLL_MAX = seconds(1.0, "longest poll on SQLite, and the longest backoff while work stays overdue")
     WAKE_IDLE = seconds(30.0, "longest LISTEN on PostgreSQL with nothing due (NOTIFY wakes it sooner)")
+    WAKE_LISTEN_DB = text(
+        "", "database alias or DSN of a direct session connection the watchers LISTEN on; empty: 'default'"
+    )
+    WAKE_PROBE_TIMEOUT = seconds(2.0, "how long a watcher waits for its probe NOTIFY before it falls back to polling")
+    WAKE_LINGER = seconds(
+        2.0,
+        "a drain with nothing left keeps looking for new rows this long, holding the slot; 0: end at once",
+        minimum=0.0,
+    )
+    # --- retention (weave.retention) ---
+    RETENTION = mapping_or_none(
+        "days each kind of finished history is kept, e.g. {'attempts': 14, 'runs': None}; None or kinds not "
+        "named: weave.retention.DEFAULT_RETENTION (None as a value keeps that kind forever)"
+    )
+    RETENTION_BATCH = count(1000, "rows deleted per purge transaction")
+    RETENTION_BUDGET = seconds(240.0, "seconds one purge run may delete for; the next run resumes")
+    RETENTION_LEASE_TTL = seconds(60.0, "lease TTL of the purge job, renewed by every batch")
+    RETENTION_EVERY = count(15, "minutes between scheduled purge runs")
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names that are not the core's own: an app's declared key.

@@ -171,3 +171,40 @@ def collect_lease_metrics() -> Iterable[Metric]:
         for state in ("live", "expired"):
             leases.add_metric([job, state], counts[state])
     yield leases
+
+
+def collect_retention_metrics() -> Iterable[Metric]:
+    """The retention purge: rows purged so far (a counter) and rows due for purging now (a gauge), per kind."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    from weave.retention import backlog, progress
+
+    purged = CounterMetricFamily("weave_retention_purged", "Rows deleted by the retention purge.", labels=["kind"])
+    due = GaugeMetricFamily(
+        "weave_retention_backlog", "Rows past their retention, not yet purged (counted up to a cap).", labels=["kind"]
+    )
+    for kind, figures in backlog().items():
+        purged.add_metric([kind], figures["purged"])
+        due.add_metric([kind], figures["due"])
+    yield purged
+    yield due
+    yield GaugeMetricFamily(
+        "weave_retention_running", "1 while a purge holds its lease.", value=1 if progress()["running"] else 0
+    )
+
+
+def collect_wake_metrics() -> Iterable[Metric]:
+    """Due-time watchers by how they learn of new work: LISTEN, or polling (notifications do not arrive)."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    from weave.wake import listen_report
+
+    report = listen_report()
+    watchers = GaugeMetricFamily(
+        "weave_wake_watchers",
+        "Watchers that probed in the last hour, by mode (poll: LISTEN hears nothing).",
+        labels=["mode"],
+    )
+    watchers.add_metric(["listen"], report["listening"])
+    watchers.add_metric(["poll"], report["polling"])
+    yield watchers

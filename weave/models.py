@@ -202,3 +202,63 @@ class WorkerReport(models.Model):
 
     def __str__(self) -> str:
         return f"Worker {self.name}"
+
+
+class PurgeState(models.Model):
+    """The retention purge's fence and progress (one row per purge job, `weave.retention`).
+
+    `owner`/`fence`/`lease_expires_at` fence the job: each batch's delete commits only in the same
+    transaction as a guarded renewal of this lease, so a purge that lost its lease deletes nothing more.
+    """
+
+    name = models.CharField(max_length=100, primary_key=True)
+    owner = models.CharField(max_length=100, null=True, blank=True)  # noqa: DJ001  (None: not held)
+    fence = models.BigIntegerField(default=0)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    deleted = models.BigIntegerField(default=0, help_text="Rows deleted by every purge so far.")
+    last_started_at = models.DateTimeField(null=True, blank=True, help_text="Database clock.")
+    last_finished_at = models.DateTimeField(null=True, blank=True, help_text="Database clock.")
+    last_outcome = models.TextField(blank=True)
+
+    class Meta:
+        verbose_name = "retention purge"
+
+    def __str__(self) -> str:
+        return f"Retention purge {self.name}"
+
+
+class PurgedCount(models.Model):
+    """How many rows of one kind (and label, e.g. an attempt's outcome) the purges deleted.
+
+    Metrics counters add these to the rows still stored, so a counter never goes down when history is
+    purged.
+    """
+
+    kind = models.CharField(max_length=100)
+    label = models.CharField(max_length=100, blank=True)
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["kind", "label"], name="weave_purged_kind_label")]
+
+    def __str__(self) -> str:
+        return f"{self.count} purged {self.kind} {self.label}".strip()
+
+
+class WatcherProbe(models.Model):
+    """What one worker process's due-time watcher found when it probed its LISTEN connection.
+
+    Written once per (re)connect, so the dashboard and the metrics can say when watchers poll because
+    notifications do not reach them (a transaction pooler), instead of that being silent.
+    """
+
+    process = models.CharField(max_length=200, primary_key=True, help_text="host:pid")
+    mode = models.CharField(max_length=10, help_text='"listen" or "poll"')
+    reason = models.TextField(blank=True)
+    probed_at = models.DateTimeField(help_text="Database clock.")
+
+    class Meta:
+        verbose_name = "watcher probe"
+
+    def __str__(self) -> str:
+        return f"Watcher {self.process}: {self.mode}"

@@ -12,8 +12,12 @@ Two parts, both owned by Weave rather than by the task queue:
   signal). It never does the work: it sleeps until the earliest time any registered kind of work becomes
   due by the database clock (a retry's due time, a lapsed lease) and then asks for a task through the
   app's coalesced request. The worker process stays free for tasks while its watcher sleeps. On
-  PostgreSQL it sleeps in `LISTEN weave_wake`, so a task that changes due times (`announce()`) wakes it
-  at once; on SQLite it polls with backoff.
+  PostgreSQL it sleeps in `LISTEN weave_wake` on a connection of its own (WAKE_LISTEN_DB), so a task
+  that changes due times (`announce()`) or a new request (`request_once`) wakes it at once. A probe
+  NOTIFY checks that notifications arrive there; behind a transaction pooler they don't, and the
+  watcher polls every WAKE_POLL_MAX instead, saying so once. On SQLite it polls with backoff.
+  While due work stays undone it asks again every round, so a lost or stuck task is replaced once its
+  request's hold lapses.
 
 Apps register what they watch in `AppConfig.ready()`:
 
@@ -23,6 +27,7 @@ Apps register what they watch in `AppConfig.ready()`:
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -48,6 +53,11 @@ def request_once(name: str, *, enqueue: Callable[[], None], hold: float | None =
     The decision is one guarded UPDATE (`queued_until` empty or in the past, by the database clock), so
     of any number of concurrent callers exactly one enqueues. The slot is held for `hold` seconds
     (WEAVE WAKE_HOLD) or until the task starts, whichever comes first.
+
+    This never raises for the broker. It runs after the caller's row is committed (`on_commit`), and
+    that commit is the promise: an enqueue that fails is logged, its slot freed, and the watchers are
+    told, so one of them (in a worker process, which can reach the broker) asks again within a second.
+    A caller that saw an error would retry and store its row twice.
     """
     from weave.models import WakeRequest
 
@@ -65,11 +75,53 @@ def request_once(name: str, *, enqueue: Callable[[], None], hold: float | None =
             return False  # a concurrent first request created the row: it enqueues, not us
     try:
         enqueue()
-    except Exception:
+    except Exception as error:
         # Nothing was queued: free the slot, or every request would be swallowed until `hold` passed.
+        logger.warning(
+            "event=enqueue_failed name=%s error=%s: the work is stored; the watchers will ask again",
+            name,
+            type(error).__name__,
+            exc_info=True,
+        )
         WakeRequest.objects.filter(name=name).update(queued_until=None)
-        raise
+        _announce_quietly()
+        return False
+    # The watchers sleep until the next due time they know of; this work is due now. Told, they
+    # look again within the grace, and keep asking while it stays due (a lost or stuck task).
+    _announce_quietly()
     return True
+
+
+def hold(name: str, seconds: float) -> None:
+    """Hold the request slot of `name` for `seconds` more: a running task covers new work meanwhile.
+
+    A task that renews its hold while it runs (and looks for new rows) keeps a steady arrival rate
+    from enqueueing one task per row; if it dies, the hold lapses and the watchers ask again.
+    """
+    from weave.models import WakeRequest
+
+    until = DbNow(timedelta(seconds=seconds))
+    if WakeRequest.objects.filter(name=name).update(queued_until=until):
+        return
+    try:  # started by a sweep or by hand, never requested: the row may not exist yet
+        with transaction.atomic():
+            WakeRequest.objects.create(name=name, queued_until=until)
+    except IntegrityError:
+        WakeRequest.objects.filter(name=name).update(queued_until=until)
+
+
+def release(name: str) -> None:
+    """Free the request slot of `name`: its running task stops covering new work (it is ending)."""
+    from weave.models import WakeRequest
+
+    WakeRequest.objects.filter(name=name).update(queued_until=None)
+
+
+def _announce_quietly() -> None:
+    try:
+        announce()
+    except Exception:  # the database may be down too: the watchers' own timers still run
+        logger.debug("could not notify the watchers", exc_info=True)
 
 
 def task_started(name: str, *, forget: bool = False) -> None:
@@ -146,6 +198,110 @@ def registered_watches() -> list[WatchSpec]:
     return [_watches[name] for name in sorted(_watches)]
 
 
+# --- where the watcher hears notifications ------------------------------------------------------------
+
+
+@dataclass
+class ListenState:
+    """Whether this process's watcher hears NOTIFY, as its last probe found (for checks and the dashboard)."""
+
+    mode: str = "unknown"  # "listen": notifications arrive; "poll": they don't, the watcher polls
+    reason: str = ""
+    since: float = 0.0  # time.time() of the probe
+
+
+_state = ListenState()
+_poll_warned = False
+
+
+def listen_state() -> ListenState:
+    return _state
+
+
+def listen_target() -> tuple[str, str]:
+    """("dsn", text) or ("alias", name) for the session connection the watchers LISTEN on (WAKE_LISTEN_DB)."""
+    target = str(weave_settings.WAKE_LISTEN_DB or "").strip()
+    if "=" in target or "://" in target:
+        return "dsn", target
+    return "alias", target or "default"
+
+
+def open_listener() -> Any:
+    """A new psycopg connection in autocommit, LISTENing, used for nothing else.
+
+    Its own connection, not the thread's Django one: notifications are then only ever read through
+    `notifies()`, one psycopg API per connection, and queries never swallow them. Behind a
+    transaction pooler, name a direct connection in WAKE_LISTEN_DB (an alias or a DSN).
+    """
+    import psycopg
+    from django.db import connections
+
+    kind, target = listen_target()
+    if kind == "dsn":
+        raw = psycopg.connect(target, autocommit=True)
+    else:
+        params = connections[target].get_connection_params()
+        raw = psycopg.connect(**params, autocommit=True)
+    raw.execute(f"LISTEN {CHANNEL}")
+    return raw
+
+
+def probe_listener(raw: Any, *, timeout: float | None = None) -> bool:
+    """Send a NOTIFY through the site's own connection and say whether `raw` hears it within `timeout`.
+
+    Through a transaction pooler the LISTEN lands on a server session the pooler hands to others, so the
+    probe never arrives: that is how the watchers find out they must poll.
+    """
+    token = f"probe:{uuid.uuid4().hex}"
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, token])
+    deadline = time.monotonic() + float(weave_settings.WAKE_PROBE_TIMEOUT if timeout is None else timeout)
+    while (left := deadline - time.monotonic()) > 0:
+        for notify in raw.notifies(timeout=left, stop_after=1):
+            if notify.payload == token:
+                return True
+    return False
+
+
+def _record(mode: str, reason: str) -> None:
+    global _poll_warned
+    _state.mode, _state.reason, _state.since = mode, reason, time.time()
+    _store_probe(mode, reason)
+    if mode == "poll" and not _poll_warned:
+        _poll_warned = True
+        logger.warning(
+            "event=wake_polling reason=%s: the watchers poll due times every %g s instead of listening. "
+            "Behind a transaction pooler, set WEAVE['WAKE_LISTEN_DB'] to a direct connection.",
+            reason,
+            float(weave_settings.WAKE_POLL_MAX),
+        )
+
+
+def _store_probe(mode: str, reason: str) -> None:
+    """Keep this process's probe result where the dashboard and the metrics read it (best effort)."""
+    import os
+    import socket
+
+    from weave.models import WatcherProbe
+
+    try:
+        WatcherProbe.objects.update_or_create(
+            process=f"{socket.gethostname()}:{os.getpid()}"[:200],
+            defaults={"mode": mode, "reason": reason, "probed_at": DbNow()},
+        )
+    except Exception:  # a missing table (not migrated yet) must not stop the watcher
+        logger.debug("could not store the watcher's probe", exc_info=True)
+
+
+def listen_report(max_age: float = 3600.0) -> dict[str, Any]:
+    """Watchers that probed within `max_age` seconds: how many listen, how many poll, and why (dashboard)."""
+    from weave.models import WatcherProbe
+
+    recent = WatcherProbe.objects.filter(probed_at__gte=DbNow(timedelta(seconds=-max_age)))
+    polling = list(recent.filter(mode="poll").order_by("process").values("process", "reason", "probed_at"))
+    return {"listening": recent.filter(mode="listen").count(), "polling": len(polling), "polling_watchers": polling}
+
+
 # --- the watcher thread --------------------------------------------------------------------------------
 
 
@@ -160,8 +316,9 @@ class Watcher:
     def __init__(self, specs: list[WatchSpec] | None = None) -> None:
         self.specs = specs
         self._stop = threading.Event()
-        self._listening = False
-        self._notified = False
+        self._listener: Any = None
+        self._hears = False  # the last probe arrived: LISTEN works, long sleeps are safe
+        self._polling = False  # the last probe did not: poll until a reconnect probes again
         self._overdue_seen: set[str] = set()
         self._poll = float(weave_settings.WAKE_GRACE)
         self.rounds = 0
@@ -170,11 +327,17 @@ class Watcher:
     def stop(self) -> None:
         self._stop.set()
 
+    def longest_sleep(self) -> float:
+        """WAKE_IDLE while notifications are heard; otherwise (SQLite, a pooler) WAKE_POLL_MAX."""
+        if connection.vendor == "postgresql" and self._hears:
+            return float(weave_settings.WAKE_IDLE)
+        return float(weave_settings.WAKE_POLL_MAX)
+
     def step(self, *, timer_expired: bool) -> float:
         """Look at every watched kind once, wake those due; return seconds to sleep (bounded)."""
         self.rounds += 1
         grace = float(weave_settings.WAKE_GRACE)
-        longest = float(weave_settings.WAKE_IDLE if connection.vendor == "postgresql" else weave_settings.WAKE_POLL_MAX)
+        longest = self.longest_sleep()
         sleep = longest
         for spec in self.specs if self.specs is not None else registered_watches():
             left = seconds_until(spec.next_due())
@@ -186,6 +349,8 @@ class Watcher:
                 sleep = min(sleep, left)
                 continue
             # Due now. Reached by our own timer, or seen due twice in a row: nobody is on it, ask for a task.
+            # Asked again every round (at most WAKE_POLL_MAX apart) while it stays due: a request whose
+            # task was lost or sits behind a busy cluster lapses after WAKE_HOLD, and the next ask wins.
             if timer_expired or spec.name in self._overdue_seen:
                 self.wakes += 1
                 spec.wake()
@@ -217,40 +382,49 @@ class Watcher:
         if connection.vendor != "postgresql":
             return self._stop.wait(seconds)
         raw = self._listen()
-        if self._take_notified():
-            return True
+        if raw is None:  # notifications don't arrive here: poll (the sleep is already bounded)
+            return self._stop.wait(seconds)
         deadline = time.monotonic() + seconds
         # Short slices so that stop() is seen within a second even while LISTENing.
         while not self._stop.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            for _ in raw.notifies(timeout=min(left, 1.0), stop_after=1):
-                pass
-            if self._take_notified():
+            if any(not n.payload.startswith("probe:") for n in raw.notifies(timeout=min(left, 1.0), stop_after=1)):
                 return True
         return True
 
-    def _take_notified(self) -> bool:
-        """Whether a notification arrived since the last call (set by psycopg's handler during any query)."""
-        notified, self._notified = self._notified, False
-        return notified
-
     def _listen(self) -> Any:
-        connection.ensure_connection()
-        raw = connection.connection
-        if not self._listening:
-            raw.add_notify_handler(self._on_notify)
-            with connection.cursor() as cursor:
-                cursor.execute(f"LISTEN {CHANNEL}")
-            self._listening = True
-        return raw
+        """The listening connection, opened and probed once per (re)connect; None while polling."""
+        if self._polling:
+            return None
+        if self._listener is None:
+            self._listener = open_listener()
+            try:
+                self._hears = probe_listener(self._listener)
+            except Exception:
+                self._close_listener()
+                raise
+            if self._hears:
+                _record("listen", "notifications arrive")
+            else:
+                # A connection that hears nothing is of no use: close it, poll until the next reconnect.
+                self._close_listener()
+                self._polling = True
+                _record("poll", "a probe NOTIFY did not arrive on the LISTEN connection (a transaction pooler?)")
+        return self._listener
 
-    def _on_notify(self, _notify: Any) -> None:
-        self._notified = True
+    def _close_listener(self) -> None:
+        raw, self._listener, self._hears = self._listener, None, False
+        if raw is not None:
+            try:
+                raw.close()
+            except Exception:
+                logger.debug("closing the watcher's LISTEN connection failed", exc_info=True)
 
     def _reset_connection(self) -> None:
-        self._listening = False
+        self._close_listener()
+        self._polling = False
         try:
             connection.close()
         except Exception:  # closing a broken connection may fail too; the next round reconnects

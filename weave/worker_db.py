@@ -98,7 +98,8 @@ def enter_worker_mode(**signal_kwargs: Any) -> None:
 def session_limits(using: str = "default") -> dict[str, Any]:
     """Return the limits in effect on this thread's connection to `using`, as the server and libpq see them.
 
-    A diagnostic: enqueue it as a django-q2 task to see what a worker's sessions really run with.
+    A diagnostic: enqueue it as a django-q2 task with `save=True` (the documented Q_CLUSTER keeps no
+    successes otherwise) to see what a worker's sessions really run with.
     """
     conn = connections[using]
     if conn.vendor != "postgresql":
@@ -122,6 +123,10 @@ def connect_signals() -> None:
         return
     post_spawn.connect(enter_worker_mode, dispatch_uid="weave.worker_db.post_spawn")
     pre_execute.connect(enter_worker_mode, dispatch_uid="weave.worker_db.pre_execute")
+    from weave.broker import stagger_recycle
+
+    # Each worker its own recycle count, so the workers of a cluster never all restart at once.
+    post_spawn.connect(stagger_recycle, dispatch_uid="weave.broker.stagger_recycle")
 
 
 # SQLSTATEs that mean the session itself is gone or was stopped by a server-side limit: connection

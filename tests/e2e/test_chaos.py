@@ -6,7 +6,7 @@ The full-size run is `make chaos`; this one is small enough for CI (about a minu
 import pytest
 
 from tools.chaos.config import ChaosConfig
-from tools.chaos.faults import KILL, PARTITION, STOP
+from tools.chaos.faults import DB_RESTART, KILL, PARTITION, STOP
 from tools.chaos.runner import ChaosRunner
 
 from .conftest import database_url, free_port
@@ -46,6 +46,7 @@ def test_chaos__every_invariant_holds_under_kills_stops_restarts_and_partitions(
         stops=2,
         restarts=1,
         partitions=1,
+        db_restarts=1,  # every cluster's PostgreSQL sessions end at once, as in a server restart
         # Early in the load and close together, with slower sends (more leases held at any instant):
         # every fault must land on a lease holder while there is still work to disturb.
         fault_window=(0.02, 0.35),
@@ -67,10 +68,11 @@ def test_chaos__every_invariant_holds_under_kills_stops_restarts_and_partitions(
     report = outcome.report
     assert not outcome.result.violations, report
     ran = [f for f in outcome.faults if f.db_time is not None]
-    assert len(ran) == len(outcome.faults) == 5, f"a planned fault did not run\n{report}"
+    assert len(ran) == len(outcome.faults) == 6, f"a planned fault did not run\n{report}"
     assert any(f.kind == KILL for f in ran), f"no kill was injected\n{report}"
     assert any(f.kind == STOP and f.held and f.thawed for f in ran), f"no lease holder was frozen and thawed\n{report}"
     assert any(f.kind == PARTITION for f in ran), f"no cluster was cut off from PostgreSQL\n{report}"
+    assert any(f.kind == DB_RESTART and f.held for f in ran), f"no restart hit a lease holder\n{report}"
     devices = outcome.result.figures["devices"]
     assert devices["deactivated"] == devices["dead_tokens"] > 0, report
     assert devices["expired_rows"] > 0, report

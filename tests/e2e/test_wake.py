@@ -159,7 +159,13 @@ def test_drain_coalescing__works_with_the_redis_broker(groups, worker_env, monke
     name = f"wake-e2e-{uuid.uuid4().hex[:8]}"
     # This process enqueues through the same Redis queue the cluster reads (django-q2 reads its
     # configuration once, at import).
-    for attribute, value in {"ORM": None, "REDIS": redis_url, "PREFIX": name, "CLUSTER_NAME": name}.items():
+    for attribute, value in {
+        "ORM": None,
+        "REDIS": redis_url,
+        "PREFIX": name,
+        "CLUSTER_NAME": name,
+        "BROKER_CLASS": "weave.broker_redis.PooledRedis",
+    }.items():
         monkeypatch.setattr(Conf, attribute, value)
     import redis
 
@@ -181,3 +187,45 @@ def test_drain_coalescing__works_with_the_redis_broker(groups, worker_env, monke
     assert stats["unique_deliveries"] == len(ids)
     # The ten retries were woken by the watcher through the same broker, with no sweep and no new traffic.
     assert DeliveryAttempt.objects.filter(notification_id__in=ids, outcome="temporary").count() == 10
+
+
+@pytest.mark.parametrize("broker", ["orm", "redis"])
+def test_a_lost_drain__is_asked_for_again_once_its_hold_lapses_while_the_row_is_due(
+    groups, worker_env, monkeypatch, settings, broker
+):
+    from notifications import queue as notification_queue
+    from weave.models import WakeRequest
+
+    no_sweeps()
+    settings.WEAVE = {**settings.WEAVE, "WAKE_HOLD": 4.0}
+    env: dict[str, str] = {}
+    if broker == "redis":
+        name = f"lost-{uuid.uuid4().hex[:8]}"
+        env = {"WEAVE_Q_REDIS": "redis://127.0.0.1:6379/3", "WEAVE_Q_NAME": name}
+        for attribute, value in {
+            "ORM": None,
+            "REDIS": env["WEAVE_Q_REDIS"],
+            "PREFIX": name,
+            "CLUSTER_NAME": name,
+            "BROKER_CLASS": "weave.broker_redis.PooledRedis",
+        }.items():
+            monkeypatch.setattr(Conf, attribute, value)
+    with FakePushProvider(latency_ms=10) as fake:
+        start_cluster(groups, worker_env, WEAVE_PUSH_URL=fake.push_url, **env)
+        # The broker takes the task and loses it (a killed cluster's local queue): the request row is
+        # held, nothing runs.
+        monkeypatch.setattr(notification_queue, "_enqueue", lambda: None)
+        created = notification_create(device_token="device-lost", title="Hi", body="lost drain")
+        held_until = WakeRequest.objects.get(name=notification_queue.drain_request_name()).queued_until
+        monkeypatch.undo()
+
+        def delivered() -> bool:
+            return Notification.objects.filter(pk=created.pk, status="delivered").exists()
+
+        wait_until(delivered, timeout=60, message="a watcher to ask for the lost drain again")
+    (attempt,) = DeliveryAttempt.objects.filter(notification_id=created.pk)
+    # Not before the hold lapsed (the lost request held the slot) ...
+    assert attempt.started_at >= held_until
+    # ... and a watcher asked again within a couple of seconds of it, not after its 30 s idle LISTEN.
+    late = (attempt.started_at - held_until).total_seconds()
+    assert late <= RETRY_TARGET + 2.0, f"delivered {late:.2f} s after the lost request's hold lapsed"

@@ -13,7 +13,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.django_db(trans
 def test_qcluster_worker_sessions_run_with_the_limits(groups, worker_env):
     env = {**worker_env, "WEAVE_WORKER_DB_STATEMENT_TIMEOUT": "7", "WEAVE_WORKER_DB_KEEPALIVES_IDLE": "3"}
     cluster = groups.manage("qcluster", "qcluster", env=env)
-    task_id = async_task("weave.worker_db.session_limits")
+    # save=True: the documented Q_CLUSTER stores no successes (save_limit -1) unless a task asks.
+    task_id = async_task("weave.worker_db.session_limits", save=True)
 
     def done() -> bool:
         assert cluster.alive(), cluster.log_tail()

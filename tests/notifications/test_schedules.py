@@ -19,11 +19,12 @@ def run() -> str:
 
 def test_migrate_alone__creates_the_sweeps():
     # The test database was built by `migrate`: nothing here ran weave_schedules. (The test site's own
-    # job types add the core's weave.* sweeps.)
+    # job types add the core's weave.jobs and weave.tasks sweeps.)
     assert sorted(Schedule.objects.values_list("name", flat=True)) == [
         "notifications.sweep",
         "onboarding.sweep",
         "weave.jobs.sweep",
+        "weave.retention",
         "weave.tasks.sweep",
     ]
     sweep = Schedule.objects.get(name="notifications.sweep")

@@ -21,6 +21,11 @@ class ChaosConfig:
     # Cut one cluster's link to PostgreSQL silently (tools/partition.py: no close, no reset) for
     # `partition_factor` x TTL, then heal it. Each cluster reaches PostgreSQL through its own proxy.
     partitions: int = 1
+    # What a PostgreSQL restart or failover looks like to the workers: every cluster's sessions end at
+    # once (through its proxy) and reconnecting fails for `db_down_seconds`. The server itself keeps
+    # running, so the runner and the audit read on.
+    db_restarts: int = 1
+    db_down_seconds: float = 2.0
     stop_factor: float = 2.0
     partition_factor: float = 2.0
     # Faults are placed by progress, not by the clock, so they land while the load drains however fast

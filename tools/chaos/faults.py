@@ -8,6 +8,7 @@ from typing import Any
 from tools.chaos.config import ChaosConfig
 
 KILL, STOP, RESTART, PARTITION = "kill", "stop", "restart", "partition"
+DB_RESTART = "db_restart"  # every cluster's PostgreSQL sessions end at once and reconnects fail for a while
 
 
 @dataclass
@@ -46,7 +47,7 @@ def plan(config: ChaosConfig) -> list[Fault]:
     """Spread the configured faults over the progress window in a seeded random order."""
     rng = random.Random(config.seed)
     kinds = [KILL] * config.kills + [STOP] * config.stops + [RESTART] * config.restarts
-    kinds += [PARTITION] * config.partitions
+    kinds += [PARTITION] * config.partitions + [DB_RESTART] * config.db_restarts
     rng.shuffle(kinds)
     if not kinds:
         return []

@@ -302,7 +302,7 @@ class ChaosRunner:
         env = self.config.worker_env()
         if self.database_url:
             env["DATABASE_URL"] = self.database_url
-        if self.config.partitions:
+        if self.config.partitions or self.config.db_restarts:
             # Its own silent proxy, so a partition cuts this cluster off and no other.
             s = connection.settings_dict
             proxy = SilentProxy((s["HOST"] or "127.0.0.1", int(s["PORT"] or 5432)))
@@ -408,6 +408,8 @@ class ChaosRunner:
             return self._stop(fault, waited)
         if fault.kind == F.PARTITION:
             return self._partition(waited)
+        if fault.kind == F.DB_RESTART:
+            return self._db_restart(waited)
         self._restart()
         return True
 
@@ -484,6 +486,23 @@ class ChaosRunner:
         self.proxies[child.name].partition(max_seconds=pause + 30)
         record.note = f"silent link to PostgreSQL for {pause:g} s (TTL {self.config.lease_ttl:g} s), then healed"
         self.partitioned.append((child.name, self.elapsed() + pause, record))
+        self.records.append(record)
+        return True
+
+    def _db_restart(self, waited: float) -> bool:
+        """End every cluster's PostgreSQL sessions at once; reconnects fail for `db_down_seconds`."""
+        holders = F.lease_holders()
+        alive = [c for c in self.clusters if c.alive() and c.name in self.proxies]
+        if not any(holders.get(pid) for c in alive for pid in c.descendants()) and waited < 15:
+            return False  # wait until someone holds a lease: a restart with nothing in flight tells little
+        pids = {pid for c in alive for pid in (c.pgid, *c.descendants())}
+        record = F.FaultRecord(
+            F.DB_RESTART, self.elapsed(), db_now(), "every cluster's PostgreSQL link", F.held_rows(pids)
+        )
+        down = self.config.db_down_seconds
+        for child in alive:
+            self.proxies[child.name].reset(refuse_for=down)
+        record.note = f"{len(alive)} clusters' sessions ended; reconnects refused for {down:g} s"
         self.records.append(record)
         return True
 

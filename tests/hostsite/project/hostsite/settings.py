@@ -65,6 +65,9 @@ Q_CLUSTER = {
     "bulk": 1,
     "queue_limit": 2,
     "poll": 0.2,
+    # As the operations docs say: no stored successes, task locks on the database clock.
+    "save_limit": -1,
+    "broker_class": "weave.broker.DatabaseClockORM",
 }
 WEAVE = {
     "PUSH_URL": os.environ["HOST_PUSH_URL"],

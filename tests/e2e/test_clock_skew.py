@@ -1,0 +1,71 @@
+"""A worker host whose clock is behind the web host's: libfaketime gives a real qcluster a clock 5 s slow.
+
+With django-q2's stock ORM broker the task's lock is stamped by the enqueuing host and the worker only
+takes tasks whose lock is in its own past, so every new notification waits out the skew. With
+`weave.broker.DatabaseClockORM` (the documented default) both sides read the database clock and the
+skew costs nothing. Times are measured on the database clock (the row's creation here, the attempt
+there), and the bound asserted is the skew itself, not a latency target.
+"""
+
+import shutil
+from pathlib import Path
+
+import pytest
+from django_q.conf import Conf
+
+from notifications.models import DeliveryAttempt, Notification
+from notifications.services import notification_create
+from notifications.testing.fake_provider import FakePushProvider
+from tests.e2e.test_wake import db_now, no_sweeps, start_cluster
+from tools.processes import wait_until
+
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+SKEW = 5.0
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.e2e,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(not LIBFAKETIME.exists() or not shutil.which("faketime"), reason="libfaketime not installed"),
+]
+
+
+@pytest.mark.parametrize("broker", ["weave.broker.DatabaseClockORM", ""], ids=["database-clock", "stock-orm"])
+def test_a_worker_5_s_behind__takes_a_new_notification_at_once_with_the_database_clock_broker(
+    groups, worker_env, monkeypatch, broker
+):
+    no_sweeps()
+    monkeypatch.setattr(Conf, "BROKER_CLASS", broker or None)  # this (web) process enqueues with the same broker
+    with FakePushProvider(latency_ms=10) as fake:
+        start_cluster(
+            groups,
+            worker_env,
+            WEAVE_PUSH_URL=fake.push_url,
+            WEAVE_Q_BROKER_CLASS=broker,
+            LD_PRELOAD=str(LIBFAKETIME),
+            FAKETIME=f"-{SKEW:g}",  # monotonic time is faked too: Python's sleep needs it consistent
+            # Every notification its own broker task: the hand-over is what is measured, not a drain
+            # that lingers and picks up the next row itself.
+            WEAVE_WAKE_LINGER="0",
+            # A watcher re-asks once a request's hold lapses (from the skewed host, so its task is
+            # takeable at once): a long hold keeps that rescue out of the control's first row.
+            WEAVE_WAKE_HOLD="10",
+        )
+        took = []
+        for i in range(3):
+            created_at = db_now()
+            pk = notification_create(device_token=f"device-{i}", title="Hi", body="skewed").pk
+            wait_until(
+                lambda pk=pk: Notification.objects.filter(pk=pk, status="delivered").exists(),
+                timeout=60,
+                message="the skewed worker to deliver",
+            )
+            started = DeliveryAttempt.objects.get(notification_id=pk).started_at
+            took.append((started - created_at).total_seconds())
+    print(f"{broker or 'stock ORM'}: created -> sent {took} s with the worker {SKEW:g} s behind")
+    if broker:
+        assert max(took) < SKEW / 2, f"the database-clock broker still paid the skew: {took}"
+    else:
+        # The first new row waits out the skew. Later rows may be served by tasks left over from
+        # watchers' asks, so only the first one is the control.
+        assert took[0] >= SKEW / 2, f"the control should wait out (most of) the skew: {took}"

@@ -1,0 +1,160 @@
+"""weave.retention: what is purged (and what never is), bounded fenced batches, resuming, the lease
+refusing a stale purge, counters that never go down, and the backlog the dashboard and metrics read."""
+
+from datetime import timedelta
+
+import pytest
+from django.core.checks import run_checks
+from django.utils import timezone
+
+from notifications import console
+from notifications.models import BreakerOpening, DeliveryAttempt, Notification
+from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
+from tests.factories import NotificationFactory, OnboardingRunFactory
+from weave import retention
+from weave.metrics import collect_retention_metrics
+from weave.models import PurgedCount, PurgeState
+
+pytestmark = pytest.mark.django_db
+
+DAY = timedelta(days=1)
+
+
+def aged(days: float):
+    return timezone.now() - days * DAY
+
+
+def finished_notification(days_ago: float, status: str = "delivered", attempts: int = 1) -> Notification:
+    n = NotificationFactory(status=status)
+    Notification.objects.filter(pk=n.pk).update(created_at=aged(days_ago))
+    for i in range(attempts):
+        at = aged(days_ago) + timedelta(seconds=i)
+        DeliveryAttempt.objects.create(
+            notification=n, owner="w", fence=i + 1, started_at=at, finished_at=at, outcome="temporary"
+        )
+    return n
+
+
+def test_purge__deletes_finished_history_past_retention_and_keeps_pending_and_recent_rows():
+    old = [finished_notification(40, status) for status in ("delivered", "failed", "cancelled", "expired")]
+    pending_old = NotificationFactory(status="pending")
+    Notification.objects.filter(pk=pending_old.pk).update(created_at=aged(400))
+    recent = finished_notification(5)
+    BreakerOpening.objects.create(opened_at=aged(100), owner="w", reason="old")
+    kept_opening = BreakerOpening.objects.create(opened_at=aged(10), owner="w", reason="recent")
+
+    report = retention.purge()
+
+    assert report.stopped == ""
+    assert not Notification.objects.filter(pk__in=[n.pk for n in old]).exists()
+    assert set(Notification.objects.values_list("pk", flat=True)) == {pending_old.pk, recent.pk}
+    assert list(DeliveryAttempt.objects.values_list("notification_id", flat=True)) == [recent.pk]
+    assert list(BreakerOpening.objects.all()) == [kept_opening]
+    assert report.deleted == {"attempts": 4, "notifications": 4, "breaker_openings": 1}
+    state = PurgeState.objects.get()
+    assert state.owner is None and state.deleted == 9 and state.last_outcome.startswith("finished")
+
+
+def test_purge__a_kind_set_to_none_is_kept_forever_and_each_kind_has_its_own_period(settings):
+    settings.WEAVE = {"RETENTION": {"notifications": None, "attempts": 3}}
+    n = finished_notification(40, attempts=2)
+    young = finished_notification(2)
+    retention.purge()
+    assert Notification.objects.filter(pk__in=[n.pk, young.pk]).count() == 2  # notifications kept forever
+    assert DeliveryAttempt.objects.filter(notification=n).count() == 0  # its attempts were older than 3 days
+    assert DeliveryAttempt.objects.filter(notification=young).count() == 1
+
+
+def test_purge__deletes_in_bounded_batches_and_a_stopped_purge_resumes(settings):
+    for _ in range(7):
+        finished_notification(40, attempts=0)
+    first = retention.purge(batch=3, budget=0.0)  # stopped before its first batch: nothing half done
+    assert first.stopped.startswith("budget spent") and Notification.objects.count() == 7
+    second = retention.purge(batch=3)
+    assert second.batches == 3 and second.deleted == {"notifications": 7}  # 3 + 3 + 1 rows
+    assert Notification.objects.count() == 0
+
+
+def test_purge__refuses_while_another_purge_holds_the_lease_and_a_stale_batch_deletes_nothing():
+    finished_notification(40)
+    holder = retention._claim("purge:other", ttl=60)
+    assert holder is not None
+    report = retention.purge(owner="purge:me")
+    assert report.stopped == "another purge holds the lease" and Notification.objects.count() == 1
+    # A purge whose lease was taken over: its batch's guarded renewal refuses, and the delete rolls back.
+    with pytest.raises(retention.LeaseLost):
+        retention._renew("purge:me", holder, ttl=60, deleted=1)
+    assert PurgeState.objects.get().owner == "purge:other"
+
+
+def test_purge__a_purge_that_loses_its_lease_midway_stops_and_its_batch_does_not_land(monkeypatch):
+    for _ in range(4):
+        finished_notification(40, attempts=0)
+    real = retention._renew
+    calls = []
+
+    def taken_over_after_one(owner, fence, ttl, deleted):
+        calls.append(fence)
+        if len(calls) == 2:  # another purge took the lease between our batches
+            PurgeState.objects.update(owner="purge:other", fence=fence + 1)
+        real(owner, fence, ttl, deleted)
+
+    monkeypatch.setattr(retention, "_renew", taken_over_after_one)
+    report = retention.purge(batch=2)
+    assert "no longer" in report.stopped
+    assert Notification.objects.count() == 2  # the first batch landed, the refused one did not
+    assert sum(PurgedCount.objects.filter(kind="notifications").values_list("count", flat=True)) == 2
+
+
+def test_purge__onboarding_runs_go_with_their_attempts_and_receipts_and_active_runs_stay():
+    done = OnboardingRunFactory()
+    OnboardingRun.objects.filter(pk=done.pk).update(status="completed", finished_at=aged(400))
+    RunAttempt.objects.create(
+        run=done, fence=1, owner="w", started_at=aged(400), ended_at=aged(400), outcome="completed"
+    )
+    StepReceipt.objects.create(run=done, step="verify_tax_id", fence=1, owner="w", completed_at=aged(400))
+    active = OnboardingRunFactory()
+    OnboardingRun.objects.filter(pk=active.pk).update(created_at=aged(400))
+    report = retention.purge()
+    assert list(OnboardingRun.objects.values_list("pk", flat=True)) == [active.pk]
+    assert not RunAttempt.objects.exists() and not StepReceipt.objects.exists()
+    assert report.deleted["runs"] == 1 and report.deleted["receipts"] == 1
+
+
+def test_metrics_counters__never_go_down_when_history_is_purged():
+    finished_notification(40, attempts=3)
+    BreakerOpening.objects.create(opened_at=aged(100), owner="w", reason="old")
+    console._attempts.reset()
+    before = console._attempts_between(None, timezone.now())
+    retention.purge()
+    console._attempts.reset()  # a fresh process counts from scratch after the purge
+    after = console._attempts_between(None, timezone.now())
+    assert before == after == {("temporary",): 3}
+    openings = {m.name: m for m in console.collect_metrics()}["weave_breaker_openings"]
+    assert openings.samples[0].value == 1
+
+
+def test_backlog_and_progress__are_what_the_dashboard_and_metrics_show():
+    finished_notification(40, attempts=2)
+    due = retention.backlog()
+    assert due["notifications"]["due"] == 1 and due["attempts"]["due"] == 2 and due["notifications"]["days"] == 30
+    metrics = {m.name: m for m in collect_retention_metrics()}
+    assert {s.labels["kind"]: s.value for s in metrics["weave_retention_backlog"].samples}["attempts"] == 2
+    retention.purge()
+    assert retention.backlog()["attempts"] == {"days": 30, "due": 0, "capped": False, "purged": 2}
+    assert retention.progress()["running"] is False and retention.progress()["deleted"] == 3
+
+
+def test_check__refuses_an_unknown_kind_or_a_period_that_is_not_positive_days(settings):
+    settings.WEAVE = {"RETENTION": {"attempt": 30, "runs": 0}}
+    messages = [m.msg for m in run_checks() if m.id == "weave.E044"]
+    assert len(messages) == 2 and "unknown kind 'attempt'" in messages[0] and "'runs'" in messages[1]
+
+
+def test_purge__wake_request_rows_not_asked_for_within_the_period_go():
+    from weave.models import WakeRequest
+
+    WakeRequest.objects.create(name="onboarding.run:1@weave", queued_until=aged(8))
+    WakeRequest.objects.create(name="notifications.drain@weave", queued_until=aged(0.01))
+    assert retention.purge().deleted == {"wake_requests": 1}
+    assert list(WakeRequest.objects.values_list("name", flat=True)) == ["notifications.drain@weave"]
