@@ -15,6 +15,7 @@ from django_q.models import OrmQ
 from django_q.tasks import async_task
 
 from weave import broker
+from weave.leases import DbNow
 from weave.broker import DatabaseClockORM, stagger_recycle
 from weave.broker_redis import PooledRedis, shared_redis
 
@@ -36,14 +37,20 @@ def test_database_clock_orm__a_worker_whose_clock_is_behind_takes_a_new_task_at_
 @pytest.mark.django_db
 def test_database_clock_orm__a_taken_task_is_locked_for_retry_seconds_by_the_database_clock(monkeypatch):
     monkeypatch.setattr(Conf, "RETRY", 300)
-    q = DatabaseClockORM(list_key="lock")
+    key = f"lock-{uuid.uuid4().hex[:8]}"  # a queue of its own: no other test's task is in it
+    q = DatabaseClockORM(list_key=key)
     q.enqueue("payload")
+    # The lock was stamped with the database's now; a dequeue within the same millisecond would not see
+    # it in the past yet. Wait on the database clock itself (never on a sleep of ours).
+    for _ in range(1000):
+        if OrmQ.objects.filter(key=key, lock__lt=DbNow()).exists():
+            break
     with time_machine.travel(timezone.now() + timedelta(hours=1), tick=True):  # a worker far ahead
         assert len(q.dequeue()) == 1
         # Locked by the database clock, not the worker's: nobody (ahead or not) takes it again now.
-        assert DatabaseClockORM(list_key="lock").dequeue() is None
+        assert DatabaseClockORM(list_key=key).dequeue() is None
     assert (q.queue_size(), q.lock_size()) == (0, 1)
-    lock = OrmQ.objects.get(key="lock").lock
+    lock = OrmQ.objects.get(key=key).lock
     assert 290 < (lock - timezone.now()).total_seconds() <= 300
 
 
