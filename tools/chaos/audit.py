@@ -653,6 +653,10 @@ def audit(inp: AuditInput) -> AuditResult:
     _partition_recovery(inp, checks, figures)
     if inp.devices:
         _devices(inp, checks, figures)
-    order = {"Notifications": 0, "Devices and expiry": 1, "Onboarding": 2, "Fencing": 3, "Recovery": 4}
+    from tools.chaos.edge_audit import edge_audit  # here: edge_audit imports this module
+
+    edge_audit(inp, checks, figures)
+    order = {"Notifications": 0, "Devices and expiry": 1, "Provider edge": 2, "Onboarding": 3, "Fencing": 4}
+    order["Recovery"] = 5
     checks.sort(key=lambda c: order[c.section])
     return AuditResult(checks=checks, figures=figures)
