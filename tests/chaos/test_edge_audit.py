@@ -128,3 +128,22 @@ def test_edge_audit__a_device_deactivated_by_another_devices_answer_is_a_violati
     (check,) = [c for c in result.violations if c.section == "Provider edge"]
     assert check.name == "no device deactivated except by its own row's dead-token answer"
     assert [e.split(":")[0] for e in check.examples] == [f"device #{other.pk}"]
+
+
+FENCING = "every finished notification written by the row's fence at that time"
+
+
+@pytest.mark.parametrize("ended_by_deactivation", [True, False])
+def test_audit__a_row_released_then_failed_by_its_devices_deactivation_keeps_its_fence(ended_by_deactivation):
+    # Fence 1 sent and failed temporarily; fence 2 was claimed and released unsent (a breaker hold); then the
+    # device was deactivated by another row's refusal, which fails this free row without a claim.
+    from notifications.devices import inactive_reason
+
+    why = inactive_reason("The provider refused its token") if ended_by_deactivation else "gave up"
+    row = _row(status="failed", fence=2, last_error=why)
+    _attempt(row, "temporary", status=503, reason="FCM UNAVAILABLE")
+    key = str(row.idempotency_key)
+
+    result = audit(_inputs({key: 1}, {}))
+
+    assert (FENCING in {c.name for c in result.violations}) is not ended_by_deactivation

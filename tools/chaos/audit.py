@@ -32,6 +32,8 @@ from tools.chaos.faults import FaultRecord
 from tools.chaos.load import EXPECT_COMPLETED, FAILED_STEP, REASON_FRAGMENT
 
 MAX_EXAMPLES = 5
+# How the last_error of a row failed by its device's deactivation begins (notifications.devices.inactive_reason).
+DEACTIVATED_PREFIX = "Not sent: the device was deactivated"
 # A send's start is derived (finish time on the database clock minus the latency measured in whole
 # milliseconds), so allow a few milliseconds of rounding before calling a write late. Stale writes
 # that matter land seconds late.
@@ -207,7 +209,11 @@ def _notifications(inp: AuditInput, checks: list[Check], figures: dict[str, Any]
             bad.append(f"notification #{pk}: attempts={row['attempts']} but {len(sent)} landed attempts")
         if row["status"] in ("delivered", "failed") and landed:
             last = landed[-1]
-            if last["fence"] != row["fence"]:
+            # A device's deactivation fails its free pending rows without a claim or an attempt
+            # (notifications.devices.fail_queued_for_device): a row released at a later fence (a breaker
+            # hold, a budget) and then ended that way keeps its last fence with no write under it.
+            by_deactivation = row["status"] == "failed" and row["last_error"].startswith(DEACTIVATED_PREFIX)
+            if last["fence"] != row["fence"] and not by_deactivation:
                 bad.append(
                     f"notification #{pk}: finished at fence {row['fence']} by an attempt at fence {last['fence']}"
                 )
