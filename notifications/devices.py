@@ -47,8 +47,13 @@ def fail_queued_for_device(*, device_id: Any, clock: Clock = default_clock) -> l
     )
     pks = list(free.values_list("pk", flat=True))
     if pks:
+        # A row whose holder's lease expired (a killed worker) is free too: clear the lease with the
+        # status, so no failed row keeps an owner and the old holder's guarded writes match nothing.
         Notification.objects.filter(pk__in=pks).update(
-            status=Notification.Status.FAILED, last_error=inactive_reason(device["deactivation_reason"])
+            status=Notification.Status.FAILED,
+            last_error=inactive_reason(device["deactivation_reason"]),
+            owner=None,
+            lease_expires_at=None,
         )
         for pk in pks:
             log_event(logger, "failed", job="notification", id=pk, reason="device deactivated")

@@ -147,3 +147,25 @@ def test_audit__a_row_released_then_failed_by_its_devices_deactivation_keeps_its
     result = audit(_inputs({key: 1}, {}))
 
     assert (FENCING in {c.name for c in result.violations}) is not ended_by_deactivation
+
+
+RECOVERY = "every row a killed cluster held finished by another"
+
+
+@pytest.mark.parametrize("ended_by_deactivation", [True, False])
+def test_audit__a_killed_holders_row_ended_by_its_devices_deactivation_counts_as_finished(
+    django_user_model, ended_by_deactivation
+):
+    from notifications.devices import inactive_reason
+    from tools.chaos.faults import FaultRecord, HeldRow
+
+    user = django_user_model.objects.create(username="edge-recovery")
+    device = Device.objects.create(user=user, backend="fcm", token="dead-3" + "x" * 20)
+    Device.objects.filter(pk=device.pk).update(active=False, deactivated_at=_at(3), deactivation_reason="gone")
+    why = inactive_reason("gone") if ended_by_deactivation else "gave up"
+    row = _row(status="failed", backend="fcm", device=device, attempts=0, last_error=why)
+    kill = FaultRecord("kill", 1.0, _at(1), "qcluster-1", [HeldRow("notification", row.pk, 1, "push:h:1:x")])
+
+    result = audit(_inputs({}, {}, faults=[kill], devices={device.pk: "dead"}))
+
+    assert (RECOVERY in {c.name for c in result.violations}) is not ended_by_deactivation

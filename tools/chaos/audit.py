@@ -495,7 +495,8 @@ def _first_finish(held: Any) -> Any:
         times = DeliveryAttempt.objects.filter(notification_id=held.pk, fence__gte=held.fence).exclude(
             outcome="lease_lost"
         )
-        return times.order_by("finished_at").values_list("finished_at", flat=True).first()
+        first = times.order_by("finished_at").values_list("finished_at", flat=True).first()
+        return first if first is not None else _ended_by_deactivation(held.pk)
     first_receipt = (
         StepReceipt.objects.filter(run_id=held.pk, fence__gt=held.fence)
         .order_by("completed_at")
@@ -511,6 +512,16 @@ def _first_finish(held: Any) -> Any:
         .first()
     )
     return min([t for t in (first_receipt, first_end) if t is not None], default=None)
+
+
+def _ended_by_deactivation(pk: int) -> Any:
+    """When its device's deactivation failed the row (no attempt: see the fencing check), that moment."""
+    from notifications.models import Notification
+
+    row = Notification.objects.filter(pk=pk).values("status", "last_error", "device__deactivated_at").first()
+    if row and row["status"] == "failed" and row["last_error"].startswith(DEACTIVATED_PREFIX):
+        return row["device__deactivated_at"]
+    return None
 
 
 def _partition_recovery(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> None:
