@@ -77,7 +77,10 @@ def _follow(fakes: PushFakes, control: Path, stop: threading.Event) -> None:
         try:
             wanted = json.loads(control.read_text())
             for name, faults in wanted.items():
-                getattr(fakes, name).configure(**faults)
+                fake = getattr(fakes, name)
+                fake.configure(**faults)
+                if faults.get("wire"):  # a wire fault meets new connections: recycle the quiet ones
+                    fake.server.close_quiet_connections()
         except (OSError, ValueError, TypeError, AttributeError) as exc:
             print(f"control file {control}: {exc}", flush=True)
             continue
