@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from tools.chaos.edge_audit import edge_audit
 from tools.chaos.faults import FaultRecord
 from tools.chaos.load import EXPECT_COMPLETED, FAILED_STEP, REASON_FRAGMENT
 
@@ -670,9 +671,7 @@ def audit(inp: AuditInput) -> AuditResult:
     _partition_recovery(inp, checks, figures)
     if inp.devices:
         _devices(inp, checks, figures)
-    from tools.chaos.edge_audit import edge_audit  # here: edge_audit imports this module
-
-    edge_audit(inp, checks, figures)
+    checks += [_check(*found) for found in edge_audit(inp, figures)]
     order = {"Notifications": 0, "Devices and expiry": 1, "Provider edge": 2, "Onboarding": 3, "Fencing": 4}
     order["Recovery"] = 5
     checks.sort(key=lambda c: order[c.section])
