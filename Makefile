@@ -26,8 +26,9 @@ bench: $(STAMP)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r bench/requirements.txt
 	$(PY) bench/run.py $(ARGS)
 
-## make chaos: the full chaos audit on PostgreSQL (N=10,000, M=200, 4 clusters; a few minutes)
-CHAOS_ARGS ?= -n 10000 -m 200 -k 4 --kills 3 --stops 4 --restarts 2
+## make chaos: the full chaos audit on PostgreSQL (N=10,000, M=200, 4 clusters, 60 devices, 6 provider-edge
+## fault windows; a few minutes)
+CHAOS_ARGS ?= -n 10000 -m 200 -k 4 --kills 3 --stops 4 --restarts 2 --devices 60 --edge-faults 6
 chaos: $(STAMP)
 	PY=$(PY) bash scripts/chaos.sh $(CHAOS_ARGS) $(ARGS)
 

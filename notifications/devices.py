@@ -72,11 +72,9 @@ def end_unsent(pks: list[Any], *, reason: str, clock: Clock = default_clock) -> 
     still decides its writes). A lapsed holder that wakes up later is refused by its own guard."""
     if not pks:
         return 0
-    return (
-        Notification.objects.filter(pk__in=pks, status=Notification.Status.PENDING)
-        .free_or_expired(clock)
-        .update(status=Notification.Status.FAILED, last_error=reason)
-    )
+    # A row whose holder's lease lapsed (a killed worker) is settled too, its dead lease cleared with it.
+    pending = Notification.objects.filter(pk__in=pks, status=Notification.Status.PENDING)
+    return pending.settle_free(clock=clock, status=Notification.Status.FAILED, last_error=reason)
 
 
 def handed_over_reason(*, previous_user: Any, new_user: Any, at: datetime | None) -> str:

@@ -161,6 +161,9 @@ class HypercornFake:
         # Set by the fake: takes a new connection when a wire fault is configured (returns True), else
         # leaves it to be spliced through to Hypercorn. Arguments: reader, writer, TLS context, stop event.
         self.hostile: HostileDoor | None = None
+        # Spliced connections and when bytes last crossed each (loop time), so a test or the chaos run can
+        # recycle the quiet ones, as a provider's load balancer does, and make clients open new ones.
+        self._spliced: dict[asyncio.StreamWriter, float] = {}
         config = Config()
         # Hypercorn takes ownership of (and closes) the descriptor it is given: hand it a duplicate, so
         # ours stays ours to close and a closed number is never closed twice.
@@ -210,11 +213,35 @@ class HypercornFake:
         except OSError:
             writer.close()
             return
+        loop = asyncio.get_running_loop()
+        self._spliced[writer] = loop.time()
+
+        def touch() -> None:
+            self._spliced[writer] = loop.time()
+
         try:
-            await asyncio.gather(_pipe(reader, inner_writer), _pipe(inner_reader, writer))
+            await asyncio.gather(_pipe(reader, inner_writer, touch), _pipe(inner_reader, writer, touch))
         finally:
+            self._spliced.pop(writer, None)
             writer.close()
             inner_writer.close()
+
+    def close_quiet_connections(self, idle: float = 0.5) -> None:
+        """Close spliced connections nothing crossed for `idle` seconds (from any thread; returns at once).
+
+        Clients then open new connections, which meet a wire fault set since. Busy connections are left
+        alone, so no request in flight is cut."""
+        loop = self._loop
+        if loop is None:
+            return
+
+        def close() -> None:
+            now = loop.time()
+            for writer, last in list(self._spliced.items()):
+                if now - last >= idle:
+                    writer.close()
+
+        loop.call_soon_threadsafe(close)
 
     def _tls_context(self) -> ssl.SSLContext | None:
         if self.certfile is None:
@@ -265,10 +292,14 @@ def _listening(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _pipe(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, touch: Callable[[], None] | None = None
+) -> None:
     """Copy bytes one way until EOF, then pass the EOF on (a half-close stays a half-close)."""
     try:
         while data := await reader.read(65536):
+            if touch is not None:
+                touch()
             writer.write(data)
             await writer.drain()
         if writer.can_write_eof():

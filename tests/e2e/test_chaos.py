@@ -6,7 +6,8 @@ The full-size run is `make chaos`; this one is small enough for CI (about a minu
 import pytest
 
 from tools.chaos.config import ChaosConfig
-from tools.chaos.faults import DB_RESTART, KILL, PARTITION, STOP
+from tools.chaos.edge import H2_MODES
+from tools.chaos.faults import DB_RESTART, EDGE, KILL, PARTITION, STOP
 from tools.chaos.runner import ChaosRunner
 
 from .conftest import database_url, free_port
@@ -36,7 +37,7 @@ def three_free_ports() -> int:
 pytestmark = [pytest.mark.postgres, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
-def test_chaos__every_invariant_holds_under_kills_stops_restarts_and_partitions(tmp_path, capsys):
+def test_chaos__every_invariant_holds_under_kills_stops_restarts_partitions_and_provider_edge_faults(tmp_path, capsys):
     config = ChaosConfig(
         # Small: the runner tops the load up while faults are still due, however fast the workers drain it.
         notifications=600,
@@ -61,6 +62,11 @@ def test_chaos__every_invariant_holds_under_kills_stops_restarts_and_partitions(
         # Issue 11: devices on the FCM, APNs and Web Push fakes, some dead, some sends expiring.
         devices=30,
         push_fakes_port=three_free_ports(),
+        # Provider-edge faults: four windows, each one webhook mode (extra answers, an early answer, a short
+        # body, an unsolicited 408) and one HTTP/2 mode (refused streams, a stalled TLS handshake, GOAWAY,
+        # FCM's token endpoint failing), with sends to devices as each begins.
+        edge_faults=4,
+        edge_seconds=2.5,
     )
 
     outcome = ChaosRunner(config, database_url=database_url()).run()
@@ -68,11 +74,23 @@ def test_chaos__every_invariant_holds_under_kills_stops_restarts_and_partitions(
     report = outcome.report
     assert not outcome.result.violations, report
     ran = [f for f in outcome.faults if f.db_time is not None]
-    assert len(ran) == len(outcome.faults) == 6, f"a planned fault did not run\n{report}"
+    assert len(ran) == len(outcome.faults) == 10, f"a planned fault did not run\n{report}"
     assert any(f.kind == KILL for f in ran), f"no kill was injected\n{report}"
     assert any(f.kind == STOP and f.held and f.thawed for f in ran), f"no lease holder was frozen and thawed\n{report}"
     assert any(f.kind == PARTITION for f in ran), f"no cluster was cut off from PostgreSQL\n{report}"
     assert any(f.kind == DB_RESTART and f.held for f in ran), f"no restart hit a lease holder\n{report}"
+    edges = [f for f in ran if f.kind == EDGE]
+    assert all(f.thawed for f in edges), f"an edge fault was never switched off\n{report}"
+    edge = outcome.result.figures["edge"]
+    assert edge["webhook_modes"] == ["early_answer", "extra_answers", "idle_408", "short_body"], report
+    assert edge["h2_modes"] == sorted(H2_MODES), report
+    # The modes reached the wire: early 202s answered, and HTTP/2 streams refused or handshakes stalled.
+    assert edge["webhook"]["by_status"].get("202", 0) > 0, report
+    assert edge["h2_effects"]["refused_streams"] + edge["h2_effects"]["tls_stalled"] > 0, report
+    checked = {c.name for c in outcome.result.checks if c.section == "Provider edge"}
+    assert "every delivered row holds the answer to its own key" in checked, report
+    assert "no device deactivated except by its own row's dead-token answer" in checked, report
+    assert edge["answers"]["checked"] > 0, report
     devices = outcome.result.figures["devices"]
     assert devices["deactivated"] == devices["dead_tokens"] > 0, report
     assert devices["expired_rows"] > 0, report

@@ -15,9 +15,9 @@ from django_q.models import OrmQ
 from django_q.tasks import async_task
 
 from weave import broker
-from weave.leases import DbNow
 from weave.broker import DatabaseClockORM, stagger_recycle
 from weave.broker_redis import PooledRedis, shared_redis
+from weave.leases import DbNow
 
 REDIS_URL = "redis://127.0.0.1:6379/5"
 

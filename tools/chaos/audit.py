@@ -28,10 +28,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from tools.chaos.edge_audit import edge_audit
 from tools.chaos.faults import FaultRecord
 from tools.chaos.load import EXPECT_COMPLETED, FAILED_STEP, REASON_FRAGMENT
 
 MAX_EXAMPLES = 5
+# How the last_error of a row failed by its device's deactivation begins (notifications.devices.inactive_reason).
+DEACTIVATED_PREFIX = "Not sent: the device was deactivated"
 # A send's start is derived (finish time on the database clock minus the latency measured in whole
 # milliseconds), so allow a few milliseconds of rounding before calling a write late. Stale writes
 # that matter land seconds late.
@@ -207,7 +210,11 @@ def _notifications(inp: AuditInput, checks: list[Check], figures: dict[str, Any]
             bad.append(f"notification #{pk}: attempts={row['attempts']} but {len(sent)} landed attempts")
         if row["status"] in ("delivered", "failed") and landed:
             last = landed[-1]
-            if last["fence"] != row["fence"]:
+            # A device's deactivation fails its free pending rows without a claim or an attempt
+            # (notifications.devices.fail_queued_for_device): a row released at a later fence (a breaker
+            # hold, a budget) and then ended that way keeps its last fence with no write under it.
+            by_deactivation = row["status"] == "failed" and row["last_error"].startswith(DEACTIVATED_PREFIX)
+            if last["fence"] != row["fence"] and not by_deactivation:
                 bad.append(
                     f"notification #{pk}: finished at fence {row['fence']} by an attempt at fence {last['fence']}"
                 )
@@ -489,7 +496,8 @@ def _first_finish(held: Any) -> Any:
         times = DeliveryAttempt.objects.filter(notification_id=held.pk, fence__gte=held.fence).exclude(
             outcome="lease_lost"
         )
-        return times.order_by("finished_at").values_list("finished_at", flat=True).first()
+        first = times.order_by("finished_at").values_list("finished_at", flat=True).first()
+        return first if first is not None else _ended_by_deactivation(held.pk)
     first_receipt = (
         StepReceipt.objects.filter(run_id=held.pk, fence__gt=held.fence)
         .order_by("completed_at")
@@ -505,6 +513,16 @@ def _first_finish(held: Any) -> Any:
         .first()
     )
     return min([t for t in (first_receipt, first_end) if t is not None], default=None)
+
+
+def _ended_by_deactivation(pk: int) -> Any:
+    """When its device's deactivation failed the row (no attempt: see the fencing check), that moment."""
+    from notifications.models import Notification
+
+    row = Notification.objects.filter(pk=pk).values("status", "last_error", "device__deactivated_at").first()
+    if row and row["status"] == "failed" and row["last_error"].startswith(DEACTIVATED_PREFIX):
+        return row["device__deactivated_at"]
+    return None
 
 
 def _partition_recovery(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> None:
@@ -653,6 +671,8 @@ def audit(inp: AuditInput) -> AuditResult:
     _partition_recovery(inp, checks, figures)
     if inp.devices:
         _devices(inp, checks, figures)
-    order = {"Notifications": 0, "Devices and expiry": 1, "Onboarding": 2, "Fencing": 3, "Recovery": 4}
+    checks += [_check(*found) for found in edge_audit(inp, figures)]
+    order = {"Notifications": 0, "Devices and expiry": 1, "Provider edge": 2, "Onboarding": 3, "Fencing": 4}
+    order["Recovery"] = 5
     checks.sort(key=lambda c: order[c.section])
     return AuditResult(checks=checks, figures=figures)

@@ -80,6 +80,15 @@ class ChaosConfig:
     short_ttl: int = 2
     push_fakes_port: int = 18101  # FCM; APNs and Web Push on the next two ports
 
+    # Provider-edge faults (tools/chaos/edge.py): each switches one hostile mode on in the webhook fake
+    # (extra answers, an early answer, short/long bodies, an unsolicited 408, drops before delivery)
+    # and, with devices, one in the HTTP/2 fakes (REFUSED_STREAM, GOAWAY, a stalled TLS handshake, FCM's
+    # token endpoint answering 500) for `edge_seconds`, then off. Modes cycle by the fault's number.
+    edge_faults: int = 0
+    edge_seconds: float = 3.0
+    # Sends to users' devices created as an HTTP/2 mode switches on, so it has traffic to disturb.
+    edge_device_sends: int = 6
+
     deadline: float = 600.0  # seconds after the load starts; then the audit runs on whatever is there
     push_port: int = 18100
     supplier_port: int = 18200
@@ -97,6 +106,10 @@ class ChaosConfig:
     @property
     def push_backends_file(self) -> Path:
         return self.push_fakes_dir / "push_backends.json"
+
+    @property
+    def push_fakes_control(self) -> Path:
+        return self.push_fakes_dir / "faults.json"
 
     @property
     def supplier_url(self) -> str:

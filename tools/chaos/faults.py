@@ -9,6 +9,7 @@ from tools.chaos.config import ChaosConfig
 
 KILL, STOP, RESTART, PARTITION = "kill", "stop", "restart", "partition"
 DB_RESTART = "db_restart"  # every cluster's PostgreSQL sessions end at once and reconnects fail for a while
+EDGE = "edge"  # the provider fakes' hostile modes on for a while (tools/chaos/edge.py)
 
 
 @dataclass
@@ -41,6 +42,7 @@ class FaultRecord:
     note: str = ""
     resumed_at: float | None = None  # SIGCONT time for stops, healing time for partitions
     thawed: bool = False  # a stopped worker that was let go on (not killed while frozen)
+    modes: tuple[str, str] = ("", "")  # an edge fault's (webhook mode, HTTP/2 mode or "")
 
 
 def plan(config: ChaosConfig) -> list[Fault]:
@@ -48,6 +50,7 @@ def plan(config: ChaosConfig) -> list[Fault]:
     rng = random.Random(config.seed)
     kinds = [KILL] * config.kills + [STOP] * config.stops + [RESTART] * config.restarts
     kinds += [PARTITION] * config.partitions + [DB_RESTART] * config.db_restarts
+    kinds += [EDGE] * config.edge_faults
     rng.shuffle(kinds)
     if not kinds:
         return []

@@ -27,6 +27,7 @@ from django.db import connection
 from django.test.utils import override_settings
 from django.utils import timezone
 
+from tools.chaos import edge as E
 from tools.chaos import faults as F
 from tools.chaos.audit import AuditInput, AuditResult, audit
 from tools.chaos.config import ChaosConfig
@@ -89,6 +90,8 @@ class ChaosRunner:
         self.stopped: list[tuple[int, float, F.FaultRecord]] = []  # (pid, resume at, record)
         self.proxies: dict[str, SilentProxy] = {}  # cluster name -> its link to PostgreSQL
         self.partitioned: list[tuple[str, float, F.FaultRecord]] = []  # (cluster, heal at, record)
+        self.edged: list[tuple[float, F.FaultRecord]] = []  # (switch off at, record) of edge faults on
+        self.user_ids: list[int] = []  # users with devices, for the sends an HTTP/2 edge fault creates
         self._cluster_seq = 0
         self._server_seq = 0
         self._t0 = 0.0
@@ -122,6 +125,7 @@ class ChaosRunner:
         expectations = create_suppliers(c)
         self._start_servers()
         devices, user_ids = create_devices(c)
+        self.user_ids = list(user_ids)
         self._ensure_schedules()
         for _ in range(c.clusters):
             self._start_cluster()
@@ -135,6 +139,7 @@ class ChaosRunner:
         self._t0 = time.monotonic()
         loader.start()
         self._drive(plan, progress)
+        self._edges_off()  # the deadline may have come with a mode still on; the stats below need plain fakes
         loader.join(timeout=5)
         if progress.error is not None:
             raise RuntimeError(f"Creating the load failed: {progress.error!r}") from progress.error
@@ -181,6 +186,8 @@ class ChaosRunner:
                 f"{len(devices)} on fcm/apns/webpush ({dead} with dead tokens), {progress.device_notifications} "
                 f"notifications sent to them ({c.expiring_share:.0%} of sends with a {c.short_ttl} s TTL)"
             )
+        if c.edge_faults:
+            summary["provider edge"] = _edge_summary(result.figures.get("edge", {}))
         report = render(result, faults=self.records, summary=summary)
         return ChaosOutcome(result=result, report=report, faults=self.records, elapsed=elapsed)
 
@@ -277,6 +284,8 @@ class ChaosRunner:
         args += ["--fcm-port", str(c.push_fakes_port), "--apns-port", str(c.push_fakes_port + 1)]
         args += ["--webpush-port", str(c.push_fakes_port + 2), "--latency-ms", str(c.latency_ms)]
         args += ["--rate-hang", str(c.rate_hang), "--hang-seconds", str(c.hang_seconds), "--seed", str(c.seed)]
+        c.push_fakes_control.unlink(missing_ok=True)
+        args += ["--control", str(c.push_fakes_control.resolve())]
         child = self.groups.start("fake-push-providers", args)
         wait_until(lambda: c.push_backends_file.exists() or not child.alive(), timeout=60, message="the fakes")
         if not child.alive():
@@ -347,6 +356,7 @@ class ChaosRunner:
                     faults=len(self.records),
                 )
                 quiet = progress.done and done == total and not self.stopped and not self.partitioned
+                quiet = quiet and not self.edged
                 if quiet and settled_since is None:
                     settled_since = now
                 elif not quiet:
@@ -410,6 +420,8 @@ class ChaosRunner:
             return self._partition(waited)
         if fault.kind == F.DB_RESTART:
             return self._db_restart(waited)
+        if fault.kind == F.EDGE:
+            return self._edge(fault)
         self._restart()
         return True
 
@@ -529,6 +541,8 @@ class ChaosRunner:
                 cut_record.resumed_at = now
                 cut_record.thawed = True
                 self.partitioned.remove(cut)
+        for edge in [edge for edge in self.edged if now >= edge[0]]:
+            self._edge_off(edge)
 
     def _restart(self) -> None:
         record = F.FaultRecord(F.RESTART, self.elapsed(), db_now(), "fake push + supplier services")
@@ -539,10 +553,79 @@ class ChaosRunner:
             new = self._start_server(kind)
             if kind == "push":
                 self.push = new
+                for _, edge in self.edged:  # a restarted fake starts plain: a window still open goes on
+                    E.configure_webhook(self.config.push_port, E.WEBHOOK_MODES[edge.modes[0]])
             else:
                 self.supplier = new
         record.note = "SIGTERM (state kept), started again on the same ports"
+        record.resumed_at = self.elapsed()  # the fake's record of requests in this window may be cut short
         self.records.append(record)
+
+    # --- provider-edge faults (tools/chaos/edge.py) -------------------------------------------------------
+
+    def _edge(self, fault: F.Fault) -> bool:
+        """Switch one webhook mode (and, with devices, one HTTP/2 mode) on for `edge_seconds`."""
+        c = self.config
+        webhook, h2 = E.modes_for(fault.index, h2=bool(c.devices))
+        target = f"webhook {webhook}" + (f" + HTTP/2 {h2}" if h2 else "")
+        record = F.FaultRecord(F.EDGE, self.elapsed(), db_now(), target, modes=(webhook, h2))
+        E.configure_webhook(c.push_port, E.WEBHOOK_MODES[webhook])
+        record.note = f"on for {c.edge_seconds:g} s, then off"
+        if h2:
+            if not E.configure_h2(c.push_fakes_control, E.H2_MODES[h2]):
+                record.note += "; the HTTP/2 fakes did not confirm the mode"
+            record.note += f"; {self._device_burst()} rows sent to devices as it began"
+        self.edged.append((self.elapsed() + c.edge_seconds, record))
+        self.records.append(record)
+        return True
+
+    def _device_burst(self) -> int:
+        """Sends to a few users' devices, so an HTTP/2 mode meets traffic (and new connections)."""
+        from django.contrib.auth import get_user_model
+
+        from notifications.services import notification_send_to_user
+
+        rows = 0
+        users = get_user_model().objects.filter(
+            pk__in=self.rng.sample(self.user_ids, min(len(self.user_ids), self.config.edge_device_sends))
+        )
+        for user in users:
+            sent = notification_send_to_user(user=user, title="Chaos edge message", body="Sent during an edge fault.")
+            rows += len(sent)
+        return rows
+
+    def _edge_off(self, edge: tuple[float, F.FaultRecord]) -> None:
+        _, record = edge
+        self.edged.remove(edge)
+        # Off, then whatever another window still open wants on (windows may overlap).
+        E.configure_webhook(self.config.push_port, E.WEBHOOK_OFF)
+        for _, other in self.edged:
+            E.configure_webhook(self.config.push_port, E.WEBHOOK_MODES[other.modes[0]])
+        if record.modes[1]:
+            wanted = {name: dict(off) for name, off in E.H2_OFF.items()}
+            for _, other in self.edged:
+                for name, settings in E.H2_MODES.get(other.modes[1], {}).items():
+                    wanted[name].update(settings)
+            E.configure_h2(self.config.push_fakes_control, wanted)
+        record.resumed_at = self.elapsed()
+        record.thawed = True
+
+    def _edges_off(self) -> None:
+        for edge in list(self.edged):
+            self._edge_off(edge)
+
+
+def _edge_summary(edge: dict[str, Any]) -> str:
+    webhook, effects = edge.get("webhook", {}), edge.get("h2_effects", {})
+    text = f"{edge.get('faults', 0)} edge faults; webhook modes {', '.join(edge.get('webhook_modes', [])) or '-'}"
+    text += f"; HTTP/2 modes {', '.join(edge.get('h2_modes', [])) or '-'}. At the fakes: "
+    text += f"{webhook.get('unsolicited_408', 0)} unsolicited 408s, {webhook.get('by_status', {}).get('202', 0)} "
+    text += f"early 202s, {effects.get('refused_streams', 0)} refused streams, {effects.get('tls_stalled', 0)} "
+    text += f"stalled handshakes, {effects.get('token_requests', 0)} token requests. Attempts: "
+    text += f"{webhook.get('unknown', 0)} unknown and {webhook.get('nothing_sent', 0)} nothing-sent on the webhook"
+    for name, counts in edge.get("h2", {}).items():
+        text += f"; {name} {counts['unknown']} unknown, {counts['nothing_sent']} nothing-sent"
+    return text
 
 
 def _database_url() -> str:

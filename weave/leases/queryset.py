@@ -42,6 +42,14 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
         """Rows nobody holds, or whose holder's lease ran out by the database clock."""
         return self.filter(Q(owner__isnull=True) | Q(lease_expires_at__lte=clock.now()))
 
+    def settle_free(self, *, clock: Clock = default_clock, **fields: Any) -> int:
+        """Write `fields` to those rows nobody holds under a live lease, clearing a lapsed lease; return how many.
+
+        One UPDATE whose WHERE is the claim's condition: a row under a live lease matches nothing and stays
+        its holder's. A lapsed holder's name and expiry go in the same statement (the fence stays, so the
+        holder's own guarded writes match nothing if it wakes up), and no settled row keeps a dead owner."""
+        return self.free_or_expired(clock).update(owner=None, lease_expires_at=None, **fields)
+
     def live(self, clock: Clock = default_clock) -> Self:
         """Rows held under a lease that is still live by the database clock."""
         return self.filter(owner__isnull=False, lease_expires_at__gt=clock.now())

@@ -1,6 +1,9 @@
 """Serve the FCM, APNs and Web Push fakes in the foreground, with freshly generated keys."""
 
+import json
 import threading
+from pathlib import Path
+from typing import Any
 
 from django.core.management.base import BaseCommand
 
@@ -25,6 +28,11 @@ class Command(BaseCommand):
         parser.add_argument("--rate-hang", type=float, default=0.0)
         parser.add_argument("--hang-seconds", type=float, default=5.0)
         parser.add_argument("--seed", type=int, default=None)
+        parser.add_argument(
+            "--control",
+            default="",
+            help='a JSON file {"fcm": {...}, "apns": {...}, "webpush": {...}} of faults, applied each time it changes',
+        )
 
     def handle(self, *args, **o):
         fakes = PushFakes(
@@ -40,10 +48,41 @@ class Command(BaseCommand):
         )
         self.stdout.flush()  # a parent process waits for this line to know the ports are open
         stop = threading.Event()
+        if o["control"]:
+            threading.Thread(target=_follow, args=(fakes, Path(o["control"]), stop), daemon=True).start()
         try:
             while not stop.wait(3600):
                 pass
         except KeyboardInterrupt:
             pass
         finally:
+            stop.set()
             fakes.stop()
+
+
+def _follow(fakes: PushFakes, control: Path, stop: threading.Event) -> None:
+    """Apply the control file's faults whenever it changes (another process switches faults on and off).
+
+    The file is replaced atomically by its writer; once applied, its content is copied next to it
+    as `<name>.applied`, so the writer can tell the faults are live."""
+    seen: Any = None
+    while not stop.wait(0.05):
+        try:
+            stamp = control.stat().st_mtime_ns
+        except FileNotFoundError:
+            continue
+        if stamp == seen:
+            continue
+        seen = stamp
+        try:
+            wanted = json.loads(control.read_text())
+            for name, faults in wanted.items():
+                fake = getattr(fakes, name)
+                fake.configure(**faults)
+                if faults.get("wire"):  # a wire fault meets new connections: recycle the quiet ones
+                    fake.server.close_quiet_connections()
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            print(f"control file {control}: {exc}", flush=True)
+            continue
+        applied = control.with_name(control.name + ".applied")
+        applied.write_text(json.dumps(wanted))

@@ -56,6 +56,11 @@ class Command(BaseCommand):
         )  # fmt: skip
         parser.add_argument("--device-sends", type=int, default=d.device_sends, help="sends to a user's devices")
         parser.add_argument("--push-fakes-port", type=int, default=d.push_fakes_port)
+        parser.add_argument(
+            "--edge-faults", type=int, default=d.edge_faults,
+            help="windows of hostile provider modes (webhook and, with devices, HTTP/2); see docs/chaos-edge.md",
+        )  # fmt: skip
+        parser.add_argument("--edge-seconds", type=float, default=d.edge_seconds, help="how long each window lasts")
 
     def handle(self, *args, **o):
         if o["clusters"] < 3:
@@ -85,6 +90,8 @@ class Command(BaseCommand):
             devices=o["devices"],
             device_sends=o["device_sends"],
             push_fakes_port=o["push_fakes_port"],
+            edge_faults=o["edge_faults"],
+            edge_seconds=o["edge_seconds"],
         )
         try:
             outcome = ChaosRunner(config, stdout=cast(TextIO, self.stdout)).run()
