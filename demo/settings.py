@@ -145,6 +145,9 @@ Q_WORKERS = int(os.environ.get("WEAVE_Q_WORKERS", "2"))
 Q_CLUSTER = {
     "name": os.environ.get("WEAVE_Q_NAME", "weave"),
     "orm": "default",  # the ORM broker: the queue lives in the same database as the jobs
+    # The ORM broker, but a dequeue cut off by a PostgreSQL restart backs off and retries instead of
+    # stopping the pusher for 10 s (weave/reconnect.py).
+    "broker_class": "weave.reconnect.ReconnectingORM",
     "workers": Q_WORKERS,
     # A task is killed after `timeout` seconds. Every Weave task stops starting new work well
     # before that (WEAVE PUSH_BUDGET / ONBOARDING_BUDGET).
@@ -166,6 +169,7 @@ Q_CLUSTER = {
 # WEAVE_Q_REDIS=redis://host:port/db runs the cluster on django-q2's Redis broker instead of the ORM one.
 if os.environ.get("WEAVE_Q_REDIS"):
     del Q_CLUSTER["orm"]
+    del Q_CLUSTER["broker_class"]
     Q_CLUSTER["redis"] = os.environ["WEAVE_Q_REDIS"]
 
 # --- Weave -------------------------------------------------------------------------------------

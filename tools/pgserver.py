@@ -18,6 +18,8 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -153,3 +155,26 @@ class ThrowawayPostgres:
         done = subprocess.run(command, capture_output=True, text=True, cwd="/", timeout=120)  # noqa: S603 (our args)
         if check and done.returncode != 0:
             raise RuntimeError(f"{binary} {' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+
+
+@contextmanager
+def default_database_on(server: ThrowawayPostgres, dbname: str) -> Iterator[None]:
+    """Point this process's `default` database alias at `dbname` on `server` until the block ends.
+
+    For tests and the chaos run: everything this process does through the ORM then happens on the
+    throwaway server (migrate it first). The alias's settings are restored afterwards.
+    """
+    from django.db import connections
+
+    conn = connections["default"]
+    settings_dict = conn.settings_dict
+    saved = dict(settings_dict)
+    conn.close()
+    # In place: the connection wrapper reads this dict each time it connects.
+    settings_dict.update(HOST=server.host, PORT=str(server.port), NAME=dbname, USER="postgres", PASSWORD="")
+    try:
+        yield
+    finally:
+        conn.close()
+        settings_dict.clear()
+        settings_dict.update(saved)

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
-from django.db import connection, connections
+from django.db import connection
 
 from notifications.models import DeliveryAttempt, Notification
 from notifications.services import notification_create
@@ -21,7 +21,7 @@ from notifications.testing.fake_provider import FakePushProvider
 from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, RunAttempt, StepReceipt, Supplier, VendorRecord
 from onboarding.services import onboarding_start
 from onboarding.testing.fake_services import FakeSupplierServices
-from tools.pgserver import ThrowawayPostgres, postgres_bin
+from tools.pgserver import ThrowawayPostgres, default_database_on, postgres_bin
 from tools.processes import wait_until
 
 pytestmark = [
@@ -39,19 +39,9 @@ def own_server(django_db_blocker):
     """A throwaway PostgreSQL cluster, migrated, that this process's default connection points at."""
     with ThrowawayPostgres() as server, django_db_blocker.unblock():
         server.create_database("weave_restart_e2e")
-        settings_dict = connections["default"].settings_dict
-        saved = dict(settings_dict)
-        connection.close()
-        # In place: the connection wrapper reads this dict each time it connects.
-        settings_dict.update(HOST=server.host, PORT=str(server.port), NAME="weave_restart_e2e", USER="postgres")
-        settings_dict["PASSWORD"] = ""
-        try:
+        with default_database_on(server, "weave_restart_e2e"):
             call_command("migrate", verbosity=0, interactive=False)
             yield server
-        finally:
-            connection.close()
-            settings_dict.clear()
-            settings_dict.update(saved)
 
 
 @pytest.fixture

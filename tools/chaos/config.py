@@ -21,6 +21,11 @@ class ChaosConfig:
     # Cut one cluster's link to PostgreSQL silently (tools/partition.py: no close, no reset) for
     # `partition_factor` x TTL, then heal it. Each cluster reaches PostgreSQL through its own proxy.
     partitions: int = 1
+    # Restart the PostgreSQL server under everyone (pg_ctl stop, `pg_downtime` seconds down, start), by
+    # turns `-m fast` (sessions told, then closed) and `-m immediate` (a crash, then crash recovery). Only
+    # against a server the runner controls: a throwaway cluster (tools/pgserver.py), never a shared one.
+    pg_restarts: int = 0
+    pg_downtime: float = 1.0
     stop_factor: float = 2.0
     partition_factor: float = 2.0
     # Faults are placed by progress, not by the clock, so they land while the load drains however fast

@@ -8,6 +8,7 @@ from typing import Any
 from tools.chaos.config import ChaosConfig
 
 KILL, STOP, RESTART, PARTITION = "kill", "stop", "restart", "partition"
+PG_RESTART = "pg_restart"  # restart the PostgreSQL server itself (only one the runner controls)
 
 
 @dataclass
@@ -39,6 +40,7 @@ class FaultRecord:
     held: list[HeldRow] = field(default_factory=list)
     note: str = ""
     resumed_at: float | None = None  # SIGCONT time for stops, healing time for partitions
+    back_at: datetime | None = None  # pg_restart: database time once the server answered again
     thawed: bool = False  # a stopped worker that was let go on (not killed while frozen)
 
 
@@ -46,7 +48,7 @@ def plan(config: ChaosConfig) -> list[Fault]:
     """Spread the configured faults over the progress window in a seeded random order."""
     rng = random.Random(config.seed)
     kinds = [KILL] * config.kills + [STOP] * config.stops + [RESTART] * config.restarts
-    kinds += [PARTITION] * config.partitions
+    kinds += [PARTITION] * config.partitions + [PG_RESTART] * config.pg_restarts
     rng.shuffle(kinds)
     if not kinds:
         return []
