@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test bench chaos lint venv clean
+.PHONY: run test bench bench-history chaos lint venv clean
 
 venv: $(STAMP)
 
@@ -25,6 +25,11 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r bench/requirements.txt
 	$(PY) bench/run.py $(ARGS)
+
+## make bench-history: a drain, a /metrics scrape and the dashboard on empty tables, then on 5 million finished
+## notifications and as many attempts (database weave_bench_history; several minutes)
+bench-history: $(STAMP)
+	$(PY) bench/history.py $(ARGS)
 
 ## make chaos: the full chaos audit on PostgreSQL (N=10,000, M=200, 4 clusters; a few minutes)
 CHAOS_ARGS ?= -n 10000 -m 200 -k 4 --kills 3 --stops 4 --restarts 2
