@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test bench bench-history chaos lint venv clean
+.PHONY: run test bench bench-history chaos hosts lint venv clean
 
 venv: $(STAMP)
 
@@ -35,6 +35,11 @@ bench-history: $(STAMP)
 CHAOS_ARGS ?= -n 10000 -m 200 -k 4 --kills 3 --stops 4 --restarts 2
 chaos: $(STAMP)
 	PY=$(PY) bash scripts/chaos.sh $(CHAOS_ARGS) $(ARGS)
+
+## make hosts: three simulated hosts (network namespaces, clocks 5 min apart) against one PostgreSQL (root)
+hosts: $(STAMP)
+	WEAVE_HOSTS_TEST=1 DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/weave_hosts} \
+		$(PY) -m pytest -m hosts tests/e2e/test_many_hosts.py -s $(ARGS)
 
 ## make lint: ruff (rules and format), mypy (strict on the shipped packages), import-linter (the layers)
 lint: $(STAMP)

@@ -45,13 +45,17 @@ def _free_port() -> int:
 class ThrowawayPostgres:
     """initdb, start, restart, stop and delete one private cluster."""
 
-    def __init__(self, *, port: int | None = None, bin_dir: Path | None = None) -> None:
+    def __init__(
+        self, *, port: int | None = None, bin_dir: Path | None = None, also_listen: tuple[str, ...] = ()
+    ) -> None:
         found = bin_dir or postgres_bin()
         if found is None:
             raise RuntimeError("No PostgreSQL binaries found (set PG_BIN to the directory holding pg_ctl).")
         self.bin_dir = found
         self.port = port or _free_port()
         self.host = "127.0.0.1"
+        # More local addresses to listen on (e.g. a test bridge's), each given /24 trust in pg_hba.conf.
+        self.also_listen = also_listen
         self.root: Path | None = None
         self.restarts: list[tuple[str, float]] = []  # (mode, seconds pg_ctl took)
 
@@ -138,12 +142,19 @@ class ThrowawayPostgres:
                 shutil.chown(path, user="postgres", group="postgres")
         self.data_dir.chmod(0o700)
         self._run("initdb", "-D", str(self.data_dir), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+        if self.also_listen:
+            lines = [f"host all all {address.rsplit('.', 1)[0]}.0/24 trust" for address in self.also_listen]
+            with (self.data_dir / "pg_hba.conf").open("a") as hba:
+                hba.write("\n".join(lines) + "\n")
 
     def _server_options(self) -> str:
         assert self.root is not None
         # Its own socket directory and port, TCP on loopback only; fsync off: the data is thrown away, and a
         # crash of this server (-m immediate) is still a real crash for every session connected to it.
-        return f"-p {self.port} -k {self.socket_dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+        addresses = ",".join(("127.0.0.1", *self.also_listen))
+        return (
+            f"-p {self.port} -k {self.socket_dir} -c listen_addresses={addresses} -c fsync=off -c max_connections=200"
+        )
 
     def _pg_ctl(self, *args: str, check: bool = True) -> None:
         self._run("pg_ctl", "-D", str(self.data_dir), *args, check=check)
