@@ -11,6 +11,7 @@ end), so it runs only when asked: `make hosts` (WEAVE_HOSTS_TEST=1), as root, wi
 import os
 import sys
 from collections import Counter
+from contextlib import contextmanager
 
 import pytest
 from django.core.management import call_command
@@ -45,9 +46,9 @@ def hosts():
         yield made
 
 
-def test_three_hosts_with_skewed_clocks__each_does_its_share_and_nothing_is_sent_twice(
-    hosts, groups, worker_env, django_db_blocker
-):
+@contextmanager
+def three_hosts(hosts, groups, worker_env, django_db_blocker, **weave):
+    """A throwaway PostgreSQL and the fake provider on the bridge, a qcluster on each host; yields (clusters, fake)."""
     with (
         ThrowawayPostgres(also_listen=(hosts.gateway,)) as server,
         django_db_blocker.unblock(),
@@ -58,6 +59,7 @@ def test_three_hosts_with_skewed_clocks__each_does_its_share_and_nothing_is_sent
             call_command("migrate", verbosity=0, interactive=False)
             url = f"postgres://postgres@{hosts.gateway}:{server.port}/weave_hosts"
             env = {**worker_env, "DATABASE_URL": url, "WEAVE_PUSH_URL": fake.push_url, "WEAVE_PUSH_BATCH_SIZE": "10"}
+            env.update({f"WEAVE_{key}": str(value) for key, value in weave.items()})
             clusters = []
             for i, offset in enumerate(CLOCKS):
                 args = hosts.command(
@@ -69,22 +71,33 @@ def test_three_hosts_with_skewed_clocks__each_does_its_share_and_nothing_is_sent
                 timeout=90,
                 message="every host's qcluster to run",
             )
-            ids = [notification_create(device_token=f"hosts-{i}", title="Hi", body=str(i)).pk for i in range(N)]
+            yield clusters, fake
 
-            def delivered() -> bool:
-                for cluster in clusters:
-                    assert cluster.alive(), cluster.log_tail()
-                return Notification.objects.filter(pk__in=ids, status=Notification.Status.DELIVERED).count() == N
 
-            wait_until(delivered, timeout=240, message="every notification to be delivered")
-            pids = {pid: i for i, c in enumerate(clusters) for pid in (c.pgid, *c.descendants())}
-            owners = DeliveryAttempt.objects.filter(notification_id__in=ids, outcome="delivered").values_list(
-                "owner", flat=True
-            )
-            by_host = Counter(pids.get(owner_pid(o) or -1, -1) for o in owners)
-            stats = fake.stats()
-            live = Notification.objects.filter(pk__in=ids).live().count()
-            keys = {str(k) for k in Notification.objects.filter(pk__in=ids).values_list("idempotency_key", flat=True)}
+def delivered_count(ids) -> int:
+    return Notification.objects.filter(pk__in=ids, status=Notification.Status.DELIVERED).count()
+
+
+def test_three_hosts_with_skewed_clocks__each_does_its_share_and_nothing_is_sent_twice(
+    hosts, groups, worker_env, django_db_blocker
+):
+    with three_hosts(hosts, groups, worker_env, django_db_blocker) as (clusters, fake):
+        ids = [notification_create(device_token=f"hosts-{i}", title="Hi", body=str(i)).pk for i in range(N)]
+
+        def delivered() -> bool:
+            for cluster in clusters:
+                assert cluster.alive(), cluster.log_tail()
+            return delivered_count(ids) == N
+
+        wait_until(delivered, timeout=240, message="every notification to be delivered")
+        pids = {pid: i for i, c in enumerate(clusters) for pid in (c.pgid, *c.descendants())}
+        owners = list(
+            DeliveryAttempt.objects.filter(notification_id__in=ids, outcome="delivered").values_list("owner", flat=True)
+        )
+        by_host = Counter(pids.get(owner_pid(o) or -1, -1) for o in owners)
+        stats = fake.stats()
+        live = Notification.objects.filter(pk__in=ids).live().count()
+        keys = {str(k) for k in Notification.objects.filter(pk__in=ids).values_list("idempotency_key", flat=True)}
 
     assert stats["unique_deliveries"] == N and live == 0
     assert set(stats["delivered_keys"]) == keys and len(owners) == N
@@ -92,3 +105,35 @@ def test_three_hosts_with_skewed_clocks__each_does_its_share_and_nothing_is_sent
     for i, offset in enumerate(CLOCKS):
         # An even share is a third; a tenth is a host doing its part, not one starving.
         assert by_host.get(i, 0) >= N // 10, f"host {i} (clock {offset:+d} s) did {by_host.get(i, 0)} of {N}"
+
+
+TTL = 4.0
+
+
+@pytest.mark.parametrize("victim", range(len(CLOCKS)), ids=[f"clock{o:+d}" for o in CLOCKS])
+def test_killing_any_one_host__its_rows_finish_within_ttl_plus_5_s(
+    victim, hosts, groups, worker_env, django_db_blocker
+):
+    from tools.chaos.audit import _first_finish
+    from tools.chaos.faults import held_rows
+    from tools.chaos.runner import db_now
+
+    with three_hosts(hosts, groups, worker_env, django_db_blocker, PUSH_LEASE_TTL=TTL, LEASE_TTL=TTL) as (
+        clusters,
+        fake,
+    ):
+        fake.configure(latency_ms=200)  # slower sends: the victim holds rows when it dies
+        ids = [notification_create(device_token=f"kill-{i}", title="Hi", body=str(i)).pk for i in range(N)]
+        victim_child = clusters[victim]
+        pids = {victim_child.pgid, *victim_child.descendants()}
+        wait_until(lambda: held_rows(pids), timeout=120, message=f"host {victim} to hold a lease")
+        held, killed_at = held_rows(pids), db_now()
+        groups.kill(victim_child)
+        wait_until(lambda: delivered_count(ids) == N, timeout=240, message="every notification to be delivered")
+        late = {row.pk: (_first_finish(row) - killed_at).total_seconds() for row in held}
+        stats = fake.stats()
+
+    assert held and stats["unique_deliveries"] == N
+    worst = max(late.values())
+    print(f"host {victim} (clock {CLOCKS[victim]:+d} s) killed holding {len(held)} rows; worst recovery {worst:.1f} s")
+    assert worst <= TTL + 5, f"rows of the killed host finished up to {worst:.1f} s after the kill: {late}"
