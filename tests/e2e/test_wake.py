@@ -152,7 +152,9 @@ def test_drain_coalescing__works_with_the_redis_broker(groups, worker_env, monke
     name = f"wake-e2e-{uuid.uuid4().hex[:8]}"
     # This process enqueues through the same Redis queue the cluster reads (django-q2 reads its
     # configuration once, at import).
-    for attribute, value in {"ORM": None, "REDIS": redis_url, "PREFIX": name, "CLUSTER_NAME": name}.items():
+    # BROKER_CLASS too: the site names its ORM broker class (weave.reconnect), which would win over REDIS.
+    conf = {"ORM": None, "BROKER_CLASS": None, "REDIS": redis_url, "PREFIX": name, "CLUSTER_NAME": name}
+    for attribute, value in conf.items():
         monkeypatch.setattr(Conf, attribute, value)
     import redis
 
