@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test bench chaos lint docs dist mutate venv clean
+.PHONY: run test bench bench-history chaos hosts lint docs dist mutate venv clean
 
 venv: $(STAMP)
 
@@ -26,11 +26,21 @@ bench: $(STAMP)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r bench/requirements.txt
 	$(PY) bench/run.py $(ARGS)
 
+## make bench-history: a drain, a /metrics scrape and the dashboard on empty tables, then on 5 million finished
+## notifications and as many attempts (database weave_bench_history; several minutes)
+bench-history: $(STAMP)
+	$(PY) bench/history.py $(ARGS)
+
 ## make chaos: the full chaos audit on PostgreSQL (N=10,000, M=200, 4 clusters, 60 devices, 6 provider-edge
 ## fault windows; a few minutes)
 CHAOS_ARGS ?= -n 10000 -m 200 -k 4 --kills 3 --stops 4 --restarts 2 --devices 60 --edge-faults 6
 chaos: $(STAMP)
 	PY=$(PY) bash scripts/chaos.sh $(CHAOS_ARGS) $(ARGS)
+
+## make hosts: three simulated hosts (network namespaces, clocks 5 min apart) against one PostgreSQL (root)
+hosts: $(STAMP)
+	WEAVE_HOSTS_TEST=1 DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/weave_hosts} \
+		$(PY) -m pytest -m hosts tests/e2e/test_many_hosts.py -s $(ARGS)
 
 ## make lint: ruff (rules and format), mypy (strict on the shipped packages), import-linter (the layers),
 ## and the documentation site built with warnings as errors

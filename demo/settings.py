@@ -174,7 +174,8 @@ Q_CLUSTER = {
     # 1x and 1.5x; weave.broker.stagger_recycle), so the workers never all recycle at once.
     "recycle": 500,
     # Task locks stamped and compared by the database clock: a worker host whose clock is behind the
-    # web host's takes a new task at once instead of after the skew (weave.W041).
+    # web host's takes a new task at once instead of after the skew (weave.W041). A dequeue cut off by a
+    # PostgreSQL restart backs off and asks again instead of stopping the pusher for 10 s.
     "broker_class": "weave.broker.DatabaseClockORM",
     "label": "Django Q2",
 }
@@ -182,6 +183,7 @@ Q_CLUSTER = {
 # with one connection pool per process and bounded connect/read times (weave.W042).
 if os.environ.get("WEAVE_Q_REDIS"):
     del Q_CLUSTER["orm"]
+    del Q_CLUSTER["broker_class"]
     Q_CLUSTER["redis"] = os.environ["WEAVE_Q_REDIS"]
     Q_CLUSTER["broker_class"] = "weave.broker_redis.PooledRedis"
 # WEAVE_Q_BROKER_CLASS overrides the broker class (empty: django-q2's own broker, for comparisons).

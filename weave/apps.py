@@ -13,8 +13,14 @@ class WeaveConfig(AppConfig):
         from weave import checks, extras  # noqa: F401  (registers the system checks)
         from weave.worker_db import connect_signals
 
-        # Worker processes only: their PostgreSQL sessions get the WORKER_DB_* limits (issue 17).
+        # Worker processes only: their PostgreSQL sessions get the WORKER_DB_* limits.
         connect_signals()
+        from django_q.signals import post_spawn
+
+        from weave.broker import stagger_recycle
+
+        # Each worker its own recycle count, so the workers of a cluster never all restart at once.
+        post_spawn.connect(stagger_recycle, dispatch_uid="weave.broker.stagger_recycle")
 
         from weave.dashboard import register_admin, register_core_panels
         from weave.metrics import collect_lease_metrics

@@ -25,12 +25,16 @@ from django_q.brokers.orm import ORM
 from django_q.conf import Conf
 
 from weave.leases import DbNow
+from weave.reconnect import ReconnectOnDequeue
 
 logger = logging.getLogger("weave.broker")
 
 
-class DatabaseClockORM(ORM):  # type: ignore[misc]  # django-q2 ships no type hints
-    """The ORM broker, with `lock` written and compared as the database's `clock_timestamp()`."""
+class DatabaseClockORM(ReconnectOnDequeue, ORM):  # type: ignore[misc]  # django-q2 ships no type hints
+    """The ORM broker, with `lock` written and compared as the database's `clock_timestamp()`.
+
+    With `ReconnectOnDequeue`: a dequeue cut off by a PostgreSQL restart backs off and asks again
+    instead of stopping the cluster's pusher for 10 seconds."""
 
     def timeout(self, task: Any) -> Any:
         return DbNow(timedelta(seconds=Conf.RETRY))

@@ -123,10 +123,6 @@ def connect_signals() -> None:
         return
     post_spawn.connect(enter_worker_mode, dispatch_uid="weave.worker_db.post_spawn")
     pre_execute.connect(enter_worker_mode, dispatch_uid="weave.worker_db.pre_execute")
-    from weave.broker import stagger_recycle
-
-    # Each worker its own recycle count, so the workers of a cluster never all restart at once.
-    post_spawn.connect(stagger_recycle, dispatch_uid="weave.broker.stagger_recycle")
 
 
 # SQLSTATEs that mean the session itself is gone or was stopped by a server-side limit: connection

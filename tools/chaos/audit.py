@@ -561,6 +561,66 @@ def _partition_recovery(inp: AuditInput, checks: list[Check], figures: dict[str,
     checks.append(_check("Recovery", "every row a cut-off cluster held moved on within TTL + slack", bad, figure))
 
 
+def _pg_restart_recovery(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> None:
+    """A row held when PostgreSQL restarted moves on within TTL + slack of the later of its lease expiry and
+    the server's return: its holder finished it, or a later claim started on it. (With django-q2's stock
+    ORM broker it cannot: its pusher stops for 10 s after any broker error. weave.reconnect.ReconnectingORM
+    backs off and retries instead.) That every row then finished is checked with the others above."""
+    restarts = [f for f in inp.faults if f.kind == "pg_restart" and f.db_time is not None]
+    if not restarts:
+        return
+    bound = inp.lease_ttl + inp.recovery_slack
+    per_restart: list[dict[str, Any]] = []
+    bad: list[str] = []
+    for record in restarts:
+        worst = 0.0
+        for held in record.held:
+            moved = _first_move(held)
+            since = max(t for t in (held.expires_at, record.back_at, record.db_time) if t is not None)
+            if moved is None:
+                bad.append(f"{held.model} #{held.pk} (fence {held.fence}) held at {record.target}: never moved on")
+                continue
+            late = (moved - since).total_seconds()  # negative: before that
+            worst = max(worst, late)
+            if late > bound:
+                bad.append(
+                    f"{held.model} #{held.pk} (fence {held.fence}) held at {record.target}: moved on {late:.1f} s "
+                    f"after its lease expired and the server was back (bound {bound:g} s)"
+                )
+        back = (record.back_at - record.db_time).total_seconds() if record.back_at and record.db_time else None
+        per_restart.append(
+            {"target": record.target, "held": len(record.held), "away_s": back, "max_after_s": round(worst, 2)}
+        )
+    overall = max((float(r["max_after_s"]) for r in per_restart), default=0.0)
+    figures["pg_restart_recovery"] = {"restarts": per_restart, "max_s": overall, "bound_s": bound}
+    held_total = sum(r["held"] for r in per_restart)
+    figure = (
+        f"{len(restarts)} PostgreSQL restarts, {held_total} rows held; moved on at most {overall:.1f} s after their "
+        f"lease expired and the server was back (bound TTL + {inp.recovery_slack:g} s = {bound:g} s)"
+    )
+    checks.append(_check("Recovery", "every row held when PostgreSQL restarted moved on within the bound", bad, figure))
+
+
+def _first_move(held: Any) -> Any:
+    """Database time `held`'s row moved on: its holder's own finishing write, or the start of a later claim."""
+    from notifications.models import DeliveryAttempt
+    from onboarding.models import RunAttempt
+
+    if held.model == "notification":
+        pushes = DeliveryAttempt.objects.filter(notification_id=held.pk)
+        own = pushes.filter(fence=held.fence, finished_at__isnull=False).exclude(outcome="lease_lost")
+        own_at = own.order_by("finished_at").values_list("finished_at", flat=True).first()
+        later_at = (
+            pushes.filter(fence__gt=held.fence).order_by("started_at").values_list("started_at", flat=True).first()
+        )
+    else:
+        runs = RunAttempt.objects.filter(run_id=held.pk)
+        ended = runs.filter(fence=held.fence, outcome__in=["completed", "released", "failed"])
+        own_at = ended.order_by("ended_at").values_list("ended_at", flat=True).first()
+        later_at = runs.filter(fence__gt=held.fence).order_by("started_at").values_list("started_at", flat=True).first()
+    return min([t for t in (own_at, later_at) if t is not None], default=None)
+
+
 # --- devices, pruning and expiry (issue 11) -------------------------------------------------------------
 
 
@@ -669,6 +729,7 @@ def audit(inp: AuditInput) -> AuditResult:
     _refusals(inp, checks, figures)
     _recovery(inp, checks, figures)
     _partition_recovery(inp, checks, figures)
+    _pg_restart_recovery(inp, checks, figures)
     if inp.devices:
         _devices(inp, checks, figures)
     checks += [_check(*found) for found in edge_audit(inp, figures)]

@@ -26,6 +26,11 @@ class ChaosConfig:
     # running, so the runner and the audit read on.
     db_restarts: int = 1
     db_down_seconds: float = 2.0
+    # Restart the PostgreSQL server under everyone (pg_ctl stop, `pg_downtime` seconds down, start), by
+    # turns `-m fast` (sessions told, then closed) and `-m immediate` (a crash, then crash recovery). Only
+    # against a server the runner controls: a throwaway cluster (tools/pgserver.py), never a shared one.
+    pg_restarts: int = 0
+    pg_downtime: float = 1.0
     stop_factor: float = 2.0
     partition_factor: float = 2.0
     # Faults are placed by progress, not by the clock, so they land while the load drains however fast
@@ -148,4 +153,10 @@ class ChaosConfig:
             "WEAVE_WORKER_DB_KEEPALIVES_INTERVAL": "1",
             "WEAVE_WORKER_DB_KEEPALIVES_COUNT": "1",
             **({"WEAVE_PUSH_BACKENDS_FILE": str(self.push_backends_file.resolve())} if self.devices else {}),
+            **self.restart_env(),
         }
+
+    def restart_env(self) -> dict[str, str]:
+        """With pg_restart faults: a wake request whose task was lost with the server blocks the next request
+        for WAKE_HOLD (10 s by default); scaled to the short lease like the other limits."""
+        return {"WEAVE_WAKE_HOLD": str(self.lease_ttl)} if self.pg_restarts else {}

@@ -9,6 +9,7 @@ from tools.chaos.config import ChaosConfig
 
 KILL, STOP, RESTART, PARTITION = "kill", "stop", "restart", "partition"
 DB_RESTART = "db_restart"  # every cluster's PostgreSQL sessions end at once and reconnects fail for a while
+PG_RESTART = "pg_restart"  # restart the PostgreSQL server itself (only one the runner controls)
 EDGE = "edge"  # the provider fakes' hostile modes on for a while (tools/chaos/edge.py)
 
 
@@ -41,6 +42,7 @@ class FaultRecord:
     held: list[HeldRow] = field(default_factory=list)
     note: str = ""
     resumed_at: float | None = None  # SIGCONT time for stops, healing time for partitions
+    back_at: datetime | None = None  # pg_restart: database time once the server answered again
     thawed: bool = False  # a stopped worker that was let go on (not killed while frozen)
     modes: tuple[str, str] = ("", "")  # an edge fault's (webhook mode, HTTP/2 mode or "")
 
@@ -49,7 +51,7 @@ def plan(config: ChaosConfig) -> list[Fault]:
     """Spread the configured faults over the progress window in a seeded random order."""
     rng = random.Random(config.seed)
     kinds = [KILL] * config.kills + [STOP] * config.stops + [RESTART] * config.restarts
-    kinds += [PARTITION] * config.partitions + [DB_RESTART] * config.db_restarts
+    kinds += [PARTITION] * config.partitions + [DB_RESTART] * config.db_restarts + [PG_RESTART] * config.pg_restarts
     kinds += [EDGE] * config.edge_faults
     rng.shuffle(kinds)
     if not kinds:

@@ -7,7 +7,9 @@ way a real caller would, so the enqueueing on commit is exercised too.
 import random
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import close_old_connections, connection, transaction
 
@@ -96,6 +98,18 @@ class LoadProgress:
     # of notifications (the top-up below), so a fault never finds the work drained before its turn.
     faults_due: threading.Event = field(default_factory=threading.Event)
     topped_up: int = 0
+    # Held by the load thread around each chunk it writes, and by the runner while it restarts PostgreSQL
+    # (the pg_restart fault): the load stands in for the site's web requests, which are not what that
+    # fault tests, so no chunk is ever half-committed when the server goes down.
+    db_lock: threading.Lock = field(default_factory=threading.Lock)
+    # Bumped by the runner after each PostgreSQL restart: the load thread's session is gone, reopen it.
+    db_epoch: int = 0
+
+    def reconnect_if_restarted(self, seen: int) -> int:
+        """Close this thread's connection if the server restarted since epoch `seen`; return the epoch now."""
+        if self.db_epoch != seen:
+            connection.close()
+        return self.db_epoch
 
 
 def create_suppliers(config: ChaosConfig) -> dict[int, str]:
@@ -174,9 +188,7 @@ class LoadThread(threading.Thread):
         self.user_ids = user_ids or []
 
     def run(self) -> None:
-        from notifications.services import notification_create
         from onboarding.models import Supplier
-        from onboarding.services import onboarding_start
 
         try:
             n, m = self.config.notifications, len(self.supplier_ids)
@@ -188,28 +200,11 @@ class LoadThread(threading.Thread):
             created = 0
             sends = self._device_sends()
             sends_per_chunk = -(-len(sends) // chunks) if sends else 0
+            epoch = self.progress.db_epoch
             while created < n or self.progress.runs < m or sends:
-                with transaction.atomic():
-                    for _ in range(min(chunk, n - created)):
-                        row = notification_create(
-                            device_token=f"chaos-token-{created:06d}",
-                            title=f"Chaos message {created}",
-                            body="Sent by weave_chaos.",
-                            data={"chaos": self.config.seed, "n": created},
-                        )
-                        self.progress.notification_ids.append(row.pk)
-                        created += 1
-                self.progress.notifications = created
-                for _ in range(sends_per_chunk):
-                    if sends:
-                        self._send_to_user(*sends.pop(0))
-                for _ in range(runs_per_chunk):
-                    supplier = next(suppliers, None)
-                    if supplier is None:
-                        break
-                    run = onboarding_start(supplier=supplier, started_by=None)
-                    self.progress.run_ids.append(run.pk)
-                    self.progress.runs += 1
+                with self.progress.db_lock:
+                    epoch = self.progress.reconnect_if_restarted(epoch)
+                    created = self._chunk(chunk, created, sends, sends_per_chunk, suppliers, runs_per_chunk)
             self._top_up()
         except BaseException as exc:  # reported by the runner, which fails the whole run
             self.progress.error = exc
@@ -217,6 +212,43 @@ class LoadThread(threading.Thread):
             self.progress.done = True
             close_old_connections()
             connection.close()
+
+    def _chunk(
+        self,
+        chunk: int,
+        created: int,
+        sends: list[tuple[int, int | None]],
+        sends_per_chunk: int,
+        suppliers: Iterator[Any],
+        runs_per_chunk: int,
+    ) -> int:
+        """Create one chunk of notifications, device sends and runs; return the notifications created so far."""
+        from notifications.services import notification_create
+        from onboarding.services import onboarding_start
+
+        n = self.config.notifications
+        with transaction.atomic():
+            for _ in range(min(chunk, n - created)):
+                row = notification_create(
+                    device_token=f"chaos-token-{created:06d}",
+                    title=f"Chaos message {created}",
+                    body="Sent by weave_chaos.",
+                    data={"chaos": self.config.seed, "n": created},
+                )
+                self.progress.notification_ids.append(row.pk)
+                created += 1
+        self.progress.notifications = created
+        for _ in range(sends_per_chunk):
+            if sends:
+                self._send_to_user(*sends.pop(0))
+        for _ in range(runs_per_chunk):
+            supplier = next(suppliers, None)
+            if supplier is None:
+                break
+            run = onboarding_start(supplier=supplier, started_by=None)
+            self.progress.run_ids.append(run.pk)
+            self.progress.runs += 1
+        return created
 
     def _top_up(self) -> None:
         """Keep notifications pending while faults are still due (they wait for workers holding leases).
@@ -230,22 +262,29 @@ class LoadThread(threading.Thread):
         from notifications.services import notification_create
 
         floor = self.config.push_batch * self.config.clusters
+        epoch = self.progress.db_epoch
         while self.progress.faults_due.is_set():
-            if Notification.objects.pending().count() >= floor:
+            with self.progress.db_lock:
+                epoch = self.progress.reconnect_if_restarted(epoch)
+                backlog = Notification.objects.pending().count()
+                if backlog < floor:
+                    self._top_up_batch(notification_create)
+            if backlog >= floor:
                 time.sleep(0.2)
-                continue
-            with transaction.atomic():
-                for _ in range(self.config.push_batch):
-                    n = self.progress.notifications
-                    row = notification_create(
-                        device_token=f"chaos-token-{n:06d}",
-                        title=f"Chaos message {n} (top-up)",
-                        body="Sent by weave_chaos while faults were still due.",
-                        data={"chaos": self.config.seed, "n": n},
-                    )
-                    self.progress.notification_ids.append(row.pk)
-                    self.progress.notifications += 1
-                    self.progress.topped_up += 1
+
+    def _top_up_batch(self, notification_create: Any) -> None:
+        with transaction.atomic():
+            for _ in range(self.config.push_batch):
+                n = self.progress.notifications
+                row = notification_create(
+                    device_token=f"chaos-token-{n:06d}",
+                    title=f"Chaos message {n} (top-up)",
+                    body="Sent by weave_chaos while faults were still due.",
+                    data={"chaos": self.config.seed, "n": n},
+                )
+                self.progress.notification_ids.append(row.pk)
+                self.progress.notifications += 1
+                self.progress.topped_up += 1
 
     def _device_sends(self) -> list[tuple[int, int | None]]:
         """(user id, ttl or None) for each send to a user's devices, seeded."""

@@ -43,6 +43,7 @@ from tools.chaos.load import (
 )
 from tools.chaos.report import Progress, render
 from tools.partition import SilentProxy
+from tools.pgserver import ThrowawayPostgres
 from tools.processes import Child, ProcessGroups, wait_until
 
 
@@ -77,8 +78,18 @@ def _answers(url: str) -> bool:
 
 
 class ChaosRunner:
-    def __init__(self, config: ChaosConfig, *, stdout: TextIO = sys.stdout, database_url: str | None = None) -> None:
+    def __init__(
+        self,
+        config: ChaosConfig,
+        *,
+        stdout: TextIO = sys.stdout,
+        database_url: str | None = None,
+        server: ThrowawayPostgres | None = None,
+    ) -> None:
         self.config = config
+        # The PostgreSQL server the run may restart (pg_restart faults): one this run owns, never a shared one.
+        self.server = server
+        self.progress = LoadProgress()
         self.stdout = stdout
         self.database_url = database_url
         self.rng = random.Random(config.seed)
@@ -107,6 +118,8 @@ class ChaosRunner:
         try:
             # Runs record the plan of the process that starts them: this one (the load thread).
             plan = {**(getattr(settings, "WEAVE", None) or {}), "ONBOARDING_STEPS": list(self.config.steps)}
+            if self.config.pg_restarts:  # the same hold as the workers' (see ChaosConfig.restart_env)
+                plan["WAKE_HOLD"] = self.config.lease_ttl
             with self.groups, override_settings(WEAVE=plan):
                 return self._run()
         finally:
@@ -118,6 +131,8 @@ class ChaosRunner:
 
     def _run(self) -> ChaosOutcome:
         c = self.config
+        if c.pg_restarts and self.server is None:
+            raise RuntimeError("pg_restart faults need a PostgreSQL server the run controls (see tools/pgserver.py).")
         self.say(
             f"Chaos run: N={c.notifications} notifications, M={c.runs} runs, K={c.clusters} clusters, seed {c.seed}"
         )
@@ -132,7 +147,7 @@ class ChaosRunner:
         plan = F.plan(c)
         self.say(f"Fault plan (at share of jobs finished): {', '.join(f'{f.kind}@{f.at:.0%}' for f in plan) or 'none'}")
 
-        progress = LoadProgress()
+        progress = self.progress
         if plan:
             progress.faults_due.set()
         loader = LoadThread(c, list(expectations), progress, user_ids)
@@ -420,6 +435,8 @@ class ChaosRunner:
             return self._partition(waited)
         if fault.kind == F.DB_RESTART:
             return self._db_restart(waited)
+        if fault.kind == F.PG_RESTART:
+            return self._pg_restart(fault, waited)
         if fault.kind == F.EDGE:
             return self._edge(fault)
         self._restart()
@@ -515,6 +532,25 @@ class ChaosRunner:
         for child in alive:
             self.proxies[child.name].reset(refuse_for=down)
         record.note = f"{len(alive)} clusters' sessions ended; reconnects refused for {down:g} s"
+        self.records.append(record)
+        return True
+
+    def _pg_restart(self, fault: F.Fault, waited: float) -> bool:
+        """Restart the PostgreSQL server under every cluster: `-m fast` and `-m immediate` by turns."""
+        assert self.server is not None
+        if not F.lease_holders() and waited < 15:
+            return False  # a restart while nobody holds a lease tells nothing about recovery
+        mode = "fast" if fault.index % 2 == 0 else "immediate"
+        downtime = self.config.pg_downtime
+        # With the load thread between chunks: a web request caught by the restart is not this fault's test.
+        with self.progress.db_lock:
+            pids = {pid for child in self.clusters if child.alive() for pid in (child.pgid, *child.descendants())}
+            record = F.FaultRecord(F.PG_RESTART, self.elapsed(), db_now(), f"PostgreSQL -m {mode}", F.held_rows(pids))
+            took = self.server.restart(mode, downtime=downtime)
+            connection.close()  # this process's session died with the server
+            self.progress.db_epoch += 1
+        record.back_at = db_now()
+        record.note = f"pg_ctl stop -m {mode}, {downtime:g} s down, started again: away {took:.1f} s"
         self.records.append(record)
         return True
 

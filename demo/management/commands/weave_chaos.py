@@ -6,7 +6,7 @@ from typing import TextIO, cast
 from django.core.management.base import BaseCommand, CommandError
 
 from tools.chaos.config import ChaosConfig
-from tools.chaos.runner import ChaosRunner
+from tools.chaos.runner import ChaosOutcome, ChaosRunner
 
 
 class Command(BaseCommand):
@@ -61,6 +61,13 @@ class Command(BaseCommand):
             help="windows of hostile provider modes (webhook and, with devices, HTTP/2); see docs/chaos-edge.md",
         )  # fmt: skip
         parser.add_argument("--edge-seconds", type=float, default=d.edge_seconds, help="how long each window lasts")
+        parser.add_argument(
+            "--pg-restarts",
+            type=int,
+            default=d.pg_restarts,
+            help="restarts of PostgreSQL itself (-m fast / -m immediate by turns); the run then starts and uses "
+            "its own throwaway PostgreSQL server instead of the configured database",
+        )
 
     def handle(self, *args, **o):
         if o["clusters"] < 3:
@@ -92,9 +99,10 @@ class Command(BaseCommand):
             push_fakes_port=o["push_fakes_port"],
             edge_faults=o["edge_faults"],
             edge_seconds=o["edge_seconds"],
+            pg_restarts=o["pg_restarts"],
         )
         try:
-            outcome = ChaosRunner(config, stdout=cast(TextIO, self.stdout)).run()
+            outcome = self._run(config)
         except KeyboardInterrupt:
             raise CommandError("Interrupted: every process the run started has been stopped.") from None
         except RuntimeError as exc:
@@ -102,3 +110,19 @@ class Command(BaseCommand):
         self.stdout.write(outcome.report)
         if outcome.result.violations:
             raise CommandError(f"{len(outcome.result.violations)} invariant(s) violated; see the report above.")
+
+    def _run(self, config: ChaosConfig) -> ChaosOutcome:
+        stdout = cast(TextIO, self.stdout)
+        if not config.pg_restarts:
+            return ChaosRunner(config, stdout=stdout).run()
+        from django.core.management import call_command
+
+        from tools.pgserver import ThrowawayPostgres, default_database_on
+
+        # Restarting PostgreSQL is only ever done to a server the run owns: a throwaway cluster on a free port.
+        with ThrowawayPostgres() as server:
+            server.create_database("weave_chaos")
+            self.stdout.write(f"Own PostgreSQL server for the restarts: {server.url('weave_chaos')}")
+            with default_database_on(server, "weave_chaos"):
+                call_command("migrate", verbosity=0, interactive=False)
+                return ChaosRunner(config, stdout=stdout, database_url=server.url("weave_chaos"), server=server).run()

@@ -1,0 +1,58 @@
+"""The broker's dequeue rides out a PostgreSQL outage (a throwaway server, stopped and started again)."""
+
+import pytest
+from django.core.management import call_command
+from django.db import OperationalError
+from django_q.brokers.orm import ORM
+
+from tools.pgserver import ThrowawayPostgres, default_database_on, postgres_bin
+from weave.reconnect import ReconnectingORM
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.skipif(postgres_bin() is None, reason="needs PostgreSQL server binaries (initdb, pg_ctl)"),
+]
+
+
+@pytest.fixture(scope="module")
+def server(django_db_blocker):
+    with ThrowawayPostgres() as pg, django_db_blocker.unblock():
+        pg.create_database("weave_reconnect")
+        with default_database_on(pg, "weave_reconnect"):
+            call_command("migrate", "django_q", verbosity=0, interactive=False)
+            yield pg
+
+
+def test_dequeue_while_the_server_is_down__returns_no_task_then_the_task_once_it_is_back(server):
+    broker = ReconnectingORM(list_key="reconnect-test")
+    broker.enqueue("the payload")
+    server.stop("immediate")
+    try:
+        assert broker.dequeue() is None  # no exception: django-q2's pusher keeps running
+        assert broker.dequeue() is None
+        assert broker._pause > 0.25  # backing off
+    finally:
+        server.start()
+    (task,) = broker.dequeue()
+    assert task[1] == "the payload"
+    assert broker._pause == 0.0 and broker._outage_since is None
+    broker.delete(task[0])
+
+
+def test_the_stock_orm_broker_raises_there(server):
+    """What the pusher gets without the mixin: an error, then 10 s of sleep and a new pusher."""
+    broker = ORM(list_key="reconnect-test")
+    server.stop("fast")
+    try:
+        with pytest.raises(OperationalError):
+            broker.dequeue()
+    finally:
+        server.start()
+    assert broker.dequeue() is None  # empty queue, reconnected
+
+
+def test_an_error_that_is_not_a_lost_link_is_raised(server, monkeypatch):
+    broker = ReconnectingORM(list_key="reconnect-test")
+    monkeypatch.setattr(ORM, "dequeue", lambda self: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        broker.dequeue()
