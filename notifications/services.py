@@ -29,6 +29,7 @@ __all__ = [
     "ContentLocked",
     "device_deactivate",
     "device_register",
+    "device_token_canonical",
     "notification_cancel",
     "notification_check",
     "notification_create",
@@ -279,10 +280,8 @@ def _backend_data(backend_cls: type[PushBackend], data: Mapping[str, Any]) -> di
 # --- devices --------------------------------------------------------------------------------------------
 
 
-def device_register(*, user: Any, backend: str, token: str, platform: str = "") -> Device:
-    """Register `token` on `backend` for `user` (None: not logged in yet); idempotent.
-
-    A known token is re-activated and moves to `user` (the same install, another login)."""
+def device_token_canonical(*, backend: str, token: str) -> str:
+    """Return `token` as `device_register` stores it for `backend`; raise `ValidationError` if it would refuse it."""
     backend_cls = _backend_class(backend)
     token = (token or "").strip()
     if not token:
@@ -291,6 +290,14 @@ def device_register(*, user: Any, backend: str, token: str, platform: str = "") 
         raise ValidationError({"token": f"A device token has at most {most} characters."})
     if problem := _token_problem(backend_cls, token):
         raise ValidationError({"token": problem})
+    return token
+
+
+def device_register(*, user: Any, backend: str, token: str, platform: str = "") -> Device:
+    """Register `token` on `backend` for `user` (None: not logged in yet); idempotent.
+
+    A known token is re-activated and moves to `user` (the same install, another login)."""
+    token = device_token_canonical(backend=backend, token=token)
     if platform not in ("", *Device.Platform.values):
         raise ValidationError({"platform": f"platform must be one of {', '.join(Device.Platform.values)} or empty."})
     if user is not None and getattr(user, "pk", None) is None:

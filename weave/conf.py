@@ -192,6 +192,11 @@ class WeaveSettings:
     PUSH_MAX_PAYLOAD_BYTES = count(4096, "largest JSON payload a notification may carry")
     PUSH_BREAKER_THRESHOLD = count(5, "consecutive systemic failures (5xx, 429, unreachable) that stop a batch")
     PUSH_BREAKER_COOLDOWN = seconds(30.0, "how long rows released by the breaker wait", minimum=0.0)
+    PUSH_API_RATE = count(30, "device API requests one user may make per minute (notifications.urls)")
+    PUSH_API_AUTHENTICATE = text(
+        "", "dotted path of a callable(request) -> user or None for the device API (token auth); empty: sessions"
+    )
+    PUSH_API_PERMISSION = text("", "dotted path of a callable(request, user) -> bool; empty: any active user")
     # --- operator console ---
     METRICS_TOKEN = text("", "bearer token for the Prometheus endpoint (weave.urls); empty: staff sessions only")
     DASHBOARD_REFRESH = count(10, "seconds between the dashboard's automatic reloads; 0 turns it off", minimum=0)
