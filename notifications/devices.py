@@ -14,6 +14,7 @@ from typing import Any
 from django.db.models import Q
 
 from notifications.models import Device, Notification
+from notifications.signals import announce_device_deactivated, announce_notifications
 from weave.events import log_event
 from weave.leases import Clock, default_clock
 
@@ -29,6 +30,7 @@ def deactivate_device(*, device_id: Any, reason: str, clock: Clock = default_clo
     )
     if changed:
         log_event(logger, "device_deactivated", job="device", id=device_id, reason=reason)
+        announce_device_deactivated(device_id, reason)
     return bool(changed)
 
 
@@ -48,10 +50,11 @@ def fail_queued_for_device(*, device_id: Any, clock: Clock = default_clock) -> l
     pks = list(free.values_list("pk", flat=True))
     if pks:
         Notification.objects.filter(pk__in=pks).update(
-            status=Notification.Status.FAILED, last_error=inactive_reason(device["deactivation_reason"])
+            status=Notification.Status.FAILED, last_error=(why := inactive_reason(device["deactivation_reason"]))
         )
         for pk in pks:
             log_event(logger, "failed", job="notification", id=pk, reason="device deactivated")
+        announce_notifications((pk, Notification.Status.FAILED, why) for pk in pks)
     return pks
 
 

@@ -45,6 +45,7 @@ from notifications.devices import (
     unsendable,
 )
 from notifications.models import BreakerOpening, DeliveryAttempt, Notification
+from notifications.signals import announce_notifications
 from weave.conf import weave_settings
 from weave.events import log_event
 from weave.leases import BatchLease, Clock, Lease, default_clock, new_owner
@@ -506,6 +507,11 @@ class PushWorker:
                 attempts.append(self._attempt(row, result, outcome=DeliveryAttempt.Outcome.LEASE_LOST, reason=reason))
             written.append((plan, False))
         insert_receipts(attempts, clock=self.clock)
+        announce_notifications(
+            (plan.row.pk, plan.transition.status, stories.get(plan.row.pk, plan.transition.last_error))
+            for plan, ok in written
+            if ok
+        )
         self._prune([plan for plan, ok in written if ok and plan.transition.deactivate_device])
         touch_devices(
             {plan.row.device_id for plan, ok in written if ok and plan.transition.status == policy.DELIVERED},
@@ -558,6 +564,7 @@ class PushWorker:
                 for row, ending in rows
                 if row.pk in landed
             )  # fmt: skip
+            announce_notifications((row.pk, ending.status, ending.reason) for row, ending in rows if row.pk in landed)
         for row, ending in rows:
             row.claim.batch.drop(row.pk)
             if row.pk not in landed:
