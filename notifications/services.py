@@ -1,9 +1,10 @@
 """Public API of the notifications app."""
 
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured, ValidationError
@@ -13,6 +14,7 @@ from notifications import queue
 from notifications.backends import DEFAULT_ALIAS, PushBackend, backend_configs
 from notifications.backends.options import DataError
 from notifications.backends.registry import backend_class
+from notifications.content import CONDITION_PREFIX, TOPIC_PREFIX, check_options, is_silent
 from notifications.devices import deactivate_device, fail_queued_for_device
 from notifications.models import ContentLocked, Device, Notification
 from notifications.validation import TITLE_MAX as NOTIFICATION_TITLE_MAX
@@ -35,6 +37,7 @@ __all__ = [
     "notification_create",
     "notification_edit",
     "notification_retry_now",
+    "notification_send_to_topic",
     "notification_send_to_user",
 ]
 
@@ -50,6 +53,8 @@ def notification_create(
     collapse_key: str | None = None,
     ttl: int | None = None,
     priority: str = Notification.Priority.NORMAL,
+    options: Mapping[str, Any] | None = None,
+    send_at: datetime | None = None,
     clock: Clock = default_clock,
 ) -> Notification:
     """Create a notification for a registered `device`, or for a raw `device_token` on `backend`
@@ -68,16 +73,16 @@ def notification_create(
                 )
             fields = _notification_fields(
                 backend=device.backend, token=device.token, title=title, body=body, data=data,
-                collapse_key=collapse_key, ttl=ttl, priority=priority,
+                collapse_key=collapse_key, ttl=ttl, priority=priority, options=options,
             )  # fmt: skip
         else:
             if device_token is None:
                 raise ValidationError({"device_token": "A device token (or a device) is required."})
             fields = _notification_fields(
                 backend=backend or DEFAULT_ALIAS, token=device_token, title=title, body=body, data=data,
-                collapse_key=collapse_key, ttl=ttl, priority=priority,
+                collapse_key=collapse_key, ttl=ttl, priority=priority, options=options,
             )  # fmt: skip
-        notification = _insert(fields, device=device, ttl=ttl, clock=clock)
+        notification = _insert(fields, device=device, ttl=ttl, send_at=_send_at(send_at), clock=clock)
     return notification
 
 
@@ -90,6 +95,8 @@ def notification_send_to_user(
     collapse_key: str | None = None,
     ttl: int | None = None,
     priority: str = Notification.Priority.NORMAL,
+    options: Mapping[str, Any] | None = None,
+    send_at: datetime | None = None,
     clock: Clock = default_clock,
 ) -> list[Notification]:
     """Create one notification per active device of `user`, in one transaction; return them (maybe none).
@@ -113,11 +120,67 @@ def notification_send_to_user(
                     collapse_key=collapse_key,
                     ttl=ttl,
                     priority=priority,
+                    options=options,
                 ),  # fmt: skip
             )
             for device in devices
         ]
-        return [_insert(fields, device=device, ttl=ttl, clock=clock) for device, fields in planned]
+        at = _send_at(send_at)
+        return [_insert(fields, device=device, ttl=ttl, send_at=at, clock=clock) for device, fields in planned]
+
+
+def notification_send_to_topic(
+    *,
+    backend: str,
+    title: str,
+    body: str,
+    topic: str | None = None,
+    condition: str | None = None,
+    data: Mapping[str, Any] | None = None,
+    collapse_key: str | None = None,
+    ttl: int | None = None,
+    priority: str = Notification.Priority.NORMAL,
+    options: Mapping[str, Any] | None = None,
+    send_at: datetime | None = None,
+    clock: Clock = default_clock,
+) -> Notification:
+    """Create one notification to an FCM `topic` (or a `condition` over topics) on `backend`, with its own receipts.
+
+    The provider fans it out: it is one row, one send and one answer, whoever is subscribed."""
+    target = _topic_target(backend=backend, topic=topic, condition=condition)
+    with transaction.atomic():
+        fields = _notification_fields(
+            backend=backend, token=target, title=title, body=body, data=data,
+            collapse_key=collapse_key, ttl=ttl, priority=priority, options=options,
+        )  # fmt: skip
+        return _insert(fields, device=None, ttl=ttl, send_at=_send_at(send_at), clock=clock)
+
+
+_TOPIC = re.compile(r"[a-zA-Z0-9\-_.~%]{1,900}")
+_CONDITION_TOPIC = re.compile(r"'([^']*)' in topics")
+_CONDITION_REST = re.compile(r"(\s|&&|\|\||!|\(|\))*")
+
+
+def _topic_target(*, backend: str, topic: str | None, condition: str | None) -> str:
+    """The stored device_token for a topic or condition send (`topic:news`), checked as FCM checks it."""
+    if not getattr(_backend_class(backend), "supports_topics", False):
+        raise ValidationError({"backend": f"Backend {backend!r} cannot send to topics (FCM backends can)."})
+    if (topic is None) == (condition is None):
+        raise ValidationError({"topic": "Give a topic or a condition, not both and not neither."})
+    if topic is not None:
+        if not isinstance(topic, str) or not _TOPIC.fullmatch(topic):
+            raise ValidationError({"topic": "A topic name is 1 to 900 of the characters a-z A-Z 0-9 - _ . ~ %."})
+        return f"{TOPIC_PREFIX}{topic}"
+    if not isinstance(condition, str) or not condition.strip():
+        raise ValidationError({"condition": "A condition such as \"'news' in topics && 'sport' in topics\"."})
+    names = _CONDITION_TOPIC.findall(condition)
+    rest = _CONDITION_TOPIC.sub("", condition)
+    well_formed = all(_TOPIC.fullmatch(name) for name in names) and _CONDITION_REST.fullmatch(rest)
+    if not names or len(names) > 5 or not well_formed:
+        raise ValidationError(
+            {"condition": "A condition combines up to five 'name' in topics clauses with &&, || and parentheses."}
+        )
+    return f"{CONDITION_PREFIX}{condition}"
 
 
 def notification_check(
@@ -130,6 +193,7 @@ def notification_check(
     collapse_key: str | None = None,
     ttl: int | None = None,
     priority: str = Notification.Priority.NORMAL,
+    options: Mapping[str, Any] | None = None,
 ) -> None:
     """Raise the `ValidationError` `notification_create` would raise for a raw token; store nothing.
 
@@ -140,7 +204,7 @@ def notification_check(
         raise ValidationError({"device_token": "A device token (or a device) is required."})
     _notification_fields(
         backend=backend or DEFAULT_ALIAS, token=device_token, title=title, body=body, data=data,
-        collapse_key=collapse_key, ttl=None, priority=priority,
+        collapse_key=collapse_key, ttl=None, priority=priority, options=options,
     )  # fmt: skip
     if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_TTL):
         raise ValidationError({"ttl": f"ttl is a whole number of seconds from 1 to {MAX_TTL} (28 days)."})
@@ -186,18 +250,23 @@ def _notification_fields(
     collapse_key: str | None,
     ttl: int | None,
     priority: str,
+    options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Validate one notification's fields against its backend; return the model fields, or raise ValidationError."""
     # Type and content first (weave.validation): a wrong argument is a ValidationError naming its field,
     # never an AttributeError, DataError or RecursionError later, and nothing is stored.
     backend_cls = _backend_class(backend)
     token = check_device_token(token)
-    if problem := _token_problem(backend_cls, token):
+    topical = getattr(backend_cls, "supports_topics", False) and token.startswith((TOPIC_PREFIX, CONDITION_PREFIX))
+    # A topic target was checked by _topic_target; any other token is checked as the backend's device token.
+    if not topical and (problem := _token_problem(backend_cls, token)):
         raise ValidationError({"device_token": problem})
-    title = check_text(
-        title, field="title", required=True, max_chars=_field_length("title"), required_message="A title is required."
-    )
+    title = check_text(title, field="title", max_chars=_field_length("title"))
     body = check_text(body, field="body")
+    if not title and (body or not data):
+        # An alert needs a title; a silent (background) push is data alone, with neither title nor body.
+        raise ValidationError({"title": "A title is required. (A silent push has data and neither title nor body.)"})
+    options = check_options(options)
     data = {} if data is None else data
     if not isinstance(data, Mapping):
         raise ValidationError({"data": f"data must be a JSON object, not {type(data).__name__}."})
@@ -211,7 +280,7 @@ def _notification_fields(
     if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_TTL):
         raise ValidationError({"ttl": f"ttl is a whole number of seconds from 1 to {MAX_TTL} (28 days)."})
     # Counted as the UTF-8 bytes of the compact JSON actually sent; the token travels in the URL or a header.
-    check_payload_size(title=title, body=body, data=data)
+    check_payload_size(title=title, body=body, data=data, options=options)
     return {
         "backend": backend,
         "device_token": token,
@@ -220,14 +289,32 @@ def _notification_fields(
         "data": data,
         "collapse_key": collapse_key,
         "priority": priority,
+        "options": options,
     }
 
 
-def _insert(fields: dict[str, Any], *, device: Device | None, ttl: int | None, clock: Clock) -> Notification:
-    expires_at = clock.now(timedelta(seconds=ttl)) if ttl is not None else None
-    notification = Notification.objects.create(
-        **fields, device=device, expires_at=expires_at, next_attempt_at=clock.now()
-    )
+def _send_at(value: Any) -> datetime | None:
+    """Check a scheduled send time: an aware datetime, at most 28 days ahead of this host's clock."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise ValidationError({"send_at": "send_at must be a timezone-aware datetime."})
+    if value - datetime.now(UTC) > timedelta(seconds=MAX_TTL):
+        raise ValidationError({"send_at": "send_at is at most 28 days ahead."})
+    return value
+
+
+def _insert(
+    fields: dict[str, Any], *, device: Device | None, ttl: int | None, send_at: datetime | None, clock: Clock
+) -> Notification:
+    # A scheduled row is due at its send time (a time already past is due now); its TTL counts from then.
+    due: Any
+    expires_at: Any
+    if send_at is None:
+        due, expires_at = clock.now(), (clock.now(timedelta(seconds=ttl)) if ttl is not None else None)
+    else:
+        due, expires_at = send_at, (send_at + timedelta(seconds=ttl) if ttl is not None else None)
+    notification = Notification.objects.create(**fields, device=device, expires_at=expires_at, next_attempt_at=due)
     # The times came from the database clock (an expression): read them back.
     notification.refresh_from_db(fields=["next_attempt_at", "expires_at"])
     if not _drain_requested_on_commit():
@@ -290,6 +377,9 @@ def device_token_canonical(*, backend: str, token: str) -> str:
         raise ValidationError({"token": f"A device token has at most {most} characters."})
     if problem := _token_problem(backend_cls, token):
         raise ValidationError({"token": problem})
+    if getattr(backend_cls, "supports_topics", False) and token.startswith((TOPIC_PREFIX, CONDITION_PREFIX)):
+        # Stored as a device, it would send that user's pushes to everyone on the topic.
+        raise ValidationError({"token": "A device token cannot name a topic or a condition."})
     return token
 
 

@@ -54,7 +54,9 @@ from weave.sanitize import outside_text
 logger = logging.getLogger("weave.notifications")
 JOB = "notification"
 
-_BASE_FIELDS = ("device_token", "title", "body", "data", "idempotency_key", "attempts", "backend", "next_attempt_at")
+_BASE_FIELDS = (
+    "device_token", "title", "body", "data", "options", "idempotency_key", "attempts", "backend", "next_attempt_at"
+)  # fmt: skip
 # Read when the model has them (issue 11 adds expiry, priority and collapse to notifications).
 _OPTIONAL_FIELDS = ("collapse_key", "priority", "expires_at", "device")
 # If nothing was due, look again this often (real time) while sends are still out, so a drain picks
@@ -687,6 +689,7 @@ def _message(row: Mapping[str, Any]) -> PushMessage:
         title=row["title"],
         body=row["body"],
         data=row["data"] or {},
+        options=row["options"] or {},
         collapse_key=row.get("collapse_key") or "",
         priority=row.get("priority") or "normal",
         expires_at=row.get("expires_at"),

@@ -173,6 +173,8 @@ class FakeAPNs(ProviderFake):
             return _reason("PayloadEmpty")
         if not isinstance(payload, dict) or not isinstance(payload.get("aps"), dict):
             return _reason("PayloadEmpty")
+        if refused := _check_aps(payload["aps"], request.headers):
+            return _reason(refused)
         hang = await apply_latency(faults, draw)
         if error := pick_error(faults, draw, self.state.pop_script()):
             response = _reason(error)
@@ -253,6 +255,25 @@ class FakeAPNs(ProviderFake):
         if "apns-id" in headers and not _UUID_RE.match(headers["apns-id"]):
             return "BadMessageId"
         return ""
+
+
+# Apple's documented aps keys: anything else is refused here (a typo in a site's raw aps merge shows up in tests).
+APS_KEYS = frozenset(
+    "alert badge sound thread-id category content-available mutable-content target-content-id "
+    "interruption-level relevance-score filter-criteria stale-date content-state timestamp event "
+    "dismissal-date attributes-type attributes".split()
+)
+
+
+def _check_aps(aps: dict[str, Any], headers: dict[str, str]) -> str:
+    if set(aps) - APS_KEYS:
+        return "BadPayload"
+    background = headers.get("apns-push-type") == "background"
+    if background and headers.get("apns-priority", "10") != "5":
+        return "BadPriority"  # Apple: background pushes must use priority 5
+    if background and ("alert" in aps or aps.get("content-available") != 1):
+        return "BadPayload"
+    return ""
 
 
 def _reason(reason: str, *, timestamp: int | None = None) -> Response:
