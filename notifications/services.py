@@ -4,7 +4,7 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured, ValidationError
@@ -14,7 +14,7 @@ from notifications import queue
 from notifications.backends import DEFAULT_ALIAS, PushBackend, backend_configs
 from notifications.backends.options import DataError
 from notifications.backends.registry import backend_class
-from notifications.content import CONDITION_PREFIX, TOPIC_PREFIX, check_options, is_silent
+from notifications.content import CONDITION_PREFIX, TOPIC_PREFIX, check_options
 from notifications.devices import deactivate_device, fail_queued_for_device
 from notifications.models import ContentLocked, Device, Notification
 from notifications.validation import TITLE_MAX as NOTIFICATION_TITLE_MAX
@@ -294,13 +294,11 @@ def _notification_fields(
 
 
 def _send_at(value: Any) -> datetime | None:
-    """Check a scheduled send time: an aware datetime, at most 28 days ahead of this host's clock."""
+    """Check a scheduled send time: an aware datetime (compared with the database clock, never this host's)."""
     if value is None:
         return None
     if not isinstance(value, datetime) or value.tzinfo is None:
         raise ValidationError({"send_at": "send_at must be a timezone-aware datetime."})
-    if value - datetime.now(UTC) > timedelta(seconds=MAX_TTL):
-        raise ValidationError({"send_at": "send_at is at most 28 days ahead."})
     return value
 
 

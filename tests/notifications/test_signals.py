@@ -1,4 +1,4 @@
-"""Signals: sent after the finish commits, once per row, never for a refused (stale) finish, and a raising receiver is harmless."""
+"""Signals: sent after the finish commits, once per row, never for a refused finish; a raising receiver is harmless."""
 
 from datetime import timedelta
 
