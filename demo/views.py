@@ -47,7 +47,7 @@ def _webpush_backend() -> tuple[str, str]:
             continue
         with open(path, "rb") as handle:
             private = serialization.load_pem_private_key(handle.read(), password=None)
-        point = private.public_key().public_bytes(  # type: ignore[union-attr]
+        point = private.public_key().public_bytes(
             serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint
         )
         return alias, base64.urlsafe_b64encode(point).rstrip(b"=").decode()

@@ -183,11 +183,10 @@ def _body(request: HttpRequest) -> dict[str, Any]:
 
 
 def _text(body: dict[str, Any], name: str, *, required: bool = True) -> str:
-    value = body.get(name, "")
-    if isinstance(value, dict) and name in ("token", "old_token"):
-        # A Web Push subscription object, sent as the browser's PushSubscription.toJSON(): the backend
-        # canonicalises it, so any JSON rendering of the same subscription is the same device.
-        value = json.dumps(value, separators=(",", ":"))
+    try:
+        value = token_text(body.get(name, "")) if name in ("token", "old_token") else body.get(name, "")
+    except TypeError:
+        value = None
     if not isinstance(value, str):
         raise _Refused(400, f"{name} must be a string.", field=name)
     if required and not value:
@@ -195,12 +194,29 @@ def _text(body: dict[str, Any], name: str, *, required: bool = True) -> str:
     return value
 
 
-def _own_device(user: Any, backend: str, token: str) -> Device:
+def token_text(value: Any) -> str:
+    """A token as sent by a client: text, or a Web Push subscription object (the browser's `toJSON()`).
+
+    The object becomes compact JSON, which the backend canonicalises, so any rendering of the same
+    subscription is the same device. Raise `TypeError` for anything else."""
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"))
+    if not isinstance(value, str):
+        raise TypeError(type(value).__name__)
+    return value
+
+
+def own_device(user: Any, backend: str, token: str) -> Device | None:
+    """The caller's device with this token (as `device_register` would store it), or None."""
     try:
         token = device_token_canonical(backend=backend, token=token)
     except ValidationError:
-        token = ""
-    device = Device.objects.filter(backend=backend, token=token, user=user).first() if token else None
+        return None
+    return Device.objects.filter(backend=backend, token=token, user=user).first()
+
+
+def _own_device(user: Any, backend: str, token: str) -> Device:
+    device = own_device(user, backend, token)
     if device is None:
         # The same answer whether the token is unknown or someone else's: a client learns nothing about others.
         raise _Refused(404, "No device of yours has this token.", field="token")
