@@ -22,6 +22,7 @@ of errors one per request) add QUOTA_EXCEEDED, UNAVAILABLE, INTERNAL, UNAUTHENTI
 """
 
 import asyncio
+import json
 import re
 import secrets
 import threading
@@ -347,6 +348,10 @@ class FakeFCM(ProviderFake):
         except ValueError as exc:  # SchemaError, or a body that is not JSON
             field = getattr(exc, "field", "") or None
             return google_error("INVALID_ARGUMENT", message=str(exc), field=field)
+        # FCM's limit: 4 KiB for what the device is sent (notification and data; the platform blocks aside).
+        shown = {key: message[key] for key in ("notification", "data") if key in message}
+        if len(json.dumps(shown, separators=(",", ":"), ensure_ascii=False).encode()) > 4096:
+            return google_error("INVALID_ARGUMENT", message="Message is too big (more than 4096 bytes).")
         hang = await apply_latency(faults, draw)
         if error := pick_error(faults, draw, self.state.pop_script()):
             response = google_error(error)

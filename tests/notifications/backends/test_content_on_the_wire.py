@@ -145,3 +145,9 @@ def test_check_options__refuses_what_a_provider_would_refuse_naming_options(opti
         check_options(options)
 
     assert set(caught.value.message_dict) == {"options"}
+
+
+def test_fcm_fake__refuses_a_message_over_4_kib_like_fcm(fcm, fcm_backend):
+    (result,) = run(send_all(fcm_backend, [message(FCM_TOKEN, data={"blob": "x" * 5000})]))
+
+    assert result.outcome == Outcome.PERMANENT and fcm.deliveries() == []
