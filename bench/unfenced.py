@@ -6,7 +6,7 @@ for the length of one drain, the lease queryset's guarded writes lose their guar
 - `guarded_update` (and so `release`, which finishes every row) becomes `UPDATE ... WHERE pk = %s`,
   without `owner = me AND fence = my_fence AND lease_expires_at > db_now()`, and never reports a loss;
 - `renew_batch` and `release_batch` become `UPDATE ... WHERE pk IN (...)`;
-- `release_each` (the group finish) keeps its one `UPDATE ... FROM (VALUES ...)` but matches rows by
+- `release_each` (the group finish) keeps its one statement, but `FinishPlan.guard` matches rows by
   pk only, without each row's owner, fence and live-expiry guard.
 
 The claim stays as it is, so rows are still split between workers and the provider sees the same
@@ -20,6 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 from weave.leases import BatchLease, Lease, LeaseQuerySet, default_clock
+from weave.leases.bulk import FinishPlan
 
 
 def _seconds(ttl: float | timedelta) -> timedelta:
@@ -38,21 +39,10 @@ def _unguarded_renew_batch(self: LeaseQuerySet, batch: BatchLease, *, ttl, clock
     return []
 
 
-def _unguarded_release_each(
-    self: LeaseQuerySet, rows: Iterable[tuple[Lease, Mapping[str, Any]]], *, clock=default_clock
-):
-    from django.db import connections
-
-    from weave.leases.bulk import finish_sql
-
-    rows = list(rows)
-    if not rows:
-        return set()
-    connection = connections[self._write_db]
-    sql, params = finish_sql(self.model, connection, self._write_db, rows, clock, guarded=False)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return {pk for (pk,) in cursor.fetchall()}
+def _unguarded_finish_guard(self: FinishPlan, qn, now):
+    # The group finish keeps its statement; only its WHERE clause loses the owner, fence and expiry.
+    pk = qn(self.keys[0].field.column)
+    return f"n.{pk} = v._w_pk", []
 
 
 def _unguarded_release_batch(
@@ -70,17 +60,19 @@ def _unguarded_release_batch(
 @contextmanager
 def guards_removed() -> Iterator[None]:
     """Swap the lease queryset's guarded writes for unguarded ones, then put them back."""
-    names = ("guarded_update", "renew_batch", "release_batch", "release_each")
+    names = ("guarded_update", "renew_batch", "release_batch")
     saved = {name: getattr(LeaseQuerySet, name) for name in names}
+    saved_guard = FinishPlan.guard
     LeaseQuerySet.guarded_update = _unguarded_update
     LeaseQuerySet.renew_batch = _unguarded_renew_batch
     LeaseQuerySet.release_batch = _unguarded_release_batch
-    LeaseQuerySet.release_each = _unguarded_release_each
+    FinishPlan.guard = _unguarded_finish_guard
     try:
         yield
     finally:
         for name, method in saved.items():
             setattr(LeaseQuerySet, name, method)
+        FinishPlan.guard = saved_guard
 
 
 def drain() -> dict[str, Any]:

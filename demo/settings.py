@@ -185,6 +185,8 @@ WEAVE: dict[str, object] = {
 def _weave_env_overrides() -> dict[str, float | int | bool]:
     """Read `WEAVE_<KEY>` for every numeric WEAVE setting, so a parent process (the chaos runner,
     a demo script) can give its worker processes short leases, budgets or batch sizes."""
+    import notifications.apps  # noqa: F401  (defining the apps' settings groups declares their keys)
+    import onboarding.apps  # noqa: F401
     from weave.conf import KEYS
 
     overrides: dict[str, float | int | bool] = {}

@@ -1,5 +1,37 @@
 from django.apps import AppConfig
 
+from weave.conf import SettingsGroup, WeaveSettings, count, lease_ttl, mapping_or_none, seconds, text
+
+
+class PushSettings(SettingsGroup):
+    """The push app's `WEAVE` keys (defining the class declares them; `weave_settings.PUSH_...` reads them)."""
+
+    PUSH_BACKENDS = mapping_or_none(
+        'alias -> {"BACKEND": dotted path, "OPTIONS": {...}}, like STORAGES; None: one "default" webhook '
+        "built from PUSH_URL / PUSH_TOKEN (notifications.backends.registry)"
+    )
+    PUSH_URL = text("", "the default webhook's endpoint; each message is a JSON POST", url=True)
+    PUSH_TOKEN = text("", "sent as Authorization: Bearer ...", secret=True)
+    PUSH_TIMEOUT = seconds(10.0, "per request: connect, send, headers and the whole body together")
+    PUSH_BATCH_SIZE = count(100, "rows claimed under one lease")
+    PUSH_CONCURRENCY = count(20, "requests in flight per worker")
+    PUSH_BUDGET = seconds(60.0, "seconds a drain may start new rows; must stay below Q_CLUSTER timeout")
+    PUSH_LEASE_TTL = lease_ttl("lease TTL of a batch of notifications", fallback=WeaveSettings.LEASE_TTL)
+    PUSH_MAX_ATTEMPTS = count(5, "attempts before a notification is failed")
+    PUSH_BACKOFF_BASE = seconds(2.0, "first retry delay; doubled per attempt, with jitter", minimum=0.0)
+    PUSH_BACKOFF_MAX = seconds(3600.0, "cap on the retry delay", minimum=0.0)
+    PUSH_MAX_PAYLOAD_BYTES = count(4096, "largest JSON payload a notification may carry")
+    PUSH_BREAKER_THRESHOLD = count(5, "consecutive systemic failures (5xx, 429, unreachable) that stop a batch")
+    PUSH_BREAKER_COOLDOWN = seconds(30.0, "how long rows released by the breaker wait", minimum=0.0)
+    PUSH_API_RATE = count(30, "device API requests one user may make per minute (notifications.urls)")
+    PUSH_API_AUTHENTICATE = text(
+        "", "dotted path of a callable(request) -> user or None for the device API (token auth); empty: sessions"
+    )
+    PUSH_API_PERMISSION = text("", "dotted path of a callable(request, user) -> bool; empty: any active user")
+    PUSH_QUIET_HOURS = text(
+        "", "dotted path of a callable(user, at, priority) -> datetime or None: when a push due at `at` may go"
+    )
+
 
 class NotificationsConfig(AppConfig):
     name = "notifications"
@@ -8,41 +40,35 @@ class NotificationsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from notifications import checks  # noqa: F401  (registers the system checks)
-        from notifications.explain import explain_notification
-        from weave.explain import register_explainer
-        from weave.schedules import ScheduleSpec, register_schedule
-
-        # The sweep: picks up expired leases and due retries even when nothing new is created.
-        register_schedule(ScheduleSpec(name="notifications.sweep", func="notifications.tasks.sweep", minutes=1))
-        register_explainer("notification", explain_notification)
-
-        # The operator console: lease counts, the dashboard panel, latency for the TTL advice, metrics.
-        from notifications import console
-        from notifications.models import Notification
-        from weave.telemetry import (
-            LatencySource,
-            Panel,
-            register_latency_source,
-            register_lease_job,
-            register_metrics,
-            register_panel,
+        from notifications import (
+            checks,  # noqa: F401  (registers the system checks)
+            console,
         )
+        from notifications.explain import explain_notification
+        from notifications.models import Notification
+        from notifications.queue import enqueue_drain
+        from weave.jobs import JobType, register
+        from weave.schedules import ScheduleSpec
 
-        register_lease_job("notification", Notification)
-        register_panel(Panel(key="notifications", title="Push notifications", order=10, render=console.render_panel))
-        register_latency_source(
-            LatencySource(
-                job="notification",
-                group="backend",
+        register(
+            JobType(
+                name="notification",
+                key="notifications",
+                model=Notification,
+                settings=PushSettings,
                 ttl_setting="PUSH_LEASE_TTL",
+                # The sweep: picks up expired leases and due retries even when nothing new is created.
+                schedule=ScheduleSpec(name="notifications.sweep", func="notifications.tasks.sweep", minutes=1),
+                # Retries and lapsed leases: the watcher asks for a drain when the earliest comes due.
+                next_due=Notification.objects.next_due_at,
+                wake=enqueue_drain,
+                explainer=explain_notification,
+                panel_title="Push notifications",
+                panel_order=10,
+                panel=console.render_panel,
+                latency=console.recent_latencies,
+                latency_group="backend",
                 timeout_setting="PUSH_TIMEOUT",
-                fetch=console.recent_latencies,
+                metrics=console.collect_metrics,
             )
         )
-        register_metrics("notifications", console.collect_metrics)
-        from notifications.queue import enqueue_drain
-        from weave.wake import WatchSpec, register_watch
-
-        # Retries and lapsed leases: the watcher asks for a drain when the earliest comes due.
-        register_watch(WatchSpec(name="notifications", next_due=Notification.objects.next_due_at, wake=enqueue_drain))

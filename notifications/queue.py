@@ -4,17 +4,14 @@ The worker (`delivery`), the services and the due-time watcher all ask for a dra
 none of them imports the task module that imports the worker.
 """
 
-from django_q.conf import Conf
-from django_q.tasks import async_task
-
-from weave import wake
+from weave import jobs
 
 DRAIN = "notifications.drain"
 
 
 def drain_request_name() -> str:
     """The request row of this broker queue's drains: clusters on other queues get their own."""
-    return f"{DRAIN}@{Conf.CLUSTER_NAME}"
+    return jobs.request_name(DRAIN)
 
 
 def enqueue_drain() -> bool:
@@ -26,8 +23,4 @@ def enqueue_drain() -> bool:
     while it runs gets another drain, which is how a backlog spreads over every worker.
     Returns whether a task was enqueued.
     """
-    return wake.request_once(drain_request_name(), enqueue=_enqueue)
-
-
-def _enqueue() -> None:
-    async_task("notifications.tasks.drain", task_name=DRAIN, group="notifications")
+    return jobs.request(drain_request_name(), "notifications.tasks.drain", task_name=DRAIN, group="notifications")

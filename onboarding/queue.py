@@ -4,14 +4,11 @@ The runner, the services and the due-time watcher ask through here, so none of t
 module that imports them.
 """
 
-from django_q.conf import Conf
-from django_q.tasks import async_task
-
-from weave import wake
+from weave import jobs
 
 
 def request_name(run_id: int) -> str:
-    return f"onboarding.run:{run_id}@{Conf.CLUSTER_NAME}"
+    return jobs.request_name(f"onboarding.run:{run_id}")
 
 
 def enqueue_run(run_id: int) -> bool:
@@ -20,6 +17,4 @@ def enqueue_run(run_id: int) -> bool:
     Coalesced per run through Weave's own row (`weave.wake.request_once`): the sweep, the watcher and a
     person pressing "resume" can all ask at once and one task is queued. Returns whether it was.
     """
-    return wake.request_once(
-        request_name(run_id), enqueue=lambda: async_task("onboarding.tasks.run_onboarding", run_id, group="onboarding")
-    )
+    return jobs.request(request_name(run_id), "onboarding.tasks.run_onboarding", run_id, group="onboarding")

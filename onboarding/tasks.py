@@ -7,15 +7,14 @@ and runs whose lease expired. The due-time watcher (`weave.wake`) normally gets 
 from onboarding import queue
 from onboarding.runner import run_onboarding as run
 from onboarding.services import onboarding_sweep
-from weave import wake
+from weave import jobs
 
 
 def run_onboarding(run_id: int) -> str:
     """Run one attempt at `run_id`; return its outcome for the task result."""
-    # The request row is per run: drop it, so a later request (a retry's due time) queues a new task.
-    wake.task_started(queue.request_name(run_id), forget=True)
-    # Wake the watchers: the run is about to be leased, and they should know when that lease ends.
-    wake.announce()
+    # The request row is per run: drop it, so a later request (a retry's due time) queues a new task;
+    # and wake the watchers: the run is about to be leased, and they should know when that lease ends.
+    jobs.started(queue.request_name(run_id), forget=True)
     return run(run_id)
 
 

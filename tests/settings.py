@@ -9,6 +9,9 @@ os.environ.setdefault("DEBUG", "true")
 
 from demo.settings import *  # noqa: E402, F403
 
-INSTALLED_APPS = [*INSTALLED_APPS, "tests.leasetest"]  # noqa: F405
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.leasetest", "tests.jobs.shipping"]  # noqa: F405
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in admin tests
+
+# django.tasks (the backport on Django 5.2) through Weave: tests/jobs/test_tasks.py
+TASKS = {"default": {"BACKEND": "weave.tasks.WeaveBackend"}}

@@ -25,6 +25,12 @@ class WeaveConfig(AppConfig):
         if apps.is_installed("django.contrib.admin"):
             register_admin()
 
+        if _uses_weave_tasks():
+            from weave.tasks.worker import ensure_registered
+
+            # The "task" job type: its sweep, watch and lease counts exist before the first enqueue.
+            ensure_registered()
+
         # The sweeps exist as soon as the site has migrated: a site that only ran `migrate` and
         # started `qcluster` gets retries and recovery without remembering `weave_schedules`.
         post_migrate.connect(_ensure_schedules_after_migrate, dispatch_uid="weave.schedules.post_migrate")
@@ -35,6 +41,13 @@ class WeaveConfig(AppConfig):
 
             # Every django-q2 worker process gets a due-time watcher thread (weave.wake).
             post_spawn.connect(start_watcher, dispatch_uid="weave.wake.watcher")
+
+
+def _uses_weave_tasks() -> bool:
+    from django.conf import settings
+
+    backends = getattr(settings, "TASKS", None) or {}
+    return any(str(conf.get("BACKEND", "")).startswith("weave.tasks") for conf in backends.values())
 
 
 def _ensure_schedules_after_migrate(sender: AppConfig, using: str = "default", **kwargs: Any) -> None:

@@ -7,6 +7,7 @@ from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
 from weave.conf import KEYS, weave_settings
+from weave.jobs import ttl_settings
 
 
 @register(Tags.compatibility)
@@ -72,7 +73,7 @@ def check_weave_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         errors.append(
             Error(
                 f"Unknown WEAVE setting(s): {', '.join(unknown)}.",
-                hint="See weave/conf.py for the settings and their defaults.",
+                hint="The core's settings are in weave/conf.py; each app declares its own next to its job type.",
                 id="weave.E005",
             )
         )
@@ -89,10 +90,10 @@ def check_weave_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 
 @register(Tags.compatibility)
 def check_lease_ttls(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """Refuse lease TTLs that heartbeats cannot keep alive."""
+    """Refuse lease TTLs that heartbeats cannot keep alive (the core's and every registered job type's)."""
     errors: list[Error] = []
     interval = weave_settings.HEARTBEAT_INTERVAL
-    for key in ("LEASE_TTL", "PUSH_LEASE_TTL", "ONBOARDING_LEASE_TTL"):
+    for key in ttl_settings():
         if not weave_settings.valid("HEARTBEAT_INTERVAL", key):
             continue  # weave.E006 reports a value of the wrong type or range
         ttl = getattr(weave_settings, key)
@@ -157,7 +158,7 @@ def check_worker_db_limits(app_configs: Any = None, **kwargs: Any) -> list[Warni
                 id="weave.W020",
             )
         ]
-    ttls = [getattr(weave_settings, k) for k in ("LEASE_TTL", "PUSH_LEASE_TTL", "ONBOARDING_LEASE_TTL")]
+    ttls = [getattr(weave_settings, k) for k in ttl_settings()]
     shortest = min((t for t in ttls if isinstance(t, (int, float)) and t > 0), default=None)
     warnings: list[Warning] = []
     for key in _WORKER_DB_KEYS:

@@ -5,16 +5,23 @@ Values are read on every attribute access, never cached at import, so a test tha
 (`weave/checks.py`) validates every key's type and range with `Key.problem()`; `weave.E005` refuses
 unknown keys.
 
-Adding a setting is one line in `WeaveSettings` below: `NAME = seconds(10.0, "what it is for")`
-(or `count`, `text`, ...). The default, the type mypy sees, the check and `DEFAULTS` all follow from it.
+The core declares only its own keys (`WeaveSettings`). An app declares its keys in a subclass of
+`SettingsGroup`, next to its job type:
+
+    class PushSettings(SettingsGroup):
+        PUSH_TIMEOUT = seconds(10.0, "per request")
+
+Defining the class is what declares the keys (to the checks, `KEYS`, `DEFAULTS` and
+`weave_settings.PUSH_TIMEOUT`), so the core never names an app's settings.
 """
 
 import math
-from collections.abc import Mapping
-from types import MappingProxyType
+from collections.abc import Iterator, Mapping
 from typing import Any, Generic, TypeVar, overload
+from urllib.parse import urlsplit
 
 from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
 
 T = TypeVar("T")
 
@@ -37,6 +44,8 @@ class Key(Generic[T]):
         minimum: float | None = None,
         above: float | None = None,
         fallback: "Key[T] | None" = None,
+        secret: bool = False,
+        url: bool = False,
     ) -> None:
         self.default = default
         self.doc = doc
@@ -45,6 +54,9 @@ class Key(Generic[T]):
         self.minimum = minimum  # inclusive lower bound for numbers
         self.above = above  # exclusive lower bound for numbers
         self.fallback = fallback  # when the site does not set this key, use that key's value
+        # A credential (a token, or a URL that may carry userinfo): screens redact its value.
+        self.secret = secret
+        self.url = url  # a URL whose userinfo (user:password@) is a credential
         self.name = ""
 
     def __set_name__(self, owner: type, name: str) -> None:
@@ -139,9 +151,12 @@ def mapping_or_none(doc: str) -> Key[Mapping[str, Any] | None]:
     return Key[Mapping[str, Any] | None](None, doc, kind=dict, optional=True)
 
 
-def text(default: str, doc: str) -> Key[str]:
-    """A string (URLs are checked by the app that uses them)."""
-    return Key(default, doc, kind=str)
+def text(default: str, doc: str, *, secret: bool = False, url: bool = False) -> Key[str]:
+    """A string (URLs are checked by the app that uses them).
+
+    `secret`: the value is a credential, redacted wherever shown; `url`: a URL whose userinfo is.
+    """
+    return Key(default, doc, kind=str, secret=secret, url=url)
 
 
 def dotted_paths(default: tuple[str, ...], doc: str) -> Key[tuple[str, ...]]:
@@ -149,8 +164,96 @@ def dotted_paths(default: tuple[str, ...], doc: str) -> Key[tuple[str, ...]]:
     return Key(default, doc, kind=tuple)
 
 
-class WeaveSettings:
-    """Read-through, typed view of `settings.WEAVE`: one attribute per key."""
+class SettingsGroup:
+    """A typed, read-through view of some `WEAVE` keys: one `Key` attribute per setting.
+
+    Every subclass declares its keys when it is defined: the checks validate them, `weave.E005`
+    accepts them and `weave_settings` reads them by name. Names are global to `WEAVE`: a key
+    declared twice by different groups is a programming error.
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, key in cls.keys().items():
+            known = _declared.get(name)
+            if known is not None and known is not key and not _same_place(known, key):
+                raise ImproperlyConfigured(f"WEAVE key {name} is declared twice ({cls.__module__}.{cls.__qualname__}).")
+            _declared[name] = key
+
+    @classmethod
+    def keys(cls) -> dict[str, Key[Any]]:
+        """This group's keys, by name, in declaration order."""
+        found: dict[str, Key[Any]] = {}
+        for klass in reversed(cls.__mro__):
+            found.update({name: value for name, value in vars(klass).items() if isinstance(value, Key)})
+        return found
+
+    def valid(self, *names: str) -> bool:
+        """Whether the named keys all hold allowed values (checks that compare keys skip otherwise: E006 reports)."""
+        overrides = _overrides()
+        return all(KEYS[name].problem(KEYS[name].read(overrides)) is None for name in names)
+
+
+def _same_place(a: Key[Any], b: Key[Any]) -> bool:
+    # A module imported twice (a test reloading an app's declarations) redefines the same key.
+    return (a.name, a.doc, a.kind, a.default) == (b.name, b.doc, b.kind, b.default)
+
+
+_declared: dict[str, Key[Any]] = {}
+
+
+class _Keys(Mapping[str, Key[Any]]):
+    """Every declared key, the core's and the apps', looked up when asked (apps declare theirs on import)."""
+
+    def __getitem__(self, name: str) -> Key[Any]:
+        return _declared[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(_declared))
+
+    def __len__(self) -> int:
+        return len(_declared)
+
+
+class _Defaults(Mapping[str, Any]):
+    def __getitem__(self, name: str) -> Any:
+        return _declared[name].default
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(_declared))
+
+    def __len__(self) -> int:
+        return len(_declared)
+
+
+KEYS: Mapping[str, Key[Any]] = _Keys()
+DEFAULTS: Mapping[str, Any] = _Defaults()
+
+
+def setting(name: str) -> Any:
+    """The site's value (or the default) of the declared key `name`."""
+    return KEYS[name].read(_overrides())
+
+
+def secret_values() -> list[str]:
+    """The configured credentials: every `secret` key's value and the userinfo of every `url` key's value."""
+    overrides = _overrides()
+    found: list[str] = []
+    for key in KEYS.values():
+        value = key.read(overrides) if key.secret or key.url else None
+        if key.secret:
+            found.append(str(value or ""))
+        if key.url:
+            try:
+                parts = urlsplit(str(value or ""))
+            except ValueError:
+                continue
+            found += [parts.password or "", parts.username or ""]
+    return [secret for secret in found if secret]
+
+
+class WeaveSettings(SettingsGroup):
+    """Read-through, typed view of `settings.WEAVE`: the core's keys, and any app's key by name."""
 
     # --- leases (seconds) ---
     LEASE_TTL = seconds(30.0, "lease TTL of any job whose own *_LEASE_TTL is not set")
@@ -158,7 +261,7 @@ class WeaveSettings:
         # A TTL shorter than three intervals leaves no room for one late renewal (weave.E010).
         "seconds between heartbeat renewals; None means a third of the lease TTL"
     )
-    # --- worker database sessions (issue 17: a worker cut off from PostgreSQL mid-transaction) ---
+    # --- worker database sessions (a worker cut off from PostgreSQL mid-transaction) ---
     # Applied only to PostgreSQL connections opened in django-q2 worker processes (weave/worker_db.py),
     # never to the site's web requests. 0 disables a limit; weave.W020/W021 warn when a limit is missing
     # or not below the lease TTLs.
@@ -174,29 +277,6 @@ class WeaveSettings:
     WORKER_DB_TCP_USER_TIMEOUT = seconds(
         10.0, "sent data unacknowledged this long drops the connection (both ends)", minimum=0.0
     )
-    # --- push notifications ---
-    PUSH_BACKENDS = mapping_or_none(
-        'alias -> {"BACKEND": dotted path, "OPTIONS": {...}}, like STORAGES; None: one "default" webhook '
-        "built from PUSH_URL / PUSH_TOKEN (notifications.backends.registry)"
-    )
-    PUSH_URL = text("", "the default webhook's endpoint; each message is a JSON POST")
-    PUSH_TOKEN = text("", "sent as Authorization: Bearer ...")
-    PUSH_TIMEOUT = seconds(10.0, "per request: connect, send, headers and the whole body together")
-    PUSH_BATCH_SIZE = count(100, "rows claimed under one lease")
-    PUSH_CONCURRENCY = count(20, "requests in flight per worker")
-    PUSH_BUDGET = seconds(60.0, "seconds a drain may start new rows; must stay below Q_CLUSTER timeout")
-    PUSH_LEASE_TTL = lease_ttl("lease TTL of a batch of notifications", fallback=LEASE_TTL)
-    PUSH_MAX_ATTEMPTS = count(5, "attempts before a notification is failed")
-    PUSH_BACKOFF_BASE = seconds(2.0, "first retry delay; doubled per attempt, with jitter", minimum=0.0)
-    PUSH_BACKOFF_MAX = seconds(3600.0, "cap on the retry delay", minimum=0.0)
-    PUSH_MAX_PAYLOAD_BYTES = count(4096, "largest JSON payload a notification may carry")
-    PUSH_BREAKER_THRESHOLD = count(5, "consecutive systemic failures (5xx, 429, unreachable) that stop a batch")
-    PUSH_BREAKER_COOLDOWN = seconds(30.0, "how long rows released by the breaker wait", minimum=0.0)
-    PUSH_API_RATE = count(30, "device API requests one user may make per minute (notifications.urls)")
-    PUSH_API_AUTHENTICATE = text(
-        "", "dotted path of a callable(request) -> user or None for the device API (token auth); empty: sessions"
-    )
-    PUSH_API_PERMISSION = text("", "dotted path of a callable(request, user) -> bool; empty: any active user")
     # --- operator console ---
     METRICS_TOKEN = text("", "bearer token for the Prometheus endpoint (weave.urls); empty: staff sessions only")
     DASHBOARD_REFRESH = count(10, "seconds between the dashboard's automatic reloads; 0 turns it off", minimum=0)
@@ -206,56 +286,25 @@ class WeaveSettings:
     WAKE_GRACE = seconds(0.2, "how long work found due after a notification is left to the task that sent it")
     WAKE_POLL_MAX = seconds(1.0, "longest poll on SQLite, and the longest backoff while work stays overdue")
     WAKE_IDLE = seconds(30.0, "longest LISTEN on PostgreSQL with nothing due (NOTIFY wakes it sooner)")
-    # --- supplier onboarding ---
-    SUPPLIER_API_URL = text("", "base URL of the supplier services")
-    SUPPLIER_API_TIMEOUT = seconds(10.0, "per request")
-    ONBOARDING_LEASE_TTL = lease_ttl("lease TTL of an onboarding run", fallback=LEASE_TTL)
-    ONBOARDING_BUDGET = seconds(90.0, "seconds one attempt may work; below Q_CLUSTER timeout")
-    ONBOARDING_STEP_RETRIES = count(3, "temporary failures retried within a step", minimum=0)
-    ONBOARDING_RETRY_BACKOFF = seconds(0.5, "seconds before the first retry in a step, doubled per retry", minimum=0.0)
-    ONBOARDING_RETRY_AFTER_MAX = seconds(30.0, "a longer Retry-After is capped to this", minimum=0.0)
-    ONBOARDING_RELEASE_BACKOFF = seconds(
-        2.0, "a run released on a temporary failure is due again after this, doubled per release, with jitter"
-    )
-    ONBOARDING_RELEASE_BACKOFF_MAX = seconds(300.0, "cap on the release backoff")
-    # A run records the list when it starts, so changing it never reshapes runs in flight; the
-    # system check onboarding.E003 loads it (README "Write your own step").
-    ONBOARDING_STEPS = dotted_paths(
-        (
-            "onboarding.steps.builtin.verify_tax_id",
-            "onboarding.steps.builtin.screen_sanctions",
-            "onboarding.steps.builtin.create_vendor_record",
-            "onboarding.steps.builtin.set_payment_terms",
-            "onboarding.steps.builtin.register_bank_account",
-            "onboarding.steps.builtin.send_welcome_notification",
-        ),
-        "the onboarding plan: dotted paths of the steps a new run takes, in order",
-    )
 
-    @classmethod
-    def keys(cls) -> dict[str, Key[Any]]:
-        """Every key, by name, in declaration order."""
-        return {name: value for name, value in vars(cls).items() if isinstance(value, Key)}
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names that are not the core's own: an app's declared key.
+        key = _declared.get(name)
+        if key is None:
+            raise AttributeError(f"WEAVE has no setting {name!r} (no installed app declares it).")
+        return key.read(_overrides())
 
     def unknown_keys(self) -> list[str]:
-        return sorted(set(_overrides()) - set(self.keys()))
-
-    def valid(self, *names: str) -> bool:
-        """Whether the named keys all hold allowed values (checks that compare keys skip otherwise: E006 reports)."""
-        keys, overrides = self.keys(), _overrides()
-        return all(keys[name].problem(keys[name].read(overrides)) is None for name in names)
+        return sorted(set(_overrides()) - set(KEYS))
 
     def problems(self) -> list[tuple[str, object, str]]:
         """Return (key, value, what is wrong) for every key the site set to a value of the wrong type or range."""
         overrides = _overrides()
         found = []
-        for name, key in self.keys().items():
+        for name, key in KEYS.items():
             if name in overrides and (problem := key.problem(overrides[name])) is not None:
                 found.append((name, overrides[name], problem))
         return found
 
-
-KEYS: Mapping[str, Key[Any]] = MappingProxyType(WeaveSettings.keys())
-DEFAULTS: Mapping[str, Any] = MappingProxyType({name: key.default for name, key in KEYS.items()})
 
 weave_settings = WeaveSettings()

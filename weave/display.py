@@ -8,7 +8,6 @@ header, or a password from a configured URL, to any user, view-only ones include
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.contrib import admin
 from django.db import models
@@ -16,7 +15,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from weave.conf import weave_settings
+from weave.conf import secret_values
 from weave.sanitize import decode, redact
 
 
@@ -73,15 +72,8 @@ def changelist_link(model: type[models.Model], text: object, **filters: object) 
 
 
 def known_secrets() -> list[str]:
-    """The configured secrets: the push token and any userinfo in the configured service URLs."""
-    found = [str(weave_settings.PUSH_TOKEN or "")]
-    for url in (weave_settings.PUSH_URL, weave_settings.SUPPLIER_API_URL):
-        try:
-            parts = urlsplit(str(url or ""))
-        except ValueError:
-            continue
-        found += [parts.password or "", parts.username or ""]
-    return [secret for secret in found if secret]
+    """The configured secrets: every key declared secret, and any userinfo in the configured service URLs."""
+    return secret_values()
 
 
 def shown(text: str) -> str:

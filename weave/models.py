@@ -1,8 +1,21 @@
-"""Weave's own rows. The core has no job tables: `WakeRequest` coalesces wake-up requests, and
-`Dashboard` is an unmanaged stand-in so the admin lists the Weave dashboard on its index page and
-serves it at /admin/weave/dashboard/ (see `weave.dashboard`)."""
+"""Weave's own rows.
+
+- `WakeRequest` coalesces wake-up requests; `Dashboard` is an unmanaged stand-in so the admin lists
+  the Weave dashboard on its index page and serves it at /admin/weave/dashboard/ (`weave.dashboard`).
+- `JobModel` is the abstract base of a site's own job types (`weave.jobs`); `JobAttempt` and
+  `JobStepReceipt` are their history, shared by every job type; `TaskRow` holds `django.tasks`
+  tasks enqueued through `weave.tasks.WeaveBackend`.
+"""
+
+from datetime import datetime
+from typing import TypeVar
 
 from django.db import models
+from django.db.models import Case, F, Min, Q, When
+
+from weave.leases import Clock, LeasedModel, LeaseQuerySet, default_clock
+
+_J = TypeVar("_J", bound=models.Model)
 
 
 class Dashboard(models.Model):
@@ -34,3 +47,138 @@ class WakeRequest(models.Model):
 
     def __str__(self) -> str:
         return f"Wake-up request {self.name}"
+
+
+# --- a site's own job types (weave.jobs) ----------------------------------------------------------------
+
+
+class JobState(models.TextChoices):
+    PENDING = "pending"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class JobQuerySet(LeaseQuerySet[_J]):
+    """The states of a job type's rows, each judged by the database clock."""
+
+    def pending(self) -> "JobQuerySet[_J]":
+        return self.filter(state=JobState.PENDING)
+
+    def due(self, clock: Clock = default_clock) -> "JobQuerySet[_J]":
+        """Pending rows whose time has come and that nobody holds under a live lease."""
+        time_come = Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=clock.now())
+        return self.pending().filter(time_come).free_or_expired(clock)
+
+    def next_due_at(self) -> datetime | None:
+        """The earliest database time at which a pending row needs a worker (a held row: when its lease ends)."""
+        at = Case(
+            When(owner__isnull=False, then=F("lease_expires_at")),
+            When(next_attempt_at__isnull=False, then=F("next_attempt_at")),
+            default=F("created_at"),
+        )
+        earliest: datetime | None = self.pending().aggregate(at=Min(at))["at"]
+        return earliest
+
+
+class JobModel(LeasedModel):
+    """Abstract base of a site's own fenced job: the lease fields plus what the runner keeps.
+
+    The runner writes these fields only through guarded statements; a site adds its own fields
+    (what to book, charge or sync) and never writes `state` by hand.
+    """
+
+    state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.PENDING, editable=False)
+    attempts = models.PositiveIntegerField(default=0, editable=False)
+    # Bumped by an operator's retry: step receipts and idempotency keys start afresh.
+    epoch = models.PositiveIntegerField(default=0, editable=False)
+    next_attempt_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_error = models.TextField(blank=True, default="", editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    objects = JobQuerySet.as_manager()  # type: ignore[misc]  # replaces the abstract base's manager
+
+    class Meta:
+        abstract = True
+
+
+class JobAttempt(models.Model):
+    """One attempt at one job (of any job type): who ran it, under which fence, and how it ended."""
+
+    class Outcome(models.TextChoices):
+        DONE = "done"
+        RETRY = "retry", "failed, will retry"
+        FAILED = "failed"
+        BLOCKED = "blocked", "blocked (lease lost)"
+
+    job_type = models.CharField(max_length=100)
+    job_id = models.CharField(max_length=64)
+    number = models.PositiveIntegerField()
+    owner = models.CharField(max_length=100)
+    fence = models.BigIntegerField()
+    outcome = models.CharField(max_length=20, choices=Outcome.choices)
+    reason = models.TextField(blank=True, default="")
+    error_class = models.CharField(max_length=300, blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+    result = models.JSONField(null=True, blank=True)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["job_type", "job_id", "number"], name="weave_jobattempt_job")]
+
+    def __str__(self) -> str:
+        return f"{self.job_type} {self.job_id} attempt {self.number}: {self.outcome}"
+
+
+class JobStepReceipt(models.Model):
+    """A step that landed: written in the same guarded transaction as the step's own writes.
+
+    A later attempt (after a crash or a lost lease) skips every step with a receipt in the job's
+    current epoch and reads back its result: that is how a job resumes.
+    """
+
+    job_type = models.CharField(max_length=100)
+    job_id = models.CharField(max_length=64)
+    epoch = models.PositiveIntegerField()
+    step = models.CharField(max_length=100)
+    attempt = models.PositiveIntegerField()
+    owner = models.CharField(max_length=100)
+    fence = models.BigIntegerField()
+    idempotency_key = models.CharField(max_length=300)
+    result = models.JSONField(null=True, blank=True)
+    finished_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job_type", "job_id", "epoch", "step"], name="weave_jobstep_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_type} {self.job_id} step {self.step}"
+
+
+# --- django.tasks through Weave (weave.tasks) -----------------------------------------------------------
+
+
+class TaskRow(JobModel):
+    """One `django.tasks` task enqueued on `weave.tasks.WeaveBackend`: a fenced job like any other."""
+
+    result_id = models.CharField(max_length=64, unique=True)
+    backend = models.CharField(max_length=100)
+    queue_name = models.CharField(max_length=100)
+    task_path = models.CharField(max_length=300)
+    priority = models.IntegerField(default=0)
+    takes_context = models.BooleanField(default=False)
+    args = models.JSONField(default=list)
+    kwargs = models.JSONField(default=dict)
+    return_value = models.JSONField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "task"
+        indexes = [models.Index(fields=["state", "priority", "next_attempt_at"], name="weave_task_due")]
+
+    def __str__(self) -> str:
+        return f"task {self.task_path} ({self.result_id})"

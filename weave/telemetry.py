@@ -17,8 +17,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection, models
-from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from django.utils.safestring import SafeString
 
 from weave.conf import weave_settings
@@ -30,18 +28,7 @@ from weave.tuning import TtlAdvice, recommend_ttl
 
 def db_now() -> datetime:
     """Read the database clock once (aware, UTC): windows and ages are judged by it, not by this host."""
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SELECT clock_timestamp()")
-            value = cursor.fetchone()[0]
-        else:
-            cursor.execute("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")
-            value = parse_datetime(cursor.fetchone()[0])
-    if not isinstance(value, datetime):
-        raise TypeError(f"the database clock answered {value!r}")
-    if timezone.is_naive(value):
-        value = timezone.make_aware(value, UTC)
-    return value
+    return default_clock.read(connection.alias)
 
 
 # --- leased job types ---------------------------------------------------------------------------

@@ -78,7 +78,7 @@ def test_enqueue_drain__frees_the_slot_when_the_broker_refuses(monkeypatch):
     def broken(*args, **kwargs):
         raise ConnectionError("broker down")
 
-    monkeypatch.setattr("notifications.queue.async_task", broken)
+    monkeypatch.setattr("weave.jobs.queue.async_task", broken)
     with pytest.raises(ConnectionError):
         enqueue_drain()
     assert WakeRequest.objects.get().queued_until is None

@@ -11,6 +11,7 @@ from weave.leases.heartbeat import Heartbeat
 from weave.leases.lease import BatchLease, Lease, new_owner
 from weave.leases.models import LEASE_FIELDS, LeasedModel
 from weave.leases.queryset import LeaseQuerySet
+from weave.leases.receipts import insert_receipts
 
 __all__ = [
     "BatchLease",
@@ -30,5 +31,6 @@ __all__ = [
     "LeasedModel",
     "NotClaimable",
     "default_clock",
+    "insert_receipts",
     "new_owner",
 ]

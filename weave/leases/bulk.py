@@ -1,17 +1,23 @@
-"""SQL for the lease core's group statements: a claim that returns its rows, a finish of many rows at once.
+"""SQL for the lease core's group statements: a finish of many rows at once, and a multi-row insert.
 
-Only `LeaseQuerySet` calls these builders (it stays the only writer of lease fields). They exist as
-hand-written SQL because the ORM has no `UPDATE ... FROM (VALUES ...)`, and its `CASE`/`Q` form of the
-same statement cost a worker more CPU to build and compile than the database spent running it.
+Both exist as hand-written SQL because the ORM has no `UPDATE ... FROM (VALUES ...)`, and its
+`CASE`/`Q` form (or `bulk_create`) cost a worker more CPU to build and compile than the database
+spent running the statement.
 
-    finish: one UPDATE for the whole group, each row under its own guard (owner, fence, live lease)
-        PostgreSQL:  UPDATE t AS n SET ... FROM (VALUES (...), ...) AS v(...) WHERE <guard> RETURNING id
-        SQLite:      WITH v(...) AS (VALUES (...), ...) UPDATE t AS n SET ... FROM v WHERE <guard> RETURNING id
+A group finish is described once, by a `FinishPlan` (the rows, which fields each writes, the guard),
+and rendered by one of two renderers:
 
-The clock's "now" goes into the same SQL (the database clock, or a FakeClock's literal).
+    arrays (PostgreSQL):  UPDATE t AS n SET ... FROM unnest(%s::type[], ...) AS v(...) WHERE <guard> RETURNING id
+    values (both):        UPDATE t AS n SET ... FROM (VALUES (...), ...) AS v(...) WHERE <guard> RETURNING id
+                          (SQLite: WITH v(...) AS (VALUES ...) UPDATE t AS n SET ... FROM v ...)
+
+The arrays form's SQL text depends only on which fields are written, never on how many rows: psycopg
+reuses its parsed form and the worker builds no per-row SQL. The clock's "now" goes into the same SQL
+(the database clock, or a FakeClock's literal).
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeAlias, cast
 
 from django.db import models
@@ -20,14 +26,17 @@ from django.db.models import Value
 from django.db.models.sql import UpdateQuery
 from django.db.models.sql.compiler import SQLCompiler
 
-from weave.leases.clock import Clock, DbNow
+from weave.leases.clock import Clock, DbNow, postgres_now_plus
 from weave.leases.lease import Lease
 
 Field: TypeAlias = "models.Field[Any, Any]"  # a string: Field is generic only in django-stubs
+Sql: TypeAlias = tuple[str, list[Any]]
+
+_ABSENT = object()  # a row that does not write this field: it keeps its value
 
 
 def _field(model: type[models.Model], name: str) -> Field:
-    """The concrete field `name` (lease writes name concrete columns, never relations)."""
+    """The concrete field `name` (group writes name concrete columns, never reverse relations)."""
     meta = model._meta
     return cast(Field, meta.pk if name == "pk" else meta.get_field(name))
 
@@ -45,129 +54,20 @@ def _cast(connection: BaseDatabaseWrapper, sql: str, field: Field) -> str:
     return sql
 
 
-class _Compiler:
-    """Compiles single values and expressions (a clock's now) outside any query, for the VALUES list."""
-
-    def __init__(self, model: type[models.Model], connection: BaseDatabaseWrapper, using: str) -> None:
-        self.connection = connection
-        self.query = UpdateQuery(model)
-        self.compiler: SQLCompiler = self.query.get_compiler(using)
-        # A group's rows share expressions (one "now" for all, a clock offset per retry delay):
-        # compiling each through the ORM cost more than the statement, so each is compiled once.
-        self._compiled: dict[Any, tuple[str, list[Any]]] = {}
-        self._placeholders: dict[str, str] = {}
-
-    def value(self, value: Any, field: Field) -> tuple[str, list[Any]]:
-        if hasattr(value, "resolve_expression"):
-            key = ("now", value.offset_seconds, field.name) if type(value) is DbNow else (id(value), field.name)
-            compiled = self._compiled.get(key)
-            if compiled is None:
-                compiled = self._compiled[key] = self._expression(value, field)
-            return compiled
-        placeholder = self._placeholders.get(field.name)
-        if placeholder is None:
-            placeholder = self._placeholders[field.name] = _cast(self.connection, "%s", field)
-        return placeholder, [field.get_db_prep_save(value, self.connection)]
-
-    def _expression(self, value: Any, field: Field) -> tuple[str, list[Any]]:
-        expression = value.resolve_expression(self.query, allow_joins=False, for_save=True)
-        if expression.contains_column_references:
-            raise ValueError(f"{field.name}: a group finish takes values, not column references.")
-        sql, params = self.compiler.compile(expression)
-        return _cast(self.connection, sql, field), list(params)
+# --- columns: one field's values for every row -------------------------------------------------------
 
 
-def finish_sql(
-    model: type[models.Model],
-    connection: BaseDatabaseWrapper,
-    using: str,
-    rows: Sequence[tuple[Lease, Mapping[str, Any]]],
-    clock: Clock,
-    *,
-    guarded: bool = True,
-) -> tuple[str, list[Any]]:
-    """Return one statement releasing every row of `rows` still held by its lease, writing its fields.
+@dataclass(frozen=True)
+class Column:
+    """One column of the rows sent with a group statement: its alias in `v`, its field, a value per row."""
 
-    Each row lands only under the guard of `LeaseQuerySet.release()`: `pk` and the row's own owner and
-    fence, with a lease live by `clock`. A field missing from some rows keeps its value there.
-    """
-    if connection.vendor == "postgresql":
-        arrays = _finish_sql_arrays(model, connection, using, rows, clock, guarded=guarded)
-        if arrays is not None:
-            return arrays
-    meta = model._meta
-    qn = connection.ops.quote_name
-    compiler = _Compiler(model, connection, using)
-    pk_field = _field(model, "pk")
-    owner_field = _field(model, "owner")
-    fence_field = _field(model, "fence")
-    expires_column = _col(_field(model, "lease_expires_at"))
-    names = sorted({name for _, fields in rows for name in fields})
-    fields = [_field(model, name) for name in names]
-    partial = {name for name in names if any(name not in values for _, values in rows)}
-    flag = models.BooleanField()
+    alias: str
+    field: Field
+    values: list[Any]  # a constant, a clock expression (DbNow / a FakeClock's Value) or _ABSENT
 
-    value_columns = ["_w_pk", "_w_owner", "_w_fence"]
-    for field in fields:
-        value_columns.append(f"_w_{_col(field)}")
-        if field.name in partial:
-            value_columns.append(f"_w_set_{_col(field)}")
-
-    tuples: list[str] = []
-    params: list[Any] = []
-    for lease, values in rows:
-        cells: list[str] = []
-        for value, field in ((lease.pk, pk_field), (lease.owner, owner_field), (lease.fence, fence_field)):
-            sql, cell_params = compiler.value(value, field)
-            cells.append(sql)
-            params.extend(cell_params)
-        for field in fields:
-            present = field.name in values
-            if present:
-                sql, cell_params = compiler.value(values[field.name], field)
-            else:
-                sql, cell_params = _cast(connection, "NULL", field), []
-            cells.append(sql)
-            params.extend(cell_params)
-            if field.name in partial:
-                cells.append(_cast(connection, "%s", flag))
-                params.append(present)
-        tuples.append(f"({', '.join(cells)})")
-
-    assignments = [
-        f"{qn(_col(owner_field))} = NULL",
-        f"{qn(expires_column)} = NULL",
-    ]
-    for field in fields:
-        column = qn(_col(field))
-        new = f"v.{qn('_w_' + _col(field))}"
-        if field.name in partial:
-            new = f"CASE WHEN v.{qn('_w_set_' + _col(field))} THEN {new} ELSE n.{column} END"
-        assignments.append(f"{column} = {new}")
-
-    now_sql, compiled_params = compiler.compiler.compile(
-        clock.now().resolve_expression(compiler.query, allow_joins=False, for_save=True)
-    )
-    now_params: list[Any] = list(compiled_params)
-    guard = (
-        f"n.{qn(_col(pk_field))} = v._w_pk AND n.{qn(_col(owner_field))} = v._w_owner "
-        f"AND n.{qn(_col(fence_field))} = v._w_fence "
-        f"AND n.{qn(expires_column)} > {now_sql}"
-    )
-    if not guarded:
-        guard, now_params = f"n.{qn(_col(pk_field))} = v._w_pk", []
-    table = qn(meta.db_table)
-    columns = ", ".join(value_columns)
-    values_sql = ", ".join(tuples)
-    set_sql = ", ".join(assignments)
-    returning = f"RETURNING {qn(_col(pk_field))}"
-    if connection.vendor == "postgresql":
-        sql = f"UPDATE {table} AS n SET {set_sql} FROM (VALUES {values_sql}) AS v({columns}) WHERE {guard} {returning}"
-        return sql, [*params, *now_params]
-    sql = (
-        f"WITH v({columns}) AS (VALUES {values_sql}) UPDATE {table} AS n SET {set_sql} FROM v WHERE {guard} {returning}"
-    )
-    return sql, [*params, *now_params]
+    @property
+    def partial(self) -> bool:
+        return any(value is _ABSENT for value in self.values)
 
 
 # Field types whose values go into a PostgreSQL array as they are.
@@ -190,52 +90,24 @@ _ARRAY_TYPES = frozenset(
 )
 
 
-def _finish_sql_arrays(
-    model: type[models.Model],
-    connection: BaseDatabaseWrapper,
-    using: str,
-    rows: Sequence[tuple[Lease, Mapping[str, Any]]],
-    clock: Clock,
-    *,
-    guarded: bool,
-) -> tuple[str, list[Any]] | None:
-    """PostgreSQL: the same statement with the VALUES list sent as one array per column (`unnest`).
+def _array_ready(field: Field) -> bool:
+    # A foreign key travels as its target's type.
+    target: Field = cast(Any, field).target_field if field.is_relation else field
+    return target.get_internal_type() in _ARRAY_TYPES
 
-    The SQL text then depends only on which fields are written, not on how many rows: psycopg reuses
-    its parsed form and the worker builds no per-row SQL. A clock "now + offset" travels as its offset
-    (the database adds it to `clock_timestamp()` for the row); a FakeClock's now is a literal value.
-    Return None when a value is neither a constant nor a clock's now: the VALUES form handles it.
-    """
-    qn = connection.ops.quote_name
-    pk_field = _field(model, "pk")
-    owner_field = _field(model, "owner")
-    fence_field = _field(model, "fence")
-    expires_column = _col(_field(model, "lease_expires_at"))
-    names = sorted({name for _, fields in rows for name in fields})
-    fields = [_field(model, name) for name in names]
-    if any(field.get_internal_type() not in _ARRAY_TYPES for field in (pk_field, *fields)):
-        return None
-    partial = {name for name in names if any(name not in values for _, values in rows)}
 
-    columns: list[tuple[str, str, list[Any]]] = [  # (column name in v, SQL array type, values)
-        ("_w_pk", f"{pk_field.cast_db_type(connection)}[]", []),
-        ("_w_owner", f"{owner_field.cast_db_type(connection)}[]", []),
-        ("_w_fence", f"{fence_field.cast_db_type(connection)}[]", []),
-    ]
-    for lease, _ in rows:
-        columns[0][2].append(lease.pk)
-        columns[1][2].append(lease.owner)
-        columns[2][2].append(lease.fence)
-    assignments = [f"{qn(_col(owner_field))} = NULL", f"{qn(expires_column)} = NULL"]
-    for field in fields:
-        column = _col(field)
+class _Arrays:
+    """The arrays renderer's side of columns: one array per column (and one of offsets for clock values)."""
+
+    def __init__(self, connection: BaseDatabaseWrapper) -> None:
+        self.connection = connection
+        self.sources: list[tuple[str, str, list[Any]]] = []  # (alias, SQL array type, values)
+
+    def add(self, column: Column) -> str | None:
+        """Send `column`; return the SQL that reads a row's value from `v`, or None if a value cannot travel."""
         given: list[Any] = []
         offsets: list[float | None] = []
-        flags: list[bool] = []
-        for _, values in rows:
-            present = field.name in values
-            flags.append(present)
-            value = values.get(field.name)
+        for value in column.values:
             if isinstance(value, DbNow):
                 given.append(None)
                 offsets.append(value.offset_seconds)
@@ -244,35 +116,226 @@ def _finish_sql_arrays(
                 value = value.value
             elif hasattr(value, "resolve_expression"):
                 return None
-            given.append(field.get_db_prep_save(value, connection) if present else None)
             offsets.append(None)
-        new = f"v.{qn('_w_' + column)}"
-        columns.append((f"_w_{column}", f"{field.cast_db_type(connection)}[]", given))
+            given.append(None if value is _ABSENT else column.field.get_db_prep_save(value, self.connection))
+        self.sources.append((column.alias, f"{column.field.cast_db_type(self.connection)}[]", given))
+        new = f"v.{column.alias}"
         if any(offset is not None for offset in offsets):
-            columns.append((f"_w_off_{column}", "double precision[]", offsets))
-            offset = f"v.{qn('_w_off_' + column)}"
+            self.sources.append((f"{column.alias}__off", "double precision[]", offsets))
             # The same expression as DbNow: the database's clock when the statement runs, plus the offset.
-            new = f"CASE WHEN {offset} IS NULL THEN {new} ELSE clock_timestamp() + make_interval(secs => {offset}) END"
-        if field.name in partial:
-            columns.append((f"_w_set_{column}", "boolean[]", flags))
-            new = f"CASE WHEN v.{qn('_w_set_' + column)} THEN {new} ELSE n.{qn(column)} END"
-        assignments.append(f"{qn(column)} = {new}")
+            now = postgres_now_plus(f"v.{column.alias}__off")
+            new = f"CASE WHEN v.{column.alias}__off IS NULL THEN {new} ELSE {now} END"
+        if column.partial:
+            self.sources.append((f"{column.alias}__set", "boolean[]", [v is not _ABSENT for v in column.values]))
+        return new
 
-    query = UpdateQuery(model)
-    now_sql, compiled_params = query.get_compiler(using).compile(
-        clock.now().resolve_expression(query, allow_joins=False, for_save=True)
-    )
-    now_params: list[Any] = list(compiled_params)
-    guard = (
-        f"n.{qn(_col(pk_field))} = v._w_pk AND n.{qn(_col(owner_field))} = v._w_owner "
-        f"AND n.{qn(_col(fence_field))} = v._w_fence AND n.{qn(expires_column)} > {now_sql}"
-    )
-    if not guarded:
-        guard, now_params = f"n.{qn(_col(pk_field))} = v._w_pk", []
-    arrays = ", ".join(f"%s::{kind}" for _, kind, _ in columns)
-    names_sql = ", ".join(name for name, _, _ in columns)
-    sql = (
-        f"UPDATE {qn(model._meta.db_table)} AS n SET {', '.join(assignments)} "
-        f"FROM unnest({arrays}) AS v({names_sql}) WHERE {guard} RETURNING {qn(_col(pk_field))}"
-    )
-    return sql, [*(values for _, _, values in columns), *now_params]
+    def from_sql(self) -> Sql:
+        arrays = ", ".join(f"%s::{kind}" for _, kind, _ in self.sources)
+        names = ", ".join(alias for alias, _, _ in self.sources)
+        return f"unnest({arrays}) AS v({names})", [values for _, _, values in self.sources]
+
+
+class _Cells:
+    """The values renderer's side: every cell compiled to SQL, each shared expression compiled once."""
+
+    def __init__(self, model: type[models.Model], connection: BaseDatabaseWrapper, using: str) -> None:
+        self.connection = connection
+        self.query = UpdateQuery(model)
+        self.compiler: SQLCompiler = self.query.get_compiler(using)
+        # A group's rows share expressions (one "now" for all, a clock offset per retry delay):
+        # compiling each through the ORM cost more than the statement, so each is compiled once.
+        self._compiled: dict[Any, Sql] = {}
+        self._placeholders: dict[str, str] = {}
+
+    def cell(self, value: Any, field: Field) -> Sql:
+        if value is _ABSENT:
+            return _cast(self.connection, "NULL", field), []
+        if hasattr(value, "resolve_expression"):
+            key = ("now", value.offset_seconds, field.name) if type(value) is DbNow else (id(value), field.name)
+            compiled = self._compiled.get(key)
+            if compiled is None:
+                compiled = self._compiled[key] = self.expression(value, field)
+            return compiled
+        placeholder = self._placeholders.get(field.name)
+        if placeholder is None:
+            placeholder = self._placeholders[field.name] = _cast(self.connection, "%s", field)
+        return placeholder, [field.get_db_prep_save(value, self.connection)]
+
+    def expression(self, value: Any, field: "Field | None" = None) -> Sql:
+        expression = value.resolve_expression(self.query, allow_joins=False, for_save=True)
+        if expression.contains_column_references:
+            raise ValueError(f"{getattr(field, 'name', '?')}: a group write takes values, not column references.")
+        sql, params = self.compiler.compile(expression)
+        return (sql if field is None else _cast(self.connection, sql, field)), list(params)
+
+    def values_sql(self, columns: Sequence[Column]) -> Sql:
+        """`(cell, ...), (cell, ...)`: one tuple per row, with a `_set` flag after each partial column."""
+        flag = models.BooleanField()
+        tuples: list[str] = []
+        params: list[Any] = []
+        for row in range(len(columns[0].values)):
+            cells: list[str] = []
+            for column in columns:
+                value = column.values[row]
+                sql, cell_params = self.cell(value, column.field)
+                cells.append(sql)
+                params.extend(cell_params)
+                if column.partial:
+                    cells.append(_cast(self.connection, "%s", flag))
+                    params.append(value is not _ABSENT)
+            tuples.append(f"({', '.join(cells)})")
+        return ", ".join(tuples), params
+
+
+def _aliases(columns: Sequence[Column]) -> str:
+    names = []
+    for column in columns:
+        names.append(column.alias)
+        if column.partial:
+            names.append(f"{column.alias}__set")
+    return ", ".join(names)
+
+
+# --- the finish plan ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FinishPlan:
+    """One guarded finish of many rows: each row released under its own lease, writing its own fields.
+
+    Built once from the rows; `render_arrays` and `render_values` turn it into SQL. The guard is the
+    one of `LeaseQuerySet.release()`, row by row: pk, the row's own owner and fence, a live lease.
+    """
+
+    model: type[models.Model]
+    keys: tuple[Column, Column, Column]  # pk, owner, fence: what the guard matches
+    fields: tuple[Column, ...]  # the written fields, sorted by name
+
+    @classmethod
+    def build(cls, model: type[models.Model], rows: Sequence[tuple[Lease, Mapping[str, Any]]]) -> "FinishPlan":
+        leases = [lease for lease, _ in rows]
+        keys = (
+            Column("_w_pk", _field(model, "pk"), [lease.pk for lease in leases]),
+            Column("_w_owner", _field(model, "owner"), [lease.owner for lease in leases]),
+            Column("_w_fence", _field(model, "fence"), [lease.fence for lease in leases]),
+        )
+        names = sorted({name for _, values in rows for name in values})
+        fields = tuple(
+            Column(f"_w_{_col(_field(model, name))}", _field(model, name), [v.get(name, _ABSENT) for _, v in rows])
+            for name in names
+        )
+        return cls(model=model, keys=keys, fields=fields)
+
+    def guard(self, qn: Callable[[str], str], now: Sql) -> Sql:
+        """The WHERE clause: each row only under its own lease, live by the clock's `now`."""
+        pk, owner, fence = (qn(_col(column.field)) for column in self.keys)
+        expires = qn(_col(_field(self.model, "lease_expires_at")))
+        now_sql, now_params = now
+        sql = f"n.{pk} = v._w_pk AND n.{owner} = v._w_owner AND n.{fence} = v._w_fence AND n.{expires} > {now_sql}"
+        return sql, now_params
+
+    def assignments(self, qn: Callable[[str], str], new_values: Sequence[str]) -> str:
+        """The SET list: the lease given up, and each field set to its row's value (kept where absent)."""
+        assignments = [
+            f"{qn(_col(_field(self.model, 'owner')))} = NULL",
+            f"{qn(_col(_field(self.model, 'lease_expires_at')))} = NULL",
+        ]
+        for column, new in zip(self.fields, new_values, strict=True):
+            target = qn(_col(column.field))
+            if column.partial:
+                new = f"CASE WHEN v.{column.alias}__set THEN {new} ELSE n.{target} END"
+            assignments.append(f"{target} = {new}")
+        return ", ".join(assignments)
+
+    def _statement(self, connection: BaseDatabaseWrapper, source: str, set_sql: str, guard: str) -> str:
+        qn = connection.ops.quote_name
+        table = qn(self.model._meta.db_table)
+        returning = f"RETURNING {qn(_col(self.keys[0].field))}"
+        if source.startswith("WITH "):
+            return f"{source} UPDATE {table} AS n SET {set_sql} FROM v WHERE {guard} {returning}"
+        return f"UPDATE {table} AS n SET {set_sql} FROM {source} WHERE {guard} {returning}"
+
+
+def render_arrays(plan: FinishPlan, connection: BaseDatabaseWrapper, using: str, clock: Clock) -> Sql | None:
+    """PostgreSQL: the plan with one array per column; None when some value cannot travel in an array."""
+    if not all(_array_ready(column.field) for column in (plan.keys[0], *plan.fields)):
+        return None
+    arrays = _Arrays(connection)
+    for column in plan.keys:
+        arrays.add(column)
+    new_values = [arrays.add(column) for column in plan.fields]
+    if any(new is None for new in new_values):
+        return None
+    qn = connection.ops.quote_name
+    source, params = arrays.from_sql()
+    guard, guard_params = plan.guard(qn, _Cells(plan.model, connection, using).expression(clock.now()))
+    set_sql = plan.assignments(qn, cast(list[str], new_values))
+    return plan._statement(connection, source, set_sql, guard), [*params, *guard_params]
+
+
+def render_values(plan: FinishPlan, connection: BaseDatabaseWrapper, using: str, clock: Clock) -> Sql:
+    """Both vendors: the plan with a VALUES list (SQLite names it in a WITH clause)."""
+    cells = _Cells(plan.model, connection, using)
+    columns = [*plan.keys, *plan.fields]
+    values_sql, params = cells.values_sql(columns)
+    if connection.vendor == "postgresql":
+        source = f"(VALUES {values_sql}) AS v({_aliases(columns)})"
+    else:
+        source = f"WITH v({_aliases(columns)}) AS (VALUES {values_sql})"
+    qn = connection.ops.quote_name
+    guard, guard_params = plan.guard(qn, cells.expression(clock.now()))
+    set_sql = plan.assignments(qn, [f"v.{column.alias}" for column in plan.fields])
+    return plan._statement(connection, source, set_sql, guard), [*params, *guard_params]
+
+
+def finish_sql(
+    model: type[models.Model],
+    connection: BaseDatabaseWrapper,
+    using: str,
+    rows: Sequence[tuple[Lease, Mapping[str, Any]]],
+    clock: Clock,
+) -> Sql:
+    """Return one statement releasing every row of `rows` still held by its lease, writing its fields."""
+    plan = FinishPlan.build(model, rows)
+    if connection.vendor == "postgresql":
+        arrays = render_arrays(plan, connection, using, clock)
+        if arrays is not None:
+            return arrays
+    return render_values(plan, connection, using, clock)
+
+
+# --- a multi-row insert ---------------------------------------------------------------------------------
+
+
+def insert_sql(
+    model: type[models.Model],
+    connection: BaseDatabaseWrapper,
+    using: str,
+    rows: Sequence[Mapping[str, Any]],
+    names: Sequence[str],
+) -> list[Sql]:
+    """Return the statements inserting `rows` (each maps every one of `names` to a value or clock expression).
+
+    PostgreSQL: one `INSERT ... SELECT FROM unnest(...)` whose text never changes with the row count.
+    Otherwise `INSERT ... VALUES`, split only past the database's parameter limit.
+    """
+    columns = [
+        Column(f"_w_{index}", _field(model, name), [row[name] for row in rows]) for index, name in enumerate(names)
+    ]
+    qn = connection.ops.quote_name
+    head = f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(_col(c.field)) for c in columns)})"
+    if connection.vendor == "postgresql" and all(_array_ready(column.field) for column in columns):
+        arrays = _Arrays(connection)
+        selected = [arrays.add(column) for column in columns]
+        if all(select is not None for select in selected):
+            source, params = arrays.from_sql()
+            return [(f"{head} SELECT {', '.join(cast(list[str], selected))} FROM {source}", params)]
+    cells = _Cells(model, connection, using)
+    limit = connection.features.max_query_params or 65535
+    chunk = max(1, limit // (2 * len(columns)))  # a clock cell may carry a parameter or two
+    statements = []
+    for start in range(0, len(rows), chunk):
+        part = [Column(c.alias, c.field, c.values[start : start + chunk]) for c in columns]
+        values_sql, params = cells.values_sql(part)
+        statements.append((f"{head} VALUES {values_sql}", params))
+    return statements

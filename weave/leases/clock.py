@@ -13,15 +13,43 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import NotSupportedError
+from django.db import NotSupportedError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import DateTimeField, Expression, Func, Value
 from django.db.models.sql.compiler import SQLCompiler
+from django.utils.dateparse import parse_datetime
 
 ZERO = timedelta(0)
 
 # What a vendor-specific `as_<vendor>()` returns: the SQL text and its parameters.
 SqlWithParams = tuple[str, tuple[Any, ...]]
+
+
+def postgres_now_plus(seconds_sql: str) -> str:
+    """PostgreSQL's "now + seconds" for lease decisions, `seconds_sql` being a placeholder or a column.
+
+    clock_timestamp(), not now(): now() is frozen at transaction start, so a long transaction would
+    judge leases by a stale time.
+    """
+    return f"(clock_timestamp() + make_interval(secs => {seconds_sql}))"
+
+
+# SQLite's "now" in the text format Django stores datetimes in, so comparisons stay lexicographic-safe.
+SQLITE_NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+
+
+def read_database_now(connection: BaseDatabaseWrapper) -> datetime:
+    """Read the database server's clock once (aware, UTC)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT clock_timestamp()")
+            value = cursor.fetchone()[0]
+        else:
+            cursor.execute(f"SELECT {SQLITE_NOW}")
+            value = parse_datetime(cursor.fetchone()[0])
+    if not isinstance(value, datetime):
+        raise TypeError(f"the database clock answered {value!r}")
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 class DbNow(Func):
@@ -39,13 +67,10 @@ class DbNow(Func):
         raise NotSupportedError(f"Weave leases support PostgreSQL and SQLite, not {connection.vendor}.")
 
     def as_postgresql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any) -> SqlWithParams:
-        # clock_timestamp(), not now(): now() is frozen at transaction start, so a long
-        # transaction would judge leases by a stale time.
-        return "(clock_timestamp() + make_interval(secs => %s))", (self.offset_seconds,)
+        return postgres_now_plus("%s"), (self.offset_seconds,)
 
     def as_sqlite(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any) -> SqlWithParams:
-        # Same text format Django stores datetimes in, so comparisons stay lexicographic-safe.
-        return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', %s)", (f"{self.offset_seconds:+.6f} seconds",)
+        return SQLITE_NOW.replace("%", "%%").replace("'now'", "'now', %s"), (f"{self.offset_seconds:+.6f} seconds",)
 
 
 class Clock:
@@ -54,6 +79,14 @@ class Clock:
     def now(self, offset: timedelta = ZERO) -> Expression:
         """Return an SQL expression for the database's 'now + offset'."""
         raise NotImplementedError
+
+    def read(self, using: str = "default") -> datetime:
+        """Return this clock's 'now' as a value: for windows and ages shown to people, never for validity."""
+        raise NotImplementedError
+
+    def seconds_until(self, when: datetime | None, using: str = "default") -> float | None:
+        """Seconds from this clock's now until `when` (negative: overdue); None for None."""
+        return None if when is None else (when - self.read(using)).total_seconds()
 
     def monotonic(self) -> float:
         """Return seconds on a local clock that only moves forward (for scheduling, never validity)."""
@@ -69,6 +102,9 @@ class DatabaseClock(Clock):
 
     def now(self, offset: timedelta = ZERO) -> Expression:
         return DbNow(offset)
+
+    def read(self, using: str = "default") -> datetime:
+        return read_database_now(connections[using])
 
     def monotonic(self) -> float:
         return time.monotonic()
@@ -91,6 +127,9 @@ class FakeClock(Clock):
 
     def now(self, offset: timedelta = ZERO) -> Expression:
         return Value(self._now + offset, output_field=DateTimeField())
+
+    def read(self, using: str = "default") -> datetime:
+        return self._now
 
     def advance(self, seconds: float) -> None:
         with self._changed:

@@ -7,7 +7,7 @@ on refusal, who holds the row now so the error can say so.
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import timedelta
 from functools import reduce
 from operator import or_
 from typing import Any, Self, TypeVar, cast
@@ -79,7 +79,12 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
                     self._fresh()
                     .filter(pk__in=chosen)
                     .free_or_expired(clock)
-                    ._update_returning(owner=owner, fence=F("fence") + 1, lease_expires_at=clock.now(_seconds(ttl)))
+                    ._update_returning(
+                        ["fence", "lease_expires_at"],
+                        owner=owner,
+                        fence=F("fence") + 1,
+                        lease_expires_at=clock.now(_seconds(ttl)),
+                    )
                 )
         except OperationalError as error:
             if getattr(error.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
@@ -87,33 +92,14 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
             raise self._locked_refusal(pk, clock) from error
         if not claimed:
             raise self._claim_refusal(pk, clock)
-        ((_, fence, expires_at),) = claimed
-        return Lease(pk=pk, owner=owner, fence=fence, expires_at=expires_at)
+        ((row),) = claimed
+        return Lease(pk=pk, owner=owner, fence=row["fence"], expires_at=row["lease_expires_at"])
 
     def claim_batch(
         self, *, owner: str, ttl: float | timedelta, limit: int, clock: Clock = default_clock
     ) -> BatchLease:
-        """Claim up to `limit` free or expired rows of this queryset (in its order) under one owner.
-
-        One `UPDATE ... WHERE pk IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT n)` on PostgreSQL:
-        skip_locked lets concurrent claimers pass each other's rows instead of waiting or sharing,
-        and passes at once over rows a cut-off worker's open transaction still locks. The rows are
-        locked by the subselect before the SET clause runs, so each expiry counts from the lock.
-        On SQLite the IMMEDIATE transaction already serialises writers, so the same statement is atomic.
-        """
-        chosen = self.free_or_expired(clock).select_for_update(skip_locked=True)[:limit].values("pk")
-        # One statement; the atomic block only satisfies Django's rule that FOR UPDATE needs a transaction.
-        with transaction.atomic(using=self._write_db):
-            claimed = (
-                self._fresh()
-                .filter(pk__in=chosen)
-                .free_or_expired(clock)
-                ._update_returning(owner=owner, fence=F("fence") + 1, lease_expires_at=clock.now(_seconds(ttl)))
-            )
-        batch = BatchLease(owner=owner)
-        for pk, fence, expires_at in claimed:
-            batch.fences[pk] = fence
-            batch.expires_at = expires_at if batch.expires_at is None else min(batch.expires_at, expires_at)
+        """Claim up to `limit` free or expired rows of this queryset (in its order) under one owner."""
+        batch, _ = self.claim_rows(owner=owner, ttl=ttl, limit=limit, fields=(), clock=clock)
         return batch
 
     def claim_rows(
@@ -125,19 +111,26 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
         fields: Iterable[str],
         clock: Clock = default_clock,
     ) -> tuple[BatchLease, list[dict[str, Any]]]:
-        """Claim like `claim_batch()` and return the claimed rows' `fields` too: one statement, no SELECT after.
+        """Claim up to `limit` free or expired rows and return the claimed rows' `fields` too: one statement.
+
+        One `UPDATE ... WHERE pk IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT n) RETURNING ...` on
+        PostgreSQL: skip_locked lets concurrent claimers pass each other's rows instead of waiting or
+        sharing, and passes at once over rows a cut-off worker's open transaction still locks. The rows
+        are locked by the subselect before the SET clause runs, so each expiry counts from the lock. On
+        SQLite the IMMEDIATE transaction already serialises writers, so the same statement is atomic.
 
         Rows come back in this queryset's order as far as the database keeps it in `RETURNING`, which
         it does not promise: callers that care sort them.
         """
         names = list(fields)
         chosen = self.free_or_expired(clock).select_for_update(skip_locked=True)[:limit].values("pk")
+        # One statement; the atomic block only satisfies Django's rule that FOR UPDATE needs a transaction.
         with transaction.atomic(using=self._write_db):
             claimed = (
                 self._fresh()
                 .filter(pk__in=chosen)
                 .free_or_expired(clock)
-                ._update_returning_fields(
+                ._update_returning(
                     ["pk", "fence", "lease_expires_at", *names],
                     owner=owner,
                     fence=F("fence") + 1,
@@ -164,12 +157,12 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
         reopened = (
             self.filter(pk=pk)
             .free_or_expired(clock)
-            ._update_returning(owner=None, fence=F("fence") + 1, lease_expires_at=None, **fields)
+            ._update_returning(["fence"], owner=None, fence=F("fence") + 1, lease_expires_at=None, **fields)
         )
         if not reopened:
             raise self._claim_refusal(pk, clock)
-        ((_, fence, _),) = reopened
-        return fence
+        ((row),) = reopened
+        return int(row["fence"])
 
     # --- writes under a lease -------------------------------------------------------------------
 
@@ -218,8 +211,8 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
             # A row without this field keeps its value.
             updates[name] = Case(*whens, default=F(name), output_field=field)
         guard = self._batch_guard(owner, {pk: fence for pk, (fence, _) in rows.items()}, clock)
-        landed = self.filter(guard)._update_returning(owner=None, lease_expires_at=None, **updates)
-        return {pk for pk, _, _ in landed}
+        landed = self.filter(guard)._update_returning(["pk"], owner=None, lease_expires_at=None, **updates)
+        return {row["pk"] for row in landed}
 
     def release_each(
         self, rows: Iterable[tuple[Lease, Mapping[str, Any]]], *, clock: Clock = default_clock
@@ -287,36 +280,13 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
     def _write_db(self) -> str:
         return self._db or router.db_for_write(self.model)
 
-    def _update_returning(self, **values: Any) -> list[tuple[Any, int, datetime]]:
-        """Run this queryset's UPDATE with `RETURNING pk, fence, lease_expires_at`, as one statement.
+    def _update_returning(self, names: list[str], **values: Any) -> list[dict[str, Any]]:
+        """Run this queryset's UPDATE with `RETURNING` the columns of `names`, converted like a query's.
 
-        Django's update() only returns a count; a claim must learn exactly which rows it took and
-        at which fence, and reading them back afterwards by owner name would trust the name.
-        PostgreSQL and SQLite (3.35+) both support RETURNING.
+        Django's update() only returns a count; a claim must learn exactly which rows it took and at
+        which fence, and reading them back afterwards by owner name would trust the name. PostgreSQL
+        and SQLite (3.35+) both support RETURNING.
         """
-        query = cast(UpdateQuery, self.query.chain(UpdateQuery))
-        query.add_update_values(values)
-        compiler = query.get_compiler(self._write_db)
-        compiler.pre_sql_setup()
-        sql, params = compiler.as_sql()
-        connection = connections[self._write_db]
-        qn = connection.ops.quote_name
-        meta = self.model._meta
-        returning = ", ".join(qn(self._column(name)) for name in (meta.pk.name, "fence", "lease_expires_at"))
-        with connection.cursor() as cursor:
-            cursor.execute(f"{sql} RETURNING {returning}", params)
-            rows = cursor.fetchall()
-        expires_field = cast("models.Field[Any, Any]", meta.get_field("lease_expires_at"))
-        converters = connection.ops.get_db_converters(expires_field.get_col(meta.db_table))
-        result = []
-        for pk, fence, expires_at in rows:
-            for convert in converters:
-                expires_at = convert(expires_at, expires_field, connection)
-            result.append((pk, fence, expires_at))
-        return result
-
-    def _update_returning_fields(self, names: list[str], **values: Any) -> list[dict[str, Any]]:
-        """Run this queryset's UPDATE with `RETURNING` the columns of `names`, converted like a query's."""
         query = cast(UpdateQuery, self.query.chain(UpdateQuery))
         query.add_update_values(values)
         compiler = query.get_compiler(self._write_db)

@@ -1,0 +1,31 @@
+"""A fake carrier and payment service: charges once per idempotency key, like a real provider would."""
+
+import threading
+from dataclasses import dataclass, field
+
+
+@dataclass
+class FakeCarrier:
+    charges: dict[str, int] = field(default_factory=dict)  # idempotency key -> cents
+    calls: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def quote(self, parcel: str) -> int:
+        return 500 + 10 * len(parcel)
+
+    def book_and_charge(self, *, key: str, parcel: str, cents: int) -> str:
+        """Book and charge; the same key again returns the first booking and charges nothing more."""
+        with self.lock:
+            self.calls.append(key)
+            self.charges.setdefault(key, cents)
+            return f"CR-{abs(hash(key)) % 10**8:08d}"
+
+    def reset(self) -> None:
+        with self.lock:
+            self.charges.clear()
+            self.calls.clear()
+
+
+carrier = FakeCarrier()
+# A test sets this to act while a step is in flight (e.g. steal the lease), then clears it.
+during_booking: list = []

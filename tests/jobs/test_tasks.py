@@ -1,0 +1,91 @@
+"""`django.tasks` on `weave.tasks.WeaveBackend`: enqueue, drain on the worker, results per attempt, fencing."""
+
+from datetime import timedelta
+
+import pytest
+from django_tasks import TaskResultStatus, task_backends
+from django_tasks.exceptions import TaskResultDoesNotExist
+
+from tests.jobs.shipping.background import add, charge_and_book, explode
+from tests.jobs.shipping.carrier import carrier, during_booking
+from tests.jobs.shipping.models import Booking, Shipment
+from weave.jobs.runner import run_job
+from weave.models import JobAttempt, TaskRow
+from weave.tasks import WeaveBackend
+from weave.tasks.worker import drain
+
+pytestmark = pytest.mark.django_db
+TTL = 30.0
+
+
+def test_backend_is_weaves_and_says_what_it_supports():
+    backend = task_backends["default"]
+    assert isinstance(backend, WeaveBackend)
+    assert backend.supports_defer and backend.supports_priority
+    assert backend.supports_get_result and not backend.supports_async_task
+
+
+def test_enqueue_then_drain__the_value_is_stored_and_read_back(django_capture_on_commit_callbacks):
+    from django_q.models import OrmQ
+
+    with django_capture_on_commit_callbacks(execute=True):
+        result = add.enqueue(2, 3)
+    assert result.status == TaskResultStatus.READY
+    assert OrmQ.objects.count() == 1  # one coalesced drain request on the broker
+    assert drain() == {"done": 1}
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 5
+    assert result.attempts == 1 and result.errors == [] and result.finished_at is not None
+    assert add.get_result(result.id).return_value == 5
+
+
+def test_a_failing_task_stores_its_error_for_the_attempt():
+    result = explode.enqueue()
+    drain()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    (error,) = result.errors
+    assert error.exception_class is ValueError and "no such parcel" in error.traceback
+
+
+def test_priority_and_run_after_order_the_drain(clock):
+    later = add.using(run_after=clock.current + timedelta(days=3650)).enqueue(1, 1)
+    low = add.using(priority=-10).enqueue(1, 2)
+    high = add.using(priority=10).enqueue(1, 3)
+    assert drain() == {"done": 2}
+    rows = {r.result_id: r for r in TaskRow.objects.all()}
+    assert rows[later.id].state == "pending"  # not due yet, by the database clock
+    assert (
+        JobAttempt.objects.get(job_id=str(rows[high.id].pk)).pk < JobAttempt.objects.get(job_id=str(rows[low.id].pk)).pk
+    )
+
+
+def test_get_result__an_unknown_id_is_refused():
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends["default"].get_result("nope")
+
+
+def test_a_stalled_worker_is_taken_over_and_its_late_write_is_refused(clock):
+    """The task's worker stalls past its lease; another worker takes over; the stale one wakes and writes."""
+    shipment = Shipment.objects.create(parcel="books")
+    result = charge_and_book.enqueue(shipment.pk)
+    pk = TaskRow.objects.get(result_id=result.id).pk
+    rival = {}
+
+    def stall_and_take_over(context, hb):
+        during_booking.remove(stall_and_take_over)
+        hb.stop()  # the stall freezes the heartbeat too
+        clock.advance(TTL + 1)
+        rival["outcome"] = run_job("task", pk, owner="worker-b", clock=clock)
+
+    during_booking.append(stall_and_take_over)
+    assert run_job("task", pk, owner="worker-a", clock=clock) == "blocked"
+    assert rival["outcome"] == "done"
+    # Only the new owner's booking landed; the carrier saw one key twice and charged once.
+    assert list(Booking.objects.values_list("written_by", flat=True)) == ["worker-b"]
+    assert len(carrier.calls) == 2 and len(carrier.charges) == 1
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value.startswith("CR-")
+    assert result.worker_ids == ["worker-a", "worker-b"]
+    (lost,) = result.errors
+    assert lost.exception_class_path == "weave.leases.errors.LeaseLost" and "fence 2" in lost.traceback

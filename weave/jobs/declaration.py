@@ -1,0 +1,202 @@
+"""A job type is one declaration: `JobType(...)`, registered once from the app's `AppConfig.ready()`.
+
+    register(JobType(name="notification", model=Notification, settings=PushSettings, ttl_setting=...))
+
+`register()` is the only place that fills the core's registries for a job type (lease counts, the
+schedule, the due-time watch, the explainer, the dashboard panel, the latency source for the TTL
+advice and the metrics), and `job_types()` is what the core's checks read: a new job type touches
+only its own app.
+"""
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import models
+from django.utils.safestring import SafeString
+
+from weave.conf import KEYS, SettingsGroup, setting
+from weave.explain import Explainer, register_explainer
+from weave.jobs.policy import RetryPolicy
+from weave.schedules import ScheduleSpec, register_schedule
+from weave.telemetry import LatencySource, Panel, register_latency_source, register_lease_job, register_metrics
+from weave.telemetry import register_panel as _register_panel
+from weave.wake import WatchSpec, register_watch
+
+LatencyFetch = Callable[[timedelta, int], dict[str, list[float]]]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a job. `run(ctx)` does the work (external calls carry `ctx.idempotency_key`) and
+    returns a JSON-able result; `save(ctx, result)`, if given, makes the step's own writes, inside the
+    same guarded transaction as the step's receipt, so a step's writes and its receipt land together."""
+
+    name: str
+    run: Callable[[Any], Any]
+    save: Callable[[Any, Any], None] | None = None
+
+
+@dataclass(frozen=True)
+class JobType:
+    """Everything the core knows about one kind of leased job; only `name` and `model` are required.
+
+    - `name`: the job's label in lease counts, metrics, the TTL advice (e.g. "notification").
+    - `key`: the app's registry key for its schedule, watch, panel and metrics; default `name`.
+    - `settings`: the app's `SettingsGroup` (its keys are declared by defining it; named here so a
+      reader finds them), `ttl_setting` the key of its lease TTL (checked against the heartbeat).
+    - `schedule`: a django-q2 sweep; `next_due`/`wake`: the due-time watch.
+    - `explainer` (`weave_explain <explain_as> <id>`), `panel`, `latency` (+ `latency_group`,
+      `timeout_setting`) and `metrics`: the operator console.
+
+    A job type the core runs for you (a site's own, on a `weave.models.JobModel`) also gives
+    `handler` (one function of a `JobContext`) or `steps`, with `ttl` (seconds, when there is no
+    `ttl_setting`), `budget` (seconds one attempt may work) and `retry`. Such a type gets the core's
+    sweep, due-time watch, runner and explainer unless it names its own.
+    """
+
+    name: str
+    model: type[models.Model]
+    key: str = ""
+    settings: type[SettingsGroup] | None = None
+    ttl_setting: str | None = None
+    schedule: ScheduleSpec | None = None
+    next_due: Callable[[], datetime | None] | None = None
+    wake: Callable[[], object] | None = None
+    explainer: Explainer | None = None
+    explain_as: str = ""
+    panel_title: str = ""
+    panel_order: int = 50
+    panel: Callable[[datetime], SafeString] | None = None
+    latency: LatencyFetch | None = None
+    latency_group: str = ""
+    timeout_setting: str | None = None
+    metrics: Callable[[], Iterable[Any]] | None = None
+    handler: Callable[[Any], Any] | None = None
+    steps: tuple[Step, ...] = ()
+    ttl: float | None = None
+    budget: float | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    @property
+    def registry_key(self) -> str:
+        return self.key or self.name
+
+    @property
+    def runnable(self) -> bool:
+        """Whether the core runs this job type (it has a handler or steps)."""
+        return self.handler is not None or bool(self.steps)
+
+    def plan(self) -> tuple[Step, ...]:
+        """The steps an attempt walks through: the handler is a plan of one step, "run"."""
+        if self.handler is not None:
+            return (Step("run", self.handler),)
+        return self.steps
+
+    def lease_ttl(self) -> float:
+        """This type's lease TTL in seconds: its TTL key, else `ttl`, else WEAVE LEASE_TTL."""
+        if self.ttl_setting is not None:
+            return float(setting(self.ttl_setting))
+        if self.ttl is not None:
+            return float(self.ttl)
+        return float(setting("LEASE_TTL"))
+
+    def problems(self) -> list[str]:
+        """Say what in this declaration cannot work (a setting nobody declared, a watch half given)."""
+        found = []
+        for what in ("ttl_setting", "timeout_setting"):
+            name = getattr(self, what)
+            if name is not None and name not in KEYS:
+                found.append(f"{what} {name!r} is not a declared WEAVE key")
+        if (self.next_due is None) != (self.wake is None):
+            found.append("next_due and wake go together (the watcher needs both)")
+        if self.latency is not None and (self.ttl_setting is None or not self.latency_group):
+            found.append("latency needs ttl_setting and latency_group (the TTL advice compares them)")
+        if self.panel is not None and not self.panel_title:
+            found.append("panel needs panel_title")
+        if self.handler is not None and self.steps:
+            found.append("give a handler or steps, not both")
+        if self.ttl is not None and self.ttl <= 0:
+            found.append("ttl must be above 0 seconds")
+        names = [step.name for step in self.steps]
+        if len(set(names)) != len(names):
+            found.append("step names must be unique (receipts are kept per step)")
+        return found
+
+
+_registry: dict[str, JobType] = {}
+
+
+def register(job: JobType) -> JobType:
+    """Register `job` and fill every core registry it names. Call once, from `AppConfig.ready()`."""
+    problems = job.problems()
+    if problems:
+        raise ImproperlyConfigured(f"Job type {job.name!r}: {'; '.join(problems)}.")
+    if job.runnable:
+        job = _with_core_runner(job)
+    _registry[job.name] = job
+    key = job.registry_key
+    register_lease_job(job.name, job.model)
+    if job.schedule is not None:
+        register_schedule(job.schedule)
+    if job.next_due is not None and job.wake is not None:
+        register_watch(WatchSpec(name=key, next_due=job.next_due, wake=job.wake))
+    if job.explainer is not None:
+        register_explainer(job.explain_as or job.name, job.explainer)
+    if job.panel is not None:
+        _register_panel(Panel(key=key, title=job.panel_title, order=job.panel_order, render=job.panel))
+    if job.latency is not None and job.ttl_setting is not None:
+        register_latency_source(
+            LatencySource(
+                job=job.name,
+                group=job.latency_group,
+                ttl_setting=job.ttl_setting,
+                timeout_setting=job.timeout_setting,
+                fetch=job.latency,
+            )
+        )
+    if job.metrics is not None:
+        register_metrics(key, job.metrics)
+    return job
+
+
+def _with_core_runner(job: JobType) -> JobType:
+    """Fill in what the core provides for a job type it runs: the sweep, the watch and the explainer."""
+    from weave.jobs import queue
+    from weave.jobs.explain import explainer_for
+
+    model: Any = job.model
+    defaults: dict[str, Any] = {}
+    if job.schedule is None:
+        # One sweep for every job type the core runs; registering it again changes nothing.
+        defaults["schedule"] = ScheduleSpec(name="weave.jobs.sweep", func="weave.jobs.tasks.sweep", minutes=1)
+    if job.next_due is None:
+        defaults["next_due"] = lambda: model.objects.next_due_at()
+        defaults["wake"] = lambda: queue.enqueue_due(job.name, model)
+    if job.explainer is None:
+        defaults["explainer"] = explainer_for(job.name, model)
+    return replace(job, **defaults)
+
+
+def get(name: str) -> JobType:
+    """The registered job type `name` (`LookupError` when no installed app declares it)."""
+    try:
+        return _registry[name]
+    except KeyError:
+        raise LookupError(f"No installed app declares the job type {name!r}.") from None
+
+
+def job_types() -> list[JobType]:
+    """The registered job types, by name."""
+    return [_registry[name] for name in sorted(_registry)]
+
+
+def ttl_settings() -> list[str]:
+    """The core's LEASE_TTL and every registered job type's own TTL key, each once."""
+    names = ["LEASE_TTL"]
+    for job in job_types():
+        if job.ttl_setting is not None and job.ttl_setting not in names:
+            names.append(job.ttl_setting)
+    return names

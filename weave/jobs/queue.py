@@ -1,0 +1,61 @@
+"""Coalesced task requests for a job type: ask for a django-q2 task once, and say when it starts.
+
+Every job type's tasks follow the same three beats, kept here once:
+
+1. `request(name, func, ...)`: enqueue the task unless one with the same request name is already
+   waiting (`weave.wake.request_once`, one guarded statement, whatever the broker);
+2. `started(name)`, first thing in the task: free the request slot (so work that arrives while the
+   task runs asks for another) and wake the watchers (rows are about to be leased);
+3. `settled()`, when the task ends: due times changed, the watchers sleep until the new earliest.
+"""
+
+from typing import Any
+
+from django_q.conf import Conf
+from django_q.tasks import async_task
+
+from weave import wake
+
+
+def request_name(base: str) -> str:
+    """The request row of `base` on this broker queue: clusters on other queues get their own."""
+    return f"{base}@{Conf.CLUSTER_NAME}"
+
+
+def request(name: str, func: str, *args: Any, group: str, task_name: str | None = None) -> bool:
+    """Enqueue `func(*args)` unless a task under request `name` is already waiting; return whether it was."""
+    options: dict[str, Any] = {"group": group}
+    if task_name is not None:
+        options["task_name"] = task_name
+    return wake.request_once(name, enqueue=lambda: async_task(func, *args, **options))
+
+
+def started(name: str, *, forget: bool = False) -> None:
+    """The task of request `name` is running: free its slot (`forget`: delete a per-job row) and tell the watchers."""
+    wake.task_started(name, forget=forget)
+    wake.announce()
+
+
+def settled() -> None:
+    """The task is done: due times changed, so the watchers recompute the earliest one."""
+    wake.announce()
+
+
+# --- the core's own runner: one task per job ------------------------------------------------------------
+
+DUE_PER_WAKE = 500  # requests one wake-up makes at most; the next wake (or the sweep) asks for the rest
+
+
+def job_request_name(job_type: str, pk: Any) -> str:
+    return request_name(f"weave.jobs:{job_type}:{pk}")
+
+
+def enqueue_job(job_type: str, pk: Any) -> bool:
+    """Ask for one attempt at job `pk` of `job_type`, unless one is already waiting to start."""
+    return request(job_request_name(job_type, pk), "weave.jobs.tasks.run", job_type, pk, group=job_type)
+
+
+def enqueue_due(job_type: str, model: Any) -> int:
+    """Ask for an attempt at every due job of `job_type` (coalesced per job); return how many were asked for."""
+    pks = list(model.objects.due().order_by("next_attempt_at", "pk").values_list("pk", flat=True)[:DUE_PER_WAKE])
+    return sum(1 for pk in pks if enqueue_job(job_type, pk))

@@ -1,0 +1,151 @@
+"""Run one attempt at one job of a core-run job type: claim → steps (resuming from receipts) → guarded finish.
+
+Every write goes through the lease: the claim by the database clock, each step's receipt (and the
+step's own writes) in a guarded transaction, the finish as a guarded release. A lost lease anywhere
+ends the attempt as `blocked` with the reason and writes nothing else; it is never `failed`.
+"""
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from django.db import router, transaction
+from django.db.models import F
+
+from weave.jobs.context import JobContext
+from weave.jobs.declaration import JobType, Step, get
+from weave.leases import Clock, LeaseBusy, LeaseLost, NotClaimable, default_clock, insert_receipts, new_owner
+from weave.models import JobAttempt, JobState, JobStepReceipt
+from weave.sanitize import outside_text
+
+logger = logging.getLogger("weave.jobs")
+
+
+class BudgetSpent(Exception):  # noqa: N818  (an outcome, not an error: the job resumes later)
+    """The attempt's time budget ran out between steps; the job is released to resume at the next step."""
+
+
+def run_job(job_type: str, pk: Any, *, owner: str | None = None, clock: Clock = default_clock) -> str:
+    """Run one attempt at job `pk`; return how it ended: done, retry, failed, blocked, busy or not due."""
+    jt = get(job_type)
+    model: Any = jt.model
+    ttl = jt.lease_ttl()
+    owner = owner or new_owner(f"{job_type}:")
+    try:
+        lease = model.objects.due(clock).claim(pk, owner=owner, ttl=ttl, clock=clock)
+    except LeaseBusy:
+        return "busy"
+    except NotClaimable:
+        return "not due"
+    started = clock.read()
+    job = model.objects.get(pk=pk)
+    budget_ends = None if jt.budget is None else clock.monotonic() + jt.budget
+    ctx = JobContext(job_type, job, lease, job.attempts + 1, job.epoch, ttl, clock, budget_ends)
+    try:
+        with ctx.guarded(attempts=F("attempts") + 1):
+            pass  # the attempt is counted by its first guarded write
+        _walk(jt, ctx)
+        _finish(ctx, started, JobAttempt.Outcome.DONE, "", state=JobState.DONE, result=ctx.results.get("run"))
+        return "done"
+    except LeaseLost as lost:
+        _blocked(ctx, started, lost)
+        return "blocked"
+    except Exception as error:  # noqa: BLE001  (the job's own failure: recorded, classified, never raised)
+        return _failed(jt, ctx, started, error)
+
+
+def _walk(jt: JobType, ctx: JobContext) -> None:
+    """Run every step not yet done in this epoch; a step with a receipt is skipped and its result read back."""
+    done = dict(
+        JobStepReceipt.objects.filter(job_type=jt.name, job_id=str(ctx.lease.pk), epoch=ctx.epoch).values_list(
+            "step", "result"
+        )
+    )
+    for step in jt.plan():
+        ctx.step = step.name
+        if step.name in done:
+            ctx.results[step.name] = done[step.name]
+            continue
+        if ctx.budget_ends is not None and ctx.clock.monotonic() >= ctx.budget_ends:
+            raise BudgetSpent(f"budget spent before step {step.name}; the job resumes there")
+        _run_step(jt, ctx, step)
+
+
+def _run_step(jt: JobType, ctx: JobContext, step: Step) -> None:
+    result = step.run(ctx)
+    with ctx.guarded():
+        if step.save is not None:
+            step.save(ctx, result)
+        row = {
+            "job_type": jt.name,
+            "job_id": str(ctx.lease.pk),
+            "epoch": ctx.epoch,
+            "step": step.name,
+            "attempt": ctx.attempt,
+            "owner": ctx.lease.owner,
+            "fence": ctx.lease.fence,
+            "idempotency_key": ctx.idempotency_key,
+            "result": result,
+            "finished_at": ctx.clock.now(),
+        }
+        insert_receipts(JobStepReceipt, [row])
+    ctx.results[step.name] = result
+
+
+def _receipt(ctx: JobContext, started: Any, outcome: str, reason: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "job_type": ctx.job_type,
+        "job_id": str(ctx.lease.pk),
+        "number": ctx.attempt,
+        "owner": ctx.lease.owner,
+        "fence": ctx.lease.fence,
+        "outcome": outcome,
+        "reason": outside_text(reason, limit=2000),
+        "error_class": extra.get("error_class", ""),
+        "traceback": extra.get("traceback", ""),
+        "result": extra.get("result"),
+        "started_at": started,
+        "finished_at": ctx.clock.now(),
+    }
+
+
+def _finish(ctx: JobContext, started: Any, outcome: str, reason: str, *, state: str, **extra: Any) -> None:
+    """Release the job under its lease with its new state, and write the attempt's receipt in the same transaction."""
+    clock = ctx.clock
+    fields: dict[str, Any] = {"state": state, "last_error": outside_text(reason, limit=2000)}
+    retry_in = extra.pop("retry_in", None)
+    fields["next_attempt_at"] = None if retry_in is None else clock.now(timedelta(seconds=retry_in))
+    fields["finished_at"] = clock.now() if state != JobState.PENDING else None
+    manager: Any = ctx.model._default_manager
+    with transaction.atomic(using=router.db_for_write(ctx.model)):
+        manager.release(ctx.lease, clock=clock, **fields)
+        insert_receipts(JobAttempt, [_receipt(ctx, started, outcome, reason, **extra)])
+
+
+def _blocked(ctx: JobContext, started: Any, lost: LeaseLost) -> None:
+    # Our own history, not the job's row: the attempt says it lost the lease, to whom, and stops.
+    insert_receipts(JobAttempt, [_receipt(ctx, started, JobAttempt.Outcome.BLOCKED, str(lost))])
+    logger.warning(
+        "event=lease_lost job_type=%s id=%s fence=%s reason=%s", ctx.job_type, ctx.lease.pk, ctx.lease.fence, lost
+    )
+
+
+def _failed(jt: JobType, ctx: JobContext, started: Any, error: Exception) -> str:
+    import traceback
+
+    reason = f"{type(error).__name__}: {error}" + (f" (at step {ctx.step})" if ctx.step else "")
+    details = {
+        "error_class": f"{type(error).__module__}.{type(error).__qualname__}",
+        "traceback": outside_text("".join(traceback.format_exception(error)), limit=20_000),
+    }
+    retry_in = 0.0 if isinstance(error, BudgetSpent) else jt.retry.retry_in(ctx.attempt, error)
+    try:
+        if retry_in is None:
+            _finish(ctx, started, JobAttempt.Outcome.FAILED, reason, state=JobState.FAILED, **details)
+            return "failed"
+        outcome = JobAttempt.Outcome.RETRY
+        _finish(ctx, started, outcome, reason, state=JobState.PENDING, retry_in=retry_in, **details)
+        return "retry"
+    except LeaseLost as lost:
+        _blocked(ctx, started, lost)
+        return "blocked"

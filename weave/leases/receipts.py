@@ -1,0 +1,34 @@
+"""Write a group's receipts (attempt rows) in one statement, built without model instances.
+
+`bulk_create` builds a model instance per row and compiles every value through the ORM; for a group
+of receipts that cost a worker more CPU than the statement took to run. The columns and their
+conversions are still Django's (`get_db_prep_save`). A receipt's times come from the lease clock:
+pass `clock.now()` (or `clock.now(offset)`) as a value, and the database's clock (or a FakeClock's
+literal) fills it in when the statement runs.
+"""
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.db import connections, models, router
+
+from weave.leases.bulk import insert_sql
+
+
+def insert_receipts(model: type[models.Model], rows: Sequence[Mapping[str, Any]], *, using: str | None = None) -> int:
+    """Insert `rows` into `model`'s table; every row names the same fields. Return how many were inserted.
+
+    One statement (PostgreSQL: its text never changes with the row count); several only past the
+    database's parameter limit. Values are constants or clock expressions, never column references.
+    """
+    if not rows:
+        return 0
+    names = list(rows[0])
+    if any(list(row) != names for row in rows):
+        raise ValueError("insert_receipts: every row must name the same fields, in the same order.")
+    alias = using or router.db_for_write(model)
+    connection = connections[alias]
+    with connection.cursor() as cursor:
+        for sql, params in insert_sql(model, connection, alias, rows, names):
+            cursor.execute(sql, params)
+    return len(rows)
