@@ -42,7 +42,9 @@ def explain_notification(pk: int, *, clock: Clock = default_clock) -> Timeline:
 
 def _summary(n: Notification, attempts: list[DeliveryAttempt]) -> str:
     if not attempts:
-        return f"Notification {n.pk} has not been sent yet; it is {n.status}."
+        # A reason before any send: a deferral (quiet hours) or why it ended unsent.
+        why = f" {n.last_error}" if n.last_error else ""
+        return f"Notification {n.pk} has not been sent yet; it is {n.status}.{why}"
     parts = []
     for number, a in enumerate(attempts, 1):
         waited = f"{(a.latency_ms or 0) / 1000:.1f} s"

@@ -4,11 +4,12 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import IntegrityError, models, transaction
+from django.utils.module_loading import import_string
 
 from notifications import queue
 from notifications.backends import DEFAULT_ALIAS, PushBackend, backend_configs
@@ -19,6 +20,7 @@ from notifications.devices import deactivate_device, fail_queued_for_device
 from notifications.models import ContentLocked, Device, Notification
 from notifications.validation import TITLE_MAX as NOTIFICATION_TITLE_MAX
 from notifications.validation import check_device_token, check_payload_size
+from weave.conf import weave_settings
 from weave.events import log_event
 from weave.leases import Clock, default_clock
 from weave.validation import check_ids, check_json, check_text
@@ -82,7 +84,8 @@ def notification_create(
                 backend=backend or DEFAULT_ALIAS, token=device_token, title=title, body=body, data=data,
                 collapse_key=collapse_key, ttl=ttl, priority=priority, options=options,
             )  # fmt: skip
-        notification = _insert(fields, device=device, ttl=ttl, send_at=_send_at(send_at), clock=clock)
+        at, deferral = _quiet_hours(getattr(device, "user", None), _send_at(send_at), priority, clock)
+        notification = _insert(fields, device=device, ttl=ttl, send_at=at, clock=clock, deferral=deferral)
     return notification
 
 
@@ -125,8 +128,11 @@ def notification_send_to_user(
             )
             for device in devices
         ]
-        at = _send_at(send_at)
-        return [_insert(fields, device=device, ttl=ttl, send_at=at, clock=clock) for device, fields in planned]
+        at, deferral = _quiet_hours(user, _send_at(send_at), priority, clock)
+        return [
+            _insert(fields, device=device, ttl=ttl, send_at=at, clock=clock, deferral=deferral)
+            for device, fields in planned
+        ]
 
 
 def notification_send_to_topic(
@@ -302,8 +308,35 @@ def _send_at(value: Any) -> datetime | None:
     return value
 
 
+def _quiet_hours(user: Any, send_at: datetime | None, priority: str, clock: Clock) -> tuple[datetime | None, str]:
+    """Apply the site's quiet-hours policy (`PUSH_QUIET_HOURS`) to a push for `user` due at `send_at` (None: now).
+
+    Return the due time to store and, when the policy deferred it, the reason the row carries. The
+    deferral uses no attempt: the row is simply due later, and its story says why."""
+    path = weave_settings.PUSH_QUIET_HOURS
+    if not path or user is None:
+        return send_at, ""
+    at = send_at or clock.read()
+    later = import_string(path)(user, at, priority)
+    if later is None:
+        return send_at, ""
+    if not isinstance(later, datetime) or later.tzinfo is None:
+        raise ImproperlyConfigured(f"WEAVE PUSH_QUIET_HOURS ({path}) must return an aware datetime or None.")
+    if later <= at:
+        return send_at, ""
+    stamp = "%Y-%m-%d %H:%M:%S UTC"
+    why = f"from {at.astimezone(UTC):{stamp}} to {later.astimezone(UTC):{stamp}}"
+    return later, f"Deferred by the quiet-hours policy {why}; no attempt used."
+
+
 def _insert(
-    fields: dict[str, Any], *, device: Device | None, ttl: int | None, send_at: datetime | None, clock: Clock
+    fields: dict[str, Any],
+    *,
+    device: Device | None,
+    ttl: int | None,
+    send_at: datetime | None,
+    clock: Clock,
+    deferral: str = "",
 ) -> Notification:
     # A scheduled row is due at its send time (a time already past is due now); its TTL counts from then.
     due: Any
@@ -312,7 +345,9 @@ def _insert(
         due, expires_at = clock.now(), (clock.now(timedelta(seconds=ttl)) if ttl is not None else None)
     else:
         due, expires_at = send_at, (send_at + timedelta(seconds=ttl) if ttl is not None else None)
-    notification = Notification.objects.create(**fields, device=device, expires_at=expires_at, next_attempt_at=due)
+    notification = Notification.objects.create(
+        **fields, device=device, expires_at=expires_at, next_attempt_at=due, last_error=deferral
+    )
     # The times came from the database clock (an expression): read them back.
     notification.refresh_from_db(fields=["next_attempt_at", "expires_at"])
     if not _drain_requested_on_commit():

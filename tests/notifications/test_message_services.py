@@ -108,3 +108,38 @@ def test_send_at__a_naive_datetime_is_refused(push_settings, clock):
     with pytest.raises(ValidationError):
         notification_create(title="t", body="", device_token="tok-1", send_at=naive, clock=clock)
     assert not Notification.objects.exists()
+
+
+def night_is_quiet(user, at, priority):
+    """A site's quiet-hours policy: nothing but high priority between 22:00 and 07:00 UTC."""
+    if priority == "high" or 7 <= at.hour < 22:
+        return None
+    morning = at.replace(hour=7, minute=0, second=0, microsecond=0)
+    return morning if at.hour < 7 else morning + timedelta(days=1)
+
+
+@pytest.fixture
+def quiet(push_settings, settings, django_user_model):
+    settings.WEAVE = {**settings.WEAVE, "PUSH_QUIET_HOURS": f"{__name__}.night_is_quiet"}
+    user = django_user_model.objects.create_user("sleeper")
+    return device_register(user=user, backend="default", token="phone-quiet")
+
+
+def test_quiet_hours__defer_without_an_attempt_and_the_story_says_why(quiet, clock):
+    from notifications.explain import explain_notification
+
+    late = clock.current.replace(hour=23)
+    row = notification_create(title="night", body="", device=quiet, send_at=late, clock=clock)
+    urgent = notification_create(title="2fa", body="", device=quiet, send_at=late, priority="high", clock=clock)
+
+    morning = (late + timedelta(days=1)).replace(hour=7)
+    assert (row.next_attempt_at, row.attempts) == (morning, 0)
+    assert row.last_error.startswith("Deferred by the quiet-hours policy from")
+    assert (urgent.next_attempt_at, urgent.last_error) == (late, "")
+    assert "Deferred by the quiet-hours policy" in explain_notification(row.pk, clock=clock).as_text()
+
+
+def test_quiet_hours__a_daytime_push_is_due_at_once(quiet, clock):
+    row = notification_create(title="day", body="", device=quiet, clock=clock)
+
+    assert row.next_attempt_at == clock.current and row.last_error == ""
