@@ -73,6 +73,9 @@ MIDDLEWARE = [
 ROOT_URLCONF = "demo.urls"
 WSGI_APPLICATION = "demo.wsgi.application"
 
+# The demo has no login page of its own: its pages send visitors to the admin's.
+LOGIN_URL = "admin:login"
+
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",

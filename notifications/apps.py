@@ -55,6 +55,14 @@ class PushSettings(SettingsGroup):
     PUSH_WEBPUSH_UNSAFE_ALLOW_LOOPBACK = flag(
         False, "UNSAFE, local fakes only: also accept Web Push endpoints on 127.0.0.0/8, ::1 and localhost"
     )
+    PUSH_API_RATE = count(30, "device API requests one user may make per minute (notifications.urls)")
+    PUSH_API_AUTHENTICATE = text(
+        "", "dotted path of a callable(request) -> user or None for the device API (token auth); empty: sessions"
+    )
+    PUSH_API_PERMISSION = text("", "dotted path of a callable(request, user) -> bool; empty: any active user")
+    PUSH_QUIET_HOURS = text(
+        "", "dotted path of a callable(user, at, priority) -> datetime or None: when a push due at `at` may go"
+    )
 
 
 class NotificationsConfig(AppConfig):

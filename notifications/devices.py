@@ -14,6 +14,7 @@ from typing import Any
 from django.db.models import Q
 
 from notifications.models import Device, Notification
+from notifications.signals import announce_device_deactivated, announce_notifications
 from weave.events import log_event
 from weave.leases import Clock, default_clock
 
@@ -29,6 +30,7 @@ def deactivate_device(*, device_id: Any, reason: str, clock: Clock = default_clo
     )
     if changed:
         log_event(logger, "device_deactivated", job="device", id=device_id, reason=reason)
+        announce_device_deactivated(device_id, reason)
     return bool(changed)
 
 
@@ -61,6 +63,7 @@ def end_queued_for_device(*, device_id: Any, reason: str, clock: Clock = default
                    .values_list("pk", flat=True))  # fmt: skip
     for pk in pks:
         log_event(logger, "failed", job="notification", id=pk, reason=why)
+    announce_notifications((pk, Notification.Status.FAILED, reason) for pk in pks)
     return pks
 
 

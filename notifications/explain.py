@@ -52,7 +52,9 @@ def _summary(n: Notification, attempts: list[DeliveryAttempt]) -> str:
             # Ended before any worker took it (a device deactivated or handed over, a cancel): say why.
             why = n.last_error.splitlines()[0].rstrip(".")
             return f"Notification {n.pk} was never sent; it is {n.status}: {why}."
-        return f"Notification {n.pk} has not been sent yet; it is {n.status}."
+        # A pending row's reason before any send: a deferral (quiet hours).
+        why = f" {n.last_error}" if n.last_error else ""
+        return f"Notification {n.pk} has not been sent yet; it is {n.status}.{why}"
     parts = []
     for number, a in enumerate(attempts, 1):
         waited = f"{(a.latency_ms or 0) / 1000:.1f} s"

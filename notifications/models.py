@@ -45,6 +45,7 @@ CONTENT_FIELDS = (
     "title",
     "body",
     "data",
+    "options",
     "expires_at",
     "priority",
     "collapse_key",
@@ -120,6 +121,8 @@ class Notification(LeasedModel):
     title = models.CharField(max_length=200)
     body = models.TextField(blank=True)
     data = models.JSONField(default=dict, blank=True)
+    # Checked display options (notifications.content): subtitle, badge, sound, image, per-platform overrides.
+    options = models.JSONField(default=dict, blank=True)
     # Sent as the provider's Idempotency-Key on every attempt, so a retry after an ambiguous
     # timeout cannot deliver the message twice at a provider that honours it.
     idempotency_key = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)

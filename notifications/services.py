@@ -1,19 +1,22 @@
 """Public API of the notifications app."""
 
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import IntegrityError, connections, models, router, transaction
+from django.utils.module_loading import import_string
 
 from notifications import queue
 from notifications.backends import DEFAULT_ALIAS, PushBackend, backend_configs
 from notifications.backends.options import DataError
 from notifications.backends.registry import backend_class
+from notifications.content import CONDITION_PREFIX, TOPIC_PREFIX, check_options
 from notifications.devices import deactivate_device, end_queued_for_device, fail_queued_for_device, handed_over_reason
 from notifications.models import ContentLocked, Device, Notification
 from notifications.validation import TITLE_MAX as NOTIFICATION_TITLE_MAX
@@ -33,11 +36,13 @@ __all__ = [
     "UserNotifications",
     "device_deactivate",
     "device_register",
+    "device_token_canonical",
     "notification_cancel",
     "notification_check",
     "notification_create",
     "notification_edit",
     "notification_retry_now",
+    "notification_send_to_topic",
     "notification_send_to_user",
 ]
 
@@ -53,6 +58,8 @@ def notification_create(
     collapse_key: str | None = None,
     ttl: int | None = None,
     priority: str = Notification.Priority.NORMAL,
+    options: Mapping[str, Any] | None = None,
+    send_at: datetime | None = None,
     clock: Clock = default_clock,
 ) -> Notification:
     """Create a notification for a registered `device`, or for a raw `device_token` on `backend`
@@ -71,16 +78,17 @@ def notification_create(
                 )
             fields = _notification_fields(
                 backend=device.backend, token=device.token, title=title, body=body, data=data,
-                collapse_key=collapse_key, ttl=ttl, priority=priority,
+                collapse_key=collapse_key, ttl=ttl, priority=priority, options=options,
             )  # fmt: skip
         else:
             if device_token is None:
                 raise ValidationError({"device_token": "A device token (or a device) is required."})
             fields = _notification_fields(
                 backend=backend or DEFAULT_ALIAS, token=device_token, title=title, body=body, data=data,
-                collapse_key=collapse_key, ttl=ttl, priority=priority,
+                collapse_key=collapse_key, ttl=ttl, priority=priority, options=options,
             )  # fmt: skip
-        notification = _insert(fields, device=device, ttl=ttl, clock=clock)
+        at, deferral = _quiet_hours(getattr(device, "user", None), _send_at(send_at), priority, clock)
+        notification = _insert(fields, device=device, ttl=ttl, send_at=at, clock=clock, deferral=deferral)
     return notification
 
 
@@ -93,6 +101,8 @@ def notification_send_to_user(
     collapse_key: str | None = None,
     ttl: int | None = None,
     priority: str = Notification.Priority.NORMAL,
+    options: Mapping[str, Any] | None = None,
+    send_at: datetime | None = None,
     clock: Clock = default_clock,
 ) -> "UserNotifications":
     """Create one notification per active device of `user`; return them (maybe none), with `skipped`.
@@ -105,6 +115,7 @@ def notification_send_to_user(
     """
     user = _saved_user(user, field="user", required=True)
     _check_ttl(ttl)  # before the expiry expression is built from it
+    at, deferral = _quiet_hours(user, _send_at(send_at), priority, clock)
     devices = list(
         Device.objects.active()
         .filter(user=user)
@@ -122,12 +133,13 @@ def notification_send_to_user(
         devices = [d for d in devices if d[0] not in over]
     messages: dict[str, tuple[type[PushBackend], dict[str, Any]] | str] = {}
     planned: list[Notification] = []
-    expires_at = clock.now(timedelta(seconds=ttl)) if ttl is not None else None
+    due, expires_at = _due_and_expiry(at, ttl, clock)
     for pk, alias, token, _used, _created in devices:
         if alias not in messages:
             messages[alias] = _message_for_alias(
-                alias, title=title, body=body, data=data, collapse_key=collapse_key, ttl=ttl, priority=priority
-            )
+                alias, title=title, body=body, data=data, collapse_key=collapse_key, ttl=ttl, priority=priority,
+                options=options,
+            )  # fmt: skip
         known = messages[alias]
         if isinstance(known, str):
             skipped.append(SkippedDevice(pk, known))
@@ -141,7 +153,7 @@ def notification_send_to_user(
         planned.append(
             Notification(
                 **fields, backend=alias, device_token=canonical, device_id=pk, expires_at=expires_at,
-                next_attempt_at=clock.now(),
+                next_attempt_at=due, last_error=deferral,
             )
         )  # fmt: skip
     created: list[Notification] = []
@@ -231,6 +243,60 @@ def _parameter_limit(db: str) -> int:
     return 65535  # the wire protocol's limit on bound parameters
 
 
+def notification_send_to_topic(
+    *,
+    backend: str,
+    title: str,
+    body: str,
+    topic: str | None = None,
+    condition: str | None = None,
+    data: Mapping[str, Any] | None = None,
+    collapse_key: str | None = None,
+    ttl: int | None = None,
+    priority: str = Notification.Priority.NORMAL,
+    options: Mapping[str, Any] | None = None,
+    send_at: datetime | None = None,
+    clock: Clock = default_clock,
+) -> Notification:
+    """Create one notification to an FCM `topic` (or a `condition` over topics) on `backend`, with its own receipts.
+
+    The provider fans it out: it is one row, one send and one answer, whoever is subscribed."""
+    target = _topic_target(backend=backend, topic=topic, condition=condition)
+    with transaction.atomic():
+        fields = _notification_fields(
+            backend=backend, token=target, title=title, body=body, data=data,
+            collapse_key=collapse_key, ttl=ttl, priority=priority, options=options,
+        )  # fmt: skip
+        return _insert(fields, device=None, ttl=ttl, send_at=_send_at(send_at), clock=clock)
+
+
+_TOPIC = re.compile(r"[a-zA-Z0-9\-_.~%]{1,900}")
+_CONDITION_TOPIC = re.compile(r"'([^']*)' in topics")
+_CONDITION_REST = re.compile(r"(\s|&&|\|\||!|\(|\))*")
+
+
+def _topic_target(*, backend: str, topic: str | None, condition: str | None) -> str:
+    """The stored device_token for a topic or condition send (`topic:news`), checked as FCM checks it."""
+    if not getattr(_backend_class(backend), "supports_topics", False):
+        raise ValidationError({"backend": f"Backend {backend!r} cannot send to topics (FCM backends can)."})
+    if (topic is None) == (condition is None):
+        raise ValidationError({"topic": "Give a topic or a condition, not both and not neither."})
+    if topic is not None:
+        if not isinstance(topic, str) or not _TOPIC.fullmatch(topic):
+            raise ValidationError({"topic": "A topic name is 1 to 900 of the characters a-z A-Z 0-9 - _ . ~ %."})
+        return f"{TOPIC_PREFIX}{topic}"
+    if not isinstance(condition, str) or not condition.strip():
+        raise ValidationError({"condition": "A condition such as \"'news' in topics && 'sport' in topics\"."})
+    names = _CONDITION_TOPIC.findall(condition)
+    rest = _CONDITION_TOPIC.sub("", condition)
+    well_formed = all(_TOPIC.fullmatch(name) for name in names) and _CONDITION_REST.fullmatch(rest)
+    if not names or len(names) > 5 or not well_formed:
+        raise ValidationError(
+            {"condition": "A condition combines up to five 'name' in topics clauses with &&, || and parentheses."}
+        )
+    return f"{CONDITION_PREFIX}{condition}"
+
+
 def notification_check(
     *,
     title: str,
@@ -241,6 +307,7 @@ def notification_check(
     collapse_key: str | None = None,
     ttl: int | None = None,
     priority: str = Notification.Priority.NORMAL,
+    options: Mapping[str, Any] | None = None,
 ) -> None:
     """Raise the `ValidationError` `notification_create` would raise for a raw token; store nothing.
 
@@ -251,7 +318,7 @@ def notification_check(
         raise ValidationError({"device_token": "A device token (or a device) is required."})
     _notification_fields(
         backend=backend or DEFAULT_ALIAS, token=device_token, title=title, body=body, data=data,
-        collapse_key=collapse_key, ttl=None, priority=priority,
+        collapse_key=collapse_key, ttl=None, priority=priority, options=options,
     )  # fmt: skip
     _check_ttl(ttl)
 
@@ -296,6 +363,7 @@ def _notification_fields(
     collapse_key: str | None,
     ttl: int | None,
     priority: str,
+    options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Validate one notification's fields against its backend; return the model fields, or raise ValidationError."""
     # Type and content first (weave.validation): a wrong argument is a ValidationError naming its field,
@@ -303,10 +371,14 @@ def _notification_fields(
     if not isinstance(backend, str):
         raise ValidationError({"backend": f"backend must be text, not {type(backend).__name__}."})
     backend_cls = _backend_class(backend)
-    token = canonical_device_token(token, backend_cls=backend_cls)
+    if _topical(backend_cls, token):
+        pass  # a topic or condition target, checked by _topic_target (never a device's token)
+    else:
+        token = canonical_device_token(token, backend_cls=backend_cls)
     fields = _message_fields(
-        backend_cls, title=title, body=body, data=data, collapse_key=collapse_key, ttl=ttl, priority=priority
-    )
+        backend_cls, title=title, body=body, data=data, collapse_key=collapse_key, ttl=ttl, priority=priority,
+        options=options,
+    )  # fmt: skip
     return {"backend": backend, "device_token": token, **fields}
 
 
@@ -319,12 +391,15 @@ def _message_fields(
     collapse_key: str | None,
     ttl: int | None,
     priority: str,
+    options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Validate a message's content for `backend_cls` (the same for every device on it); return the fields."""
-    title = check_text(
-        title, field="title", required=True, max_chars=_field_length("title"), required_message="A title is required."
-    )
+    title = check_text(title, field="title", max_chars=_field_length("title"))
     body = check_text(body, field="body")
+    if not title and (body or not data):
+        # An alert needs a title; a silent (background) push is data alone, with neither title nor body.
+        raise ValidationError({"title": "A title is required. (A silent push has data and neither title nor body.)"})
+    options = check_options(options)
     data = {} if data is None else data
     if not isinstance(data, Mapping):
         raise ValidationError({"data": f"data must be a JSON object, not {type(data).__name__}."})
@@ -337,8 +412,9 @@ def _message_fields(
         raise ValidationError({"collapse_key": f"A collapse key is at most {most} printable characters."})
     _check_ttl(ttl)
     # Counted as the UTF-8 bytes of the compact JSON actually sent; the token travels in the URL or a header.
-    check_payload_size(title=title, body=body, data=data)
-    return {"title": title, "body": body, "data": data, "collapse_key": collapse_key, "priority": priority}
+    check_payload_size(title=title, body=body, data=data, options=options)
+    fields = {"title": title, "body": body, "data": data, "collapse_key": collapse_key, "priority": priority}
+    return {**fields, "options": options}
 
 
 def _check_ttl(ttl: Any) -> None:
@@ -346,10 +422,63 @@ def _check_ttl(ttl: Any) -> None:
         raise ValidationError({"ttl": f"ttl is a whole number of seconds from 1 to {MAX_TTL} (28 days)."})
 
 
-def _insert(fields: dict[str, Any], *, device: Device | None, ttl: int | None, clock: Clock) -> Notification:
-    expires_at = clock.now(timedelta(seconds=ttl)) if ttl is not None else None
+def _topical(backend_cls: type[PushBackend], token: Any) -> bool:
+    """Whether `token` names a topic or a condition on a backend that sends to them."""
+    prefixes = (TOPIC_PREFIX, CONDITION_PREFIX)
+    return (
+        bool(getattr(backend_cls, "supports_topics", False)) and isinstance(token, str) and token.startswith(prefixes)
+    )
+
+
+def _send_at(value: Any) -> datetime | None:
+    """Check a scheduled send time: an aware datetime (compared with the database clock, never this host's)."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise ValidationError({"send_at": "send_at must be a timezone-aware datetime."})
+    return value
+
+
+def _quiet_hours(user: Any, send_at: datetime | None, priority: str, clock: Clock) -> tuple[datetime | None, str]:
+    """Apply the site's quiet-hours policy (`PUSH_QUIET_HOURS`) to a push for `user` due at `send_at` (None: now).
+
+    Return the due time to store and, when the policy deferred it, the reason the row carries. The
+    deferral uses no attempt: the row is simply due later, and its story says why."""
+    path = weave_settings.PUSH_QUIET_HOURS
+    if not path or user is None:
+        return send_at, ""
+    at = send_at or clock.read()
+    later = import_string(path)(user, at, priority)
+    if later is None:
+        return send_at, ""
+    if not isinstance(later, datetime) or later.tzinfo is None:
+        raise ImproperlyConfigured(f"WEAVE PUSH_QUIET_HOURS ({path}) must return an aware datetime or None.")
+    if later <= at:
+        return send_at, ""
+    stamp = "%Y-%m-%d %H:%M:%S UTC"
+    why = f"from {at.astimezone(UTC):{stamp}} to {later.astimezone(UTC):{stamp}}"
+    return later, f"Deferred by the quiet-hours policy {why}; no attempt used."
+
+
+def _due_and_expiry(send_at: datetime | None, ttl: int | None, clock: Clock) -> tuple[Any, Any]:
+    """When a new row is due and when it expires: now by the database clock, or its send time; TTL from then."""
+    if send_at is None:
+        return clock.now(), (clock.now(timedelta(seconds=ttl)) if ttl is not None else None)
+    return send_at, (send_at + timedelta(seconds=ttl) if ttl is not None else None)
+
+
+def _insert(
+    fields: dict[str, Any],
+    *,
+    device: Device | None,
+    ttl: int | None,
+    clock: Clock,
+    send_at: datetime | None = None,
+    deferral: str = "",
+) -> Notification:
+    due, expires_at = _due_and_expiry(send_at, ttl, clock)
     notification = Notification.objects.create(
-        **fields, device=device, expires_at=expires_at, next_attempt_at=clock.now()
+        **fields, device=device, expires_at=expires_at, next_attempt_at=due, last_error=deferral
     )
     # The times came from the database clock (an expression): read them back.
     notification.refresh_from_db(fields=["next_attempt_at", "expires_at"])
@@ -398,6 +527,16 @@ def _backend_data(backend_cls: type[PushBackend], data: Mapping[str, Any]) -> di
 # --- devices --------------------------------------------------------------------------------------------
 
 
+def device_token_canonical(*, backend: str, token: Any) -> str:
+    """Return `token` as `device_register` stores it for `backend`; raise `ValidationError` if it would refuse it."""
+    backend = check_text(backend, field="backend", required=True, one_line=True, max_chars=50)
+    backend_cls = _backend_class(backend)
+    if _topical(backend_cls, token):
+        # Stored as a device, it would send that user's pushes to everyone on the topic.
+        raise ValidationError({"token": "A device token cannot name a topic or a condition."})
+    return canonical_device_token(token, backend_cls=backend_cls, field="token")
+
+
 def device_register(*, user: Any, backend: str, token: str, platform: str = "", clock: Clock = default_clock) -> Device:
     """Register `token` on `backend` for `user` (None: not logged in yet); idempotent.
 
@@ -408,8 +547,7 @@ def device_register(*, user: Any, backend: str, token: str, platform: str = "", 
     """
     user = _saved_user(user, field="user", required=False)
     backend = check_text(backend, field="backend", required=True, one_line=True, max_chars=50)
-    backend_cls = _backend_class(backend)
-    token = canonical_device_token(token, backend_cls=backend_cls, field="token")
+    token = device_token_canonical(backend=backend, token=token)
     platform = check_text(platform, field="platform", max_chars=20)
     if platform not in ("", *Device.Platform.values):
         raise ValidationError({"platform": f"platform must be one of {', '.join(Device.Platform.values)} or empty."})

@@ -60,18 +60,19 @@ def canonical_device_token(value: Any, *, backend_cls: "type[PushBackend]", fiel
     return check_device_token(canonical, field=field)
 
 
-def check_payload_size(*, title: str, body: str, data: Any) -> int:
+def check_payload_size(*, title: str, body: str, data: Any, options: Any = None) -> int:
     """Raise if the message is over WEAVE PUSH_MAX_PAYLOAD_BYTES; return its size.
 
     The size is the UTF-8 bytes of the compact JSON actually sent (never the ASCII-escaped form, three
     times larger for non-Latin text), without the token, which travels in the URL or a header.
     """
     limit = weave_settings.PUSH_MAX_PAYLOAD_BYTES
-    size = len(json_bytes({"title": title, "body": body, "data": data}))
+    size = len(json_bytes({"title": title, "body": body, "data": data, "options": options or {}}))
     if size <= limit:
         return size
     # Name the field that takes most of the room: that is the one to shorten.
     shares = {"title": len(json_bytes(title)), "body": len(json_bytes(body)), "data": len(json_bytes(data))}
+    shares["options"] = len(json_bytes(options or {}))
     field = max(shares, key=lambda name: shares[name])
     raise ValidationError(
         {

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from notifications import content
 from notifications.backends import classify
 from notifications.backends.base import Outcome, Priority, PushBackend, PushMessage, SendResult, TokenError
 from notifications.backends.credentials import APNsProviderToken, shared, tls_context
@@ -150,10 +151,9 @@ def apns_request(message: PushMessage, *, topic: str, push_type: str, ttl: int |
     }
     if ttl is not None:
         headers["apns-expiration"] = str(int(time.time()) + ttl)
-    aps: dict[str, Any] = (
-        {"alert": {"title": message.title, "body": message.body}} if alert else {"content-available": 1}
-    )
-    payload = {**{k: v for k, v in message.data.items() if k != "aps"}, "aps": aps}
+    aps = content.apns_aps(title=message.title, body=message.body, options=message.options)
+    extra = content.apns_extra(message.options)
+    payload = {**{k: v for k, v in message.data.items() if k != "aps"}, **extra, "aps": aps}
     return headers, json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
 
 

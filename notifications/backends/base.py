@@ -50,6 +50,8 @@ class PushMessage:
     title: str
     body: str
     data: Mapping[str, Any] = field(default_factory=dict)
+    # Checked display options (`notifications.content`), mapped by each backend to its wire format.
+    options: Mapping[str, Any] = field(default_factory=dict)
     # Same key => the device replaces the earlier message instead of stacking it (APNs collapse-id,
     # FCM collapse_key/tag, Web Push Topic). Empty: the backend may fall back to the idempotency key.
     collapse_key: str = ""
@@ -120,6 +122,8 @@ class PushBackend(ABC):
     supports_collapse: ClassVar[bool] = False
     # Whether `send()` passes the remaining TTL on to the provider.
     supports_expiry: ClassVar[bool] = False
+    # Whether a notification may go to a topic or a condition (`notification_send_to_topic`) instead of a device.
+    supports_topics: ClassVar[bool] = False
 
     def __init__(self, *, alias: str, options: Mapping[str, Any], timeout: float, concurrency: int) -> None:
         problems = self.check_options(alias, options)

@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from notifications import content
 from notifications.backends import classify
 from notifications.backends.base import Outcome, Priority, PushBackend, PushMessage, SendResult, TokenError
 from notifications.backends.credentials import (
@@ -44,6 +45,7 @@ RESERVED_KEYS = {"from", "notification", "message_type", "collapse_key", "priori
 OPTIONS = {"project_id", "credentials_file", "base_url", "ca_file"}
 # Real tokens are about 160 characters ("<instance id>:APA91b..."); FCM documents no fixed length.
 _TOKEN = re.compile(r"[A-Za-z0-9_:\-]{16,1024}")
+TOPIC_PREFIX, CONDITION_PREFIX = content.TOPIC_PREFIX, content.CONDITION_PREFIX
 
 
 class FCMBackend(PushBackend):
@@ -52,6 +54,7 @@ class FCMBackend(PushBackend):
     supports_http2: ClassVar[bool] = True
     supports_collapse: ClassVar[bool] = True
     supports_expiry: ClassVar[bool] = True
+    supports_topics: ClassVar[bool] = True
 
     def __init__(self, *, alias: str, options: Mapping[str, Any], timeout: float, concurrency: int) -> None:
         super().__init__(alias=alias, options=options, timeout=timeout, concurrency=concurrency)
@@ -165,30 +168,51 @@ class FCMBackend(PushBackend):
 def fcm_message(message: PushMessage, ttl: int | None) -> dict[str, Any]:
     """The v1 request body for `message`, with `ttl` seconds left (None: FCM's default of four weeks)."""
     high = message.priority == Priority.HIGH
+    silent = content.is_silent(message.title, message.body)
     # What replaces on screen: the site's collapse key, else the notification's own key, so a resend
     # after an unknown outcome replaces the first copy instead of showing twice.
     tag = message.collapse_key or message.idempotency_key
-    android: dict[str, Any] = {"priority": "HIGH" if high else "NORMAL", "notification": {"tag": tag}}
+    android: dict[str, Any] = {"priority": "HIGH" if high else "NORMAL"}
+    if not silent:
+        android["notification"] = content.fcm_android_notification(tag=tag, options=message.options)
     if message.collapse_key:
         # Only a site's own collapse keys: FCM keeps at most four distinct collapse keys per device while
         # it is offline, so a fresh key per message would let FCM drop stored messages.
         android["collapse_key"] = message.collapse_key
-    apns_headers = {"apns-priority": "10" if high else "5", "apns-collapse-id": _apns_collapse_id(tag)}
+    # A background push to iOS must go at priority 5 with push-type background, or APNs refuses it.
+    apns_headers = {
+        "apns-priority": "10" if high and not silent else "5",
+        "apns-collapse-id": _apns_collapse_id(tag),
+        "apns-push-type": "background" if silent else "alert",
+    }
     webpush_headers = {"Urgency": "high" if high else "normal"}
     if ttl is not None:
         android["ttl"] = f"{ttl}s"
         apns_headers["apns-expiration"] = str(int(time.time()) + ttl)
         webpush_headers["TTL"] = str(ttl)
+    aps = content.apns_aps(title=message.title, body=message.body, options=message.options)
+    webpush: dict[str, Any] = {"headers": webpush_headers}
+    if shown := content.webpush_fields(title=message.title, body=message.body, options=message.options):
+        webpush["notification"] = {"title": message.title, "body": message.body, **shown}
     body: dict[str, Any] = {
-        "token": message.token,
-        "notification": {"title": message.title, "body": message.body},
+        **_target(message.token),
         "android": android,
-        "apns": {"headers": apns_headers},
-        "webpush": {"headers": webpush_headers},
+        "apns": {"headers": apns_headers, "payload": {"aps": aps, **content.apns_extra(message.options)}},
+        "webpush": webpush,
     }
+    if notification := content.fcm_notification(title=message.title, body=message.body, options=message.options):
+        body["notification"] = notification
     if message.data:
         body["data"] = dict(message.data)
     return {"message": body}
+
+
+def _target(token: str) -> dict[str, str]:
+    """Whom the message goes to: a registration token, or (Weave's own prefixes) a topic or a condition."""
+    for prefix in (TOPIC_PREFIX, CONDITION_PREFIX):
+        if token.startswith(prefix):
+            return {prefix.rstrip(":"): token.removeprefix(prefix)}
+    return {"token": token}
 
 
 def _apns_collapse_id(key: str) -> str:

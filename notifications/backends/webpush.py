@@ -29,6 +29,7 @@ import http_ece
 import httpx
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from notifications import content
 from notifications.backends import classify
 from notifications.backends.base import Outcome, Priority, PushBackend, PushMessage, SendResult, TokenError
 from notifications.backends.credentials import VapidSigner, shared, tls_context
@@ -248,7 +249,11 @@ class WebPushBackend(PushBackend):
 
 
 def web_push_payload(message: PushMessage, *, tag: str) -> bytes:
-    payload = {"title": message.title, "body": message.body, "data": dict(message.data), "tag": tag}
+    shown = content.webpush_fields(title=message.title, body=message.body, options=message.options)
+    if not shown and content.is_silent(message.title, message.body):
+        # A silent push: nothing for the service worker to show, only data for it to act on.
+        return json.dumps({"data": dict(message.data)}, separators=(",", ":"), ensure_ascii=False).encode()
+    payload = {"title": message.title, "body": message.body, "data": dict(message.data), "tag": tag, **shown}
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
 
 

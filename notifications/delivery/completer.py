@@ -39,6 +39,7 @@ from notifications.devices import (
     touch_devices,
 )
 from notifications.models import DeliveryAttempt, Notification
+from notifications.signals import announce_notifications
 from weave.events import log_event
 from weave.leases import Clock
 from weave.sanitize import outside_text
@@ -170,6 +171,12 @@ class Completer:
                 receipts.append(_receipt(row, result, outcome=DeliveryAttempt.Outcome.LEASE_LOST, reason=reason))
             written.append((plan, False))
         insert_receipts(receipts, clock=self.clock)
+        # Signals go out once this transaction commits (a rolled-back finish announces nothing).
+        announce_notifications(
+            (plan.row.pk, plan.transition.status, stories.get(plan.row.pk, plan.transition.last_error))
+            for plan, ok in written
+            if ok
+        )
         self._prune([plan for plan, ok in written if ok and plan.transition.deactivate_device], done)
         return written
 
@@ -232,6 +239,7 @@ class Completer:
                 ],
                 clock=self.clock,
             )
+            announce_notifications((row.pk, ending.status, ending.reason) for row, ending in rows if row.pk in landed)
         return landed
 
     # --- devices ---------------------------------------------------------------------------------

@@ -171,7 +171,7 @@ class FakeAPNs(ProviderFake):
         if refused := self._check_headers(request.headers):
             return _reason(refused)
         payload, refused = _payload(request.body)
-        if refused:
+        if refused or (refused := _check_aps(payload["aps"], request.headers)):
             return _reason(refused)
         hang = await apply_latency(faults, draw)
         if error := pick_error(faults, draw, self.state.pop_script()):
@@ -268,6 +268,25 @@ def _payload(body: bytes) -> tuple[dict[str, Any], str]:
     if not isinstance(payload, dict) or not isinstance(payload.get("aps"), dict):
         return {}, "PayloadEmpty"
     return payload, ""
+
+
+# Apple's documented aps keys: anything else is refused here (a typo in a site's raw aps merge shows up in tests).
+APS_KEYS = frozenset(
+    "alert badge sound thread-id category content-available mutable-content target-content-id "
+    "interruption-level relevance-score filter-criteria stale-date content-state timestamp event "
+    "dismissal-date attributes-type attributes".split()
+)
+
+
+def _check_aps(aps: dict[str, Any], headers: dict[str, str]) -> str:
+    if set(aps) - APS_KEYS:
+        return "BadPayload"
+    background = headers.get("apns-push-type") == "background"
+    if background and headers.get("apns-priority", "10") != "5":
+        return "BadPriority"  # Apple: background pushes must use priority 5
+    if background and ("alert" in aps or aps.get("content-available") != 1):
+        return "BadPayload"
+    return ""
 
 
 def _reason(reason: str, *, timestamp: int | None = None) -> Response:

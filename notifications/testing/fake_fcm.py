@@ -22,6 +22,7 @@ of errors one per request) add QUOTA_EXCEEDED, UNAVAILABLE, INTERNAL, UNAUTHENTI
 """
 
 import asyncio
+import json
 import re
 import secrets
 import threading
@@ -94,7 +95,11 @@ _ANDROID_FIELDS = {"collapse_key", "priority", "ttl", "restricted_package_name",
                    "fcm_options", "direct_boot_ok"}  # fmt: skip
 _ANDROID_NOTIFICATION_FIELDS = {"title", "body", "icon", "color", "sound", "tag", "click_action", "body_loc_key",
                                 "title_loc_key", "channel_id", "ticker", "sticky", "image", "notification_priority",
-                                "default_sound", "visibility", "notification_count"}  # fmt: skip
+                                "default_sound", "visibility", "notification_count", "body_loc_args",
+                                "title_loc_args"}  # fmt: skip
+# FCM's topic names; a condition combines quoted topic names with &&, || and !.
+_TOPIC_RE = re.compile(r"[a-zA-Z0-9\-_.~%]{1,900}")
+_CONDITION_RE = re.compile(r"(\s|'[a-zA-Z0-9\-_.~%]{1,900}'\s+in\s+topics|&&|\|\||!|\(|\))+")
 _APNS_FIELDS = {"headers", "payload", "fcm_options"}
 _WEBPUSH_FIELDS = {"headers", "data", "notification", "fcm_options"}
 
@@ -172,6 +177,12 @@ def validate_message(body: Any) -> dict[str, Any]:
     targets = [k for k in ("token", "topic", "condition") if k in message]
     if len(targets) != 1:
         raise SchemaError("message", "Exactly one of message.token, message.topic or message.condition is required.")
+    if "topic" in message and not (isinstance(message["topic"], str) and _TOPIC_RE.fullmatch(message["topic"])):
+        raise SchemaError("message.topic", "Invalid value at 'message.topic': not a valid topic name.")
+    if "condition" in message and not (
+        isinstance(message["condition"], str) and _CONDITION_RE.fullmatch(message["condition"])
+    ):
+        raise SchemaError("message.condition", "Invalid value at 'message.condition': not a valid condition.")
     if "data" in message:
         _check_string_map(message["data"], "message.data")
     if "notification" in message:
@@ -369,6 +380,10 @@ class FakeFCM(ProviderFake):
         except ValueError as exc:  # SchemaError, or a body that is not JSON
             field = getattr(exc, "field", "") or None
             return google_error("INVALID_ARGUMENT", message=str(exc), field=field)
+        # FCM's limit: 4 KiB for what the device is sent (notification and data; the platform blocks aside).
+        shown = {key: message[key] for key in ("notification", "data") if key in message}
+        if len(json.dumps(shown, separators=(",", ":"), ensure_ascii=False).encode()) > 4096:
+            return google_error("INVALID_ARGUMENT", message="Message is too big (more than 4096 bytes).")
         hang = await apply_latency(faults, draw)
         if error := pick_error(faults, draw, self.state.pop_script()):
             response = google_error(error)

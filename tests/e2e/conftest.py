@@ -5,6 +5,8 @@ transactional test databases (`django_db(transaction=True)`) and hand the test d
 children through DATABASE_URL.
 """
 
+import os
+import shutil
 import socket
 from urllib.parse import quote
 
@@ -50,3 +52,21 @@ def worker_env() -> dict[str, str]:
         "WEAVE_PUSH_BACKOFF_BASE": "0.5",
         "WEAVE_ONBOARDING_RETRY_BACKOFF": "0.2",
     }
+
+
+def chromium_path() -> str | None:
+    given = os.environ.get("WEAVE_CHROMIUM")
+    if given:
+        return given
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture
+def chromium() -> str:
+    """Debian's Chromium for the browser tests: skipped without it, except under CI=true, where that fails."""
+    path = chromium_path()
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true requires the browser test: install Debian's chromium (apt-get install chromium).")
+        pytest.skip("no chromium binary (apt-get install chromium); required when CI=true")
+    return path

@@ -9,7 +9,6 @@ except under CI=true, where it fails instead.
 """
 
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -25,23 +24,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transa
 
 SHOTS = Path(__file__).resolve().parents[2] / ".run" / "screenshots"
 SUPPLIERS = 3
-
-
-def chromium_path() -> str | None:
-    given = os.environ.get("WEAVE_CHROMIUM")
-    if given:
-        return given
-    return shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-@pytest.fixture
-def chromium() -> str:
-    path = chromium_path()
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI=true requires the browser test: install Debian's chromium (apt-get install chromium).")
-        pytest.skip("no chromium binary (apt-get install chromium); required when CI=true")
-    return path
 
 
 def poll(page, predicate, *, timeout: float, message: str, reload: bool = True) -> None:
