@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('weave_notifications', '0005_console_indexes_breaker_openings'),
+        ('weave_notifications', '0007_drop_redundant_indexes'),
     ]
 
     operations = [
