@@ -275,7 +275,7 @@ _CONDITION_TOPIC = re.compile(r"'([^']*)' in topics")
 _CONDITION_REST = re.compile(r"(\s|&&|\|\||!|\(|\))*")
 
 
-def _topic_target(*, backend: str, topic: str | None, condition: str | None) -> str:
+def _topic_target(*, backend: str, topic: str | None = None, condition: str | None = None) -> str:
     """The stored device_token for a topic or condition send (`topic:news`), checked as FCM checks it."""
     if not getattr(_backend_class(backend), "supports_topics", False):
         raise ValidationError({"backend": f"Backend {backend!r} cannot send to topics (FCM backends can)."})
@@ -372,7 +372,9 @@ def _notification_fields(
         raise ValidationError({"backend": f"backend must be text, not {type(backend).__name__}."})
     backend_cls = _backend_class(backend)
     if _topical(backend_cls, token):
-        pass  # a topic or condition target, checked by _topic_target (never a device's token)
+        # A topic or condition target (never a device's token): checked as FCM checks it, however it came.
+        kind, _, target = token.partition(":")
+        token = _topic_target(backend=backend, **{kind: target})
     else:
         token = canonical_device_token(token, backend_cls=backend_cls)
     fields = _message_fields(

@@ -65,6 +65,8 @@ def test_topic__one_row_to_the_topic_and_bad_names_are_refused(backends):
     for bad in ({"topic": "no spaces"}, {"topic": ""}, {"condition": "drop table"}, {"topic": "a", "condition": "b"}):
         with pytest.raises(ValidationError):
             notification_send_to_topic(backend="fcm", title="t", body="b", **bad)
+    with pytest.raises(ValidationError):  # a raw token naming a malformed topic is checked the same way
+        notification_create(device_token="topic:no spaces", backend="fcm", title="t", body="b")
     with pytest.raises(ValidationError) as caught:
         notification_send_to_topic(backend="default", topic="news", title="t", body="b")
     assert "cannot send to topics" in caught.value.message_dict["backend"][0]
