@@ -2,7 +2,7 @@
 
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -31,6 +31,7 @@ logger = logging.getLogger("weave.notifications")
 __all__ = [
     "NOTIFICATION_TITLE_MAX",
     "BulkResult",
+    "BulkSend",
     "ContentLocked",
     "SkippedDevice",
     "UserNotifications",
@@ -44,6 +45,7 @@ __all__ = [
     "notification_retry_now",
     "notification_send_to_topic",
     "notification_send_to_user",
+    "notification_send_to_users",
 ]
 
 
@@ -114,66 +116,185 @@ def notification_send_to_user(
     one INSERT per backend alias at most (see `_insert_many`).
     """
     user = _saved_user(user, field="user", required=True)
-    _check_ttl(ttl)  # before the expiry expression is built from it
-    at, deferral = _quiet_hours(user, _send_at(send_at), priority, clock)
-    devices = list(
-        Device.objects.active()
-        .filter(user=user)
-        .order_by("pk")
-        .values_list("pk", "backend", "token", "last_used_at", "created_at")
-    )
-    skipped: list[SkippedDevice] = []
-    cap = weave_settings.PUSH_MAX_DEVICES_PER_USER
-    if len(devices) > cap:
-        # Registered before the cap (or before it was lowered): the most recently used ones get it.
-        recent = sorted(devices, key=lambda d: (d[3] or d[4], d[0]), reverse=True)
-        over = {d[0] for d in recent[cap:]}
-        why = f"over WEAVE PUSH_MAX_DEVICES_PER_USER ({cap}) for this user"
-        skipped += [SkippedDevice(pk, why) for pk in sorted(over)]
-        devices = [d for d in devices if d[0] not in over]
-    messages: dict[str, tuple[type[PushBackend], dict[str, Any]] | str] = {}
-    planned: list[Notification] = []
-    due, expires_at = _due_and_expiry(at, ttl, clock)
-    for pk, alias, token, _used, _created in devices:
-        if alias not in messages:
-            messages[alias] = _message_for_alias(
-                alias, title=title, body=body, data=data, collapse_key=collapse_key, ttl=ttl, priority=priority,
-                options=options,
-            )  # fmt: skip
-        known = messages[alias]
-        if isinstance(known, str):
-            skipped.append(SkippedDevice(pk, known))
-            continue
-        backend_cls, fields = known
-        try:
-            canonical = canonical_device_token(token, backend_cls=backend_cls, field="token")
-        except ValidationError as exc:
-            skipped.append(SkippedDevice(pk, f"its token cannot be sent: {' '.join(exc.messages)}"))
-            continue
-        planned.append(
-            Notification(
-                **fields, backend=alias, device_token=canonical, device_id=pk, expires_at=expires_at,
-                next_attempt_at=due, last_error=deferral,
-            )
+    message = _FanOut(
+        title=title, body=body, data=data, collapse_key=collapse_key, ttl=ttl, priority=priority,
+        options=options, send_at=_send_at(send_at), clock=clock,
+    )  # fmt: skip
+    created, skipped = message.send({user.pk: user})
+    return UserNotifications(created, skipped=skipped)
+
+
+def notification_send_to_users(
+    *,
+    users: Iterable[Any],
+    title: str,
+    body: str,
+    data: Mapping[str, Any] | None = None,
+    collapse_key: str | None = None,
+    ttl: int | None = None,
+    priority: str = Notification.Priority.NORMAL,
+    options: Mapping[str, Any] | None = None,
+    send_at: datetime | None = None,
+    chunk: int = 500,
+    clock: Clock = default_clock,
+) -> "BulkSend":
+    """Send to every active device of every user in `users` (a queryset, or saved users), `chunk` users at a time.
+
+    Each chunk is its own short transaction with a constant number of statements, and the users are
+    streamed from the database, so a million devices never make one million-row transaction or list.
+    Returns how many notifications were created and which devices were skipped, and why."""
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or not 1 <= chunk <= 10_000:
+        raise ValidationError({"chunk": "chunk is a whole number of users from 1 to 10000."})
+    message = _FanOut(
+        title=title, body=body, data=data, collapse_key=collapse_key, ttl=ttl, priority=priority,
+        options=options, send_at=_send_at(send_at), clock=clock,
+    )  # fmt: skip
+    result = BulkSend()
+    for batch in _user_chunks(users, chunk):
+        created, skipped = message.send(batch)
+        result.created += len(created)
+        result.skipped += skipped
+    return result
+
+
+@dataclass
+class BulkSend:
+    """What `notification_send_to_users` did: notifications created, and the devices left out with why."""
+
+    created: int = 0
+    skipped: list["SkippedDevice"] = field(default_factory=list)
+
+
+def _user_chunks(users: Iterable[Any], size: int) -> Iterator[dict[Any, Any]]:
+    """{pk: user} chunks of `users`; a queryset is read `size` rows at a time, never whole."""
+    if isinstance(users, models.QuerySet):
+        if users.model is not get_user_model():
+            raise ValidationError({"users": "users must be a queryset of the site's user model."})
+        stream: Iterable[Any] = users.order_by("pk").iterator(chunk_size=size)
+    else:
+        stream = (_saved_user(user, field="users", required=True) for user in users)
+    batch: dict[Any, Any] = {}
+    for user in stream:
+        batch[user.pk] = user
+        if len(batch) >= size:
+            yield batch
+            batch = {}
+    if batch:
+        yield batch
+
+
+@dataclass(frozen=True)
+class _FanOut:
+    """One message, sent to every active device of a chunk of users: the statements do not grow with devices."""
+
+    title: str
+    body: str
+    data: Mapping[str, Any] | None
+    collapse_key: str | None
+    ttl: int | None
+    priority: str
+    options: Mapping[str, Any] | None
+    send_at: datetime | None
+    clock: Clock
+
+    def __post_init__(self) -> None:
+        _check_ttl(self.ttl)  # before the expiry expression is built from it
+
+    def send(self, users: Mapping[Any, Any]) -> tuple[list[Notification], list["SkippedDevice"]]:
+        """Create the rows for `users` ({pk: user}) in one short transaction; return them and the skipped devices."""
+        devices = list(
+            Device.objects.active()
+            .filter(user_id__in=list(users))
+            .order_by("user_id", "pk")
+            .values_list("pk", "backend", "token", "last_used_at", "created_at", "user_id")
+        )
+        skipped = _over_the_cap(devices)
+        over = {d.device_id for d in skipped}
+        timing = {pk: self._timing(user) for pk, user in users.items()}
+        messages: dict[str, tuple[type[PushBackend], dict[str, Any]] | str] = {}
+        planned: list[Notification] = []
+        for pk, alias, token, _used, _created, user_id in devices:
+            if pk in over:
+                continue
+            if alias not in messages:
+                messages[alias] = self._message(alias)
+            row = _planned_row(messages[alias], pk, alias, token, timing[user_id])
+            if isinstance(row, SkippedDevice):
+                skipped.append(row)
+            else:
+                planned.append(row)
+        created = _insert_still_active(planned, users, skipped)
+        return created, sorted(skipped, key=lambda d: d.device_id)
+
+    def _message(self, alias: str) -> tuple[type[PushBackend], dict[str, Any]] | str:
+        return _message_for_alias(
+            alias, title=self.title, body=self.body, data=self.data, collapse_key=self.collapse_key,
+            ttl=self.ttl, priority=self.priority, options=self.options,
         )  # fmt: skip
-    created: list[Notification] = []
-    if planned:
-        with transaction.atomic():
-            # Held only for this short block: a concurrent hand-over or deactivation waits for these rows to
-            # commit and then ends them, or commits first and its device is left out here.
-            # In key order, so two sends to the same user take the locks alike and never deadlock.
-            locking = Device.objects.select_for_update(no_key=True).active().filter(user=user).order_by("pk")
-            still = set(locking.values_list("pk", flat=True))
-            created = [n for n in planned if n.device_id in still]
-            skipped += [
-                SkippedDevice(n.device_id, "deactivated or registered by another user meanwhile")
-                for n in planned
-                if n.device_id not in still
-            ]
-            _insert_many(created)
-            if created and not _drain_requested_on_commit():
-                transaction.on_commit(_enqueue_drain)
-    return UserNotifications(created, skipped=sorted(skipped, key=lambda d: d.device_id))
+
+    def _timing(self, user: Any) -> tuple[Any, Any, str]:
+        """(due, expires at, deferral reason) for `user`'s rows: quiet hours are the user's own."""
+        at, deferral = _quiet_hours(user, self.send_at, self.priority, self.clock)
+        due, expires_at = _due_and_expiry(at, self.ttl, self.clock)
+        return due, expires_at, deferral
+
+
+def _over_the_cap(devices: list[tuple[Any, ...]]) -> list["SkippedDevice"]:
+    """The devices beyond WEAVE PUSH_MAX_DEVICES_PER_USER of each user; the most recently used ones get it."""
+    cap = weave_settings.PUSH_MAX_DEVICES_PER_USER
+    by_user: dict[Any, list[tuple[Any, ...]]] = {}
+    for device in devices:
+        by_user.setdefault(device[5], []).append(device)
+    why = f"over WEAVE PUSH_MAX_DEVICES_PER_USER ({cap}) for this user"
+    skipped = []
+    for mine in by_user.values():
+        if len(mine) > cap:
+            # Registered before the cap (or before it was lowered).
+            recent = sorted(mine, key=lambda d: (d[3] or d[4], d[0]), reverse=True)
+            skipped += [SkippedDevice(d[0], why) for d in recent[cap:]]
+    return skipped
+
+
+def _planned_row(
+    known: tuple[type[PushBackend], dict[str, Any]] | str, pk: Any, alias: str, token: str, timing: tuple[Any, Any, str]
+) -> "Notification | SkippedDevice":
+    """The unsaved row for one device, or why the device is skipped."""
+    if isinstance(known, str):
+        return SkippedDevice(pk, known)
+    backend_cls, fields = known
+    try:
+        canonical = canonical_device_token(token, backend_cls=backend_cls, field="token")
+    except ValidationError as exc:
+        return SkippedDevice(pk, f"its token cannot be sent: {' '.join(exc.messages)}")
+    due, expires_at, deferral = timing
+    return Notification(
+        **fields, backend=alias, device_token=canonical, device_id=pk, expires_at=expires_at,
+        next_attempt_at=due, last_error=deferral,
+    )  # fmt: skip
+
+
+def _insert_still_active(
+    planned: list[Notification], users: Mapping[Any, Any], skipped: list["SkippedDevice"]
+) -> list[Notification]:
+    """Insert the rows whose device is still active and still theirs; add the others to `skipped`."""
+    if not planned:
+        return []
+    with transaction.atomic():
+        # Held only for this short block: a concurrent hand-over or deactivation waits for these rows to
+        # commit and then ends them, or commits first and its device is left out here.
+        # In key order, so two sends to the same users take the locks alike and never deadlock.
+        locking = Device.objects.select_for_update(no_key=True).active().filter(user_id__in=list(users)).order_by("pk")
+        still = set(locking.values_list("pk", flat=True))
+        created = [n for n in planned if n.device_id in still]
+        skipped += [
+            SkippedDevice(n.device_id, "deactivated or registered by another user meanwhile")
+            for n in planned
+            if n.device_id not in still
+        ]
+        _insert_many(created)
+        if created and not _drain_requested_on_commit():
+            transaction.on_commit(_enqueue_drain)
+    return created
 
 
 @dataclass(frozen=True)

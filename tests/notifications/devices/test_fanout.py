@@ -157,3 +157,42 @@ def test_cap__a_user_over_the_cap_gets_it_on_the_most_recently_used_devices(sett
     assert sorted(r.device_id for r in rows) == sorted([old[0].pk, old[3].pk])
     assert [s.device_id for s in rows.skipped] == [old[1].pk, old[2].pk]
     assert all("PUSH_MAX_DEVICES_PER_USER" in s.reason for s in rows.skipped)
+
+
+# --- many users: notification_send_to_users ---------------------------------------------------------------
+
+
+def test_send_to_users__chunks_of_users_each_in_a_constant_number_of_statements(backends, django_user_model):
+    from notifications.services import notification_send_to_users
+
+    users = [django_user_model.objects.create_user(f"many-{n}") for n in range(30)]
+    for n, user in enumerate(users):
+        for k in range(4):
+            Device.objects.create(user=user, backend="fcm", token=f"tok{n:03d}x{k}" + "A" * 20)
+    with CaptureQueriesContext(connection) as small:
+        notification_send_to_users(users=django_user_model.objects.filter(pk__in=[u.pk for u in users[:10]]),
+                                   title="hi", body="", chunk=10)  # fmt: skip
+    with CaptureQueriesContext(connection) as large:
+        result = notification_send_to_users(
+            users=django_user_model.objects.filter(pk__in=[u.pk for u in users[10:]]), title="hi", body="", chunk=10
+        )
+
+    assert result.created == 80 and result.skipped == []
+    assert Notification.objects.count() == 120
+    # 40 devices in one chunk: a handful of statements (read users, read devices, lock, insert), not one a
+    # device; twice the users in chunks of 10 are twice the chunks, and no more statements per chunk.
+    assert len(small.captured_queries) <= 10, [q["sql"][:60] for q in small.captured_queries]
+    assert len(large.captured_queries) <= 2 * len(small.captured_queries)
+
+
+def test_send_to_users__one_users_bad_device_never_spoils_the_others(backends, django_user_model):
+    from notifications.services import notification_send_to_users
+
+    good, bad = django_user_model.objects.create_user("good"), django_user_model.objects.create_user("bad")
+    Device.objects.create(user=good, backend="fcm", token="good-token-" + "B" * 20)
+    broken = Device.objects.create(user=bad, backend="fcm", token="no spaces allowed ☃")
+
+    result = notification_send_to_users(users=[good, bad], title="hi", body="")
+
+    assert result.created == 1 and [s.device_id for s in result.skipped] == [broken.pk]
+    assert Notification.objects.get().device.user == good
