@@ -48,15 +48,16 @@ def _drain_and_linger(name: str, linger: float) -> DeliveryReport:
     budget = float(weave_settings.PUSH_BUDGET)
     started = time.monotonic()
     slot = _Hold(name, linger)
-    # Within a drain, PUSH_LINGER keeps the worker itself looking for the next rows at low load.
-    report = run_drain(enqueue_more=False, linger=weave_settings.PUSH_LINGER)
+    # The lingering is this task's (WAKE_LINGER), not the worker's: only here is the request slot renewed
+    # while it waits, so new rows ask for no other task meanwhile.
+    report = run_drain(enqueue_more=False)
     while linger and not report.breaker and not report.budget_spent:
         left = budget - (time.monotonic() - started)
         if left <= 0 or not _wait_for_rows(slot, until=started + budget):
             break
         slot.renew_if_due()
         wake.announce()
-        report.add(run_drain(enqueue_more=False, budget=left, linger=weave_settings.PUSH_LINGER))
+        report.add(run_drain(enqueue_more=False, budget=left))
     return report
 
 

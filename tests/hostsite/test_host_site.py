@@ -108,9 +108,11 @@ def test_wheel_carries_migrations_templates_and_commands(wheel):
     # The wheel is the library only: no standalone site, demo commands, chaos runner or bench.
     for package in ("tests/", "demo/", "tools/", "bench/"):
         assert not any(n.startswith(package) for n in names), f"{package} must not ship in {wheel.name}"
-    # weave/urls.py is the library's URLconf a site includes (the metrics endpoint), not a site's root URLconf.
+    # weave/urls.py and notifications/urls.py are URLconfs a site includes (the metrics endpoint, the device
+    # API), not a site's root URLconf.
+    included = ("weave/urls.py", "notifications/urls.py")
     for module in ("settings.py", "urls.py", "wsgi.py"):
-        shipped = [n for n in names if n.endswith(f"/{module}") and n != "weave/urls.py"]
+        shipped = [n for n in names if n.endswith(f"/{module}") and n not in included]
         assert not shipped, f"a site's {module} must not ship: {shipped}"
     assert not any("weave_chaos" in n or "weave_demo" in n or "fake_push_provider.py" in n for n in names)
     # Typed packages (PEP 561) and the licence.

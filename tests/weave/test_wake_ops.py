@@ -127,7 +127,7 @@ def test_enqueue__tells_the_watchers_so_a_sleeping_watcher_looks_at_once():
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_failed_enqueue__tells_the_watchers_too(monkeypatch):
-    monkeypatch.setattr("notifications.queue.async_task", lambda *a, **k: (_ for _ in ()).throw(TimeoutError("redis")))
+    monkeypatch.setattr("weave.jobs.queue.async_task", lambda *a, **k: (_ for _ in ()).throw(TimeoutError("redis")))
     raw = wake.open_listener()
     try:
         created = notification_create(device_token="device-1", title="Hi", body="stored")  # no error to the caller
