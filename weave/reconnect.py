@@ -34,6 +34,16 @@ class ReconnectOnDequeue:
     _pause = 0.0
     _outage_since: float | None = None
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # A class that lists the mixin and defines its own dequeue shadows the mixin's: it would look
+        # protected and stall the pusher for 10 s after every restart. Refuse that at import.
+        super().__init_subclass__(**kwargs)
+        if "dequeue" in cls.__dict__:
+            raise TypeError(
+                f"{cls.__qualname__} defines dequeue() beside ReconnectOnDequeue, which would never run: "
+                "define dequeue() on a base class and list the mixin before it"
+            )
+
     def dequeue(self) -> Any:
         try:
             tasks = super().dequeue()  # type: ignore[misc]

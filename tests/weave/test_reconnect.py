@@ -6,7 +6,8 @@ from django.db import OperationalError
 from django_q.brokers.orm import ORM
 
 from tools.pgserver import ThrowawayPostgres, default_database_on, postgres_bin
-from weave.reconnect import ReconnectingORM
+from weave.broker import DatabaseClockLocks, DatabaseClockORM
+from weave.reconnect import ReconnectingORM, ReconnectOnDequeue
 
 pytestmark = [
     pytest.mark.postgres,
@@ -23,8 +24,17 @@ def server(django_db_blocker):
             yield pg
 
 
-def test_dequeue_while_the_server_is_down__returns_no_task_then_the_task_once_it_is_back(server):
-    broker = ReconnectingORM(list_key="reconnect-test")
+# Every broker class Weave ships for the ORM, each with the class whose dequeue the mixin wraps.
+BROKERS = pytest.mark.parametrize(
+    ("broker_class", "inner"),
+    [(ReconnectingORM, ORM), (DatabaseClockORM, DatabaseClockLocks)],
+    ids=["reconnecting-orm", "database-clock-orm"],
+)
+
+
+@BROKERS
+def test_dequeue_while_the_server_is_down__returns_no_task_then_the_task_once_it_is_back(server, broker_class, inner):
+    broker = broker_class(list_key="reconnect-test")
     broker.enqueue("the payload")
     server.stop("immediate")
     try:
@@ -51,8 +61,18 @@ def test_the_stock_orm_broker_raises_there(server):
     assert broker.dequeue() is None  # empty queue, reconnected
 
 
-def test_an_error_that_is_not_a_lost_link_is_raised(server, monkeypatch):
-    broker = ReconnectingORM(list_key="reconnect-test")
-    monkeypatch.setattr(ORM, "dequeue", lambda self: 1 / 0)
+@BROKERS
+def test_an_error_that_is_not_a_lost_link_is_raised(server, monkeypatch, broker_class, inner):
+    broker = broker_class(list_key="reconnect-test")
+    monkeypatch.setattr(inner, "dequeue", lambda self: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         broker.dequeue()
+
+
+def test_a_broker_that_defines_dequeue_beside_the_mixin_is_refused_at_import():
+    """Its own dequeue would shadow the mixin's, and the pusher would stall after every restart."""
+    with pytest.raises(TypeError, match="would never run"):
+
+        class Shadowing(ReconnectOnDequeue, ORM):  # type: ignore[misc]
+            def dequeue(self):
+                return None
