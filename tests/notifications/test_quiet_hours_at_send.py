@@ -126,8 +126,6 @@ def test_claim__a_stale_lease_defers_nothing(quiet, fake, clock, device):
     assert (row.owner, row.fence, row.last_error) == ("rival", 2, "")
 
 
-
-
 # The statements one claimed-and-delivered row costs without quiet hours: the claim, the devices'
 # state, the guarded finish with its receipt (with the savepoints around both), the device touch.
 BASELINE = 9
