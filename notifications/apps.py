@@ -103,6 +103,22 @@ class NotificationsConfig(AppConfig):
                 metrics=console.collect_metrics,
             )
         )
+        from notifications import topics
+        from notifications.models import TopicSubscription
+        from weave.jobs import Step
+
+        # FCM topic subscriptions: fenced jobs of the core's runner, one per Instance ID batch.
+        register(
+            JobType(
+                name=topics.JOB_TYPE,
+                model=TopicSubscription,
+                ttl_setting="PUSH_LEASE_TTL",
+                steps=(Step("call", topics.call, save=topics.settle),),
+                budget=120.0,
+                retry=topics.RETRY,
+                explainer=topics.explain_topic_subscription,
+            )
+        )
         from notifications import retention
 
         # What the retention purge may delete of this app's history (weave.retention).
