@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import models, transaction
 
 from notifications.backends.base import TokenError
@@ -125,9 +125,14 @@ def _check_backend(alias: Any) -> str:
     from notifications.backends.fcm import FCMBackend
     from notifications.backends.registry import backend_class
 
-    if not isinstance(alias, str) or alias not in backend_configs():
+    configs = backend_configs()
+    if not isinstance(alias, str) or alias not in configs:
         raise ValidationError({"backend": f"No push backend {alias!r} is configured in WEAVE PUSH_BACKENDS."})
-    if not issubclass(backend_class(alias), FCMBackend):
+    try:
+        cls = backend_class(configs[alias]["BACKEND"])
+    except ImproperlyConfigured as exc:
+        raise ValidationError({"backend": str(exc)}) from None
+    if not issubclass(cls, FCMBackend):
         raise ValidationError({"backend": f"Backend {alias!r} is not FCM: only FCM devices subscribe to topics."})
     return alias
 
@@ -220,7 +225,8 @@ def explain_topic_subscription(pk: int, *, clock: Clock = default_clock) -> Time
         return t
     codes = receipt.result.get("codes") or []
     tally = Counter(code or "applied" for code in codes)
-    said = ", ".join(f"{n} {code}" for code, n in sorted(tally.items()))
+    # Applied first, then each error code with its count.
+    said = ", ".join(f"{n} {code}" for code, n in sorted(tally.items(), key=lambda kv: (kv[0] != "applied", kv[0])))
     gone = [str(pk) for pk, _ in receipt.result.get("deactivate") or []]
     deactivated = f"; devices deactivated: {', '.join(gone)}" if gone else ""
     t.add(receipt.finished_at, "results", f"IID answered for {len(codes)} token(s): {said}{deactivated}")

@@ -151,7 +151,7 @@ class InstanceIdClient:
         from notifications.backends.registry import backend_class
 
         config = backend_configs().get(alias)
-        if config is None or not issubclass(backend_class(alias), FCMBackend):
+        if config is None or not issubclass(backend_class(config["BACKEND"]), FCMBackend):
             raise IIDRefused(f"Backend {alias!r} is not an FCM backend in WEAVE PUSH_BACKENDS (any more).")
         options = config.get("OPTIONS") or {}
         credentials_file, ca_file = str(options["credentials_file"]), options.get("ca_file")

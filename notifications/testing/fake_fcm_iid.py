@@ -53,7 +53,7 @@ class FakeInstanceId:
         self.topics: dict[str, set[str]] = {}
         self.calls: list[IidCall] = []
         self.script: list[int] = []
-        self.retry_after: float | None = None
+        self.retry_after: str | None = None  # seconds, or "date:<seconds>" (fake_state.retry_after_value)
         self.internal: set[str] = set()
         self._gate: threading.Event | None = None
         self.arrived = threading.Event()  # set when a held request reached the fake
