@@ -60,7 +60,9 @@ class PushSettings(SettingsGroup):
     )
     PUSH_API_PERMISSION = text("", "dotted path of a callable(request, user) -> bool; empty: any active user")
     PUSH_QUIET_HOURS = text(
-        "", "dotted path of a callable(user, at, priority) -> datetime or None: when a push due at `at` may go"
+        "",
+        "dotted path of a callable(user, at, priority) -> datetime or None: when a push due at `at` may go; "
+        "asked at creation and again when a worker claims the row",
     )
 
 
