@@ -246,3 +246,24 @@ def test_job__a_lease_stolen_mid_call_keeps_the_stale_workers_answer_out(fcm_sit
     blocked = JobAttempt.objects.get(job_type=JOB_TYPE, job_id=str(job.pk), owner="stale")
     assert blocked.outcome == "blocked" and "fence 2" in blocked.reason
     assert [c.status for c in fcm_site.iid.calls] == [200, 200]  # both calls were answered
+
+
+# --- the operator's view -----------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_explain_and_admin__show_the_story_of_a_topic_job(fcm_site, devices, clock, admin_client, capsys):
+    from django.core.management import call_command
+    from django.urls import reverse
+
+    (job,) = topic_subscribe(topic="news", devices=devices)
+    run_job(JOB_TYPE, job.pk, owner="w1", clock=clock)
+
+    call_command("weave_explain", "fcm_topic", str(job.pk))
+    printed = capsys.readouterr().out
+    assert "subscribe 3 token(s) to 'news'" in printed and "2 applied, 1 NOT_FOUND" in printed
+    listing = admin_client.get(reverse("admin:weave_notifications_topicsubscription_changelist"))
+    assert listing.status_code == 200 and "news" in listing.content.decode()
+    page = admin_client.get(reverse("admin:weave_notifications_topicsubscription_change", args=[job.pk]))
+    body = page.content.decode()
+    assert page.status_code == 200 and "2 applied, 1 NOT_FOUND" in body and "fence 1 claimed by w1" in body
