@@ -209,13 +209,36 @@ def test_fake__answers_one_result_per_token_in_order(fcm, keys):
 # --- a stale worker's results never land ------------------------------------------------------------
 
 
+def _stall_the_whole_process(monkeypatch) -> None:
+    """No heartbeat thread either: the stale worker cannot notice anything before it saves."""
+    from weave.jobs import JobContext
+    from weave.leases import Heartbeat
+
+    def no_background(ctx):
+        return Heartbeat(TopicSubscription.objects, ctx.lease, ttl=ctx.ttl, clock=ctx.clock, background=False)
+
+    monkeypatch.setattr(JobContext, "heartbeat", no_background)
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_job__a_lease_stolen_mid_call_keeps_the_stale_workers_answer_out(fcm_site, devices, clock):
-    """The stale worker's call hangs inside the fake; its lease runs out and a rival does the whole job.
+@pytest.mark.parametrize(
+    ("stall", "takeover"), [("call", "rival"), ("process", "rival"), ("process", "operator cancels")]
+)
+def test_job__a_lease_lost_mid_call_keeps_the_stale_workers_answer_out(
+    fcm_site, devices, clock, monkeypatch, stall, takeover
+):
+    """The stale worker's call hangs inside the fake and its lease runs out; a rival does the whole job,
+    or an operator cancels it (a new fence, and no receipt that could collide with the stale one).
 
     When the stale call is answered at last, IID calls a live token NOT_FOUND: had the stale worker's
-    results landed, that device would be deactivated. The guard refuses them."""
+    results landed, that device would be deactivated. With only the call stalled, the stale worker's
+    heartbeat finds the lease gone; with the whole process stalled (no heartbeat thread either), the
+    step's guarded save refuses them."""
+    from weave.jobs.services import job_cancel
+
+    if stall == "process":
+        _stall_the_whole_process(monkeypatch)
     (job,) = topic_subscribe(topic="news", tokens=[*LIVE, DEAD], backend="fcm")
     gate = fcm_site.iid.hold()
     stale: dict = {}
@@ -231,21 +254,29 @@ def test_job__a_lease_stolen_mid_call_keeps_the_stale_workers_answer_out(fcm_sit
     try:
         assert fcm_site.iid.arrived.wait(10), "the stale worker's call never reached the fake"
         clock.advance(TTL + 1)  # the stale worker stalls past its lease
-        assert run_job(JOB_TYPE, job.pk, owner="rival", clock=clock) == "done"
+        if takeover == "rival":
+            assert run_job(JOB_TYPE, job.pk, owner="rival", clock=clock) == "done"
+        else:
+            assert job_cancel(job_type=JOB_TYPE, pks=[job.pk], clock=clock).changed == [job.pk]
         fcm_site.unregister(LIVE[0])  # what the stale call will now be told
     finally:
         gate.set()
         thread.join(30)
 
     assert stale["outcome"] == "blocked"
-    assert [owner for owner, _ in receipts(job)] == ["rival"]
     assert Device.objects.get(token=LIVE[0]).active  # the stale NOT_FOUND did not land
-    assert not Device.objects.get(token=DEAD).active  # the rival's did
+    stale_attempt = JobAttempt.objects.get(job_type=JOB_TYPE, job_id=str(job.pk), owner="stale")
+    assert stale_attempt.outcome == "blocked" and "fence 2" in stale_attempt.reason
     row = TopicSubscription.objects.values("state", "fence", "owner").get(pk=job.pk)
-    assert row == {"state": "done", "fence": 2, "owner": None}
-    blocked = JobAttempt.objects.get(job_type=JOB_TYPE, job_id=str(job.pk), owner="stale")
-    assert blocked.outcome == "blocked" and "fence 2" in blocked.reason
-    assert [c.status for c in fcm_site.iid.calls] == [200, 200]  # both calls were answered
+    if takeover == "rival":
+        assert [owner for owner, _ in receipts(job)] == ["rival"]
+        assert not Device.objects.get(token=DEAD).active  # the rival's NOT_FOUND did
+        assert row == {"state": "done", "fence": 2, "owner": None}
+        assert [c.status for c in fcm_site.iid.calls] == [200, 200]  # both calls were answered
+    else:
+        assert receipts(job) == []
+        assert Device.objects.get(token=DEAD).active  # nobody's answer landed
+        assert row == {"state": "cancelled", "fence": 2, "owner": None}
 
 
 # --- the operator's view -----------------------------------------------------------------------------
