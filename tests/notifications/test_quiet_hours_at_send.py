@@ -107,23 +107,28 @@ def test_claim__a_policy_that_raises_is_logged_and_the_row_is_sent(quiet, fake, 
 
 
 def test_claim__a_stale_lease_defers_nothing(quiet, fake, clock, device):
-    """A worker whose lease lapsed before the deferral writes nothing: the rival's claim stands untouched."""
+    """The deferral is the lease's guarded release: a worker whose lease lapsed writes nothing."""
     from notifications.delivery import PushWorker
 
     row = row_for(device, clock)
-    POLICY["until"] = clock.current + timedelta(hours=7)
+    later = clock.current + timedelta(hours=7)
     worker = PushWorker(clock=clock, owner="stale", ttl=TTL)
     try:
-        batch = worker.claim()
+        _, (claimed,) = worker.buffer.claim(10)
         clock.advance(TTL + 1)
         Notification.objects.claimable(clock).claim(row.pk, owner="rival", ttl=TTL, clock=clock)
-        report = worker.deliver(batch)
+        landed = worker.defer([(claimed, later, "Deferred by the quiet-hours policy (a stale worker)")])
     finally:
         worker.close()
 
     row.refresh_from_db()
-    assert report.deferred == 0
-    assert (row.owner, row.fence, row.last_error) == ("rival", 2, "")
+    assert landed == 0
+    assert (row.owner, row.fence, row.last_error, row.next_attempt_at) == (
+        "rival",
+        2,
+        "",
+        clock.current - timedelta(seconds=TTL + 1),
+    )
 
 
 # The statements one claimed-and-delivered row costs without quiet hours: the claim, the devices'
