@@ -17,7 +17,7 @@ from .conftest import free_port
 pytestmark = [
     pytest.mark.postgres,
     pytest.mark.e2e,
-    pytest.mark.skipif(postgres_bin() is None, reason="needs PostgreSQL server binaries (initdb, pg_ctl)"),
+    pytest.mark.needs(None if postgres_bin() else "PostgreSQL server binaries (initdb, pg_ctl) are missing"),
 ]
 
 

@@ -33,7 +33,7 @@ pytestmark = [
     pytest.mark.postgres,
     pytest.mark.hosts,
     pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or ""),
-    pytest.mark.skipif(postgres_bin() is None, reason="needs PostgreSQL server binaries (initdb, pg_ctl)"),
+    pytest.mark.needs(None if postgres_bin() else "PostgreSQL server binaries (initdb, pg_ctl) are missing"),
 ]
 
 CLOCKS = (0, 300, -300)  # seconds off the real time, per host

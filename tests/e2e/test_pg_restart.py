@@ -27,7 +27,7 @@ from tools.processes import wait_until
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.postgres,
-    pytest.mark.skipif(postgres_bin() is None, reason="needs PostgreSQL server binaries (initdb, pg_ctl)"),
+    pytest.mark.needs(None if postgres_bin() else "PostgreSQL server binaries (initdb, pg_ctl) are missing"),
 ]
 
 TTL = 4.0

@@ -10,7 +10,7 @@ from weave.reconnect import ReconnectingORM
 
 pytestmark = [
     pytest.mark.postgres,
-    pytest.mark.skipif(postgres_bin() is None, reason="needs PostgreSQL server binaries (initdb, pg_ctl)"),
+    pytest.mark.needs(None if postgres_bin() else "PostgreSQL server binaries (initdb, pg_ctl) are missing"),
 ]
 
 
