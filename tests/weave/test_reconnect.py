@@ -6,7 +6,8 @@ from django.db import OperationalError
 from django_q.brokers.orm import ORM
 
 from tools.pgserver import ThrowawayPostgres, default_database_on, postgres_bin
-from weave.reconnect import ReconnectingORM
+from weave.broker import DatabaseClockORM
+from weave.reconnect import ReconnectingORM, ReconnectOnDequeue
 
 pytestmark = [
     pytest.mark.postgres,
@@ -23,8 +24,11 @@ def server(django_db_blocker):
             yield pg
 
 
-def test_dequeue_while_the_server_is_down__returns_no_task_then_the_task_once_it_is_back(server):
-    broker = ReconnectingORM(list_key="reconnect-test")
+@pytest.mark.parametrize("broker_class", [ReconnectingORM, DatabaseClockORM])
+def test_dequeue_while_the_server_is_down__returns_no_task_then_the_task_once_it_is_back(server, broker_class):
+    # The mixin's dequeue is the one called, not one defined by the broker class itself.
+    assert broker_class.dequeue is ReconnectOnDequeue.dequeue
+    broker = broker_class(list_key="reconnect-test")
     broker.enqueue("the payload")
     server.stop("immediate")
     try:
