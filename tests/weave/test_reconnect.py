@@ -1,9 +1,12 @@
 """The broker's dequeue rides out a PostgreSQL outage (a throwaway server, stopped and started again)."""
 
+import threading
+
 import pytest
 from django.core.management import call_command
 from django.db import OperationalError
 from django_q.brokers.orm import ORM
+from django_q.models import OrmQ
 
 from tools.pgserver import ThrowawayPostgres, default_database_on, postgres_bin
 from weave.broker import DatabaseClockORM
@@ -41,6 +44,21 @@ def test_dequeue_while_the_server_is_down__returns_no_task_then_the_task_once_it
     assert task[1] == "the payload"
     assert broker._pause == 0.0 and broker._outage_since is None
     broker.delete(task[0])
+
+
+@pytest.mark.parametrize("broker_class", [ReconnectingORM, DatabaseClockORM])
+def test_an_acknowledgement_while_the_server_is_down__waits_for_it_instead_of_killing_the_monitor(server, broker_class):
+    broker = broker_class(list_key="reconnect-test")
+    broker.enqueue("acknowledged later")
+    ((task_id, _),) = broker.dequeue()
+    server.stop("fast")
+    back = threading.Timer(1.5, server.start)
+    back.start()
+    try:
+        broker.acknowledge(task_id)  # no exception: returns once the server answers and the row is gone
+    finally:
+        back.join()
+    assert not OrmQ.objects.filter(pk=task_id).exists()
 
 
 def test_the_stock_orm_broker_raises_there(server):
