@@ -123,7 +123,7 @@ def render_outages(now: datetime) -> SafeString:
             rows,
             empty="No worker has reported yet.",
         ),
-        age(OUTAGE_RECENT.total_seconds()),
+        f"{OUTAGE_RECENT.total_seconds() / 60:g} minutes",
     )
 
 
