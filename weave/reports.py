@@ -56,7 +56,6 @@ class Link:
         self._lock = threading.Lock()
         self._since: float | None = None  # monotonic time of the first failure of the outage under way
         self._error = ""
-        self._ended: dict[str, Any] | None = None  # closed, not yet written
         self.outages = 0
         self.last: dict[str, Any] | None = None
         self.wake = threading.Event()  # set when an outage ends: report it now, not in REPORT_EVERY
@@ -98,11 +97,17 @@ class Link:
 LINK = Link()
 
 
+# Session limits this worker set itself (a statement cancelled by statement_timeout, a session ended for
+# idling in a transaction): the link was cut for one session, the database was not away.
+OWN_LIMITS = {"57014", "25P03"}
+
+
 def note_failure(error: BaseException) -> None:
     """Called where a worker's query failed: an error that means the link is gone starts an outage."""
     from weave.worker_db import is_cut_off
 
-    if is_cut_off(error):
+    state = getattr(error.__cause__, "sqlstate", None) or getattr(error, "sqlstate", None) or ""
+    if state not in OWN_LIMITS and is_cut_off(error):
         LINK.cut_off(error)
 
 

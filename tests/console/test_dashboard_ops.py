@@ -59,6 +59,15 @@ def test_an_outage_a_worker_saw__is_reported_with_database_clock_times_and_degra
     assert "host-a:1" in section(page, "outages")
 
 
+def test_a_statement_cancelled_by_the_workers_own_timeout__is_not_an_outage(link):
+    import psycopg
+
+    error = OperationalError("canceling statement due to statement timeout")
+    error.__cause__ = psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
+    reports.note_failure(error)
+    assert not link.down
+
+
 def test_overlapping_outages_of_several_workers__are_one_event_and_an_old_one_only_history(admin_client):
     now = db_now()
 
