@@ -40,7 +40,7 @@ def own_server(django_db_blocker):
     with ThrowawayPostgres() as server, django_db_blocker.unblock():
         server.create_database("weave_restart_e2e")
         with default_database_on(server, "weave_restart_e2e"):
-            call_command("migrate", verbosity=0, interactive=False)
+            call_command("migrate", verbosity=0, interactive=False, run_syncdb=True)  # the test-only apps too
             yield server
 
 
