@@ -104,8 +104,12 @@ OWN_LIMITS = {"57014", "25P03"}
 
 def note_failure(error: BaseException) -> None:
     """Called where a worker's query failed: an error that means the link is gone starts an outage."""
+    from django.db import connection
+
     from weave.worker_db import is_cut_off
 
+    if connection.vendor != "postgresql":  # SQLite has no link to lose ("database is locked" is a wait)
+        return
     state = getattr(error.__cause__, "sqlstate", None) or getattr(error, "sqlstate", None) or ""
     if state not in OWN_LIMITS and is_cut_off(error):
         LINK.cut_off(error)

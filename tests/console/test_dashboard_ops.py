@@ -35,6 +35,7 @@ def link(monkeypatch):
     return fresh
 
 
+@pytest.mark.postgres
 def test_an_outage_a_worker_saw__is_reported_with_database_clock_times_and_degrades_the_verdict(admin_client, link):
     reports.report_once("host-a:1")  # a worker reporting before the server went away
     error = OperationalError("server closed the connection unexpectedly\n\tThis probably means the server terminated")
@@ -59,6 +60,20 @@ def test_an_outage_a_worker_saw__is_reported_with_database_clock_times_and_degra
     assert "host-a:1" in section(page, "outages")
 
 
+def test_on_sqlite_a_locked_database__is_not_an_outage(link):
+    if reports_vendor() != "sqlite":
+        pytest.skip("the SQLite pass checks this")
+    reports.note_failure(OperationalError("database is locked"))
+    assert not link.down
+
+
+def reports_vendor() -> str:
+    from django.db import connection
+
+    return connection.vendor
+
+
+@pytest.mark.postgres
 def test_a_statement_cancelled_by_the_workers_own_timeout__is_not_an_outage(link):
     import psycopg
 
