@@ -62,12 +62,13 @@ class DatabaseClockLocks(ORM):  # type: ignore[misc]  # django-q2 ships no type 
         return taken
 
 
-class DatabaseClockORM(ReconnectOnDequeue, DatabaseClockLocks):  # type: ignore[misc]
-    """`DatabaseClockLocks` behind `ReconnectOnDequeue`: a dequeue cut off by a PostgreSQL restart backs off
-    and asks again instead of stopping the cluster's pusher for 10 seconds.
+class DatabaseClockORM(ReconnectOnDequeue, DatabaseClockLocks):
+    """The database-clock broker that rides out a PostgreSQL restart or failover (the documented default).
 
-    The mixin must wrap the class that defines `dequeue`: listed beside it on one class, that class's own
-    `dequeue` would come first in the method order and the mixin would never run."""
+    `ReconnectOnDequeue` must come first in the MRO, above the class that defines `dequeue`: a dequeue
+    defined in this class itself would override the mixin's, and a cut-off dequeue would stop the
+    cluster's pusher for 10 seconds again.
+    """
 
 
 def stagger_recycle(**_signal: Any) -> None:

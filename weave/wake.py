@@ -38,6 +38,7 @@ from django.db.models import F, Q
 
 from weave.conf import weave_settings
 from weave.leases import DbNow
+from weave.reports import note_answer, note_failure
 from weave.worker_db import is_cut_off
 
 logger = logging.getLogger("weave.wake")
@@ -380,8 +381,10 @@ class Watcher:
         while not self._stop.is_set():
             try:
                 sleep = self.step(timer_expired=timer_expired)
+                note_answer()  # the round's queries answered: an outage this process saw is over
                 timer_expired = not self._wait(sleep)
-            except Exception:  # the watcher must outlive a dropped connection or a failed enqueue
+            except Exception as error:  # the watcher must outlive a dropped connection or a failed enqueue
+                note_failure(error)  # its LISTEN connection is the first in the process to see the server go
                 logger.exception("wake watcher round failed; retrying")
                 self._reset_connection()
                 timer_expired = False
