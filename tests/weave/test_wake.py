@@ -82,9 +82,7 @@ def test_watcher__a_kind_whose_lookup_fails_does_not_blind_it_to_the_others(capl
 
     before, after = Spec(), Spec()
     before.due = after.due = in_seconds(-0.01)
-    watcher = Watcher(
-        [before.spec("a"), WatchSpec(name="broken", next_due=broken, wake=lambda: None), after.spec("z")]
-    )
+    watcher = Watcher([before.spec("a"), WatchSpec(name="broken", next_due=broken, wake=lambda: None), after.spec("z")])
     sleep = watcher.step(timer_expired=True)
     assert (before.wakes, after.wakes) == (1, 1)
     assert sleep <= 1.0  # the broken kind is looked at again soon, not after an idle sleep
