@@ -7,9 +7,14 @@ times N trivial tasks through each (one in-process worker, PostgreSQL). Run:
 
 django-tasks-db has no lease: a stalled worker's task stays RUNNING for ever, so the only way another
 worker takes it over is a person (or a script) setting it back to READY, which this harness does.
+
+django-ox, the third anchor, needs Python 3.12 or later (every release on PyPI says so); the harness
+says whether it is importable; it has no scenario here yet, so it is not in the table.
 """
 
+import importlib.util
 import os
+import platform
 import sys
 import threading
 import time
@@ -114,6 +119,10 @@ def main() -> None:
     print("| --- | --- | --- | --- |")
     print(f"| weave.tasks.WeaveBackend | {', '.join(weave)} | {weave.count('stale')} | {rates['weave']:.0f} |")
     print(f"| django-tasks-db 0.13.0 | {', '.join(db)} | {db.count('stale')} | {rates['django-tasks-db']:.0f} |")
+    if importlib.util.find_spec("django_ox") is None:
+        print(f"\ndjango-ox is not importable here (it requires Python >= 3.12; this is {platform.python_version()}).")
+    else:
+        print("\ndjango-ox is importable, but this harness has no scenario for it yet: it is not in the table.")
 
 
 if __name__ == "__main__":

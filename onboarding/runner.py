@@ -2,6 +2,11 @@
 
     run_onboarding(run_id) -> "completed" | "released" | "failed" | "blocked" | "busy" | "not_claimable" | "cut_off"
 
+The attempt runs on the `weave.jobs` API: `weave.jobs.claim()` takes the run by the database clock
+and opens the attempt's `JobContext`, and every write under the lease goes through it (its
+`guarded()` transactions, `release()`, `heartbeat()`, the lost-lease reason). What is onboarding's
+own is the run's shape: phases, its receipt and attempt tables, cancel-and-undo, the cut-off handling.
+
 `claim_attempt()` claims the run (a new fence), marks it running, marks older attempts that died as
 crashed, opens this attempt's row, and loads the plan the run recorded when it started. Only then
 does an `Attempt` exist: it always holds a lease, a run and its steps.
@@ -25,7 +30,6 @@ worker reads back on a fresh connection what landed and writes only its own atte
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from functools import partial
 from typing import Any, TypedDict, Unpack
 
@@ -509,12 +513,7 @@ class Attempt:
             if delay is not None:
                 # Read the due time off the database clock first, so the one guarded release writes it and
                 # the reason that names it.
-                due = (
-                    OnboardingRun.objects.filter(pk=self.run_id)
-                    .annotate(due=self.clock.now(timedelta(seconds=delay)))
-                    .values_list("due", flat=True)
-                    .first()
-                )
+                due = self.job.database_time(delay)
                 reason = f"{reason} Next attempt due at {clock_time(due)} (database time)."
             fields: dict[str, Any] = {} if due is None else {"next_attempt_at": due}
             self.claim.release(expect={"status": Status.RUNNING}, status=Status.PENDING, reason=reason, **fields)

@@ -63,6 +63,16 @@ class JobContext:
         """Seconds this attempt may still work (None: no budget); below zero once it is spent."""
         return None if self.budget_ends is None else self.budget_ends - self.clock.monotonic()
 
+    def database_time(self, seconds: float = 0.0) -> datetime | None:
+        """The database clock's time `seconds` from now (for a due time a reason must name before it is written)."""
+        at: datetime | None = (
+            self.rows.filter(pk=self.lease.pk)
+            .annotate(at=self.clock.now(timedelta(seconds=seconds)))
+            .values_list("at", flat=True)
+            .first()
+        )
+        return at
+
     @contextmanager
     def guarded(self, *, expect: Mapping[str, Any] | None = None, renew: bool = True, **fields: Any) -> Iterator[None]:
         """Open a transaction whose first statement is the guarded update (writing `fields`, renewing the lease).
