@@ -176,7 +176,7 @@ class Claim:
         )
         reason = f"Cut off from the database {where} ({_first_line(cut)}); {landed}."
         row = OnboardingRun.objects.filter(pk=self.run_id).values("owner", "fence", "status").first()
-        if row and OnboardingRun.objects.held_by(self.lease, self.clock).exists():
+        if row and self.job.still_held():
             # Still ours: give it back (a cancelled run stays cancelled; the cut may have undone "running").
             fields = {} if row["status"] == Status.CANCELLED else {"status": Status.PENDING, "reason": reason}
             try:

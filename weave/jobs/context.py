@@ -63,6 +63,11 @@ class JobContext:
         """Seconds this attempt may still work (None: no budget); below zero once it is spent."""
         return None if self.budget_ends is None else self.budget_ends - self.clock.monotonic()
 
+    def still_held(self) -> bool:
+        """Whether this attempt still holds the job under a live lease, by the database clock (read, not written)."""
+        held: bool = self.rows.held_by(self.lease, self.clock).exists()
+        return held
+
     def database_time(self, seconds: float = 0.0) -> datetime | None:
         """The database clock's time `seconds` from now (for a due time a reason must name before it is written)."""
         at: datetime | None = (
