@@ -1,7 +1,7 @@
 """Bench: a task's worker stalls past its lease, another worker takes over, the stale one wakes and writes.
 
 Counts the stale writes that land with Weave's `django.tasks` backend and with django-tasks-db, and
-times N trivial tasks through each (one in-process worker, PostgreSQL). Run:
+times N trivial tasks (default 10,000) through each (one in-process worker, PostgreSQL). Run:
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/weave_anchor .venv/bin/python bench/stale_writes.py [N]
 
@@ -105,7 +105,7 @@ def throughput(n: int) -> dict[str, float]:
 
 
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
     call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:
         cursor.execute("CREATE TABLE IF NOT EXISTS bench_ledger (id serial PRIMARY KEY, tag text, writer text)")
