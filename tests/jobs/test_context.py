@@ -68,3 +68,38 @@ def test_database_time__reads_the_due_time_off_the_database_clock(clock):
     shipment = Shipment.objects.create(parcel="books")
     ctx = claim(shipment.pk, "w1", clock)
     assert (ctx.database_time(90) - clock.current).total_seconds() == 90
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_guarded__a_save_that_passed_its_guard_holds_a_takeover_off_until_it_commits(clock):
+    """Real PostgreSQL row locks: the guarded update's lock refuses a rival's claim until the block commits."""
+    import threading
+
+    from django.db import connection
+
+    from weave.leases import LeaseBusy
+
+    shipment = Shipment.objects.create(parcel="books")
+    ctx = claim(shipment.pk, "w1", clock)
+    rival: dict[str, object] = {}
+
+    def take_over() -> None:
+        try:
+            rival["fence"] = claim(shipment.pk, "rival", clock).lease.fence
+        except LeaseBusy as busy:
+            rival["busy"] = str(busy)
+        finally:
+            connection.close()
+
+    with ctx.guarded(renew=False, price_cents=7):
+        Booking.objects.create(shipment=shipment, carrier_ref="R1", written_by="w1")
+        clock.advance(TTL + 1)  # the lease has run out, but this transaction already holds the row
+        thread = threading.Thread(target=take_over)
+        thread.start()
+        thread.join(30)
+    assert "busy" in rival and "fence" not in rival
+    # Committed before the takeover: the write and the booking landed, and the next claim gets fence 2.
+    assert Shipment.objects.values_list("price_cents", "fence").get() == (7, 1)
+    assert claim(shipment.pk, "rival", clock).lease.fence == 2
+    assert list(Booking.objects.values_list("written_by", flat=True)) == ["w1"]
