@@ -1,15 +1,20 @@
 """Bench: a task's worker stalls past its lease, another worker takes over, the stale one wakes and writes.
 
 Counts the stale writes that land with Weave's `django.tasks` backend and with django-tasks-db, and
-times N trivial tasks through each (one in-process worker, PostgreSQL). Run:
+times N trivial tasks (default 10,000) through each (one in-process worker, PostgreSQL). Run:
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/weave_anchor .venv/bin/python bench/stale_writes.py [N]
 
 django-tasks-db has no lease: a stalled worker's task stays RUNNING for ever, so the only way another
 worker takes it over is a person (or a script) setting it back to READY, which this harness does.
+
+django-ox, the third anchor, needs Python 3.12 or later (every release on PyPI says so); the harness
+says whether it is importable; it has no scenario here yet, so it is not in the table.
 """
 
+import importlib.util
 import os
+import platform
 import sys
 import threading
 import time
@@ -100,7 +105,7 @@ def throughput(n: int) -> dict[str, float]:
 
 
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
     call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:
         cursor.execute("CREATE TABLE IF NOT EXISTS bench_ledger (id serial PRIMARY KEY, tag text, writer text)")
@@ -114,6 +119,10 @@ def main() -> None:
     print("| --- | --- | --- | --- |")
     print(f"| weave.tasks.WeaveBackend | {', '.join(weave)} | {weave.count('stale')} | {rates['weave']:.0f} |")
     print(f"| django-tasks-db 0.13.0 | {', '.join(db)} | {db.count('stale')} | {rates['django-tasks-db']:.0f} |")
+    if importlib.util.find_spec("django_ox") is None:
+        print(f"\ndjango-ox is not importable here (it requires Python >= 3.12; this is {platform.python_version()}).")
+    else:
+        print("\ndjango-ox is importable, but this harness has no scenario for it yet: it is not in the table.")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,11 @@
 
     run_onboarding(run_id) -> "completed" | "released" | "failed" | "blocked" | "busy" | "not_claimable" | "cut_off"
 
+The attempt runs on the `weave.jobs` API: `weave.jobs.claim()` takes the run by the database clock
+and opens the attempt's `JobContext`, and every write under the lease goes through it (its
+`guarded()` transactions, `release()`, `heartbeat()`, the lost-lease reason). What is onboarding's
+own is the run's shape: phases, its receipt and attempt tables, cancel-and-undo, the cut-off handling.
+
 `claim_attempt()` claims the run (a new fence), marks it running, marks older attempts that died as
 crashed, opens this attempt's row, and loads the plan the run recorded when it started. Only then
 does an `Attempt` exist: it always holds a lease, a run and its steps.
@@ -25,7 +30,6 @@ worker reads back on a fresh connection what landed and writes only its own atte
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from functools import partial
 from typing import Any, TypedDict, Unpack
 
@@ -37,9 +41,10 @@ from onboarding.errors import PermanentFailure, StepFailure, TemporaryFailure
 from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
 from onboarding.steps.plan import DEFAULT_PLAN, PlanError, load_plan
 from onboarding.steps.protocol import Output, Step, StepContext, commit_output
-from weave import wake
+from weave import jobs, wake
 from weave.conf import weave_settings
 from weave.events import log_event
+from weave.jobs import JobContext
 from weave.leases import Clock, Heartbeat, Lease, LeaseBusy, LeaseLost, NotClaimable, default_clock, new_owner
 from weave.retry import backoff_seconds
 from weave.sanitize import decode
@@ -68,12 +73,13 @@ class AttemptEnded(Exception):
 
 
 class Claim:
-    """A lease on one run, and the attempt row that records how this claim ends."""
+    """A lease on one run (a `weave.jobs` attempt context), and the attempt row that records how this claim ends."""
 
-    def __init__(self, run_id: Any, lease: Lease, clock: Clock) -> None:
+    def __init__(self, run_id: Any, job: JobContext) -> None:
         self.run_id = run_id
-        self.lease = lease
-        self.clock = clock
+        self.job = job  # every guarded write of this attempt goes through it
+        self.lease = job.lease
+        self.clock = job.clock
         self.attempt_id: int | None = None  # None until the claim's first transaction commits
         self.outcome: str = Outcome.RUNNING
         self.reason = ""
@@ -82,7 +88,7 @@ class Claim:
         """Give the run back in one guarded statement that also writes `fields`."""
         if "reason" in fields:
             fields["reason"] = storable(fields["reason"])
-        OnboardingRun.objects.release(self.lease, clock=self.clock, expect=expect, **fields)
+        self.job.release(expect=expect, **fields)
 
     def end(self, outcome: str, reason: str, *, retry_due_at: Any = None) -> None:
         """Record how this attempt ended (and log it); `retry_due_at` is a release's next due time."""
@@ -124,12 +130,7 @@ class Claim:
                             transaction.on_commit(partial(queue.enqueue_run, self.run_id))
                 self.end(Outcome.RELEASED, f"The run was cancelled; stopped {where} without saving.")
             return
-        holder = ""
-        current = f"{lost.holder} at fence {lost.holder_fence}"
-        if lost.holder is not None and (lost.holder, lost.holder_fence) != (self.lease.owner, self.lease.fence):
-            if current not in str(lost):
-                holder = f" The run is now held by {current}."
-        self.end(Outcome.BLOCKED, f"Lease lost {where}: {lost}{holder}")
+        self.end(Outcome.BLOCKED, self.job.blocked_reason(lost, where, noun="run"))
 
     def cut_off(self, cut: DatabaseError, where: str, *, stage: str) -> None:
         """End our own attempt honestly after the database link failed mid-attempt, and write nothing else.
@@ -175,7 +176,7 @@ class Claim:
         )
         reason = f"Cut off from the database {where} ({_first_line(cut)}); {landed}."
         row = OnboardingRun.objects.filter(pk=self.run_id).values("owner", "fence", "status").first()
-        if row and OnboardingRun.objects.held_by(self.lease, self.clock).exists():
+        if row and self.job.still_held():
             # Still ours: give it back (a cancelled run stays cancelled; the cut may have undone "running").
             fields = {} if row["status"] == Status.CANCELLED else {"status": Status.PENDING, "reason": reason}
             try:
@@ -238,31 +239,28 @@ def claim_attempt(run_id: Any, **options: Unpack[AttemptOptions]) -> "Attempt":
     steps = options.get("steps")
     # A run released on a temporary failure is not claimed before its due time (the service's Retry-After),
     # even by a task that was queued before the release.
+    budget_option = float(budget if budget is not None else weave_settings.ONBOARDING_BUDGET)
     try:
-        lease = OnboardingRun.objects.claimable().due(clock).claim(run_id, owner=owner, ttl=ttl, clock=clock)
+        rows = OnboardingRun.objects.claimable().due(clock)
+        job = jobs.claim(JOB, rows, run_id, owner=owner, ttl=ttl, clock=clock, budget=budget_option)
     except DatabaseError as cut:
         if not is_cut_off(cut):
             raise
-        raise _claim_cut_off(run_id, owner, clock, cut) from cut
+        raise _claim_cut_off(run_id, owner, ttl, clock, cut) from cut
+    lease = job.lease
     started = clock.monotonic()
     log_event(logger, "claim", job=JOB, id=run_id, owner=lease.owner, fence=lease.fence)
-    claim = Claim(run_id, lease, clock)
+    claim = Claim(run_id, job)
     # What the claim took: an active run, or a cancelled one waiting for its undo (claimable() allows both).
     undoing = OnboardingRun.objects.undo_requested().filter(pk=run_id).exists()
     try:
-        with transaction.atomic():
-            if undoing:
-                OnboardingRun.objects.guarded_update(
-                    lease, clock=clock, expect=UNDOING, reason="Undoing the committed steps."
-                )
-            else:
-                OnboardingRun.objects.guarded_update(
-                    lease,
-                    clock=clock,
-                    expect={"status__in": OnboardingRun.ACTIVE},
-                    status=Status.RUNNING,
-                    next_attempt_at=None,
-                )
+        if undoing:
+            first = job.guarded(expect=UNDOING, renew=False, reason="Undoing the committed steps.")
+        else:
+            first = job.guarded(
+                expect={"status__in": OnboardingRun.ACTIVE}, renew=False, status=Status.RUNNING, next_attempt_at=None
+            )
+        with first:
             _mark_crashed(run_id, lease, clock)
             claim.attempt_id = RunAttempt.objects.create(
                 run_id=run_id, fence=lease.fence, owner=lease.owner, started_at=clock.now()
@@ -276,6 +274,7 @@ def claim_attempt(run_id: Any, **options: Unpack[AttemptOptions]) -> "Attempt":
         claim.cut_off(cut, "right after the claim", stage="claim")
         raise AttemptEnded(claim.outcome, claim.reason) from cut
     run = OnboardingRun.objects.select_related("supplier").get(pk=run_id)
+    job.job = run
     plan_error = ""
     if steps is None:
         try:
@@ -289,7 +288,7 @@ def claim_attempt(run_id: Any, **options: Unpack[AttemptOptions]) -> "Attempt":
         steps=tuple(steps),
         outputs={step: output for step, output in receipts.values_list("step", "output")},
         ttl=ttl,
-        budget=float(budget if budget is not None else weave_settings.ONBOARDING_BUDGET),
+        budget=budget_option,
         background=options.get("background", True),
         started=started,
         undoing=undoing,
@@ -298,7 +297,7 @@ def claim_attempt(run_id: Any, **options: Unpack[AttemptOptions]) -> "Attempt":
     )
 
 
-def _claim_cut_off(run_id: Any, owner: str, clock: Clock, cut: DatabaseError) -> AttemptEnded:
+def _claim_cut_off(run_id: Any, owner: str, ttl: float, clock: Clock, cut: DatabaseError) -> AttemptEnded:
     """The claim itself was cut off. Usually its transaction never committed (the server aborts it) and
     nothing of ours exists to end: log it, the run stays claimable. If the COMMIT landed and only its
     reply was lost, the row names us: give it back under that lease and say so in our own attempt."""
@@ -308,7 +307,8 @@ def _claim_cut_off(run_id: Any, owner: str, clock: Clock, cut: DatabaseError) ->
         reason = f"during the claim: {_first_line(cut)}"
         log_event(logger, "cut_off", job=JOB, id=run_id, owner=owner, reason=reason)
         return AttemptEnded("cut_off", reason)
-    claim = Claim(run_id, Lease(pk=run_id, owner=owner, fence=row["fence"]), clock)
+    lease = Lease(pk=run_id, owner=owner, fence=row["fence"])
+    claim = Claim(run_id, JobContext(JOB, None, lease, 0, 0, ttl, clock, job_model=OnboardingRun))
     reason = f"The claim landed but its reply was cut off ({_first_line(cut)})"
     try:
         with transaction.atomic():
@@ -342,6 +342,11 @@ class Attempt:
     services_given: SupplierServices | None = None
     heartbeats: dict[str, Heartbeat] = field(default_factory=dict)
     _services: SupplierServices | None = None
+
+    @property
+    def job(self) -> JobContext:
+        """The `weave.jobs` context of this attempt: its guarded writes, heartbeats and budget."""
+        return self.claim.job
 
     @property
     def lease(self) -> Lease:
@@ -441,7 +446,8 @@ class Attempt:
         return names[index - 1] if index else ""
 
     def budget_left(self) -> float:
-        return self.budget - (self.clock.monotonic() - self.started)
+        left = self.job.budget_left()
+        return self.budget - (self.clock.monotonic() - self.started) if left is None else left
 
     def context(self, step: Step) -> StepContext:
         return StepContext(
@@ -457,14 +463,7 @@ class Attempt:
         """Do `step`'s slow part under the heartbeat, then its guarded save, writes and receipt."""
         lease = self.lease
         ctx = self.context(step)
-        heartbeat = Heartbeat(
-            OnboardingRun.objects,
-            lease,
-            ttl=self.ttl,
-            clock=self.clock,
-            budget=max(self.budget_left(), 0.0),
-            background=self.background,
-        )
+        heartbeat = self.job.heartbeat(background=self.background)
         self.heartbeats[step.name] = heartbeat
         with heartbeat:
             ctx.heartbeat = heartbeat
@@ -476,13 +475,8 @@ class Attempt:
             heartbeat.before_save()
         # The heartbeat has stopped; the renewal just above left the transaction a whole ttl.
         ctx.committing = True
-        with transaction.atomic():
-            OnboardingRun.objects.guarded_update(
-                lease,
-                clock=self.clock,
-                expect={"phase": self.previous_phase(step), "status": Status.RUNNING},
-                phase=step.name,
-            )
+        expect = {"phase": self.previous_phase(step), "status": Status.RUNNING}
+        with self.job.guarded(expect=expect, renew=False, phase=step.name):
             output = commit_output(step, ctx, dict(output or {}))
             StepReceipt.objects.create(
                 run_id=self.run_id,
@@ -519,12 +513,7 @@ class Attempt:
             if delay is not None:
                 # Read the due time off the database clock first, so the one guarded release writes it and
                 # the reason that names it.
-                due = (
-                    OnboardingRun.objects.filter(pk=self.run_id)
-                    .annotate(due=self.clock.now(timedelta(seconds=delay)))
-                    .values_list("due", flat=True)
-                    .first()
-                )
+                due = self.job.database_time(delay)
                 reason = f"{reason} Next attempt due at {clock_time(due)} (database time)."
             fields: dict[str, Any] = {} if due is None else {"next_attempt_at": due}
             self.claim.release(expect={"status": Status.RUNNING}, status=Status.PENDING, reason=reason, **fields)
@@ -601,13 +590,7 @@ class Attempt:
             raise PermanentFailure(f"Step {step.name} declares no undo.")
         ctx = self.context(step)
         ctx.committing = True
-        with transaction.atomic():
-            OnboardingRun.objects.guarded_update(
-                self.lease,
-                clock=self.clock,
-                expect=UNDOING,
-                reason=f"Undoing: {step.name} at fence {self.lease.fence}.",
-            )
+        with self.job.guarded(expect=UNDOING, renew=False, reason=f"Undoing: {step.name} at fence {self.lease.fence}."):
             undo(ctx, dict(receipt.output))
             StepReceipt.objects.filter(pk=receipt.pk, undone_at__isnull=True).update(
                 undone_at=self.clock.now(), undone_fence=self.lease.fence

@@ -7,7 +7,7 @@ A built-in app registers its job type for the core's registries; a site's own jo
 clock, its writes guarded, its steps kept as receipts, its story told by `weave_explain`.
 """
 
-from weave.jobs.context import JobContext
+from weave.jobs.context import JobContext, claim
 from weave.jobs.declaration import JobType, Step, get, job_types, register, ttl_settings
 from weave.jobs.policy import Fail, RetryPolicy
 from weave.jobs.queue import enqueue_job, request, request_name, settled, started
@@ -18,6 +18,7 @@ __all__ = [
     "JobType",
     "RetryPolicy",
     "Step",
+    "claim",
     "enqueue_job",
     "get",
     "job_types",

@@ -1,14 +1,19 @@
-"""What a job's handler holds while it runs: the lease, a guarded transaction, a heartbeat, a step's key."""
+"""What a job's handler holds while it runs: the lease, a guarded transaction, a heartbeat, a step's key.
 
-from collections.abc import Iterator
+`claim()` opens an attempt: one claim by the database clock, and the `JobContext` every later write
+of that attempt goes through (guarded updates, renewals, the release). The core's runner and the
+onboarding app's runner both start their attempts here.
+"""
+
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import models, router, transaction
 
-from weave.leases import Clock, Heartbeat, Lease
+from weave.leases import Clock, Heartbeat, Lease, LeaseLost, default_clock
 
 
 @dataclass
@@ -33,30 +38,101 @@ class JobContext:
     budget_ends: float | None = None  # on clock.monotonic()
     step: str = ""
     results: dict[str, Any] = field(default_factory=dict)
+    # The leased model, for an attempt whose row is read only after its first guarded write.
+    job_model: type[models.Model] | None = None
 
     @property
     def model(self) -> type[models.Model]:
-        return type(self.job)
+        return self.job_model or type(self.job)
+
+    @property
+    def rows(self) -> Any:
+        """The model's lease queryset: the one place guarded updates live."""
+        return self.model._default_manager
 
     @property
     def idempotency_key(self) -> str:
         return f"{self.job_type}:{self.lease.pk}:{self.epoch}:{self.step}"
 
+    @property
+    def claimed_at(self) -> datetime | None:
+        """The claim's own database time: its expiry less the TTL it was granted."""
+        return None if self.lease.expires_at is None else self.lease.expires_at - timedelta(seconds=self.ttl)
+
+    def budget_left(self) -> float | None:
+        """Seconds this attempt may still work (None: no budget); below zero once it is spent."""
+        return None if self.budget_ends is None else self.budget_ends - self.clock.monotonic()
+
+    def still_held(self) -> bool:
+        """Whether this attempt still holds the job under a live lease, by the database clock (read, not written)."""
+        held: bool = self.rows.held_by(self.lease, self.clock).exists()
+        return held
+
+    def database_time(self, seconds: float = 0.0) -> datetime | None:
+        """The database clock's time `seconds` from now (for a due time a reason must name before it is written)."""
+        at: datetime | None = (
+            self.rows.filter(pk=self.lease.pk)
+            .annotate(at=self.clock.now(timedelta(seconds=seconds)))
+            .values_list("at", flat=True)
+            .first()
+        )
+        return at
+
     @contextmanager
-    def guarded(self, **fields: Any) -> Iterator[None]:
-        """Open a transaction whose first statement is the guarded update (renewing the lease, writing `fields`).
+    def guarded(self, *, expect: Mapping[str, Any] | None = None, renew: bool = True, **fields: Any) -> Iterator[None]:
+        """Open a transaction whose first statement is the guarded update (writing `fields`, renewing the lease).
 
         The update's row lock holds a competing claim off until commit, so the writes inside the block
         land only while this attempt still holds the job; a lost lease raises `LeaseLost` and nothing lands.
+        `expect` adds conditions the row must still meet (a phase, a status); `renew=False` leaves the
+        expiry where the heartbeat put it (a job whose budget, not its saves, bounds the lease).
         """
-        manager: Any = self.model._default_manager
+        if renew:
+            fields["lease_expires_at"] = self.clock.now(timedelta(seconds=self.ttl))
         with transaction.atomic(using=router.db_for_write(self.model)):
-            manager.guarded_update(
-                self.lease, clock=self.clock, lease_expires_at=self.clock.now(timedelta(seconds=self.ttl)), **fields
-            )
+            self.rows.guarded_update(self.lease, clock=self.clock, expect=expect, **fields)
             yield
 
-    def heartbeat(self) -> Heartbeat:
-        """A heartbeat for one slow call: `with ctx.heartbeat() as hb: ...; hb.check()` before relying on it."""
-        budget = None if self.budget_ends is None else max(0.0, self.budget_ends - self.clock.monotonic())
-        return Heartbeat(self.model._default_manager, self.lease, ttl=self.ttl, clock=self.clock, budget=budget)  # type: ignore[arg-type]
+    def release(self, *, expect: Mapping[str, Any] | None = None, **fields: Any) -> None:
+        """Give the job back in one guarded statement that also writes `fields` (inside the caller's transaction)."""
+        self.rows.release(self.lease, clock=self.clock, expect=expect, **fields)
+
+    def heartbeat(self, *, background: bool = True) -> Heartbeat:
+        """A heartbeat for one slow call: `with ctx.heartbeat() as hb: ...; hb.check()` before relying on it.
+
+        `background=False` renews only when asked (`hb.tick()`, `hb.before_save()`): tests on a fake clock.
+        """
+        left = self.budget_left()
+        budget = None if left is None else max(0.0, left)
+        return Heartbeat(self.rows, self.lease, ttl=self.ttl, clock=self.clock, budget=budget, background=background)
+
+    def blocked_reason(self, lost: LeaseLost, where: str, *, noun: str = "job") -> str:
+        """Why this attempt stopped without writing: where it lost the lease, and who holds the job now."""
+        holder = ""
+        current = f"{lost.holder} at fence {lost.holder_fence}"
+        if lost.holder is not None and (lost.holder, lost.holder_fence) != (self.lease.owner, self.lease.fence):
+            if current not in str(lost):
+                holder = f" The {noun} is now held by {current}."
+        return f"Lease lost {where}: {lost}{holder}"
+
+
+def claim(
+    job_type: str,
+    rows: Any,
+    pk: Any,
+    *,
+    owner: str,
+    ttl: float,
+    clock: Clock = default_clock,
+    budget: float | None = None,
+    also: Mapping[str, Any] | None = None,
+) -> JobContext:
+    """Claim job `pk` among `rows` (a lease queryset: what may be claimed) and open its attempt's context.
+
+    One guarded `UPDATE` by the database clock (`also` writes more fields in it, e.g. an attempt
+    counter). Raises `LeaseBusy` when a live lease is someone else's, `NotClaimable` otherwise. The
+    context's `job` is None until the caller reads the row (after its first guarded write, if it has one).
+    """
+    lease = rows.claim(pk, owner=owner, ttl=ttl, clock=clock, also=also)
+    budget_ends = None if budget is None else clock.monotonic() + budget
+    return JobContext(job_type, None, lease, 0, 0, float(ttl), clock, budget_ends=budget_ends, job_model=rows.model)

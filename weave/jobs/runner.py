@@ -12,13 +12,14 @@ from typing import Any
 from django.db import router, transaction
 from django.db.models import F
 
-from weave.jobs.context import JobContext
+from weave.jobs.context import JobContext, claim
 from weave.jobs.declaration import JobType, Step, get
 from weave.leases import Clock, LeaseBusy, LeaseLost, NotClaimable, default_clock, insert_receipts, new_owner
 from weave.models import JobAttempt, JobState, JobStepReceipt
 from weave.sanitize import outside_text
 
 logger = logging.getLogger("weave.jobs")
+ATTEMPT = {"attempts": F("attempts") + 1}
 
 
 class BudgetSpent(Exception):  # noqa: N818  (an outcome, not an error: the job resumes later)
@@ -33,18 +34,15 @@ def run_job(job_type: str, pk: Any, *, owner: str | None = None, clock: Clock = 
     owner = owner or new_owner(f"{job_type}:")
     try:
         # The claim counts the attempt in the same statement: a crash mid-attempt still uses one up.
-        lease = model.objects.due(clock).claim(
-            pk, owner=owner, ttl=ttl, clock=clock, also={"attempts": F("attempts") + 1}
-        )
+        rows = model.objects.due(clock)
+        ctx = claim(job_type, rows, pk, owner=owner, ttl=ttl, clock=clock, budget=jt.budget, also=ATTEMPT)
     except LeaseBusy:
         return "busy"
     except NotClaimable:
         return "not due"
-    # The claim's own database time: its expiry less the TTL it was granted.
-    started = lease.expires_at - timedelta(seconds=ttl) if lease.expires_at is not None else clock.read()
-    job = model.objects.get(pk=pk)
-    budget_ends = None if jt.budget is None else clock.monotonic() + jt.budget
-    ctx = JobContext(job_type, job, lease, job.attempts, job.epoch, ttl, clock, budget_ends)
+    started = ctx.claimed_at or clock.read()
+    ctx.job = model.objects.get(pk=pk)
+    ctx.attempt, ctx.epoch = ctx.job.attempts, ctx.job.epoch
     try:
         if jt.handler is not None:
             ctx.step = "run"
@@ -124,15 +122,15 @@ def _finish(ctx: JobContext, started: Any, outcome: str, reason: str, *, state: 
     retry_in = extra.pop("retry_in", None)
     fields["next_attempt_at"] = None if retry_in is None else clock.now(timedelta(seconds=retry_in))
     fields["finished_at"] = clock.now() if state != JobState.PENDING else None
-    manager: Any = ctx.model._default_manager
     with transaction.atomic(using=router.db_for_write(ctx.model)):
-        manager.release(ctx.lease, clock=clock, **fields)
+        ctx.release(**fields)
         insert_receipts(JobAttempt, [_receipt(ctx, started, outcome, reason, **extra)])
 
 
 def _blocked(ctx: JobContext, started: Any, lost: LeaseLost) -> None:
     # Our own history, not the job's row: the attempt says it lost the lease, to whom, and stops.
-    insert_receipts(JobAttempt, [_receipt(ctx, started, JobAttempt.Outcome.BLOCKED, str(lost))])
+    where = f"at step {ctx.step}" if ctx.step else "at the finish"
+    insert_receipts(JobAttempt, [_receipt(ctx, started, JobAttempt.Outcome.BLOCKED, ctx.blocked_reason(lost, where))])
     logger.warning(
         "event=lease_lost job_type=%s id=%s fence=%s reason=%s", ctx.job_type, ctx.lease.pk, ctx.lease.fence, lost
     )
