@@ -1,6 +1,6 @@
 """Admin for notifications: status, lease state by the database clock, attempt history, guarded actions."""
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib import admin, messages
@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from notifications.models import BreakerOpening, DeliveryAttempt, Device, Notification
+from notifications.models import BreakerOpening, DeliveryAttempt, Device, Notification, NotificationQuerySet
 from notifications.services import (
     BulkResult,
     ContentLocked,
@@ -22,6 +22,8 @@ from notifications.services import (
     notification_retry_now,
 )
 from weave.admin import (
+    ActionRule,
+    ActionsWhereTheyApply,
     ConsoleMedia,
     LeasedModelAdmin,
     LeaseStateFilter,
@@ -199,13 +201,67 @@ class NotificationForm(forms.ModelForm):
         return data
 
 
+def _held_now(row: Notification) -> str:
+    return f"a worker holds it right now ({row.owner}, fence {row.fence}); try again once its lease ends"
+
+
+def _finished(row: Notification) -> str:
+    """A finished notification as the action reasons name it: its state and, for a delivery, when."""
+    if row.status == Notification.Status.DELIVERED:
+        return f"delivered at {timestamp(row.delivered_at)}"
+    return row.status
+
+
+def _why_no_retry(row: Notification) -> str:
+    if row.status in (Notification.Status.PENDING, Notification.Status.FAILED):
+        return _held_now(row)  # the only other thing that keeps a pending or failed row out
+    if row.status == Notification.Status.EXPIRED:
+        return "expired: past its expiry time it is never sent"
+    if row.status == Notification.Status.CANCELLED:
+        return "cancelled: a cancelled notification is not sent again"
+    return f"{_finished(row)}: nothing to retry"
+
+
+def _why_no_cancel(row: Notification) -> str:
+    if row.status == Notification.Status.PENDING:
+        return _held_now(row)
+    if row.status == Notification.Status.CANCELLED:
+        return "already cancelled"
+    if row.status == Notification.Status.DELIVERED:
+        return f"{_finished(row)}: too late to cancel"
+    return f"{row.status}: nothing is queued to cancel"
+
+
+# The same rows the services change (`notification_retry_now`, `notification_cancel`): never one a worker
+# holds under a live lease, judged by the database clock.
+def _free(rows: QuerySet[Any], *statuses: str) -> QuerySet[Any]:
+    held = cast(NotificationQuerySet, rows.filter(status__in=statuses))
+    return held.free_or_expired(default_clock)
+
+
+NOTIFICATION_ACTIONS = {
+    "retry_now": ActionRule(
+        label="Retry now",
+        applies_to="pending or failed notifications that no worker holds",
+        rows=lambda qs: _free(qs, Notification.Status.PENDING, Notification.Status.FAILED),
+        why_not=_why_no_retry,
+    ),
+    "cancel": ActionRule(
+        label="Cancel",
+        applies_to="pending notifications that no worker holds",
+        rows=lambda qs: _free(qs, Notification.Status.PENDING),
+        why_not=_why_no_cancel,
+    ),
+}
+
+
 def _unclaimed(pk: int) -> bool:
     # Read fresh: the object the page was built from may be older than a claim.
     return Notification.objects.filter(pk=pk, status=Notification.Status.PENDING, fence=0, owner__isnull=True).exists()
 
 
 @admin.register(Notification)
-class NotificationAdmin(LeasedModelAdmin):
+class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
     """Add goes through `notification_create`, edits through `notification_edit` (only before the first claim).
 
     A claimed or finished notification is the record of what was sent: its page is read-only, with
@@ -318,6 +374,7 @@ class NotificationAdmin(LeasedModelAdmin):
     expires_at_display = timestamp_column("expires_at")
     inlines = (DeliveryAttemptInline,)
     actions = ("retry_now", "cancel")
+    action_rules = NOTIFICATION_ACTIONS
     explain_kind = "notification"
 
     @admin.display(description="reason")
@@ -413,6 +470,8 @@ class NotificationAdmin(LeasedModelAdmin):
 
     @admin.action(description="Retry pending or failed notifications now", permissions=["manage_delivery"])
     def retry_now(self, request: HttpRequest, queryset: QuerySet) -> None:
+        if self.refused(request, "retry_now", queryset):
+            return
         result = notification_retry_now(
             notification_ids=list(queryset.values_list("pk", flat=True)), requested_by=request.user.get_username()
         )
@@ -421,6 +480,8 @@ class NotificationAdmin(LeasedModelAdmin):
 
     @admin.action(description="Cancel pending notifications", permissions=["manage_delivery"])
     def cancel(self, request: HttpRequest, queryset: QuerySet) -> None:
+        if self.refused(request, "cancel", queryset):
+            return
         result = notification_cancel(
             notification_ids=list(queryset.values_list("pk", flat=True)), requested_by=request.user.get_username()
         )
@@ -533,8 +594,29 @@ class BreakerOpeningAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     opened_at_display = timestamp_column("opened_at", "opened at (database clock)")
 
 
+def _inactive(device: Device) -> str:
+    why = said_once(device.deactivation_reason).rstrip(".")
+    return f"inactive since {timestamp(device.deactivated_at)}" + (f" ({why})" if why else "")
+
+
+DEVICE_ACTIONS = {
+    "send_test_notification": ActionRule(
+        label="Send test notification",
+        applies_to="active devices",
+        rows=lambda qs: qs.filter(active=True),
+        why_not=lambda device: f"{_inactive(device)}: a notification to it would fail at once",
+    ),
+    "deactivate": ActionRule(
+        label="Deactivate",
+        applies_to="active devices",
+        rows=lambda qs: qs.filter(active=True),
+        why_not=lambda device: f"already {_inactive(device)}",
+    ),
+}
+
+
 @admin.register(Device)
-class DeviceAdmin(OperatorLogMixin, admin.ModelAdmin):
+class DeviceAdmin(ActionsWhereTheyApply, OperatorLogMixin, admin.ModelAdmin):
     list_display = ("id", "user", "backend", "platform_name", "short_token", "active", "created_at", "deactivated_at")
     list_filter = ("active", "backend", PlatformFilter)
     Media = ConsoleMedia
@@ -551,6 +633,7 @@ class DeviceAdmin(OperatorLogMixin, admin.ModelAdmin):
     )  # fmt: skip
     fields = ("user", "backend", "platform", "token", *readonly_fields)
     actions = ("send_test_notification", "deactivate")
+    action_rules = DEVICE_ACTIONS
 
     @admin.display(description="token")
     def short_token(self, obj: Device) -> str:
@@ -561,6 +644,8 @@ class DeviceAdmin(OperatorLogMixin, admin.ModelAdmin):
 
     @admin.action(description="Send test notification", permissions=["send_test_notification"])
     def send_test_notification(self, request: HttpRequest, queryset: QuerySet) -> None:
+        if self.refused(request, "send_test_notification", queryset):
+            return
         sent, refused = [], []
         who = request.user.get_username()
         for device in queryset.order_by("pk"):
@@ -596,6 +681,8 @@ class DeviceAdmin(OperatorLogMixin, admin.ModelAdmin):
 
     @admin.action(description="Deactivate (fails their queued notifications)", permissions=["change"])
     def deactivate(self, request: HttpRequest, queryset: QuerySet) -> None:
+        if self.refused(request, "deactivate", queryset):
+            return
         who = request.user.get_username()
         done = []
         for device in queryset.filter(active=True).order_by("pk"):
