@@ -470,3 +470,46 @@ def test_supplier_with_an_active_run__start_disabled_naming_the_run(admin_client
     assert row_actions(page.decode()) == {
         "start_onboarding": f"run {run.pk} is pending: wait for it to finish, or cancel it"
     }
+
+
+# --- stuck notification leases, and the backlog's causes -------------------------------------------------
+
+
+def test_stuck_notification_lease__named_with_holder_fence_and_when_it_runs_out(admin_client, settings):
+    settings.WEAVE = {**getattr(settings, "WEAVE", {}), "PUSH_LEASE_TTL": 30.0}
+    stuck, healthy = NotificationFactory(), NotificationFactory()
+    Notification.objects.claim(stuck.pk, owner="push:frozen-host:11:aa", ttl=5)  # 5 s of 30 left: renewal missed
+    Notification.objects.claim(healthy.pk, owner="push:busy-host:12:bb", ttl=29)
+    text = verdict(admin_client.get(DASHBOARD).content.decode())
+    link = reverse("admin:weave_notifications_notification_change", args=[stuck.pk])
+    assert text.startswith("degraded")
+    named = f'Stuck lease: <a href="{link}">notification #{stuck.pk}</a>'
+    assert f"{named} held by push:frozen-host:11:aa at fence 1" in text
+    assert re.search(r"has [45] s left of its 30 s lease", text) and "under fence 2" in text
+    assert "busy-host" not in text, "a lease renewed on time is not stuck"
+
+
+def test_stuck_lease__judged_by_the_ttl_the_workers_report(admin_client, settings):
+    settings.WEAVE = {**getattr(settings, "WEAVE", {}), "PUSH_LEASE_TTL": 300.0}  # the web process reads 300 s
+    report_once("host-a:1")  # ... and the worker reports what it runs with
+    WorkerReport.objects.update(config={"PUSH_LEASE_TTL": 12.0})
+    row = NotificationFactory()
+    Notification.objects.claim(row.pk, owner="push:host-a:1:cc", ttl=8)  # 8 of 12 s left: on time
+    assert "Stuck lease" not in verdict(admin_client.get(DASHBOARD).content.decode())
+    Notification.objects.claim(NotificationFactory().pk, owner="push:host-a:1:dd", ttl=2)
+    assert "Stuck lease" in verdict(admin_client.get(DASHBOARD).content.decode())
+
+
+def test_backlog_cause__names_every_dead_holder_and_the_breaker_together(admin_client):
+    from notifications.models import BreakerOpening
+
+    for owner in ("push:dead-a:1", "push:dead-b:2"):
+        row = NotificationFactory()
+        Notification.objects.claim(row.pk, owner=owner, ttl=-60)
+        Notification.objects.filter(pk=row.pk).update(next_attempt_at=db_now() - timedelta(minutes=3))
+    BreakerOpening.objects.create(opened_at=db_now(), owner="push:h:1", reason="Circuit breaker opened: HTTP 503")
+    text = verdict(admin_client.get(DASHBOARD).content.decode())
+    backlog = text[text.index("2 notifications due</a>") :].split("</li>")[0]
+    assert "1 of them held by push:dead-a:1 (fence 1) whose lease expired 1 min" in backlog
+    assert "1 of them held by push:dead-b:2 (fence 1)" in backlog
+    assert "the breaker opened at" in backlog and "by push:h:1" in backlog and "opened=15m" in backlog
