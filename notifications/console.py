@@ -301,26 +301,39 @@ def _notification_link(row: Notification) -> SafeString:
 
 
 def stuck_findings(now: datetime) -> list[Finding]:
-    """Each stuck notification lease: its notification (linked), holder, fence, and when it runs out."""
+    """Each stuck notification lease: its notification (linked), holder, fence, and when it runs out.
+
+    One worker's batch (many rows, one owner) is one reason naming each row, as for expired leases.
+    """
     ttl, rows = stuck_leases(now)
-    findings = []
+    by_owner: dict[str, list[Notification]] = {}
     for row in rows:
-        assert row.lease_expires_at is not None  # the query asked for held rows only
-        left = (row.lease_expires_at - now).total_seconds()
+        by_owner.setdefault(row.owner or "", []).append(row)
+    findings = []
+    for owner, held in by_owner.items():
+        first = held[0]  # the soonest to run out
+        assert first.lease_expires_at is not None  # the query asked for held rows only
+        fences = sorted({r.fence for r in held})
+        one = len(held) == 1
         findings.append(
             Finding(
                 DEGRADED,
                 format_html(
-                    "Stuck lease: {} held by {} at fence {} has {} left of its {} s lease: the renewal its worker "
-                    "owed when a third was left did not come (frozen or stuck). It runs out at {}, then the next "
-                    "claim takes it over under fence {}.",
-                    _notification_link(row),
-                    row.owner,
-                    row.fence,
-                    age(left),
+                    "Stuck lease{}: {} held by {} at {} {} {} left of {} {} s lease: the renewal its worker owed when "
+                    "a third was left did not come (frozen or stuck). {} out at {}, then the next claim takes {} "
+                    "over under {}.",
+                    "" if one else "s",
+                    mark_safe(", ".join(_notification_link(r) for r in held)),  # each built by format_html
+                    owner,
+                    f"fence {fences[0]}" if len(fences) == 1 else f"fences {fences[0]}–{fences[-1]}",
+                    "has" if one else "have",
+                    age((first.lease_expires_at - now).total_seconds()),
+                    "its" if one else "their",
                     f"{ttl:g}",
-                    when(row.lease_expires_at),
-                    row.fence + 1,
+                    "It runs" if one else "The first runs",
+                    when(first.lease_expires_at),
+                    "it" if one else "them",
+                    f"fence {first.fence + 1}" if one else "the next fence each",
                 ),
             )
         )

@@ -5,6 +5,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.models import ADDITION
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -243,7 +244,7 @@ class SupplierAdmin(ActionsWhereTheyApply, OperatorLogMixin, admin.ModelAdmin):
         started, skipped, refused = [], [], []
         for supplier in suppliers:
             try:
-                run = onboarding_start(supplier=supplier, started_by=request.user, force=confirmed)
+                run = start_recorded(supplier=supplier, user=request.user, force=confirmed)
             except (RunAlreadyActive, AlreadyOnboarded) as exc:
                 skipped.append(str(exc))
             except ValidationError as exc:
@@ -251,9 +252,6 @@ class SupplierAdmin(ActionsWhereTheyApply, OperatorLogMixin, admin.ModelAdmin):
             else:
                 again = " again" if supplier.pk in completed else ""
                 started.append(format_html("{} (run {}{})", supplier, run_links([run.pk]), again))
-                self.log_change(request, supplier, f"Started onboarding run {run.pk}.")
-                note = " again (re-onboarding confirmed)" if again else ""
-                self.log_addition(request, run, f"Started onboarding{note} for {supplier}.")
         if started:
             self.message_user(
                 request,
@@ -727,6 +725,20 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
                 level=messages.WARNING,
             )
         return None
+
+
+def start_recorded(*, supplier: Supplier, user: Any, force: bool = False) -> OnboardingRun:
+    """Start onboarding (`onboarding_start`) and write it to the supplier's and the run's admin history,
+    as "Start onboarding" does; `force` is a confirmed re-onboarding. A site's own tool acting for a named
+    user calls this too."""
+    again = force and supplier.onboarding_runs.filter(status=OnboardingRun.Status.COMPLETED).exists()
+    run = onboarding_start(supplier=supplier, started_by=user, force=force)
+    record_operator_action(user_id=int(user.pk), obj=supplier, message=f"Started onboarding run {run.pk}.")
+    note = " again (re-onboarding confirmed)" if again else ""
+    record_operator_action(
+        user_id=int(user.pk), obj=run, message=f"Started onboarding{note} for {supplier}.", flag=ADDITION
+    )
+    return run
 
 
 def retry_recorded(*, run: OnboardingRun, user: Any, why: str) -> OnboardingRun:

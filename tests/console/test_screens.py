@@ -513,3 +513,13 @@ def test_backlog_cause__names_every_dead_holder_and_the_breaker_together(admin_c
     assert "1 of them held by push:dead-a:1 (fence 1) whose lease expired 1 min" in backlog
     assert "1 of them held by push:dead-b:2 (fence 1)" in backlog
     assert "the breaker opened at" in backlog and "by push:h:1" in backlog and "opened=15m" in backlog
+
+
+def test_stuck_leases_of_one_worker__one_reason_naming_each_row(admin_client, settings):
+    settings.WEAVE = {**getattr(settings, "WEAVE", {}), "PUSH_LEASE_TTL": 30.0}
+    rows = [NotificationFactory() for _ in range(3)]
+    for row in rows:
+        Notification.objects.claim(row.pk, owner="push:frozen:5:ee", ttl=4)
+    text = verdict(admin_client.get(DASHBOARD).content.decode())
+    assert text.count("push:frozen:5:ee") == 1 and "Stuck leases:" in text
+    assert all(f"notification #{row.pk}</a>" in text for row in rows)

@@ -26,7 +26,7 @@ def test_stall__the_frozen_worker_is_taken_over_and_its_attempt_ends_blocked(gro
     with FakeSupplierServices(config=FakeConfig(latency=0.4)) as services:
         env = {**worker_env, "WEAVE_SUPPLIER_API_URL": services.url, "WEAVE_ONBOARDING_LEASE_TTL": "3"}
         cluster = groups.manage("qcluster", "qcluster", env=env)
-        stalls = groups.manage("stalls", "weave_demo_stalls", "--every", "0.01", "--stalls", "1", env=env)
+        stalls = groups.manage("stalls", "weave_demo_stalls", "--every", "0.01", "--stalls", "1", "--no-push", env=env)
         for supplier in suppliers:
             onboarding_start(supplier=supplier)
 
