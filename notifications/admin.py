@@ -537,10 +537,11 @@ class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "latency_ms",
         "held_by",
         "started_at_display",
-        "shown_reason",
+        "list_reason",
     )
     Media = ConsoleMedia
     started_at_display = timestamp_column("started_at", "sent at (database clock)")
+    finished_at_display = timestamp_column("finished_at", "finished at (database clock)")
     list_filter = (
         state_filter("outcome", DeliveryAttempt.Outcome.values),
         within_filter("finished_at", "finished", "finished"),
@@ -556,8 +557,8 @@ class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "notification",
         "owner",
         "fence",
-        "started_at",
-        "finished_at",
+        "started_at_display",
+        "finished_at_display",
         "http_status",
         "latency_ms",
         "outcome_word",
@@ -565,8 +566,12 @@ class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     )
 
     @admin.display(description="reason")
-    def shown_reason(self, obj: DeliveryAttempt) -> str:
+    def list_reason(self, obj: DeliveryAttempt) -> str:
         return clipped(said_once(obj.reason))
+
+    @admin.display(description="reason")
+    def shown_reason(self, obj: DeliveryAttempt) -> str:
+        return shown(said_once(obj.reason))  # the row's page has room for all of it
 
     @admin.display(description="notification", ordering="notification")
     def notification_link(self, obj: DeliveryAttempt) -> str:
@@ -632,6 +637,21 @@ class DeviceAdmin(ActionsWhereTheyApply, OperatorLogMixin, admin.ModelAdmin):
         "created_at", "last_used_at", "active", "deactivated_at", "deactivation_reason", "owner_changed_at",
     )  # fmt: skip
     fields = ("user", "backend", "platform", "token", *readonly_fields)
+
+    def get_fields(self, request: HttpRequest, obj: Device | None = None) -> Any:
+        # An existing device's token is shown masked and never edited: a person types one only when adding.
+        fields = list(super().get_fields(request, obj))
+        return [("short_token" if f == "token" else f) for f in fields] if obj is not None else fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Device | None = None) -> Any:
+        fields = tuple(super().get_readonly_fields(request, obj))
+        return (*fields, "short_token") if obj is not None else fields
+
+    def formfield_for_choice_field(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "platform":  # "iOS", not the generated "Ios"
+            kwargs["choices"] = [("", "—"), *PLATFORM_NAMES.items()]
+        return super().formfield_for_choice_field(db_field, request, **kwargs)
+
     actions = ("send_test_notification", "deactivate")
     action_rules = DEVICE_ACTIONS
 

@@ -523,3 +523,33 @@ def test_stuck_leases_of_one_worker__one_reason_naming_each_row(admin_client, se
     text = verdict(admin_client.get(DASHBOARD).content.decode())
     assert text.count("push:frozen:5:ee") == 1 and "Stuck leases:" in text
     assert all(f"notification #{row.pk}</a>" in text for row in rows)
+
+
+def test_device_page__token_masked_platform_named_and_no_token_in_its_title(admin_client):
+    from notifications.models import Device
+
+    endpoint = '{"endpoint": "https://fcm.googleapis.com/fcm/send/abcdefSECRET123456", "keys": {"p256dh": "x"}}'
+    device = Device.objects.create(backend="webpush", token=endpoint, platform="web")
+    page = admin_client.get(reverse("admin:weave_notifications_device_change", args=[device.pk])).content.decode()
+    assert "SECRET" not in page and "p256dh" not in page and "{&quot;endpoint" not in page
+    assert "Web Push · fcm.googleapis.com …123456" in page
+    add = admin_client.get(reverse("admin:weave_notifications_device_add")).content.decode()
+    assert '<option value="ios">iOS</option>' in add and "Ios" not in add
+
+
+def test_receipt_and_attempt_pages__output_as_fields_and_the_whole_reason(admin_client, fake_services):
+    run = OnboardingRunFactory()
+    assert run_onboarding(run.pk, background=False) == "completed"
+    receipt = StepReceipt.objects.filter(run=run).order_by("pk").first()
+    page = admin_client.get(reverse("admin:weave_onboarding_stepreceipt_change", args=[receipt.pk])).content.decode()
+    assert '<table class="weave-kv">' in page and "{&quot;" not in page
+    row = NotificationFactory()
+    now = db_now()
+    long_reason = "The provider failed (HTTP 503). " * 8
+    attempt = DeliveryAttempt.objects.create(
+        notification=row, owner="push:a:1", fence=1, started_at=now, finished_at=now, outcome="temporary",
+        reason=long_reason,
+    )  # fmt: skip
+    url = reverse("admin:weave_notifications_deliveryattempt_change", args=[attempt.pk])
+    page = admin_client.get(url).content.decode()
+    assert long_reason.strip() in page and "weave-clip" not in page
