@@ -840,7 +840,7 @@ class StepReceiptAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
     Media = ConsoleMedia
     list_display = ["id", "run_link", "step", "fence", "owner", "completed_at_display", "linked_output"]
     # The row's page too: the output as labelled fields, the time with seconds and zone.
-    fields = readonly_fields = ["run_link", "step", "fence", "owner", "completed_at_display", "linked_output"]
+    fields = readonly_fields = ("run_link", "step", "fence", "owner", "completed_at_display", "linked_output")
     list_filter = ["step"]
     list_select_related = ["run__supplier"]
     completed_at_display = timestamp_column("completed_at", "completed at (database clock)")
