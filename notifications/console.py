@@ -270,7 +270,7 @@ def health(now: datetime) -> list[Finding]:
 
 
 STUCK_LISTED = 10  # stuck leases named one by one; the rest are counted
-RENEWAL_SLACK = 1.0  # seconds a renewal may come late before its lease is called stuck
+RENEWAL_SLACK = 2.0  # seconds a renewal may come late (a busy database) before its lease is called stuck
 
 
 def push_ttl(now: datetime) -> float:
@@ -284,7 +284,7 @@ def stuck_leases(now: datetime) -> tuple[float, list[Notification]]:
 
     A push worker renews a claim once less than its renew margin is left, and that margin is never under
     a third of the TTL (the heartbeat's rule, DESIGN §2.4): a live lease with less than a third left,
-    a second of slack aside, belongs to a worker that is frozen or stuck. It is named before it runs out.
+    two seconds of slack aside, belongs to a worker that is frozen or stuck. It is named before it runs out.
     """
     ttl = push_ttl(now)
     left = timedelta(seconds=max(0.0, ttl / 3 - RENEWAL_SLACK))

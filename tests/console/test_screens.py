@@ -496,7 +496,7 @@ def test_stuck_lease__judged_by_the_ttl_the_workers_report(admin_client, setting
     row = NotificationFactory()
     Notification.objects.claim(row.pk, owner="push:host-a:1:cc", ttl=8)  # 8 of 12 s left: on time
     assert "Stuck lease" not in verdict(admin_client.get(DASHBOARD).content.decode())
-    Notification.objects.claim(NotificationFactory().pk, owner="push:host-a:1:dd", ttl=2)
+    Notification.objects.claim(NotificationFactory().pk, owner="push:host-a:1:dd", ttl=1)
     assert "Stuck lease" in verdict(admin_client.get(DASHBOARD).content.decode())
 
 
