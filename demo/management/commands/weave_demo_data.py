@@ -74,7 +74,7 @@ class Command(BaseCommand):
         """Start onboarding for the supplier whose bank account is closed, so a failed run (to fix and
         retry) is on the screens within seconds. It is started by the demo's scripted operator, as
         `weave_demo_operator` later retries it: the run's story names who did what."""
-        from demo.management.commands.weave_demo_operator import USERNAME, demo_operator
+        from demo.people import USERNAME, demo_operator
         from onboarding.admin import start_recorded
         from onboarding.models import OnboardingRun, Supplier
 
