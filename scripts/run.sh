@@ -66,7 +66,8 @@ start runserver "$PY" manage.py runserver "127.0.0.1:$PORT" --noreload
 start qcluster "$PY" manage.py qcluster
 qcluster_pid=${pids[-1]}  # setsid execs in place here, so this is qcluster's main pid (and its pgid)
 # Now and then freeze the worker holding a run past its lease: its attempt ends blocked, with the reason.
-# The first one after 12 s, on the run the demo operator starts (below); then every other one a push worker.
+# The first after 12 s, on the run the demo operator starts (below); the second, 12 s after that, on a push
+# worker holding notifications the stall queues itself; then about every STALL_EVERY s, alternating.
 start stalls "$PY" manage.py weave_demo_stalls --every "${STALL_EVERY:-40}" --first-after 12
 # Now and then a few seconds of provider outage: a push worker's breaker opens, its rows wait and go out.
 start outage "$PY" manage.py weave_demo_outage --provider "http://127.0.0.1:$PUSH_PORT" --every "${OUTAGE_EVERY:-60}"

@@ -52,7 +52,10 @@ class Command(BaseCommand):
         parser.add_argument("--stalls", type=int, default=0, help="Stop after this many stalls (0: run forever).")
         parser.add_argument("--seed", type=int, default=None)
         parser.add_argument(
-            "--first-after", type=float, default=None, help="Seconds before the first stall (default: random)."
+            "--first-after",
+            type=float,
+            default=None,
+            help="Seconds before the first stall, and between it and the second (default: random).",
         )
         parser.add_argument("--no-push", action="store_true", help="Freeze run holders only.")
 
@@ -61,7 +64,8 @@ class Command(BaseCommand):
         done = tries = 0
         first = options["first_after"]
         while not stalls or done < stalls:
-            time.sleep(first if first is not None and tries == 0 else rng.uniform(0.5, 1.5) * every)
+            # `--first-after` before each of the first two, so both kinds show early; then about every `every`.
+            time.sleep(first if first is not None and tries < 2 else rng.uniform(0.5, 1.5) * every)
             push = tries % 2 == 1 and not options["no_push"]
             tries += 1  # found or not, the next stall is of the other kind
             # Once due, the stall waits (polling each second, up to one more interval) for a run to be held:
