@@ -58,6 +58,7 @@ class Command(BaseCommand):
             help="Seconds before the first stall, and between it and the second (default: random).",
         )
         parser.add_argument("--no-push", action="store_true", help="Freeze run holders only.")
+        parser.add_argument("--push-only", action="store_true", help="Freeze push workers only.")
 
     def handle(self, *args: Any, every: float, stalls: int, seed: int | None, **options: Any) -> None:
         rng = random.Random(seed)
@@ -66,7 +67,7 @@ class Command(BaseCommand):
         while not stalls or done < stalls:
             # `--first-after` before each of the first two, so both kinds show early; then about every `every`.
             time.sleep(first if first is not None and tries < 2 else rng.uniform(0.5, 1.5) * every)
-            push = tries % 2 == 1 and not options["no_push"]
+            push = options["push_only"] or (tries % 2 == 1 and not options["no_push"])
             tries += 1  # found or not, the next stall is of the other kind
             # Once due, the stall waits (polling each second, up to one more interval) for a run to be held:
             # runs take seconds, so a single look would mostly find none and the blocked view stay empty.
