@@ -677,10 +677,11 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
                     "Re-opened {} failed run(s): {}. Each resumes after its last receipt.", len(done), run_links(done)
                 ),
             )
-        skipped = len(runs) - len(failed)
-        if refused or skipped:
-            extra = f" {skipped} left alone ({rule.label} applies only to {rule.applies_to})." if skipped else ""
-            self.message_user(request, f"Not retried: {' '.join(refused)}{extra}".strip(), level=messages.WARNING)
+        skipped = [f"#{r.pk} ({rule.why_not(r)})" for r in runs if r not in failed]
+        if refused:
+            self.message_user(request, f"Not retried: {' '.join(refused)}", level=messages.WARNING)
+        if skipped:
+            self.message_user(request, f"{len(skipped)} not retried: {'; '.join(skipped)}.", level=messages.WARNING)
         return None
 
     @admin.action(description="Cancel and undo committed steps", permissions=["undo_run"])
