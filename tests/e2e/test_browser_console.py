@@ -272,6 +272,22 @@ def row_actions_seen(page) -> dict:
     )
 
 
+def actions_on(page, url: str, shot: str) -> dict:
+    """`row_actions_seen` on `url`, read as soon as the page is parsed: an active run's page reloads itself
+    every 2 s, which can abort a slow full load or destroy the page under a late read (then read again)."""
+    from playwright.sync_api import Error
+
+    for _ in range(3):
+        try:
+            page.goto(url, wait_until="domcontentloaded")
+            seen = {a["action"]: a for a in row_actions_seen(page)}
+            page.screenshot(path=str(SHOTS / shot), full_page=True)
+            return seen
+        except Error:
+            continue
+    raise AssertionError(f"{url} reloaded under every read")
+
+
 def test_operator_screens_at_1440_1280_and_390_px(live_server, chromium, monkeypatch, settings):
     from playwright.sync_api import sync_playwright
 
@@ -409,9 +425,8 @@ def test_operator_screens_at_1440_1280_and_390_px(live_server, chromium, monkeyp
         assert seen and all(a["disabled"] and a["reasonVisible"] and a["right"] <= 1 for a in seen), seen
         assert page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth") <= 1
         page.screenshot(path=str(SHOTS / "17-delivered-notification-actions-390.png"), full_page=True)
-        page.goto(f"{live_server.url}/admin/weave_onboarding/onboardingrun/{run.pk}/change/")
-        seen = {a["action"]: a for a in row_actions_seen(page)}
+        run_page = f"{live_server.url}/admin/weave_onboarding/onboardingrun/{run.pk}/change/"
+        seen = actions_on(page, run_page, "18-run-actions-390.png")
         assert seen["retry_failed"]["disabled"] and "it has not failed" in seen["retry_failed"]["reason"], seen
         assert not seen["cancel"]["disabled"], "the re-opened run is pending: it can be cancelled"
-        page.screenshot(path=str(SHOTS / "18-run-actions-390.png"), full_page=True)
         browser.close()
