@@ -1,6 +1,6 @@
 """Admin for notifications: status, lease state by the database clock, attempt history, guarded actions."""
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib import admin, messages
@@ -10,7 +10,14 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from notifications.models import BreakerOpening, DeliveryAttempt, Device, Notification, TopicSubscription
+from notifications.models import (
+    BreakerOpening,
+    DeliveryAttempt,
+    Device,
+    Notification,
+    NotificationQuerySet,
+    TopicSubscription,
+)
 from notifications.services import (
     BulkResult,
     ContentLocked,
@@ -22,6 +29,8 @@ from notifications.services import (
     notification_retry_now,
 )
 from weave.admin import (
+    ActionRule,
+    ActionsWhereTheyApply,
     ConsoleMedia,
     LeasedModelAdmin,
     LeaseStateFilter,
@@ -200,13 +209,67 @@ class NotificationForm(forms.ModelForm):
         return data
 
 
+def _held_now(row: Notification) -> str:
+    return f"a worker holds it right now ({row.owner}, fence {row.fence}); try again once its lease ends"
+
+
+def _finished(row: Notification) -> str:
+    """A finished notification as the action reasons name it: its state and, for a delivery, when."""
+    if row.status == Notification.Status.DELIVERED:
+        return f"delivered at {timestamp(row.delivered_at)}"
+    return row.status
+
+
+def _why_no_retry(row: Notification) -> str:
+    if row.status in (Notification.Status.PENDING, Notification.Status.FAILED):
+        return _held_now(row)  # the only other thing that keeps a pending or failed row out
+    if row.status == Notification.Status.EXPIRED:
+        return "expired: past its expiry time it is never sent"
+    if row.status == Notification.Status.CANCELLED:
+        return "cancelled: a cancelled notification is not sent again"
+    return f"{_finished(row)}: nothing to retry"
+
+
+def _why_no_cancel(row: Notification) -> str:
+    if row.status == Notification.Status.PENDING:
+        return _held_now(row)
+    if row.status == Notification.Status.CANCELLED:
+        return "already cancelled"
+    if row.status == Notification.Status.DELIVERED:
+        return f"{_finished(row)}: too late to cancel"
+    return f"{row.status}: nothing is queued to cancel"
+
+
+# The same rows the services change (`notification_retry_now`, `notification_cancel`): never one a worker
+# holds under a live lease, judged by the database clock.
+def _free(rows: QuerySet[Any], *statuses: str) -> QuerySet[Any]:
+    held = cast(NotificationQuerySet, rows.filter(status__in=statuses))
+    return held.free_or_expired(default_clock)
+
+
+NOTIFICATION_ACTIONS = {
+    "retry_now": ActionRule(
+        label="Retry now",
+        applies_to="pending or failed notifications that no worker holds",
+        rows=lambda qs: _free(qs, Notification.Status.PENDING, Notification.Status.FAILED),
+        why_not=_why_no_retry,
+    ),
+    "cancel": ActionRule(
+        label="Cancel",
+        applies_to="pending notifications that no worker holds",
+        rows=lambda qs: _free(qs, Notification.Status.PENDING),
+        why_not=_why_no_cancel,
+    ),
+}
+
+
 def _unclaimed(pk: int) -> bool:
     # Read fresh: the object the page was built from may be older than a claim.
     return Notification.objects.filter(pk=pk, status=Notification.Status.PENDING, fence=0, owner__isnull=True).exists()
 
 
 @admin.register(Notification)
-class NotificationAdmin(LeasedModelAdmin):
+class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
     """Add goes through `notification_create`, edits through `notification_edit` (only before the first claim).
 
     A claimed or finished notification is the record of what was sent: its page is read-only, with
@@ -319,6 +382,7 @@ class NotificationAdmin(LeasedModelAdmin):
     expires_at_display = timestamp_column("expires_at")
     inlines = (DeliveryAttemptInline,)
     actions = ("retry_now", "cancel")
+    action_rules = NOTIFICATION_ACTIONS
     explain_kind = "notification"
 
     @admin.display(description="reason")
@@ -414,6 +478,8 @@ class NotificationAdmin(LeasedModelAdmin):
 
     @admin.action(description="Retry pending or failed notifications now", permissions=["manage_delivery"])
     def retry_now(self, request: HttpRequest, queryset: QuerySet) -> None:
+        if self.refused(request, "retry_now", queryset):
+            return
         result = notification_retry_now(
             notification_ids=list(queryset.values_list("pk", flat=True)), requested_by=request.user.get_username()
         )
@@ -422,6 +488,8 @@ class NotificationAdmin(LeasedModelAdmin):
 
     @admin.action(description="Cancel pending notifications", permissions=["manage_delivery"])
     def cancel(self, request: HttpRequest, queryset: QuerySet) -> None:
+        if self.refused(request, "cancel", queryset):
+            return
         result = notification_cancel(
             notification_ids=list(queryset.values_list("pk", flat=True)), requested_by=request.user.get_username()
         )
@@ -477,10 +545,11 @@ class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "latency_ms",
         "held_by",
         "started_at_display",
-        "shown_reason",
+        "list_reason",
     )
     Media = ConsoleMedia
     started_at_display = timestamp_column("started_at", "sent at (database clock)")
+    finished_at_display = timestamp_column("finished_at", "finished at (database clock)")
     list_filter = (
         state_filter("outcome", DeliveryAttempt.Outcome.values),
         within_filter("finished_at", "finished", "finished"),
@@ -496,8 +565,8 @@ class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "notification",
         "owner",
         "fence",
-        "started_at",
-        "finished_at",
+        "started_at_display",
+        "finished_at_display",
         "http_status",
         "latency_ms",
         "outcome_word",
@@ -505,8 +574,12 @@ class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     )
 
     @admin.display(description="reason")
-    def shown_reason(self, obj: DeliveryAttempt) -> str:
+    def list_reason(self, obj: DeliveryAttempt) -> str:
         return clipped(said_once(obj.reason))
+
+    @admin.display(description="reason")
+    def shown_reason(self, obj: DeliveryAttempt) -> str:
+        return shown(said_once(obj.reason))  # the row's page has room for all of it
 
     @admin.display(description="notification", ordering="notification")
     def notification_link(self, obj: DeliveryAttempt) -> str:
@@ -534,8 +607,29 @@ class BreakerOpeningAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     opened_at_display = timestamp_column("opened_at", "opened at (database clock)")
 
 
+def _inactive(device: Device) -> str:
+    why = said_once(device.deactivation_reason).rstrip(".")
+    return f"inactive since {timestamp(device.deactivated_at)}" + (f" ({why})" if why else "")
+
+
+DEVICE_ACTIONS = {
+    "send_test_notification": ActionRule(
+        label="Send test notification",
+        applies_to="active devices",
+        rows=lambda qs: qs.filter(active=True),
+        why_not=lambda device: f"{_inactive(device)}: a notification to it would fail at once",
+    ),
+    "deactivate": ActionRule(
+        label="Deactivate",
+        applies_to="active devices",
+        rows=lambda qs: qs.filter(active=True),
+        why_not=lambda device: f"already {_inactive(device)}",
+    ),
+}
+
+
 @admin.register(Device)
-class DeviceAdmin(OperatorLogMixin, admin.ModelAdmin):
+class DeviceAdmin(ActionsWhereTheyApply, OperatorLogMixin, admin.ModelAdmin):
     list_display = ("id", "user", "backend", "platform_name", "short_token", "active", "created_at", "deactivated_at")
     list_filter = ("active", "backend", PlatformFilter)
     Media = ConsoleMedia
@@ -551,7 +645,23 @@ class DeviceAdmin(OperatorLogMixin, admin.ModelAdmin):
         "created_at", "last_used_at", "active", "deactivated_at", "deactivation_reason", "owner_changed_at",
     )  # fmt: skip
     fields = ("user", "backend", "platform", "token", *readonly_fields)
+
+    def get_fields(self, request: HttpRequest, obj: Device | None = None) -> Any:
+        # An existing device's token is shown masked and never edited: a person types one only when adding.
+        fields = list(super().get_fields(request, obj))
+        return [("short_token" if f == "token" else f) for f in fields] if obj is not None else fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Device | None = None) -> Any:
+        fields = tuple(super().get_readonly_fields(request, obj))
+        return (*fields, "short_token") if obj is not None else fields
+
+    def formfield_for_choice_field(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "platform":  # "iOS", not the generated "Ios"
+            kwargs["choices"] = [("", "—"), *PLATFORM_NAMES.items()]
+        return super().formfield_for_choice_field(db_field, request, **kwargs)
+
     actions = ("send_test_notification", "deactivate")
+    action_rules = DEVICE_ACTIONS
 
     @admin.display(description="token")
     def short_token(self, obj: Device) -> str:
@@ -562,6 +672,8 @@ class DeviceAdmin(OperatorLogMixin, admin.ModelAdmin):
 
     @admin.action(description="Send test notification", permissions=["send_test_notification"])
     def send_test_notification(self, request: HttpRequest, queryset: QuerySet) -> None:
+        if self.refused(request, "send_test_notification", queryset):
+            return
         sent, refused = [], []
         who = request.user.get_username()
         for device in queryset.order_by("pk"):
@@ -597,6 +709,8 @@ class DeviceAdmin(OperatorLogMixin, admin.ModelAdmin):
 
     @admin.action(description="Deactivate (fails their queued notifications)", permissions=["change"])
     def deactivate(self, request: HttpRequest, queryset: QuerySet) -> None:
+        if self.refused(request, "deactivate", queryset):
+            return
         who = request.user.get_username()
         done = []
         for device in queryset.filter(active=True).order_by("pk"):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db.models import Count, F, Min, Q, Sum, Value
 from django.db.models.functions import TruncMinute
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from notifications.models import BreakerOpening, DeliveryAttempt, Notification
@@ -269,38 +269,146 @@ def health(now: datetime) -> list[Finding]:
     return findings
 
 
-def backlog_cause(now: datetime) -> SafeString:
-    """Why due notifications wait, when the database can tell: an expired lease, the breaker, no worker."""
+STUCK_LISTED = 10  # stuck leases named one by one; the rest are counted
+RENEWAL_SLACK = 2.0  # seconds a renewal may come late (a busy database) before its lease is called stuck
+
+
+def push_ttl(now: datetime) -> float:
+    """The push lease TTL as the live workers run it (the longest, when they differ), else this process's."""
+    reported = [float(v) for v in workers(now).values("PUSH_LEASE_TTL") if isinstance(v, int | float)]
+    return max(reported) if reported else float(weave_settings.PUSH_LEASE_TTL)
+
+
+def stuck_leases(now: datetime) -> tuple[float, list[Notification]]:
+    """Notifications under a live lease whose holder missed its renewal, oldest expiry first, and the TTL used.
+
+    A push worker renews a claim once less than its renew margin is left, and that margin is never under
+    a third of the TTL (the heartbeat's rule, DESIGN §2.4): a live lease with less than a third left,
+    two seconds of slack aside, belongs to a worker that is frozen or stuck. It is named before it runs out.
+    """
+    ttl = push_ttl(now)
+    left = timedelta(seconds=max(0.0, ttl / 3 - RENEWAL_SLACK))
+    held = Notification.objects.filter(owner__isnull=False, lease_expires_at__gt=now, lease_expires_at__lt=now + left)
+    return ttl, list(held.order_by("lease_expires_at", "pk")[:STUCK_LISTED])
+
+
+def _notification_link(row: Notification) -> SafeString:
+    from weave.display import change_url
+
+    url = change_url(Notification, row.pk)
+    text = f"notification #{row.pk}"
+    return format_html('<a href="{}">{}</a>', url, text) if url else format_html("{}", text)
+
+
+def stuck_findings(now: datetime) -> list[Finding]:
+    """Each stuck notification lease: its notification (linked), holder, fence, and when it runs out.
+
+    One worker's batch (many rows, one owner) is one reason naming each row, as for expired leases.
+    """
+    ttl, rows = stuck_leases(now)
+    by_owner: dict[str, list[Notification]] = {}
+    for row in rows:
+        by_owner.setdefault(row.owner or "", []).append(row)
+    findings = []
+    for owner, held in by_owner.items():
+        first = held[0]  # the soonest to run out
+        assert first.lease_expires_at is not None  # the query asked for held rows only
+        fences = sorted({r.fence for r in held})
+        one = len(held) == 1
+        findings.append(
+            Finding(
+                DEGRADED,
+                format_html(
+                    "Stuck lease{}: {} held by {} at {} {} {} left of {} {} s lease: the renewal its worker owed when "
+                    "a third was left did not come (frozen or stuck). {} out at {}, then the next claim takes {} "
+                    "over under {}.",
+                    "" if one else "s",
+                    mark_safe(", ".join(_notification_link(r) for r in held)),  # each built by format_html
+                    owner,
+                    f"fence {fences[0]}" if len(fences) == 1 else f"fences {fences[0]}–{fences[-1]}",
+                    "has" if one else "have",
+                    age((first.lease_expires_at - now).total_seconds()),
+                    "its" if one else "their",
+                    f"{ttl:g}",
+                    "It runs" if one else "The first runs",
+                    when(first.lease_expires_at),
+                    "it" if one else "them",
+                    f"fence {first.fence + 1}" if one else "the next fence each",
+                ),
+            )
+        )
+    return findings
+
+
+def _expired_holders(now: datetime) -> list[SafeString]:
+    """One clause per worker whose expired lease holds due rows: how many, its fence(s), since when."""
     held = Notification.objects.due().filter(owner__isnull=False, lease_expires_at__lte=now)
-    first = held.order_by("lease_expires_at", "pk").first()
-    if first is not None:
-        expired = (now - first.lease_expires_at).total_seconds() if first.lease_expires_at else 0.0
-        return format_html(
-            "{} of them are held by {} (fence {}) whose lease expired {} ago: that worker died or froze; "
-            'the next claim takes them over (<a href="{}">see them</a>).',
-            held.count(),
-            first.owner,
-            first.fence,
-            age(expired),
-            _url(Notification, due="now", lease="expired") or "#",
+    rows = list(held.order_by("lease_expires_at", "pk").values_list("owner", "fence", "lease_expires_at")[:200])
+    by_owner: dict[str, list[tuple[int, datetime]]] = {}
+    for owner, fence, expired in rows:
+        if owner is not None and expired is not None:  # the query asked for held rows only
+            by_owner.setdefault(owner, []).append((fence, expired))
+    clauses = []
+    for owner, leases in by_owner.items():
+        fences = sorted({f for f, _ in leases})
+        fence_text = f"fence {fences[0]}" if len(fences) == 1 else f"fences {fences[0]}–{fences[-1]}"
+        clauses.append(
+            format_html(
+                "{} of them held by {} ({}) whose lease expired {} ago: that worker died or froze, and the next "
+                "claim takes them over",
+                len(leases),
+                owner,
+                fence_text,
+                age((now - leases[0][1]).total_seconds()),
+            )
+        )
+    if clauses:
+        clauses[-1] = format_html(
+            '{} (<a href="{}">see them</a>)', clauses[-1], _url(Notification, due="now", lease="expired") or "#"
+        )
+    return clauses
+
+
+def backlog_cause(now: datetime) -> SafeString:
+    """Why due notifications wait, every cause the database can show: expired or stuck leases holding them,
+    the breaker, no live worker; else the workers are not keeping up."""
+    causes = _expired_holders(now)
+    _, stuck = stuck_leases(now)
+    due_stuck = [r for r in stuck if r.status == Notification.Status.PENDING]
+    if due_stuck:
+        owners = sorted({r.owner or "" for r in due_stuck})
+        causes.append(
+            format_html(
+                "{} of them held under a lease whose renewal is overdue ({}): it runs out at {}",
+                len(due_stuck),
+                ", ".join(owners),
+                when(min(r.lease_expires_at for r in due_stuck if r.lease_expires_at)),
+            )
         )
     # Rows a breaker released wait out its cooldown: an opening older than twice that explains nothing now.
     window = timedelta(seconds=max(60.0, 2 * float(weave_settings.PUSH_BREAKER_COOLDOWN)))
     opening = BreakerOpening.objects.filter(opened_at__gt=now - window).order_by("-opened_at").first()
     if opening is not None:
-        return format_html(
-            "the breaker opened at {} ({}): rows wait out its cooldown.",
-            when(opening.opened_at),
-            said_once(opening.reason),
+        causes.append(
+            format_html(
+                'the breaker opened at {} by {} ({}): rows wait out its cooldown (<a href="{}">openings</a>)',
+                when(opening.opened_at),
+                opening.owner,
+                said_once(opening.reason),
+                _url(BreakerOpening, opened="15m") or "#",
+            )
         )
     crew = workers(now)
     if not crew.live:
         if crew.any_reported:
-            return format_html("no live worker: the last worker report is older than {} s.", 45)
-        return mark_safe("no worker has reported (is <code>manage.py qcluster</code> running?).")
-    return format_html(
-        "{} live worker(s), none of them holding these rows: the workers are not keeping up.", len(crew.live)
-    )
+            causes.append(format_html("no live worker: the last worker report is older than {} s", 45))
+        else:
+            causes.append(mark_safe("no worker has reported (is <code>manage.py qcluster</code> running?)"))
+    if not causes:
+        return format_html(
+            "{} live worker(s), none of them holding these rows: the workers are not keeping up.", len(crew.live)
+        )
+    return format_html("{}.", format_html_join("; ", "{}", ((c,) for c in causes)))
 
 
 # --- latency for the lease TTL advice ---------------------------------------------------------------
@@ -414,3 +522,4 @@ def collect_metrics() -> Iterable[Metric]:
 
 # Registered on import: `NotificationsConfig.ready()` imports this module to register the panel.
 register_health("notifications", health)
+register_health("notifications.leases", stuck_findings)

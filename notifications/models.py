@@ -96,8 +96,10 @@ class Device(models.Model):
         indexes = [models.Index(fields=["user", "active"], name="device_user_active_idx")]
 
     def __str__(self) -> str:
+        # No part of the token: it is the address of someone's phone, and a title or a link label shows this.
         state = "" if self.active else " (inactive)"
-        return f"{self.platform or 'device'} {self.token[:12]}… via {self.backend}{state}"
+        kind = {"android": "Android", "ios": "iOS", "web": "Web"}.get(self.platform, "")
+        return f"{kind + ' d' if kind else 'D'}evice {self.pk} via {self.backend}{state}"
 
 
 class Notification(LeasedModel):
@@ -171,7 +173,10 @@ class Notification(LeasedModel):
         super().save(*args, **kwargs)
 
     def __str__(self) -> str:
-        return f"Notification {self.pk} to {self.device_token[:12]}… ({self.status})"
+        # A Web Push subscription is JSON: its first characters say nothing; an app token's start is enough.
+        token = self.device_token or ""
+        to = "a Web Push subscription" if token.lstrip().startswith("{") else f"{token[:6]}…"
+        return f"Notification {self.pk} to {to} ({self.status})"
 
 
 class DeliveryAttempt(models.Model):

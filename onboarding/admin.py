@@ -5,6 +5,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.models import ADDITION
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -26,11 +27,14 @@ from onboarding.services import (
 from onboarding.steps.plan import DEFAULT_PLAN, PlanError, load_plan
 from onboarding.validation import clean_supplier_fields
 from weave.admin import (
+    ActionRule,
+    ActionsWhereTheyApply,
     ConsoleMedia,
     LeasedModelAdmin,
     LeaseStateFilter,
     OperatorLogMixin,
     ReadOnlyAdminMixin,
+    record_operator_action,
     state_filter,
     within_filter,
 )
@@ -143,8 +147,23 @@ class SupplierForm(forms.ModelForm):
         return data
 
 
+def _why_no_start(supplier: Supplier) -> str:
+    run = OnboardingRun.objects.active().filter(supplier=supplier).first()
+    return f"run {run.pk} is {run.status}: wait for it to finish, or cancel it" if run else "it changed meanwhile"
+
+
+SUPPLIER_ACTIONS = {
+    "start_onboarding": ActionRule(
+        label="Start onboarding",
+        applies_to="suppliers without a pending or running run",
+        rows=lambda qs: qs.exclude(Exists(OnboardingRun.objects.active().filter(supplier=OuterRef("pk")))),
+        why_not=_why_no_start,
+    ),
+}
+
+
 @admin.register(Supplier)
-class SupplierAdmin(OperatorLogMixin, admin.ModelAdmin):
+class SupplierAdmin(ActionsWhereTheyApply, OperatorLogMixin, admin.ModelAdmin):
     form = SupplierForm
     Media = ConsoleMedia
     readonly_fields = ["onboarding_runs"]
@@ -178,16 +197,11 @@ class SupplierAdmin(OperatorLogMixin, admin.ModelAdmin):
             rows,
         )
 
-    def change_view(
-        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict | None = None
-    ) -> HttpResponse:
-        extra = {"can_start_onboarding": self.has_start_onboarding_permission(request)}
-        return super().change_view(request, object_id, form_url, {**(extra_context or {}), **extra})
-
     list_display = ["legal_name", "country", "tax_id", "contact_email", "latest_run", "runs"]
     search_fields = ["legal_name", "tax_id", "contact_email"]
     list_filter = ["country"]
     actions = ["start_onboarding"]
+    action_rules = SUPPLIER_ACTIONS
 
     @admin.display(description="latest run")
     def latest_run(self, supplier: Supplier) -> str:
@@ -203,6 +217,8 @@ class SupplierAdmin(OperatorLogMixin, admin.ModelAdmin):
 
     @admin.action(description="Start onboarding", permissions=["start_onboarding"])
     def start_onboarding(self, request: HttpRequest, queryset: QuerySet[Supplier]) -> TemplateResponse | None:
+        if self.refused(request, "start_onboarding", queryset):
+            return None
         suppliers = list(queryset)
         completed = dict(
             OnboardingRun.objects.filter(supplier__in=suppliers, status=OnboardingRun.Status.COMPLETED)
@@ -228,7 +244,7 @@ class SupplierAdmin(OperatorLogMixin, admin.ModelAdmin):
         started, skipped, refused = [], [], []
         for supplier in suppliers:
             try:
-                run = onboarding_start(supplier=supplier, started_by=request.user, force=confirmed)
+                run = start_recorded(supplier=supplier, user=request.user, force=confirmed)
             except (RunAlreadyActive, AlreadyOnboarded) as exc:
                 skipped.append(str(exc))
             except ValidationError as exc:
@@ -236,9 +252,6 @@ class SupplierAdmin(OperatorLogMixin, admin.ModelAdmin):
             else:
                 again = " again" if supplier.pk in completed else ""
                 started.append(format_html("{} (run {}{})", supplier, run_links([run.pk]), again))
-                self.log_change(request, supplier, f"Started onboarding run {run.pk}.")
-                note = " again (re-onboarding confirmed)" if again else ""
-                self.log_addition(request, run, f"Started onboarding{note} for {supplier}.")
         if started:
             self.message_user(
                 request,
@@ -345,8 +358,48 @@ class HasBlockedAttemptsFilter(admin.SimpleListFilter):
         return queryset
 
 
+def _why_no_retry(run: OnboardingRun) -> str:
+    if run.status == OnboardingRun.Status.FAILED:
+        return "it failed for a reason a retry cannot fix: start a new run instead"
+    if run.status in OnboardingRun.ACTIVE:
+        return f"{run.status}: it has not failed"
+    return f"{run.status}: only a failed run can be retried"
+
+
+def _why_not_active(verb: str) -> Any:
+    return lambda run: f"{run.status}: only a pending or running run can be {verb}"
+
+
+RUN_ACTIONS = {
+    "resume": ActionRule(
+        label="Resume",
+        applies_to="pending and running runs",
+        rows=lambda qs: qs.filter(status__in=OnboardingRun.ACTIVE),
+        why_not=_why_not_active("resumed"),
+    ),
+    "cancel": ActionRule(
+        label="Cancel",
+        applies_to="pending and running runs",
+        rows=lambda qs: qs.filter(status__in=OnboardingRun.ACTIVE),
+        why_not=_why_not_active("cancelled"),
+    ),
+    "retry_failed": ActionRule(
+        label="Retry",
+        applies_to="failed runs whose cause can be fixed",
+        rows=lambda qs: qs.filter(status=OnboardingRun.Status.FAILED, failure_fixable=True),
+        why_not=_why_no_retry,
+    ),
+    "cancel_and_undo": ActionRule(
+        label="Cancel and undo",
+        applies_to="active and failed runs, and cancelled ones whose undo was not asked yet or failed",
+        rows=lambda qs: _undoable(qs),
+        why_not=lambda run: _undo_refusal(run),
+    ),
+}
+
+
 @admin.register(OnboardingRun)
-class OnboardingRunAdmin(LeasedModelAdmin):
+class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
     list_display = [
         "id",
         "supplier_link",
@@ -388,6 +441,7 @@ class OnboardingRunAdmin(LeasedModelAdmin):
     lease_expires_at_display = timestamp_column("lease_expires_at", "lease expires at (database clock)")
     inlines = [StepReceiptInline, RunAttemptInline]
     actions = ["resume", "cancel", "retry_failed", "cancel_and_undo"]
+    action_rules = RUN_ACTIONS
     explain_kind = "run"
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
@@ -426,18 +480,10 @@ class OnboardingRunAdmin(LeasedModelAdmin):
         return super().changelist_view(request, {**(extra_context or {}), **extra})
 
     def get_actions(self, request: HttpRequest) -> dict:
+        # Offered only while some run is in a state the action applies to (RUN_ACTIONS, weave.admin).
         actions = super().get_actions(request)
         # Domain rows point at their run with PROTECT: a bulk delete of runs could only ever fail.
         actions.pop("delete_selected", None)
-        # Offered only while some run is in a state the action applies to.
-        runs = OnboardingRun.objects.all()
-        if "retry_failed" in actions and not runs.filter(status=OnboardingRun.Status.FAILED).exists():
-            actions.pop("retry_failed")
-        if not runs.active().exists():
-            actions.pop("resume", None)
-            actions.pop("cancel", None)
-        if "cancel_and_undo" in actions and not _undoable(runs).exists():
-            actions.pop("cancel_and_undo")
         return actions
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -531,6 +577,8 @@ class OnboardingRunAdmin(LeasedModelAdmin):
 
     @admin.action(description="Resume pending or running runs (enqueue a worker)", permissions=["change"])
     def resume(self, request: HttpRequest, queryset: QuerySet[OnboardingRun]) -> None:
+        if self.refused(request, "resume", queryset):
+            return
         runs = list(queryset)
         resumed = []
         for run in runs:
@@ -549,6 +597,8 @@ class OnboardingRunAdmin(LeasedModelAdmin):
 
     @admin.action(description="Cancel pending or running runs", permissions=["change"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[OnboardingRun]) -> None:
+        if self.refused(request, "cancel", queryset):
+            return
         runs = list(queryset)
         cancelled = []
         for run in runs:
@@ -581,24 +631,19 @@ class OnboardingRunAdmin(LeasedModelAdmin):
 
     @admin.action(description="Retry failed run (after fixing the cause)", permissions=["retry_run"])
     def retry_failed(self, request: HttpRequest, queryset: QuerySet[OnboardingRun]) -> TemplateResponse | None:
-        runs = list(queryset.select_related("supplier"))
-        failed = [r for r in runs if r.status == OnboardingRun.Status.FAILED]
-        why = request.POST.get("why", "").strip()
-        if not failed:
-            # Nothing to ask about: no confirmation page with an active button for runs it cannot apply to.
-            self.message_user(
-                request,
-                "Retry applies to failed runs only; none of the selected runs is failed: "
-                + ", ".join(f"#{r.pk} ({r.status})" for r in runs)
-                + ".",
-                level=messages.WARNING,
-            )
+        # Nothing to ask about: no confirmation page with an active button for runs it cannot apply to.
+        if self.refused(request, "retry_failed", queryset):
             return None
+        runs = list(queryset.select_related("supplier"))
+        rule = RUN_ACTIONS["retry_failed"]
+        applies = set(rule.rows(queryset).values_list("pk", flat=True))
+        failed = [r for r in runs if r.pk in applies]
+        why = request.POST.get("why", "").strip()
         if request.POST.get("post") != "yes" or not why:
             return confirm_page(
                 self,
                 request,
-                queryset.filter(status=OnboardingRun.Status.FAILED),
+                queryset.filter(pk__in=applies),
                 "retry_failed",
                 title="Retry failed runs?",
                 intro="Each failed run is re-opened under a new fence and resumes after its last receipt. "
@@ -609,29 +654,22 @@ class OnboardingRunAdmin(LeasedModelAdmin):
                     + shown(joined_reason(f"failed at {r.failed_step or '—'}", said_once(r.reason)))
                     for r in failed
                 ],
-                other="Left alone (retry applies to failed runs only):",
-                other_items=[f"Run {r.pk} for {r.supplier} ({r.status})" for r in runs if r not in failed],
+                other="Left alone:",
+                other_items=[f"Run {r.pk} for {r.supplier} ({rule.why_not(r)})" for r in runs if r not in failed],
                 ask_why="What was fixed? (It goes into each run's reason, with your name.)",
                 why=why,
                 confirm="Retry",
             )
         done, refused = [], []
         for run in failed:
-            failed_fence = run.fence
             try:
-                reopened = onboarding_retry(run=run, retried_by=request.user, why=why)
+                retry_recorded(run=run, user=request.user, why=why)
             except (RunNotRetryable, RunAlreadyActive, PermissionDenied) as exc:
                 refused.append(str(exc))
             except ValidationError as exc:
                 refused.append(f"Run {run.pk}: the supplier's data is still invalid: {'; '.join(exc.messages)}")
             else:
                 done.append(run.pk)
-                # The fence the re-open took, so the run's story accounts for it (the next claim takes the one after).
-                self.log_change(
-                    request,
-                    run,
-                    f"Re-opened under fence {reopened.fence} (it failed at fence {failed_fence}): {why}",
-                )
         if done:
             self.message_user(
                 request,
@@ -639,25 +677,20 @@ class OnboardingRunAdmin(LeasedModelAdmin):
                     "Re-opened {} failed run(s): {}. Each resumes after its last receipt.", len(done), run_links(done)
                 ),
             )
-        skipped = len(runs) - len(failed)
-        if refused or skipped:
-            extra = f" {skipped} not failed (retry applies to failed runs only)." if skipped else ""
-            self.message_user(request, f"Not retried: {' '.join(refused)}{extra}".strip(), level=messages.WARNING)
+        skipped = [f"#{r.pk} ({rule.why_not(r)})" for r in runs if r not in failed]
+        if refused:
+            self.message_user(request, f"Not retried: {' '.join(refused)}", level=messages.WARNING)
+        if skipped:
+            self.message_user(request, f"{len(skipped)} not retried: {'; '.join(skipped)}.", level=messages.WARNING)
         return None
 
     @admin.action(description="Cancel and undo committed steps", permissions=["undo_run"])
     def cancel_and_undo(self, request: HttpRequest, queryset: QuerySet[OnboardingRun]) -> TemplateResponse | None:
+        if self.refused(request, "cancel_and_undo", queryset):
+            return None
         runs = list(queryset.select_related("supplier"))
         applies = {r.pk for r in _undoable(queryset)}
         left = [f"Run {r.pk} for {r.supplier} ({_undo_refusal(r)})" for r in runs if r.pk not in applies]
-        if not applies:
-            self.message_user(
-                request,
-                "Cancel and undo applies to active and failed runs, and to cancelled ones whose undo was not asked "
-                "yet or failed; none of the selected runs is one: " + "; ".join(left) + ".",
-                level=messages.WARNING,
-            )
-            return None
         if request.POST.get("post") != "yes":
             return confirm_page(
                 self,
@@ -693,6 +726,36 @@ class OnboardingRunAdmin(LeasedModelAdmin):
                 level=messages.WARNING,
             )
         return None
+
+
+def start_recorded(*, supplier: Supplier, user: Any, force: bool = False) -> OnboardingRun:
+    """Start onboarding (`onboarding_start`) and write it to the supplier's and the run's admin history,
+    as "Start onboarding" does; `force` is a confirmed re-onboarding. A site's own tool acting for a named
+    user calls this too."""
+    again = force and supplier.onboarding_runs.filter(status=OnboardingRun.Status.COMPLETED).exists()
+    run = onboarding_start(supplier=supplier, started_by=user, force=force)
+    record_operator_action(user_id=int(user.pk), obj=supplier, message=f"Started onboarding run {run.pk}.")
+    note = " again (re-onboarding confirmed)" if again else ""
+    record_operator_action(
+        user_id=int(user.pk), obj=run, message=f"Started onboarding{note} for {supplier}.", flag=ADDITION
+    )
+    return run
+
+
+def retry_recorded(*, run: OnboardingRun, user: Any, why: str) -> OnboardingRun:
+    """Re-open a failed run (`onboarding_retry`) and write the re-open to its admin history, as "Retry" does.
+
+    The history entry names the fence the re-open took, so the run's story accounts for it (the next
+    claim takes the one after). A site's own tool retrying for a named user calls this too.
+    """
+    failed_fence = run.fence
+    reopened = onboarding_retry(run=run, retried_by=user, why=why)
+    record_operator_action(
+        user_id=int(user.pk),
+        obj=reopened,
+        message=f"Re-opened under fence {reopened.fence} (it failed at fence {failed_fence}): {why}",
+    )
+    return reopened
 
 
 def _undoable(runs: QuerySet[OnboardingRun]) -> QuerySet[OnboardingRun]:
@@ -777,6 +840,8 @@ class RunAttemptAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
 class StepReceiptAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
     Media = ConsoleMedia
     list_display = ["id", "run_link", "step", "fence", "owner", "completed_at_display", "linked_output"]
+    # The row's page too: the output as labelled fields, the time with seconds and zone.
+    fields = readonly_fields = ("run_link", "step", "fence", "owner", "completed_at_display", "linked_output")
     list_filter = ["step"]
     list_select_related = ["run__supplier"]
     completed_at_display = timestamp_column("completed_at", "completed at (database clock)")

@@ -66,10 +66,15 @@ start runserver "$PY" manage.py runserver "127.0.0.1:$PORT" --noreload
 start qcluster "$PY" manage.py qcluster
 qcluster_pid=${pids[-1]}  # setsid execs in place here, so this is qcluster's main pid (and its pgid)
 # Now and then freeze the worker holding a run past its lease: its attempt ends blocked, with the reason.
-start stalls "$PY" manage.py weave_demo_stalls --every "${STALL_EVERY:-40}"
+# The first after 12 s, on the run the demo operator starts (below); the second, 12 s after that, on a push
+# worker holding notifications the stall queues itself; then about every STALL_EVERY s, alternating.
+start stalls "$PY" manage.py weave_demo_stalls --every "${STALL_EVERY:-40}" --first-after 12
 # Now and then a few seconds of provider outage: a push worker's breaker opens, its rows wait and go out.
 start outage "$PY" manage.py weave_demo_outage --provider "http://127.0.0.1:$PUSH_PORT" --every "${OUTAGE_EVERY:-60}"
 "$PY" manage.py weave_demo_data
+# A scripted operator (user demo-operator): starts one supplier's onboarding after 8 s, and fixes and
+# retries the failed run 15 s after it failed, through the admin's own services and history.
+start operator "$PY" manage.py weave_demo_operator
 
 cat <<MSG
 
@@ -79,19 +84,25 @@ cat <<MSG
 
   Dashboard: http://127.0.0.1:$PORT/admin/weave/dashboard/   Metrics: http://127.0.0.1:$PORT/metrics (staff)
 
+  What happens by itself within two minutes (watch the dashboard's verdict):
+    - "Faulty Fixtures Co" is onboarded by demo-operator, a scripted user, and fails at the bank
+      account step (its account is closed); 15 s later demo-operator corrects its IBAN and retries the
+      run with a note; it resumes after its last receipt and completes.
+    - after 8 s demo-operator starts onboarding for one more supplier; a demo fault freezes the worker
+      holding it (about every ${STALL_EVERY:-40} s, alternating with a push worker holding notifications):
+      a stuck, then expired lease, a takeover under the next fence, a blocked or lease_lost attempt.
+    - after 20 s, and about every ${OUTAGE_EVERY:-60} s, the fake provider answers 503 for 8 s: retries,
+      a breaker opening and the backlog tied to it, then deliveries.
+
   What to click:
-    1. Supplier onboarding > Suppliers: tick a few suppliers, choose "Start onboarding", press Go.
-    2. Supplier onboarding > Onboarding runs: open a run; receipts and attempts appear step by step
-       (the page reloads itself while the run is active). "Faulty Fixtures Co" ends failed: its bank
-       account is refused. Fix its IBAN on the supplier's page, then "Retry failed run" with a note:
-       the run's timeline shows the re-open, who did it and why.
-    3. Weave > Dashboard: the verdict first (healthy, degraded or failing, with the reasons), then
-       throughput, provider latency, leases, blocked attempts (a demo fault freezes a worker about
-       every ${STALL_EVERY:-40} s while it holds a run), breaker openings (the fake provider answers
-       503 for a few seconds about every ${OUTAGE_EVERY:-60} s, the first after 20 s) and the lease TTL advice.
-    4. Push notifications > Notifications: the demo notifications and each supplier's welcome
-       message, with their delivery attempts (a few retries: the fake provider has faults on).
-    5. Push notifications > Devices: the admin's devices on FCM, APNs and Web Push; the dead ones
+    1. Weave > Dashboard: the verdict first (healthy, degraded or failing, with the reasons, each
+       linked to its rows), then the panels: push notifications, onboarding, leases, workers, TTL.
+    2. Supplier onboarding > Onboarding runs: open run 1 (Faulty Fixtures Co): its timeline shows the
+       failure, "reopened by demo-operator" with the note, and the completing attempt. Open a supplier
+       without a run, press "Start onboarding"; receipts and attempts appear step by step.
+    3. Push notifications > Notifications: reasons beside each status, delivery attempts on each page;
+       actions that cannot apply to a row are shown disabled with the reason.
+    4. Push notifications > Devices: the admin's devices on FCM, APNs and Web Push; the dead ones
        were deactivated by the provider's answer. Tick some, "Send test notification", press Go.
   Fake services: http://127.0.0.1:$PUSH_PORT/_stats and http://127.0.0.1:$SUPPLIER_PORT/_stats
   Logs: $LOGS/.  Ctrl-C stops everything.

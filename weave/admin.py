@@ -3,14 +3,17 @@
 The core registers no model admin of its own; the apps build theirs from these.
 """
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
 from django.contrib.contenttypes.models import ContentType
 from django.db.models import Model, Q, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
 from django.utils.html import format_html
 
 from weave.explain import explainers
@@ -19,12 +22,13 @@ from weave.telemetry import db_now
 
 CONSOLE_CSS = "weave/console.css"
 CONSOLE_JS = "weave/console.js"
+ACTIONS_CSS = "weave/actions.css"  # a row's actions, offered or disabled with the reason
 
 
 class ConsoleMedia:
     """The Weave lists' stylesheet and the reload script (reason columns, the phone layout)."""
 
-    css = {"all": [CONSOLE_CSS]}
+    css = {"all": [CONSOLE_CSS, ACTIONS_CSS]}
     js = [CONSOLE_JS]
 
 
@@ -35,25 +39,126 @@ class OperatorLogMixin:
     empty_value_display = "—"  # one dash on every Weave screen
 
     def _log_entry(self, request: HttpRequest, obj: Model, flag: int, message: Any) -> LogEntry:
-        if isinstance(message, list):
-            import json
-
-            message = json.dumps(message)
-        return LogEntry.objects.create(
-            action_time=db_now(),
-            user_id=int(request.user.pk or 0),
-            content_type=ContentType.objects.get_for_model(obj, for_concrete_model=False),
-            object_id=str(obj.pk),
-            object_repr=str(obj)[:200],
-            action_flag=flag,
-            change_message=message or "",
-        )
+        return record_operator_action(user_id=int(request.user.pk or 0), obj=obj, message=message, flag=flag)
 
     def log_change(self, request: HttpRequest, obj: Any, message: Any) -> Any:
         return self._log_entry(request, obj, CHANGE, message)
 
     def log_addition(self, request: HttpRequest, obj: Any, message: Any) -> Any:
         return self._log_entry(request, obj, ADDITION, message)
+
+
+def record_operator_action(*, user_id: int, obj: Model, message: Any, flag: int = CHANGE) -> LogEntry:
+    """Write what a person did to `obj` to the admin history, stamped by the database clock.
+
+    The admin's actions write through this; so may a site's own tools acting for a named user (the demo's
+    operator), and the job's timeline then shows it as that person's action.
+    """
+    if isinstance(message, list):
+        import json
+
+        message = json.dumps(message)
+    return LogEntry.objects.create(
+        action_time=db_now(),
+        user_id=user_id,
+        content_type=ContentType.objects.get_for_model(obj, for_concrete_model=False),
+        object_id=str(obj.pk),
+        object_repr=str(obj)[:200],
+        action_flag=flag,
+        change_message=message or "",
+    )
+
+
+@dataclass(frozen=True)
+class ActionRule:
+    """Where one admin action applies: the rows it acts on, and for any other row why it does not.
+
+    `rows(queryset)` narrows a queryset to the rows the action would change (the same states its service
+    accepts); `why_not(row)` is a short reason for a row outside them ("delivered at ...: nothing to retry").
+    """
+
+    label: str  # what the action is called in a sentence and on a row's page: "Retry now"
+    applies_to: str  # the rows it applies to, plural: "pending or failed notifications"
+    rows: Callable[[QuerySet[Any]], QuerySet[Any]]
+    why_not: Callable[[Any], str]
+
+
+@dataclass(frozen=True)
+class RowAction:
+    """One action on a row's page: offered (`reason` empty) or shown disabled with the reason."""
+
+    name: str
+    label: str
+    reason: str
+
+
+class ActionsWhereTheyApply:
+    """Admin actions offered only where they apply; elsewhere disabled with the reason.
+
+    - The list's action menu leaves out an action that applies to no row at all.
+    - Chosen for rows it cannot apply to, the action says why in one line (`refused`), instead of a
+      confirmation page with an active button or a "skipped" count.
+    - A row's page lists the actions the user may take on it, each either a button or disabled with
+      the reason (`row_actions`, rendered by the template include `weave/admin/row_actions.html`).
+
+    Set `action_rules` to {action name: ActionRule} on the ModelAdmin.
+    """
+
+    action_rules: ClassVar[dict[str, ActionRule]] = {}
+    model: type[Model]
+
+    def permitted_actions(self, request: HttpRequest) -> dict[str, Any]:
+        """The actions this user may take (Django's permission check), whatever the rows' states."""
+        found: dict[str, Any] = super().get_actions(request)  # type: ignore[misc]
+        return found
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = self.permitted_actions(request)
+        everything = self.model._default_manager.all()
+        for name, rule in self.action_rules.items():
+            if name in actions and not rule.rows(everything).exists():
+                actions.pop(name)
+        return actions
+
+    def refused(self, request: HttpRequest, action: str, queryset: QuerySet[Any]) -> bool:
+        """When no selected row is one the action applies to, say why for each and return True."""
+        rule = self.action_rules[action]
+        if rule.rows(queryset).exists():
+            return False
+        why = "; ".join(f"#{row.pk} ({rule.why_not(row)})" for row in queryset.order_by("pk")[:20])
+        self.message_user(  # type: ignore[attr-defined]
+            request,
+            f"{rule.label} applies only to {rule.applies_to}; not to the selected: {why}.",
+            level=messages.WARNING,
+        )
+        return True
+
+    def row_actions(self, request: HttpRequest, obj: Model) -> list[RowAction]:
+        """The actions on one row's page, each offered or disabled with the reason."""
+        permitted = self.permitted_actions(request)
+        found = []
+        for name, rule in self.action_rules.items():
+            if name not in permitted:
+                continue  # not this user's to take: not shown at all
+            applies = rule.rows(self.model._default_manager.filter(pk=obj.pk)).exists()
+            found.append(RowAction(name, rule.label, "" if applies else rule.why_not(obj)))
+        return found
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        from django.contrib.admin.utils import unquote
+
+        obj = self.get_object(request, unquote(object_id))  # type: ignore[attr-defined]
+        meta = self.model._meta
+        extra = {
+            "weave_row_actions": self.row_actions(request, obj) if obj is not None else [],
+            "weave_changelist_url": reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist"),
+        }
+        response: HttpResponse = super().change_view(  # type: ignore[misc]
+            request, object_id, form_url, {**(extra_context or {}), **extra}
+        )
+        return response
 
 
 class LeaseStateFilter(admin.SimpleListFilter):

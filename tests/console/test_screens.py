@@ -198,7 +198,10 @@ def test_retry_on_completed_runs__no_confirmation_page_just_the_reason(admin_cli
     )
     page = response.content.decode()
     assert "What was fixed?" not in page
-    assert f"Retry applies to failed runs only; none of the selected runs is failed: #{done.pk} (completed)" in page
+    assert (
+        "Retry applies only to failed runs whose cause can be fixed; not to the selected: "
+        f"#{done.pk} (completed: only a failed run can be retried)." in page
+    )
 
 
 def test_actions_menu_offers_only_what_applies(admin_client):
@@ -365,3 +368,188 @@ def test_supplier_page__lists_its_runs_with_status_and_offers_start(admin_client
     suppliers = reverse("admin:weave_onboarding_supplier_changelist")
     admin_client.post(suppliers, {"action": "start_onboarding", "_selected_action": [supplier.pk]})
     assert OnboardingRun.objects.filter(supplier=supplier, status=OnboardingRun.Status.PENDING).exists()
+
+
+# --- a row's actions: offered where they apply, disabled with the reason elsewhere ----------------------
+
+
+def row_actions(page: str) -> dict[str, str]:
+    """{action: "" when offered, else the reason shown beside its disabled button}, from a row's page."""
+    found = {}
+    for name, body in re.findall(r'<li class="weave-action-\w+" data-action="(\w+)">(.*?)</li>', page, re.S):
+        why = re.search(r'<span class="weave-why" id="weave-why-\w+">Not available: (.*?)</span>', body, re.S)
+        if why:
+            assert re.search(r"<button type=\"button\" disabled aria-describedby=\"weave-why-\w+\">", body)
+            found[name] = why.group(1)
+        else:
+            assert f'name="action" value="{name}"' in body and 'type="submit"' in body
+            found[name] = ""
+    return found
+
+
+def test_delivered_notification__its_page_shows_retry_and_cancel_disabled_with_the_reason(admin_client):
+    row = NotificationFactory(status=Notification.Status.DELIVERED, delivered_at=db_now())
+    page = admin_client.get(reverse("admin:weave_notifications_notification_change", args=[row.pk])).content
+    actions = row_actions(page.decode())
+    assert set(actions) == {"retry_now", "cancel"}
+    assert re.fullmatch(r"delivered at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC: nothing to retry", actions["retry_now"])
+    assert actions["cancel"].endswith(": too late to cancel")
+
+
+def test_failed_notification__retry_offered_cancel_disabled_and_the_button_works(admin_client):
+    row = NotificationFactory(status=Notification.Status.FAILED)
+    page = admin_client.get(reverse("admin:weave_notifications_notification_change", args=[row.pk])).content.decode()
+    actions = row_actions(page)
+    assert actions == {"retry_now": "", "cancel": "failed: nothing is queued to cancel"}
+    assert f'action="{NOTIFICATIONS}"' in page and f'name="_selected_action" value="{row.pk}"' in page
+    admin_client.post(NOTIFICATIONS, {"action": "retry_now", "_selected_action": [row.pk]})  # what the button posts
+    assert Notification.objects.get(pk=row.pk).status == Notification.Status.PENDING
+
+
+def test_notification_held_by_a_live_lease__actions_disabled_naming_the_holder(admin_client):
+    row = NotificationFactory()
+    Notification.objects.claim(row.pk, owner="push:busy-host:3", ttl=60)
+    page = admin_client.get(reverse("admin:weave_notifications_notification_change", args=[row.pk])).content.decode()
+    actions = row_actions(page)
+    assert actions["retry_now"].startswith("a worker holds it right now (push:busy-host:3, fence 1)")
+    assert actions["cancel"] == actions["retry_now"]
+
+
+def test_notification_actions__left_out_of_the_menu_and_refused_in_one_line_where_none_applies(admin_client):
+    done = NotificationFactory(status=Notification.Status.DELIVERED, delivered_at=db_now())
+    form = admin_client.get(NOTIFICATIONS).context["action_form"]
+    names = {name for name, _ in form.fields["action"].choices} if form else set()
+    assert "retry_now" not in names and "cancel" not in names
+    NotificationFactory()  # a pending one: now "Retry now" and "Cancel" are offered
+    response = admin_client.post(
+        NOTIFICATIONS, {"action": "cancel", "_selected_action": [done.pk], "index": 0}, follow=True
+    )
+    text = " ".join(str(m) for m in response.context["messages"])
+    assert "Cancel applies only to pending notifications that no worker holds; not to the selected: " in text
+    assert f"#{done.pk} (delivered at " in text
+    assert Notification.objects.get(pk=done.pk).status == "delivered" and not LogEntry.objects.exists()
+    offered = admin_client.get(NOTIFICATIONS).context["action_form"].fields["action"].choices
+    assert "retry_now" in {name for name, _ in offered}
+
+
+def test_inactive_device__send_test_and_deactivate_disabled_with_the_reason(admin_client):
+    from notifications.models import Device
+    from notifications.services import device_deactivate
+
+    device = Device.objects.create(backend="default", token="tok-abcdefghijklmnop", platform="android")
+    device_deactivate(device=device, reason="The provider said the token is unregistered.")
+    page = admin_client.get(reverse("admin:weave_notifications_device_change", args=[device.pk])).content.decode()
+    actions = row_actions(page)
+    assert re.fullmatch(
+        r"inactive since \S+ \S+ UTC \(The provider said the token is unregistered\): a notification to it would "
+        r"fail at once",
+        actions["send_test_notification"],
+    ), actions
+    assert actions["deactivate"].startswith("already inactive since")
+    devices = reverse("admin:weave_notifications_device_changelist")
+    admin_client.post(devices, {"action": "send_test_notification", "_selected_action": [device.pk], "index": 0})
+    assert not Notification.objects.exists(), "refused: nothing was queued for an inactive device"
+
+
+def test_completed_run__its_page_offers_no_action_that_cannot_apply(admin_client):
+    run = OnboardingRunFactory(status=OnboardingRun.Status.COMPLETED)
+    page = admin_client.get(reverse("admin:weave_onboarding_onboardingrun_change", args=[run.pk])).content.decode()
+    actions = row_actions(page)
+    assert actions["retry_failed"] == "completed: only a failed run can be retried"
+    assert actions["resume"] == "completed: only a pending or running run can be resumed"
+    assert actions["cancel_and_undo"] == "completed: nothing to cancel"
+    failed = OnboardingRunFactory(status=OnboardingRun.Status.FAILED, failure_fixable=False)
+    page = admin_client.get(reverse("admin:weave_onboarding_onboardingrun_change", args=[failed.pk])).content.decode()
+    assert row_actions(page)["retry_failed"].startswith("it failed for a reason a retry cannot fix")
+    assert row_actions(page)["cancel_and_undo"] == ""
+
+
+def test_supplier_with_an_active_run__start_disabled_naming_the_run(admin_client):
+    run = OnboardingRunFactory()
+    page = admin_client.get(reverse("admin:weave_onboarding_supplier_change", args=[run.supplier.pk])).content
+    assert row_actions(page.decode()) == {
+        "start_onboarding": f"run {run.pk} is pending: wait for it to finish, or cancel it"
+    }
+
+
+# --- stuck notification leases, and the backlog's causes -------------------------------------------------
+
+
+def test_stuck_notification_lease__named_with_holder_fence_and_when_it_runs_out(admin_client, settings):
+    settings.WEAVE = {**getattr(settings, "WEAVE", {}), "PUSH_LEASE_TTL": 30.0}
+    stuck, healthy = NotificationFactory(), NotificationFactory()
+    Notification.objects.claim(stuck.pk, owner="push:frozen-host:11:aa", ttl=5)  # 5 s of 30 left: renewal missed
+    Notification.objects.claim(healthy.pk, owner="push:busy-host:12:bb", ttl=29)
+    text = verdict(admin_client.get(DASHBOARD).content.decode())
+    link = reverse("admin:weave_notifications_notification_change", args=[stuck.pk])
+    assert text.startswith("degraded")
+    named = f'Stuck lease: <a href="{link}">notification #{stuck.pk}</a>'
+    assert f"{named} held by push:frozen-host:11:aa at fence 1" in text
+    assert re.search(r"has [45] s left of its 30 s lease", text) and "under fence 2" in text
+    assert "busy-host" not in text, "a lease renewed on time is not stuck"
+
+
+def test_stuck_lease__judged_by_the_ttl_the_workers_report(admin_client, settings):
+    settings.WEAVE = {**getattr(settings, "WEAVE", {}), "PUSH_LEASE_TTL": 300.0}  # the web process reads 300 s
+    report_once("host-a:1")  # ... and the worker reports what it runs with
+    WorkerReport.objects.update(config={"PUSH_LEASE_TTL": 12.0})
+    row = NotificationFactory()
+    Notification.objects.claim(row.pk, owner="push:host-a:1:cc", ttl=8)  # 8 of 12 s left: on time
+    assert "Stuck lease" not in verdict(admin_client.get(DASHBOARD).content.decode())
+    Notification.objects.claim(NotificationFactory().pk, owner="push:host-a:1:dd", ttl=1)
+    assert "Stuck lease" in verdict(admin_client.get(DASHBOARD).content.decode())
+
+
+def test_backlog_cause__names_every_dead_holder_and_the_breaker_together(admin_client):
+    from notifications.models import BreakerOpening
+
+    for owner in ("push:dead-a:1", "push:dead-b:2"):
+        row = NotificationFactory()
+        Notification.objects.claim(row.pk, owner=owner, ttl=-60)
+        Notification.objects.filter(pk=row.pk).update(next_attempt_at=db_now() - timedelta(minutes=3))
+    BreakerOpening.objects.create(opened_at=db_now(), owner="push:h:1", reason="Circuit breaker opened: HTTP 503")
+    text = verdict(admin_client.get(DASHBOARD).content.decode())
+    backlog = text[text.index("2 notifications due</a>") :].split("</li>")[0]
+    assert "1 of them held by push:dead-a:1 (fence 1) whose lease expired 1 min" in backlog
+    assert "1 of them held by push:dead-b:2 (fence 1)" in backlog
+    assert "the breaker opened at" in backlog and "by push:h:1" in backlog and "opened=15m" in backlog
+
+
+def test_stuck_leases_of_one_worker__one_reason_naming_each_row(admin_client, settings):
+    settings.WEAVE = {**getattr(settings, "WEAVE", {}), "PUSH_LEASE_TTL": 30.0}
+    rows = [NotificationFactory() for _ in range(3)]
+    for row in rows:
+        Notification.objects.claim(row.pk, owner="push:frozen:5:ee", ttl=4)
+    text = verdict(admin_client.get(DASHBOARD).content.decode())
+    assert text.count("push:frozen:5:ee") == 1 and "Stuck leases:" in text
+    assert all(f"notification #{row.pk}</a>" in text for row in rows)
+
+
+def test_device_page__token_masked_platform_named_and_no_token_in_its_title(admin_client):
+    from notifications.models import Device
+
+    endpoint = '{"endpoint": "https://fcm.googleapis.com/fcm/send/abcdefSECRET123456", "keys": {"p256dh": "x"}}'
+    device = Device.objects.create(backend="webpush", token=endpoint, platform="web")
+    page = admin_client.get(reverse("admin:weave_notifications_device_change", args=[device.pk])).content.decode()
+    assert "SECRET" not in page and "p256dh" not in page and "{&quot;endpoint" not in page
+    assert "Web Push · fcm.googleapis.com …123456" in page
+    add = admin_client.get(reverse("admin:weave_notifications_device_add")).content.decode()
+    assert '<option value="ios">iOS</option>' in add and "Ios" not in add
+
+
+def test_receipt_and_attempt_pages__output_as_fields_and_the_whole_reason(admin_client, fake_services):
+    run = OnboardingRunFactory()
+    assert run_onboarding(run.pk, background=False) == "completed"
+    receipt = StepReceipt.objects.filter(run=run).order_by("pk").first()
+    page = admin_client.get(reverse("admin:weave_onboarding_stepreceipt_change", args=[receipt.pk])).content.decode()
+    assert '<table class="weave-kv">' in page and "{&quot;" not in page
+    row = NotificationFactory()
+    now = db_now()
+    long_reason = "The provider failed (HTTP 503). " * 8
+    attempt = DeliveryAttempt.objects.create(
+        notification=row, owner="push:a:1", fence=1, started_at=now, finished_at=now, outcome="temporary",
+        reason=long_reason,
+    )  # fmt: skip
+    url = reverse("admin:weave_notifications_deliveryattempt_change", args=[attempt.pk])
+    page = admin_client.get(url).content.decode()
+    assert long_reason.strip() in page and "weave-clip" not in page

@@ -274,14 +274,59 @@ MORE_PAGES = [
 ]
 
 
-def test_operator_screens_at_1440_1280_and_390_px(live_server, chromium, monkeypatch):
+def row_actions_seen(page) -> dict:
+    """A row page's actions as a person meets them: enabled buttons, and disabled ones with their reason."""
+    return page.evaluate(
+        """() => {
+            const width = document.documentElement.clientWidth;
+            return [...document.querySelectorAll('#weave-row-actions li')].map(li => {
+                const button = li.querySelector('button');
+                const why = button.getAttribute('aria-describedby');
+                const reason = why ? document.getElementById(why) : null;
+                return {
+                    action: li.dataset.action,
+                    label: button.innerText,
+                    disabled: button.disabled,
+                    reason: reason ? reason.innerText : '',
+                    reasonVisible: reason ? reason.getBoundingClientRect().width > 0 : false,
+                    right: Math.round(Math.max(button.getBoundingClientRect().right,
+                        reason ? reason.getBoundingClientRect().right : 0) - width),
+                };
+            });
+        }"""
+    )
+
+
+def actions_on(page, url: str, shot: str) -> dict:
+    """`row_actions_seen` on `url`, read as soon as the page is parsed: an active run's page reloads itself
+    every 2 s, which can abort a slow full load or destroy the page under a late read (then read again)."""
+    from playwright.sync_api import Error
+
+    for _ in range(3):
+        try:
+            page.goto(url, wait_until="domcontentloaded")
+            seen = {a["action"]: a for a in row_actions_seen(page)}
+            page.screenshot(path=str(SHOTS / shot), full_page=True)
+            return seen
+        except Error:
+            continue
+    raise AssertionError(f"{url} reloaded under every read")
+
+
+def test_operator_screens_at_1440_1280_and_390_px(live_server, chromium, monkeypatch, settings):
     from playwright.sync_api import sync_playwright
 
+    from notifications.models import Notification
+
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    # A long push lease, so the stuck one below stays stuck (live, its renewal overdue) for the whole walk.
+    settings.WEAVE = {**getattr(settings, "WEAVE", {}), "PUSH_LEASE_TTL": 600.0}
     SHOTS.mkdir(parents=True, exist_ok=True)
     User.objects.create_superuser("screens", "ops@example.com", "screens-pw")
     failed, held, run = make_trouble()
     make_ops_trouble()
+    stuck = Notification.objects.create(device_token="screen-stuck-device", title="Stuck", body="b")
+    Notification.objects.claim(stuck.pk, owner="push:stuck-host:77:cafe", ttl=120)  # 120 of 600 s left
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
         context = browser.new_context(viewport={"width": 1440, "height": 900})
@@ -307,6 +352,41 @@ def test_operator_screens_at_1440_1280_and_390_px(live_server, chromium, monkeyp
         assert page.locator("details.weave-chart-data").count() >= 2, "each chart has a data table"
         assert not axe_violations(page), axe_violations(page)
         page.screenshot(path=str(SHOTS / "10-dashboard-1440.png"), full_page=True)
+
+        # The stuck lease is named with its holder and fence, and its link opens the notification, whose
+        # actions are shown disabled with the reason: a worker holds it.
+        finding = verdict.locator("li", has_text="Stuck lease")
+        assert "push:stuck-host:77:cafe" in finding.inner_text() and "at fence 1" in finding.inner_text()
+        with page.expect_navigation():
+            finding.locator(f"a:has-text('notification #{stuck.pk}')").click()
+        assert page.url.endswith(f"/notification/{stuck.pk}/change/")
+        seen = row_actions_seen(page)
+        assert {a["action"] for a in seen} == {"retry_now", "cancel"}, seen
+        for action in seen:
+            assert action["disabled"] and action["reasonVisible"], action
+            assert action["reason"].startswith("Not available: a worker holds it right now (push:stuck-host:77:cafe")
+        assert not axe_violations(page), axe_violations(page)
+        page.screenshot(path=str(SHOTS / "15-stuck-notification-actions-1440.png"), full_page=True)
+
+        # A delivered notification offers nothing to retry or cancel; a failed one offers "Retry now" only.
+        delivered = Notification.objects.create(device_token="screen-delivered-device", title="Done", body="b")
+        Notification.objects.filter(pk=delivered.pk).update(status="delivered", delivered_at=held.created_at)
+        page.goto(f"{live_server.url}/admin/weave_notifications/notification/{delivered.pk}/change/")
+        seen = {a["action"]: a for a in row_actions_seen(page)}
+        assert seen["retry_now"]["disabled"] and seen["retry_now"]["reason"].endswith(": nothing to retry")
+        assert seen["cancel"]["disabled"] and seen["cancel"]["reason"].endswith(": too late to cancel")
+        page.goto(f"{live_server.url}/admin/weave_notifications/notification/{failed[0].pk}/change/")
+        seen = {a["action"]: a for a in row_actions_seen(page)}
+        assert not seen["retry_now"]["disabled"] and seen["cancel"]["disabled"], seen
+        assert seen["cancel"]["reason"] == "Not available: failed: nothing is queued to cancel"
+        page.screenshot(path=str(SHOTS / "16-failed-notification-actions-1440.png"), full_page=True)
+        with page.expect_navigation():
+            page.locator("#weave-row-actions li[data-action=retry_now] button").click()
+        assert "1 notification(s) due now" in page.locator("ul.messagelist").inner_text()
+        assert Notification.objects.get(pk=failed[0].pk).status == "pending"
+        failed = failed[1:]  # the rest stay failed for the tile below
+
+        page.goto(f"{live_server.url}/admin/weave/dashboard/")
         with page.expect_navigation():
             page.locator("a.weave-stat", has_text="failed").first.click()
         assert "status__exact=failed" in page.url
@@ -367,5 +447,17 @@ def test_operator_screens_at_1440_1280_and_390_px(live_server, chromium, monkeyp
         page.wait_for_function("() => window.scrollY > 150", timeout=5_000)
         page.goto(f"{live_server.url}/admin/weave/dashboard/")
         assert page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth") <= 1
+        assert f"notification #{stuck.pk}" in page.locator("#weave-verdict li", has_text="Stuck lease").inner_text()
         page.screenshot(path=str(SHOTS / "14-dashboard-390.png"), full_page=True)
+
+        # On a phone a row's disabled actions still show their reasons, inside the screen.
+        page.goto(f"{live_server.url}/admin/weave_notifications/notification/{delivered.pk}/change/")
+        seen = row_actions_seen(page)
+        assert seen and all(a["disabled"] and a["reasonVisible"] and a["right"] <= 1 for a in seen), seen
+        assert page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth") <= 1
+        page.screenshot(path=str(SHOTS / "17-delivered-notification-actions-390.png"), full_page=True)
+        run_page = f"{live_server.url}/admin/weave_onboarding/onboardingrun/{run.pk}/change/"
+        seen = actions_on(page, run_page, "18-run-actions-390.png")
+        assert seen["retry_failed"]["disabled"] and "it has not failed" in seen["retry_failed"]["reason"], seen
+        assert not seen["cancel"]["disabled"], "the re-opened run is pending: it can be cancelled"
         browser.close()

@@ -26,7 +26,7 @@ def test_stall__the_frozen_worker_is_taken_over_and_its_attempt_ends_blocked(gro
     with FakeSupplierServices(config=FakeConfig(latency=0.4)) as services:
         env = {**worker_env, "WEAVE_SUPPLIER_API_URL": services.url, "WEAVE_ONBOARDING_LEASE_TTL": "3"}
         cluster = groups.manage("qcluster", "qcluster", env=env)
-        stalls = groups.manage("stalls", "weave_demo_stalls", "--every", "0.01", "--stalls", "1", env=env)
+        stalls = groups.manage("stalls", "weave_demo_stalls", "--every", "0.01", "--stalls", "1", "--no-push", env=env)
         for supplier in suppliers:
             onboarding_start(supplier=supplier)
 
@@ -46,3 +46,31 @@ def test_stall__the_frozen_worker_is_taken_over_and_its_attempt_ends_blocked(gro
     assert run.status == OnboardingRun.Status.COMPLETED and run.fence > blocked.fence
     assert "fence" in blocked.reason and blocked.ended_at is not None
     assert not run.receipts.filter(fence=blocked.fence, completed_at__gt=blocked.ended_at).exists()
+
+
+def test_stall__a_frozen_push_worker_is_taken_over_and_its_answers_refused(groups, worker_env):
+    from notifications.models import DeliveryAttempt, Notification
+    from notifications.testing.fake_provider import FakePushProvider
+
+    # A slow provider keeps the batch in flight for a while: time for the stall to catch its holder.
+    with FakePushProvider(latency_ms=400) as push:
+        env = {**worker_env, "WEAVE_PUSH_URL": push.push_url, "WEAVE_PUSH_LEASE_TTL": "4", "WEAVE_PUSH_TIMEOUT": "2"}
+        cluster = groups.manage("qcluster", "qcluster", env=env)
+        args = ["--every", "0.01", "--stalls", "1", "--push-only"]
+        stalls = groups.manage("stalls", "weave_demo_stalls", *args, env=env)
+
+        def done() -> bool:
+            assert cluster.alive(), cluster.log_tail()
+            rows = Notification.objects.filter(device_token__startswith="demo-device-stall-")
+            refused = DeliveryAttempt.objects.filter(notification__in=rows, outcome="lease_lost").exists()
+            return rows.exists() and refused and not rows.exclude(status="delivered").exists()
+
+        try:
+            wait_until(done, timeout=120, interval=0.5, message="the stalled batch refused and delivered by another")
+        except TimeoutError:
+            pytest.fail(f"stalls log:\n{stalls.log_tail()}\nqcluster log:\n{cluster.log_tail(40)}")
+
+    lost = DeliveryAttempt.objects.filter(outcome="lease_lost").select_related("notification").first()
+    # Taken over under a newer fence and delivered there; the frozen worker's answer was recorded as refused.
+    assert lost.notification.fence > lost.fence
+    assert DeliveryAttempt.objects.filter(notification=lost.notification, outcome="delivered", fence__gt=lost.fence)

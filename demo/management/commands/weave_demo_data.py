@@ -16,6 +16,9 @@ SUPPLIERS = [
     ("Faulty Fixtures Co", "DE", "DE100042423", "DE91370400440000004242"),
 ]
 CLOSED_ACCOUNT_IBAN = SUPPLIERS[-1][3]
+# The account number the supplier sends when told its old one is closed: what the demo operator
+# (weave_demo_operator) corrects it to before retrying the failed run.
+CORRECTED_IBAN = "DE02120300000000202051"
 DEMO_TOKEN_PREFIX = "demo-device-"
 
 
@@ -25,8 +28,10 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         import logging
 
-        # django-q2 logs each enqueue at INFO; the demo's start-up output says what it created instead.
+        # django-q2 logs each enqueue and Weave each start at INFO; the demo's start-up output says what it
+        # created instead, once (the workers' logs in .run/demo/ keep every event).
         logging.getLogger("django-q").setLevel(logging.WARNING)
+        logging.getLogger("weave").setLevel(logging.WARNING)
         from notifications.models import Notification
         from notifications.services import notification_create
         from onboarding.models import Supplier
@@ -49,31 +54,37 @@ class Command(BaseCommand):
             self._start_failing_run()
 
             self._devices()
-            if Notification.objects.filter(device_token__startswith=DEMO_TOKEN_PREFIX + "phone").exists():
-                self.stdout.write("Demo notifications already there.")
-                return
-            for i in range(3):
-                notification_create(
-                    device_token=f"{DEMO_TOKEN_PREFIX}phone-{i}",
-                    title=f"Demo notification {i + 1}",
-                    body="Sent through the fake push provider by the demo.",
-                    data={"demo": True},
-                )
-            self.stdout.write("Notifications to demo phones: 3 created.")
+            phones = Notification.objects.filter(device_token__startswith=DEMO_TOKEN_PREFIX + "phone")
+            if phones.exists():
+                self.stdout.write(f"Notifications to demo phones: 0 created, {phones.count()} already there.")
+            else:
+                for i in range(3):
+                    notification_create(
+                        device_token=f"{DEMO_TOKEN_PREFIX}phone-{i}",
+                        title=f"Demo notification {i + 1}",
+                        body="Sent through the fake push provider by the demo.",
+                        data={"demo": True},
+                    )
+                self.stdout.write("Notifications to demo phones: 3 created.")
+        pending = Notification.objects.filter(status=Notification.Status.PENDING).count()
         total = Notification.objects.count()
-        self.stdout.write(f"Notifications in the database: {total}; qcluster delivers them.")
+        self.stdout.write(f"Notifications in the database: {total}, {pending} of them pending; qcluster delivers them.")
 
     def _start_failing_run(self) -> None:
         """Start onboarding for the supplier whose bank account is closed, so a failed run (to fix and
-        retry) is on the screens within seconds; the other suppliers wait for the operator's Start."""
+        retry) is on the screens within seconds. It is started by the demo's scripted operator, as
+        `weave_demo_operator` later retries it: the run's story names who did what."""
+        from demo.people import USERNAME, demo_operator
+        from onboarding.admin import start_recorded
         from onboarding.models import OnboardingRun, Supplier
-        from onboarding.services import onboarding_start
 
         supplier = Supplier.objects.filter(iban=CLOSED_ACCOUNT_IBAN).first()
         if supplier is None or OnboardingRun.objects.filter(supplier=supplier).exists():
             return
-        run = onboarding_start(supplier=supplier, started_by=None)
-        self.stdout.write(f"Onboarding: run {run.pk} started for {supplier} (it fails at the bank account step).")
+        run = start_recorded(supplier=supplier, user=demo_operator())
+        self.stdout.write(
+            f"Onboarding: run {run.pk} started by {USERNAME} for {supplier} (it fails at the bank account step)."
+        )
 
     def _devices(self) -> None:
         """With the provider fakes running (WEAVE_PUSH_BACKENDS_FILE), give the demo admin a live and a dead
@@ -90,7 +101,10 @@ class Command(BaseCommand):
         from notifications.testing.push_fakes import TOKENS_FILE
 
         backends_file = os.environ.get("WEAVE_PUSH_BACKENDS_FILE")
-        if not backends_file or Device.objects.exists():
+        if not backends_file:
+            return
+        if Device.objects.exists():
+            self.stdout.write(f"Devices: 0 registered, {Device.objects.count()} already there.")
             return
         tokens = json.loads((Path(backends_file).parent / TOKENS_FILE).read_text())
         user = get_user_model().objects.filter(is_superuser=True).order_by("pk").first()

@@ -38,13 +38,26 @@ class Command(BaseCommand):
         parser.add_argument("--provider", default="http://127.0.0.1:8100", help="The fake provider's base URL.")
         parser.add_argument("--every", type=float, default=60.0, help="Mean seconds between outages.")
         parser.add_argument("--seconds", type=float, default=8.0, help="How long one outage lasts.")
-        parser.add_argument("--burst", type=int, default=8, help="Notifications queued into each outage.")
+        parser.add_argument(
+            "--burst",
+            type=int,
+            default=None,
+            help="Notifications queued into each outage (default: PUSH_BREAKER_MIN_ANSWERS + 6, enough to open it).",
+        )
         parser.add_argument("--first-after", type=float, default=20.0, help="Seconds before the first outage.")
         parser.add_argument("--outages", type=int, default=0, help="Stop after this many (0: run forever).")
 
-    def handle(self, *args: Any, provider: str, every: float, seconds: float, burst: int, **options: Any) -> None:
-        from notifications.services import notification_create
+    def handle(
+        self, *args: Any, provider: str, every: float, seconds: float, burst: int | None, **options: Any
+    ) -> None:
+        from django.db import transaction
 
+        from notifications.services import notification_create
+        from weave.conf import weave_settings
+
+        # A breaker judges one worker's answers, and opens only once its window holds PUSH_BREAKER_MIN_ANSWERS:
+        # a smaller burst, or one trickling in over several drains, would never open it.
+        burst = burst if burst is not None else int(weave_settings.PUSH_BREAKER_MIN_ANSWERS) + 6
         rng = random.Random()
         wait, done = float(options["first_after"]), 0
         while not options["outages"] or done < options["outages"]:
@@ -57,13 +70,16 @@ class Command(BaseCommand):
                 self.stderr.write(f"outage: the fake provider did not answer ({exc}); trying again later")
                 continue
             try:
-                for i in range(burst):
-                    notification_create(
-                        device_token=f"{DEMO_TOKEN}{done}-{i}",
-                        title=f"During outage {done + 1}",
-                        body="Queued while the fake provider answers 503: the breaker opens, then it is delivered.",
-                    )
-                self.stdout.write(f"outage {done + 1}: the fake provider answers 503 for {seconds:g} s")
+                with transaction.atomic():  # visible at once, so one worker claims the burst as one batch
+                    for i in range(burst):
+                        notification_create(
+                            device_token=f"{DEMO_TOKEN}{done}-{i}",
+                            title=f"During outage {done + 1}",
+                            body="Queued while the fake provider answers 503: the breaker opens, then it is delivered.",
+                        )
+                self.stdout.write(
+                    f"outage {done + 1}: the fake provider answers 503 for {seconds:g} s; {burst} notifications queued"
+                )
                 time.sleep(seconds)
             finally:
                 _config(provider, {k: before[k] for k in ("rate_5xx", "rate_429") if k in before})
