@@ -330,27 +330,13 @@ class H2Client:
         """
         host, port, authority, path = _split(url)
         check_headers(headers)
-        connection = await self._stream_slot((host, port), progress)
-        if deadline_at is not None and too_late(deadline_at, self._connect_timeout):
-            # A request sent now could only end unknown (its deadline runs out before any answer), and a
-            # retry would then have to treat it as maybe delivered: keep it unsent instead.
-            raise TimeoutError("too little of the deadline was left to open a stream")
         fields = [(b":method", method.encode("ascii")), (b":scheme", b"https"), (b":authority", authority),
                   (b":path", path), *headers]  # fmt: skip
         if content or method in ("POST", "PUT", "PATCH"):
             fields.append((b"content-length", str(len(content)).encode("ascii")))
         volatile = self._volatile
         request = [hpack.NeverIndexedHeaderTuple(n, v) if n in volatile else (n, v) for n, v in fields]
-        h2c = connection.h2
-        try:
-            stream_id = h2c.get_next_available_stream_id()
-            h2c.send_headers(stream_id, request, end_stream=not content)
-        except h2.exceptions.NoAvailableStreamIDError:
-            connection.close()  # out of stream ids: the next request opens a new connection
-            raise H2Failure("unreachable", "the HTTP/2 connection ran out of stream ids") from None
-        except h2.exceptions.ProtocolError as exc:
-            # h2 refused to build the HEADERS frame (a bad header, the connection closing): nothing left.
-            raise H2Failure("unreachable", f"the request could not be framed ({type(exc).__name__}: {exc})") from exc
+        connection, stream_id = await self._open_stream((host, port), request, not content, progress, deadline_at)
         stream = _Stream(asyncio.get_running_loop().create_future(), cap)
         connection.streams[stream_id] = stream
         progress.mark_sent()
@@ -374,6 +360,29 @@ class H2Client:
         self._connections.clear()
 
     # --- connections ----------------------------------------------------------------------------------
+
+    async def _open_stream(
+        self, origin: tuple[str, int], request: list[Any], end_stream: bool, progress: Any, deadline_at: float | None
+    ) -> tuple[_Connection, int]:
+        """Frame the request's HEADERS on a new stream (not yet written): (connection, stream id)."""
+        while True:
+            connection = await self._stream_slot(origin, progress)
+            if deadline_at is not None and too_late(deadline_at, self._connect_timeout):
+                # A request sent now could only end unknown (its deadline runs out before any answer),
+                # and a retry would have to treat it as maybe delivered: keep it unsent instead.
+                raise TimeoutError("too little of the deadline was left to open a stream")
+            h2c = connection.h2
+            try:
+                stream_id = h2c.get_next_available_stream_id()
+                h2c.send_headers(stream_id, request, end_stream=end_stream)
+            except h2.exceptions.NoAvailableStreamIDError:
+                connection.close()  # out of stream ids: nothing left, so open a new connection and go on
+                continue
+            except h2.exceptions.ProtocolError as exc:
+                # h2 refused to build the HEADERS frame (the connection closing): nothing left.
+                detail = f"the request could not be framed ({type(exc).__name__}: {exc})"
+                raise H2Failure("unreachable", detail) from exc
+            return connection, stream_id
 
     async def _stream_slot(self, origin: tuple[str, int], progress: Any) -> _Connection:
         """A connection to `origin` with room for one more stream (waiting for one if it is full)."""
