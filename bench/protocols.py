@@ -353,7 +353,9 @@ def run_latency(latency: int, n: int, concurrency: int | None) -> list[dict[str,
             configured[alias] = {**configured[base], "BACKEND": dotted}
             tokens[alias] = tokens[base]
         previous = getattr(settings, "WEAVE", {})
-        settings.WEAVE = {**previous, "PUSH_URL": provider.push_url, "PUSH_TIMEOUT": 10.0, "PUSH_BACKENDS": configured}
+        # The fakes listen on loopback, which the Web Push destination policy refuses unless told otherwise.
+        settings.WEAVE = {**previous, "PUSH_URL": provider.push_url, "PUSH_TIMEOUT": 10.0, "PUSH_BACKENDS": configured,
+                          "PUSH_WEBPUSH_UNSAFE_ALLOW_LOOPBACK": True}  # fmt: skip
         if concurrency:
             settings.WEAVE.update(PUSH_CONCURRENCY=concurrency, PUSH_BATCH_SIZE=2 * concurrency)
         fakes = {"default": [provider.child]} | {alias: [child] for alias in ("fcm", "apns", "webpush", *VARIANTS)}
