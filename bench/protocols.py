@@ -39,7 +39,12 @@ from bench import harness  # noqa: E402
 from bench.product import backend_pids, group_pids, proc_cpu  # noqa: E402
 
 ALIASES = tuple(os.environ.get("BENCH_ALIASES", "default,fcm,fcm-httpx,apns,apns-httpx,webpush").split(","))
-ANCHORS = tuple(os.environ.get("BENCH_ANCHOR_LIST", "firebase-admin,fcm-django,aioapns,pywebpush").split(","))
+ANCHORS = tuple(
+    os.environ.get(
+        "BENCH_ANCHOR_LIST",
+        "fcm-alone,fcm-httpx-alone,firebase-admin,fcm-django,apns-alone,apns-httpx-alone,aioapns,pywebpush",
+    ).split(",")
+)
 VARIANTS = {"fcm-httpx": ("fcm", "bench.h2_variants.HttpxFCM"), "apns-httpx": ("apns", "bench.h2_variants.HttpxAPNs")}
 
 
@@ -99,6 +104,52 @@ def _weave(alias: str, n: int, token: str, fakes: list[Any]) -> dict[str, Any]:
         "fake_cpu_per_1000": (_cpu(fake) - fake0) / n * 1000,
         "groups": report.groups,
         "window": "PUSH_CONCURRENCY",
+    }
+
+
+def _backend_only(alias: str, n: int, configured: dict[str, Any], token: str, fakes: list[Any], window: int):
+    """The backend's `send()` alone, `window` in flight, no database and no worker: the transport's own cost,
+    comparable with the anchors that persist nothing (firebase-admin, aioapns)."""
+    from django.utils.module_loading import import_string
+
+    from notifications.backends.base import PushMessage
+    from notifications.backends.credentials import forget_shared
+
+    forget_shared()
+    entry = configured[alias]
+    backend = import_string(entry["BACKEND"])(alias=alias, options=entry["OPTIONS"], timeout=10.0, concurrency=window)
+    messages = [
+        PushMessage(idempotency_key=str(uuid.uuid4()), token=token, title="Weave bench", body=f"Notification {i}",
+                    data={"i": str(i)}, backend=alias)
+        for i in range(n)
+    ]  # fmt: skip
+
+    async def send_all() -> int:
+        slots = asyncio.Semaphore(window)
+
+        async def one(message: PushMessage) -> bool:
+            async with slots:
+                return (await backend.send(message)).outcome == "delivered"
+
+        try:
+            return sum(await asyncio.gather(*(one(m) for m in messages)))
+        finally:
+            await backend.aclose()
+
+    fake = group_pids(fakes)
+    fake0, cpu0, t0 = _cpu(fake), time.process_time(), time.perf_counter()
+    delivered = asyncio.run(send_all())
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    return {
+        "system": f"{alias} backend alone, {window} in flight",
+        "n": n,
+        "delivered": delivered,
+        "rate": n / wall,
+        "worker_cpu_per_1000": cpu / n * 1000,
+        "postgres_cpu_per_1000": 0.0,
+        "fake_cpu_per_1000": (_cpu(fake) - fake0) / n * 1000,
+        "groups": 0,
+        "window": str(window),
     }
 
 
@@ -368,6 +419,10 @@ def run_latency(latency: int, n: int, concurrency: int | None) -> list[dict[str,
             if os.environ.get("BENCH_ANCHORS", "1") != "0":
                 window = concurrency or settings.WEAVE.get("PUSH_CONCURRENCY", 20)
                 anchors = {
+                    **{
+                        f"{alias}-alone": (lambda a=alias: _backend_only(a, n, configured, tokens[a], fakes[a], window))
+                        for alias in ("fcm", "fcm-httpx", "apns", "apns-httpx")
+                    },
                     "firebase-admin": lambda: _firebase_admin(n, configured, tokens["fcm"], fakes["fcm"]),
                     "fcm-django": lambda: _fcm_django(n, configured, tokens["fcm"], fakes["fcm"]),
                     "aioapns": lambda: _aioapns(n, configured, tokens["apns"], fakes["apns"], window),

@@ -68,8 +68,9 @@ def make_client(
 ) -> httpx.AsyncClient:
     """Return a pooled async client as wide as the worker's concurrency, which never follows redirects.
 
-    HTTP/1.1 backends get the lean transport (`notifications.backends.transport`); HTTP/2 backends get
-    httpx's own, where one connection multiplexes the worker's requests.
+    HTTP/1.1 backends get the lean transport (`notifications.backends.transport`); `http2=True` gets
+    httpx's own, where one connection multiplexes the worker's requests (FCM and APNs use the lean
+    HTTP/2 client, `notifications.backends.h2transport`, instead; this is their plain-http fallback).
     """
     # Per-phase timeouts are only a backstop: `capped_request()` bounds the whole exchange.
     common: dict[str, Any] = {"timeout": httpx.Timeout(timeout), "follow_redirects": False, **extra}
