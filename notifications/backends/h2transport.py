@@ -83,6 +83,13 @@ class H2Failure(Exception):
         return self.kind == "dropped"
 
 
+class NoHTTP2(H2Failure):
+    """The peer finished TLS without choosing `h2` (ALPN): nothing was sent; an HTTP/1.1 client may try."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("unreachable", detail)
+
+
 class _Stream:
     """One request's stream: what came back on it, and the future its sender awaits."""
 
@@ -306,6 +313,9 @@ class H2Client:
         self._resolve = resolve
         self._connections: dict[tuple[str, int], _Connection] = {}
         self._connecting: dict[tuple[str, int], asyncio.Task[_Connection]] = {}
+        # Origins that answered TLS without h2: a caller with an HTTP/1.1 client sends there instead.
+        self.http1_origins: set[tuple[str, int]] = set()
+        self.fallback: Any = None  # that client (an httpx.AsyncClient), if the caller has one
         self.traced = True  # capped_request may believe what this client reports as sent
         # Fields whose value changes on every request: kept out of the HPACK dynamic table, where they
         # would only evict the fields that repeat (the token, the topic) and lengthen every search.
@@ -351,7 +361,14 @@ class H2Client:
             raise
         return stream.status, stream.headers, b"".join(stream.chunks), stream.truncated
 
+    def speaks_http2(self, url: str) -> bool:
+        """False once the URL's origin was found to offer no h2 (`NoHTTP2`)."""
+        host, port, _, _ = _split(url)
+        return (host, port) not in self.http1_origins
+
     async def aclose(self) -> None:
+        if self.fallback is not None:
+            await self.fallback.aclose()
         for task in self._connecting.values():
             task.cancel()
         self._connecting.clear()
@@ -418,14 +435,15 @@ class H2Client:
                 transport, connection = await _dial(loop, addresses, port)
                 progress.at("in the TLS handshake")
                 tls = await loop.start_tls(transport, connection, self._context(), server_hostname=host)
-        except (OSError, ssl.SSLError, TimeoutError) as exc:
+        except Exception as exc:  # noqa: BLE001 - the resolver's refusal too: all of it is "nothing was sent"
             raise H2Failure("unreachable", f"{type(exc).__name__}: {exc}") from exc
         assert tls is not None
         connection.connection_made(tls)
         alpn = tls.get_extra_info("ssl_object").selected_alpn_protocol()
         if alpn != "h2":
             tls.close()
-            raise H2Failure("unreachable", f"the peer does not speak HTTP/2 (ALPN {alpn or 'none'})")
+            self.http1_origins.add(origin)
+            raise NoHTTP2(f"the peer does not speak HTTP/2 (ALPN {alpn or 'none'})")
         progress.at("opening the HTTP/2 connection")
         connection.h2.local_settings.update({h2.settings.SettingCodes.ENABLE_PUSH: 0})
         connection.h2.initiate_connection()

@@ -18,7 +18,7 @@ import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx
 
@@ -212,7 +212,15 @@ async def capped_request(
     Raises `ExchangeFailed` (with sanitized detail) when no complete answer came.
     """
     if not isinstance(client, httpx.AsyncClient):
-        return await _h2_exchange(client, method, str(url), headers or {}, content, cap, deadline, secrets)
+        h2_client = client
+        if h2_client.fallback is None or h2_client.speaks_http2(str(url)):
+            try:
+                return await _h2_exchange(h2_client, method, str(url), headers or {}, content, cap, deadline, secrets)
+            except ExchangeFailed as exc:
+                if h2_client.fallback is None or h2_client.speaks_http2(str(url)):
+                    raise
+                deadline = max(0.0, deadline - exc.latency_ms / 1000)  # nothing was sent: go on over HTTP/1.1
+        client = cast(httpx.AsyncClient, h2_client.fallback)
     progress = _Progress(trusted=getattr(client, "traced", False))
     started = time.monotonic()
     sent_headers = {"Accept-Encoding": "identity", **(headers or {})}

@@ -18,8 +18,8 @@ misbehave at the frame level:
 - "hang_before": never deliver and never answer (until `hang_seconds`, then close);
 - "tiny_window": announce a stream flow-control window of 16 bytes (SETTINGS_INITIAL_WINDOW_SIZE),
   so a request body must go out a few bytes at a time, each after a WINDOW_UPDATE;
-- "stray_stream": deliver the first request, then answer it on a stream the client never opened
-  (a raw HEADERS frame on the next odd stream id), and never on its own stream.
+- "stray_stream": deliver each request, then answer it on a stream the client never opened (a raw
+  HEADERS frame on the next, even, stream id: a push stream never promised), never on its own.
 
 Streams that get past the fault are answered by the fake's own handler, so deliveries are recorded
 as usual. `WireLog` counts what arrived, so a test can tell "sent" from "never left".
@@ -282,7 +282,8 @@ class HostileH2:
         )
         response = await self.handler(request)
         if self.settings.mode == "stray_stream":
-            self._stray_answer(stream_id + 2, response.status)
+            # An even id: a server-initiated stream never promised (push is off), so no request's stream.
+            self._stray_answer(stream_id + 1, response.status)
             return
         if self.settings.mode == "reset_after":
             self.h2.reset_stream(stream_id, error_code=h2.errors.ErrorCodes.INTERNAL_ERROR)
