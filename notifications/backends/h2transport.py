@@ -1,4 +1,4 @@
-"""A lean HTTP/2 client for the push backends: one connection per origin, driven by `h2` directly.
+"""A lean HTTP/2 client for the push backends (FCM, APNs, Web Push): one connection per origin, on `h2`.
 
 httpx's HTTP/2 path (httpx -> httpcore -> anyio -> h2) cost the FCM and APNs backends about 1.7 s of
 CPU per 1,000 pushes in a worker's profile, three quarters of it in the client layers around h2

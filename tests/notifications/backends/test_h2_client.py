@@ -107,7 +107,8 @@ def test_stream_ids_running_out__a_new_connection_and_nothing_lost(apns, apns_op
 class _Http11OnlyServer:
     """A TLS server whose ALPN offers only http/1.1, answering nothing: a peer without HTTP/2."""
 
-    def __init__(self, keys) -> None:
+    def __init__(self, keys, answer: bytes = b"") -> None:
+        self.answer = answer
         self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.context.load_cert_chain(keys.server_cert, keys.server_key)
         self.context.set_alpn_protocols(["http/1.1"])
@@ -127,6 +128,9 @@ class _Http11OnlyServer:
     async def _client(self, reader, writer) -> None:
         if await reader.read(65536):
             self.requests += 1
+            if self.answer:
+                writer.write(self.answer)
+                await writer.drain()
         writer.close()
 
     def stop(self) -> None:
@@ -175,3 +179,24 @@ def test_a_malformed_header_from_a_backend__temporary_and_nothing_sent(apns, apn
 def test_unique_ids_for_the_bench_tokens():
     # (a guard for the helpers above: tokens never repeat within a test)
     assert len(set(apns_tokens(50))) == 50 and uuid.UUID(apns_id("k"))
+
+
+def test_webpush__a_push_service_without_http2_is_sent_to_over_http11_once(webpush, webpush_options, keys):
+    import json
+
+    from notifications.backends.webpush import WebPushBackend
+
+    server = _Http11OnlyServer(keys, answer=b"HTTP/1.1 201 Created\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+    sub = webpush.subscription("h1")
+    token = json.dumps(
+        {"endpoint": f"https://127.0.0.1:{server.port}/push/h1", "keys": {"p256dh": sub.p256dh, "auth": sub.auth}}
+    )
+    try:
+        backend = WebPushBackend(alias="webpush", options=webpush_options, timeout=5.0, concurrency=2)
+        (result,) = run(send_all(backend, [message(token)]))
+    finally:
+        server.stop()
+
+    # The HTTP/2 try ended at ALPN with nothing sent; the one request went over HTTP/1.1.
+    assert (result.outcome, result.http_status) == (Outcome.DELIVERED, 201), result
+    assert server.requests == 1
