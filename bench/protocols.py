@@ -8,10 +8,19 @@ APNs and Web Push fakes speaking HTTP/2 over TLS), then for each backend loads N
 this process's CPU (every thread: the worker's, the sender's loop, the completer's) per 1,000 pushes,
 the CPU of the bench database's PostgreSQL backends and of the fakes (which share the same two cores).
 
-Anchors, measured in the same run against the same fakes, with no persistence at all: firebase-admin's
-`send_each_async` in batches of 500 (FCM), and aioapns with as many sends in flight as the worker's
-PUSH_CONCURRENCY (APNs). The other anchors named by the performance targets (the fcm-django Celery
-pattern, pywebpush in a Celery task) are not built yet.
+"fcm-httpx" and "apns-httpx" are the same backends on httpx's HTTP/2 stack (`bench/h2_variants.py`),
+the path they took before the lean HTTP/2 client: before and after, side by side in one run.
+
+Anchors, measured in the same run against the same fakes:
+- firebase-admin's `send_each_async` in batches of 500 (FCM), no persistence;
+- the fcm-django pattern: fcm-django sends through firebase-admin's synchronous `send_each`, 500
+  messages per call (each call runs a thread per message); here two worker threads (a Celery worker's
+  two processes) each take a task of 500 rows, call `send_each`, and write the outcome of the 500 rows
+  back in one UPDATE, as the site's task would;
+- aioapns with as many sends in flight as the worker's PUSH_CONCURRENCY (APNs), no persistence;
+- pywebpush in a task per subscription: 2 x 20 worker threads (a tuned Celery's), each task calling
+  `pywebpush.webpush()` (encryption, VAPID, one HTTPS POST through a reused requests session per
+  thread) and marking its row delivered with one UPDATE.
 """
 
 import argparse
@@ -29,7 +38,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import harness  # noqa: E402
 from bench.product import backend_pids, group_pids, proc_cpu  # noqa: E402
 
-ALIASES = tuple(os.environ.get("BENCH_ALIASES", "default,fcm,apns,webpush").split(","))
+ALIASES = tuple(os.environ.get("BENCH_ALIASES", "default,fcm,fcm-httpx,apns,apns-httpx,webpush").split(","))
+ANCHORS = tuple(
+    os.environ.get(
+        "BENCH_ANCHOR_LIST",
+        "fcm-alone,fcm-httpx-alone,firebase-admin,fcm-django,apns-alone,apns-httpx-alone,aioapns,pywebpush",
+    ).split(",")
+)
+VARIANTS = {"fcm-httpx": ("fcm", "bench.h2_variants.HttpxFCM"), "apns-httpx": ("apns", "bench.h2_variants.HttpxAPNs")}
 
 
 def _cpu(pids: set[int]) -> float:
@@ -91,6 +107,52 @@ def _weave(alias: str, n: int, token: str, fakes: list[Any]) -> dict[str, Any]:
     }
 
 
+def _backend_only(alias: str, n: int, configured: dict[str, Any], token: str, fakes: list[Any], window: int):
+    """The backend's `send()` alone, `window` in flight, no database and no worker: the transport's own cost,
+    comparable with the anchors that persist nothing (firebase-admin, aioapns)."""
+    from django.utils.module_loading import import_string
+
+    from notifications.backends.base import PushMessage
+    from notifications.backends.credentials import forget_shared
+
+    forget_shared()
+    entry = configured[alias]
+    backend = import_string(entry["BACKEND"])(alias=alias, options=entry["OPTIONS"], timeout=10.0, concurrency=window)
+    messages = [
+        PushMessage(idempotency_key=str(uuid.uuid4()), token=token, title="Weave bench", body=f"Notification {i}",
+                    data={"i": str(i)}, backend=alias)
+        for i in range(n)
+    ]  # fmt: skip
+
+    async def send_all() -> int:
+        slots = asyncio.Semaphore(window)
+
+        async def one(message: PushMessage) -> bool:
+            async with slots:
+                return (await backend.send(message)).outcome == "delivered"
+
+        try:
+            return sum(await asyncio.gather(*(one(m) for m in messages)))
+        finally:
+            await backend.aclose()
+
+    fake = group_pids(fakes)
+    fake0, cpu0, t0 = _cpu(fake), time.process_time(), time.perf_counter()
+    delivered = asyncio.run(send_all())
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    return {
+        "system": f"{alias} backend alone, {window} in flight",
+        "n": n,
+        "delivered": delivered,
+        "rate": n / wall,
+        "worker_cpu_per_1000": cpu / n * 1000,
+        "postgres_cpu_per_1000": 0.0,
+        "fake_cpu_per_1000": (_cpu(fake) - fake0) / n * 1000,
+        "groups": 0,
+        "window": str(window),
+    }
+
+
 def _firebase_admin(n: int, configured: dict[str, Any], token: str, fakes: list[Any]) -> dict[str, Any]:
     """firebase-admin 7's `send_each_async`, batches of 500, against the FCM fake: no database at all."""
     import firebase_admin
@@ -136,6 +198,139 @@ def _firebase_admin(n: int, configured: dict[str, Any], token: str, fakes: list[
         "fake_cpu_per_1000": (_cpu(fake) - fake0) / n * 1000,
         "groups": 0,
         "window": "500 per batch",
+    }
+
+
+def _load_rows(alias: str, n: int, token: str) -> list[int]:
+    from django.utils import timezone
+
+    from notifications.models import Notification
+
+    harness.reset_tables()
+    now = timezone.now()
+    rows = Notification.objects.bulk_create(
+        Notification(
+            device_token=token, backend=alias, title="Weave bench", body=f"Notification {i}", data={"i": str(i)},
+            idempotency_key=uuid.uuid4(), next_attempt_at=now,
+        )
+        for i in range(n)
+    )  # fmt: skip
+    return [row.pk for row in rows]
+
+
+def _mark_delivered(pks: list[int]) -> None:
+    """The anchor task's own write: its rows marked delivered in one statement (a result row each)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE weave_notifications_notification SET status = 'delivered' WHERE id = ANY(%s)", [pks])
+
+
+def _fcm_django(n: int, configured: dict[str, Any], token: str, fakes: list[Any]) -> dict[str, Any]:
+    """The fcm-django way: tasks of 500 rows, each one `messaging.send_each` call and one UPDATE; 2 threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import firebase_admin
+    from django.db import connection
+    from firebase_admin import credentials, messaging
+
+    options = configured["fcm"]["OPTIONS"]
+    os.environ["SSL_CERT_FILE"] = os.environ["REQUESTS_CA_BUNDLE"] = options["ca_file"]
+    messaging._MessagingService.FCM_URL = options["base_url"] + "/v1/projects/{0}/messages:send"
+    credentials._scopes = ["https://www.googleapis.com/auth/firebase.messaging"]
+    app = firebase_admin.initialize_app(
+        credentials.Certificate(options["credentials_file"]), {"projectId": options["project_id"]},
+        name=f"bench-django-{uuid.uuid4().hex[:8]}",
+    )  # fmt: skip
+    pks = _load_rows("fcm", n, token)
+    tasks = [pks[start : start + 500] for start in range(0, n, 500)]
+
+    def task(chunk: list[int]) -> int:
+        try:
+            batch = [
+                messaging.Message(
+                    token=token, notification=messaging.Notification(title="Weave bench", body=f"Notification {pk}"),
+                    data={"i": str(pk)},
+                )
+                for pk in chunk
+            ]  # fmt: skip
+            response = messaging.send_each(batch, app=app)
+            _mark_delivered([pk for pk, r in zip(chunk, response.responses, strict=True) if r.success])
+            return response.success_count
+        finally:
+            connection.close()
+
+    pg, fake = backend_pids(), group_pids(fakes)
+    pg0, fake0, cpu0, t0 = _cpu(pg), _cpu(fake), time.process_time(), time.perf_counter()
+    with ThreadPoolExecutor(2) as pool:
+        sum(pool.map(task, tasks))
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    pg |= backend_pids()
+    return {
+        "system": "fcm-django pattern (send_each)",
+        "n": n,
+        "delivered": harness.status_counts().get("delivered", 0),
+        "rate": n / wall,
+        "worker_cpu_per_1000": cpu / n * 1000,
+        "postgres_cpu_per_1000": (_cpu(pg) - pg0) / n * 1000,
+        "fake_cpu_per_1000": (_cpu(fake) - fake0) / n * 1000,
+        "groups": len(tasks),
+        "window": "2 tasks x 500 threads",
+    }
+
+
+def _pywebpush(n: int, configured: dict[str, Any], token: str, fakes: list[Any], threads: int) -> dict[str, Any]:
+    """pywebpush in a task per subscription, `threads` worker threads, each task one UPDATE of its row."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import requests
+    from django.db import connection
+    from pywebpush import webpush
+
+    options = configured["webpush"]["OPTIONS"]
+    os.environ["REQUESTS_CA_BUNDLE"] = options["ca_file"]
+    key = Path(options["vapid_private_key_file"]).read_text()
+    from py_vapid import Vapid02
+
+    vapid = Vapid02.from_pem(key.encode())
+    claims = {"sub": options["vapid_subject"]}
+    info = json.loads(token)
+    pks = _load_rows("webpush", n, token)
+    local = threading.local()
+
+    def task(pk: int) -> bool:
+        session = getattr(local, "session", None)
+        if session is None:
+            session = local.session = requests.Session()
+        payload = json.dumps({"title": "Weave bench", "body": f"Notification {pk}", "data": {"i": str(pk)}})
+        response = webpush(
+            info, payload, vapid_private_key=vapid, vapid_claims=dict(claims), ttl=3600, timeout=10,
+            requests_session=session,
+        )  # fmt: skip
+        ok = getattr(response, "status_code", 0) in (200, 201, 202)
+        if ok:
+            _mark_delivered([pk])
+        return ok
+
+    pg, fake = backend_pids(), group_pids(fakes)
+    pg0, fake0, cpu0, t0 = _cpu(pg), _cpu(fake), time.process_time(), time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        sum(pool.map(task, pks))
+        # each thread's Django connection is closed on that thread
+        list(pool.map(lambda _: connection.close(), range(threads)))
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    pg |= backend_pids()
+    return {
+        "system": f"pywebpush, task per subscription, {threads} threads",
+        "n": n,
+        "delivered": harness.status_counts().get("delivered", 0),
+        "rate": n / wall,
+        "worker_cpu_per_1000": cpu / n * 1000,
+        "postgres_cpu_per_1000": (_cpu(pg) - pg0) / n * 1000,
+        "fake_cpu_per_1000": (_cpu(fake) - fake0) / n * 1000,
+        "groups": 0,
+        "window": str(threads),
     }
 
 
@@ -205,11 +400,16 @@ def run_latency(latency: int, n: int, concurrency: int | None) -> list[dict[str,
         provider = run.start_provider(latency)
         child, configured, tokens, _ = _start_fakes(run, latency)
         tokens["default"] = "bench-device"
+        for alias, (base, dotted) in VARIANTS.items():
+            configured[alias] = {**configured[base], "BACKEND": dotted}
+            tokens[alias] = tokens[base]
         previous = getattr(settings, "WEAVE", {})
-        settings.WEAVE = {**previous, "PUSH_URL": provider.push_url, "PUSH_TIMEOUT": 10.0, "PUSH_BACKENDS": configured}
+        # The fakes listen on loopback, which the Web Push destination policy refuses unless told otherwise.
+        settings.WEAVE = {**previous, "PUSH_URL": provider.push_url, "PUSH_TIMEOUT": 10.0, "PUSH_BACKENDS": configured,
+                          "PUSH_WEBPUSH_UNSAFE_ALLOW_LOOPBACK": True}  # fmt: skip
         if concurrency:
             settings.WEAVE.update(PUSH_CONCURRENCY=concurrency, PUSH_BATCH_SIZE=2 * concurrency)
-        fakes = {"default": [provider.child]} | {alias: [child] for alias in ("fcm", "apns", "webpush")}
+        fakes = {"default": [provider.child]} | {alias: [child] for alias in ("fcm", "apns", "webpush", *VARIANTS)}
         try:
             for alias in ALIASES:
                 row = _weave(alias, n, tokens[alias], fakes[alias])
@@ -218,10 +418,17 @@ def run_latency(latency: int, n: int, concurrency: int | None) -> list[dict[str,
                 _print(row)
             if os.environ.get("BENCH_ANCHORS", "1") != "0":
                 window = concurrency or settings.WEAVE.get("PUSH_CONCURRENCY", 20)
-                for row in (
-                    _firebase_admin(n, configured, tokens["fcm"], fakes["fcm"]),
-                    _aioapns(n, configured, tokens["apns"], fakes["apns"], window),
-                ):
+                anchors = {
+                    **{
+                        f"{alias}-alone": (lambda a=alias: _backend_only(a, n, configured, tokens[a], fakes[a], window))
+                        for alias in ("fcm", "fcm-httpx", "apns", "apns-httpx")
+                    },
+                    "firebase-admin": lambda: _firebase_admin(n, configured, tokens["fcm"], fakes["fcm"]),
+                    "fcm-django": lambda: _fcm_django(n, configured, tokens["fcm"], fakes["fcm"]),
+                    "aioapns": lambda: _aioapns(n, configured, tokens["apns"], fakes["apns"], window),
+                    "pywebpush": lambda: _pywebpush(n, configured, tokens["webpush"], fakes["webpush"], 2 * window),
+                }
+                for row in (anchors[name]() for name in ANCHORS):
                     row["latency_ms"] = latency
                     rows.append(row)
                     _print(row)

@@ -75,14 +75,16 @@ class _Hold:
 
 
 def _wait_for_rows(slot: _Hold, *, until: float) -> bool:
-    """Look for claimable rows every WAKE_GRACE / 2 for up to the linger, renewing the hold."""
+    """Look for claimable rows for up to the linger, renewing the hold: at once when this process's watcher
+    hears that a row was requested (`wake.arrivals`), else every WAKE_GRACE / 2."""
     step = max(0.02, float(weave_settings.WAKE_GRACE) / 2)
     deadline = min(time.monotonic() + slot.linger, until)
     while time.monotonic() < deadline:
+        wake.arrivals.clear()  # cleared before the look: a request after it sets it again, none is lost
         if Notification.objects.claimable().exists():
             return True
         slot.renew_if_due()
-        time.sleep(step)
+        wake.wait_for_arrival(min(step, max(0.0, deadline - time.monotonic())))
     return False
 
 

@@ -44,6 +44,12 @@ from weave.worker_db import is_cut_off
 logger = logging.getLogger("weave.wake")
 
 CHANNEL = "weave_wake"  # the PostgreSQL NOTIFY channel
+# The payload of a request that a waiting or running task already covers: new work for a task that is
+# lingering in some worker process. A watcher hands it to its own process (`arrivals`) and does not
+# treat it as a change of due times, so a stream of such requests costs the watchers no queries.
+ARRIVAL = "arrived"
+# Set by this process's watcher when it hears ARRIVAL: a lingering task waits on it instead of polling.
+arrivals = threading.Event()
 
 
 # --- coalesced task requests ---------------------------------------------------------------------------
@@ -68,7 +74,7 @@ def request_once(name: str, *, enqueue: Callable[[], None], hold: float | None =
     free = Q(queued_until__isnull=True) | Q(queued_until__lte=DbNow())
     won = WakeRequest.objects.filter(free, name=name).update(queued_until=until, requests=F("requests") + 1) == 1
     if not won:
-        if WakeRequest.objects.filter(name=name).exists():
+        if _covered(name):
             return False
         try:
             with transaction.atomic():
@@ -92,6 +98,29 @@ def request_once(name: str, *, enqueue: Callable[[], None], hold: float | None =
     # look again within the grace, and keep asking while it stays due (a lost or stuck task).
     _announce_quietly()
     return True
+
+
+def _covered(name: str) -> bool:
+    """Whether a request row for `name` exists (a task is queued or lingering), telling it on PostgreSQL.
+
+    The NOTIFY rides in the same statement as the existence check, so the hand-over makes no extra round
+    trip; a lingering task hears it through its process's watcher (`arrivals`) and looks at once."""
+    from weave.models import WakeRequest
+
+    if connection.vendor != "postgresql":
+        return WakeRequest.objects.filter(name=name).exists()
+    table = connection.ops.quote_name(WakeRequest._meta.db_table)
+    with connection.cursor() as cursor:
+        # pg_notify runs once per matching row: only when the row exists, so a first request is not told.
+        cursor.execute(f"SELECT pg_notify(%s, %s) FROM {table} WHERE name = %s", [CHANNEL, ARRIVAL, name])
+        return cursor.fetchone() is not None
+
+
+def wait_for_arrival(seconds: float) -> bool:
+    """Sleep up to `seconds`, less if this process's watcher hears that new work was requested."""
+    arrived = arrivals.wait(seconds)
+    arrivals.clear()
+    return arrived
 
 
 def hold(name: str, seconds: float) -> None:
@@ -404,8 +433,11 @@ class Watcher:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            if any(not n.payload.startswith("probe:") for n in raw.notifies(timeout=min(left, 1.0), stop_after=1)):
-                return True
+            for heard in raw.notifies(timeout=min(left, 1.0), stop_after=1):
+                if heard.payload == ARRIVAL:
+                    arrivals.set()  # for a task lingering in this process; due times did not change
+                elif not heard.payload.startswith("probe:"):
+                    return True
         return True
 
     def _listen(self) -> Any:

@@ -23,12 +23,15 @@ from notifications import content
 from notifications.backends import classify
 from notifications.backends.base import Outcome, Priority, PushBackend, PushMessage, SendResult, TokenError
 from notifications.backends.credentials import APNsProviderToken, shared, tls_context
+from notifications.backends.h2transport import H2Client
 from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request
 from notifications.backends.options import expired_before_sending, missing, short_key, ttl_to_send, unknown, unreadable
 from weave.retry import HttpClass, http_class
 from weave.sanitize import outside_text
 
 OPTIONS = {"team_id", "key_id", "key_file", "topic", "host", "ca_file", "push_type", "token_lifetime"}
+# Request fields whose value differs per notification (kept out of HPACK's table, see H2Client).
+APNS_VOLATILE = frozenset({b"apns-id", b"apns-collapse-id", b"apns-expiration"})
 _HEX = re.compile(r"[0-9a-f]{64,200}")
 
 # Apple's reasons that concern one device token: the device must be deactivated.
@@ -91,7 +94,7 @@ class APNsBackend(PushBackend):
 
     def make_client(self, **extra: Any) -> Any:
         # HTTP/2 only, like APNs itself: one connection multiplexes the batch's concurrency.
-        return super().make_client(verify=tls_context(self.ca_file), http1=False, **extra)
+        return H2Client(verify=tls_context(self.ca_file), connect_timeout=self.timeout, volatile=APNS_VOLATILE)
 
     def secrets(self) -> list[str]:
         token = self.provider_token.secret()

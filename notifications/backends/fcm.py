@@ -27,6 +27,7 @@ from notifications.backends.credentials import (
     shared,
     tls_context,
 )
+from notifications.backends.h2transport import H2Client
 from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request
 from notifications.backends.options import (
     DataError,
@@ -122,6 +123,9 @@ class FCMBackend(PushBackend):
         return prepared
 
     def make_client(self, **extra: Any) -> Any:
+        if self.base_url.startswith("https://") and not extra:
+            # The lean HTTP/2 client; httpx only for a plain-http emulator or a caller's own options.
+            return H2Client(verify=tls_context(self.ca_file), connect_timeout=self.timeout)
         return super().make_client(verify=tls_context(self.ca_file), **extra)
 
     def secrets(self) -> list[str]:

@@ -18,7 +18,7 @@ import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx
 
@@ -26,6 +26,7 @@ from weave.retry import parse_retry_after
 from weave.sanitize import outside_text, safe_url
 
 if TYPE_CHECKING:
+    from notifications.backends.h2transport import H2Client
     from notifications.backends.transport import LeanTransport
 
 BODY_CAP = 64 * 1024
@@ -67,8 +68,9 @@ def make_client(
 ) -> httpx.AsyncClient:
     """Return a pooled async client as wide as the worker's concurrency, which never follows redirects.
 
-    HTTP/1.1 backends get the lean transport (`notifications.backends.transport`); HTTP/2 backends get
-    httpx's own, where one connection multiplexes the worker's requests.
+    HTTP/1.1 backends get the lean transport (`notifications.backends.transport`); `http2=True` gets
+    httpx's own, where one connection multiplexes the worker's requests (FCM and APNs use the lean
+    HTTP/2 client, `notifications.backends.h2transport`, instead; this is their plain-http fallback).
     """
     # Per-phase timeouts are only a backstop: `capped_request()` bounds the whole exchange.
     common: dict[str, Any] = {"timeout": httpx.Timeout(timeout), "follow_redirects": False, **extra}
@@ -195,7 +197,7 @@ class _Progress:
 
 
 async def capped_request(
-    client: httpx.AsyncClient,
+    client: "httpx.AsyncClient | H2Client",
     method: str,
     url: str | httpx.URL,
     *,
@@ -209,6 +211,16 @@ async def capped_request(
 
     Raises `ExchangeFailed` (with sanitized detail) when no complete answer came.
     """
+    if not isinstance(client, httpx.AsyncClient):
+        h2_client = client
+        if h2_client.fallback is None or h2_client.speaks_http2(str(url)):
+            try:
+                return await _h2_exchange(h2_client, method, str(url), headers or {}, content, cap, deadline, secrets)
+            except ExchangeFailed as exc:
+                if h2_client.fallback is None or h2_client.speaks_http2(str(url)):
+                    raise
+                deadline = max(0.0, deadline - exc.latency_ms / 1000)  # nothing was sent: go on over HTTP/1.1
+        client = cast(httpx.AsyncClient, h2_client.fallback)
     progress = _Progress(trusted=getattr(client, "traced", False))
     started = time.monotonic()
     sent_headers = {"Accept-Encoding": "identity", **(headers or {})}
@@ -241,6 +253,44 @@ async def capped_request(
         body=body,
         truncated=truncated,
         latency_ms=_ms(started),
+    )
+
+
+async def _h2_exchange(
+    client: "H2Client",
+    method: str,
+    url: str,
+    headers: Mapping[str, str],
+    content: bytes | None,
+    cap: int,
+    deadline: float,
+    secrets: tuple[str, ...] | list[str],
+) -> CappedResponse:
+    """The same exchange on the lean HTTP/2 client (`notifications.backends.h2transport`)."""
+    from notifications.backends.h2transport import H2Failure
+
+    progress = _Progress(trusted=True)
+    started = time.monotonic()
+    # HTTP/2 header names are lower case; the body is asked for without content coding.
+    raw = [(b"accept-encoding", b"identity")]
+    raw += [(name.lower().encode("ascii"), value.encode("utf-8")) for name, value in headers.items()
+            if name.lower() not in ("accept-encoding", "content-length", "host")]  # fmt: skip
+    try:
+        async with asyncio.timeout(deadline):
+            status, response_headers, body, truncated = await client.exchange(
+                method, url, raw, content or b"", cap=cap, progress=progress, deadline_at=started + deadline
+            )
+    except H2Failure as exc:
+        said = outside_text(exc.detail, secrets=secrets, limit=300)
+        phase = progress.phase if not exc.sent else ""
+        kind = exc.kind if exc.sent or exc.kind == "refused" else "unreachable"
+        raise ExchangeFailed(
+            kind=kind, detail=said, sent=exc.sent, latency_ms=_ms(started), deadline=deadline, phase=phase
+        ) from exc
+    except (TimeoutError, UnicodeError, ValueError) as exc:
+        raise _failure(exc, progress, started=started, deadline=deadline, secrets=secrets) from exc
+    return CappedResponse(
+        status=status, headers=httpx.Headers(response_headers), body=body, truncated=truncated, latency_ms=_ms(started)
     )
 
 

@@ -6,8 +6,8 @@ probe of every pooled socket, and a pool scan per state change. A push backend n
 origin, keep-alive, a bound on open connections, and no surprises. This transport does that and no
 more, with the strict framing of `notifications.backends.http11`. It serves httpx clients (request
 building, `MockTransport` in tests) and, through `exchange()`, `capped_request()`'s hot path, which
-skips httpx's objects altogether. Backends that speak HTTP/2 (APNs, FCM) use httpx's own transport,
-where one connection multiplexes.
+skips httpx's objects altogether. FCM and APNs speak HTTP/2 through `notifications.backends.h2transport`,
+Web Push through httpx's own transport (one connection multiplexes).
 
 What callers can rely on:
 - A failure before any request byte was written raises `httpx.ConnectError` or

@@ -36,11 +36,13 @@ from notifications.backends.credentials import VapidSigner, shared, tls_context
 from notifications.backends.destinations import (
     DestinationRefused,
     Endpoint,
+    GuardedNetworkBackend,
     GuardedTransport,
     check_endpoint,
     is_known_host,
     refusal_in,
 )
+from notifications.backends.h2transport import H2Client
 from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request
 from notifications.backends.options import (
     expired_before_sending,
@@ -53,6 +55,8 @@ from notifications.backends.options import (
 from weave.retry import HttpClass, http_class
 
 OPTIONS = {"vapid_private_key_file", "vapid_subject", "ca_file"}
+# Request fields whose value differs per message (kept out of HPACK's table, see H2Client).
+WEBPUSH_VOLATILE = frozenset({b"topic", b"ttl"})
 DEFAULT_TTL = 28 * 24 * 3600  # what FCM keeps a message for; a push service may store less
 
 
@@ -182,8 +186,17 @@ class WebPushBackend(PushBackend):
     def make_client(self, **extra: Any) -> Any:
         # Every connection opens through the destination policy: the endpoint's host is resolved, each
         # address checked, and only a checked address is connected to (TLS still verifies the host name).
+        # HTTP/2 through the lean client; a push service that offers no h2 gets httpx's pool, guarded alike.
         transport = GuardedTransport(verify=tls_context(self.ca_file), max_connections=self.concurrency)
-        return super().make_client(transport=transport, **extra)
+        fallback = super().make_client(transport=transport, **extra)
+        if extra:
+            return fallback
+        client = H2Client(
+            verify=tls_context(self.ca_file), connect_timeout=self.timeout,
+            resolve=GuardedNetworkBackend().checked_addresses, volatile=WEBPUSH_VOLATILE,
+        )  # fmt: skip
+        client.fallback = fallback
+        return client
 
     async def send(self, message: PushMessage) -> SendResult:
         started = time.monotonic()
@@ -235,7 +248,7 @@ class WebPushBackend(PushBackend):
                     # This endpoint's name resolved to an address the policy refuses: this row waits, the
                     # batch goes on (one user's endpoint says nothing about the other push services).
                     return SendResult(
-                        outcome=Outcome.TEMPORARY, latency_ms=exc.latency_ms,
+                        outcome=Outcome.TEMPORARY, latency_ms=exc.latency_ms, sent=False,
                         reason=f"Not sent to {where}: {refusal}; nothing was sent.",
                     )  # fmt: skip
                 return classify.failed_exchange(exc, where=where)

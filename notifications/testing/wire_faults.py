@@ -15,7 +15,11 @@ misbehave at the frame level:
 - "reset_after": deliver, then reset the stream (INTERNAL_ERROR) instead of answering;
 - "reset_before": reset the stream (INTERNAL_ERROR) without delivering;
 - "drop_before": close the connection as soon as a request is complete, without delivering;
-- "hang_before": never deliver and never answer (until `hang_seconds`, then close).
+- "hang_before": never deliver and never answer (until `hang_seconds`, then close);
+- "tiny_window": announce a stream flow-control window of 16 bytes (SETTINGS_INITIAL_WINDOW_SIZE),
+  so a request body must go out a few bytes at a time, each after a WINDOW_UPDATE;
+- "stray_stream": deliver each request, then answer it on a stream the client never opened (a raw
+  HEADERS frame on the next, even, stream id: a push stream never promised), never on its own.
 
 Streams that get past the fault are answered by the fake's own handler, so deliveries are recorded
 as usual. `WireLog` counts what arrived, so a test can tell "sent" from "never left".
@@ -38,7 +42,7 @@ import h2.settings
 from notifications.testing.asgi_fake import Request, Response
 
 WIRE_MODES = frozenset({"", "stall_tls", "refuse_streams", "goaway", "max_streams_1", "reset_after", "reset_before",
-                        "drop_before", "hang_before"})  # fmt: skip
+                        "drop_before", "hang_before", "tiny_window", "stray_stream"})  # fmt: skip
 
 
 @dataclass
@@ -130,6 +134,8 @@ class HostileH2:
             if self.tls is not None:
                 await writer.start_tls(self.tls)
             self.h2.initiate_connection()
+            if self.settings.mode == "tiny_window":
+                self.h2.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 16})
             self._flush()
             while not self.closing and (data := await reader.read(65536)):
                 if self.goaway_sent:
@@ -210,6 +216,20 @@ class HostileH2:
             elif mode == "max_streams_1":
                 self.busy = True
 
+    def _stray_answer(self, stream_id: int, status: int) -> None:
+        """A HEADERS frame ending `stream_id`, written raw: h2 would refuse to send on a stream not opened.
+
+        The block is encoded without touching any HPACK table (never-indexed literals), so the
+        connection's own compression state stays in step."""
+        import hpack
+        import hyperframe.frame
+
+        block = hpack.Encoder().encode([hpack.NeverIndexedHeaderTuple(b":status", str(status).encode())])
+        frame = hyperframe.frame.HeadersFrame(stream_id, data=block, flags=["END_HEADERS", "END_STREAM"])
+        self._flush()
+        if self.writer is not None:
+            self.writer.write(frame.serialize())
+
     def _lower_max_streams(self) -> None:
         """Announce SETTINGS_MAX_CONCURRENT_STREAMS = 1, written as a raw frame.
 
@@ -261,6 +281,10 @@ class HostileH2:
             client=f"hostile:{id(self)}",
         )
         response = await self.handler(request)
+        if self.settings.mode == "stray_stream":
+            # An even id: a server-initiated stream never promised (push is off), so no request's stream.
+            self._stray_answer(stream_id + 1, response.status)
+            return
         if self.settings.mode == "reset_after":
             self.h2.reset_stream(stream_id, error_code=h2.errors.ErrorCodes.INTERNAL_ERROR)
             self._flush()

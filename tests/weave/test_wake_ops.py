@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 from django.db import connection, connections
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from django_q.models import OrmQ
 
@@ -122,6 +123,37 @@ def test_enqueue__tells_the_watchers_so_a_sleeping_watcher_looks_at_once():
     finally:
         raw.close()
     assert heard == [""]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_request_a_waiting_task_covers__says_so_to_the_lingering_task_in_the_same_statement():
+    assert enqueue_drain() is True
+    raw = wake.open_listener()
+    try:
+        with CaptureQueriesContext(connection) as statements:
+            assert enqueue_drain() is False  # coalesced: the slot is held
+        heard = [n.payload for n in raw.notifies(timeout=5.0, stop_after=1)]
+    finally:
+        raw.close()
+    assert heard == [wake.ARRIVAL]
+    assert len(statements) == 2  # the guarded UPDATE, then the existence check that carries the NOTIFY
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_watcher__an_arrival_is_handed_to_its_process_and_is_not_a_wake_of_its_own():
+    watcher = Watcher([_nothing_due()])
+    wake.arrivals.clear()
+    watcher.step(timer_expired=False)
+    sender = _notify_soon(wake.ARRIVAL, delay=0.1)
+    try:
+        assert watcher._wait(1.5) is False  # not a change of due times: the watcher sleeps on
+    finally:
+        sender.join()
+        watcher._reset_connection()
+    assert wake.arrivals.is_set()
+    assert wake.wait_for_arrival(0.0) is True and not wake.arrivals.is_set()
 
 
 @pytest.mark.postgres

@@ -61,3 +61,39 @@ def test_refused_streams__no_attempt_is_unknown(h2_backends, clock, apns):
 
     outcomes = set(DeliveryAttempt.objects.filter(notification__in=rows).values_list("outcome", flat=True))
     assert outcomes == {"temporary"} and apns.deliveries() == []
+
+
+@pytest.mark.parametrize("wire", ["goaway", "max_streams_1"])
+def test_hostile_http2_peers__an_attempt_is_unknown_only_if_its_stream_reached_the_peer(h2_backends, clock, apns, wire):
+    apns.configure(wire=wire, goaway_after=2, hang_seconds=2.0)
+    rows = make_rows(clock, "apns", 20)
+
+    deliver_batch(clock=clock)
+
+    reached = {path.rsplit("/", 1)[-1] for path in apns.stats()["wire"]["paths"]}
+    delivered = {d.token for d in apns.deliveries()}
+    attempts = DeliveryAttempt.objects.filter(notification__in=rows).select_related("notification")
+    assert attempts.exists()
+    for attempt in attempts:
+        token = attempt.notification.device_token
+        if attempt.outcome == "unknown":
+            assert token in reached, attempt.reason
+        if attempt.outcome == "delivered":
+            assert token in delivered, attempt.reason
+        if token not in reached:
+            assert attempt.outcome == "temporary" and "nothing was" in attempt.reason.lower(), attempt.reason
+
+
+def test_answers_on_streams_never_opened__no_attempt_is_delivered_and_what_arrived_is_unknown(h2_backends, clock, apns):
+    apns.configure(wire="stray_stream")
+    rows = make_rows(clock, "apns", 20)
+
+    deliver_batch(clock=clock)
+
+    delivered = {d.token for d in apns.deliveries()}
+    attempts = list(DeliveryAttempt.objects.filter(notification__in=rows).select_related("notification"))
+    assert attempts and delivered
+    assert "delivered" not in {a.outcome for a in attempts}  # no answer is taken from another stream
+    for attempt in attempts:
+        if attempt.notification.device_token in delivered:
+            assert attempt.outcome == "unknown", attempt.reason

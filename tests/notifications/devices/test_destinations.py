@@ -350,12 +350,56 @@ def test_worker__a_stored_endpoint_inside_the_network_is_never_posted_to(
 
 
 def test_webpush__the_backends_own_client_connects_through_the_guard(webpush_options):
+    from notifications.backends.h2transport import H2Client
+
     backend = WebPushBackend(alias="webpush", options=webpush_options, timeout=2, concurrency=3)
     client = backend.make_client()
-    assert isinstance(client._transport, GuardedTransport)
-    assert isinstance(client._transport._pool._network_backend, GuardedNetworkBackend)
-    assert client.follow_redirects is False
+    # HTTP/2: every address comes from the guard's check; HTTP/1.1 (a push service without h2): the guarded pool.
+    assert isinstance(client, H2Client) and client._resolve.__func__ is GuardedNetworkBackend.checked_addresses
+    fallback = client.fallback
+    assert isinstance(fallback._transport, GuardedTransport)
+    assert isinstance(fallback._transport._pool._network_backend, GuardedNetworkBackend)
+    assert fallback.follow_redirects is False
     asyncio.run(client.aclose())
+
+
+def _lean_guarded_backend(webpush_options, resolve):
+    from notifications.backends.h2transport import H2Client
+
+    backend = WebPushBackend(alias="webpush", options=webpush_options, timeout=5, concurrency=2)
+    client = backend.make_client()
+    assert isinstance(client, H2Client)
+    client._resolve = GuardedNetworkBackend(resolve=resolve).checked_addresses
+    backend._client = client
+    return backend
+
+
+@pytest.mark.parametrize("allow_loopback", [False, True])
+def test_send__the_lean_http2_client_dials_only_checked_addresses(settings, webpush, webpush_options, allow_loopback):
+    settings.WEAVE = {**settings.WEAVE, "PUSH_WEBPUSH_UNSAFE_ALLOW_LOOPBACK": allow_loopback}
+    sub = webpush.subscription("victim")
+    if allow_loopback:
+        token, resolve = sub.as_token(), _resolver(["127.0.0.1"])
+    else:  # a listed name made to resolve to the fake on loopback: a rebinding attack
+        token = json.dumps({"endpoint": FCM_ENDPOINT, "keys": {"p256dh": sub.p256dh, "auth": sub.auth}})
+        resolve = _resolver(["127.0.0.1"])
+    backend = _lean_guarded_backend(webpush_options, resolve)
+
+    async def go():
+        try:
+            return await backend.send(message(token))
+        finally:
+            await backend.aclose()
+
+    result = asyncio.run(go())
+
+    assert resolve.calls  # the guard's resolver chose the address
+    if allow_loopback:
+        assert (result.outcome, result.http_status) == (Outcome.DELIVERED, 201)
+    else:
+        assert result.outcome == Outcome.TEMPORARY and not result.systemic and not result.sent
+        assert "destination policy" in result.reason and "nothing was sent" in result.reason
+        assert webpush.stats()["requests"] == 0
 
 
 def test_checks__loopback_outside_development_warns_and_a_url_as_host_is_an_error(settings):

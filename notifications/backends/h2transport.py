@@ -1,0 +1,536 @@
+"""A lean HTTP/2 client for the push backends (FCM, APNs, Web Push): one connection per origin, on `h2`.
+
+httpx's HTTP/2 path (httpx -> httpcore -> anyio -> h2) cost the FCM and APNs backends about 1.7 s of
+CPU per 1,000 pushes in a worker's profile, three quarters of it in the client layers around h2
+rather than in h2, TLS or JSON. A push backend needs one origin, one multiplexed connection and a
+truthful account of what left. This module is that and no more: `h2.connection.H2Connection` (the
+maintained state machine, which does the framing, HPACK and flow-control accounting) on an asyncio
+protocol, TLS from `ssl` with ALPN `h2`.
+
+What callers can rely on (`capped_request()` turns the failures into `ExchangeFailed`):
+
+- **Nothing sent** is said only when no HEADERS frame of the request was handed to the socket:
+  waiting for the connection, TCP connect, TLS, ALPN, waiting for a stream under the peer's
+  SETTINGS_MAX_CONCURRENT_STREAMS, or a connection that closed before the request went out.
+  `progress.mark_sent()` is called just before the HEADERS frame is written.
+- **Refused** (not processed, so nothing delivered): the peer reset the stream with REFUSED_STREAM,
+  or sent GOAWAY with a last stream id below the stream.
+- **Dropped** (the peer may have it): any other reset, the connection lost, a GOAWAY at or above the
+  stream, a protocol error on the connection, after the HEADERS left.
+- **Every answer is bound to its own stream**: h2 delivers each event with its stream id, and a
+  stream's state (future, headers, body) is reached only through that id. A stream that was given up
+  (its deadline passed, the body cap reached) is reset with CANCEL and forgotten, so a late answer
+  finds nothing to attach to.
+- The body is kept up to `cap` bytes; past that the stream is cancelled and the answer marked cut.
+  Received DATA is acknowledged as it arrives, so one stream's cut or slow reader never stalls
+  the connection window for the others.
+- New streams wait for a slot when the peer's SETTINGS_MAX_CONCURRENT_STREAMS is reached, and a
+  request body goes out within the peer's flow-control windows (waiting for WINDOW_UPDATE).
+- A connection that sent or received GOAWAY, lost its transport, ran out of stream ids, or sat with
+  no stream open for `KEEPALIVE_SECONDS`, takes no new streams; the next request opens a new one.
+"""
+
+import asyncio
+import re
+import ssl
+import time
+from collections.abc import Callable
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+import hpack
+
+KEEPALIVE_SECONDS = 5.0  # like httpx's default: a connection idle this long is closed, not reused
+_READ_WINDOW = 1 << 20  # the connection receive window we offer (answers are small; this avoids stalls)
+_REFUSED = h2.errors.ErrorCodes.REFUSED_STREAM
+_CANCEL = h2.errors.ErrorCodes.CANCEL
+
+Headers = list[tuple[bytes, bytes]]
+# What h2's outbound validation would refuse, checked here once per header instead (h2's own pass, a
+# chain of generators per header, was a seventh of the client's CPU): lower-case token names, and
+# values without NUL, CR, LF or surrounding whitespace.
+_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9a-z]+")
+_VALUE = re.compile(rb"(?:[^\x00\r\n\t ][^\x00\r\n]*[^\x00\r\n\t ]|[^\x00\r\n\t ])?")
+
+
+class _Encoder(hpack.Encoder):
+    """HPACK without Huffman coding: the literals cost a few more bytes on the wire and much less CPU.
+
+    Every field is indexable, the bearer token included: a push request's fields are the backend's
+    own (the token, the topic, ids it derived), a compression oracle would need an attacker's field
+    in the same context and the whole secret guessed at once (HPACK indexes whole values, RFC 7541
+    section 7.1), and re-encoding the token on every request was the largest single cost here."""
+
+    def encode(self, headers: Any, huffman: bool = False) -> bytes:
+        return super().encode(headers, huffman=False)
+
+
+class H2Failure(Exception):
+    """No complete answer. `kind`: "unreachable" (nothing sent), "refused" (not processed), "dropped"."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.detail = detail
+
+    @property
+    def sent(self) -> bool:
+        return self.kind == "dropped"
+
+
+class NoHTTP2(H2Failure):
+    """The peer finished TLS without choosing `h2` (ALPN): nothing was sent; an HTTP/1.1 client may try."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("unreachable", detail)
+
+
+class _Stream:
+    """One request's stream: what came back on it, and the future its sender awaits."""
+
+    __slots__ = ("future", "status", "headers", "chunks", "size", "cap", "truncated")
+
+    def __init__(self, future: "asyncio.Future[None]", cap: int) -> None:
+        self.future = future
+        self.status = 0
+        self.headers: Headers = []
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.cap = cap
+        self.truncated = False
+
+    def fail(self, kind: str, detail: str) -> None:
+        if not self.future.done():
+            self.future.set_exception(H2Failure(kind, detail))
+
+    def finish(self) -> None:
+        if not self.future.done():
+            self.future.set_result(None)
+
+
+class _Connection(asyncio.Protocol):
+    """One HTTP/2 connection: the h2 state machine, the transport, and the streams open on it."""
+
+    def __init__(self) -> None:
+        # Outbound headers are checked by `check_headers` (the client builds them lower-case).
+        config = h2.config.H2Configuration(
+            client_side=True, header_encoding=None, validate_outbound_headers=False, normalize_outbound_headers=False
+        )
+        self.h2 = h2.connection.H2Connection(config=config)
+        self.h2.encoder = _Encoder()
+        self.transport: asyncio.Transport | None = None
+        self.streams: dict[int, _Stream] = {}
+        self.closed = False  # no new streams: lost, GOAWAY, out of ids, or closed by us
+        self.why_closed = ""
+        self.idle_since = time.monotonic()
+        # Set whenever a stream slot or flow-control window may have opened up (or the connection ended).
+        self.changed = asyncio.Event()
+
+    # --- asyncio.Protocol -----------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            events = self.h2.receive_data(data)
+        except h2.exceptions.ProtocolError as exc:
+            self._lose(f"the peer broke the HTTP/2 protocol ({type(exc).__name__}: {exc})")
+            return
+        for event in events:
+            self._on(event)
+        self.flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        why = f"the connection was lost ({type(exc).__name__}: {exc})" if exc else "the peer closed the connection"
+        self._lose(why)
+
+    # --- events ---------------------------------------------------------------------------------------
+
+    def _on(self, event: h2.events.Event) -> None:
+        kind = type(event)
+        if kind is h2.events.DataReceived:
+            self._on_data(event)  # type: ignore[arg-type]
+        elif kind is h2.events.ResponseReceived:
+            stream = self.streams.get(event.stream_id)  # type: ignore[attr-defined]
+            if stream is not None:
+                self._on_headers(stream, event.headers or [])  # type: ignore[attr-defined]
+        elif kind is h2.events.StreamEnded:
+            stream = self.streams.pop(event.stream_id, None)  # type: ignore[attr-defined]
+            if stream is not None:
+                stream.finish()
+                self._stream_closed()
+        elif kind is h2.events.StreamReset:
+            self._on_reset(event)  # type: ignore[arg-type]
+        elif kind is h2.events.ConnectionTerminated:
+            self._on_goaway(event)  # type: ignore[arg-type]
+        elif kind in (h2.events.WindowUpdated, h2.events.RemoteSettingsChanged):
+            self.changed.set()
+
+    def _on_headers(self, stream: _Stream, headers: Headers) -> None:
+        # An informational (1xx) block may come first; the final one replaces it.
+        status, kept = 0, []
+        for name, value in headers:
+            if name == b":status":
+                status = int(value)
+            elif not name.startswith(b":"):
+                kept.append((name, value))
+        if status >= 200 or not stream.status:
+            stream.status, stream.headers = status, kept
+
+    def _on_data(self, event: h2.events.DataReceived) -> None:
+        stream_id = event.stream_id or 0
+        # Acknowledge at once, kept or not: the connection window is shared by every stream.
+        self.h2.acknowledge_received_data(event.flow_controlled_length or 0, stream_id)
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            return
+        data = event.data or b""
+        room = stream.cap - stream.size
+        if len(data) > room:
+            # The cap: keep what fits, stop the stream, and answer with what was kept.
+            stream.chunks.append(data[:room])
+            stream.size = stream.cap
+            stream.truncated = True
+            self.forget(stream_id)
+            stream.finish()
+            return
+        stream.chunks.append(data)
+        stream.size += len(data)
+
+    def _on_reset(self, event: h2.events.StreamReset) -> None:
+        stream = self.streams.pop(event.stream_id or 0, None)
+        if stream is None:
+            return
+        code = event.error_code
+        if code == _REFUSED:
+            stream.fail("refused", f"the peer reset stream {event.stream_id} with REFUSED_STREAM (not processed)")
+        else:
+            name = getattr(code, "name", code)
+            stream.fail("dropped", f"the peer reset stream {event.stream_id} ({name}) before a complete answer")
+        self._stream_closed()
+
+    def _on_goaway(self, event: h2.events.ConnectionTerminated) -> None:
+        last = event.last_stream_id or 0
+        code = getattr(event.error_code, "name", event.error_code)
+        self.closed = True
+        self.why_closed = f"the peer sent GOAWAY ({code}) with last stream id {last}"
+        # h2 closes its state machine on GOAWAY, so no stream on this connection can finish: those
+        # above `last` were never processed, those at or below it may have been.
+        for stream_id, stream in list(self.streams.items()):
+            if stream_id > last:
+                stream.fail("refused", f"{self.why_closed}, below this request's stream {stream_id} (not processed)")
+            else:
+                stream.fail("dropped", f"{self.why_closed}, at or above this request's stream {stream_id}")
+        self.streams.clear()
+        self.changed.set()
+        self.close()
+
+    def _lose(self, why: str) -> None:
+        if not self.closed:
+            self.closed = True
+            self.why_closed = why
+        for stream in self.streams.values():
+            stream.fail("dropped", f"{why} after the request was sent")
+        self.streams.clear()
+        self.changed.set()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.abort()
+
+    def _stream_closed(self) -> None:
+        if not self.streams:
+            self.idle_since = time.monotonic()
+        self.changed.set()
+
+    # --- used by the client ---------------------------------------------------------------------------
+
+    def usable(self, now: float) -> bool:
+        transport = self.transport
+        if self.closed or transport is None or transport.is_closing():
+            return False
+        if not self.streams and now - self.idle_since >= KEEPALIVE_SECONDS:
+            self.close()  # quiet too long: a middlebox or the peer may have dropped it without a word
+            return False
+        return True
+
+    def has_slot(self) -> bool:
+        return self.h2.open_outbound_streams < self.h2.remote_settings.max_concurrent_streams
+
+    def flush(self) -> None:
+        out = self.h2.data_to_send()
+        if out and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(out)
+
+    def forget(self, stream_id: int) -> None:
+        """Give a stream up: reset it (CANCEL) so the peer stops, and drop its state so nothing late binds."""
+        if self.streams.pop(stream_id, None) is None:
+            return
+        if not self.closed:
+            try:
+                self.h2.reset_stream(stream_id, error_code=_CANCEL)
+            except h2.exceptions.H2Error:
+                pass  # already closed on the peer's side
+            self.flush()
+        self._stream_closed()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.why_closed = "closed by this client"
+            try:
+                self.h2.close_connection()
+                self.flush()
+            except h2.exceptions.H2Error:
+                pass
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+
+class H2Client:
+    """HTTP/2 over TLS to any origin, one connection per origin at a time, many streams on it.
+
+    `connect` (host, port) -> addresses to dial, in order; the default dials the host name itself.
+    Web Push passes the destination policy's resolver here, so only checked addresses are dialled.
+    """
+
+    def __init__(
+        self,
+        *,
+        verify: ssl.SSLContext | bool | str = True,
+        connect_timeout: float = 10.0,
+        resolve: Callable[[str, int], Any] | None = None,
+        volatile: frozenset[bytes] = frozenset(),
+    ) -> None:
+        self._verify = verify
+        self._ssl: ssl.SSLContext | None = None
+        self._connect_timeout = connect_timeout  # also the request deadline the backend uses
+        self._resolve = resolve
+        self._connections: dict[tuple[str, int], _Connection] = {}
+        self._connecting: dict[tuple[str, int], asyncio.Task[_Connection]] = {}
+        # Origins that answered TLS without h2: a caller with an HTTP/1.1 client sends there instead.
+        self.http1_origins: set[tuple[str, int]] = set()
+        self.fallback: Any = None  # that client (an httpx.AsyncClient), if the caller has one
+        self.traced = True  # capped_request may believe what this client reports as sent
+        # Fields whose value changes on every request: kept out of the HPACK dynamic table, where they
+        # would only evict the fields that repeat (the token, the topic) and lengthen every search.
+        self._volatile = frozenset({b":path", b"content-length", *volatile})
+
+    async def exchange(
+        self,
+        method: str,
+        url: str,
+        headers: Headers,
+        content: bytes,
+        *,
+        cap: int,
+        progress: Any,
+        deadline_at: float | None = None,
+    ) -> tuple[int, Headers, bytes, bool]:
+        """One request on its own stream: (status, headers, body up to `cap`, whether it was cut).
+
+        Raises `H2Failure`; cancelling (the caller's deadline) gives the stream up. `progress` hears
+        `at(phase)` while nothing has left and `mark_sent()` just before the HEADERS frame is written.
+        `deadline_at` (monotonic): a stream is not opened once too little of it is left (`too_late`).
+        """
+        host, port, authority, path = _split(url)
+        check_headers(headers)
+        fields = [(b":method", method.encode("ascii")), (b":scheme", b"https"), (b":authority", authority),
+                  (b":path", path), *headers]  # fmt: skip
+        if content or method in ("POST", "PUT", "PATCH"):
+            fields.append((b"content-length", str(len(content)).encode("ascii")))
+        volatile = self._volatile
+        request = [hpack.NeverIndexedHeaderTuple(n, v) if n in volatile else (n, v) for n, v in fields]
+        connection, stream_id = await self._open_stream((host, port), request, not content, progress, deadline_at)
+        stream = _Stream(asyncio.get_running_loop().create_future(), cap)
+        connection.streams[stream_id] = stream
+        progress.mark_sent()
+        try:
+            if content:
+                await _send_body(connection, stream_id, content)  # flushes HEADERS with the first DATA
+            else:
+                connection.flush()
+            await stream.future
+        except BaseException:
+            connection.forget(stream_id)
+            raise
+        return stream.status, stream.headers, b"".join(stream.chunks), stream.truncated
+
+    def speaks_http2(self, url: str) -> bool:
+        """False once the URL's origin was found to offer no h2 (`NoHTTP2`)."""
+        host, port, _, _ = _split(url)
+        return (host, port) not in self.http1_origins
+
+    async def aclose(self) -> None:
+        if self.fallback is not None:
+            await self.fallback.aclose()
+        for task in self._connecting.values():
+            task.cancel()
+        self._connecting.clear()
+        for connection in self._connections.values():
+            connection.close()
+        self._connections.clear()
+
+    # --- connections ----------------------------------------------------------------------------------
+
+    async def _open_stream(
+        self, origin: tuple[str, int], request: list[Any], end_stream: bool, progress: Any, deadline_at: float | None
+    ) -> tuple[_Connection, int]:
+        """Frame the request's HEADERS on a new stream (not yet written): (connection, stream id)."""
+        while True:
+            connection = await self._stream_slot(origin, progress)
+            if deadline_at is not None and too_late(deadline_at, self._connect_timeout):
+                # A request sent now could only end unknown (its deadline runs out before any answer),
+                # and a retry would have to treat it as maybe delivered: keep it unsent instead.
+                raise TimeoutError("too little of the deadline was left to open a stream")
+            h2c = connection.h2
+            try:
+                stream_id = h2c.get_next_available_stream_id()
+                h2c.send_headers(stream_id, request, end_stream=end_stream)
+            except h2.exceptions.NoAvailableStreamIDError:
+                connection.close()  # out of stream ids: nothing left, so open a new connection and go on
+                continue
+            except h2.exceptions.ProtocolError as exc:
+                # h2 refused to build the HEADERS frame (the connection closing): nothing left.
+                detail = f"the request could not be framed ({type(exc).__name__}: {exc})"
+                raise H2Failure("unreachable", detail) from exc
+            return connection, stream_id
+
+    async def _stream_slot(self, origin: tuple[str, int], progress: Any) -> _Connection:
+        """A connection to `origin` with room for one more stream (waiting for one if it is full)."""
+        while True:
+            connection = self._connections.get(origin)
+            if connection is None or not connection.usable(time.monotonic()):
+                connection = await self._connect(origin, progress)
+            if connection.has_slot():
+                return connection
+            progress.at("waiting for a free HTTP/2 stream")
+            connection.changed.clear()
+            await connection.changed.wait()
+
+    async def _connect(self, origin: tuple[str, int], progress: Any) -> _Connection:
+        task = self._connecting.get(origin)
+        if task is None:
+            # Single flight: every sender waiting for this origin shares one connect.
+            task = asyncio.ensure_future(self._open(origin, progress))
+            self._connecting[origin] = task
+            task.add_done_callback(lambda _: self._connecting.pop(origin, None))
+        else:
+            progress.at("waiting for the connection to be ready")
+        # shield: one sender's deadline must not cancel the connect the others wait for
+        return await asyncio.shield(task)
+
+    async def _open(self, origin: tuple[str, int], progress: Any) -> _Connection:
+        host, port = origin
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                addresses = [host] if self._resolve is None else [str(a) for a in await self._resolve(host, port)]
+                progress.at("connecting")
+                transport, connection = await _dial(loop, addresses, port)
+                progress.at("in the TLS handshake")
+                tls = await loop.start_tls(transport, connection, self._context(), server_hostname=host)
+        except Exception as exc:  # noqa: BLE001 - the resolver's refusal too: all of it is "nothing was sent"
+            raise H2Failure("unreachable", f"{type(exc).__name__}: {exc}") from exc
+        assert tls is not None
+        connection.connection_made(tls)
+        alpn = tls.get_extra_info("ssl_object").selected_alpn_protocol()
+        if alpn != "h2":
+            tls.close()
+            self.http1_origins.add(origin)
+            raise NoHTTP2(f"the peer does not speak HTTP/2 (ALPN {alpn or 'none'})")
+        progress.at("opening the HTTP/2 connection")
+        connection.h2.local_settings.update({h2.settings.SettingCodes.ENABLE_PUSH: 0})
+        connection.h2.initiate_connection()
+        connection.h2.increment_flow_control_window(_READ_WINDOW)
+        connection.flush()
+        old = self._connections.get(origin)
+        if old is not None and not old.streams:
+            old.close()  # a busy old connection is left to finish its own streams
+        self._connections[origin] = connection
+        return connection
+
+    def _context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            import httpx  # the same trust store (certifi, or SSL_CERT_FILE) the rest of the project uses
+
+            verify = self._verify
+            context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify=verify)
+            context.set_alpn_protocols(["h2"])
+            self._ssl = context
+        return self._ssl
+
+
+def check_headers(headers: Headers) -> None:
+    """Raise ValueError (nothing is sent) for a header h2 or the peer would refuse as malformed."""
+    for name, value in headers:
+        if not _NAME.fullmatch(name) or not _VALUE.fullmatch(value) or name in (b"connection", b"te", b"host"):
+            raise ValueError(f"the request header {name[:40]!r} is not valid in HTTP/2")
+
+
+def too_late(deadline_at: float, timeout: float) -> bool:
+    """Whether less than a tenth of `timeout` (at least 50 ms) is left before `deadline_at`."""
+    return deadline_at - time.monotonic() < max(0.05, timeout / 10)
+
+
+async def _dial(loop: asyncio.AbstractEventLoop, addresses: list[str], port: int) -> tuple[Any, _Connection]:
+    error: Exception | None = None
+    for address in addresses:
+        connection = _Connection()
+        try:
+            transport, _ = await loop.create_connection(lambda c=connection: c, address, port)  # type: ignore[misc]
+        except OSError as exc:
+            error = exc
+            continue
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            import socket
+
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return transport, connection
+    raise OSError(f"no address accepted a connection ({error})")
+
+
+async def _send_body(connection: _Connection, stream_id: int, content: bytes) -> None:
+    """Send `content` on the stream within the peer's windows and frame size, waiting for WINDOW_UPDATE."""
+    h2c = connection.h2
+    view = memoryview(content)
+    while view:
+        if connection.closed or stream_id not in connection.streams:
+            return  # the stream ended (answered early, reset, or the connection went): its future says how
+        room = min(h2c.local_flow_control_window(stream_id), h2c.max_outbound_frame_size, len(view))
+        if room <= 0:
+            connection.flush()  # the HEADERS (and what DATA fit) leave while the window is shut
+            connection.changed.clear()
+            await connection.changed.wait()
+            continue
+        h2c.send_data(stream_id, bytes(view[:room]), end_stream=room == len(view))
+        view = view[room:]
+        connection.flush()
+
+
+def _split(url: str) -> tuple[str, int, bytes, bytes]:
+    """(host, port, :authority, :path) of an https:// URL; ValueError for anything else."""
+    if not url.startswith("https://"):
+        raise ValueError("the lean HTTP/2 client speaks https:// only")
+    rest = url[8:]
+    cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    authority, path = rest[:cut], rest[cut:] or "/"
+    if path.startswith("?"):
+        path = "/" + path
+    if not authority or "@" in authority or any(c in url for c in " \r\n\t#\\"):
+        raise ValueError("the URL must be a plain https://host[:port]/path")
+    if authority.startswith("["):
+        host, _, tail = authority[1:].partition("]")
+        port_text = tail[1:] if tail.startswith(":") else ""
+    else:
+        host, _, port_text = authority.partition(":")
+    port = int(port_text) if port_text else 443
+    if not host or not 0 < port < 65536:
+        raise ValueError("the URL's host or port is not valid")
+    return host, port, authority.encode("ascii"), path.encode("ascii")

@@ -1,0 +1,202 @@
+"""The lean HTTP/2 client (`notifications.backends.h2transport`) against hostile peers, at the backend level.
+
+The wire-fault suite (`test_wire_faults.py`) holds the client to "unknown only when a HEADERS frame
+reached the peer on a stream it did not refuse". These cases add what a client of its own must get
+right: each answer bound to its own stream, flow control, a peer that answers on a stream never
+opened, a peer without HTTP/2, stream ids running out, and a connection that comes back after a
+GOAWAY or a drop.
+"""
+
+import asyncio
+import ssl
+import threading
+import uuid
+
+import pytest
+
+from notifications.backends.apns import APNsBackend, apns_id
+from notifications.backends.base import Outcome
+from notifications.backends.fcm import FCMBackend
+from notifications.backends.h2transport import H2Client, check_headers
+
+from .conftest import message, run, send_all
+from .test_wire_faults import apns_backend, apns_tokens, arrived, assert_truthful
+
+
+def test_the_backends_use_the_lean_client(apns_options, fcm_options):
+    assert isinstance(APNsBackend(alias="a", options=apns_options, timeout=1, concurrency=1).make_client(), H2Client)
+    assert isinstance(FCMBackend(alias="f", options=fcm_options, timeout=1, concurrency=1).make_client(), H2Client)
+
+
+def test_every_answer_is_bound_to_its_own_stream(apns, apns_options):
+    # The fake echoes each request's apns-id: 60 sends in flight on one connection, each result must
+    # carry the id of its own request and no other.
+    messages = [message(token) for token in apns_tokens(60)]
+
+    results = run(send_all(apns_backend(apns_options, timeout=10.0, concurrency=60), messages))
+
+    assert [r.outcome for r in results] == [Outcome.DELIVERED] * 60
+    assert [r.provider_message_id for r in results] == [apns_id(m.idempotency_key) for m in messages]
+    assert apns.stats()["connections"] == 1  # one connection multiplexed them all
+
+
+def test_a_16_byte_stream_window__bodies_go_out_in_pieces_and_arrive_whole(apns, apns_options):
+    apns.configure(wire="tiny_window")
+    tokens = apns_tokens(8)
+
+    results = run(send_all(apns_backend(apns_options, timeout=10.0), [message(t, body="x" * 300) for t in tokens]))
+
+    assert {r.outcome for r in results} == {Outcome.DELIVERED}
+    assert sorted(d.token for d in apns.deliveries()) == sorted(tokens)
+    assert {d.message["aps"]["alert"]["body"] for d in apns.deliveries()} == {"x" * 300}
+
+
+def test_an_answer_on_a_stream_never_opened__never_taken_as_any_requests_answer(apns, apns_options):
+    apns.configure(wire="stray_stream", hang_seconds=3.0)
+    tokens = apns_tokens(4)
+
+    results = run(send_all(apns_backend(apns_options, timeout=2.0), [message(t) for t in tokens]))
+
+    # The peer broke the protocol: the connection is dropped, and nothing on it is called delivered.
+    assert apns.deliveries() and Outcome.DELIVERED not in {r.outcome for r in results}
+    assert_truthful(apns, tokens, results)
+    for token, result in zip(tokens, results, strict=True):
+        if token in arrived(apns):
+            assert result.outcome == Outcome.UNKNOWN and result.sent, result
+
+
+@pytest.mark.parametrize("wire", ["goaway", "drop_before"])
+def test_the_same_client_reconnects_after_a_goaway_or_a_drop(apns, apns_options, wire):
+    apns.configure(wire=wire, goaway_after=1)
+    backend = apns_backend(apns_options, timeout=3.0)
+    first_tokens, later_tokens = apns_tokens(6), apns_tokens(6)
+
+    async def scenario():
+        try:
+            first = await asyncio.gather(*(backend.send(message(t)) for t in first_tokens))
+            apns.configure(wire="")
+            return first, await asyncio.gather(*(backend.send(message(t)) for t in later_tokens))
+        finally:
+            await backend.aclose()
+
+    first, later = run(scenario())
+
+    assert_truthful(apns, first_tokens, first)
+    assert {r.outcome for r in later} == {Outcome.DELIVERED}
+
+
+def test_stream_ids_running_out__a_new_connection_and_nothing_lost(apns, apns_options):
+    backend = apns_backend(apns_options, timeout=5.0)
+
+    async def scenario():
+        try:
+            first = await backend.send(message("ab" * 32))
+            (connection,) = backend.client._connections.values()
+            connection.h2.highest_outbound_stream_id = 2**31 - 1  # the next stream id would not fit
+            second = await backend.send(message("cd" * 32))
+            return first, second, connection, next(iter(backend.client._connections.values()))
+        finally:
+            await backend.aclose()
+
+    first, second, old, new = run(scenario())
+
+    assert (first.outcome, second.outcome) == (Outcome.DELIVERED, Outcome.DELIVERED)
+    assert new is not old and old.closed
+
+
+class _Http11OnlyServer:
+    """A TLS server whose ALPN offers only http/1.1, answering nothing: a peer without HTTP/2."""
+
+    def __init__(self, keys, answer: bytes = b"") -> None:
+        self.answer = answer
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.context.load_cert_chain(keys.server_cert, keys.server_key)
+        self.context.set_alpn_protocols(["http/1.1"])
+        self.loop = asyncio.new_event_loop()
+        self.requests = 0
+        started = threading.Event()
+
+        async def serve():
+            self.server = await asyncio.start_server(self._client, "127.0.0.1", 0, ssl=self.context)
+            self.port = self.server.sockets[0].getsockname()[1]
+            started.set()
+
+        self.thread = threading.Thread(target=lambda: (self.loop.run_until_complete(serve()), self.loop.run_forever()))
+        self.thread.start()
+        started.wait(10)
+
+    async def _client(self, reader, writer) -> None:
+        if await reader.read(65536):
+            self.requests += 1
+            if self.answer:
+                writer.write(self.answer)
+                await writer.drain()
+        writer.close()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def test_a_peer_without_http2__nothing_sent(apns_options, keys):
+    server = _Http11OnlyServer(keys)
+    try:
+        options = {**apns_options, "host": f"127.0.0.1:{server.port}"}
+        (result,) = run(send_all(apns_backend(options, timeout=3.0), [message("ab" * 32)]))
+    finally:
+        server.stop()
+
+    assert (result.outcome, result.sent) == (Outcome.TEMPORARY, False)
+    assert "ALPN" in result.reason and "nothing was sent" in result.reason
+    assert server.requests == 0
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        (b"x-a", b"line\r\nbreak"),
+        (b"X-Upper", b"v"),
+        (b"x-nul", b"a\x00b"),
+        (b"connection", b"close"),
+        (b"x-sp", b" v"),
+    ],
+)
+def test_a_malformed_request_header_is_refused_before_anything_is_sent(header):
+    with pytest.raises(ValueError, match="not valid in HTTP/2"):
+        check_headers([header])
+
+
+def test_a_malformed_header_from_a_backend__temporary_and_nothing_sent(apns, apns_options):
+    backend = apns_backend(apns_options)
+    backend.topic = "com.example.app\r\nx-injected: 1"
+
+    (result,) = run(send_all(backend, [message("ab" * 32)]))
+
+    assert (result.outcome, result.sent) == (Outcome.TEMPORARY, False)
+    assert apns.stats()["requests"] == 0
+
+
+def test_unique_ids_for_the_bench_tokens():
+    # (a guard for the helpers above: tokens never repeat within a test)
+    assert len(set(apns_tokens(50))) == 50 and uuid.UUID(apns_id("k"))
+
+
+def test_webpush__a_push_service_without_http2_is_sent_to_over_http11_once(webpush, webpush_options, keys):
+    import json
+
+    from notifications.backends.webpush import WebPushBackend
+
+    server = _Http11OnlyServer(keys, answer=b"HTTP/1.1 201 Created\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+    sub = webpush.subscription("h1")
+    token = json.dumps(
+        {"endpoint": f"https://127.0.0.1:{server.port}/push/h1", "keys": {"p256dh": sub.p256dh, "auth": sub.auth}}
+    )
+    try:
+        backend = WebPushBackend(alias="webpush", options=webpush_options, timeout=5.0, concurrency=2)
+        (result,) = run(send_all(backend, [message(token)]))
+    finally:
+        server.stop()
+
+    # The HTTP/2 try ended at ALPN with nothing sent; the one request went over HTTP/1.1.
+    assert (result.outcome, result.http_status) == (Outcome.DELIVERED, 201), result
+    assert server.requests == 1
