@@ -114,7 +114,8 @@ class PushBackend(ABC):
 
     One instance lives on one worker's event loop for the length of a drain; the worker calls
     `aclose()` at the end. Subclasses implement `send()` and may override `check_options()`,
-    `secrets()`, and the `supports_*` flags.
+    `secrets()`, and the `supports_*` flags. A backend that authenticates with a credential it can
+    renew sends through `send_refreshing_once()`.
     """
 
     # Whether the provider speaks HTTP/2 (one connection multiplexes a batch's concurrency).
