@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from notifications.models import BreakerOpening, DeliveryAttempt, Device, Notification
+from notifications.models import BreakerOpening, DeliveryAttempt, Device, Notification, TopicSubscription
 from notifications.services import (
     BulkResult,
     ContentLocked,
@@ -42,6 +42,7 @@ from weave.display import (
     timestamp,
     timestamp_column,
 )
+from weave.jobs.admin import JobAdminMixin
 from weave.leases import default_clock
 
 PLATFORM_NAMES = {"android": "Android", "ios": "iOS", "web": "Web", "other": "other"}
@@ -597,3 +598,27 @@ class DeviceAdmin(OperatorLogMixin, admin.ModelAdmin):
             )
         else:
             self.message_user(request, "No active device among the selected ones.")
+
+
+@admin.register(TopicSubscription)
+class TopicSubscriptionAdmin(JobAdminMixin, LeasedModelAdmin):  # type: ignore[misc]
+    """FCM topic subscription jobs: every field read-only (the services create them, workers run them), with
+    the core's start, retry and cancel actions and the job's story."""
+
+    job_type = "fcm_topic"
+    explain_kind = "fcm_topic"
+    list_display = ("pk", "action", "topic", "backend", "token_count", "state", "attempts", "lease", "last_error")
+    list_filter = ("state", "action", "backend")
+    search_fields = ("topic",)
+    fields = (
+        "action", "topic", "backend", "token_count", "state", "attempts", "next_attempt_at", "last_error",
+        "lease_state", "owner", "fence", "lease_expires_at", "created_at", "finished_at", "timeline",
+    )  # fmt: skip
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # topic_subscribe() and topic_unsubscribe() make them, with every check
+
+    @admin.display(description="tokens")
+    def token_count(self, obj: TopicSubscription) -> int:
+        return len(obj.tokens) if isinstance(obj.tokens, list) else 0

@@ -60,7 +60,9 @@ class PushSettings(SettingsGroup):
     )
     PUSH_API_PERMISSION = text("", "dotted path of a callable(request, user) -> bool; empty: any active user")
     PUSH_QUIET_HOURS = text(
-        "", "dotted path of a callable(user, at, priority) -> datetime or None: when a push due at `at` may go"
+        "",
+        "dotted path of a callable(user, at, priority) -> datetime or None: when a push due at `at` may go; "
+        "asked at creation and again when a worker claims the row",
     )
 
 
@@ -101,6 +103,22 @@ class NotificationsConfig(AppConfig):
                 latency_group="backend",
                 timeout_setting="PUSH_TIMEOUT",
                 metrics=console.collect_metrics,
+            )
+        )
+        from notifications import topics
+        from notifications.models import TopicSubscription
+        from weave.jobs import Step
+
+        # FCM topic subscriptions: fenced jobs of the core's runner, one per Instance ID batch.
+        register(
+            JobType(
+                name=topics.JOB_TYPE,
+                model=TopicSubscription,
+                ttl_setting="PUSH_LEASE_TTL",
+                steps=(Step("call", topics.call, save=topics.settle),),
+                budget=120.0,
+                retry=topics.RETRY,
+                explainer=topics.explain_topic_subscription,
             )
         )
         from notifications import retention

@@ -98,6 +98,14 @@ def inactive_devices(device_ids: set[Any]) -> dict[Any, str]:
     return {pk: reason or "deactivated" for pk, reason in rows}
 
 
+def device_users(device_ids: set[Any]) -> dict[Any, Any]:
+    """Return {device id: user} for those of `device_ids` that belong to a user (one query; none for no device)."""
+    if not device_ids:
+        return {}
+    devices = Device.objects.filter(pk__in=device_ids, user__isnull=False).select_related("user")
+    return {device.pk: device.user for device in devices}
+
+
 def touch_devices(device_ids: set[Any], *, clock: Clock = default_clock) -> None:
     """Set `last_used_at` of the devices that just got a delivery (one statement; none for no device)."""
     device_ids.discard(None)
@@ -149,6 +157,7 @@ __all__ = [
     "Unsendable",
     "deactivate_device",
     "device_for_token",
+    "device_users",
     "end_queued_for_device",
     "end_unsent",
     "expired_pending",

@@ -1,6 +1,7 @@
 """The story of one notification: its sends, their outcomes, lease takeovers and who holds it now."""
 
 from notifications.models import DeliveryAttempt, Notification
+from notifications.quiet import DEFERRAL_PREFIX
 from weave.leases import Clock, default_clock
 from weave.timeline import Timeline, add_operator_events, clock_time, fences_accounted, holder, lateness
 
@@ -35,7 +36,10 @@ def explain_notification(pk: int, *, clock: Clock = default_clock) -> Timeline:
             a.outcome,
             f"fence {a.fence}: {status}, {a.latency_ms or 0} ms{which}. {a.reason}{due}".strip(),
         )
-    if n.status == Notification.Status.PENDING and n.next_attempt_at is not None and attempts:
+    if n.status == Notification.Status.PENDING and n.last_error.startswith(DEFERRAL_PREFIX):
+        # Quiet hours moved the due time (at creation, or when a worker claimed it): say from when to when.
+        t.add(None, "deferred", f"{n.last_error} Due at {clock_time(n.next_attempt_at)} (database time).")
+    elif n.status == Notification.Status.PENDING and n.next_attempt_at is not None and attempts:
         t.add(None, "due", f"next send due at {clock_time(n.next_attempt_at)} (database time)")
     add_operator_events(t, Notification, pk)
     t.add(None, "holder", holder(n))

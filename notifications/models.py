@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import Case, F, Min, Q, When
 
 from weave.leases import Clock, LeasedModel, LeaseQuerySet, default_clock
+from weave.models import JobModel
 
 
 class NotificationQuerySet(LeaseQuerySet["Notification"]):
@@ -234,3 +235,28 @@ class BreakerOpening(models.Model):
 
     def __str__(self) -> str:
         return f"Breaker opened by {self.owner}"
+
+
+class TopicSubscription(JobModel):
+    """One Instance ID batch call: subscribe (or unsubscribe) up to 1,000 FCM tokens to (from) one topic.
+
+    A fenced job of the core's runner (`weave.jobs`, job type "fcm_topic"): claimed by the database
+    clock, its call made under a heartbeat, its per-token results kept in the step's receipt, and
+    devices whose tokens IID called dead deactivated in the same guarded transaction.
+    """
+
+    class Action(models.TextChoices):
+        SUBSCRIBE = "subscribe"
+        UNSUBSCRIBE = "unsubscribe"
+
+    backend = models.CharField(max_length=50, help_text='The FCM alias in WEAVE["PUSH_BACKENDS"].')
+    topic = models.CharField(max_length=900)
+    action = models.CharField(max_length=12, choices=Action.choices)
+    # The registration tokens of this batch (at most 1,000, IID's limit), in the order IID answers them.
+    tokens = models.JSONField(default=list)
+
+    class Meta:
+        verbose_name = "FCM topic subscription"
+
+    def __str__(self) -> str:
+        return f"{self.action} {len(self.tokens)} token(s) to {self.topic!r} via {self.backend}"

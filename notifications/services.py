@@ -4,13 +4,12 @@ import logging
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import IntegrityError, connections, models, router, transaction
-from django.utils.module_loading import import_string
 
 from notifications import queue
 from notifications.backends import DEFAULT_ALIAS, PushBackend, backend_configs
@@ -19,6 +18,8 @@ from notifications.backends.registry import backend_class
 from notifications.content import CONDITION_PREFIX, TOPIC_PREFIX, check_options
 from notifications.devices import deactivate_device, end_queued_for_device, fail_queued_for_device, handed_over_reason
 from notifications.models import ContentLocked, Device, Notification
+from notifications.quiet import deferral_reason, quiet_hours_policy, quiet_until
+from notifications.topics import TopicJobs, topic_subscribe, topic_unsubscribe
 from notifications.validation import TITLE_MAX as NOTIFICATION_TITLE_MAX
 from notifications.validation import canonical_device_token, check_payload_size
 from weave.conf import weave_settings
@@ -34,6 +35,7 @@ __all__ = [
     "BulkSend",
     "ContentLocked",
     "SkippedDevice",
+    "TopicJobs",
     "UserNotifications",
     "device_deactivate",
     "device_register",
@@ -46,6 +48,8 @@ __all__ = [
     "notification_send_to_topic",
     "notification_send_to_user",
     "notification_send_to_users",
+    "topic_subscribe",
+    "topic_unsubscribe",
 ]
 
 
@@ -566,21 +570,16 @@ def _quiet_hours(user: Any, send_at: datetime | None, priority: str, clock: Cloc
     """Apply the site's quiet-hours policy (`PUSH_QUIET_HOURS`) to a push for `user` due at `send_at` (None: now).
 
     Return the due time to store and, when the policy deferred it, the reason the row carries. The
-    deferral uses no attempt: the row is simply due later, and its story says why."""
-    path = weave_settings.PUSH_QUIET_HOURS
-    if not path or user is None:
+    deferral uses no attempt: the row is simply due later, and its story says why. The worker asks the
+    policy again when it claims the row (`notifications.quiet`)."""
+    policy = quiet_hours_policy()
+    if policy is None or user is None:
         return send_at, ""
     at = send_at or clock.read()
-    later = import_string(path)(user, at, priority)
+    later = quiet_until(policy, user, at, priority)
     if later is None:
         return send_at, ""
-    if not isinstance(later, datetime) or later.tzinfo is None:
-        raise ImproperlyConfigured(f"WEAVE PUSH_QUIET_HOURS ({path}) must return an aware datetime or None.")
-    if later <= at:
-        return send_at, ""
-    stamp = "%Y-%m-%d %H:%M:%S UTC"
-    why = f"from {at.astimezone(UTC):{stamp}} to {later.astimezone(UTC):{stamp}}"
-    return later, f"Deferred by the quiet-hours policy {why}; no attempt used."
+    return later, deferral_reason(at, later)
 
 
 def _due_and_expiry(send_at: datetime | None, ttl: int | None, clock: Clock) -> tuple[Any, Any]:

@@ -5,6 +5,7 @@ from django.db import connection
 
 from notifications.testing.fake_provider import FakePushProvider, FaultConfig
 from onboarding.testing.fake_services import FakeSupplierServices
+from tests.needs import require
 from weave.leases import FakeClock
 
 
@@ -16,6 +17,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "postgres" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_runtest_setup(item):
+    """`@pytest.mark.needs(why_not)`: skipped locally when a tool is missing, failed under CI=true."""
+    for mark in item.iter_markers("needs"):
+        require(mark.args[0] if mark.args else mark.kwargs.get("why_not"))
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@
 Everything stays on this machine: a bridge with a private /24 no other interface uses, one veth pair
 per host (one end in the host's namespace, the other on the bridge), no route anywhere else. A host's
 clock is shifted with libfaketime (`FAKETIME="+300"`), monotonic time included, as a skewed machine's
-would be. Needs root, `ip` and libfaketime; `available()` says whether they are there. Everything is
-removed on exit.
+would be, with the repair shim of `tools.skewed_clock`. Needs root, `ip`, libfaketime and a C compiler;
+`available()` says whether they are there. Everything is removed on exit.
 """
 
 import os
@@ -17,17 +17,8 @@ import random
 import shutil
 import subprocess
 from collections.abc import Sequence
-from pathlib import Path
 
-FAKETIME_LIBS = (
-    Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"),
-    Path("/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1"),
-    Path("/usr/lib/faketime/libfaketime.so.1"),
-)
-
-
-def faketime_lib() -> Path | None:
-    return next((p for p in FAKETIME_LIBS if p.exists()), None)
+from tools import skewed_clock
 
 
 def available() -> str | None:
@@ -36,8 +27,8 @@ def available() -> str | None:
         return "network namespaces need root"
     if shutil.which("ip") is None:
         return "the `ip` command (iproute2) is missing"
-    if faketime_lib() is None:
-        return "libfaketime is missing (apt-get install faketime libfaketime)"
+    if why_not := skewed_clock.missing():
+        return why_not
     probe = f"wvprobe{os.getpid() % 100000}"
     done = subprocess.run(["ip", "netns", "add", probe], capture_output=True)  # noqa: S607
     if done.returncode != 0:
@@ -111,10 +102,9 @@ class SimulatedHosts:
         """`args` run inside host `index`'s namespace, its clock `clock_offset` seconds off (libfaketime)."""
         prefix = ["ip", "netns", "exec", self.namespaces[index]]
         if clock_offset:
-            lib = faketime_lib()
-            assert lib is not None
             # Monotonic time is faked too (libfaketime's default): Python's sleep() needs the two to agree.
-            prefix += ["env", f"LD_PRELOAD={lib}", f"FAKETIME={clock_offset:+d}", "FAKETIME_NO_CACHE=1"]
+            env = skewed_clock.skewed_env(clock_offset)
+            prefix += ["env", *(f"{key}={value}" for key, value in env.items()), "FAKETIME_NO_CACHE=1"]
         return [*prefix, *args]
 
     def close(self) -> None:

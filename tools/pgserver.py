@@ -8,7 +8,8 @@
         server.restart("immediate")  # a crash: no checkpoint, crash recovery on the next start
 
 It uses the newest PostgreSQL binaries under /usr/lib/postgresql (or `PG_BIN`), listens on a free port
-on 127.0.0.1 only, and never touches another server. Running as root, the data directory belongs to
+on 127.0.0.1 only (or on the loopback address `relocate()` moved it to), and never touches another
+server. Running as root, the data directory belongs to
 the `postgres` user and the binaries run through `runuser`, because PostgreSQL refuses to run as root.
 """
 
@@ -36,10 +37,15 @@ def postgres_bin() -> Path | None:
     return max(found, key=lambda p: [int(x) if x.isdigit() else 0 for x in p.parent.name.split(".")])
 
 
-def _free_port() -> int:
+def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on at `host` now (for a server about to move there)."""
+    return _free_port(host)
 
 
 class ThrowawayPostgres:
@@ -99,6 +105,19 @@ class ThrowawayPostgres:
         self.restarts.append((mode, took))
         return took
 
+    def relocate(self, host: str, port: int, *, mode: str = "fast", downtime: float = 0.0) -> float:
+        """A failover to another address: stop the server (`mode`), stay down `downtime` seconds, start the
+        same data directory listening on `host`:`port` only (a loopback address such as 127.0.0.2); return
+        how long it was away. Clients that only know the old address can no longer reach it."""
+        began = time.monotonic()
+        self._pg_ctl("stop", "-m", mode, "-w", "-t", "60")
+        time.sleep(downtime)
+        self.host, self.port = host, port
+        self.start()
+        took = time.monotonic() - began
+        self.restarts.append((f"relocate {mode}", took))
+        return took
+
     def stop(self, mode: str = "fast") -> None:
         self._pg_ctl("stop", "-m", mode, "-w", "-t", "60", check=False)
 
@@ -142,16 +161,19 @@ class ThrowawayPostgres:
                 shutil.chown(path, user="postgres", group="postgres")
         self.data_dir.chmod(0o700)
         self._run("initdb", "-D", str(self.data_dir), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+        # The whole loopback range (initdb trusts 127.0.0.1 only): a server relocated to 127.0.0.2 sees its
+        # clients come from there.
+        lines = ["host all all 127.0.0.0/8 trust"]
         if self.also_listen:
-            lines = [f"host all all {address.rsplit('.', 1)[0]}.0/24 trust" for address in self.also_listen]
-            with (self.data_dir / "pg_hba.conf").open("a") as hba:
-                hba.write("\n".join(lines) + "\n")
+            lines += [f"host all all {address.rsplit('.', 1)[0]}.0/24 trust" for address in self.also_listen]
+        with (self.data_dir / "pg_hba.conf").open("a") as hba:
+            hba.write("\n".join(lines) + "\n")
 
     def _server_options(self) -> str:
         assert self.root is not None
         # Its own socket directory and port, TCP on loopback only; fsync off: the data is thrown away, and a
         # crash of this server (-m immediate) is still a real crash for every session connected to it.
-        addresses = ",".join(("127.0.0.1", *self.also_listen))
+        addresses = ",".join((self.host, *self.also_listen))
         return (
             f"-p {self.port} -k {self.socket_dir} -c listen_addresses={addresses} -c fsync=off -c max_connections=200"
         )

@@ -30,11 +30,8 @@ from weave.reconnect import ReconnectOnDequeue
 logger = logging.getLogger("weave.broker")
 
 
-class DatabaseClockORM(ReconnectOnDequeue, ORM):  # type: ignore[misc]  # django-q2 ships no type hints
-    """The ORM broker, with `lock` written and compared as the database's `clock_timestamp()`.
-
-    With `ReconnectOnDequeue`: a dequeue cut off by a PostgreSQL restart backs off and asks again
-    instead of stopping the cluster's pusher for 10 seconds."""
+class DatabaseClockLocks(ORM):  # type: ignore[misc]  # django-q2 ships no type hints
+    """The ORM broker, with `lock` written and compared as the database's `clock_timestamp()`."""
 
     def timeout(self, task: Any) -> Any:
         return DbNow(timedelta(seconds=Conf.RETRY))
@@ -63,6 +60,15 @@ class DatabaseClockORM(ReconnectOnDequeue, ORM):  # type: ignore[misc]  # django
             if self.get_connection().filter(id=task.id, lock__lt=DbNow()).update(lock=self.timeout(task)):
                 taken.append((task.pk, task.payload))
         return taken
+
+
+class DatabaseClockORM(ReconnectOnDequeue, DatabaseClockLocks):
+    """The database-clock broker that rides out a PostgreSQL restart or failover (the documented default).
+
+    `ReconnectOnDequeue` must come first in the MRO, above the class that defines `dequeue`: a dequeue
+    defined in this class itself would override the mixin's, and a cut-off dequeue would stop the
+    cluster's pusher for 10 seconds again.
+    """
 
 
 def stagger_recycle(**_signal: Any) -> None:

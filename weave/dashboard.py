@@ -380,11 +380,14 @@ register_panel_defaults = [
 
 
 def register_core_panels() -> None:
+    from weave import dashboard_ops
     from weave.telemetry import Panel
 
-    for key, title, order, render in register_panel_defaults:
+    for key, title, order, render in [*register_panel_defaults, *dashboard_ops.PANELS]:
         register_panel(Panel(key=key, title=title, order=order, render=render))
     register_health("weave.ttl", ttl_findings)
+    for name, check in dashboard_ops.HEALTH:
+        register_health(name, check)
 
 
 @never_cache

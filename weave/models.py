@@ -196,6 +196,10 @@ class WorkerReport(models.Model):
     started_at = models.DateTimeField()
     seen_at = models.DateTimeField(help_text="database time of the latest report")
     config = models.JSONField(default=dict, help_text="the WEAVE settings this process reads (numbers and flags)")
+    link = models.JSONField(
+        default=dict,
+        help_text="database outages this process saw: how many ended, and the last one (database-clock times)",
+    )
 
     class Meta:
         verbose_name = "worker report"

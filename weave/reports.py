@@ -3,6 +3,14 @@
 The dashboard and `weave_tune` read the reports to show the configuration as the workers run it, and
 to tell a live worker (reported within REPORT_STALE seconds, by the database clock) from a dead one.
 Only numbers and flags are reported: never a URL, a token or a path.
+
+A report also says when the process lost its database link (`LINK`). A worker cut off from the
+database cannot write that down while it lasts, so the outage is written by the first report after
+it: the end is the database clock at that reconnection, the length is what the worker measured on its
+own monotonic clock from the first failure it saw, and the start is the end minus that length (a
+database-clock time, not the worker host's wall clock). The due-time watcher notices a dropped
+connection within a second; while cut off the report thread tries again every second, so the end is
+late by about a second at most.
 """
 
 import logging
@@ -17,10 +25,13 @@ from typing import Any
 from django.db import DatabaseError, close_old_connections
 
 from weave.conf import KEYS, weave_settings
+from weave.sanitize import outside_text
 
 logger = logging.getLogger(__name__)
 
 REPORT_EVERY = 15.0  # seconds between one process's reports
+RETRY_CUT_OFF = 1.0  # seconds between tries while the database link is down
+ERROR_CHARS = 200  # of the first error seen, kept for the dashboard
 REPORT_STALE = timedelta(seconds=45)  # three missed reports: the process is gone or frozen
 KEEP = timedelta(hours=1)  # reports older than this are deleted by the next report
 
@@ -38,6 +49,84 @@ def reported_config() -> dict[str, Any]:
     return config
 
 
+class Link:
+    """This process's database link: the outage under way (monotonic), and the last one that ended."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._since: float | None = None  # monotonic time of the first failure of the outage under way
+        self._error = ""
+        self.outages = 0
+        self.last: dict[str, Any] | None = None
+        self.wake = threading.Event()  # set when an outage ends: report it now, not in REPORT_EVERY
+
+    def cut_off(self, error: BaseException) -> None:
+        """The link failed (a dropped connection, a server restarting): the first failure starts the clock."""
+        with self._lock:
+            if self._since is None:
+                self._since = time.monotonic()
+                # The first line only (credentials redacted): drivers add hints on the following ones.
+                lines = str(error).strip().splitlines() or [""]
+                self._error = outside_text(f"{type(error).__name__}: {lines[0]}", limit=ERROR_CHARS)
+
+    @property
+    def down(self) -> bool:
+        return self._since is not None
+
+    def reconnected(self, db_time: datetime) -> None:
+        """A query answered again at `db_time` (database clock): the outage under way, if any, is over."""
+        with self._lock:
+            if self._since is None:
+                return
+            seconds = max(0.0, time.monotonic() - self._since)
+            self._since = None
+            self.outages += 1
+            self.last = {
+                "began_at": (db_time - timedelta(seconds=seconds)).isoformat(),
+                "ended_at": db_time.isoformat(),
+                "seconds": round(seconds, 3),
+                "error": self._error,
+            }
+        self.wake.set()
+
+    def as_report(self) -> dict[str, Any]:
+        with self._lock:
+            return {"outages": self.outages, "last": dict(self.last) if self.last else None}
+
+
+LINK = Link()
+
+
+# Session limits this worker set itself (a statement cancelled by statement_timeout, a session ended for
+# idling in a transaction): the link was cut for one session, the database was not away.
+OWN_LIMITS = {"57014", "25P03"}
+
+
+def note_failure(error: BaseException) -> None:
+    """Called where a worker's query failed: an error that means the link is gone starts an outage."""
+    from django.db import connection
+
+    from weave.worker_db import is_cut_off
+
+    if connection.vendor != "postgresql":  # SQLite has no link to lose ("database is locked" is a wait)
+        return
+    state = getattr(error.__cause__, "sqlstate", None) or getattr(error, "sqlstate", None) or ""
+    if state not in OWN_LIMITS and is_cut_off(error):
+        LINK.cut_off(error)
+
+
+def note_answer() -> None:
+    """Called where a worker's query succeeded: closes the outage under way with the database clock."""
+    if not LINK.down:
+        return
+    from weave.telemetry import db_now
+
+    try:
+        LINK.reconnected(db_now())
+    except DatabaseError as error:  # not back after all
+        note_failure(error)
+
+
 def process_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -48,23 +137,27 @@ def report_once(name: str, started_at: datetime | None = None) -> None:
     from weave.telemetry import db_now
 
     now = db_now()
+    LINK.reconnected(now)
+    link = LINK.as_report()
     WorkerReport.objects.update_or_create(
         name=name,
-        defaults={"seen_at": now, "config": reported_config()},
-        create_defaults={"started_at": started_at or now, "seen_at": now, "config": reported_config()},
+        defaults={"seen_at": now, "config": reported_config(), "link": link},
+        create_defaults={"started_at": started_at or now, "seen_at": now, "config": reported_config(), "link": link},
     )
     WorkerReport.objects.filter(seen_at__lt=now - KEEP).delete()
 
 
 def _loop(name: str) -> None:
     while True:
+        LINK.wake.clear()
         try:
             report_once(name)
         except DatabaseError as exc:  # a report is telemetry: a failed one never stops the worker
+            note_failure(exc)
             logger.warning("worker report failed: %s", exc)
         finally:
             close_old_connections()
-        time.sleep(REPORT_EVERY)
+        LINK.wake.wait(RETRY_CUT_OFF if LINK.down else REPORT_EVERY)
 
 
 def start_reporter(**_signal: Any) -> None:

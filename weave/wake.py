@@ -38,6 +38,8 @@ from django.db.models import F, Q
 
 from weave.conf import weave_settings
 from weave.leases import DbNow, default_clock
+from weave.reports import note_answer, note_failure
+from weave.worker_db import is_cut_off
 
 logger = logging.getLogger("weave.wake")
 
@@ -322,37 +324,49 @@ class Watcher:
         longest = self.longest_sleep()
         sleep = longest
         for spec in self.specs if self.specs is not None else registered_watches():
-            left = seconds_until(spec.next_due())
-            if left is None:
-                self._overdue_seen.discard(spec.name)
-                continue
-            if left > 0:
-                self._overdue_seen.discard(spec.name)
-                sleep = min(sleep, left)
-                continue
-            # Due now. Reached by our own timer, or seen due twice in a row: nobody is on it, ask for a task.
-            # Asked again every round (at most WAKE_POLL_MAX apart) while it stays due: a request whose
-            # task was lost or sits behind a busy cluster lapses after WAKE_HOLD, and the next ask wins.
-            if timer_expired or spec.name in self._overdue_seen:
-                self.wakes += 1
-                spec.wake()
-                self._overdue_seen.discard(spec.name)
-                sleep = min(sleep, self._poll)
-                self._poll = min(self._poll * 2, float(weave_settings.WAKE_POLL_MAX))
-            else:
-                self._overdue_seen.add(spec.name)
-                sleep = min(sleep, grace)
+            try:
+                sleep = self._look(spec, sleep, timer_expired=timer_expired, grace=grace)
+            except Exception as error:
+                if is_cut_off(error):
+                    raise  # the link is gone for every kind: run()'s recovery reconnects
+                # One kind's failure (its table not migrated yet, a bad query, a failed enqueue) must not
+                # blind the watcher to the others: log it, look again soon, go on with the rest.
+                logger.exception("event=watch_failed name=%s: its due times are unknown this round", spec.name)
+                sleep = min(sleep, float(weave_settings.WAKE_POLL_MAX))
         if not self._overdue_seen and sleep > grace:
             self._poll = grace  # nothing overdue any more: the next overdue round starts short again
         return max(0.0, min(sleep, longest))
+
+    def _look(self, spec: WatchSpec, sleep: float, *, timer_expired: bool, grace: float) -> float:
+        """One kind's part of a round: wake it if it is due and nobody is on it; return the shorter sleep."""
+        left = seconds_until(spec.next_due())
+        if left is None:
+            self._overdue_seen.discard(spec.name)
+            return sleep
+        if left > 0:
+            self._overdue_seen.discard(spec.name)
+            return min(sleep, left)
+        # Due now. Reached by our own timer, or seen due twice in a row: nobody is on it, ask for a task.
+        # Asked again every round (at most WAKE_POLL_MAX apart) while it stays due: a request whose
+        # task was lost or sits behind a busy cluster lapses after WAKE_HOLD, and the next ask wins.
+        if timer_expired or spec.name in self._overdue_seen:
+            self.wakes += 1
+            spec.wake()
+            self._overdue_seen.discard(spec.name)
+            pause, self._poll = self._poll, min(self._poll * 2, float(weave_settings.WAKE_POLL_MAX))
+            return min(sleep, pause)
+        self._overdue_seen.add(spec.name)
+        return min(sleep, grace)
 
     def run(self) -> None:
         timer_expired = False
         while not self._stop.is_set():
             try:
                 sleep = self.step(timer_expired=timer_expired)
+                note_answer()  # the round's queries answered: an outage this process saw is over
                 timer_expired = not self._wait(sleep)
-            except Exception:  # the watcher must outlive a dropped connection or a failed enqueue
+            except Exception as error:  # the watcher must outlive a dropped connection or a failed enqueue
+                note_failure(error)  # its LISTEN connection is the first in the process to see the server go
                 logger.exception("wake watcher round failed; retrying")
                 self._reset_connection()
                 timer_expired = False

@@ -3,7 +3,8 @@
     "fcm": {"BACKEND": "notifications.backends.fcm.FCMBackend",
             "OPTIONS": {"project_id": "my-app", "credentials_file": "/etc/secrets/fcm.json",
                         "base_url": "https://fcm.googleapis.com",   # optional: emulators and local fakes
-                        "ca_file": None}}                           # optional: trust only this CA (fakes)
+                        "ca_file": None,                            # optional: trust only this CA (fakes)
+                        "iid_url": "https://iid.googleapis.com"}}   # optional: topic subscriptions (fakes)
 
 Auth is a service-account OAuth2 access token (see `credentials.GoogleAccessToken`). On a 401 the token
 is replaced once and the message sent again (a 401 means nothing was delivered); a second 401 stops
@@ -42,7 +43,8 @@ from weave.sanitize import outside_text
 FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 BAD_REQUEST_TYPE = "type.googleapis.com/google.rpc.BadRequest"
 RESERVED_KEYS = {"from", "notification", "message_type", "collapse_key", "priority", "time_to_live"}
-OPTIONS = {"project_id", "credentials_file", "base_url", "ca_file"}
+# iid_url: Google's Instance ID API for topic subscriptions (notifications.backends.iid); not used to send.
+OPTIONS = {"project_id", "credentials_file", "base_url", "ca_file", "iid_url"}
 # Real tokens are about 160 characters ("<instance id>:APA91b..."); FCM documents no fixed length.
 _TOKEN = re.compile(r"[A-Za-z0-9_:\-]{16,1024}")
 TOPIC_PREFIX, CONDITION_PREFIX = content.TOPIC_PREFIX, content.CONDITION_PREFIX
@@ -83,9 +85,10 @@ class FCMBackend(PushBackend):
             ]
             if lacking:
                 problems.append(f"OPTIONS['credentials_file'] lacks {', '.join(lacking)}: not a service-account file.")
-        base_url = options.get("base_url")
-        if base_url and not str(base_url).startswith(("https://", "http://")):
-            problems.append("OPTIONS['base_url'] must be an https:// URL.")
+        for name in ("base_url", "iid_url"):
+            url = options.get(name)
+            if url and not str(url).startswith(("https://", "http://")):
+                problems.append(f"OPTIONS[{name!r}] must be an https:// URL.")
         return problems
 
     @classmethod

@@ -10,8 +10,9 @@ from datetime import timedelta
 from typing import Any
 
 from notifications.delivery.rows import JOB, ROW_FIELDS, Claim, Row, log_lost, logger, message_from
-from notifications.devices import inactive_devices
+from notifications.devices import device_users, inactive_devices
 from notifications.models import Notification
+from notifications.quiet import quiet_hours_policy
 from weave.events import log_event
 from weave.leases import Clock
 
@@ -52,6 +53,10 @@ class ClaimBuffer:
         claim.open = len(rows)
         # One read per claim, and only when its rows name devices: which of them were deactivated.
         claim.inactive = inactive_devices({row.device_id for row in rows if row.device_id is not None})
+        claim.quiet = quiet_hours_policy()
+        if claim.quiet is not None:
+            # One more read, only for a site with quiet hours: whose devices these are.
+            claim.users = device_users({row.device_id for row in rows if row.device_id is not None})
         for row in rows:
             log_event(logger, "claim", job=JOB, id=row.pk, owner=self.owner, fence=row.fence, level=logging.DEBUG)
         self.adopt(claim)

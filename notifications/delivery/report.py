@@ -18,6 +18,7 @@ _SUMS = (
     "skipped",
     "released",
     "held",
+    "deferred",
     "groups",
     "fallbacks",
 )
@@ -40,8 +41,9 @@ class DeliveryReport:
     expired: int = 0  # rows past their expires_at: ended `expired`, never sent
     pruned: int = 0  # devices deactivated because the provider called their token dead
     skipped: int = 0  # rows found lost before they were sent
-    released: int = 0  # unstarted rows handed back (budget spent or a breaker open)
+    released: int = 0  # unstarted rows handed back (budget spent, a breaker open, quiet hours)
     held: int = 0  # of those, rows held back until their scope's breaker may close
+    deferred: int = 0  # of those, rows deferred by the quiet-hours policy at the send (no attempt used)
     groups: int = 0  # answers finished together in one transaction (one guarded UPDATE + one INSERT)
     fallbacks: int = 0  # groups whose one-statement finish failed and were finished row by row
     budget_spent: bool = False

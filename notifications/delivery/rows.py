@@ -43,6 +43,10 @@ class Claim:
     open: int = 0  # rows not yet finished, released or skipped
     counts: Counter[str] = field(default_factory=Counter)
     inactive: dict[Any, str] = field(default_factory=dict)  # the claim's devices found inactive: id -> reason
+    # The quiet-hours policy and the users of the claim's devices (device id -> user), read at the claim
+    # only when WEAVE PUSH_QUIET_HOURS names a policy: without one, no query and no call.
+    quiet: Any = None
+    users: dict[Any, Any] = field(default_factory=dict)
 
     def database_time(self, local_now: float) -> datetime:
         """The database's time now, estimated from the claim's instant (no query)."""

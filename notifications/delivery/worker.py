@@ -21,7 +21,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypedDict, Unpack
 
 from django.db import connection
@@ -46,9 +46,11 @@ from notifications.delivery.rows import JOB, Claim, Row, log_lost, logger
 from notifications.delivery.sender import ANSWER, AsyncSender, build_result_missing
 from notifications.devices import Unsendable, unsendable
 from notifications.models import BreakerOpening, Notification
+from notifications.quiet import deferral_reason, quiet_until
 from weave.conf import weave_settings
 from weave.events import log_event
 from weave.leases import BatchLease, Clock, default_clock, new_owner
+from weave.sanitize import outside_text
 
 __all__ = ["DeliveryReport", "Hooks", "PushWorker", "WorkerOptions", "deliver_batch", "drain"]
 
@@ -186,6 +188,36 @@ class PushWorker:
             now=row.claim.database_time(self.clock.monotonic()),
             device_active=None if row.device_id is None else reason is None,
             device_reason=reason or "",
+        )
+
+    def deferred(self, row: Row) -> tuple[datetime, str] | None:
+        """When `row` may go if the quiet-hours policy defers it now (at the send's database time), and why.
+
+        Asked again at the send because the answer may differ from the one at creation (the user's
+        settings changed, or a `send_at` falls inside quiet hours). A policy that raises or answers
+        nonsense is logged and the row is sent: a site's bug must not park its pushes forever."""
+        user = row.claim.users.get(row.device_id) if row.claim.quiet is not None else None
+        if user is None:
+            return None
+        at = row.claim.database_time(self.clock.monotonic())
+        try:
+            later = quiet_until(row.claim.quiet, user, at, row.message.priority)
+        except Exception as exc:  # noqa: BLE001 - site code: a broken policy must not stop delivery
+            why = outside_text(f"{type(exc).__name__}: {exc}", limit=300)
+            log_event(logger, "quiet_hours_error", job=JOB, id=row.pk, owner=self.owner, reason=why)
+            return None
+        if later is None:
+            return None
+        return later, deferral_reason(at, later, when=" when the row was claimed")
+
+    def defer(self, rows: list[tuple[Row, datetime, str]]) -> int:
+        """Hand back rows the quiet-hours policy defers, each due when it may go, without using an attempt."""
+        by_time: dict[tuple[datetime, str], list[Row]] = {}
+        for row, later, reason in rows:
+            by_time.setdefault((later, reason), []).append(row)
+        return sum(
+            self.buffer.release(mine, reason, next_attempt_at=later, last_error=reason)
+            for (later, reason), mine in by_time.items()
         )
 
     def record_answers(self, group: list[tuple[Row, SendResult]]) -> None:
@@ -328,6 +360,7 @@ class _Pump:
         starting: list[tuple[Any, PushMessage]] = []
         unsent: list[tuple[Row, Unsendable]] = []
         held: list[Row] = []
+        quiet: list[tuple[Row, datetime, str]] = []
         while self.waiting and len(self.in_flight) < worker.concurrency and not self._check_stop():
             if not worker.budget_spent:
                 worker.buffer.keep_alive()
@@ -341,6 +374,9 @@ class _Pump:
             if ending := worker.unsendable(row):
                 row.sent_at = row.claim.database_time(worker.clock.monotonic())
                 unsent.append((row, ending))  # expired, or its device is inactive: ends without a send
+                continue
+            if (deferral := worker.deferred(row)) is not None:
+                quiet.append((row, *deferral))  # inside its user's quiet hours: back, due when they end
                 continue
             verdict = worker.may_start(row)
             if verdict == "hold":
@@ -363,6 +399,10 @@ class _Pump:
             landed = worker.hold(held)
             self.report.released += landed
             self.report.held += landed
+        if quiet:
+            landed = worker.defer(quiet)
+            self.report.released += landed
+            self.report.deferred += landed
         worker.sender.submit(starting)
 
     def _take(self, timeout: float) -> None:

@@ -12,6 +12,7 @@ What it checks, like Google does:
 - `POST /v1/projects/{id}/messages:send`: a live bearer token from that endpoint, the right project, and
   the v1 message schema (unknown fields refused, `data` values strings only, `android.ttl` a duration,
   `android.priority` an enum name, `apns.headers` strings).
+- `POST /iid/v1:batchAdd` and `:batchRemove`: topic subscriptions, as strict as Google (`fake_fcm_iid`).
 - Errors are FCM's own JSON: `{"error": {"code", "message", "status", "details": [{"@type":
   "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": ...}]}}`.
 
@@ -33,6 +34,7 @@ from urllib.parse import parse_qs
 import jwt
 
 from notifications.testing.asgi_fake import AsgiApp, HypercornFake, Request, Response
+from notifications.testing.fake_fcm_iid import IID_PATHS, FakeInstanceId
 from notifications.testing.fake_state import (
     Delivery,
     FakeState,
@@ -246,6 +248,12 @@ class FakeFCM(ProviderFake):
         self.token_requests = 0
         self.token_refusals: list[str] = []
         self.dead: set[str] = set()
+        # Topic subscriptions (Google's Instance ID batch API) on the same server: see fake_fcm_iid.
+        self.iid = FakeInstanceId(
+            authorised=self._authorised,
+            dead=lambda token: token.startswith("dead-") or token in self.dead,
+            token_re=_TOKEN_RE,
+        )
         self.server = HypercornFake(
             AsgiApp(self._handle),
             host=host,
@@ -262,6 +270,7 @@ class FakeFCM(ProviderFake):
 
     def reset(self) -> None:
         super().reset()
+        self.iid.reset()
         with self._token_lock:
             self.token_requests = 0
             self.token_refusals = []
@@ -294,6 +303,8 @@ class FakeFCM(ProviderFake):
             return Response.json(200, self.stats())  # for a fake in another process (the demo, the chaos run)
         if request.method == "POST" and request.path == "/token":
             return await self._token(request)
+        if request.method == "POST" and request.path in IID_PATHS:
+            return await self.iid.handle(request)
         match = _SEND_RE.match(request.path)
         if request.method == "POST" and match:
             return await self._send(request, match.group(1))

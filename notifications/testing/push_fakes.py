@@ -46,7 +46,7 @@ class PushFakes:
             "fcm": {
                 "BACKEND": "notifications.backends.fcm.FCMBackend",
                 "OPTIONS": {"project_id": FCM_PROJECT_ID, "credentials_file": str(self.keys.fcm_service_account),
-                            "base_url": self.fcm.url, "ca_file": ca},
+                            "base_url": self.fcm.url, "ca_file": ca, "iid_url": self.fcm.url},
             },
             "apns": {
                 "BACKEND": "notifications.backends.apns.APNsBackend",

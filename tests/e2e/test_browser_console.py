@@ -173,6 +173,31 @@ def overflow(page) -> dict:
     )
 
 
+def make_ops_trouble() -> None:
+    """What the operations panels must explain: an outage two workers saw, a polling watcher, a retention backlog."""
+    from datetime import timedelta
+
+    from tests.weave.test_retention import finished_notification
+    from weave.models import WatcherProbe, WorkerReport
+    from weave.telemetry import db_now
+
+    now = db_now()
+    for name in ("web-1:101", "web-2:202"):
+        last = {
+            "began_at": (now - timedelta(seconds=70)).isoformat(),
+            "ended_at": (now - timedelta(seconds=64)).isoformat(),
+            "seconds": 6.0,
+            "error": "OperationalError: terminating connection due to administrator command",
+        }
+        WorkerReport.objects.create(
+            name=name, started_at=now, seen_at=now, config={}, link={"outages": 1, "last": last}
+        )
+    WatcherProbe.objects.create(
+        process="web-2:202", mode="poll", reason="a probe NOTIFY did not arrive (a transaction pooler?)", probed_at=now
+    )
+    finished_notification(40, attempts=2)
+
+
 def make_trouble():
     """Rows in every state the screens must explain: failed with a long reason, an expired lease, a failed run."""
     from datetime import timedelta
@@ -256,6 +281,7 @@ def test_operator_screens_at_1440_1280_and_390_px(live_server, chromium, monkeyp
     SHOTS.mkdir(parents=True, exist_ok=True)
     User.objects.create_superuser("screens", "ops@example.com", "screens-pw")
     failed, held, run = make_trouble()
+    make_ops_trouble()
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
         context = browser.new_context(viewport={"width": 1440, "height": 900})
@@ -271,6 +297,11 @@ def test_operator_screens_at_1440_1280_and_390_px(live_server, chromium, monkeyp
         verdict = page.locator("#weave-verdict")
         assert "Failing" in verdict.inner_text() or "Degraded" in verdict.inner_text()
         assert f"notification #{held.pk}" in verdict.inner_text() and "push:frozen-host:99" in verdict.inner_text()
+        said = verdict.inner_text()
+        assert "Database outage: 2 worker processes lost the database" in said and "(6 s, ended" in said
+        assert "Wake-ups by polling: 1 of 1" in said and "Retention purge behind" in said
+        for panel in ("outages", "retention", "wake"):
+            assert page.locator(f"#weave-{panel} table").count() == 1, f"the {panel} panel has its table"
         assert page.locator("a.weave-stat").count() >= 5
         assert page.locator("meta[http-equiv=refresh]").count() == 0, "no auto-reload unless asked for"
         assert page.locator("details.weave-chart-data").count() >= 2, "each chart has a data table"

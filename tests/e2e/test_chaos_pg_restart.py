@@ -17,7 +17,7 @@ from .conftest import free_port
 pytestmark = [
     pytest.mark.postgres,
     pytest.mark.e2e,
-    pytest.mark.skipif(postgres_bin() is None, reason="needs PostgreSQL server binaries (initdb, pg_ctl)"),
+    pytest.mark.needs(None if postgres_bin() else "PostgreSQL server binaries (initdb, pg_ctl) are missing"),
 ]
 
 
@@ -44,7 +44,7 @@ def test_chaos__every_invariant_holds_when_postgresql_restarts(tmp_path, capsys,
     with ThrowawayPostgres() as server, django_db_blocker.unblock():
         server.create_database("weave_chaos_restart")
         with default_database_on(server, "weave_chaos_restart"):
-            call_command("migrate", verbosity=0, interactive=False)
+            call_command("migrate", verbosity=0, interactive=False, run_syncdb=True)  # the test-only apps too
             outcome = ChaosRunner(config, database_url=server.url("weave_chaos_restart"), server=server).run()
 
     report = outcome.report

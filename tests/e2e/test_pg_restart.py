@@ -27,7 +27,7 @@ from tools.processes import wait_until
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.postgres,
-    pytest.mark.skipif(postgres_bin() is None, reason="needs PostgreSQL server binaries (initdb, pg_ctl)"),
+    pytest.mark.needs(None if postgres_bin() else "PostgreSQL server binaries (initdb, pg_ctl) are missing"),
 ]
 
 TTL = 4.0
@@ -40,7 +40,7 @@ def own_server(django_db_blocker):
     with ThrowawayPostgres() as server, django_db_blocker.unblock():
         server.create_database("weave_restart_e2e")
         with default_database_on(server, "weave_restart_e2e"):
-            call_command("migrate", verbosity=0, interactive=False)
+            call_command("migrate", verbosity=0, interactive=False, run_syncdb=True)  # the test-only apps too
             yield server
 
 

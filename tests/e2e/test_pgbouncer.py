@@ -24,7 +24,7 @@ pytestmark = [
     pytest.mark.postgres,
     pytest.mark.e2e,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(not pgbouncer.available(), reason="pgbouncer is not installed (.ci/run installs it)"),
+    pytest.mark.needs(None if pgbouncer.available() else "pgbouncer is missing (apt-get install pgbouncer)"),
 ]
 
 

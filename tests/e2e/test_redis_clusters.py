@@ -24,6 +24,7 @@ from notifications.services import notification_create
 from notifications.testing.fake_provider import FakePushProvider
 from tests.e2e.clusters import start_cluster
 from tests.e2e.conftest import free_port
+from tests.needs import require
 from tools.processes import wait_until
 from weave.models import WakeRequest
 
@@ -47,14 +48,14 @@ def use_redis(monkeypatch, name: str, url: str = REDIS_URL) -> None:
         monkeypatch.setattr(Conf, attribute, value)
 
 
-def redis_or_skip():
+def need_redis():
     import redis
 
     client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
     try:
         client.ping()
     except redis.ConnectionError:
-        pytest.skip("Redis is not running on 127.0.0.1:6379")
+        require("Redis is not running on 127.0.0.1:6379 (apt-get install redis-server; .ci/run starts it)")
     return client
 
 
@@ -66,7 +67,7 @@ def percentile(values: list[float], q: float) -> float:
 def test_three_clusters_on_redis__steady_traffic_a_killed_cluster_and_an_unreachable_broker(
     groups, worker_env, monkeypatch
 ):
-    client = redis_or_skip()
+    client = need_redis()
     Schedule.objects.all().delete()  # the watchers, not a minute sweep, must do the recovery
     name = f"three-{uuid.uuid4().hex[:8]}"
     use_redis(monkeypatch, name)

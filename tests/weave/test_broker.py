@@ -14,6 +14,7 @@ from django_q.conf import Conf
 from django_q.models import OrmQ
 from django_q.tasks import async_task
 
+from tests.needs import require
 from weave import broker
 from weave.broker import DatabaseClockORM, stagger_recycle
 from weave.broker_redis import PooledRedis, shared_redis
@@ -54,17 +55,17 @@ def test_database_clock_orm__a_taken_task_is_locked_for_retry_seconds_by_the_dat
     assert 290 < (lock - timezone.now()).total_seconds() <= 300
 
 
-def _redis_or_skip() -> redis.Redis:
+def _need_redis() -> redis.Redis:
     client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
     try:
         client.ping()
     except redis.ConnectionError:
-        pytest.skip("Redis is not running on 127.0.0.1:6379")
+        require("Redis is not running on 127.0.0.1:6379 (apt-get install redis-server; .ci/run starts it)")
     return client
 
 
 def test_pooled_redis__many_enqueues_share_one_connection(monkeypatch):
-    probe = _redis_or_skip()
+    probe = _need_redis()
     name = f"pool-{uuid.uuid4().hex[:8]}"
     monkeypatch.setattr(Conf, "REDIS", REDIS_URL)
     try:

@@ -1,16 +1,20 @@
 """The broker's dequeue rides out a PostgreSQL outage (a throwaway server, stopped and started again)."""
 
+import threading
+
 import pytest
 from django.core.management import call_command
 from django.db import OperationalError
 from django_q.brokers.orm import ORM
+from django_q.models import OrmQ
 
 from tools.pgserver import ThrowawayPostgres, default_database_on, postgres_bin
-from weave.reconnect import ReconnectingORM
+from weave.broker import DatabaseClockORM
+from weave.reconnect import ReconnectingORM, ReconnectOnDequeue
 
 pytestmark = [
     pytest.mark.postgres,
-    pytest.mark.skipif(postgres_bin() is None, reason="needs PostgreSQL server binaries (initdb, pg_ctl)"),
+    pytest.mark.needs(None if postgres_bin() else "PostgreSQL server binaries (initdb, pg_ctl) are missing"),
 ]
 
 
@@ -23,8 +27,11 @@ def server(django_db_blocker):
             yield pg
 
 
-def test_dequeue_while_the_server_is_down__returns_no_task_then_the_task_once_it_is_back(server):
-    broker = ReconnectingORM(list_key="reconnect-test")
+@pytest.mark.parametrize("broker_class", [ReconnectingORM, DatabaseClockORM])
+def test_dequeue_while_the_server_is_down__returns_no_task_then_the_task_once_it_is_back(server, broker_class):
+    # The mixin's dequeue is the one called, not one defined by the broker class itself.
+    assert broker_class.dequeue is ReconnectOnDequeue.dequeue
+    broker = broker_class(list_key="reconnect-test")
     broker.enqueue("the payload")
     server.stop("immediate")
     try:
@@ -37,6 +44,21 @@ def test_dequeue_while_the_server_is_down__returns_no_task_then_the_task_once_it
     assert task[1] == "the payload"
     assert broker._pause == 0.0 and broker._outage_since is None
     broker.delete(task[0])
+
+
+@pytest.mark.parametrize("broker_class", [ReconnectingORM, DatabaseClockORM])
+def test_an_acknowledgement_while_the_server_is_down__waits_for_it_instead_of_killing_the_monitor(server, broker_class):
+    broker = broker_class(list_key="reconnect-test")
+    broker.enqueue("acknowledged later")
+    ((task_id, _),) = broker.dequeue()
+    server.stop("fast")
+    back = threading.Timer(1.5, server.start)
+    back.start()
+    try:
+        broker.acknowledge(task_id)  # no exception: returns once the server answers and the row is gone
+    finally:
+        back.join()
+    assert not OrmQ.objects.filter(pk=task_id).exists()
 
 
 def test_the_stock_orm_broker_raises_there(server):
@@ -56,3 +78,12 @@ def test_an_error_that_is_not_a_lost_link_is_raised(server, monkeypatch):
     monkeypatch.setattr(ORM, "dequeue", lambda self: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         broker.dequeue()
+
+
+def test_a_broker_that_defines_dequeue_beside_the_mixin_is_refused_at_import():
+    """Its own dequeue would shadow the mixin's, and the pusher would stall after every restart."""
+    with pytest.raises(TypeError, match="would never run"):
+
+        class Shadowing(ReconnectOnDequeue, ORM):  # type: ignore[misc]
+            def dequeue(self):
+                return None

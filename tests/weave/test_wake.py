@@ -3,6 +3,7 @@
 from datetime import datetime, timedelta
 
 import pytest
+from django.db import DatabaseError
 from django.utils import timezone
 
 from notifications.models import Notification
@@ -24,8 +25,8 @@ class Spec:
         self.due: datetime | None = None
         self.wakes = 0
 
-    def spec(self) -> WatchSpec:
-        return WatchSpec(name="test", next_due=lambda: self.due, wake=self._wake)
+    def spec(self, name: str = "test") -> WatchSpec:
+        return WatchSpec(name=name, next_due=lambda: self.due, wake=self._wake)
 
     def _wake(self) -> None:
         self.wakes += 1
@@ -71,6 +72,22 @@ def test_watcher__work_found_due_after_a_notification_gets_a_grace_then_a_wake(s
     watcher.step(timer_expired=False)  # seen once more (grace) ...
     second = watcher.step(timer_expired=False)  # ... and woken again, after a longer pause
     assert kind.wakes == 2 and second > first
+
+
+def test_watcher__a_kind_whose_lookup_fails_does_not_blind_it_to_the_others(caplog):
+    """A kind whose table is not migrated (or whose query fails) is logged; the other kinds are still woken."""
+
+    def broken() -> datetime:
+        raise DatabaseError('relation "shipping_shipment" does not exist')
+
+    before, after = Spec(), Spec()
+    before.due = after.due = in_seconds(-0.01)
+    watcher = Watcher([before.spec("a"), WatchSpec(name="broken", next_due=broken, wake=lambda: None), after.spec("z")])
+    sleep = watcher.step(timer_expired=True)
+    assert (before.wakes, after.wakes) == (1, 1)
+    assert sleep <= 1.0  # the broken kind is looked at again soon, not after an idle sleep
+    failed = [r for r in caplog.records if "event=watch_failed name=broken" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].exc_info is not None
 
 
 def test_notification_next_due_at__is_the_earliest_time_a_pending_row_becomes_claimable():
