@@ -43,8 +43,10 @@ from weave.display import (
     admin_link_to,
     change_url,
     clipped,
+    reason_column,
     said_once,
     shown,
+    state_column,
     state_word,
     timestamp,
     timestamp_column,
@@ -173,13 +175,8 @@ class DeliveryAttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
     started_at_display = timestamp_column("started_at", "sent at (database clock)")
     finished_at_display = timestamp_column("finished_at", "finished at (database clock)")
 
-    @admin.display(description="reason")
-    def shown_reason(self, obj: DeliveryAttempt) -> str:
-        return shown(said_once(obj.reason))
-
-    @admin.display(description="outcome")
-    def outcome_word(self, obj: DeliveryAttempt) -> str:
-        return state_word(obj.outcome)
+    shown_reason = reason_column()
+    outcome_word = state_column("outcome", "outcome")
 
 
 class NotificationForm(forms.ModelForm):
@@ -281,9 +278,7 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
     # on the row's page), the times and the lease share one column each.
     list_display = ("id", "short_title", "short_token", "status_word", "attempts", "when", "reason", "lease")
 
-    @admin.display(description="status", ordering="status")
-    def status_word(self, obj: Notification) -> str:
-        return state_word(obj.status)
+    status_word = state_column("status", "status", sortable=True)
 
     list_filter = (
         state_filter("status", Notification.Status.values),
@@ -555,9 +550,7 @@ class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         within_filter("finished_at", "finished", "finished"),
     )
 
-    @admin.display(description="outcome", ordering="outcome")
-    def outcome_word(self, obj: DeliveryAttempt) -> str:
-        return state_word(obj.outcome)
+    outcome_word = state_column("outcome", "outcome", sortable=True)
 
     search_fields = ("reason", "owner")
     list_select_related = ("notification",)
@@ -573,13 +566,8 @@ class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "shown_reason",
     )
 
-    @admin.display(description="reason")
-    def list_reason(self, obj: DeliveryAttempt) -> str:
-        return clipped(said_once(obj.reason))
-
-    @admin.display(description="reason")
-    def shown_reason(self, obj: DeliveryAttempt) -> str:
-        return shown(said_once(obj.reason))  # the row's page has room for all of it
+    list_reason = reason_column(clip=True)
+    shown_reason = reason_column()  # the row's page has room for all of it
 
     @admin.display(description="notification", ordering="notification")
     def notification_link(self, obj: DeliveryAttempt) -> str:
@@ -599,9 +587,7 @@ class BreakerOpeningAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = (within_filter("opened_at", "opened", "opened"),)
     Media = ConsoleMedia
 
-    @admin.display(description="reason")
-    def shown_reason(self, obj: BreakerOpening) -> str:
-        return clipped(said_once(obj.reason))
+    shown_reason = reason_column(clip=True)
 
     search_fields = ("owner", "reason")
     opened_at_display = timestamp_column("opened_at", "opened at (database clock)")

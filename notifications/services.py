@@ -3,7 +3,7 @@
 import logging
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -120,11 +120,7 @@ def notification_send_to_user(
     one INSERT per backend alias at most (see `_insert_many`).
     """
     user = _saved_user(user, field="user", required=True)
-    message = _FanOut(
-        title=title, body=body, data=data, collapse_key=collapse_key, ttl=ttl, priority=priority,
-        options=options, send_at=_send_at(send_at), clock=clock,
-    )  # fmt: skip
-    created, skipped = message.send({user.pk: user})
+    created, skipped = _FanOut.of(locals()).send({user.pk: user})
     return UserNotifications(created, skipped=skipped)
 
 
@@ -149,10 +145,7 @@ def notification_send_to_users(
     Returns how many notifications were created and which devices were skipped, and why."""
     if isinstance(chunk, bool) or not isinstance(chunk, int) or not 1 <= chunk <= 10_000:
         raise ValidationError({"chunk": "chunk is a whole number of users from 1 to 10000."})
-    message = _FanOut(
-        title=title, body=body, data=data, collapse_key=collapse_key, ttl=ttl, priority=priority,
-        options=options, send_at=_send_at(send_at), clock=clock,
-    )  # fmt: skip
+    message = _FanOut.of(locals())
     result = BulkSend()
     for batch in _user_chunks(users, chunk):
         created, skipped = message.send(batch)
@@ -202,7 +195,14 @@ class _FanOut:
     clock: Clock
 
     def __post_init__(self) -> None:
+        _send_at(self.send_at)
         _check_ttl(self.ttl)  # before the expiry expression is built from it
+
+    @classmethod
+    def of(cls, arguments: Mapping[str, Any]) -> "_FanOut":
+        """The message of a fan-out service call, from its arguments (`locals()`): the services that fan
+        out take the same message keywords, so they are read by name here rather than listed twice."""
+        return cls(**{f.name: arguments[f.name] for f in fields(cls)})
 
     def send(self, users: Mapping[Any, Any]) -> tuple[list[Notification], list["SkippedDevice"]]:
         """Create the rows for `users` ({pk: user}) in one short transaction; return them and the skipped devices."""

@@ -45,8 +45,10 @@ from weave.display import (
     changelist_link,
     clipped,
     joined_reason,
+    reason_column,
     said_once,
     shown,
+    state_column,
     state_word,
     timestamp,
     timestamp_column,
@@ -318,28 +320,21 @@ class StepReceiptInline(LinkedReadOnlyMixin, admin.TabularInline):
         return receipt_output(receipt)
 
 
-class RunAttemptInline(LinkedReadOnlyMixin, admin.TabularInline):
-    model = RunAttempt
-    extra = 0
-    fields = readonly_fields = (
-        "fence",
-        "owner",
-        "outcome_word",
-        "started_at_display",
-        "ended_at_display",
-        "shown_reason",
-    )
-    ordering = ["fence", "pk"]
+class _AttemptColumns:
+    """What an attempt's page and a run's inline list of attempts both show."""
+
+    ATTEMPT_FIELDS = ("fence", "owner", "outcome_word", "started_at_display", "ended_at_display", "shown_reason")
     started_at_display = timestamp_column("started_at", "started at (database clock)")
     ended_at_display = timestamp_column("ended_at", "ended at (database clock)")
+    shown_reason = reason_column()
 
-    @admin.display(description="reason")
-    def shown_reason(self, attempt: RunAttempt) -> str:
-        return shown(said_once(attempt.reason))
 
-    @admin.display(description="outcome")
-    def outcome_word(self, attempt: RunAttempt) -> str:
-        return state_word(attempt.outcome)
+class RunAttemptInline(_AttemptColumns, LinkedReadOnlyMixin, admin.TabularInline):
+    model = RunAttempt
+    extra = 0
+    fields = readonly_fields = _AttemptColumns.ATTEMPT_FIELDS
+    ordering = ["fence", "pk"]
+    outcome_word = state_column("outcome", "outcome")
 
 
 class HasBlockedAttemptsFilter(admin.SimpleListFilter):
@@ -448,9 +443,7 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         # The dashboard's "runs by status and step" links filter by step.
         return lookup in {"phase", "failed_step"} or super().lookup_allowed(lookup, value, request)
 
-    @admin.display(description="status", ordering="status")
-    def status_word(self, run: OnboardingRun) -> str:
-        return state_word(run.status)
+    status_word = state_column("status", "status", sortable=True)
 
     @admin.display(description="reason")
     def list_reason(self, run: OnboardingRun) -> str:
@@ -788,7 +781,7 @@ class RunAttemptOutcomeFilter(admin.SimpleListFilter):
 
 
 @admin.register(RunAttempt)
-class RunAttemptAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
+class RunAttemptAdmin(_AttemptColumns, LinkedReadOnlyMixin, admin.ModelAdmin):
     """Every attempt with its outcome and why; blocked ones (lost leases) are a filter away."""
 
     # "id" first: the row's own link; a first column that is itself a link would nest one link in another.
@@ -803,33 +796,14 @@ class RunAttemptAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
         "list_reason",
     ]
     Media = ConsoleMedia
-    fields = readonly_fields = (
-        "run_link",
-        "fence",
-        "owner",
-        "outcome_word",
-        "started_at_display",
-        "ended_at_display",
-        "shown_reason",
-    )
-    started_at_display = timestamp_column("started_at", "started at (database clock)")
-    ended_at_display = timestamp_column("ended_at", "ended at (database clock)")
+    fields = readonly_fields = ("run_link", *_AttemptColumns.ATTEMPT_FIELDS)
     list_filter = [RunAttemptOutcomeFilter, within_filter("ended_at", "ended", "ended")]
     list_select_related = ["run__supplier"]
     search_fields = ["owner", "reason"]
     ordering = ["-pk"]
 
-    @admin.display(description="reason")
-    def shown_reason(self, attempt: RunAttempt) -> str:
-        return shown(said_once(attempt.reason))
-
-    @admin.display(description="reason")
-    def list_reason(self, attempt: RunAttempt) -> str:
-        return clipped(said_once(attempt.reason))
-
-    @admin.display(description="outcome", ordering="outcome")
-    def outcome_word(self, attempt: RunAttempt) -> str:
-        return state_word(attempt.outcome)
+    list_reason = reason_column(clip=True)
+    outcome_word = state_column("outcome", "outcome", sortable=True)
 
     @admin.display(description="owner", ordering="owner")
     def short_owner(self, attempt: RunAttempt) -> str:

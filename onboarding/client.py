@@ -15,110 +15,24 @@ Whatever the service sends back is outside text. The client never lets it jam a 
 import json
 import logging
 import threading
-import time
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpcore
 import httpx
 
 from onboarding.errors import PermanentFailure, TemporaryFailure
 from weave.conf import weave_settings
 from weave.events import log_event
+from weave.http import BODY_CAP, deadline_transport, whole_request_deadline
 from weave.leases import Heartbeat
 from weave.retry import HttpClass, backoff_seconds, http_class, is_json_content_type, parse_retry_after
 from weave.sanitize import decode, escape_controls, outside_text, safe_url
 
 logger = logging.getLogger("weave.onboarding")
 
-# The service's answers are small JSON objects; anything past this is not an answer we can use.
-BODY_CAP = 64 * 1024
 # What a reason quotes of a refused answer.
 SNIPPET = 200
-
-
-# --- one deadline for the whole request ------------------------------------------------------------
-
-
-class _Deadline(threading.local):
-    """The monotonic instant the current request on this thread must be over by (None: no cap)."""
-
-    at: float | None = None
-
-
-_deadline = _Deadline()
-
-
-def _time_left(timeout: float | None, kind: type[Exception]) -> float | None:
-    """The socket timeout for the next operation: the per-operation one, shortened to the deadline."""
-    if _deadline.at is None:
-        return timeout
-    left = _deadline.at - time.monotonic()
-    if left <= 0:
-        raise kind("the whole-request deadline passed")
-    return left if timeout is None else min(timeout, left)
-
-
-class _DeadlineStream(httpcore.NetworkStream):
-    """A socket stream whose every read and write stops at the request's deadline."""
-
-    def __init__(self, inner: httpcore.NetworkStream) -> None:
-        self._inner = inner
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, _time_left(timeout, httpcore.ReadTimeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, _time_left(timeout, httpcore.WriteTimeout))
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def start_tls(self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None) -> Any:
-        inner = self._inner.start_tls(ssl_context, server_hostname, _time_left(timeout, httpcore.ConnectTimeout))
-        return _DeadlineStream(inner)
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
-
-
-class _DeadlineBackend(httpcore.NetworkBackend):
-    """httpcore's sync backend, with every stream bounded by the deadline of the request using it."""
-
-    def __init__(self) -> None:
-        self._inner = httpcore.SyncBackend()
-
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.NetworkStream:
-        timeout = _time_left(timeout, httpcore.ConnectTimeout)
-        return _DeadlineStream(self._inner.connect_tcp(host, port, timeout, local_address, socket_options))
-
-    def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
-    ) -> httpcore.NetworkStream:
-        timeout = _time_left(timeout, httpcore.ConnectTimeout)
-        return _DeadlineStream(self._inner.connect_unix_socket(path, timeout, socket_options))
-
-    def sleep(self, seconds: float) -> None:
-        self._inner.sleep(seconds)
-
-
-def _deadline_transport() -> httpx.HTTPTransport:
-    transport = httpx.HTTPTransport()
-    pool = getattr(transport, "_pool", None)
-    # httpx builds its pool without a way to pass a network backend; replace it before the first
-    # connection exists. If a future httpx renames this, fail loudly rather than lose the cap.
-    if pool is None or not hasattr(pool, "_network_backend"):
-        raise RuntimeError("httpx/httpcore changed: cannot install the whole-request deadline")
-    pool._network_backend = _DeadlineBackend()
-    return transport
 
 
 # --- what a JSON answer may hold ---------------------------------------------------------------------
@@ -191,7 +105,7 @@ class SupplierServices:
         self._client = httpx.Client(
             base_url=self.base_url,
             timeout=self.timeout,
-            transport=transport if transport is not None else _deadline_transport(),
+            transport=transport if transport is not None else deadline_transport(),
             follow_redirects=False,  # a redirect is reported, never followed (see `post`)
         )
         self._pause = threading.Event()  # never set: waits below are plain timed sleeps
@@ -281,30 +195,29 @@ class SupplierServices:
         """One request under one deadline; read at most `BODY_CAP` bytes of the body."""
         # identity: a compressed body could expand far past the cap once decoded.
         headers = {"Idempotency-Key": key, "Accept": "application/json", "Accept-Encoding": "identity"}
-        _deadline.at = time.monotonic() + self.timeout
-        try:
-            with self._client.stream("POST", path, json=payload, headers=headers) as response:
-                chunks: list[bytes] = []
-                size = 0
-                dropped = False
-                declared = response.headers.get("Content-Length", "")
-                if declared.isdigit() and int(declared) > BODY_CAP:
-                    dropped = True  # do not even start reading it
-                elif response.is_stream_consumed:  # an in-memory answer (a test transport): already read
-                    chunks.append(response.content)
-                    dropped = len(response.content) > BODY_CAP
-                else:
-                    for chunk in response.iter_raw():
-                        chunks.append(chunk)
-                        size += len(chunk)
-                        if size > BODY_CAP:
-                            dropped = True
-                            break
-                # Leaving the block unread closes the connection instead of draining the rest.
-                body = b"".join(chunks)[:BODY_CAP]
-                return _Answer(response.status_code, response.headers, body, dropped)
-        finally:
-            _deadline.at = None
+        with (
+            whole_request_deadline(self.timeout),
+            self._client.stream("POST", path, json=payload, headers=headers) as response,
+        ):
+            chunks: list[bytes] = []
+            size = 0
+            dropped = False
+            declared = response.headers.get("Content-Length", "")
+            if declared.isdigit() and int(declared) > BODY_CAP:
+                dropped = True  # do not even start reading it
+            elif response.is_stream_consumed:  # an in-memory answer (a test transport): already read
+                chunks.append(response.content)
+                dropped = len(response.content) > BODY_CAP
+            else:
+                for chunk in response.iter_raw():
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size > BODY_CAP:
+                        dropped = True
+                        break
+            # Leaving the block unread closes the connection instead of draining the rest.
+            body = b"".join(chunks)[:BODY_CAP]
+            return _Answer(response.status_code, response.headers, body, dropped)
 
     def _outside(self, text: str) -> str:
         return outside_text(text, secrets=self.secrets, limit=SNIPPET)

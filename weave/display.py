@@ -40,6 +40,29 @@ def timestamp_column(field: str, description: str | None = None) -> Callable[[An
     return show
 
 
+def state_column(field: str, description: str, *, sortable: bool = False) -> Callable[[Any, Any], str]:
+    """A display method showing a state or outcome `field` as its word (`state_word()`)."""
+
+    @admin.display(description=description, ordering=field if sortable else None)
+    def show(self: Any, obj: Any) -> str:
+        return state_word(getattr(obj, field))
+
+    show.__name__ = f"{field}_word"
+    return show
+
+
+def reason_column(field: str = "reason", *, clip: bool = False) -> Callable[[Any, Any], str]:
+    """A display method showing a stored reason said once: whole on a detail page, `clip` for a list."""
+
+    @admin.display(description="reason")
+    def show(self: Any, obj: Any) -> str:
+        text = said_once(getattr(obj, field))
+        return clipped(text) if clip else shown(text)
+
+    show.__name__ = f"shown_{field}"
+    return show
+
+
 def admin_link(obj: models.Model | None, text: object = None) -> str:
     """A link to `obj`'s admin change page (plain text when it has none)."""
     if obj is None:

@@ -37,7 +37,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 
 from weave.conf import weave_settings
-from weave.leases import DbNow
+from weave.leases import DbNow, default_clock
 from weave.reports import note_answer, note_failure
 from weave.worker_db import is_cut_off
 
@@ -180,25 +180,7 @@ def announce() -> None:
 
 def seconds_until(when: datetime | None) -> float | None:
     """Seconds from the database's now until `when` (negative: overdue); None for None."""
-    if when is None:
-        return None
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SELECT EXTRACT(EPOCH FROM (%s - clock_timestamp()))", [when])
-            return float(cursor.fetchone()[0])
-    return (when - _sqlite_now()).total_seconds()
-
-
-def _sqlite_now() -> datetime:
-    from datetime import UTC
-
-    from django.utils.dateparse import parse_datetime
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")
-        parsed = parse_datetime(cursor.fetchone()[0])
-    assert parsed is not None
-    return parsed.replace(tzinfo=UTC)
+    return default_clock.seconds_until(when, connection.alias)
 
 
 # --- what is watched -----------------------------------------------------------------------------------

@@ -108,25 +108,31 @@ class APNsBackend(PushBackend):
             return expired_before_sending(message)
         url = f"{self.base_url}/3/device/{message.token}"
         headers, content = apns_request(message, topic=self.topic, push_type=self.push_type, ttl=ttl)
-        refused: str | None = None
-        for attempt in (1, 2):
+
+        async def credential(refused: str | None) -> str | SendResult:
             try:
-                jwt_token = self.provider_token.get(refused=refused)
+                return self.provider_token.get(refused=refused)
             except (ValueError, TypeError, OSError) as exc:  # PyJWTError is a ValueError
                 return _not_signed(f"Could not sign an APNs provider token ({type(exc).__name__}); check key_file")
-            secrets = [jwt_token]
+
+        async def exchange(jwt_token: str) -> CappedResponse | SendResult:
             try:
-                response = await capped_request(
+                return await capped_request(
                     self.client, "POST", url, deadline=max(0.0, deadline - time.monotonic()),
-                    headers={**headers, "authorization": f"bearer {jwt_token}"}, content=content, secrets=secrets,
+                    headers={**headers, "authorization": f"bearer {jwt_token}"}, content=content, secrets=[jwt_token],
                 )  # fmt: skip
             except ExchangeFailed as exc:
                 return classify.failed_exchange(exc, where=self.host)
-            if attempt == 1 and response.status == 403 and apns_reason(response) in AUTH_REASONS:
-                refused = jwt_token  # nothing was delivered: sign a new provider token once and send again
-                continue
-            return classify_apns(response, secrets=secrets, where=self.host, after_refresh=attempt == 2)
-        raise AssertionError("unreachable")  # pragma: no cover
+
+        return await self.send_refreshing_once(
+            credential,
+            exchange,
+            # Nothing was delivered: sign a new provider token once and send again.
+            refuses=lambda response: response.status == 403 and apns_reason(response) in AUTH_REASONS,
+            classify=lambda response, jwt_token, again: classify_apns(
+                response, secrets=[jwt_token], where=self.host, after_refresh=again
+            ),
+        )
 
 
 def _not_signed(reason: str) -> SendResult:

@@ -10,15 +10,18 @@ read past a small cap.
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
 
 from weave.sanitize import SNIPPET, outside_text
+
+if TYPE_CHECKING:
+    from notifications.backends.http import CappedResponse
 
 _VISIBLE_ASCII = re.compile(r"[!-~]{1,2048}")
 
@@ -111,7 +114,8 @@ class PushBackend(ABC):
 
     One instance lives on one worker's event loop for the length of a drain; the worker calls
     `aclose()` at the end. Subclasses implement `send()` and may override `check_options()`,
-    `secrets()`, and the `supports_*` flags.
+    `secrets()`, and the `supports_*` flags. A backend that authenticates with a credential it can
+    renew sends through `send_refreshing_once()`.
     """
 
     # Whether the provider speaks HTTP/2 (one connection multiplexes a batch's concurrency).
@@ -187,6 +191,36 @@ class PushBackend(ABC):
             self._client = None
 
     # --- shared helpers --------------------------------------------------------------------------------
+
+    async def send_refreshing_once(
+        self,
+        credential: Callable[[str | None], Awaitable["str | SendResult"]],
+        exchange: Callable[[str], Awaitable["CappedResponse | SendResult"]],
+        *,
+        refuses: Callable[["CappedResponse"], bool],
+        classify: Callable[["CappedResponse", str, bool], SendResult],
+    ) -> SendResult:
+        """Send with a credential; if the provider refuses that credential, get a new one once and send again.
+
+        `credential(refused)` returns the credential to send with (`refused` is None at first, then the
+        one the provider refused), or a `SendResult` when none can be had. `exchange(credential)` sends
+        and returns the answer, or a `SendResult` for a failed exchange. `refuses(answer)` says whether
+        the answer refuses the credential itself, which means nothing was delivered: only then is the
+        message sent a second time. `classify(answer, credential, after_refresh)` judges the last answer.
+        """
+        refused: str | None = None
+        for attempt in (1, 2):
+            got = await credential(refused)
+            if isinstance(got, SendResult):
+                return got
+            answer = await exchange(got)
+            if isinstance(answer, SendResult):
+                return answer
+            if attempt == 1 and refuses(answer):
+                refused = got
+                continue
+            return classify(answer, got, attempt == 2)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     @property
     def client(self) -> httpx.AsyncClient:

@@ -139,10 +139,10 @@ class FCMBackend(PushBackend):
         if ttl == 0:
             return expired_before_sending(message)
         content = json.dumps(fcm_message(message, ttl), separators=(",", ":"), ensure_ascii=False).encode()
-        refused: str | None = None
-        for attempt in (1, 2):
+
+        async def credential(refused: str | None) -> str | SendResult:
             try:
-                token = (refused is None and self.credentials.current()) or await self.credentials.aget(
+                return (refused is None and self.credentials.current()) or await self.credentials.aget(
                     refused=refused, deadline=deadline - time.monotonic()
                 )
             except CredentialsRefused as exc:
@@ -156,20 +156,25 @@ class FCMBackend(PushBackend):
                     systemic=True,
                     sent=False,
                 )
+
+        async def exchange(token: str) -> CappedResponse | SendResult:
             headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json; charset=UTF-8"}
-            secrets = [token]
             try:
-                response = await capped_request(
+                return await capped_request(
                     self.client, "POST", self.url, deadline=max(0.0, deadline - time.monotonic()),
-                    headers=headers, content=content, secrets=secrets,
+                    headers=headers, content=content, secrets=[token],
                 )  # fmt: skip
             except ExchangeFailed as exc:
                 return classify.failed_exchange(exc, where=self.base_url)
-            if response.status == 401 and attempt == 1:
-                refused = token  # nothing was delivered: replace the token once and send again
-                continue
-            return classify_fcm(response, secrets=secrets, where=self.base_url, after_refresh=attempt == 2)
-        raise AssertionError("unreachable")  # pragma: no cover
+
+        return await self.send_refreshing_once(
+            credential,
+            exchange,
+            refuses=lambda response: response.status == 401,  # nothing was delivered: replace the token once
+            classify=lambda response, token, again: classify_fcm(
+                response, secrets=[token], where=self.base_url, after_refresh=again
+            ),
+        )
 
 
 def fcm_message(message: PushMessage, ttl: int | None) -> dict[str, Any]:

@@ -22,14 +22,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 import httpx
 
+from weave.http import BODY_CAP
 from weave.retry import parse_retry_after
 from weave.sanitize import outside_text, safe_url
 
 if TYPE_CHECKING:
     from notifications.backends.h2transport import H2Client
     from notifications.backends.transport import LeanTransport
-
-BODY_CAP = 64 * 1024
 
 
 class _NoCookies(httpx.Cookies):

@@ -227,21 +227,23 @@ class WebPushBackend(PushBackend):
             "Content-Encoding": "aes128gcm",
             "Content-Type": "application/octet-stream",
         }
-        refused: str | None = None
-        for attempt in (1, 2):
+
+        async def credential(refused: str | None) -> str | SendResult:
             try:
-                authorization = self.vapid.authorization(endpoint, refused=refused)
+                return self.vapid.authorization(endpoint, refused=refused)
             except (ValueError, TypeError, OSError) as exc:
                 return SendResult(
                     outcome=Outcome.TEMPORARY, systemic=True, fatal=True, sent=False,
                     reason=f"Could not sign a VAPID token ({type(exc).__name__}); check vapid_private_key_file; "
                     "nothing was sent.",
                 )  # fmt: skip
-            secrets = [authorization.split("t=", 1)[-1].split(",", 1)[0]]
+
+        async def exchange(authorization: str) -> CappedResponse | SendResult:
             try:
-                response = await capped_request(
+                return await capped_request(
                     self.client, "POST", endpoint, deadline=max(0.0, deadline - time.monotonic()),
-                    headers={**headers, "Authorization": authorization}, content=content, secrets=secrets,
+                    headers={**headers, "Authorization": authorization}, content=content,
+                    secrets=_vapid_secrets(authorization),
                 )  # fmt: skip
             except ExchangeFailed as exc:
                 if (refusal := refusal_in(exc)) is not None:
@@ -252,13 +254,20 @@ class WebPushBackend(PushBackend):
                         reason=f"Not sent to {where}: {refusal}; nothing was sent.",
                     )  # fmt: skip
                 return classify.failed_exchange(exc, where=where)
-            if attempt == 1 and response.status in (401, 403):
-                refused = authorization  # re-sign the VAPID token once: nothing was delivered
-                continue
-            return classify_webpush(
-                response, secrets=secrets, where=where, after_refresh=attempt == 2, verbatim=verbatim
-            )
-        raise AssertionError("unreachable")  # pragma: no cover
+
+        return await self.send_refreshing_once(
+            credential,
+            exchange,
+            refuses=lambda response: response.status in (401, 403),  # re-sign once: nothing was delivered
+            classify=lambda response, authorization, again: classify_webpush(
+                response, secrets=_vapid_secrets(authorization), where=where, after_refresh=again, verbatim=verbatim
+            ),
+        )
+
+
+def _vapid_secrets(authorization: str) -> list[str]:
+    """The signed token inside a `vapid t=..., k=...` header: what a reason must never show."""
+    return [authorization.split("t=", 1)[-1].split(",", 1)[0]]
 
 
 def web_push_payload(message: PushMessage, *, tag: str) -> bytes:

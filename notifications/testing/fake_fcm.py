@@ -171,11 +171,8 @@ def _check_android(value: Any) -> dict[str, Any]:
     return android
 
 
-def validate_message(body: Any) -> dict[str, Any]:
-    """Return the normalised message of a send request, or raise SchemaError like FCM's INVALID_ARGUMENT."""
-    if not isinstance(body, dict) or set(body) - {"message", "validate_only", "validateOnly"}:
-        raise SchemaError("", "Invalid JSON payload received: the request holds only 'message' and 'validate_only'.")
-    message = _check_fields(body.get("message"), _MESSAGE_FIELDS, "message")
+def _check_target(message: dict[str, Any]) -> None:
+    """Exactly one of token, topic and condition, the last two well-formed."""
     targets = [k for k in ("token", "topic", "condition") if k in message]
     if len(targets) != 1:
         raise SchemaError("message", "Exactly one of message.token, message.topic or message.condition is required.")
@@ -185,6 +182,31 @@ def validate_message(body: Any) -> dict[str, Any]:
         isinstance(message["condition"], str) and _CONDITION_RE.fullmatch(message["condition"])
     ):
         raise SchemaError("message.condition", "Invalid value at 'message.condition': not a valid condition.")
+
+
+def _check_apns(value: Any) -> dict[str, Any]:
+    apns = _check_fields(value, _APNS_FIELDS, "message.apns")
+    if "headers" in apns:
+        _check_string_map(apns["headers"], "message.apns.headers")
+    if "payload" in apns and not isinstance(apns["payload"], dict):
+        raise SchemaError("message.apns.payload", "Invalid value at 'message.apns.payload': expected an object.")
+    return apns
+
+
+def _check_webpush(value: Any) -> dict[str, Any]:
+    webpush = _check_fields(value, _WEBPUSH_FIELDS, "message.webpush")
+    for key in ("headers", "data"):
+        if key in webpush:
+            _check_string_map(webpush[key], f"message.webpush.{key}")
+    return webpush
+
+
+def validate_message(body: Any) -> dict[str, Any]:
+    """Return the normalised message of a send request, or raise SchemaError like FCM's INVALID_ARGUMENT."""
+    if not isinstance(body, dict) or set(body) - {"message", "validate_only", "validateOnly"}:
+        raise SchemaError("", "Invalid JSON payload received: the request holds only 'message' and 'validate_only'.")
+    message = _check_fields(body.get("message"), _MESSAGE_FIELDS, "message")
+    _check_target(message)
     if "data" in message:
         _check_string_map(message["data"], "message.data")
     if "notification" in message:
@@ -195,18 +217,9 @@ def validate_message(body: Any) -> dict[str, Any]:
     if "android" in message:
         message["android"] = _check_android(message["android"])
     if "apns" in message:
-        apns = _check_fields(message["apns"], _APNS_FIELDS, "message.apns")
-        if "headers" in apns:
-            _check_string_map(apns["headers"], "message.apns.headers")
-        if "payload" in apns and not isinstance(apns["payload"], dict):
-            raise SchemaError("message.apns.payload", "Invalid value at 'message.apns.payload': expected an object.")
-        message["apns"] = apns
+        message["apns"] = _check_apns(message["apns"])
     if "webpush" in message:
-        webpush = _check_fields(message["webpush"], _WEBPUSH_FIELDS, "message.webpush")
-        for key in ("headers", "data"):
-            if key in webpush:
-                _check_string_map(webpush[key], f"message.webpush.{key}")
-        message["webpush"] = webpush
+        message["webpush"] = _check_webpush(message["webpush"])
     return message
 
 

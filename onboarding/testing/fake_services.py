@@ -177,6 +177,17 @@ def _answer(endpoint: str, body: dict[str, Any], config: FakeConfig) -> tuple[in
     return 201, {"reference": reference, "last4": iban[-4:], "status": "verified"}
 
 
+def _drawn_fault(draw: float, config: FakeConfig) -> str | None:
+    """The injected fault a request's draw falls on ("5xx", "429", "hang"), or None."""
+    if draw < config.error_rate:
+        return "5xx"
+    if draw < config.error_rate + config.throttle_rate:
+        return "429"
+    if draw < config.error_rate + config.throttle_rate + config.hang_rate:
+        return "hang"
+    return None
+
+
 class _Handler(FakeHandler):
     server: "_Server"
 
@@ -236,18 +247,7 @@ class _Handler(FakeHandler):
     def _serve(self, endpoint: str, body: dict[str, Any] | None) -> None:
         state = self.server.state
         key = self.headers.get("Idempotency-Key", "").strip()
-        with state.lock:
-            config = state.config
-            state.requests += 1
-            state.by_endpoint[endpoint]["requests"] += 1
-            if key:
-                state.key_requests[key] += 1
-            draw = state.random.random()
-            hold = state.holds.get(endpoint)
-            if hold is not None:
-                hold.remaining -= 1
-                if hold.remaining <= 0:
-                    del state.holds[endpoint]
+        config, draw, hold = self._arrive(endpoint, key)
         if config.latency:
             state.stopping.wait(config.latency)
         if hold is not None:
@@ -261,14 +261,47 @@ class _Handler(FakeHandler):
             return
         mode = self._mode(endpoint)
         if mode:
-            with state.lock:
-                state.faults[mode] += 1
-                state.by_endpoint[endpoint]["faults"] += 1
+            self._count_fault(mode, endpoint)
             self._hostile(mode, endpoint)
             return
-
+        if self._outage(config):
+            return
         # One draw decides the fault, so the rates add up the way the flags read.
-        fault = None
+        fault = _drawn_fault(draw, config)
+        if fault in ("5xx", "429"):
+            self._count_fault(fault, endpoint)
+            if fault == "5xx":
+                self._send(503, {"error": "service unavailable (injected)"})
+            else:
+                self._send(429, {"error": "slow down (injected)"}, {"Retry-After": str(config.retry_after)})
+            return
+        self._answer_once(endpoint, key, body, config, hang=fault == "hang")
+
+    def _arrive(self, endpoint: str, key: str) -> tuple[FakeConfig, float, Hold | None]:
+        """Count the request and take its draw and its hold (if a test holds this endpoint)."""
+        state = self.server.state
+        with state.lock:
+            state.requests += 1
+            state.by_endpoint[endpoint]["requests"] += 1
+            if key:
+                state.key_requests[key] += 1
+            draw = state.random.random()
+            hold = state.holds.get(endpoint)
+            if hold is not None:
+                hold.remaining -= 1
+                if hold.remaining <= 0:
+                    del state.holds[endpoint]
+            return state.config, draw, hold
+
+    def _count_fault(self, fault: str, endpoint: str) -> None:
+        state = self.server.state
+        with state.lock:
+            state.faults[fault] += 1
+            state.by_endpoint[endpoint]["faults"] += 1
+
+    def _outage(self, config: FakeConfig) -> bool:
+        """Answer 503 while the configured outage lasts (`fail_first` requests); say whether it did."""
+        state = self.server.state
         with state.lock:
             outage = state.config.fail_first > 0
             if outage:
@@ -277,23 +310,11 @@ class _Handler(FakeHandler):
             with state.lock:
                 state.faults["outage"] += 1
             self._send(503, {"error": "service unavailable (outage)"}, {"Retry-After": str(config.retry_after)})
-            return
-        if draw < config.error_rate:
-            fault = "5xx"
-        elif draw < config.error_rate + config.throttle_rate:
-            fault = "429"
-        elif draw < config.error_rate + config.throttle_rate + config.hang_rate:
-            fault = "hang"
-        if fault in ("5xx", "429"):
-            with state.lock:
-                state.faults[fault] += 1
-                state.by_endpoint[endpoint]["faults"] += 1
-            if fault == "5xx":
-                self._send(503, {"error": "service unavailable (injected)"})
-            else:
-                self._send(429, {"error": "slow down (injected)"}, {"Retry-After": str(config.retry_after)})
-            return
+        return outage
 
+    def _answer_once(self, endpoint: str, key: str, body: dict[str, Any], config: FakeConfig, *, hang: bool) -> None:
+        """Do the work once per idempotency key; a request with a known key gets the stored answer again."""
+        state = self.server.state
         with state.lock:
             stored = state.answers.get(key)
             replayed = stored is not None
@@ -306,11 +327,11 @@ class _Handler(FakeHandler):
                 if status < 400 or status == 422:
                     state.answers[key] = (endpoint, status, answer)
                 stored = (endpoint, status, answer)
-            if fault == "hang":
+            if hang:
                 state.faults["hang"] += 1
                 state.by_endpoint[endpoint]["faults"] += 1
         _, status, answer = stored
-        if fault == "hang":
+        if hang:
             # The work is done and stored; the client times out and must retry with the same key.
             state.stopping.wait(config.hang_seconds)
         self._send(status, answer, {"Idempotent-Replayed": "true"} if replayed else {})

@@ -13,7 +13,7 @@ from django_q.conf import Conf
 from notifications.models import DeliveryAttempt, Notification
 from notifications.services import notification_create
 from notifications.testing.fake_provider import FakePushProvider
-from tests.e2e.test_wake import db_now, no_sweeps, start_cluster
+from tests.e2e.clusters import db_now, no_sweeps, start_cluster
 from tools import skewed_clock
 from tools.processes import wait_until
 

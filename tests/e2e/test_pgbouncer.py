@@ -7,20 +7,17 @@ promptly and a killed worker's rows are recovered. Times are on the database clo
 """
 
 import os
-import signal
 import subprocess
 import sys
 
 import pytest
 from django.db import connection
 
-from notifications.models import DeliveryAttempt, Notification
-from notifications.services import notification_create
-from notifications.testing.fake_provider import FakePushProvider
+from notifications.models import DeliveryAttempt
+from tests.e2e.clusters import RECOVERY_MARGIN, RETRY_TARGET, deliver_through_a_503, kill_the_holder, no_sweeps
 from tests.e2e.conftest import database_url
-from tests.e2e.test_wake import RECOVERY_MARGIN, RETRY_TARGET, db_now, no_sweeps, start_cluster
 from tools import pgbouncer
-from tools.processes import PROJECT_ROOT, wait_until
+from tools.processes import PROJECT_ROOT
 from weave.models import WatcherProbe
 
 pytestmark = [
@@ -60,15 +57,7 @@ def _retry_lateness(ids: list[int]) -> list[float]:
 def test_through_pgbouncer__a_503_retry_goes_out_within_a_second_of_its_due_time(groups, worker_env, bouncer, listen):
     no_sweeps()
     extra = {"WEAVE_WAKE_LISTEN_DB": database_url()} if listen == "direct" else {}
-    with FakePushProvider(latency_ms=10, first_5xx_every=1, retry_after="2", retry_after_on_503=True) as fake:
-        cluster = start_cluster(groups, pooled_env(worker_env, bouncer, **extra), WEAVE_PUSH_URL=fake.push_url)
-        ids = [notification_create(device_token=f"device-{i}", title="Hi", body="retry me").pk for i in range(4)]
-
-        def all_delivered() -> bool:
-            return Notification.objects.filter(pk__in=ids, status="delivered").count() == len(ids)
-
-        wait_until(all_delivered, timeout=60, message="every notification to be delivered after its 503")
-        stats = fake.stats()
+    cluster, ids, stats = deliver_through_a_503(groups, pooled_env(worker_env, bouncer, **extra), count=4)
     assert stats["unique_deliveries"] == len(ids)
     for late in _retry_lateness(ids):
         assert -0.05 <= late <= RETRY_TARGET, f"retry sent {late:.3f} s after its due time through pgbouncer"
@@ -84,38 +73,12 @@ def test_through_pgbouncer__a_503_retry_goes_out_within_a_second_of_its_due_time
 def test_through_pgbouncer__a_sigkilled_workers_rows_are_finished_within_ttl_plus_3_s(groups, worker_env, bouncer):
     no_sweeps()
     ttl = 5.0
-    with FakePushProvider(latency_ms=2500) as fake:
-        cluster = start_cluster(
-            groups,
-            pooled_env(worker_env, bouncer),
-            WEAVE_PUSH_URL=fake.push_url,
-            WEAVE_PUSH_LEASE_TTL=str(ttl),
-            WEAVE_PUSH_TIMEOUT="4",
-        )
-        ids = [notification_create(device_token=f"device-{i}", title="Hi", body="kill me").pk for i in range(4)]
-
-        def all_in_flight() -> bool:
-            held = Notification.objects.filter(pk__in=ids, owner__isnull=False)
-            return held.count() == len(ids) and fake.stats()["in_flight"] >= len(ids)
-
-        wait_until(all_in_flight, timeout=60, message="the rows to be leased and their sends in flight")
-        (owner,) = set(Notification.objects.filter(pk__in=ids).values_list("owner", flat=True))
-        pid = int(owner.split(":")[-2])
-        assert pid in cluster.descendants()
-        os.kill(pid, signal.SIGKILL)
-        killed_at = db_now()
-        fake.configure(latency_ms=10)
-
-        def all_delivered() -> bool:
-            return Notification.objects.filter(pk__in=ids, status="delivered").count() == len(ids)
-
-        wait_until(all_delivered, timeout=60, message="another worker to finish the killed worker's rows")
-        stats = fake.stats()
-    finished = DeliveryAttempt.objects.filter(notification_id__in=ids, outcome="delivered")
-    assert finished.count() == len(ids) and not finished.filter(owner=owner).exists()
-    took = (max(finished.values_list("finished_at", flat=True)) - killed_at).total_seconds()
+    killed = kill_the_holder(groups, pooled_env(worker_env, bouncer), ttl=ttl)
+    finished = DeliveryAttempt.objects.filter(notification_id__in=killed.ids, outcome="delivered")
+    assert finished.count() == len(killed.ids) and not finished.filter(owner=killed.owner).exists()
+    took = (max(finished.values_list("finished_at", flat=True)) - killed.killed_at).total_seconds()
     assert took <= ttl + RECOVERY_MARGIN, f"recovered {took:.2f} s after the kill through pgbouncer (TTL {ttl:g} s)"
-    assert stats["unique_deliveries"] == len(ids)
+    assert killed.stats["unique_deliveries"] == len(killed.ids)
 
 
 def test_check_database__warns_when_the_listen_connection_goes_through_a_transaction_pooler(bouncer):

@@ -22,8 +22,8 @@ from django_q.models import Schedule
 from notifications.models import DeliveryAttempt, Notification
 from notifications.services import notification_create
 from notifications.testing.fake_provider import FakePushProvider
+from tests.e2e.clusters import start_cluster
 from tests.e2e.conftest import free_port
-from tests.e2e.test_wake import start_cluster
 from tests.needs import require
 from tools.processes import wait_until
 from weave.models import WakeRequest

@@ -7,15 +7,10 @@ are generous and bounded. No latency is asserted: how soon after its due time a 
 soon a killed worker's rows were finished, are reported to the bench (`bench/timings.py`).
 """
 
-import os
-import signal
 import uuid
-from datetime import datetime
 
 import pytest
-from django.db import connection
 from django_q.conf import Conf
-from django_q.models import Schedule
 
 from notifications.models import DeliveryAttempt, Notification
 from notifications.services import notification_create
@@ -23,50 +18,24 @@ from notifications.testing.fake_provider import FakePushProvider
 from onboarding.models import OnboardingRun, RunAttempt
 from onboarding.services import onboarding_start
 from onboarding.testing.fake_services import FakeConfig, FakeSupplierServices
+from tests.e2e.clusters import (
+    RECOVERY_MARGIN,
+    RETRY_TARGET,
+    deliver_through_a_503,
+    kill_the_holder,
+    no_sweeps,
+    start_cluster,
+)
 from tests.factories import SupplierFactory
 from tests.timings import report_timing
 from tools.processes import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-RETRY_TARGET = 1.0  # the bench's target: a retry goes out within 1 s of its due time
-RECOVERY_MARGIN = 3.0  # the bench's target: a killed worker's rows are finished within TTL + 3 s
-
-
-def db_now() -> datetime:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT clock_timestamp()")
-        return cursor.fetchone()[0]
-
-
-def no_sweeps() -> None:
-    Schedule.objects.all().delete()
-
-
-def start_cluster(groups, worker_env, name: str = "qcluster", **env: str):
-    cluster = groups.manage(name, "qcluster", env={**worker_env, **env})
-
-    def running() -> bool:
-        assert cluster.alive(), cluster.log_tail()
-        return "running." in cluster.log_tail(200)
-
-    wait_until(running, timeout=60, message=f"{name} to start")
-    return cluster
-
 
 def test_a_503_retry__goes_out_after_its_due_time_with_no_new_traffic(groups, worker_env):
     no_sweeps()
-    # Every key's first request gets 503 with Retry-After: 2; its retry is then delivered.
-    with FakePushProvider(latency_ms=10, first_5xx_every=1, retry_after="2", retry_after_on_503=True) as fake:
-        start_cluster(groups, worker_env, WEAVE_PUSH_URL=fake.push_url)
-        created = [notification_create(device_token=f"device-{i}", title="Hi", body="retry me") for i in range(5)]
-        ids = [n.pk for n in created]
-
-        def all_delivered() -> bool:
-            return Notification.objects.filter(pk__in=ids, status="delivered").count() == len(ids)
-
-        wait_until(all_delivered, timeout=60, message="every notification to be delivered after its 503")
-        stats = fake.stats()
+    _, ids, stats = deliver_through_a_503(groups, worker_env, count=5)
 
     assert stats["unique_deliveries"] == len(ids)
     for pk in ids:
@@ -84,45 +53,19 @@ def test_a_503_retry__goes_out_after_its_due_time_with_no_new_traffic(groups, wo
 def test_a_sigkilled_workers_rows__are_finished_by_another_worker_with_no_new_traffic(groups, worker_env):
     no_sweeps()
     ttl = 5.0
-    with FakePushProvider(latency_ms=2500) as fake:
-        cluster = start_cluster(
-            groups, worker_env, WEAVE_PUSH_URL=fake.push_url, WEAVE_PUSH_LEASE_TTL=str(ttl), WEAVE_PUSH_TIMEOUT="4"
-        )
-        ids = [notification_create(device_token=f"device-{i}", title="Hi", body="kill me").pk for i in range(4)]
-
-        def all_in_flight() -> bool:
-            held = Notification.objects.filter(pk__in=ids, owner__isnull=False)
-            return held.count() == len(ids) and fake.stats()["in_flight"] >= len(ids)
-
-        wait_until(all_in_flight, timeout=60, message="the rows to be leased and their sends in flight")
-        owners = set(Notification.objects.filter(pk__in=ids).values_list("owner", flat=True))
-        assert len(owners) == 1, owners  # one drain, one worker process, holds all of them
-        (owner,) = owners
-        pid = int(owner.split(":")[-2])
-        assert pid in cluster.descendants(), "the holder must be a worker process of this cluster"
-        expires = max(Notification.objects.filter(pk__in=ids).values_list("lease_expires_at", flat=True))
-        os.kill(pid, signal.SIGKILL)
-        killed_at = db_now()
-        # The slow answers only kept the sends in flight for the kill; the rescue is measured, not the provider.
-        fake.configure(latency_ms=10)
-
-        def all_delivered() -> bool:
-            return Notification.objects.filter(pk__in=ids, status="delivered").count() == len(ids)
-
-        wait_until(all_delivered, timeout=60, message="another worker to finish the killed worker's rows")
-        stats = fake.stats()
-
+    killed = kill_the_holder(groups, worker_env, ttl=ttl)
+    ids = killed.ids
     finished = DeliveryAttempt.objects.filter(notification_id__in=ids, outcome="delivered")
-    assert finished.count() == len(ids) and not finished.filter(owner=owner).exists()
+    assert finished.count() == len(ids) and not finished.filter(owner=killed.owner).exists()
     latest = max(finished.values_list("finished_at", flat=True))
-    took = (latest - killed_at).total_seconds()
+    took = (latest - killed.killed_at).total_seconds()
     report_timing("push rows of a SIGKILLed worker finished after the kill", took, target=ttl + RECOVERY_MARGIN,
                   what=f"seconds (TTL {ttl:g} s)")  # fmt: skip
     # Nobody took the rows over before the dead worker's lease ran out.
     assert min(DeliveryAttempt.objects.filter(notification_id__in=ids).values_list("started_at", flat=True)) >= (
-        expires
+        killed.expires
     )
-    assert stats["unique_deliveries"] == len(ids)
+    assert killed.stats["unique_deliveries"] == len(ids)
 
 
 def test_an_onboarding_run_released_on_a_503__is_tried_again_after_its_due_time(groups, worker_env):

@@ -98,6 +98,22 @@ def _notifications(inp: AuditInput, checks: list[Check], figures: dict[str, Any]
         "notification_id", "owner", "fence", "outcome", "started_at", "finished_at"
     ):
         attempts[a["notification_id"]].append(a)
+    _notification_states(rows, checks, figures)
+    by_key, provider_keys = _provider_deliveries(inp, rows, checks)
+    _duplicate_sends(inp, rows, attempts, by_key, provider_keys, checks, figures)
+    bad = [problem for pk, row in rows.items() for problem in _notification_fencing(pk, row, attempts.get(pk, []))]
+    landed_total = sum(1 for h in attempts.values() for a in h if a["outcome"] != "lease_lost")
+    checks.append(
+        _check(
+            "Fencing",
+            "every finished notification written by the row's fence at that time",
+            bad,
+            f"{landed_total} landed attempts",
+        )
+    )
+
+
+def _notification_states(rows: dict[int, Any], checks: list[Check], figures: dict[str, Any]) -> None:
     S = "Notifications"
     status = Counter(r["status"] for r in rows.values())
     figures["notifications"] = dict(status)
@@ -117,7 +133,9 @@ def _notifications(inp: AuditInput, checks: list[Check], figures: dict[str, Any]
     bad = [f"#{pk}" for pk, r in rows.items() if r["status"] == "failed" and not r["last_error"].strip()]
     checks.append(_check(S, "every failed row has a reason", bad, f"{status.get('failed', 0)} failed"))
 
-    # Unique deliveries at the provider by Idempotency-Key against delivered rows.
+
+def _provider_deliveries(inp: AuditInput, rows: dict[int, Any], checks: list[Check]) -> tuple[dict[str, int], set[str]]:
+    """Unique deliveries at the provider by Idempotency-Key against delivered rows; return (key -> row, keys)."""
     provider_keys = set(inp.push_stats.get("delivered_keys", []))
     # The webhook fake sees only the "default" backend's rows; device rows go to the FCM/APNs/Web Push fakes.
     webhook_rows = {pk: r for pk, r in rows.items() if r["backend"] == "default"}
@@ -133,14 +151,25 @@ def _notifications(inp: AuditInput, checks: list[Check], figures: dict[str, Any]
     ]
     checks.append(
         _check(
-            S,
+            "Notifications",
             "unique deliveries at the provider = delivered rows",
             missing + extra,
             f"{len(provider_keys)} unique keys delivered, {len(delivered_keys)} delivered rows",
         )
     )
+    return by_key, provider_keys
 
-    # Duplicate sends: requests for a key after its first delivery, and what explains each.
+
+def _duplicate_sends(
+    inp: AuditInput,
+    rows: dict[int, Any],
+    attempts: dict[int, list[Any]],
+    by_key: dict[str, int],
+    provider_keys: set[str],
+    checks: list[Check],
+    figures: dict[str, Any],
+) -> None:
+    """Duplicate sends: requests for a key after its first delivery, and what explains each."""
     requests_by_key: dict[str, list[int]] = defaultdict(list)
     for entry in inp.push_log:
         requests_by_key[entry["key"]].append(entry["status"])
@@ -158,20 +187,9 @@ def _notifications(inp: AuditInput, checks: list[Check], figures: dict[str, Any]
         duplicates += after
         pk = by_key.get(key, 0)  # 0: no row has this key (primary keys start at 1)
         history = attempts.get(pk, [])
-        row = rows.get(pk)
-        # A row only sends again after a delivery when some worker did not learn of it: the answer was
-        # lost (unknown), its finish was refused (lease_lost), or it died or stalled between sending and
-        # recording (a claim that left no attempt row: its fence has no attempt). One such event explains
-        # every retry that follows it, including retries refused with 429/5xx on the way.
-        silent = (row["fence"] if row else 0) - len({a["fence"] for a in history})
-        if any(a["outcome"] == "unknown" for a in history):
-            causes["unknown"] += after
-        elif any(a["outcome"] == "lease_lost" for a in history):
-            causes["lease_lost"] += after
-        elif silent > 0:
-            causes["crash_or_release"] += after
-        else:
-            causes["UNEXPLAINED"] += after
+        cause = _duplicate_cause(rows.get(pk), history)
+        causes[cause] += after
+        if cause == "UNEXPLAINED":
             bad.append(f"#{pk} key {key}: {after} sends after delivery; history: {[a['outcome'] for a in history]}")
     raw = inp.push_stats.get("requests", 0)
     figures["push"] = {
@@ -184,7 +202,7 @@ def _notifications(inp: AuditInput, checks: list[Check], figures: dict[str, Any]
     }
     checks.append(
         _check(
-            S,
+            "Notifications",
             "each duplicate send explained by unknown, lease_lost or a crash",
             bad,
             f"raw {raw} - unique {len(provider_keys)} = {raw - len(provider_keys)}; "
@@ -192,74 +210,114 @@ def _notifications(inp: AuditInput, checks: list[Check], figures: dict[str, Any]
         )
     )
 
-    # Fencing.
-    F = "Fencing"
+
+def _duplicate_cause(row: Any, history: list[Any]) -> str:
+    """What explains a row sending again after a delivery.
+
+    A row only sends again when some worker did not learn of the delivery: the answer was lost
+    (unknown), its finish was refused (lease_lost), or it died or stalled between sending and
+    recording (a claim that left no attempt row: its fence has no attempt). One such event explains
+    every retry that follows it, including retries refused with 429/5xx on the way.
+    """
+    silent = (row["fence"] if row else 0) - len({a["fence"] for a in history})
+    if any(a["outcome"] == "unknown" for a in history):
+        return "unknown"
+    if any(a["outcome"] == "lease_lost" for a in history):
+        return "lease_lost"
+    if silent > 0:
+        return "crash_or_release"
+    return "UNEXPLAINED"
+
+
+def _notification_fencing(pk: int, row: Any, history: list[Any]) -> list[str]:
+    """What is wrong with the fences of one notification's landed attempts."""
     bad = []
-    for pk, row in rows.items():
-        history = attempts.get(pk, [])
-        landed = [a for a in history if a["outcome"] != "lease_lost"]
-        fences = [a["fence"] for a in landed]
-        if fences != sorted(set(fences)):
-            bad.append(
-                f"notification #{pk}: landed attempts at fences {fences} (one claim wrote twice, or a fence went back)"
-            )
-        if any(f > row["fence"] for f in fences):
-            bad.append(f"notification #{pk}: a landed attempt's fence is above the row's {row['fence']}")
-        sent = [a for a in landed if a["outcome"] != "not_sent"]  # a not_sent receipt uses no attempt
-        if row["attempts"] != len(sent):
-            bad.append(f"notification #{pk}: attempts={row['attempts']} but {len(sent)} landed attempts")
-        if row["status"] in ("delivered", "failed") and landed:
-            last = landed[-1]
-            # A device's deactivation fails its free pending rows without a claim or an attempt
-            # (notifications.devices.fail_queued_for_device): a row released at a later fence (a breaker
-            # hold, a budget) and then ended that way keeps its last fence with no write under it.
-            by_deactivation = row["status"] == "failed" and row["last_error"].startswith(DEACTIVATED_PREFIX)
-            if last["fence"] != row["fence"] and not by_deactivation:
-                bad.append(
-                    f"notification #{pk}: finished at fence {row['fence']} by an attempt at fence {last['fence']}"
-                )
-            if (row["status"] == "delivered") != (last["outcome"] == "delivered"):
-                bad.append(f"notification #{pk}: status {row['status']} but last landed outcome {last['outcome']}")
-        for a in landed:
-            later = [
-                b
-                for b in history
-                if b["fence"] > a["fence"] and b["started_at"] + SEND_START_TOLERANCE < a["finished_at"]
-            ]
-            if later:
-                b = later[0]
-                bad.append(
-                    f"notification #{pk}: fence {a['fence']} ({a['outcome']}) landed at {a['finished_at']:%H:%M:%S.%f} "
-                    f"after fence {b['fence']} had started sending at {b['started_at']:%H:%M:%S.%f}"
-                )
-    landed_total = sum(1 for h in attempts.values() for a in h if a["outcome"] != "lease_lost")
-    checks.append(
-        _check(
-            F,
-            "every finished notification written by the row's fence at that time",
-            bad,
-            f"{landed_total} landed attempts",
+    landed = [a for a in history if a["outcome"] != "lease_lost"]
+    fences = [a["fence"] for a in landed]
+    if fences != sorted(set(fences)):
+        bad.append(
+            f"notification #{pk}: landed attempts at fences {fences} (one claim wrote twice, or a fence went back)"
         )
-    )
+    if any(f > row["fence"] for f in fences):
+        bad.append(f"notification #{pk}: a landed attempt's fence is above the row's {row['fence']}")
+    sent = [a for a in landed if a["outcome"] != "not_sent"]  # a not_sent receipt uses no attempt
+    if row["attempts"] != len(sent):
+        bad.append(f"notification #{pk}: attempts={row['attempts']} but {len(sent)} landed attempts")
+    if row["status"] in ("delivered", "failed") and landed:
+        bad += _notification_last_write(pk, row, landed[-1])
+    for a in landed:
+        later = [
+            b for b in history if b["fence"] > a["fence"] and b["started_at"] + SEND_START_TOLERANCE < a["finished_at"]
+        ]
+        if later:
+            b = later[0]
+            bad.append(
+                f"notification #{pk}: fence {a['fence']} ({a['outcome']}) landed at {a['finished_at']:%H:%M:%S.%f} "
+                f"after fence {b['fence']} had started sending at {b['started_at']:%H:%M:%S.%f}"
+            )
+    return bad
+
+
+def _notification_last_write(pk: int, row: Any, last: Any) -> list[str]:
+    """A finished row's last landed write carries the row's final fence and its outcome."""
+    bad = []
+    # A device's deactivation fails its free pending rows without a claim or an attempt
+    # (notifications.devices.fail_queued_for_device): a row released at a later fence (a breaker
+    # hold, a budget) and then ended that way keeps its last fence with no write under it.
+    by_deactivation = row["status"] == "failed" and row["last_error"].startswith(DEACTIVATED_PREFIX)
+    if last["fence"] != row["fence"] and not by_deactivation:
+        bad.append(f"notification #{pk}: finished at fence {row['fence']} by an attempt at fence {last['fence']}")
+    if (row["status"] == "delivered") != (last["outcome"] == "delivered"):
+        bad.append(f"notification #{pk}: status {row['status']} but last landed outcome {last['outcome']}")
+    return bad
 
 
 # --- onboarding ------------------------------------------------------------------------------------
 
 
 def _onboarding(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> None:
-    from notifications.models import Notification
-    from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, RunAttempt, StepReceipt, VendorRecord
-    from onboarding.steps.builtin import STEP_NAMES as BUILTIN_NAMES
-    from onboarding.steps.plan import DEFAULT_PLAN, PlanError, load_plan
+    from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
 
-    S = "Onboarding"
     runs = {
         r["pk"]: r
         for r in OnboardingRun.objects.values(
             "pk", "supplier_id", "status", "phase", "owner", "fence", "reason", "plan", "reopened", "failed_step"
         )
     }
-    # Each run is judged by the plan it recorded when it started, custom steps included.
+    plans, custom = _run_plans(runs, checks)
+    _run_states(inp, runs, checks, figures)
+    receipts: dict[int, list[Any]] = defaultdict(list)  # rows from .values()
+    for rc in StepReceipt.objects.order_by("completed_at", "pk").values(
+        "run_id", "step", "fence", "owner", "completed_at", "output"
+    ):
+        receipts[rc["run_id"]].append(rc)
+    bad = [problem for pk, r in runs.items() for problem in _receipt_prefix(pk, r, plans[pk], receipts.get(pk, []))]
+    total = sum(len(v) for v in receipts.values())
+    checks.append(_check("Onboarding", "exactly one receipt per (run, step)", bad, f"{total} receipts"))
+    _domain_rows(inp, runs, plans, custom, receipts, checks)
+    _service_calls(inp, runs, plans, receipts, checks)
+
+    # Fencing of receipts.
+    attempts: dict[int, list[Any]] = defaultdict(list)  # rows from .values()
+    for a in RunAttempt.objects.order_by("fence", "pk").values(
+        "run_id", "fence", "owner", "started_at", "ended_at", "outcome"
+    ):
+        attempts[a["run_id"]].append(a)
+    bad = [
+        problem for pk, r in runs.items() for problem in _run_fencing(pk, r, attempts.get(pk, []), receipts.get(pk, []))
+    ]
+    checks.append(
+        _check("Fencing", "every receipt written by the run's fence at that time", bad, f"{total} receipts audited")
+    )
+    outcomes = Counter(a["outcome"] for h in attempts.values() for a in h)
+    figures["run_attempts"] = dict(outcomes)
+
+
+def _run_plans(runs: dict[int, Any], checks: list[Check]) -> tuple[dict[int, list[str]], list[str]]:
+    """Each run is judged by the plan it recorded when it started, custom steps included."""
+    from onboarding.steps.builtin import STEP_NAMES as BUILTIN_NAMES
+    from onboarding.steps.plan import DEFAULT_PLAN, PlanError, load_plan
+
     plans: dict[int, list[str]] = {}
     bad = []
     for pk, r in runs.items():
@@ -270,8 +328,18 @@ def _onboarding(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -
             bad.append(f"run #{pk}: its recorded plan does not load: {exc}")
     custom = sorted({name for names in plans.values() for name in names} - set(BUILTIN_NAMES))
     checks.append(
-        _check(S, "every run's recorded plan loads", bad, f"custom steps in plans: {', '.join(custom) or 'none'}")
+        _check(
+            "Onboarding",
+            "every run's recorded plan loads",
+            bad,
+            f"custom steps in plans: {', '.join(custom) or 'none'}",
+        )
     )
+    return plans, custom
+
+
+def _run_states(inp: AuditInput, runs: dict[int, Any], checks: list[Check], figures: dict[str, Any]) -> None:
+    S = "Onboarding"
     status = Counter(r["status"] for r in runs.values())
     figures["runs"] = dict(status)
     bad = [
@@ -306,52 +374,78 @@ def _onboarding(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -
         )
     )
 
-    receipts: dict[int, list[Any]] = defaultdict(list)  # rows from .values()
-    for rc in StepReceipt.objects.order_by("completed_at", "pk").values(
-        "run_id", "step", "fence", "owner", "completed_at", "output"
-    ):
-        receipts[rc["run_id"]].append(rc)
-    bad = []
-    for pk, r in runs.items():
-        steps = [rc["step"] for rc in receipts.get(pk, [])]
-        plan = plans[pk]
-        if steps != plan[: len(steps)]:
-            bad.append(f"run #{pk}: receipts {steps} are not a prefix of its plan {plan}")
-        if (steps[-1] if steps else "") != r["phase"]:
-            bad.append(f"run #{pk}: phase {r['phase']!r} but last receipt {steps[-1] if steps else None!r}")
-        if r["status"] == "completed" and len(steps) != len(plan):
-            bad.append(f"run #{pk}: completed with {len(steps)} receipts, its plan has {len(plan)} steps")
-    total = sum(len(v) for v in receipts.values())
-    checks.append(_check(S, "exactly one receipt per (run, step)", bad, f"{total} receipts"))
 
-    # Domain rows: one per completed supplier, written by the fence of the matching receipt.
+def _receipt_prefix(pk: int, r: Any, plan: list[str], receipts: list[Any]) -> list[str]:
+    """A run's receipts are a prefix of its plan, ending at its phase (the whole plan once completed)."""
     bad = []
+    steps = [rc["step"] for rc in receipts]
+    if steps != plan[: len(steps)]:
+        bad.append(f"run #{pk}: receipts {steps} are not a prefix of its plan {plan}")
+    if (steps[-1] if steps else "") != r["phase"]:
+        bad.append(f"run #{pk}: phase {r['phase']!r} but last receipt {steps[-1] if steps else None!r}")
+    if r["status"] == "completed" and len(steps) != len(plan):
+        bad.append(f"run #{pk}: completed with {len(steps)} receipts, its plan has {len(plan)} steps")
+    return bad
+
+
+def _domain_rows(
+    inp: AuditInput,
+    runs: dict[int, Any],
+    plans: dict[int, list[str]],
+    custom: list[str],
+    receipts: dict[int, list[Any]],
+    checks: list[Check],
+) -> None:
+    """Domain rows: one per completed supplier, written by the fence of the matching receipt."""
+    from django.apps import apps
+
+    from onboarding.models import BankAccount, PaymentTerms, VendorRecord
+
+    bad: list[str] = []
     tables: list[tuple[str, Any, str]] = [
         ("create_vendor_record", VendorRecord, "vendor"),
         ("set_payment_terms", PaymentTerms, "payment terms"),
         ("register_bank_account", BankAccount, "bank account"),
     ]
-    from django.apps import apps
-
     tables += [(step, apps.get_model(model), label) for step, model, label in inp.step_tables if step in custom]
     counts = {}
     for step, model, label in tables:
         written = {row["supplier_id"]: row for row in model.objects.values("supplier_id", "run_id", "fence")}
         counts[label] = len(written)
         for pk, r in runs.items():
-            if step not in plans[pk]:
-                continue
-            receipt = next((rc for rc in receipts.get(pk, []) if rc["step"] == step), None)
-            row = written.get(r["supplier_id"])
-            if receipt is None and row is not None:
-                bad.append(f"run #{pk}: a {label} row without its step's receipt")
-            elif receipt is not None and row is None:
-                bad.append(f"run #{pk}: {step} receipt but no {label} row")
-            elif row is not None and receipt is not None and (row["run_id"], row["fence"]) != (pk, receipt["fence"]):
-                bad.append(
-                    f"run #{pk}: {label} written by run {row['run_id']} fence {row['fence']}, "
-                    f"receipt fence {receipt['fence']}"
-                )
+            if step in plans[pk]:
+                receipt = next((rc for rc in receipts.get(pk, []) if rc["step"] == step), None)
+                bad += _domain_row_problems(pk, step, label, receipt, written.get(r["supplier_id"]))
+    welcome_count, welcome_bad = _welcome_notifications(runs, receipts)
+    bad += welcome_bad
+    counts["welcome notifications"] = welcome_count
+    checks.append(
+        _check(
+            "Onboarding",
+            "one vendor, payment-terms, bank-account row and welcome notification per completed supplier",
+            bad,
+            str(counts),
+        )
+    )
+
+
+def _domain_row_problems(pk: int, step: str, label: str, receipt: Any, row: Any) -> list[str]:
+    if receipt is None and row is not None:
+        return [f"run #{pk}: a {label} row without its step's receipt"]
+    if receipt is not None and row is None:
+        return [f"run #{pk}: {step} receipt but no {label} row"]
+    if row is not None and receipt is not None and (row["run_id"], row["fence"]) != (pk, receipt["fence"]):
+        return [
+            f"run #{pk}: {label} written by run {row['run_id']} fence {row['fence']}, receipt fence {receipt['fence']}"
+        ]
+    return []
+
+
+def _welcome_notifications(runs: dict[int, Any], receipts: dict[int, list[Any]]) -> tuple[int, list[str]]:
+    """One welcome notification per completed run, the one its last receipt names; return (count, problems)."""
+    from notifications.models import Notification
+
+    bad = []
     welcome: dict[int, list[int]] = defaultdict(list)
     for n_pk, data in Notification.objects.filter(data__has_key="onboarding_run_id").values_list("pk", "data"):
         welcome[data["onboarding_run_id"]].append(n_pk)
@@ -362,18 +456,18 @@ def _onboarding(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -
         last = receipts.get(pk, [])
         if want and last and last[-1]["output"].get("notification_id") not in welcome.get(pk, []):
             bad.append(f"run #{pk}: welcome receipt names notification {last[-1]['output'].get('notification_id')}")
-    counts["welcome notifications"] = sum(len(v) for v in welcome.values())
-    checks.append(
-        _check(
-            S,
-            "one vendor, payment-terms, bank-account row and welcome notification per completed supplier",
-            bad,
-            str(counts),
-        )
-    )
+    return sum(len(v) for v in welcome.values()), bad
 
-    # External calls: every key the supplier services saw names a real run and an external step, and
-    # every receipt of an external step has its key there (the work behind it was done at the service).
+
+def _service_calls(
+    inp: AuditInput,
+    runs: dict[int, Any],
+    plans: dict[int, list[str]],
+    receipts: dict[int, list[Any]],
+    checks: list[Check],
+) -> None:
+    """External calls: every key the supplier services saw names a real run and an external step, and
+    every receipt of an external step has its key there (the work behind it was done at the service)."""
     from onboarding.steps import idempotency_key
 
     # A step that called out records its key in its receipt (the built-ins do); any step of the plan
@@ -392,43 +486,36 @@ def _onboarding(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -
         f"{len(service_keys)} keys, {inp.supplier_stats.get('requests', 0)} requests, "
         f"{inp.supplier_stats.get('replays', 0)} answered from the idempotency store"
     )
-    checks.append(_check(S, "supplier-service calls keyed by (run, step); each external receipt backed", bad, figure))
+    checks.append(
+        _check("Onboarding", "supplier-service calls keyed by (run, step); each external receipt backed", bad, figure)
+    )
 
-    # Fencing of receipts.
-    F = "Fencing"
-    attempts: dict[int, list[Any]] = defaultdict(list)  # rows from .values()
-    for a in RunAttempt.objects.order_by("fence", "pk").values(
-        "run_id", "fence", "owner", "started_at", "ended_at", "outcome"
-    ):
-        attempts[a["run_id"]].append(a)
-    bad = []
-    for pk, r in runs.items():
-        history = attempts.get(pk, [])
-        claims = Counter(a["fence"] for a in history)
-        bad += [f"run #{pk}: {n} attempts at fence {f}" for f, n in claims.items() if n > 1]
-        completed = [a for a in history if a["outcome"] == "completed"]
-        if r["status"] == "completed" and (len(completed) != 1 or completed[0]["fence"] != r["fence"]):
+
+def _run_fencing(pk: int, r: Any, history: list[Any], receipts: list[Any]) -> list[str]:
+    """What is wrong with the claims of one run and the fences its receipts were written by."""
+    claims = Counter(a["fence"] for a in history)
+    bad = [f"run #{pk}: {n} attempts at fence {f}" for f, n in claims.items() if n > 1]
+    completed = [a for a in history if a["outcome"] == "completed"]
+    if r["status"] == "completed" and (len(completed) != 1 or completed[0]["fence"] != r["fence"]):
+        bad.append(
+            f"run #{pk}: completed at fence {r['fence']}, completed attempts at {[a['fence'] for a in completed]}"
+        )
+    previous = 0
+    for rc in receipts:
+        if not any(a["fence"] == rc["fence"] and a["owner"] == rc["owner"] for a in history):
             bad.append(
-                f"run #{pk}: completed at fence {r['fence']}, completed attempts at {[a['fence'] for a in completed]}"
+                f"run #{pk} {rc['step']}: written by {rc['owner']} at fence {rc['fence']}, which never claimed it"
             )
-        previous = 0
-        for rc in receipts.get(pk, []):
-            if not any(a["fence"] == rc["fence"] and a["owner"] == rc["owner"] for a in history):
-                bad.append(
-                    f"run #{pk} {rc['step']}: written by {rc['owner']} at fence {rc['fence']}, which never claimed it"
-                )
-            newer = [a for a in history if a["fence"] > rc["fence"] and a["started_at"] < rc["completed_at"]]
-            if newer:
-                bad.append(
-                    f"run #{pk} {rc['step']}: fence {rc['fence']} wrote at {rc['completed_at']:%H:%M:%S.%f} "
-                    f"after fence {newer[0]['fence']} claimed at {newer[0]['started_at']:%H:%M:%S.%f}"
-                )
-            if rc["fence"] < previous:
-                bad.append(f"run #{pk} {rc['step']}: fence {rc['fence']} after a later step at fence {previous}")
-            previous = max(previous, rc["fence"])
-    checks.append(_check(F, "every receipt written by the run's fence at that time", bad, f"{total} receipts audited"))
-    outcomes = Counter(a["outcome"] for h in attempts.values() for a in h)
-    figures["run_attempts"] = dict(outcomes)
+        newer = [a for a in history if a["fence"] > rc["fence"] and a["started_at"] < rc["completed_at"]]
+        if newer:
+            bad.append(
+                f"run #{pk} {rc['step']}: fence {rc['fence']} wrote at {rc['completed_at']:%H:%M:%S.%f} "
+                f"after fence {newer[0]['fence']} claimed at {newer[0]['started_at']:%H:%M:%S.%f}"
+            )
+        if rc["fence"] < previous:
+            bad.append(f"run #{pk} {rc['step']}: fence {rc['fence']} after a later step at fence {previous}")
+        previous = max(previous, rc["fence"])
+    return bad
 
 
 # --- refusals and recovery -------------------------------------------------------------------------
@@ -666,7 +753,42 @@ def _devices(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> N
     checks.append(_check(S, "every expired row has its expiry and reason, and was never delivered", bad_expired,
                          f"{expired} expired rows"))  # fmt: skip
 
-    wrongly, missed, unbacked, after = [], [], [], []
+    wrongly, missed, unbacked, after = _deactivations(inp, devices, landed)
+    inactive = sum(1 for d in devices.values() if not d["active"])
+    dead = sum(1 for v in inp.devices.values() if v == "dead")
+    figures["devices"] = {
+        "devices": len(devices),
+        "dead_tokens": dead,
+        "deactivated": inactive,
+        "expired_rows": expired,
+    }
+    checks.append(
+        _check(S, "no device with a live token deactivated", wrongly, f"{inactive} of {len(devices)} deactivated")
+    )
+    checks.append(
+        _check(S, "every dead device a refusal reached is deactivated", missed, f"{dead} dead tokens planned")
+    )
+    checks.append(_check(S, "each deactivation follows a landed token refusal (same transaction)", unbacked,
+                         f"{inactive} deactivations"))  # fmt: skip
+    checks.append(_check(S, "no send to a device more than one lease after its deactivation", after,
+                         f"{len(after)} late sends"))  # fmt: skip
+    if inp.provider_fakes:
+        figures["provider_fakes"] = {
+            name: {"requests": st.get("requests"), "delivered": st.get("delivered"), "by_reason": st.get("by_reason"),
+                   "connections": st.get("connections")}
+            for name, st in inp.provider_fakes.items()
+        }  # fmt: skip
+
+
+def _deactivations(
+    inp: AuditInput, devices: dict[int, Any], landed: dict[int, list[Any]]
+) -> tuple[list[str], list[str], list[str], list[str]]:
+    """Per planned device: (live ones deactivated, dead ones refused yet active, deactivations with no
+    landed refusal before them, sends more than one lease after a deactivation)."""
+    wrongly: list[str] = []
+    missed: list[str] = []
+    unbacked: list[str] = []
+    after: list[str] = []
     for pk, plan in inp.devices.items():
         device = devices.get(pk)
         if device is None:
@@ -694,30 +816,7 @@ def _devices(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> N
             for a in history:
                 if a["started_at"] > deactivated_at + window:
                     after.append(f"device #{pk}: a row sent at {a['started_at']} long after deactivation")
-    inactive = sum(1 for d in devices.values() if not d["active"])
-    dead = sum(1 for v in inp.devices.values() if v == "dead")
-    figures["devices"] = {
-        "devices": len(devices),
-        "dead_tokens": dead,
-        "deactivated": inactive,
-        "expired_rows": expired,
-    }
-    checks.append(
-        _check(S, "no device with a live token deactivated", wrongly, f"{inactive} of {len(devices)} deactivated")
-    )
-    checks.append(
-        _check(S, "every dead device a refusal reached is deactivated", missed, f"{dead} dead tokens planned")
-    )
-    checks.append(_check(S, "each deactivation follows a landed token refusal (same transaction)", unbacked,
-                         f"{inactive} deactivations"))  # fmt: skip
-    checks.append(_check(S, "no send to a device more than one lease after its deactivation", after,
-                         f"{len(after)} late sends"))  # fmt: skip
-    if inp.provider_fakes:
-        figures["provider_fakes"] = {
-            name: {"requests": st.get("requests"), "delivered": st.get("delivered"), "by_reason": st.get("by_reason"),
-                   "connections": st.get("connections")}
-            for name, st in inp.provider_fakes.items()
-        }  # fmt: skip
+    return wrongly, missed, unbacked, after
 
 
 def audit(inp: AuditInput) -> AuditResult:

@@ -45,6 +45,7 @@ from tools.chaos.report import Progress, render
 from tools.partition import SilentProxy
 from tools.pgserver import ThrowawayPostgres
 from tools.processes import Child, ProcessGroups, wait_until
+from weave.leases import default_clock
 
 
 @dataclass
@@ -57,11 +58,7 @@ class ChaosOutcome:
 
 def db_now() -> datetime:
     """The database clock, so fault times compare with the times the apps record."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT clock_timestamp()")
-            return cursor.fetchone()[0]
-    return timezone.now()
+    return default_clock.read(connection.alias)
 
 
 def _get_json(url: str, timeout: float = 10.0) -> Any:

@@ -106,6 +106,17 @@ class DatabaseClock(Clock):
     def read(self, using: str = "default") -> datetime:
         return read_database_now(connections[using])
 
+    def seconds_until(self, when: datetime | None, using: str = "default") -> float | None:
+        if when is None:
+            return None
+        connection = connections[using]
+        if connection.vendor != "postgresql":
+            return (when - read_database_now(connection)).total_seconds()
+        # One statement: the difference is taken by the server at the instant it reads its clock.
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT EXTRACT(EPOCH FROM (%s - clock_timestamp()))", [when])
+            return float(cursor.fetchone()[0])
+
     def monotonic(self) -> float:
         return time.monotonic()
 
