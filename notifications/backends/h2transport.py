@@ -12,7 +12,8 @@ What callers can rely on (`capped_request()` turns the failures into `ExchangeFa
 - **Nothing sent** is said only when no HEADERS frame of the request was handed to the socket:
   waiting for the connection, TCP connect, TLS, ALPN, waiting for a stream under the peer's
   SETTINGS_MAX_CONCURRENT_STREAMS, or a connection that closed before the request went out.
-  `progress.mark_sent()` is called just before the HEADERS frame is written.
+  `progress.mark_sent()` is called once the HEADERS frame was handed to a transport still open
+  (asyncio drops a write to a closing transport silently, so that write is not "sent").
 - **Refused** (not processed, so nothing delivered): the peer reset the stream with REFUSED_STREAM,
   or sent GOAWAY with a last stream id below the stream.
 - **Dropped** (the peer may have it): any other reset, the connection lost, a GOAWAY at or above the
@@ -93,7 +94,7 @@ class NoHTTP2(H2Failure):
 class _Stream:
     """One request's stream: what came back on it, and the future its sender awaits."""
 
-    __slots__ = ("future", "status", "headers", "chunks", "size", "cap", "truncated")
+    __slots__ = ("future", "status", "headers", "chunks", "size", "cap", "truncated", "sent")
 
     def __init__(self, future: "asyncio.Future[None]", cap: int) -> None:
         self.future = future
@@ -103,6 +104,7 @@ class _Stream:
         self.size = 0
         self.cap = cap
         self.truncated = False
+        self.sent = False  # its HEADERS frame was handed to an open transport: it may have reached the peer
 
     def fail(self, kind: str, detail: str) -> None:
         if not self.future.done():
@@ -226,8 +228,10 @@ class _Connection(asyncio.Protocol):
         for stream_id, stream in list(self.streams.items()):
             if stream_id > last:
                 stream.fail("refused", f"{self.why_closed}, below this request's stream {stream_id} (not processed)")
-            else:
+            elif stream.sent:
                 stream.fail("dropped", f"{self.why_closed}, at or above this request's stream {stream_id}")
+            else:
+                stream.fail("unreachable", f"{self.why_closed} before this request was written")
         self.streams.clear()
         self.changed.set()
         self.close()
@@ -237,7 +241,10 @@ class _Connection(asyncio.Protocol):
             self.closed = True
             self.why_closed = why
         for stream in self.streams.values():
-            stream.fail("dropped", f"{why} after the request was sent")
+            if stream.sent:
+                stream.fail("dropped", f"{why} after the request was sent")
+            else:
+                stream.fail("unreachable", f"{why} before the request was written")
         self.streams.clear()
         self.changed.set()
         if self.transport is not None and not self.transport.is_closing():
@@ -262,10 +269,29 @@ class _Connection(asyncio.Protocol):
     def has_slot(self) -> bool:
         return self.h2.open_outbound_streams < self.h2.remote_settings.max_concurrent_streams
 
-    def flush(self) -> None:
+    def flush(self) -> bool:
+        """Hand what h2 framed to the transport; False when the transport is gone (the bytes never leave).
+
+        asyncio's `write()` on a closing transport drops the bytes without a word, so a request may be
+        called sent only when this returned True."""
         out = self.h2.data_to_send()
-        if out and self.transport is not None and not self.transport.is_closing():
+        if self.transport is None or self.transport.is_closing():
+            return False
+        if out:
             self.transport.write(out)
+        return True
+
+    def hand_over(self, stream: "_Stream", progress: Any) -> None:
+        """Flush, and the first time the stream's HEADERS go to an open transport, call it sent.
+
+        Raises `H2Failure("unreachable")` when the transport closed before the HEADERS were handed over."""
+        if self.flush():
+            if not stream.sent:
+                stream.sent = True
+                progress.mark_sent()
+        elif not stream.sent:
+            why = self.why_closed or "the connection closed"
+            raise H2Failure("unreachable", f"{why} before the request was written")
 
     def forget(self, stream_id: int) -> None:
         """Give a stream up: reset it (CANCEL) so the peer stops, and drop its state so nothing late binds."""
@@ -335,7 +361,7 @@ class H2Client:
         """One request on its own stream: (status, headers, body up to `cap`, whether it was cut).
 
         Raises `H2Failure`; cancelling (the caller's deadline) gives the stream up. `progress` hears
-        `at(phase)` while nothing has left and `mark_sent()` just before the HEADERS frame is written.
+        `at(phase)` while nothing has left and `mark_sent()` once the HEADERS frame went to an open transport.
         `deadline_at` (monotonic): a stream is not opened once too little of it is left (`too_late`).
         """
         host, port, authority, path = _split(url)
@@ -349,12 +375,11 @@ class H2Client:
         connection, stream_id = await self._open_stream((host, port), request, not content, progress, deadline_at)
         stream = _Stream(asyncio.get_running_loop().create_future(), cap)
         connection.streams[stream_id] = stream
-        progress.mark_sent()
         try:
             if content:
-                await _send_body(connection, stream_id, content)  # flushes HEADERS with the first DATA
+                await _send_body(connection, stream_id, stream, content, progress)  # HEADERS go with the first DATA
             else:
-                connection.flush()
+                connection.hand_over(stream, progress)
             await stream.future
         except BaseException:
             connection.forget(stream_id)
@@ -496,7 +521,7 @@ async def _dial(loop: asyncio.AbstractEventLoop, addresses: list[str], port: int
     raise OSError(f"no address accepted a connection ({error})")
 
 
-async def _send_body(connection: _Connection, stream_id: int, content: bytes) -> None:
+async def _send_body(connection: _Connection, stream_id: int, stream: _Stream, content: bytes, progress: Any) -> None:
     """Send `content` on the stream within the peer's windows and frame size, waiting for WINDOW_UPDATE."""
     h2c = connection.h2
     view = memoryview(content)
@@ -505,13 +530,13 @@ async def _send_body(connection: _Connection, stream_id: int, content: bytes) ->
             return  # the stream ended (answered early, reset, or the connection went): its future says how
         room = min(h2c.local_flow_control_window(stream_id), h2c.max_outbound_frame_size, len(view))
         if room <= 0:
-            connection.flush()  # the HEADERS (and what DATA fit) leave while the window is shut
+            connection.hand_over(stream, progress)  # the HEADERS (and what DATA fit) leave while the window is shut
             connection.changed.clear()
             await connection.changed.wait()
             continue
         h2c.send_data(stream_id, bytes(view[:room]), end_stream=room == len(view))
         view = view[room:]
-        connection.flush()
+        connection.hand_over(stream, progress)
 
 
 def _split(url: str) -> tuple[str, int, bytes, bytes]:

@@ -200,3 +200,55 @@ def test_webpush__a_push_service_without_http2_is_sent_to_over_http11_once(webpu
     # The HTTP/2 try ended at ALPN with nothing sent; the one request went over HTTP/1.1.
     assert (result.outcome, result.http_status) == (Outcome.DELIVERED, 201), result
     assert server.requests == 1
+
+
+class _ClosingTransport(asyncio.Transport):
+    """A transport already closing: asyncio would drop anything written to it without a word."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[bytes] = []
+
+    def is_closing(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> None:  # pragma: no cover - the client must not call it
+        self.written.append(bytes(data))
+
+
+class _Progress:
+    def __init__(self) -> None:
+        self.sent = 0
+
+    def at(self, phase: str) -> None:
+        pass
+
+    def mark_sent(self) -> None:
+        self.sent += 1
+
+
+def test_a_request_handed_to_a_closing_transport_is_not_called_sent():
+    """The bytes of a write to a closing transport never leave: 'nothing was sent', never 'unknown'."""
+    from notifications.backends.h2transport import H2Failure, _Connection, _Stream
+
+    async def scenario() -> tuple[H2Failure, int, list[bytes], str]:
+        connection = _Connection()
+        connection.connection_made(_ClosingTransport())
+        connection.h2.initiate_connection()
+        stream_id = connection.h2.get_next_available_stream_id()
+        request = [(b":method", b"GET"), (b":scheme", b"https"), (b":authority", b"a.example"), (b":path", b"/")]
+        connection.h2.send_headers(stream_id, request, end_stream=True)
+        stream = _Stream(asyncio.get_running_loop().create_future(), 1024)
+        connection.streams[stream_id] = stream
+        progress = _Progress()
+        with pytest.raises(H2Failure) as raised:
+            connection.hand_over(stream, progress)
+        # And a connection lost before the hand-over fails its stream as unsent too.
+        connection._lose("the connection was lost (test)")
+        with pytest.raises(H2Failure) as lost:
+            await stream.future
+        return raised.value, progress.sent, connection.transport.written, lost.value.kind  # type: ignore[union-attr]
+
+    failure, marked, written, lost_kind = asyncio.run(scenario())
+    assert (failure.kind, failure.sent, marked, written) == ("unreachable", False, 0, [])
+    assert lost_kind == "unreachable"
