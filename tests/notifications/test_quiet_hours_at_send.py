@@ -1,5 +1,6 @@
 """Quiet hours asked again when a worker claims a row: deferred without an attempt, through the guarded release."""
 
+import logging
 from datetime import timedelta
 
 import pytest
@@ -99,7 +100,8 @@ def test_claim__a_policy_that_raises_is_logged_and_the_row_is_sent(quiet, fake, 
     row = row_for(device, clock)
     POLICY["broken"] = True
 
-    report = deliver_batch(clock=clock, owner="worker-a", ttl=TTL)
+    with caplog.at_level(logging.INFO, logger="weave"):
+        report = deliver_batch(clock=clock, owner="worker-a", ttl=TTL)
 
     row.refresh_from_db()
     assert (report.delivered, report.deferred, row.status) == (1, 0, "delivered")

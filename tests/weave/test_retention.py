@@ -30,7 +30,13 @@ def finished_notification(days_ago: float, status: str = "delivered", attempts: 
     for i in range(attempts):
         at = aged(days_ago) + timedelta(seconds=i)
         DeliveryAttempt.objects.create(
-            notification=n, owner="w", fence=i + 1, started_at=at, finished_at=at, outcome="temporary"
+            notification=n,
+            owner="w",
+            fence=i + 1,
+            started_at=at,
+            finished_at=at,
+            outcome="temporary",
+            reason="Provider answered HTTP 503; retried later.",  # a retried attempt always says why
         )
     return n
 

@@ -110,8 +110,9 @@ class ChaosRunner:
         """Run the load under faults, audit, and stop every process started, whatever happens."""
         previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
         # This process creates the load: one log line per created job would bury the progress bar.
-        for name in ("weave", "django-q"):
-            logging.getLogger(name).setLevel(logging.WARNING)
+        quieted = [(logging.getLogger(name), logging.getLogger(name).level) for name in ("weave", "django-q")]
+        for logger, _ in quieted:
+            logger.setLevel(logging.WARNING)
         try:
             # Runs record the plan of the process that starts them: this one (the load thread).
             plan = {**(getattr(settings, "WEAVE", None) or {}), "ONBOARDING_STEPS": list(self.config.steps)}
@@ -121,6 +122,8 @@ class ChaosRunner:
                 return self._run()
         finally:
             signal.signal(signal.SIGTERM, previous)
+            for logger, level in quieted:  # the caller's (a test's) levels again
+                logger.setLevel(level)
             for pid, _, _ in self.stopped:  # never leave a frozen process behind
                 _signal(pid, signal.SIGCONT)
             for proxy in self.proxies.values():  # the clusters are gone by now: close their links

@@ -29,9 +29,19 @@ class Command(BaseCommand):
         import logging
 
         # django-q2 logs each enqueue and Weave each start at INFO; the demo's start-up output says what it
-        # created instead, once (the workers' logs in .run/demo/ keep every event).
-        logging.getLogger("django-q").setLevel(logging.WARNING)
-        logging.getLogger("weave").setLevel(logging.WARNING)
+        # created instead, once (the workers' logs in .run/demo/ keep every event). Restored afterwards:
+        # a caller in the same process (a test, a site's own command) keeps its own levels.
+        loggers = [logging.getLogger(name) for name in ("django-q", "weave")]
+        levels = [logger.level for logger in loggers]
+        for logger in loggers:
+            logger.setLevel(logging.WARNING)
+        try:
+            self._create()
+        finally:
+            for logger, level in zip(loggers, levels, strict=True):
+                logger.setLevel(level)
+
+    def _create(self) -> None:
         from notifications.models import Notification
         from notifications.services import notification_create
         from onboarding.models import Supplier
