@@ -52,6 +52,42 @@ def _cpu(pids: set[int]) -> float:
     return sum(proc_cpu(pids).values())
 
 
+def _measured(system: str, n: int, fakes: list[Any], work: Any, *, window: str, database: bool) -> dict[str, Any]:
+    """Run `work()` -> (delivered, groups) once, timed, with this process's CPU, the fakes' and (`database`)
+    PostgreSQL's per 1,000 sends: the one measurement every system in the table gets."""
+    pg, fake = (backend_pids() if database else set()), group_pids(fakes)
+    pg0, fake0, cpu0, t0 = _cpu(pg), _cpu(fake), time.process_time(), time.perf_counter()
+    delivered, groups = work()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    pg |= backend_pids() if database else set()  # connections the run opened count too
+    return {
+        "system": system,
+        "n": n,
+        "delivered": delivered,
+        "rate": n / wall,
+        "worker_cpu_per_1000": cpu / n * 1000,
+        "postgres_cpu_per_1000": (_cpu(pg) - pg0) / n * 1000 if database else 0.0,
+        "fake_cpu_per_1000": (_cpu(fake) - fake0) / n * 1000,
+        "groups": groups,
+        "window": window,
+    }
+
+
+def _firebase_app(options: dict[str, Any], name: str) -> Any:
+    """A firebase-admin app pointed at the FCM fake, as both firebase-admin anchors use it."""
+    import firebase_admin
+    from firebase_admin import credentials, messaging
+
+    # The client trusts the fake's CA the standard way (httpx and requests read these variables).
+    os.environ["SSL_CERT_FILE"] = os.environ["REQUESTS_CA_BUNDLE"] = options["ca_file"]
+    messaging._MessagingService.FCM_URL = options["base_url"] + "/v1/projects/{0}/messages:send"
+    # The fake grants only the messaging scope (the one FCM's send needs); firebase-admin asks for a list.
+    credentials._scopes = ["https://www.googleapis.com/auth/firebase.messaging"]
+    return firebase_admin.initialize_app(
+        credentials.Certificate(options["credentials_file"]), {"projectId": options["project_id"]}, name=name
+    )
+
+
 def _start_fakes(run: harness.Bench, latency: int) -> tuple[Any, dict[str, Any], dict[str, str], Path]:
     directory = harness.log_dir() / f"protocol-fakes-{latency}"
     backends_file = directory / "push_backends.json"
@@ -88,23 +124,12 @@ def _weave(alias: str, n: int, token: str, fakes: list[Any]) -> dict[str, Any]:
         )
         for i in range(n)
     )  # fmt: skip
-    pg, fake = backend_pids(), group_pids(fakes)
-    pg0, fake0, cpu0, t0 = _cpu(pg), _cpu(fake), time.process_time(), time.perf_counter()
-    report = drain(enqueue_more=False, budget=600)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    pg |= backend_pids()
-    delivered = harness.status_counts().get("delivered", 0)
-    return {
-        "system": f"weave {alias}",
-        "n": n,
-        "delivered": delivered,
-        "rate": n / wall,
-        "worker_cpu_per_1000": cpu / n * 1000,
-        "postgres_cpu_per_1000": (_cpu(pg) - pg0) / n * 1000,
-        "fake_cpu_per_1000": (_cpu(fake) - fake0) / n * 1000,
-        "groups": report.groups,
-        "window": "PUSH_CONCURRENCY",
-    }
+
+    def work() -> tuple[int, int]:
+        report = drain(enqueue_more=False, budget=600)
+        return harness.status_counts().get("delivered", 0), report.groups
+
+    return _measured(f"weave {alias}", n, fakes, work, window="PUSH_CONCURRENCY", database=True)
 
 
 def _backend_only(alias: str, n: int, configured: dict[str, Any], token: str, fakes: list[Any], window: int):
@@ -136,38 +161,15 @@ def _backend_only(alias: str, n: int, configured: dict[str, Any], token: str, fa
         finally:
             await backend.aclose()
 
-    fake = group_pids(fakes)
-    fake0, cpu0, t0 = _cpu(fake), time.process_time(), time.perf_counter()
-    delivered = asyncio.run(send_all())
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    return {
-        "system": f"{alias} backend alone, {window} in flight",
-        "n": n,
-        "delivered": delivered,
-        "rate": n / wall,
-        "worker_cpu_per_1000": cpu / n * 1000,
-        "postgres_cpu_per_1000": 0.0,
-        "fake_cpu_per_1000": (_cpu(fake) - fake0) / n * 1000,
-        "groups": 0,
-        "window": str(window),
-    }
+    system = f"{alias} backend alone, {window} in flight"
+    return _measured(system, n, fakes, lambda: (asyncio.run(send_all()), 0), window=str(window), database=False)
 
 
 def _firebase_admin(n: int, configured: dict[str, Any], token: str, fakes: list[Any]) -> dict[str, Any]:
     """firebase-admin 7's `send_each_async`, batches of 500, against the FCM fake: no database at all."""
-    import firebase_admin
-    from firebase_admin import credentials, messaging
+    from firebase_admin import messaging
 
-    options = configured["fcm"]["OPTIONS"]
-    # The client trusts the fake's CA the standard way (httpx and requests read these variables).
-    os.environ["SSL_CERT_FILE"] = os.environ["REQUESTS_CA_BUNDLE"] = options["ca_file"]
-    messaging._MessagingService.FCM_URL = options["base_url"] + "/v1/projects/{0}/messages:send"
-    # The fake grants only the messaging scope (the one FCM's send needs); firebase-admin asks for a list.
-    credentials._scopes = ["https://www.googleapis.com/auth/firebase.messaging"]
-    name = f"bench-{uuid.uuid4().hex[:8]}"
-    app = firebase_admin.initialize_app(
-        credentials.Certificate(options["credentials_file"]), {"projectId": options["project_id"]}, name=name
-    )
+    app = _firebase_app(configured["fcm"]["OPTIONS"], f"bench-{uuid.uuid4().hex[:8]}")
     batch = [
         messaging.Message(
             token=token, notification=messaging.Notification(title="Weave bench", body=f"Notification {i}"),
@@ -183,22 +185,9 @@ def _firebase_admin(n: int, configured: dict[str, Any], token: str, fakes: list[
             ok += response.success_count
         return ok
 
-    fake = group_pids(fakes)
-    fake0, cpu0, t0 = _cpu(fake), time.process_time(), time.perf_counter()
-    delivered = asyncio.run(send_all())
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     # (No delete_app: it closes the async client after its loop is gone. One app per run is fine.)
-    return {
-        "system": "firebase-admin send_each_async",
-        "n": n,
-        "delivered": delivered,
-        "rate": n / wall,
-        "worker_cpu_per_1000": cpu / n * 1000,
-        "postgres_cpu_per_1000": 0.0,
-        "fake_cpu_per_1000": (_cpu(fake) - fake0) / n * 1000,
-        "groups": 0,
-        "window": "500 per batch",
-    }
+    system = "firebase-admin send_each_async"
+    return _measured(system, n, fakes, lambda: (asyncio.run(send_all()), 0), window="500 per batch", database=False)
 
 
 def _load_rows(alias: str, n: int, token: str) -> list[int]:
@@ -230,18 +219,10 @@ def _fcm_django(n: int, configured: dict[str, Any], token: str, fakes: list[Any]
     """The fcm-django way: tasks of 500 rows, each one `messaging.send_each` call and one UPDATE; 2 threads."""
     from concurrent.futures import ThreadPoolExecutor
 
-    import firebase_admin
     from django.db import connection
-    from firebase_admin import credentials, messaging
+    from firebase_admin import messaging
 
-    options = configured["fcm"]["OPTIONS"]
-    os.environ["SSL_CERT_FILE"] = os.environ["REQUESTS_CA_BUNDLE"] = options["ca_file"]
-    messaging._MessagingService.FCM_URL = options["base_url"] + "/v1/projects/{0}/messages:send"
-    credentials._scopes = ["https://www.googleapis.com/auth/firebase.messaging"]
-    app = firebase_admin.initialize_app(
-        credentials.Certificate(options["credentials_file"]), {"projectId": options["project_id"]},
-        name=f"bench-django-{uuid.uuid4().hex[:8]}",
-    )  # fmt: skip
+    app = _firebase_app(configured["fcm"]["OPTIONS"], f"bench-django-{uuid.uuid4().hex[:8]}")
     pks = _load_rows("fcm", n, token)
     tasks = [pks[start : start + 500] for start in range(0, n, 500)]
 
@@ -260,23 +241,13 @@ def _fcm_django(n: int, configured: dict[str, Any], token: str, fakes: list[Any]
         finally:
             connection.close()
 
-    pg, fake = backend_pids(), group_pids(fakes)
-    pg0, fake0, cpu0, t0 = _cpu(pg), _cpu(fake), time.process_time(), time.perf_counter()
-    with ThreadPoolExecutor(2) as pool:
-        sum(pool.map(task, tasks))
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    pg |= backend_pids()
-    return {
-        "system": "fcm-django pattern (send_each)",
-        "n": n,
-        "delivered": harness.status_counts().get("delivered", 0),
-        "rate": n / wall,
-        "worker_cpu_per_1000": cpu / n * 1000,
-        "postgres_cpu_per_1000": (_cpu(pg) - pg0) / n * 1000,
-        "fake_cpu_per_1000": (_cpu(fake) - fake0) / n * 1000,
-        "groups": len(tasks),
-        "window": "2 tasks x 500 threads",
-    }
+    def work() -> tuple[int, int]:
+        with ThreadPoolExecutor(2) as pool:
+            sum(pool.map(task, tasks))
+        return harness.status_counts().get("delivered", 0), len(tasks)
+
+    system = "fcm-django pattern (send_each)"
+    return _measured(system, n, fakes, work, window="2 tasks x 500 threads", database=True)
 
 
 def _pywebpush(n: int, configured: dict[str, Any], token: str, fakes: list[Any], threads: int) -> dict[str, Any]:
@@ -313,25 +284,15 @@ def _pywebpush(n: int, configured: dict[str, Any], token: str, fakes: list[Any],
             _mark_delivered([pk])
         return ok
 
-    pg, fake = backend_pids(), group_pids(fakes)
-    pg0, fake0, cpu0, t0 = _cpu(pg), _cpu(fake), time.process_time(), time.perf_counter()
-    with ThreadPoolExecutor(threads) as pool:
-        sum(pool.map(task, pks))
-        # each thread's Django connection is closed on that thread
-        list(pool.map(lambda _: connection.close(), range(threads)))
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    pg |= backend_pids()
-    return {
-        "system": f"pywebpush, task per subscription, {threads} threads",
-        "n": n,
-        "delivered": harness.status_counts().get("delivered", 0),
-        "rate": n / wall,
-        "worker_cpu_per_1000": cpu / n * 1000,
-        "postgres_cpu_per_1000": (_cpu(pg) - pg0) / n * 1000,
-        "fake_cpu_per_1000": (_cpu(fake) - fake0) / n * 1000,
-        "groups": 0,
-        "window": str(threads),
-    }
+    def work() -> tuple[int, int]:
+        with ThreadPoolExecutor(threads) as pool:
+            sum(pool.map(task, pks))
+            # each thread's Django connection is closed on that thread
+            list(pool.map(lambda _: connection.close(), range(threads)))
+        return harness.status_counts().get("delivered", 0), 0
+
+    system = f"pywebpush, task per subscription, {threads} threads"
+    return _measured(system, n, fakes, work, window=str(threads), database=True)
 
 
 def _aioapns(n: int, configured: dict[str, Any], token: str, fakes: list[Any], window: int) -> dict[str, Any]:
@@ -375,21 +336,8 @@ def _aioapns(n: int, configured: dict[str, Any], token: str, fakes: list[Any], w
 
         return sum(await asyncio.gather(*(one(i) for i in range(n))))
 
-    fake = group_pids(fakes)
-    fake0, cpu0, t0 = _cpu(fake), time.process_time(), time.perf_counter()
-    delivered = asyncio.run(send_all())
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    return {
-        "system": f"aioapns, {window} in flight",
-        "n": n,
-        "delivered": delivered,
-        "rate": n / wall,
-        "worker_cpu_per_1000": cpu / n * 1000,
-        "postgres_cpu_per_1000": 0.0,
-        "fake_cpu_per_1000": (_cpu(fake) - fake0) / n * 1000,
-        "groups": 0,
-        "window": str(window),
-    }
+    system = f"aioapns, {window} in flight"
+    return _measured(system, n, fakes, lambda: (asyncio.run(send_all()), 0), window=str(window), database=False)
 
 
 def run_latency(latency: int, n: int, concurrency: int | None) -> list[dict[str, Any]]:
