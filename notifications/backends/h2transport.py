@@ -114,6 +114,13 @@ class _Stream:
         if not self.future.done():
             self.future.set_result(None)
 
+    def cut(self, why: str) -> None:
+        """The connection went with this stream open: the peer may have it only if its HEADERS were handed over."""
+        if self.sent:
+            self.fail("dropped", f"{why} after the request was sent")
+        else:
+            self.fail("unreachable", f"{why} before the request was written")
+
 
 class _Connection(asyncio.Protocol):
     """One HTTP/2 connection: the h2 state machine, the transport, and the streams open on it."""
@@ -228,10 +235,8 @@ class _Connection(asyncio.Protocol):
         for stream_id, stream in list(self.streams.items()):
             if stream_id > last:
                 stream.fail("refused", f"{self.why_closed}, below this request's stream {stream_id} (not processed)")
-            elif stream.sent:
-                stream.fail("dropped", f"{self.why_closed}, at or above this request's stream {stream_id}")
             else:
-                stream.fail("unreachable", f"{self.why_closed} before this request was written")
+                stream.cut(f"{self.why_closed}, at or above this request's stream {stream_id}")
         self.streams.clear()
         self.changed.set()
         self.close()
@@ -241,10 +246,7 @@ class _Connection(asyncio.Protocol):
             self.closed = True
             self.why_closed = why
         for stream in self.streams.values():
-            if stream.sent:
-                stream.fail("dropped", f"{why} after the request was sent")
-            else:
-                stream.fail("unreachable", f"{why} before the request was written")
+            stream.cut(why)
         self.streams.clear()
         self.changed.set()
         if self.transport is not None and not self.transport.is_closing():

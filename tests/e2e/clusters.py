@@ -32,6 +32,24 @@ def no_sweeps() -> None:
     Schedule.objects.all().delete()
 
 
+def outage_env(worker_env: dict[str, str], url: str, ttl: float) -> dict[str, str]:
+    """A worker's environment for the database-outage tests: short leases, and session limits (half the
+    lease) so that a worker cut off from the database gives up before its lease could lapse."""
+    return {
+        **worker_env,
+        "DATABASE_URL": url,
+        "WEAVE_LEASE_TTL": str(ttl),
+        "WEAVE_PUSH_LEASE_TTL": str(ttl),
+        "WEAVE_PUSH_CONCURRENCY": "4",
+        "WEAVE_PUSH_BATCH_SIZE": "25",
+        "WEAVE_WORKER_DB_CONNECT_TIMEOUT": "2",
+        "WEAVE_WORKER_DB_STATEMENT_TIMEOUT": str(ttl / 2),
+        "WEAVE_WORKER_DB_IDLE_IN_TRANSACTION_TIMEOUT": str(ttl / 2),
+        "WEAVE_WORKER_DB_TCP_USER_TIMEOUT": str(ttl / 2),
+        "WEAVE_LOG_LEVEL": "INFO",
+    }
+
+
 def start_cluster(groups, worker_env, name: str = "qcluster", **env: str):
     cluster = groups.manage(name, "qcluster", env={**worker_env, **env})
 

@@ -20,6 +20,7 @@ from django.db import connection
 from notifications.models import Notification
 from notifications.services import notification_create
 from notifications.testing.fake_provider import FakePushProvider
+from tests.e2e.clusters import outage_env
 from tests.e2e.test_pg_restart import TTL, assert_leases_let_go, reconnecting
 from tools.pgserver import ThrowawayPostgres, default_database_on, free_port, postgres_bin
 from tools.processes import wait_until
@@ -68,19 +69,7 @@ def test_workers_follow_the_database_to_its_new_address__nothing_hangs_and_no_le
         f"postgres://postgres@/{DB}?host={FIRST},{SECOND}&port={server.port},{second_port}"
         "&target_session_attrs=read-write"
     )
-    env = {
-        **worker_env,
-        "DATABASE_URL": url,
-        "WEAVE_LEASE_TTL": str(TTL),
-        "WEAVE_PUSH_LEASE_TTL": str(TTL),
-        "WEAVE_PUSH_CONCURRENCY": "4",
-        "WEAVE_PUSH_BATCH_SIZE": "25",
-        "WEAVE_WORKER_DB_CONNECT_TIMEOUT": "2",
-        "WEAVE_WORKER_DB_STATEMENT_TIMEOUT": str(TTL / 2),
-        "WEAVE_WORKER_DB_IDLE_IN_TRANSACTION_TIMEOUT": str(TTL / 2),
-        "WEAVE_WORKER_DB_TCP_USER_TIMEOUT": str(TTL / 2),
-        "WEAVE_LOG_LEVEL": "INFO",
-    }
+    env = outage_env(worker_env, url, TTL)
     with FakePushProvider(latency_ms=250) as fake:
         env["WEAVE_PUSH_URL"] = fake.push_url
         ids = [notification_create(device_token=f"failover-{i}", title="Hi", body=str(i)).pk for i in range(600)]

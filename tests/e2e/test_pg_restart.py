@@ -21,6 +21,7 @@ from notifications.testing.fake_provider import FakePushProvider
 from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, RunAttempt, StepReceipt, Supplier, VendorRecord
 from onboarding.services import onboarding_start
 from onboarding.testing.fake_services import FakeSupplierServices
+from tests.e2e.clusters import outage_env
 from tools.pgserver import ThrowawayPostgres, default_database_on, postgres_bin
 from tools.processes import wait_until
 
@@ -46,20 +47,7 @@ def own_server(django_db_blocker):
 
 @pytest.fixture
 def env(own_server, worker_env):
-    return {
-        **worker_env,
-        "DATABASE_URL": own_server.url("weave_restart_e2e"),
-        "WEAVE_LEASE_TTL": str(TTL),
-        "WEAVE_PUSH_LEASE_TTL": str(TTL),
-        "WEAVE_ONBOARDING_LEASE_TTL": str(TTL),
-        "WEAVE_PUSH_CONCURRENCY": "4",
-        "WEAVE_PUSH_BATCH_SIZE": "25",
-        "WEAVE_WORKER_DB_CONNECT_TIMEOUT": "2",
-        "WEAVE_WORKER_DB_STATEMENT_TIMEOUT": str(TTL / 2),
-        "WEAVE_WORKER_DB_IDLE_IN_TRANSACTION_TIMEOUT": str(TTL / 2),
-        "WEAVE_WORKER_DB_TCP_USER_TIMEOUT": str(TTL / 2),
-        "WEAVE_LOG_LEVEL": "INFO",
-    }
+    return {**outage_env(worker_env, own_server.url("weave_restart_e2e"), TTL), "WEAVE_ONBOARDING_LEASE_TTL": str(TTL)}
 
 
 def db_now():
