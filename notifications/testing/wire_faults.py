@@ -117,7 +117,9 @@ class HostileH2:
         self.streams: dict[int, _Stream] = {}
         self.processed = 0
         self.last_processed = 0
-        self.goaway_sent = False
+        self.goaway_sent = False  # decided: no stream above `last_processed` is processed from now on
+        self.goaway_said = False  # the GOAWAY frame itself is written
+        self.unhandled: set[int] = set()  # processed streams whose handler has not returned yet
         self.busy = False  # max_streams_1: a stream is being served
         self.tasks: set[asyncio.Task[None]] = set()
         self.writer: asyncio.StreamWriter | None = None
@@ -138,7 +140,7 @@ class HostileH2:
                 self.h2.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 16})
             self._flush()
             while not self.closing and (data := await reader.read(65536)):
-                if self.goaway_sent:
+                if self.goaway_said:
                     continue  # a graceful server lets the client read its GOAWAY: frames after it are dropped
                 try:
                     events = self.h2.receive_data(data)
@@ -202,8 +204,8 @@ class HostileH2:
             self._refuse(stream_id)
         elif mode == "goaway" and self.processed >= self.settings.goaway_after:
             self.goaway_sent = True
-            self.h2.close_connection(error_code=h2.errors.ErrorCodes.NO_ERROR, last_stream_id=self.last_processed)
             self._refuse(stream_id)
+            self._spawn(self._goaway())
         elif mode == "max_streams_1" and self.busy:
             self._refuse(stream_id)  # over the announced limit of one stream at a time
         else:
@@ -211,6 +213,7 @@ class HostileH2:
                 self.log.paths.append(self.streams[stream_id].headers.get(":path", ""))
             self.processed += 1
             self.last_processed = stream_id
+            self.unhandled.add(stream_id)
             if mode == "max_streams_1" and self.processed == 1:
                 self._lower_max_streams()  # before the first answer: the client learns it while reading it
             elif mode == "max_streams_1":
@@ -263,6 +266,20 @@ class HostileH2:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
+    async def _goaway(self) -> None:
+        """Say GOAWAY once every stream it calls processed has been handled (up to a bound).
+
+        A stream at or below the last id may have been acted on, and the client may say `unknown` of
+        it; waiting first means the fake's record holds every such stream by the time the client can
+        give up on the connection, so a test can check `unknown` against what really arrived."""
+        for _ in range(400):
+            if not self.unhandled:
+                break
+            await asyncio.sleep(0.005)
+        self.goaway_said = True
+        self.h2.close_connection(error_code=h2.errors.ErrorCodes.NO_ERROR, last_stream_id=self.last_processed)
+        self._flush()
+
     async def _hang_then_close(self) -> None:
         await asyncio.sleep(self.settings.hang_seconds)
         if self.writer is not None:
@@ -280,7 +297,10 @@ class HostileH2:
             http_version="2",
             client=f"hostile:{id(self)}",
         )
-        response = await self.handler(request)
+        try:
+            response = await self.handler(request)
+        finally:
+            self.unhandled.discard(stream_id)
         if self.settings.mode == "stray_stream":
             # An even id: a server-initiated stream never promised (push is off), so no request's stream.
             self._stray_answer(stream_id + 1, response.status)
