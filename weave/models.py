@@ -178,7 +178,11 @@ class TaskRow(JobModel):
 
     class Meta:
         verbose_name = "task"
-        indexes = [models.Index(fields=["state", "priority", "next_attempt_at"], name="weave_task_due")]
+        # In the drain's order (queue, highest priority first, then due time, then id): the next due task
+        # is the first match of an index walk, not a sort of the whole pending backlog per task.
+        indexes = [
+            models.Index(fields=["state", "queue_name", "-priority", "next_attempt_at", "id"], name="weave_task_drain")
+        ]
 
     def __str__(self) -> str:
         return f"task {self.task_path} ({self.result_id})"

@@ -3,13 +3,15 @@
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django_tasks import TaskResultStatus, task_backends
 from django_tasks.exceptions import TaskResultDoesNotExist
 
 from tests.jobs.shipping.background import add, charge_and_book, explode
 from tests.jobs.shipping.carrier import carrier, during_booking
 from tests.jobs.shipping.models import Booking, Shipment
-from weave.jobs.runner import run_job
+from weave.jobs.runner import run_job, run_next
 from weave.models import JobAttempt, TaskRow
 from weave.tasks import WeaveBackend
 from weave.tasks.worker import drain
@@ -89,3 +91,26 @@ def test_a_stalled_worker_is_taken_over_and_its_late_write_is_refused(clock):
     assert result.worker_ids == ["worker-a", "worker-b"]
     (lost,) = result.errors
     assert lost.exception_class_path == "weave.leases.errors.LeaseLost" and "fence 2" in lost.traceback
+
+
+def test_drain__each_task_is_picked_claimed_and_read_in_one_statement():
+    for n in range(3):
+        add.enqueue(n, 1)
+    with CaptureQueriesContext(connection) as queries:
+        assert drain() == {"done": 3}
+    on_tasks = [q["sql"].lstrip().upper() for q in queries if '"WEAVE_TASKROW"' in q["sql"].upper()]
+    claims = [sql for sql in on_tasks if sql.startswith("UPDATE") and "ATTEMPTS" in sql.split("WHERE")[0]]
+    assert len(claims) == 4  # one per task, and the one that found none left
+    assert sum(sql.startswith("SELECT") for sql in on_tasks) == 1  # only the closing "anything left?" check
+
+
+def test_run_next__passes_over_a_task_held_under_a_live_lease_and_says_when_none_is_left(clock):
+    held, free = add.enqueue(1, 1), add.enqueue(2, 2)
+    rows = {r.result_id: r for r in TaskRow.objects.all()}
+    TaskRow.objects.claim(rows[held.id].pk, owner="other", ttl=TTL, clock=clock)
+    due = TaskRow.objects.due(clock).order_by("pk")
+    assert run_next("task", due, owner="me", clock=clock) == "done"
+    assert run_next("task", due, owner="me", clock=clock) is None
+    free.refresh()
+    assert free.status == TaskResultStatus.SUCCESSFUL and free.worker_ids == ["me"] and free.attempts == 1
+    assert TaskRow.objects.get(pk=rows[held.id].pk).owner == "other"  # untouched: still the holder's

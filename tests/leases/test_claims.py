@@ -240,6 +240,19 @@ def test_claim_rows__returns_the_claimed_rows_data_in_the_same_statement(clock):
     assert batch.expires_at == clock.current + timedelta(seconds=TTL)
 
 
+def test_claim_rows__also_writes_in_the_claim_and_returns_the_values_after_it(clock):
+    jobs = JobFactory.create_batch(2, phase="p1")
+    with CaptureQueriesContext(connection) as queries:
+        batch, rows = Job.objects.order_by("pk").claim_rows(
+            owner="me", ttl=TTL, limit=1, fields=["phase", "writes", "owner", "fence"], also={"phase": "p2"}, clock=clock
+        )
+    assert [q["sql"].lstrip().upper()[:6] for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))] == [
+        "UPDATE"
+    ]
+    assert rows == [{"pk": jobs[0].pk, "phase": "p2", "writes": 0, "owner": "me", "fence": batch.fences[jobs[0].pk]}]
+    assert row(jobs[0])["phase"] == "p2" and row(jobs[1])["phase"] == "p1"  # only the claimed row got `also`
+
+
 def test_release_each__one_statement_every_row_under_its_own_guard(clock):
     jobs = JobFactory.create_batch(4)
     batch = Job.objects.claim_batch(owner="me", ttl=5, limit=10, clock=clock)

@@ -136,3 +136,34 @@ def claim(
     lease = rows.claim(pk, owner=owner, ttl=ttl, clock=clock, also=also)
     budget_ends = None if budget is None else clock.monotonic() + budget
     return JobContext(job_type, None, lease, 0, 0, float(ttl), clock, budget_ends=budget_ends, job_model=rows.model)
+
+
+def claim_next(
+    job_type: str,
+    rows: Any,
+    *,
+    owner: str,
+    ttl: float,
+    clock: Clock = default_clock,
+    budget: float | None = None,
+    also: Mapping[str, Any] | None = None,
+) -> JobContext | None:
+    """Claim the first free or expired row of `rows` (in its order) and open its attempt; None if none is left.
+
+    The same claim by the database clock as `claim()` (owner, fence bump, expiry, `also`), picking
+    its row in the statement itself (`FOR UPDATE SKIP LOCKED` on PostgreSQL: a row another worker
+    is claiming is passed over, not waited for) and reading the claimed row back in its `RETURNING`:
+    the context's `job` is set, as it stands after the claim.
+    """
+    model = rows.model
+    concrete = model._meta.concrete_fields
+    names = [f.name for f in concrete]
+    batch, found = rows.claim_rows(owner=owner, ttl=ttl, limit=1, fields=names, clock=clock, also=also)
+    if not found:
+        return None
+    ((row),) = found
+    pk = row["pk"]
+    lease = Lease(pk=pk, owner=owner, fence=batch.fences[pk], expires_at=batch.expires_at)
+    budget_ends = None if budget is None else clock.monotonic() + budget
+    job = model.from_db(router.db_for_write(model), [f.attname for f in concrete], [row[name] for name in names])
+    return JobContext(job_type, job, lease, 0, 0, float(ttl), clock, budget_ends=budget_ends, job_model=model)

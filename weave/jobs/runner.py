@@ -12,7 +12,7 @@ from typing import Any
 from django.db import router, transaction
 from django.db.models import F
 
-from weave.jobs.context import JobContext, claim
+from weave.jobs.context import JobContext, claim, claim_next
 from weave.jobs.declaration import JobType, Step, get
 from weave.leases import Clock, LeaseBusy, LeaseLost, NotClaimable, default_clock, insert_receipts, new_owner
 from weave.models import JobAttempt, JobState, JobStepReceipt
@@ -40,8 +40,25 @@ def run_job(job_type: str, pk: Any, *, owner: str | None = None, clock: Clock = 
         return "busy"
     except NotClaimable:
         return "not due"
-    started = ctx.claimed_at or clock.read()
     ctx.job = model.objects.get(pk=pk)
+    return _attempt(jt, ctx)
+
+
+def run_next(job_type: str, rows: Any, *, owner: str | None = None, clock: Clock = default_clock) -> str | None:
+    """Claim the first due job of `rows` (a due queryset of the type's model, in its order) and run one attempt.
+
+    Return how it ended, as `run_job` does, or None when no job of `rows` was left to claim. The
+    claim picks the row and reads it back in its one statement, where `run_job` needs a pk first.
+    """
+    jt = get(job_type)
+    owner = owner or new_owner(f"{job_type}:")
+    ctx = claim_next(job_type, rows, owner=owner, ttl=jt.lease_ttl(), clock=clock, budget=jt.budget, also=ATTEMPT)
+    return None if ctx is None else _attempt(jt, ctx)
+
+
+def _attempt(jt: JobType, ctx: JobContext) -> str:
+    """Run the claimed attempt `ctx` (its `job` read after the claim) to its guarded finish; return how it ended."""
+    started = ctx.claimed_at or ctx.clock.read()
     ctx.attempt, ctx.epoch = ctx.job.attempts, ctx.job.epoch
     try:
         if jt.handler is not None:

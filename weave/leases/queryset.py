@@ -124,8 +124,12 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
         limit: int,
         fields: Iterable[str],
         clock: Clock = default_clock,
+        also: Mapping[str, Any] | None = None,
     ) -> tuple[BatchLease, list[dict[str, Any]]]:
         """Claim up to `limit` free or expired rows and return the claimed rows' `fields` too: one statement.
+
+        `also` writes other fields in the same statement (e.g. an attempt counter), as with `claim()`;
+        the `fields` returned are the values after the claim.
 
         One `UPDATE ... WHERE pk IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT n) RETURNING ...` on
         PostgreSQL: skip_locked lets concurrent claimers pass each other's rows instead of waiting or
@@ -146,6 +150,7 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
                 .free_or_expired(clock)
                 ._update_returning(
                     ["pk", "fence", "lease_expires_at", *names],
+                    **(also or {}),
                     owner=owner,
                     fence=F("fence") + 1,
                     lease_expires_at=clock.now(_seconds(ttl)),

@@ -10,7 +10,7 @@ from typing import Any
 
 from weave import jobs
 from weave.jobs import JobContext, JobType, RetryPolicy, register
-from weave.jobs.runner import run_job
+from weave.jobs.runner import run_next
 from weave.models import TaskRow
 from weave.schedules import ScheduleSpec
 from weave.tasks.compat import TaskContext, normalize_json
@@ -42,10 +42,11 @@ def drain(queue_name: str = "default", *, budget: float = DRAIN_BUDGET) -> dict[
     ends = time.monotonic() + budget
     try:
         while time.monotonic() < ends:
-            pk = _due(queue_name).values_list("pk", flat=True).first()
-            if pk is None:
+            # One statement picks the next due task, claims it and reads it back (a task another
+            # worker is claiming right now is passed over, not waited for).
+            outcome = run_next(JOB_TYPE, _due(queue_name))
+            if outcome is None:
                 break
-            outcome = run_job(JOB_TYPE, pk)
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
     finally:
         jobs.settled()
