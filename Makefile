@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test bench bench-history chaos hosts lint docs dist mutate venv clean
+.PHONY: run test bench bench-stale bench-ox-venv bench-history chaos hosts lint docs dist mutate venv clean
 
 venv: $(STAMP)
 
@@ -25,6 +25,24 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r bench/requirements.txt
 	$(PY) bench/run.py $(ARGS)
+
+## make bench-stale: bench/stale_writes.py (stale writes and 10,000 trivial tasks: Weave, django-tasks-db,
+## django-ox) on the local PostgreSQL; django-ox runs in its own Python 3.12 venv, bench/.venv-ox
+bench-stale: $(STAMP) $(OX_VENV)/.installed
+	$(PY) -m pip install --quiet --disable-pip-version-check -r bench/requirements.txt
+	BENCH_DATABASE_URL=$${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/weave_bench} \
+		$(PY) bench/stale_writes.py $(ARGS)
+
+## make bench-ox-venv: the django-ox anchor's venv (bench/requirements-ox.txt) on PYTHON312, outside the product
+OX_VENV := bench/.venv-ox
+# A python3.12 on PATH that runs (a pyenv shim may not), else the newest pyenv 3.12.
+PYTHON312 ?= $(or $(shell python3.12 -c 'import sys; print(sys.executable)' 2>/dev/null),$(lastword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12)))
+bench-ox-venv: $(OX_VENV)/.installed
+
+$(OX_VENV)/.installed: bench/requirements-ox.txt
+	@test -x $(OX_VENV)/bin/python || $(PYTHON312) -m venv $(OX_VENV)
+	$(OX_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r bench/requirements-ox.txt
+	@touch $@
 
 ## make bench-history: a drain, a /metrics scrape and the dashboard on empty tables, then on 5 million finished
 ## notifications and as many attempts (database weave_bench_history; several minutes)

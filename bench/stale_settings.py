@@ -2,7 +2,13 @@
 
 import os
 
-os.environ.setdefault("DEBUG", "true")
+# DEBUG off, as in production: with DEBUG on Django keeps every query, a cost that grows with the
+# statements a backend makes per task. The demo settings then want these; the bench needs no real ones.
+os.environ.setdefault("DEBUG", "false")
+os.environ.setdefault("SECRET_KEY", "weave-bench-only-not-a-secret-" + "x" * 32)
+os.environ.setdefault("WEAVE_PUSH_URL", "http://127.0.0.1:8100/push")
+os.environ.setdefault("WEAVE_PUSH_TOKEN", "bench-token-not-a-secret")
+os.environ.setdefault("WEAVE_LOG_LEVEL", "WARNING")
 
 from demo.settings import *  # noqa: E402, F403
 

@@ -1,27 +1,38 @@
 """Bench: a task's worker stalls past its lease, another worker takes over, the stale one wakes and writes.
 
-Counts the stale writes that land with Weave's `django.tasks` backend and with django-tasks-db, and
-times N trivial tasks (default 10,000) through each (one in-process worker, PostgreSQL). Run:
+Counts the stale writes that land with Weave's `django.tasks` backend, django-tasks-db and django-ox,
+and times N trivial tasks (default 10,000) through one worker of each, on PostgreSQL. Run:
 
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/weave_anchor .venv/bin/python bench/stale_writes.py [N]
+    make bench-ox-venv   # once: bench/.venv-ox, Python 3.12 with bench/requirements-ox.txt
+    export BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/weave_bench
+    .venv/bin/python bench/stale_writes.py [N] [--rounds R]
+
+With `--rounds R` every system runs N tasks R times, the order rotating each round, so that none
+always runs first on a shared machine. django-ox needs Python >= 3.12 and the product stays on
+3.11, so its part runs in its own venv (bench/ox_side.py) against its own database (the bench
+database's name plus `_ox`, or OX_DATABASE_URL); without that venv its row says so.
 
 django-tasks-db has no lease: a stalled worker's task stays RUNNING for ever, so the only way another
 worker takes it over is a person (or a script) setting it back to READY, which this harness does.
-
-django-ox, the third anchor, needs Python 3.12 or later (every release on PyPI says so); the harness
-says whether it is importable; it has no scenario here yet, so it is not in the table.
 """
 
-import importlib.util
+import json
 import os
-import platform
+import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.stale_settings")
+if os.environ.get("BENCH_DATABASE_URL"):
+    os.environ["DATABASE_URL"] = os.environ["BENCH_DATABASE_URL"]
 
 import django  # noqa: E402
 
@@ -37,6 +48,10 @@ from weave.jobs.runner import run_job  # noqa: E402
 from weave.models import TaskRow  # noqa: E402
 from weave.tasks.worker import drain  # noqa: E402
 
+OX_PYTHON = ROOT / "bench" / ".venv-ox" / "bin" / "python"
+OX_SIDE = ROOT / "bench" / "ox_side.py"
+SYSTEMS = ["weave", "django-tasks-db", "django-ox"]
+
 
 def ledger(tag: str) -> list[str]:
     with connection.cursor() as cursor:
@@ -44,14 +59,25 @@ def ledger(tag: str) -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
-def _stall_then(run_stale, take_over) -> None:
+def _in_thread(name: str, target: Callable[[], object]) -> threading.Thread:
+    def run() -> None:
+        try:
+            target()
+        finally:
+            connection.close()  # this thread's own connection
+
+    thread = threading.Thread(target=run, name=name)
+    thread.start()
+    return thread
+
+
+def _stall_then(run_stale: Callable[[], object], take_over: Callable[[], object]) -> None:
     stale_tasks.stalled.clear()
     stale_tasks.resume.clear()
-    stale = threading.Thread(target=run_stale, name="stale")
-    stale.start()
+    stale = _in_thread("stale", run_stale)
     assert stale_tasks.stalled.wait(30), "the stale worker never reached its task"
     time.sleep(weave_settings.LEASE_TTL + 0.5)  # stalled past its lease
-    take_over()
+    _in_thread("fresh", take_over).join(60)
     stale_tasks.resume.set()
     stale.join(60)
 
@@ -82,47 +108,182 @@ def db_scenario() -> list[str]:
     return ledger("db")
 
 
-def throughput(n: int) -> dict[str, float]:
-    out = {}
-    for task in [stale_tasks.weave_noop] * n:
-        task.enqueue()
-    started = time.perf_counter()
-    while TaskRow.objects.due().exists():
-        drain(budget=600)
-    out["weave"] = n / (time.perf_counter() - started)
-    for task in [stale_tasks.db_noop] * n:
-        task.enqueue()
-    started = time.perf_counter()
-    while DBTaskResult.objects.ready().exists():
-        with transaction.atomic():
-            row = DBTaskResult.objects.ready().get_locked()
-            if row is None:
-                break
-            row.claim("one")
-        row.set_successful(row.task.call())
-    out["django-tasks-db"] = n / (time.perf_counter() - started)
+# --- django-ox, in its own venv ------------------------------------------------------------------
+
+
+def ox_database_url() -> str:
+    """OX_DATABASE_URL, or the bench database's server with the bench database's name plus `_ox`."""
+    if os.environ.get("OX_DATABASE_URL"):
+        return os.environ["OX_DATABASE_URL"]
+    params = connection.settings_dict
+    name = f"{params['NAME']}_ox"
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
+        if cursor.fetchone() is None:
+            cursor.execute(f'CREATE DATABASE "{name}"')
+    user = params["USER"] + (f":{params['PASSWORD']}" if params.get("PASSWORD") else "")
+    return f"postgres://{user}@{params['HOST'] or '127.0.0.1'}:{params['PORT'] or 5432}/{name}"
+
+
+def ox(*args: object) -> dict[str, Any]:
+    """Run bench/ox_side.py in the django-ox venv; return the JSON line it prints."""
+    env = {**os.environ, "OX_DATABASE_URL": ox_database_url(), "STALE_LEASE_TTL": str(weave_settings.LEASE_TTL)}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    done = subprocess.run(
+        [str(OX_PYTHON), str(OX_SIDE), *map(str, args)], env=env, capture_output=True, text=True, timeout=7200
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"bench/ox_side.py {args} failed:\n{done.stderr[-4000:]}")
+    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return out
 
 
+# --- throughput ----------------------------------------------------------------------------------
+
+
+def cpu_seconds() -> float:
+    """User plus system CPU of this process, from /proc."""
+    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def measured(n: int, out: dict[str, Any]) -> Iterator[None]:
+    """Time the block, count its SQL statements (BEGIN/COMMIT are not statements here) and its CPU."""
+    count = [0]
+
+    def counting(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        count[0] += 1
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(counting):
+        cpu, started = cpu_seconds(), time.perf_counter()
+        yield
+        out.update(seconds=time.perf_counter() - started, cpu_ms_per_task=(cpu_seconds() - cpu) * 1000 / n)
+    out.update(n=n, statements_per_task=count[0] / n)
+
+
+def weave_throughput(n: int) -> dict[str, Any]:
+    TaskRow.objects.all().delete()
+    for _ in range(n):
+        stale_tasks.weave_noop.enqueue()
+    out: dict[str, Any] = {}
+    with measured(n, out):
+        while TaskRow.objects.due().exists():
+            drain(budget=600)
+    return out
+
+
+def db_throughput(n: int) -> dict[str, Any]:
+    DBTaskResult.objects.all().delete()
+    for _ in range(n):
+        stale_tasks.db_noop.enqueue()
+    out: dict[str, Any] = {}
+    with measured(n, out):
+        while DBTaskResult.objects.ready().exists():
+            with transaction.atomic():
+                row = DBTaskResult.objects.ready().get_locked()
+                if row is None:
+                    break
+                row.claim("one")
+            row.set_successful(row.task.call())
+    return out
+
+
+THROUGHPUT: dict[str, Callable[[int], dict[str, Any]]] = {
+    "weave": weave_throughput,
+    "django-tasks-db": db_throughput,
+    "django-ox": lambda n: ox("throughput", n),
+}
+
+
+def throughput(n: int, rounds: int, systems: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Every system runs `n` tasks per round; the order rotates, so none always runs first."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}
+    for i in range(rounds):
+        for name in systems[i % len(systems) :] + systems[: i % len(systems)]:
+            load = os.getloadavg()[0]
+            run = THROUGHPUT[name](n)
+            run.update(load_before=load, load_after=os.getloadavg()[0], position=i)
+            runs[name].append(run)
+            print(f"round {i + 1}: {name} {n / run['seconds']:.0f} tasks/s (load {load:.1f})", file=sys.stderr)
+    return runs
+
+
+# --- report --------------------------------------------------------------------------------------
+
+
+def _rate(runs: list[dict[str, Any]]) -> str:
+    total = sum(r["n"] for r in runs) / sum(r["seconds"] for r in runs)
+    each = ", ".join(f"{r['n'] / r['seconds']:.0f}" for r in runs)
+    return f"{total:.0f}" + (f" ({each})" if len(runs) > 1 else "")
+
+
+def _per_task(runs: list[dict[str, Any]], key: str) -> str:
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return f"{sum(values) / len(values):.2f}" if values else "n/a"
+
+
+def _commit() -> str:
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True)
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def _ox_writes(story: dict[str, Any]) -> str:
+    return ", ".join(story["writes"]) + ("; its finish refused" if story.get("stale_outcome_refused") else "")
+
+
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
+    args = sys.argv[1:]
+    rounds = int(args[args.index("--rounds") + 1]) if "--rounds" in args else 1
+    positional = [a for i, a in enumerate(args) if not a.startswith("--") and (i == 0 or args[i - 1] != "--rounds")]
+    n = int(positional[0]) if positional else 10_000
+    started_at, load_at_start = datetime.now(UTC), os.getloadavg()
     call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:
         cursor.execute("CREATE TABLE IF NOT EXISTS bench_ledger (id serial PRIMARY KEY, tag text, writer text)")
         cursor.execute("TRUNCATE bench_ledger")
     TaskRow.objects.all().delete()
     DBTaskResult.objects.all().delete()
-    weave = weave_scenario()
-    db = db_scenario()
-    rates = throughput(n)
-    print(f"| backend | writes that landed | stale writes that landed | trivial tasks per second (N={n}) |")
-    print("| --- | --- | --- | --- |")
-    print(f"| weave.tasks.WeaveBackend | {', '.join(weave)} | {weave.count('stale')} | {rates['weave']:.0f} |")
-    print(f"| django-tasks-db 0.13.0 | {', '.join(db)} | {db.count('stale')} | {rates['django-tasks-db']:.0f} |")
-    if importlib.util.find_spec("django_ox") is None:
-        print(f"\ndjango-ox is not importable here (it requires Python >= 3.12; this is {platform.python_version()}).")
-    else:
-        print("\ndjango-ox is importable, but this harness has no scenario for it yet: it is not in the table.")
+    writes = {"weave": weave_scenario(), "django-tasks-db": db_scenario()}
+    have_ox = OX_PYTHON.exists()
+    systems = SYSTEMS if have_ox else SYSTEMS[:2]
+    ox_frozen = ox("stall", "process") if have_ox else None
+    ox_body = ox("stall", "body") if have_ox else None
+    runs = throughput(n, rounds, systems)
+    load = os.getloadavg()
+    print(
+        f"\nCommit {_commit()}, {started_at:%Y-%m-%d %H:%M} UTC, N = {n}, {rounds} round(s); load average "
+        f"{load_at_start[0]:.1f} at the start, {load[0]:.1f} at the end (1 min; {os.cpu_count()} CPUs)\n"
+    )
+    print(
+        "| backend | writes that landed | stale writes that landed | trivial tasks per second | "
+        "worker CPU ms per task | SQL statements per task |"
+    )
+    print("| --- | --- | --- | --- | --- | --- |")
+    names = {"weave": "weave.tasks.WeaveBackend", "django-tasks-db": "django-tasks-db 0.13.0"}
+    for name in SYSTEMS[:2]:
+        landed = writes[name]
+        r = runs[name]
+        print(
+            f"| {names[name]} | {', '.join(landed)} | {landed.count('stale')} | {_rate(r)} | "
+            f"{_per_task(r, 'cpu_ms_per_task')} | {_per_task(r, 'statements_per_task')} |"
+        )
+    if ox_frozen is None or ox_body is None:
+        print(f"| django-ox | not run: {OX_PYTHON} is missing (`make bench-ox-venv`) | | | | |")
+        return
+    r = runs["django-ox"]
+    print(
+        f"| django-ox 1.9.1 (worker process frozen) | {_ox_writes(ox_frozen)} | {ox_frozen['writes'].count('stale')} | "
+        f"{_rate(r)} | {_per_task(r, 'cpu_ms_per_task')} | {_per_task(r, 'statements_per_task')} |"
+    )
+    print(
+        f"\ndjango-ox, only the task body stalled (the process alive): writes {_ox_writes(ox_body)}; "
+        f"status {ox_body['status']}, {ox_body['attempts']} attempt(s): "
+        + ("no takeover, its lease was renewed throughout." if ox_body["attempts"] == 1 else "taken over.")
+    )
+    print("\n" + json.dumps({"runs": runs, "ox": [ox_frozen, ox_body]}))
 
 
 if __name__ == "__main__":
