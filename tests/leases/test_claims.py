@@ -244,7 +244,12 @@ def test_claim_rows__also_writes_in_the_claim_and_returns_the_values_after_it(cl
     jobs = JobFactory.create_batch(2, phase="p1")
     with CaptureQueriesContext(connection) as queries:
         batch, rows = Job.objects.order_by("pk").claim_rows(
-            owner="me", ttl=TTL, limit=1, fields=["phase", "writes", "owner", "fence"], also={"phase": "p2"}, clock=clock
+            owner="me",
+            ttl=TTL,
+            limit=1,
+            fields=["phase", "writes", "owner", "fence"],
+            also={"phase": "p2"},
+            clock=clock,
         )
     assert [q["sql"].lstrip().upper()[:6] for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))] == [
         "UPDATE"
