@@ -8,9 +8,10 @@ and times N trivial tasks (default 10,000) through one worker of each, on Postgr
     .venv/bin/python bench/stale_writes.py [N] [--rounds R]
 
 With `--rounds R` every system runs N tasks R times, the order rotating each round, so that none
-always runs first on a shared machine. django-ox needs Python >= 3.12 and the product stays on
-3.11, so its part runs in its own venv (bench/ox_side.py) against its own database (the bench
-database's name plus `_ox`, or OX_DATABASE_URL); without that venv its row says so.
+always runs first on a shared machine; `--only weave,django-tasks-db` leaves the others out.
+django-ox needs Python >= 3.12 and the product stays on 3.11, so its part runs in its own venv
+(bench/ox_side.py) against its own database (the bench database's name plus `_ox`, or
+OX_DATABASE_URL); without that venv its row says so.
 
 django-tasks-db has no lease: a stalled worker's task stays RUNNING for ever, so the only way another
 worker takes it over is a person (or a script) setting it back to READY, which this harness does.
@@ -237,9 +238,11 @@ def _ox_writes(story: dict[str, Any]) -> str:
 def main() -> None:
     args = sys.argv[1:]
     rounds = int(args[args.index("--rounds") + 1]) if "--rounds" in args else 1
-    positional = [a for i, a in enumerate(args) if not a.startswith("--") and (i == 0 or args[i - 1] != "--rounds")]
+    only = args[args.index("--only") + 1].split(",") if "--only" in args else SYSTEMS
+    valued = {"--rounds", "--only"}
+    positional = [a for i, a in enumerate(args) if not a.startswith("--") and (i == 0 or args[i - 1] not in valued)]
     n = int(positional[0]) if positional else 10_000
-    started_at, load_at_start = datetime.now(UTC), os.getloadavg()
+    started_at, load_at_start, commit = datetime.now(UTC), os.getloadavg(), _commit()
     call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:
         cursor.execute("CREATE TABLE IF NOT EXISTS bench_ledger (id serial PRIMARY KEY, tag text, writer text)")
@@ -247,14 +250,14 @@ def main() -> None:
     TaskRow.objects.all().delete()
     DBTaskResult.objects.all().delete()
     writes = {"weave": weave_scenario(), "django-tasks-db": db_scenario()}
-    have_ox = OX_PYTHON.exists()
-    systems = SYSTEMS if have_ox else SYSTEMS[:2]
+    have_ox = OX_PYTHON.exists() and "django-ox" in only
+    systems = [name for name in SYSTEMS if name in only and (have_ox or name != "django-ox")]
     ox_frozen = ox("stall", "process") if have_ox else None
     ox_body = ox("stall", "body") if have_ox else None
     runs = throughput(n, rounds, systems)
     load = os.getloadavg()
     print(
-        f"\nCommit {_commit()}, {started_at:%Y-%m-%d %H:%M} UTC, N = {n}, {rounds} round(s); load average "
+        f"\nCommit {commit}, {started_at:%Y-%m-%d %H:%M} UTC, N = {n}, {rounds} round(s); load average "
         f"{load_at_start[0]:.1f} at the start, {load[0]:.1f} at the end (1 min; {os.cpu_count()} CPUs)\n"
     )
     print(
@@ -263,7 +266,7 @@ def main() -> None:
     )
     print("| --- | --- | --- | --- | --- | --- |")
     names = {"weave": "weave.tasks.WeaveBackend", "django-tasks-db": "django-tasks-db 0.13.0"}
-    for name in SYSTEMS[:2]:
+    for name in [name for name in SYSTEMS[:2] if name in systems]:
         landed = writes[name]
         r = runs[name]
         print(
@@ -271,7 +274,8 @@ def main() -> None:
             f"{_per_task(r, 'cpu_ms_per_task')} | {_per_task(r, 'statements_per_task')} |"
         )
     if ox_frozen is None or ox_body is None:
-        print(f"| django-ox | not run: {OX_PYTHON} is missing (`make bench-ox-venv`) | | | | |")
+        if "django-ox" in only:
+            print(f"| django-ox | not run: {OX_PYTHON} is missing (`make bench-ox-venv`) | | | | |")
         return
     r = runs["django-ox"]
     print(
