@@ -251,7 +251,7 @@ def main() -> None:
     DBTaskResult.objects.all().delete()
     writes = {"weave": weave_scenario(), "django-tasks-db": db_scenario()}
     have_ox = OX_PYTHON.exists() and "django-ox" in only
-    systems = [name for name in SYSTEMS if name in only and (have_ox or name != "django-ox")]
+    systems = [name for name in only if name in SYSTEMS and (have_ox or name != "django-ox")]  # in the order given
     ox_frozen = ox("stall", "process") if have_ox else None
     ox_body = ox("stall", "body") if have_ox else None
     runs = throughput(n, rounds, systems)
