@@ -187,7 +187,7 @@ class Command(BaseCommand):
                 os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:
                 pass
-        ending = "end blocked" if run else "be refused (lease_lost)"
+        ending = "end blocked" if run else "be refused (lease_lost; skipped if it had not sent them yet)"
         self.stdout.write(f"stall: thawed pid {pid}; its work at fence {fence} should {ending}")
         return True
 
