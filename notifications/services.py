@@ -335,7 +335,7 @@ def _active_device_rows(user_ids: list[Any], *, locking: bool) -> list[tuple[Any
         return []
     with connection.cursor() as cursor:
         cursor.execute(_active_devices_sql(db, locking), [user_ids])
-        return cursor.fetchall()
+        return [tuple(row) for row in cursor.fetchall()]
 
 
 @functools.cache
@@ -344,8 +344,9 @@ def _active_devices_sql(db: str, locking: bool) -> str:
     qn = connections[db].ops.quote_name
     meta = Device._meta
     column = {
-        name: qn(meta.get_field(name).column)
-        for name in ("id", "backend", "token", "last_used_at", "created_at", "user", "active")
+        f.name: qn(str(f.column))
+        for f in meta.concrete_fields
+        if f.name in ("id", "backend", "token", "last_used_at", "created_at", "user", "active")
     }
     selected = ", ".join(column[name] for name in ("id", "backend", "token", "last_used_at", "created_at", "user"))
     # In key order when locking, so two sends to the same users take the locks alike and never deadlock.
