@@ -144,6 +144,25 @@ def run_mode(name: str, n: int, profiler: cProfile.Profile | None = None) -> dic
     }
 
 
+def floor(n: int) -> dict[str, float]:
+    """What the machine gives at this moment, through the same Django connection: a bare round trip
+    (`SELECT 1`) and a bare committed one-row INSERT (the commit waits for the WAL flush, as a push's does)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE IF NOT EXISTS handover_floor (x int)")
+        started = time.perf_counter()
+        for _ in range(n):
+            cursor.execute("SELECT 1")
+        select = time.perf_counter() - started
+        started = time.perf_counter()
+        for _ in range(n):
+            cursor.execute("INSERT INTO handover_floor VALUES (1)")
+        insert = time.perf_counter() - started
+        cursor.execute("DROP TABLE handover_floor")
+    return {"select_ms": select / n * 1000, "insert_ms": insert / n * 1000}
+
+
 MODES = ("create, one at a time", "create, bulk", "send_to_user, one at a time", "send_to_user, bulk")
 
 
@@ -171,15 +190,21 @@ def main() -> None:
         print(out.getvalue())
         return
     results: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
+    floors: list[dict[str, float]] = []
     run_mode(modes[0], min(args.n, 50))  # warm-up, not reported
     load = [os.getloadavg()[0]]
     for _ in range(args.rounds):
+        floors.append(floor(args.n))
         for mode in modes:
             results[mode].append(run_mode(mode, args.n))
             load.append(os.getloadavg()[0])
     print(
         f"n={args.n} rounds={args.rounds} load average (1 min) {min(load):.2f} to {max(load):.2f}; "
         f"target <= {TARGET_MS} ms"
+    )
+    print(
+        f"{'floor':28} a bare round trip {statistics.median(f['select_ms'] for f in floors):.3f} ms, "
+        f"a bare committed INSERT {statistics.median(f['insert_ms'] for f in floors):.3f} ms (same connection)"
     )
     for mode, runs in results.items():
         ms = statistics.median(r["ms"] for r in runs)
