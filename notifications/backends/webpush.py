@@ -56,7 +56,7 @@ from weave.retry import HttpClass, http_class
 
 OPTIONS = {"vapid_private_key_file", "vapid_subject", "ca_file"}
 # Request fields whose value differs per message (kept out of HPACK's table, see H2Client).
-WEBPUSH_VOLATILE = frozenset({b"topic", b"ttl"})
+WEBPUSH_VOLATILE = frozenset({b":path", b"topic", b"ttl"})
 DEFAULT_TTL = 28 * 24 * 3600  # what FCM keeps a message for; a push service may store less
 
 
