@@ -437,6 +437,7 @@ class H2Client:
         # would only evict the fields that repeat (the token, the topic) and lengthen every search.
         # `:path` is volatile where it names the device (APNs, Web Push); FCM's is the same every time.
         self._volatile = frozenset({b"content-length", *volatile})
+        self._checked: set[tuple[bytes, bytes]] = set()  # fields `check_headers` passed (most repeat)
 
     async def exchange(
         self,
@@ -456,7 +457,13 @@ class H2Client:
         `deadline_at` (monotonic): a stream is not opened once too little of it is left (`too_late`).
         """
         host, port, authority, path = _split(url)
-        check_headers(headers)
+        checked = self._checked
+        for field in headers:
+            if field not in checked:
+                check_headers([field])
+                if len(checked) >= _MEMO_FIELDS:
+                    checked.clear()  # the volatile fields filled it: the repeating ones come back at once
+                checked.add(field)
         fields = [(b":method", method.encode("ascii")), (b":scheme", b"https"), (b":authority", authority),
                   (b":path", path), *headers]  # fmt: skip
         if content or method in ("POST", "PUT", "PATCH"):
