@@ -50,8 +50,7 @@ KEEPALIVE_SECONDS = 5.0  # like httpx's default: a connection idle this long is 
 _READ_WINDOW = 1 << 20  # the connection receive window we offer (answers are small; this avoids stalls)
 _REFUSED = h2.errors.ErrorCodes.REFUSED_STREAM
 _CANCEL = h2.errors.ErrorCodes.CANCEL
-_MEMO_FIELDS = 64  # encoded fields (and decoded blocks) remembered per connection; a request has about ten
-_MEMO_BLOCK_BYTES = 512  # longer answer header blocks are decoded every time
+_MEMO_FIELDS = 64  # encoded fields remembered per connection (a request has about ten)
 
 Headers = list[tuple[bytes, bytes]]
 # What h2's outbound validation would refuse, checked here once per header instead (h2's own pass, a
@@ -122,39 +121,6 @@ def _literal(value: bytes) -> bytes:
     return bytes(hpack.hpack.encode_integer(len(value), 7)) + value
 
 
-class _Decoder(hpack.Decoder):
-    """hpack's decoder, remembering the header blocks that left its dynamic table as it was.
-
-    A block decodes to the same fields whenever the table (and the limits) are the same, so an
-    answer's block seen before, one that only referred to the table (the provider's answers repeat
-    theirs), is not decoded again. A block that changed the table empties the memo."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._blocks: dict[tuple[bytes, bool], list[Any]] = {}
-        self._limits: tuple[int, int, int] = (0, 0, 0)
-
-    def decode(self, data: bytes, raw: bool = False) -> Any:
-        table = self.header_table
-        limits = (table.maxsize, self.max_header_list_size, self.max_allowed_table_size)
-        if limits != self._limits:
-            self._blocks.clear()
-            self._limits = limits
-        key = (bytes(data), raw)
-        known = self._blocks.get(key)
-        if known is not None:
-            return list(known)
-        entries = table.dynamic_entries
-        size, first = len(entries), entries[0] if entries else None
-        decoded = super().decode(data, raw=raw)
-        if len(entries) != size or (entries[0] if entries else None) is not first or table.maxsize != limits[0]:
-            self._blocks.clear()
-            self._limits = (table.maxsize, self.max_header_list_size, self.max_allowed_table_size)
-        elif len(key[0]) <= _MEMO_BLOCK_BYTES and len(self._blocks) < _MEMO_FIELDS:
-            self._blocks[key] = list(decoded)
-        return decoded
-
-
 class H2Failure(Exception):
     """No complete answer. `kind`: "unreachable" (nothing sent), "refused" (not processed), "dropped"."""
 
@@ -216,10 +182,6 @@ class _Connection(asyncio.Protocol):
         )
         self.h2 = h2.connection.H2Connection(config=config)
         self.h2.encoder = _Encoder()
-        decoder, made = _Decoder(), self.h2.decoder  # h2's own limits, kept
-        decoder.max_header_list_size = made.max_header_list_size
-        decoder.max_allowed_table_size = made.max_allowed_table_size
-        self.h2.decoder = decoder
         self.transport: asyncio.Transport | None = None
         self.streams: dict[int, _Stream] = {}
         self.closed = False  # no new streams: lost, GOAWAY, out of ids, or closed by us
