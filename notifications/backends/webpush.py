@@ -16,11 +16,9 @@ at each send, and the client connects only to addresses that policy checked.
 """
 
 import base64
-import hmac
 import json
 import os
 import re
-import struct
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -30,8 +28,6 @@ from urllib.parse import urlsplit
 import http_ece
 import httpx
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from notifications import content
 from notifications.backends import classify
@@ -63,8 +59,6 @@ from weave.retry import HttpClass, http_class
 OPTIONS = {"vapid_private_key_file", "vapid_subject", "ca_file"}
 # Request fields whose value differs per message (kept out of HPACK's table, see H2Client).
 WEBPUSH_VOLATILE = frozenset({b":path", b"topic", b"ttl"})
-_P256 = ec.SECP256R1()
-_RECORD_SIZE = 4096  # the aes128gcm record size stated in the header: http_ece's default, as before
 SUBSCRIPTIONS_KEPT = 4096  # checked subscriptions a backend remembers (see WebPushBackend._subscription)
 DEFAULT_TTL = 28 * 24 * 3600  # what FCM keeps a message for; a push service may store less
 
@@ -303,28 +297,13 @@ def web_push_payload(message: PushMessage, *, tag: str) -> bytes:
 
 
 def encrypt(plaintext: bytes, *, p256dh: bytes, auth: bytes) -> bytes:
-    """RFC 8291: aes128gcm content coding with a fresh ephemeral ECDH key and salt per message.
-
-    A payload that fits one record (every Web Push payload a push service takes: they cap the body at
-    4,096 bytes) is encrypted here, the key schedule in `hmac` (each HKDF step of RFC 8291 is one
-    HMAC-SHA-256 block); a longer one goes through `http_ece`, which splits it into records. Both
-    make the same bytes for the same key and salt. The ECDH itself is most of the cost (about 40
-    of 65 microseconds a message), too little to be worth a hop off the event loop's thread."""
-    ephemeral = ec.generate_private_key(_P256)
-    salt = os.urandom(16)
-    if len(plaintext) > _RECORD_SIZE - 17:  # 16 bytes of tag and the one-byte delimiter
-        sealed = http_ece.encrypt(
-            plaintext, salt=salt, private_key=ephemeral, dh=p256dh, auth_secret=auth, version="aes128gcm"
+    """RFC 8291: aes128gcm content coding with a fresh ephemeral ECDH key and salt per message."""
+    ephemeral = ec.generate_private_key(ec.SECP256R1())
+    return bytes(
+        http_ece.encrypt(
+            plaintext, salt=os.urandom(16), private_key=ephemeral, dh=p256dh, auth_secret=auth, version="aes128gcm"
         )  # fmt: skip
-        return bytes(sealed)
-    secret = ephemeral.exchange(ec.ECDH(), ec.EllipticCurvePublicKey.from_encoded_point(_P256, p256dh))
-    ours = ephemeral.public_key().public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
-    ikm = hmac.digest(hmac.digest(auth, secret, "sha256"), b"WebPush: info\x00" + p256dh + ours + b"\x01", "sha256")
-    prk = hmac.digest(salt, ikm, "sha256")
-    key = hmac.digest(prk, b"Content-Encoding: aes128gcm\x00\x01", "sha256")[:16]
-    nonce = hmac.digest(prk, b"Content-Encoding: nonce\x00\x01", "sha256")[:12]
-    record = AESGCM(key).encrypt(nonce, plaintext + b"\x02", None)  # one record, the last: delimiter 2
-    return salt + struct.pack("!LB", _RECORD_SIZE, len(ours)) + ours + record
+    )
 
 
 def classify_webpush(

@@ -102,26 +102,3 @@ def test_webpush__the_destination_policy_is_applied_at_each_send_by_the_same_bac
     assert first.outcome == Outcome.DELIVERED
     assert (second.outcome, second.sent, second.token_invalid) == (Outcome.PERMANENT, False, False)
     assert len(webpush.deliveries()) == 1
-
-
-def test_webpush__the_encryption_is_rfc_8291_for_short_and_long_payloads():
-    # One-record payloads are encrypted by the backend's own key schedule, longer ones by http_ece:
-    # the subscriber's side (http_ece's decrypt, as a browser would) reads both, each with a fresh key.
-    import os
-
-    import http_ece
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-
-    from notifications.backends.webpush import encrypt
-
-    browser = ec.generate_private_key(ec.SECP256R1())
-    p256dh = browser.public_key().public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
-    auth = os.urandom(16)
-    for size in (1, 300, 4079, 4080, 9000):
-        plaintext = os.urandom(size)
-        body = encrypt(plaintext, p256dh=p256dh, auth=auth)
-        assert http_ece.decrypt(body, private_key=browser, auth_secret=auth, version="aes128gcm") == plaintext
-        assert body[16:21] == b"\x00\x00\x10\x00\x41"  # record size 4096, a 65-byte key id (our public key)
-    first, second = (encrypt(b"same", p256dh=p256dh, auth=auth) for _ in range(2))
-    assert first[:16] != second[:16] and first[21:86] != second[21:86]  # a fresh salt and key each time
