@@ -45,11 +45,12 @@ logger = logging.getLogger("weave.wake")
 
 CHANNEL = "weave_wake"  # the PostgreSQL NOTIFY channel
 # The payload of a request that a waiting or running task already covers: new work for a task that is
-# lingering in some worker process. A watcher hands it to its own process (`arrivals`) and does not
+# lingering in some worker process. A watcher hands it to its own process (`on_arrival`) and does not
 # treat it as a change of due times, so a stream of such requests costs the watchers no queries.
 ARRIVAL = "arrived"
-# Set by this process's watcher when it hears ARRIVAL: a lingering task waits on it instead of polling.
-arrivals = threading.Event()
+# Called (on the watcher's thread) each time this process's watcher hears ARRIVAL.
+_arrival_callbacks: list[Callable[[], None]] = []
+_arrival_lock = threading.Lock()
 
 
 # --- coalesced task requests ---------------------------------------------------------------------------
@@ -104,7 +105,7 @@ def _covered(name: str) -> bool:
     """Whether a request row for `name` exists (a task is queued or lingering), telling it on PostgreSQL.
 
     The NOTIFY rides in the same statement as the existence check, so the hand-over makes no extra round
-    trip; a lingering task hears it through its process's watcher (`arrivals`) and looks at once."""
+    trip; a lingering task hears it through its process's watcher (`on_arrival`) and looks at once."""
     from weave.models import WakeRequest
 
     if connection.vendor != "postgresql":
@@ -116,11 +117,34 @@ def _covered(name: str) -> bool:
         return cursor.fetchone() is not None
 
 
-def wait_for_arrival(seconds: float) -> bool:
-    """Sleep up to `seconds`, less if this process's watcher hears that new work was requested."""
-    arrived = arrivals.wait(seconds)
-    arrivals.clear()
-    return arrived
+def on_arrival(callback: Callable[[], None]) -> Callable[[], None]:
+    """Call `callback` each time this process's watcher hears that new work was requested; return the
+    function that stops it.
+
+    A callback, not a flag to clear and wait on: nothing is cleared, so an arrival heard while the
+    subscriber is busy (claiming, or between two waits) is never lost. The subscriber posts it to
+    whatever it waits on (a lingering drain: its inbox, which keeps it until taken). Callbacks run on
+    the watcher's thread and must not block.
+    """
+    with _arrival_lock:
+        _arrival_callbacks.append(callback)
+
+    def stop() -> None:
+        with _arrival_lock:
+            if callback in _arrival_callbacks:
+                _arrival_callbacks.remove(callback)
+
+    return stop
+
+
+def _arrived() -> None:
+    with _arrival_lock:
+        callbacks = list(_arrival_callbacks)
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception:  # a subscriber's bug must not stop the watcher hearing due times
+            logger.exception("event=arrival_callback_failed")
 
 
 def hold(name: str, seconds: float) -> None:
@@ -270,9 +294,11 @@ def probe_listener(raw: Any, *, timeout: float | None = None) -> bool:
         cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, token])
     deadline = time.monotonic() + float(weave_settings.WAKE_PROBE_TIMEOUT if timeout is None else timeout)
     while (left := deadline - time.monotonic()) > 0:
-        for notify in raw.notifies(timeout=left, stop_after=1):
-            if notify.payload == token:
-                return True
+        heard = [notify.payload for notify in raw.notifies(timeout=left, stop_after=1)]
+        if ARRIVAL in heard:
+            _arrived()  # heard while probing: still this process's lingering task's
+        if token in heard:
+            return True
     return False
 
 
@@ -415,11 +441,13 @@ class Watcher:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            for heard in raw.notifies(timeout=min(left, 1.0), stop_after=1):
-                if heard.payload == ARRIVAL:
-                    arrivals.set()  # for a task lingering in this process; due times did not change
-                elif not heard.payload.startswith("probe:"):
-                    return True
+            # Everything one read brought in, taken whole: leaving the generator at the first change of
+            # due times would drop the rest of its packet, an arrival among them.
+            heard = [n.payload for n in raw.notifies(timeout=min(left, 1.0), stop_after=1)]
+            if ARRIVAL in heard:
+                _arrived()  # for a task lingering in this process; due times did not change
+            if any(payload != ARRIVAL and not payload.startswith("probe:") for payload in heard):
+                return True
         return True
 
     def _listen(self) -> Any:

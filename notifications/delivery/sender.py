@@ -76,9 +76,11 @@ class AsyncSender:
             task.add_done_callback(self._tasks.discard)
 
     def _answer(self, key: Hashable, result: SendResult) -> None:
+        # Posted before it stops counting as in flight: `collect()` never sees "none out, none in" while
+        # an answer is between the two, so it never returns without an answer that is already here.
+        self.inbox.post(ANSWER, (key, result))
         with self._count_lock:
             self._in_flight -= 1
-        self.inbox.post(ANSWER, (key, result))
 
     async def _send(self, key: Hashable, message: PushMessage) -> None:
         backend = self._backends.get(message.backend)
