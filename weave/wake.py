@@ -341,6 +341,51 @@ def listen_report(max_age: float = 3600.0) -> dict[str, Any]:
     return {"listening": recent.filter(mode="listen").count(), "polling": len(polling), "polling_watchers": polling}
 
 
+class RequestBell:
+    """Sleep until a task is requested (a NOTIFY on `weave_wake`), at most a given time: a broker's idle wait.
+
+    django-q2's ORM broker polls for new tasks; in between it sleeps `poll` seconds, and the first drain
+    after a quiet spell waited that sleep out. Every coalesced request that enqueues says so on
+    `weave_wake` (`request_once`), so a broker that waits here takes the task as soon as its row is in.
+    The LISTEN connection stays open between waits: a request made while the broker was querying is
+    heard at the next wait, none is lost. Only the first wait after (re)opening returns at once, since
+    a request just before the LISTEN was not heard. Arrivals (covered requests) and probes ring nothing.
+    On SQLite, or when the connection fails, it sleeps the whole time; behind a transaction pooler the
+    notifications never come and it sleeps the whole time too: the broker polls as before.
+    """
+
+    def __init__(self) -> None:
+        self._raw: Any = None
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds`; return True if a request (or the (re)opening of the LISTEN) cut it short."""
+        deadline = time.monotonic() + seconds
+        if connection.vendor != "postgresql":
+            time.sleep(seconds)
+            return False
+        try:
+            if self._raw is None:
+                self._raw = open_listener()
+                return True  # look again first: a request made before the LISTEN was not heard
+            while (left := deadline - time.monotonic()) > 0:
+                heard = [n.payload for n in self._raw.notifies(timeout=left, stop_after=1)]
+                if any(payload != ARRIVAL and not payload.startswith("probe:") for payload in heard):
+                    return True
+        except Exception:  # the broker's own queries report a database outage; here, sleep and reopen
+            logger.debug("the request bell's LISTEN failed; sleeping instead", exc_info=True)
+            self.close()
+            time.sleep(max(0.0, deadline - time.monotonic()))
+        return False
+
+    def close(self) -> None:
+        raw, self._raw = self._raw, None
+        if raw is not None:
+            try:
+                raw.close()
+            except Exception:
+                logger.debug("closing the request bell's LISTEN connection failed", exc_info=True)
+
+
 # --- the watcher thread --------------------------------------------------------------------------------
 
 

@@ -241,3 +241,17 @@ def test_notification_create__with_an_unreachable_redis_stores_the_row_and_raise
     assert "event=enqueue_failed" in caplog.text
     # The slot is free: the first watcher that asks (with a broker it can reach) enqueues at once.
     assert WakeRequest.objects.get(name=drain_request_name()).queued_until is None
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_request_bell__a_request_rings_the_brokers_idle_wait_and_a_covered_one_does_not():
+    bell = wake.RequestBell()
+    try:
+        assert bell.wait(30.0) is True  # just opened: look again first (a request before the LISTEN was missed)
+        assert enqueue_drain() is True  # enqueued and announced while nobody waits: kept for the next wait
+        assert bell.wait(30.0) is True  # rung; the stock broker would sleep its whole poll
+        assert enqueue_drain() is False  # coalesced: only an arrival for a lingering drain, no task to take
+        assert bell.wait(0.5) is False
+    finally:
+        bell.close()
