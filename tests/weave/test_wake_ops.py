@@ -172,9 +172,7 @@ def test_watcher__an_arrival_read_with_a_change_of_due_times_is_still_handed_ove
     try:
         assert watcher._listen() is not None  # listening (and probed) before anything is sent
         with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT pg_notify(%s, ''), pg_notify(%s, %s)", [wake.CHANNEL, wake.CHANNEL, wake.ARRIVAL]
-            )
+            cursor.execute("SELECT pg_notify(%s, ''), pg_notify(%s, %s)", [wake.CHANNEL, wake.CHANNEL, wake.ARRIVAL])
         assert watcher._wait(20.0) is True
         if not heard:  # the server may still have sent them apart: the arrival is then the next read
             watcher._wait(2.0)
