@@ -54,6 +54,7 @@ def _drain_and_linger(name: str, linger: float) -> DeliveryReport:
         # on SQLite (or behind a transaction pooler) it is how new rows are found.
         poll=max(0.02, float(weave_settings.WAKE_GRACE) / 2),
         listen=wake.on_arrival,
+        heard=_arrivals_heard,
         turn=slot.cover,
         # Wake the watchers: they learn that rows are leased again, and so when those leases lapse if
         # this worker dies.
@@ -78,6 +79,11 @@ class _Hold:
         if room and self.linger and time.monotonic() - self.renewed >= self.linger / 2:
             wake.hold(self.name, _hold_for(self.linger))
             self.renewed = time.monotonic()
+
+
+def _arrivals_heard() -> bool:
+    """Whether this process's watcher listens (so each covered request reaches the drain as an arrival)."""
+    return bool(weave_settings.WAKE_WATCHER) and wake.listen_state().mode == "listen"
 
 
 def sweep() -> dict[str, Any]:

@@ -44,6 +44,9 @@ from weave.worker_db import is_cut_off
 logger = logging.getLogger("weave.wake")
 
 CHANNEL = "weave_wake"  # the PostgreSQL NOTIFY channel
+# Told only when a request enqueued a task: a broker's idle wait listens here (`RequestBell`), so it is
+# not woken by every arrival and due-time change the watchers hear.
+TASK_CHANNEL = "weave_tasks"
 # The payload of a request that a waiting or running task already covers: new work for a task that is
 # lingering in some worker process. A watcher hands it to its own process (`on_arrival`) and does not
 # treat it as a change of due times, so a stream of such requests costs the watchers no queries.
@@ -96,8 +99,9 @@ def request_once(name: str, *, enqueue: Callable[[], None], hold: float | None =
         _announce_quietly()
         return False
     # The watchers sleep until the next due time they know of; this work is due now. Told, they
-    # look again within the grace, and keep asking while it stays due (a lost or stuck task).
-    _announce_quietly()
+    # look again within the grace, and keep asking while it stays due (a lost or stuck task). The
+    # broker's idle wait is told in the same statement: the task is there to be taken.
+    _announce_quietly(task=True)
     return True
 
 
@@ -172,9 +176,9 @@ def release(name: str) -> None:
     WakeRequest.objects.filter(name=name).update(queued_until=None)
 
 
-def _announce_quietly() -> None:
+def _announce_quietly(*, task: bool = False) -> None:
     try:
-        announce()
+        announce(task=task)
     except Exception:  # the database may be down too: the watchers' own timers still run
         logger.debug("could not notify the watchers", exc_info=True)
 
@@ -191,15 +195,19 @@ def task_started(name: str, *, forget: bool = False) -> None:
         rows.filter(queued_until__isnull=False).update(queued_until=None)
 
 
-def announce() -> None:
+def announce(*, task: bool = False) -> None:
     """Tell the watchers that due times changed (a task ended, a job was released). PostgreSQL only.
 
-    Inside a transaction the notification is delivered when it commits, never before.
+    `task`: a task was just enqueued; the brokers' idle waits (`RequestBell`) are told too, in the same
+    statement. Inside a transaction the notifications are delivered when it commits, never before.
     """
     if connection.vendor != "postgresql":
         return
     with connection.cursor() as cursor:
-        cursor.execute(f"NOTIFY {CHANNEL}")
+        if task:
+            cursor.execute("SELECT pg_notify(%s, ''), pg_notify(%s, '')", [CHANNEL, TASK_CHANNEL])
+        else:
+            cursor.execute(f"NOTIFY {CHANNEL}")
 
 
 def seconds_until(when: datetime | None) -> float | None:
@@ -263,8 +271,8 @@ def listen_target() -> tuple[str, str]:
     return "alias", target or "default"
 
 
-def open_listener() -> Any:
-    """A new psycopg connection in autocommit, LISTENing, used for nothing else.
+def open_listener(channel: str = CHANNEL) -> Any:
+    """A new psycopg connection in autocommit, LISTENing on `channel`, used for nothing else.
 
     Its own connection, not the thread's Django one: notifications are then only ever read through
     `notifies()`, one psycopg API per connection, and queries never swallow them. Behind a
@@ -279,7 +287,7 @@ def open_listener() -> Any:
     else:
         params = connections[target].get_connection_params()
         raw = psycopg.connect(**params, autocommit=True)
-    raw.execute(f"LISTEN {CHANNEL}")
+    raw.execute(f"LISTEN {channel}")
     return raw
 
 
@@ -342,14 +350,15 @@ def listen_report(max_age: float = 3600.0) -> dict[str, Any]:
 
 
 class RequestBell:
-    """Sleep until a task is requested (a NOTIFY on `weave_wake`), at most a given time: a broker's idle wait.
+    """Sleep until a task is requested (a NOTIFY on `weave_tasks`), at most a given time: a broker's idle wait.
 
     django-q2's ORM broker polls for new tasks; in between it sleeps `poll` seconds, and the first drain
     after a quiet spell waited that sleep out. Every coalesced request that enqueues says so on
-    `weave_wake` (`request_once`), so a broker that waits here takes the task as soon as its row is in.
+    `weave_tasks` (`request_once`), so a broker that waits here takes the task as soon as its row is in.
     The LISTEN connection stays open between waits: a request made while the broker was querying is
     heard at the next wait, none is lost. Only the first wait after (re)opening returns at once, since
-    a request just before the LISTEN was not heard. Arrivals (covered requests) and probes ring nothing.
+    a request just before the LISTEN was not heard. Arrivals (covered requests) and due-time changes go
+    to `weave_wake` and ring nothing here.
     On SQLite, or when the connection fails, it sleeps the whole time; behind a transaction pooler the
     notifications never come and it sleeps the whole time too: the broker polls as before.
     """
@@ -365,12 +374,10 @@ class RequestBell:
             return False
         try:
             if self._raw is None:
-                self._raw = open_listener()
+                self._raw = open_listener(TASK_CHANNEL)
                 return True  # look again first: a request made before the LISTEN was not heard
-            while (left := deadline - time.monotonic()) > 0:
-                heard = [n.payload for n in self._raw.notifies(timeout=left, stop_after=1)]
-                if any(payload != ARRIVAL and not payload.startswith("probe:") for payload in heard):
-                    return True
+            if any(True for _ in self._raw.notifies(timeout=seconds, stop_after=1)):
+                return True
         except Exception:  # the broker's own queries report a database outage; here, sleep and reopen
             logger.debug("the request bell's LISTEN failed; sleeping instead", exc_info=True)
             self.close()

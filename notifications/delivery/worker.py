@@ -76,6 +76,8 @@ class Lingering:
 
     - `listen(callback)` calls `callback` whenever new rows are requested (`weave.wake.on_arrival`) and
       returns the function that stops it: the loop then looks at once instead of at its next poll;
+    - `heard()` says whether those calls reach this process (its watcher hears NOTIFY): while they do,
+      a busy loop stops looking every few milliseconds between answers and looks at each arrival;
     - `turn(room)` runs every turn of the loop, saying whether it has room for more rows (the task keeps
       its request slot held then, so new rows ask for no other task);
     - `claimed()` runs when rows are claimed after the loop was idle (the task tells the watchers that
@@ -85,6 +87,7 @@ class Lingering:
     seconds: float = 0.0  # real seconds to go on after the last claim that found rows (0: end when idle)
     poll: float = _RECHECK_SECONDS[1]  # the longest gap between two looks while nothing is out
     listen: Callable[[Callable[[], None]], Callable[[], None]] | None = None
+    heard: Callable[[], bool] | None = None
     turn: Callable[[bool], None] | None = None
     claimed: Callable[[], None] | None = None
 
@@ -311,12 +314,13 @@ class _Pump:
     def run(self, rows: list[Row]) -> None:
         worker = self.worker
         self.waiting.extend(rows)
-        # Subscribed before the first claim: a row requested after any look of ours is heard, none is lost.
-        listen = self.lingering.listen
-        stop_listening = listen(worker.arrived) if listen is not None and self.lingering.seconds else None
         if _completer_needs_own_thread():
             self.thread = CompleterThread(worker.completer, worker.inbox, gather=_GATHER_SECONDS)
+        stop_listening: Callable[[], None] | None = None
         try:
+            # Subscribed before the first claim: a row requested after any look of ours is heard, none is lost.
+            if self.lingering.listen is not None and self.lingering.seconds:
+                stop_listening = self.lingering.listen(worker.arrived)
             while self.step():
                 pass
         finally:
@@ -346,7 +350,7 @@ class _Pump:
         if self.in_flight or self.finishing:
             timeout = max(0.05, min(1.0, worker.buffer.seconds_to_renewal()))
             if self.more_claims and self.nothing_due_at is not None:
-                timeout = min(timeout, max(0.0, self.nothing_due_at + self.recheck - time.monotonic()))
+                timeout = min(timeout, max(0.0, self.nothing_due_at + self._recheck() - time.monotonic()))
             self._take(timeout)
             return True
         if self.waiting:
@@ -379,7 +383,7 @@ class _Pump:
         while (
             not self.stop
             and len(self.waiting) + len(self.in_flight) <= worker.concurrency
-            and (self.nothing_due_at is None or time.monotonic() - self.nothing_due_at >= self.recheck)
+            and (self.nothing_due_at is None or time.monotonic() - self.nothing_due_at >= self._recheck())
         ):
             idle = not (self.waiting or self.in_flight or self.finishing)
             _, rows = worker.buffer.claim(worker.batch_size)
@@ -393,10 +397,22 @@ class _Pump:
                 self.lingering.claimed()  # leased again after an idle spell (the first claim: the task said so)
             self.report.batches += 1
             self.report.claimed += len(rows)
-            self.nothing_due_at = None
             self.recheck = _RECHECK_SECONDS[0]
             self.found_at = time.monotonic()
             self.waiting.extend(rows)
+            # Fewer than asked: nothing else was due and free when the claim ran, so the next look waits
+            # its recheck (or an arrival) instead of costing a statement that finds nothing.
+            self.nothing_due_at = self.found_at if len(rows) < worker.batch_size else None
+            if self.nothing_due_at is not None:
+                return
+
+    def _recheck(self) -> float:
+        """How long after a claim that found nothing (or less than asked) to look again."""
+        heard = self.lingering.heard
+        if self.in_flight and heard is not None and heard():
+            # Busy, and every new row's request reaches this loop as an arrival, which looks at once.
+            return self.lingering.poll
+        return self.recheck
 
     def _start(self) -> None:
         """Hand rows to the sender while a slot is free, each after the budget, breaker and lease checks."""
