@@ -4,6 +4,7 @@ import time
 from typing import Any
 
 from notifications import queue
+from notifications.backends import backend_problems
 from notifications.delivery import drain as run_drain
 from notifications.delivery.worker import DeliveryReport, Lingering
 from notifications.models import Notification
@@ -84,6 +85,16 @@ class _Hold:
 def _arrivals_heard() -> bool:
     """Whether this process's watcher listens (so each covered request reaches the drain as an arrival)."""
     return bool(weave_settings.WAKE_WATCHER) and wake.listen_state().mode == "listen"
+
+
+def warm_up(**_signal: Any) -> None:
+    """Import what a drain needs, once per worker process (a django-q2 `post_spawn` receiver).
+
+    The first drain of a freshly spawned or recycled worker otherwise imports the delivery modules and
+    every configured backend's module while its rows wait (tens of milliseconds on a loaded host).
+    Nothing is built or connected here: backends belong to the drain's own event loop.
+    """
+    backend_problems()  # imports each configured backend class; a problem is the drain's (and the checks') to report
 
 
 def sweep() -> dict[str, Any]:
