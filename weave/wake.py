@@ -291,7 +291,7 @@ def open_listener(channel: str = CHANNEL) -> Any:
     return raw
 
 
-def probe_listener(raw: Any, *, timeout: float | None = None) -> bool:
+def probe_listener(raw: Any, *, timeout: float | None = None, channel: str = CHANNEL) -> bool:
     """Send a NOTIFY through the site's own connection and say whether `raw` hears it within `timeout`.
 
     Through a transaction pooler the LISTEN lands on a server session the pooler hands to others, so the
@@ -299,7 +299,7 @@ def probe_listener(raw: Any, *, timeout: float | None = None) -> bool:
     """
     token = f"probe:{uuid.uuid4().hex}"
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, token])
+        cursor.execute("SELECT pg_notify(%s, %s)", [channel, token])
     deadline = time.monotonic() + float(weave_settings.WAKE_PROBE_TIMEOUT if timeout is None else timeout)
     while (left := deadline - time.monotonic()) > 0:
         heard = [notify.payload for notify in raw.notifies(timeout=left, stop_after=1)]
@@ -359,22 +359,28 @@ class RequestBell:
     heard at the next wait, none is lost. Only the first wait after (re)opening returns at once, since
     a request just before the LISTEN was not heard. Arrivals (covered requests) and due-time changes go
     to `weave_wake` and ring nothing here.
-    On SQLite, or when the connection fails, it sleeps the whole time; behind a transaction pooler the
-    notifications never come and it sleeps the whole time too: the broker polls as before.
+    On SQLite, or when the connection fails, it sleeps the whole time. A LISTEN that does not hear its
+    own probe (a transaction pooler) is closed at once, never left on a pooled session, and the bell
+    only sleeps from then on: the broker polls as before.
     """
 
     def __init__(self) -> None:
         self._raw: Any = None
+        self._deaf = False
 
     def wait(self, seconds: float) -> bool:
         """Sleep up to `seconds`; return True if a request (or the (re)opening of the LISTEN) cut it short."""
         deadline = time.monotonic() + seconds
-        if connection.vendor != "postgresql":
+        if connection.vendor != "postgresql" or self._deaf:
             time.sleep(seconds)
             return False
         try:
             if self._raw is None:
                 self._raw = open_listener(TASK_CHANNEL)
+                if not probe_listener(self._raw, channel=TASK_CHANNEL):
+                    self._deaf = True
+                    self.close()
+                    logger.warning("event=request_bell_deaf: the broker polls its queue (a transaction pooler?)")
                 return True  # look again first: a request made before the LISTEN was not heard
             if any(True for _ in self._raw.notifies(timeout=seconds, stop_after=1)):
                 return True
