@@ -1,5 +1,6 @@
 """Public API of the notifications app."""
 
+import functools
 import logging
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -10,6 +11,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import IntegrityError, connections, models, router, transaction
+from django.db.models import signals
 
 from notifications import queue
 from notifications.backends import DEFAULT_ALIAS, PushBackend, backend_configs
@@ -70,10 +72,10 @@ def notification_create(
 ) -> Notification:
     """Create a notification for a registered `device`, or for a raw `device_token` on `backend`
     (default: the "default" backend), and enqueue its delivery once the transaction commits."""
-    with transaction.atomic():
-        if device is not None:
-            if device_token is not None or backend is not None:
-                raise ValidationError({"device": "Give a device, or a device_token (and backend), not both."})
+    if device is not None:
+        if device_token is not None or backend is not None:
+            raise ValidationError({"device": "Give a device, or a device_token (and backend), not both."})
+        with transaction.atomic():
             # Locked so a concurrent deactivation cannot slip between this check and the insert.
             device = Device.objects.select_for_update().filter(pk=device.pk).first()
             if device is None:
@@ -86,16 +88,21 @@ def notification_create(
                 backend=device.backend, token=device.token, title=title, body=body, data=data,
                 collapse_key=collapse_key, ttl=ttl, priority=priority, options=options,
             )  # fmt: skip
-        else:
-            if device_token is None:
-                raise ValidationError({"device_token": "A device token (or a device) is required."})
-            fields = _notification_fields(
-                backend=backend or DEFAULT_ALIAS, token=device_token, title=title, body=body, data=data,
-                collapse_key=collapse_key, ttl=ttl, priority=priority, options=options,
-            )  # fmt: skip
-        at, deferral = _quiet_hours(getattr(device, "user", None), _send_at(send_at), priority, clock)
-        notification = _insert(fields, device=device, ttl=ttl, send_at=at, clock=clock, deferral=deferral)
-    return notification
+            # The owner is read only for a quiet-hours policy to judge: without one it is not needed.
+            owner = device.user if device.user_id is not None and quiet_hours_policy() is not None else None
+            at, deferral = _quiet_hours(owner, _send_at(send_at), priority, clock)
+            return _insert(fields, device=device, ttl=ttl, send_at=at, clock=clock, deferral=deferral)
+    if device_token is None:
+        raise ValidationError({"device_token": "A device token (or a device) is required."})
+    fields = _notification_fields(
+        backend=backend or DEFAULT_ALIAS, token=device_token, title=title, body=body, data=data,
+        collapse_key=collapse_key, ttl=ttl, priority=priority, options=options,
+    )  # fmt: skip
+    at, deferral = _quiet_hours(None, _send_at(send_at), priority, clock)
+    # No transaction of its own: the INSERT is the only statement, so outside a transaction it commits
+    # by itself (and the drain is requested right after it), and inside the caller's it needs no savepoint
+    # (everything that can refuse the row was checked above, before any statement).
+    return _insert(fields, device=None, ttl=ttl, send_at=at, clock=clock, deferral=deferral)
 
 
 def notification_send_to_user(
@@ -180,6 +187,10 @@ def _user_chunks(users: Iterable[Any], size: int) -> Iterator[dict[Any, Any]]:
         yield batch
 
 
+# What a fan-out reads of each device: key, backend alias, token, the two times the cap ranks by, owner.
+_DEVICE_COLUMNS = ("pk", "backend", "token", "last_used_at", "created_at", "user_id")
+
+
 @dataclass(frozen=True)
 class _FanOut:
     """One message, sent to every active device of a chunk of users: the statements do not grow with devices."""
@@ -206,12 +217,15 @@ class _FanOut:
 
     def send(self, users: Mapping[Any, Any]) -> tuple[list[Notification], list["SkippedDevice"]]:
         """Create the rows for `users` ({pk: user}) in one short transaction; return them and the skipped devices."""
-        devices = list(
-            Device.objects.active()
-            .filter(user_id__in=list(users))
-            .order_by("user_id", "pk")
-            .values_list("pk", "backend", "token", "last_used_at", "created_at", "user_id")
-        )
+        devices = _active_device_rows(list(users), locking=False)
+        planned, skipped = self._plan(devices, users)
+        created = _insert_still_active(planned, users, skipped)
+        return created, sorted(skipped, key=lambda d: d.device_id)
+
+    def _plan(
+        self, devices: list[tuple[Any, ...]], users: Mapping[Any, Any]
+    ) -> tuple[list[Notification], list["SkippedDevice"]]:
+        """The unsaved rows for `devices` (rows of `_DEVICE_COLUMNS`) and the devices skipped, with why."""
         skipped = _over_the_cap(devices)
         over = {d.device_id for d in skipped}
         timing = {pk: self._timing(user) for pk, user in users.items()}
@@ -227,8 +241,7 @@ class _FanOut:
                 skipped.append(row)
             else:
                 planned.append(row)
-        created = _insert_still_active(planned, users, skipped)
-        return created, sorted(skipped, key=lambda d: d.device_id)
+        return planned, skipped
 
     def _message(self, alias: str) -> tuple[type[PushBackend], dict[str, Any]] | str:
         return _message_for_alias(
@@ -283,12 +296,12 @@ def _insert_still_active(
     """Insert the rows whose device is still active and still theirs; add the others to `skipped`."""
     if not planned:
         return []
-    with transaction.atomic():
+    # No savepoint inside the caller's transaction: nothing below refuses a row (that was `_plan`), so
+    # only a database error could end the block early, and it marks the caller's transaction for rollback.
+    with transaction.atomic(using=router.db_for_write(Notification), savepoint=False):
         # Held only for this short block: a concurrent hand-over or deactivation waits for these rows to
-        # commit and then ends them, or commits first and its device is left out here.
-        # In key order, so two sends to the same users take the locks alike and never deadlock.
-        locking = Device.objects.select_for_update(no_key=True).active().filter(user_id__in=list(users)).order_by("pk")
-        still = set(locking.values_list("pk", flat=True))
+        # commit and then ends them, or commits first and its device is left out here. Locked in key order.
+        still = {row[0] for row in _active_device_rows(list(users), locking=True)}
         created = [n for n in planned if n.device_id in still]
         skipped += [
             SkippedDevice(n.device_id, "deactivated or registered by another user meanwhile")
@@ -296,9 +309,52 @@ def _insert_still_active(
             if n.device_id not in still
         ]
         _insert_many(created)
-        if created and not _drain_requested_on_commit():
-            transaction.on_commit(_enqueue_drain)
+        if created:
+            _request_drain_on_commit(router.db_for_write(Notification))
     return created
+
+
+def _active_device_rows(user_ids: list[Any], *, locking: bool) -> list[tuple[Any, ...]]:
+    """`_DEVICE_COLUMNS` of the active devices of `user_ids`, by user then key; `locking`: by key, each row
+    locked FOR NO KEY UPDATE until the transaction ends (the caller's transaction must be open).
+
+    On PostgreSQL the statement's text is made once per process and takes the users as one array: a send
+    makes two of these reads, and building and compiling each as a queryset cost more of this process's
+    time than the round trip. The columns come back as the ORM would give them there (ints, UUIDs, aware
+    datetimes, text); elsewhere the queryset runs as it is."""
+    db = router.db_for_write(Device) if locking else router.db_for_read(Device)
+    connection = connections[db]
+    if connection.vendor != "postgresql":
+        rows = Device.objects.using(db).active().filter(user_id__in=user_ids)
+        if locking:
+            rows = rows.select_for_update(no_key=True).order_by("pk")
+        else:
+            rows = rows.order_by("user_id", "pk")
+        return list(rows.values_list(*_DEVICE_COLUMNS))
+    if not user_ids:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(_active_devices_sql(db, locking), [user_ids])
+        return [tuple(row) for row in cursor.fetchall()]
+
+
+@functools.cache
+def _active_devices_sql(db: str, locking: bool) -> str:
+    """The PostgreSQL text of `_active_device_rows` (the table and column names are fixed per process)."""
+    qn = connections[db].ops.quote_name
+    meta = Device._meta
+    column = {
+        f.name: qn(str(f.column))
+        for f in meta.concrete_fields
+        if f.name in ("id", "backend", "token", "last_used_at", "created_at", "user", "active")
+    }
+    selected = ", ".join(column[name] for name in ("id", "backend", "token", "last_used_at", "created_at", "user"))
+    # In key order when locking, so two sends to the same users take the locks alike and never deadlock.
+    order = f"{column['id']} FOR NO KEY UPDATE" if locking else f"{column['user']}, {column['id']}"
+    return (
+        f"SELECT {selected} FROM {qn(meta.db_table)} WHERE {column['active']} AND {column['user']} = ANY(%s) "
+        f"ORDER BY {order}"
+    )
 
 
 @dataclass(frozen=True)
@@ -326,7 +382,7 @@ def _message_for_alias(alias: str, **content: Any) -> tuple[type[PushBackend], d
     return backend_cls, _message_fields(backend_cls, **content)
 
 
-def _insert_many(rows: list[Notification]) -> None:
+def _insert_many(rows: list[Notification], *, using: str | None = None) -> None:
     """Insert `rows` in as few statements as the database takes, and set their keys and database-clock times.
 
     `bulk_create` would split the rows into batches of 999 parameters on SQLite (Django 5.2 assumes the
@@ -335,7 +391,7 @@ def _insert_many(rows: list[Notification]) -> None:
     """
     if not rows:
         return
-    db = router.db_for_write(Notification)
+    db = using or router.db_for_write(Notification)
     meta = Notification._meta
     fields = [f for f in meta.concrete_fields if not f.primary_key and not f.generated]
     returning = [meta.pk, meta.get_field("next_attempt_at"), meta.get_field("expires_at")]
@@ -599,21 +655,32 @@ def _insert(
     deferral: str = "",
 ) -> Notification:
     due, expires_at = _due_and_expiry(send_at, ttl, clock)
-    notification = Notification.objects.create(
+    notification = Notification(
         **fields, device=device, expires_at=expires_at, next_attempt_at=due, last_error=deferral
     )
-    # The times came from the database clock (an expression): read them back.
-    notification.refresh_from_db(fields=["next_attempt_at", "expires_at"])
-    if not _drain_requested_on_commit():
-        transaction.on_commit(_enqueue_drain)
+    db = router.db_for_write(Notification, instance=notification)
+    # The model signals `Notification.objects.create` would send, around the same INSERT; the INSERT
+    # returns the key and the database-clock times, so nothing is read back.
+    signals.pre_save.send(sender=Notification, instance=notification, raw=False, using=db, update_fields=None)
+    with transaction.mark_for_rollback_on_error(using=db):
+        _insert_many([notification], using=db)
+    signals.post_save.send(
+        sender=Notification, instance=notification, created=True, update_fields=None, raw=False, using=db
+    )
+    _request_drain_on_commit(db)
     return notification
 
 
-def _drain_requested_on_commit() -> bool:
+def _request_drain_on_commit(db: str) -> None:
+    """Ask for a drain once this transaction commits (at once outside one), once per transaction."""
+    if not _drain_requested_on_commit(db):
+        transaction.on_commit(_enqueue_drain, using=db)
+
+
+def _drain_requested_on_commit(db: str) -> bool:
     """Whether this transaction already asks for a drain when it commits: a bulk send in one transaction
     then asks once, not once per notification (the request is coalesced anyway; this saves the statements)."""
-    from django.db import connection
-
+    connection = connections[db]
     if not connection.in_atomic_block:
         return False
     # Django keeps (savepoint ids, callback, robust) per registered callback; read defensively.

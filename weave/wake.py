@@ -38,6 +38,7 @@ from django.db.models import F, Q
 
 from weave.conf import weave_settings
 from weave.leases import DbNow, default_clock
+from weave.leases.clock import postgres_now_plus
 from weave.reports import note_answer, note_failure
 from weave.worker_db import is_cut_off
 
@@ -74,15 +75,13 @@ def request_once(name: str, *, enqueue: Callable[[], None], hold: float | None =
     from weave.models import WakeRequest
 
     hold = float(weave_settings.WAKE_HOLD if hold is None else hold)
-    until = DbNow(timedelta(seconds=hold))
-    free = Q(queued_until__isnull=True) | Q(queued_until__lte=DbNow())
-    won = WakeRequest.objects.filter(free, name=name).update(queued_until=until, requests=F("requests") + 1) == 1
+    won, covered = _claim_slot(name, hold)
     if not won:
-        if _covered(name):
+        if covered:
             return False
         try:
             with transaction.atomic():
-                WakeRequest.objects.create(name=name, queued_until=until, requests=1)
+                WakeRequest.objects.create(name=name, queued_until=DbNow(timedelta(seconds=hold)), requests=1)
         except IntegrityError:
             return False  # a concurrent first request created the row: it enqueues, not us
     try:
@@ -105,20 +104,41 @@ def request_once(name: str, *, enqueue: Callable[[], None], hold: float | None =
     return True
 
 
-def _covered(name: str) -> bool:
-    """Whether a request row for `name` exists (a task is queued or lingering), telling it on PostgreSQL.
+def _claim_slot(name: str, hold: float) -> tuple[bool, bool]:
+    """Take the request slot of `name` if it is free: (taken, covered). Covered: the row exists and its
+    slot is held, so a queued or lingering task already covers the new work (and was told, on PostgreSQL).
+    Neither: there is no row yet.
 
-    The NOTIFY rides in the same statement as the existence check, so the hand-over makes no extra round
-    trip; a lingering task hears it through its process's watcher (`on_arrival`) and looks at once."""
+    On PostgreSQL this is one statement: the guarded UPDATE, and, when it took nothing, the existence
+    check that carries the NOTIFY for a lingering task (it hears it through its process's watcher,
+    `on_arrival`). The hand-over of every push makes this call, so the round trip it saves is per push."""
     from weave.models import WakeRequest
 
     if connection.vendor != "postgresql":
-        return WakeRequest.objects.filter(name=name).exists()
-    table = connection.ops.quote_name(WakeRequest._meta.db_table)
+        until = DbNow(timedelta(seconds=hold))
+        free = Q(queued_until__isnull=True) | Q(queued_until__lte=DbNow())
+        rows = WakeRequest.objects.filter(name=name)
+        if rows.filter(free).update(queued_until=until, requests=F("requests") + 1) == 1:
+            return True, False
+        return False, rows.exists()
     with connection.cursor() as cursor:
-        # pg_notify runs once per matching row: only when the row exists, so a first request is not told.
-        cursor.execute(f"SELECT pg_notify(%s, %s) FROM {table} WHERE name = %s", [CHANNEL, ARRIVAL, name])
-        return cursor.fetchone() is not None
+        table = connection.ops.quote_name(WakeRequest._meta.db_table)
+        cursor.execute(_CLAIM_SLOT_SQL.format(table=table), [hold, name, CHANNEL, ARRIVAL, name])
+        won, covered = cursor.fetchone()
+    return bool(won), bool(covered)
+
+
+# The UPDATE runs to completion whatever the SELECT reads (a data-modifying WITH always does); the
+# SELECT sees the row as it was before it, so a held row is found and told. pg_notify runs once per
+# matching row: only when the row exists and the UPDATE took nothing, so a winner or a first request
+# is not told "arrived" (the winner announces its new task instead).
+_CLAIM_SLOT_SQL = (
+    "WITH won AS ("
+    " UPDATE {table} SET queued_until = " + postgres_now_plus("%s") + ", requests = requests + 1"
+    " WHERE name = %s AND (queued_until IS NULL OR queued_until <= clock_timestamp()) RETURNING 1)"
+    " SELECT EXISTS (SELECT 1 FROM won),"
+    " (SELECT count(pg_notify(%s, %s)) FROM {table} WHERE name = %s AND NOT EXISTS (SELECT 1 FROM won)) > 0"
+)
 
 
 def on_arrival(callback: Callable[[], None]) -> Callable[[], None]:

@@ -31,7 +31,7 @@ from weave.sanitize import outside_text
 
 OPTIONS = {"team_id", "key_id", "key_file", "topic", "host", "ca_file", "push_type", "token_lifetime"}
 # Request fields whose value differs per notification (kept out of HPACK's table, see H2Client).
-APNS_VOLATILE = frozenset({b"apns-id", b"apns-collapse-id", b"apns-expiration"})
+APNS_VOLATILE = frozenset({b":path", b"apns-id", b"apns-collapse-id", b"apns-expiration"})
 _HEX = re.compile(r"[0-9a-f]{64,200}")
 
 # Apple's reasons that concern one device token: the device must be deactivated.

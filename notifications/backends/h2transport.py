@@ -50,6 +50,7 @@ KEEPALIVE_SECONDS = 5.0  # like httpx's default: a connection idle this long is 
 _READ_WINDOW = 1 << 20  # the connection receive window we offer (answers are small; this avoids stalls)
 _REFUSED = h2.errors.ErrorCodes.REFUSED_STREAM
 _CANCEL = h2.errors.ErrorCodes.CANCEL
+_MEMO_FIELDS = 64  # encoded fields remembered per connection (a request has about ten)
 
 Headers = list[tuple[bytes, bytes]]
 # What h2's outbound validation would refuse, checked here once per header instead (h2's own pass, a
@@ -65,10 +66,59 @@ class _Encoder(hpack.Encoder):
     Every field is indexable, the bearer token included: a push request's fields are the backend's
     own (the token, the topic, ids it derived), a compression oracle would need an attacker's field
     in the same context and the whole secret guessed at once (HPACK indexes whole values, RFC 7541
-    section 7.1), and re-encoding the token on every request was the largest single cost here."""
+    section 7.1), and re-encoding the token on every request was the largest single cost here.
+
+    A field's encoding depends only on the dynamic table, so while the table is unchanged a field
+    seen before encodes to the same bytes: the fields that repeat on every request (method, scheme,
+    authority, the token, the topic) are looked up in a memo rather than searched for (and logged)
+    by hpack again, and a volatile field (never indexed, so it leaves the table as it is) reuses the
+    encoding of its name. Any change to the table (an insertion, an eviction, a size update) empties
+    the memo."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._fields: dict[tuple[bytes, bytes], bytes] = {}  # indexable field -> its encoding
+        self._names: dict[bytes, bytes] = {}  # volatile field's name -> the encoding before its value
 
     def encode(self, headers: Any, huffman: bool = False) -> bytes:
-        return super().encode(headers, huffman=False)
+        table = self.header_table
+        if table.resized:
+            self._forget()
+            return super().encode(headers, huffman=False)  # emits the size update first
+        fields, names, entries, block = self._fields, self._names, table.dynamic_entries, []
+        for field in headers:
+            name, value = field[0], field[1]
+            if not getattr(field, "indexable", True):
+                prefix = names.get(name)
+                if prefix is None:
+                    literal = self.add((name, value), True, False)  # never indexed: the table stays as it is
+                    tail = _literal(value)
+                    if literal.endswith(tail) and len(names) < _MEMO_FIELDS:
+                        names[name] = literal[: len(literal) - len(tail)]
+                    block.append(literal)
+                else:
+                    block.append(prefix + _literal(value))
+                continue
+            key = (name, value)
+            encoded: bytes | None = fields.get(key)
+            if encoded is None:
+                size, first = len(entries), entries[0] if entries else None
+                encoded = self.add(key, False, False)
+                if len(entries) != size or (entries[0] if entries else None) is not first:
+                    self._forget()  # the table changed: every index learned before may have moved
+                elif len(fields) < _MEMO_FIELDS:
+                    fields[key] = encoded
+            block.append(encoded)
+        return b"".join(block)
+
+    def _forget(self) -> None:
+        self._fields.clear()
+        self._names.clear()
+
+
+def _literal(value: bytes) -> bytes:
+    """A string literal without Huffman coding (RFC 7541 section 5.2): its length, then its bytes."""
+    return bytes(hpack.hpack.encode_integer(len(value), 7)) + value
 
 
 class H2Failure(Exception):
@@ -347,7 +397,9 @@ class H2Client:
         self.traced = True  # capped_request may believe what this client reports as sent
         # Fields whose value changes on every request: kept out of the HPACK dynamic table, where they
         # would only evict the fields that repeat (the token, the topic) and lengthen every search.
-        self._volatile = frozenset({b":path", b"content-length", *volatile})
+        # `:path` is volatile where it names the device (APNs, Web Push); FCM's is the same every time.
+        self._volatile = frozenset({b"content-length", *volatile})
+        self._checked: set[tuple[bytes, bytes]] = set()  # fields `check_headers` passed (most repeat)
 
     async def exchange(
         self,
@@ -367,7 +419,13 @@ class H2Client:
         `deadline_at` (monotonic): a stream is not opened once too little of it is left (`too_late`).
         """
         host, port, authority, path = _split(url)
-        check_headers(headers)
+        checked = self._checked
+        for field in headers:
+            if field not in checked:
+                check_headers([field])
+                if len(checked) >= _MEMO_FIELDS:
+                    checked.clear()  # the volatile fields filled it: the repeating ones come back at once
+                checked.add(field)
         fields = [(b":method", method.encode("ascii")), (b":scheme", b"https"), (b":authority", authority),
                   (b":path", path), *headers]  # fmt: skip
         if content or method in ("POST", "PUT", "PATCH"):

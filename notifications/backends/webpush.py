@@ -38,8 +38,10 @@ from notifications.backends.destinations import (
     Endpoint,
     GuardedNetworkBackend,
     GuardedTransport,
+    allowed_hosts,
     check_endpoint,
     is_known_host,
+    loopback_allowed,
     refusal_in,
 )
 from notifications.backends.h2transport import H2Client
@@ -56,7 +58,8 @@ from weave.retry import HttpClass, http_class
 
 OPTIONS = {"vapid_private_key_file", "vapid_subject", "ca_file"}
 # Request fields whose value differs per message (kept out of HPACK's table, see H2Client).
-WEBPUSH_VOLATILE = frozenset({b"topic", b"ttl"})
+WEBPUSH_VOLATILE = frozenset({b":path", b"topic", b"ttl"})
+SUBSCRIPTIONS_KEPT = 4096  # checked subscriptions a backend remembers (see WebPushBackend._subscription)
 DEFAULT_TTL = 28 * 24 * 3600  # what FCM keeps a message for; a push service may store less
 
 
@@ -154,6 +157,7 @@ class WebPushBackend(PushBackend):
         super().__init__(alias=alias, options=options, timeout=timeout, concurrency=concurrency)
         self.ca_file: str | None = options.get("ca_file")
         key_file, subject = str(options["vapid_private_key_file"]), str(options["vapid_subject"])
+        self._subscriptions: dict[tuple[str, bool, tuple[str, ...]], Subscription] = {}
         self.vapid = shared(
             ("vapid", key_file, subject), lambda: VapidSigner(private_key_file=key_file, subject=subject)
         )
@@ -198,6 +202,19 @@ class WebPushBackend(PushBackend):
         client.fallback = fallback
         return client
 
+    def _subscription(self, token: str) -> Subscription:
+        """`subscription(token)`, remembered per token and destination policy: a drain sends to the same
+        subscriptions again and again, and parsing and checking one cost a sixth of a send's CPU. The
+        policy's settings are part of the key, so a changed host list is applied at the next send."""
+        key = (token, loopback_allowed(), allowed_hosts())
+        checked = self._subscriptions.get(key)
+        if checked is None:
+            checked = subscription(token)  # a refusal raises, and is never remembered
+            if len(self._subscriptions) >= SUBSCRIPTIONS_KEPT:
+                self._subscriptions.clear()
+            self._subscriptions[key] = checked
+        return checked
+
     async def send(self, message: PushMessage) -> SendResult:
         started = time.monotonic()
         deadline = started + self.timeout
@@ -205,7 +222,7 @@ class WebPushBackend(PushBackend):
         if ttl == 0:
             return expired_before_sending(message)
         try:
-            checked = subscription(message.token)
+            checked = self._subscription(message.token)
         except SubscriptionError as exc:
             # Checked again at each send. A malformed subscription is a dead token; an endpoint outside the
             # policy (the host list may have changed since it registered) fails the row but keeps the device.

@@ -20,6 +20,12 @@ class Inbox:
             self._items.append((kind, item))
             self._ready.notify_all()
 
+    def post_all(self, kind: str, items: list[Any]) -> None:
+        """Post each of `items` as (kind, item), with one wake-up for all of them."""
+        with self._ready:
+            self._items.extend((kind, item) for item in items)
+            self._ready.notify_all()
+
     def take(self, timeout: float) -> list[tuple[str, Any]]:
         """Everything posted so far; wait up to `timeout` seconds for the first item when there is none."""
         with self._ready:

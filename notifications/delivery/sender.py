@@ -35,6 +35,7 @@ class AsyncSender:
         self._in_flight = 0
         self._loop = asyncio.new_event_loop()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._answered: list[tuple[Hashable, SendResult]] = []  # answers of this turn, posted on the next
         name = f"{threading.current_thread().name}-sender"
         self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)
         self._thread.start()
@@ -76,11 +77,22 @@ class AsyncSender:
             task.add_done_callback(self._tasks.discard)
 
     def _answer(self, key: Hashable, result: SendResult) -> None:
-        # Posted before it stops counting as in flight: `collect()` never sees "none out, none in" while
-        # an answer is between the two, so it never returns without an answer that is already here.
-        self.inbox.post(ANSWER, (key, result))
+        # Answers that arrive in one turn of the loop (one read from the connection often ends many
+        # streams) go to the inbox together on the next turn: one wake-up of the worker's thread for
+        # all of them, not one each.
+        self._answered.append((key, result))
+        if len(self._answered) == 1:
+            self._loop.call_soon(self._post_answers)
+
+    def _post_answers(self) -> None:
+        answered, self._answered = self._answered, []
+        if not answered:
+            return
+        # Posted before they stop counting as in flight: `collect()` never sees "none out, none in" while
+        # answers are between the two, so it never returns without answers that are already here.
+        self.inbox.post_all(ANSWER, answered)
         with self._count_lock:
-            self._in_flight -= 1
+            self._in_flight -= len(answered)
 
     async def _send(self, key: Hashable, message: PushMessage) -> None:
         backend = self._backends.get(message.backend)
@@ -94,6 +106,7 @@ class AsyncSender:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._post_answers()
         for backend in self._backends.values():
             try:
                 await backend.aclose()

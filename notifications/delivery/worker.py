@@ -552,6 +552,7 @@ def drain(*, enqueue_more: bool = True, **options: Unpack[WorkerOptions]) -> Del
         expired=report.expired,
         pruned=report.pruned,
         lease_lost=report.lease_lost,
+        skipped=report.skipped,
         released=report.released,
         reason=report.breaker,
     )

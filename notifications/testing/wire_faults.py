@@ -63,6 +63,7 @@ class WireLog:
     tls_stalled: int = 0
     streams: int = 0  # requests whose HEADERS arrived
     refused: int = 0  # of those, reset with REFUSED_STREAM or left above a GOAWAY (never processed)
+    handled: int = 0  # of those, handed to the fake's request handler (which counts them as requests too)
     paths: list[str] = field(default_factory=list)  # :path of every stream that arrived and was not refused
 
     def count(self, **deltas: int) -> None:
@@ -77,12 +78,13 @@ class WireLog:
                 "tls_stalled": self.tls_stalled,
                 "streams": self.streams,
                 "refused": self.refused,
+                "handled": self.handled,
                 "paths": list(self.paths),
             }
 
     def clear(self) -> None:
         with self.lock:
-            self.connections = self.tls_stalled = self.streams = self.refused = 0
+            self.connections = self.tls_stalled = self.streams = self.refused = self.handled = 0
             self.paths = []
 
 
@@ -297,6 +299,7 @@ class HostileH2:
             http_version="2",
             client=f"hostile:{id(self)}",
         )
+        self.log.count(handled=1)
         try:
             response = await self.handler(request)
         finally:

@@ -169,3 +169,19 @@ def test_audit__a_killed_holders_row_ended_by_its_devices_deactivation_counts_as
     result = audit(_inputs({}, {}, faults=[kill], devices={device.pk: "dead"}))
 
     assert (RECOVERY in {c.name for c in result.violations}) is not ended_by_deactivation
+
+
+H2_LEFT = "HTTP/2: attempts that say a request left never outnumber what the fake got"
+
+
+@pytest.mark.parametrize(("streams", "flagged"), [(3, False), (2, True)])
+def test_edge_audit__h2_streams_cut_short_before_their_handler_still_count_as_arrived(streams, flagged):
+    # Under a wire fault, three streams' HEADERS reached the fake: one was handled, one refused, and one
+    # was cut short before its handler ran. All three clients honestly say `unknown`.
+    for _ in range(3):
+        _attempt(_row(status="pending", backend="fcm"), "unknown", reason="no answer before the deadline")
+    fakes = {"fcm": {"requests": 1, "wire": {"streams": streams, "handled": 1, "refused": 1}}}
+
+    result = audit(_inputs({}, {}, provider_fakes=fakes))
+
+    assert (H2_LEFT in _edge_violations(result)) is flagged

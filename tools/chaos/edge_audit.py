@@ -171,9 +171,12 @@ def _h2_sends(
     unbacked, sent_after_all = [], []
     for name, stats in inp.provider_fakes.items():
         got = int(stats.get("requests") or 0)  # requests its handler took
-        # Streams that arrived and were refused (REFUSED_STREAM, above a GOAWAY) reached the peer too: one
-        # whose refusal came after the client's deadline is honestly `unknown`.
-        arrived = got + int((stats.get("wire") or {}).get("refused") or 0)
+        # A connection under a wire fault is counted at the frame level: every stream whose HEADERS arrived
+        # reached the peer, whether it was answered, refused (REFUSED_STREAM, above a GOAWAY) or cut short
+        # before its handler ran. Any of those whose end came after the client's deadline is honestly
+        # `unknown`. The handler's count covers the connections that had no fault.
+        wire = stats.get("wire") or {}
+        arrived = got - int(wire.get("handled") or 0) + int(wire.get("streams") or 0)
         mine = [(r, attempts.get(pk, [])) for pk, r in rows.items() if r["backend"] == name]
         claimed = sum(1 for _, h in mine for a in h if claims_a_request(a))
         quiet = sum(1 for _, h in mine for a in h if nothing_sent(a))

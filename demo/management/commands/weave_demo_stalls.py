@@ -44,6 +44,37 @@ def _pid(owner: str) -> int | None:
     return int(parts[-2])
 
 
+def _client_ports(pid: int) -> list[int]:
+    """The local TCP ports of the sockets process `pid` holds (its database connections among them).
+
+    Read from /proc: the process's socket inodes, matched against the kernel's TCP tables. Empty where
+    /proc is not there, or for connections over a Unix socket."""
+    inodes = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return []
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as lines:
+                next(lines)  # the header
+                for line in lines:
+                    fields = line.split()
+                    if fields[9] in inodes:
+                        ports.append(int(fields[1].rsplit(":", 1)[1], 16))
+        except OSError:
+            continue
+    return ports
+
+
 class Command(BaseCommand):
     help = "Demo fault: now and then freeze the worker holding an onboarding run so its attempt ends blocked."
 
@@ -133,7 +164,7 @@ class Command(BaseCommand):
         except ProcessLookupError:
             return False
         try:
-            if self._frozen_inside_a_transaction(model, pk):
+            if self._frozen_inside_a_transaction(model, pk, pid):
                 # Frozen mid-write, it would hold its locks (on SQLite: the whole database) until thawed,
                 # and nobody could take the job over. Let it go and pick another moment.
                 self.stdout.write(f"stall: pid {pid} was inside a write; let go at once")
@@ -146,8 +177,9 @@ class Command(BaseCommand):
             if run:
                 queue.enqueue_run(pk)
             taken = time.monotonic() + 60
-            while time.monotonic() < taken:
-                if model._default_manager.filter(pk=pk).exclude(fence=fence).exists():
+            while not model._default_manager.filter(pk=pk).exclude(fence=fence).exists():
+                if time.monotonic() > taken:
+                    self.stdout.write(f"stall: nobody took {what} over within 60 s; {self._story(model, pk, pid)}")
                     break
                 time.sleep(0.2)
         finally:
@@ -155,12 +187,15 @@ class Command(BaseCommand):
                 os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:
                 pass
-        ending = "end blocked" if run else "be refused (lease_lost)"
+        ending = "end blocked" if run else "be refused (lease_lost; skipped if it had not sent them yet)"
         self.stdout.write(f"stall: thawed pid {pid}; its work at fence {fence} should {ending}")
         return True
 
-    def _frozen_inside_a_transaction(self, model: Any, pk: int) -> bool:
-        """Whether the frozen worker holds write locks we would wait on: try to take them without waiting."""
+    def _frozen_inside_a_transaction(self, model: Any, pk: int, pid: int) -> bool:
+        """Whether the frozen worker holds write locks others would wait on.
+
+        Its other rows, a wake-up slot or a receipt may be locked as well as this one: on PostgreSQL any
+        open transaction of one of its connections counts, and the row itself is tried without waiting."""
         if connection.vendor == "sqlite":
             probe = sqlite3.connect(connection.settings_dict["NAME"], timeout=0.5)
             try:
@@ -171,9 +206,32 @@ class Command(BaseCommand):
                 return True
             finally:
                 probe.close()
+        ports = _client_ports(pid)
+        if ports:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE client_port = ANY(%s) AND xact_start IS NOT NULL"
+                    " AND pid <> pg_backend_pid()",
+                    [ports],
+                )
+                if cursor.fetchone()[0]:
+                    return True
         try:
             with transaction.atomic():
                 model._default_manager.select_for_update(nowait=True).filter(pk=pk).exists()
             return False
         except DatabaseError:
             return True
+
+    def _story(self, model: Any, pk: int, pid: int) -> str:
+        """What a stall that was never taken over looked like, for whoever reads the log."""
+        row = model._default_manager.filter(pk=pk).values("owner", "fence", "lease_expires_at").first()
+        told = f"row {row}"
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT client_port, state, wait_event_type, left(query, 120) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL"
+                )
+                told += f"; open transactions (frozen pid's ports {_client_ports(pid)}): {cursor.fetchall()}"
+        return told

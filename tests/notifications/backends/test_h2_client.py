@@ -252,3 +252,28 @@ def test_a_request_handed_to_a_closing_transport_is_not_called_sent():
     failure, marked, written, lost_kind = asyncio.run(scenario())
     assert (failure.kind, failure.sent, marked, written) == ("unreachable", False, 0, [])
     assert lost_kind == "unreachable"
+
+
+@pytest.mark.parametrize("table_size", [4096, 160, 0])
+def test_the_memoised_hpack_encoder_says_what_hpack_says(table_size):
+    # The client's encoder reuses encodings while the dynamic table is unchanged. Whatever it emits
+    # must decode, in a stock decoder that follows the same table, to exactly the fields given: over
+    # repeated, new and volatile fields, evictions (a small table) and a table size update.
+    import hpack
+
+    from notifications.backends.h2transport import _Encoder
+
+    encoder, decoder = _Encoder(), hpack.Decoder()
+    requests = []
+    for i in range(120):
+        fields = [(b":method", b"POST"), (b":scheme", b"https"), (b":authority", b"push.example:443"),
+                  (b"authorization", b"bearer " + (b"a" * 60 if i < 60 else b"b" * 60)),
+                  (b"apns-topic", b"com.example.%d" % (i % 3)), (b"x-new", b"v%d" % i),
+                  hpack.NeverIndexedHeaderTuple(b":path", b"/3/device/%040d" % i),
+                  hpack.NeverIndexedHeaderTuple(b"content-length", b"%d" % (i * 7))]  # fmt: skip
+        requests.append(fields)
+    for i, fields in enumerate(requests):
+        if i == 70:
+            encoder.header_table_size = table_size  # as a peer's SETTINGS_HEADER_TABLE_SIZE does
+        block = encoder.encode(fields)
+        assert [(bytes(n), bytes(v)) for n, v in decoder.decode(block, raw=True)] == [(n, v) for n, v in fields]

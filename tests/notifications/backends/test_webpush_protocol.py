@@ -86,3 +86,19 @@ def test_webpush__throttling_is_systemic_with_retry_after(webpush, webpush_backe
     (result,) = run(send_all(webpush_backend, [message(webpush.subscription("hank").as_token())]))
 
     assert (result.outcome, result.systemic, result.retry_after) == (Outcome.TEMPORARY, True, 12.0)
+
+
+def test_webpush__the_destination_policy_is_applied_at_each_send_by_the_same_backend(
+    webpush, webpush_backend, settings
+):
+    # The backend remembers the subscriptions it checked, per policy: once the loopback opt-in is
+    # withdrawn, the next send to the same subscription is refused before anything leaves.
+    sent = message(webpush.subscription("hana").as_token())
+    (first,) = run(send_all(webpush_backend, [sent]))
+    settings.WEAVE = {**settings.WEAVE, "PUSH_WEBPUSH_UNSAFE_ALLOW_LOOPBACK": False}
+
+    (second,) = run(send_all(webpush_backend, [sent]))
+
+    assert first.outcome == Outcome.DELIVERED
+    assert (second.outcome, second.sent, second.token_invalid) == (Outcome.PERMANENT, False, False)
+    assert len(webpush.deliveries()) == 1
