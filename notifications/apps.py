@@ -1,3 +1,6 @@
+import logging
+from typing import Any
+
 from django.apps import AppConfig
 
 from weave.conf import Key, SettingsGroup, WeaveSettings, count, flag, lease_ttl, mapping_or_none, seconds, text
@@ -73,10 +76,15 @@ class NotificationsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django_q.signals import post_spawn
+
         from notifications import (
             checks,  # noqa: F401  (registers the system checks)
             console,
         )
+
+        # Each worker process imports the drain's modules as it starts, not while a first drain's rows wait.
+        post_spawn.connect(_warm_up_drains, dispatch_uid="notifications.tasks.warm_up")
         from notifications.explain import explain_notification
         from notifications.models import Notification
         from notifications.queue import enqueue_drain
@@ -125,3 +133,12 @@ class NotificationsConfig(AppConfig):
 
         # What the retention purge may delete of this app's history (weave.retention).
         retention.register()
+
+
+def _warm_up_drains(**signal: Any) -> None:
+    try:
+        from notifications.tasks import warm_up  # the import is most of the warm-up
+
+        warm_up(**signal)
+    except Exception:  # noqa: BLE001 - only a head start: the first drain imports (and reports) it anyway
+        logging.getLogger("weave.notifications").debug("drain warm-up failed", exc_info=True)

@@ -4,8 +4,9 @@ import time
 from typing import Any
 
 from notifications import queue
+from notifications.backends import backend_problems
 from notifications.delivery import drain as run_drain
-from notifications.delivery.worker import DeliveryReport
+from notifications.delivery.worker import DeliveryReport, Lingering
 from notifications.models import Notification
 from weave import jobs, wake
 from weave.conf import weave_settings
@@ -45,47 +46,55 @@ def drain() -> dict[str, Any]:
 
 
 def _drain_and_linger(name: str, linger: float) -> DeliveryReport:
-    budget = float(weave_settings.PUSH_BUDGET)
-    started = time.monotonic()
     slot = _Hold(name, linger)
-    # The lingering is this task's (WAKE_LINGER), not the worker's: only here is the request slot renewed
-    # while it waits, so new rows ask for no other task meanwhile.
-    report = run_drain(enqueue_more=False)
-    while linger and not report.breaker and not report.budget_spent:
-        left = budget - (time.monotonic() - started)
-        if left <= 0 or not _wait_for_rows(slot, until=started + budget):
-            break
-        slot.renew_if_due()
-        wake.announce()
-        report.add(run_drain(enqueue_more=False, budget=left))
-    return report
+    # One drain for the whole task, lingering: the rows that arrive while it waits go out on its loop,
+    # through its open provider connections, not through a new drain built for each.
+    lingering = Lingering(
+        seconds=linger,
+        # Only a safety net on PostgreSQL, where this process's watcher hears each new request at once;
+        # on SQLite (or behind a transaction pooler) it is how new rows are found.
+        poll=max(0.02, float(weave_settings.WAKE_GRACE) / 2),
+        listen=wake.on_arrival,
+        heard=_arrivals_heard,
+        turn=slot.cover,
+        # Wake the watchers: they learn that rows are leased again, and so when those leases lapse if
+        # this worker dies.
+        claimed=wake.announce,
+    )
+    return run_drain(enqueue_more=False, linger=lingering)
 
 
 class _Hold:
-    """The drain's hold on its request slot, renewed every half linger while it looks for rows."""
+    """The drain's hold on its request slot, renewed every half linger while it has room for new rows."""
 
     def __init__(self, name: str, linger: float) -> None:
         self.name, self.linger = name, linger
         self.renewed = time.monotonic()
 
-    def renew_if_due(self) -> None:
-        if time.monotonic() - self.renewed >= self.linger / 2:
+    def cover(self, room: bool) -> None:
+        """Hold the slot on while the drain can take new rows (the lingering is this task's, WAKE_LINGER).
+
+        Held, the slot makes a new row's request a note to this drain (an arrival) instead of a task.
+        A drain with every slot busy lets it lapse, so the next row asks for a helper on another worker.
+        """
+        if room and self.linger and time.monotonic() - self.renewed >= self.linger / 2:
             wake.hold(self.name, _hold_for(self.linger))
             self.renewed = time.monotonic()
 
 
-def _wait_for_rows(slot: _Hold, *, until: float) -> bool:
-    """Look for claimable rows for up to the linger, renewing the hold: at once when this process's watcher
-    hears that a row was requested (`wake.arrivals`), else every WAKE_GRACE / 2."""
-    step = max(0.02, float(weave_settings.WAKE_GRACE) / 2)
-    deadline = min(time.monotonic() + slot.linger, until)
-    while time.monotonic() < deadline:
-        wake.arrivals.clear()  # cleared before the look: a request after it sets it again, none is lost
-        if Notification.objects.claimable().exists():
-            return True
-        slot.renew_if_due()
-        wake.wait_for_arrival(min(step, max(0.0, deadline - time.monotonic())))
-    return False
+def _arrivals_heard() -> bool:
+    """Whether this process's watcher listens (so each covered request reaches the drain as an arrival)."""
+    return bool(weave_settings.WAKE_WATCHER) and wake.listen_state().mode == "listen"
+
+
+def warm_up(**_signal: Any) -> None:
+    """Import what a drain needs, once per worker process (a django-q2 `post_spawn` receiver).
+
+    The first drain of a freshly spawned or recycled worker otherwise imports the delivery modules and
+    every configured backend's module while its rows wait (tens of milliseconds on a loaded host).
+    Nothing is built or connected here: backends belong to the drain's own event loop.
+    """
+    backend_problems()  # imports each configured backend class; a problem is the drain's (and the checks') to report
 
 
 def sweep() -> dict[str, Any]:

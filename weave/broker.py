@@ -4,7 +4,9 @@
   database's clock. The stock ORM broker stamps a new task's `lock` with the enqueuing host's clock and
   a worker only takes tasks whose lock lies in *its own* past, so a worker host whose clock is 3 s behind
   the web host's waits 3 s for every new task (and one minutes behind starves). Here both sides read
-  the same clock, the database's, so host clocks never decide when work starts.
+  the same clock, the database's, so host clocks never decide when work starts. Between polls of an
+  empty queue it waits on `weave.wake.RequestBell`, so on PostgreSQL a coalesced request's task is
+  taken as soon as it is enqueued, not at the next poll.
 - `weave.broker_redis.PooledRedis` (its own module: `redis` is an optional dependency): django-q2's
   Redis broker with one connection pool per process. The stock broker
   builds a new client (a new TCP connection) for every `async_task`; under steady traffic that is one
@@ -26,6 +28,7 @@ from django_q.conf import Conf
 
 from weave.leases import DbNow
 from weave.reconnect import ReconnectOnDequeue
+from weave.wake import RequestBell
 
 logger = logging.getLogger("weave.broker")
 
@@ -46,12 +49,16 @@ class DatabaseClockLocks(ORM):  # type: ignore[misc]  # django-q2 ships no type 
         package = self.get_connection().create(key=self.list_key or Conf.CLUSTER_NAME, payload=task, lock=DbNow())
         return package.pk
 
-    def dequeue(self) -> list[tuple[Any, Any]] | None:
-        from time import sleep
+    _bell: RequestBell | None = None
 
+    def dequeue(self) -> list[tuple[Any, Any]] | None:
         tasks = list(self.get_connection().filter(key=self.list_key, lock__lt=DbNow())[0 : Conf.BULK])
         if not tasks:
-            sleep(Conf.POLL)  # an empty queue: spare the CPU, as the stock broker does
+            # An empty queue: spare the CPU as the stock broker does, but wake for a request at once (a
+            # new row's drain must not wait out the poll). Opened here, in the process that dequeues.
+            if self._bell is None:
+                self._bell = RequestBell()
+            self._bell.wait(Conf.POLL)
             return None
         taken = []
         for task in tasks:

@@ -45,12 +45,16 @@ from weave.worker_db import is_cut_off
 logger = logging.getLogger("weave.wake")
 
 CHANNEL = "weave_wake"  # the PostgreSQL NOTIFY channel
+# Told only when a request enqueued a task: a broker's idle wait listens here (`RequestBell`), so it is
+# not woken by every arrival and due-time change the watchers hear.
+TASK_CHANNEL = "weave_tasks"
 # The payload of a request that a waiting or running task already covers: new work for a task that is
-# lingering in some worker process. A watcher hands it to its own process (`arrivals`) and does not
+# lingering in some worker process. A watcher hands it to its own process (`on_arrival`) and does not
 # treat it as a change of due times, so a stream of such requests costs the watchers no queries.
 ARRIVAL = "arrived"
-# Set by this process's watcher when it hears ARRIVAL: a lingering task waits on it instead of polling.
-arrivals = threading.Event()
+# Called (on the watcher's thread) each time this process's watcher hears ARRIVAL.
+_arrival_callbacks: list[Callable[[], None]] = []
+_arrival_lock = threading.Lock()
 
 
 # --- coalesced task requests ---------------------------------------------------------------------------
@@ -94,8 +98,9 @@ def request_once(name: str, *, enqueue: Callable[[], None], hold: float | None =
         _announce_quietly()
         return False
     # The watchers sleep until the next due time they know of; this work is due now. Told, they
-    # look again within the grace, and keep asking while it stays due (a lost or stuck task).
-    _announce_quietly()
+    # look again within the grace, and keep asking while it stays due (a lost or stuck task). The
+    # broker's idle wait is told in the same statement: the task is there to be taken.
+    _announce_quietly(task=True)
     return True
 
 
@@ -106,7 +111,7 @@ def _claim_slot(name: str, hold: float) -> tuple[bool, bool]:
 
     On PostgreSQL this is one statement: the guarded UPDATE, and, when it took nothing, the existence
     check that carries the NOTIFY for a lingering task (it hears it through its process's watcher,
-    `arrivals`). The hand-over of every push makes this call, so the round trip it saves is per push."""
+    `on_arrival`). The hand-over of every push makes this call, so the round trip it saves is per push."""
     from weave.models import WakeRequest
 
     if connection.vendor != "postgresql":
@@ -136,11 +141,34 @@ _CLAIM_SLOT_SQL = (
 )
 
 
-def wait_for_arrival(seconds: float) -> bool:
-    """Sleep up to `seconds`, less if this process's watcher hears that new work was requested."""
-    arrived = arrivals.wait(seconds)
-    arrivals.clear()
-    return arrived
+def on_arrival(callback: Callable[[], None]) -> Callable[[], None]:
+    """Call `callback` each time this process's watcher hears that new work was requested; return the
+    function that stops it.
+
+    A callback, not a flag to clear and wait on: nothing is cleared, so an arrival heard while the
+    subscriber is busy (claiming, or between two waits) is never lost. The subscriber posts it to
+    whatever it waits on (a lingering drain: its inbox, which keeps it until taken). Callbacks run on
+    the watcher's thread and must not block.
+    """
+    with _arrival_lock:
+        _arrival_callbacks.append(callback)
+
+    def stop() -> None:
+        with _arrival_lock:
+            if callback in _arrival_callbacks:
+                _arrival_callbacks.remove(callback)
+
+    return stop
+
+
+def _arrived() -> None:
+    with _arrival_lock:
+        callbacks = list(_arrival_callbacks)
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception:  # a subscriber's bug must not stop the watcher hearing due times
+            logger.exception("event=arrival_callback_failed")
 
 
 def hold(name: str, seconds: float) -> None:
@@ -168,9 +196,9 @@ def release(name: str) -> None:
     WakeRequest.objects.filter(name=name).update(queued_until=None)
 
 
-def _announce_quietly() -> None:
+def _announce_quietly(*, task: bool = False) -> None:
     try:
-        announce()
+        announce(task=task)
     except Exception:  # the database may be down too: the watchers' own timers still run
         logger.debug("could not notify the watchers", exc_info=True)
 
@@ -187,15 +215,19 @@ def task_started(name: str, *, forget: bool = False) -> None:
         rows.filter(queued_until__isnull=False).update(queued_until=None)
 
 
-def announce() -> None:
+def announce(*, task: bool = False) -> None:
     """Tell the watchers that due times changed (a task ended, a job was released). PostgreSQL only.
 
-    Inside a transaction the notification is delivered when it commits, never before.
+    `task`: a task was just enqueued; the brokers' idle waits (`RequestBell`) are told too, in the same
+    statement. Inside a transaction the notifications are delivered when it commits, never before.
     """
     if connection.vendor != "postgresql":
         return
     with connection.cursor() as cursor:
-        cursor.execute(f"NOTIFY {CHANNEL}")
+        if task:
+            cursor.execute("SELECT pg_notify(%s, ''), pg_notify(%s, '')", [CHANNEL, TASK_CHANNEL])
+        else:
+            cursor.execute(f"NOTIFY {CHANNEL}")
 
 
 def seconds_until(when: datetime | None) -> float | None:
@@ -259,8 +291,8 @@ def listen_target() -> tuple[str, str]:
     return "alias", target or "default"
 
 
-def open_listener() -> Any:
-    """A new psycopg connection in autocommit, LISTENing, used for nothing else.
+def open_listener(channel: str = CHANNEL) -> Any:
+    """A new psycopg connection in autocommit, LISTENing on `channel`, used for nothing else.
 
     Its own connection, not the thread's Django one: notifications are then only ever read through
     `notifies()`, one psycopg API per connection, and queries never swallow them. Behind a
@@ -275,11 +307,11 @@ def open_listener() -> Any:
     else:
         params = connections[target].get_connection_params()
         raw = psycopg.connect(**params, autocommit=True)
-    raw.execute(f"LISTEN {CHANNEL}")
+    raw.execute(f"LISTEN {channel}")
     return raw
 
 
-def probe_listener(raw: Any, *, timeout: float | None = None) -> bool:
+def probe_listener(raw: Any, *, timeout: float | None = None, channel: str = CHANNEL) -> bool:
     """Send a NOTIFY through the site's own connection and say whether `raw` hears it within `timeout`.
 
     Through a transaction pooler the LISTEN lands on a server session the pooler hands to others, so the
@@ -287,12 +319,14 @@ def probe_listener(raw: Any, *, timeout: float | None = None) -> bool:
     """
     token = f"probe:{uuid.uuid4().hex}"
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, token])
+        cursor.execute("SELECT pg_notify(%s, %s)", [channel, token])
     deadline = time.monotonic() + float(weave_settings.WAKE_PROBE_TIMEOUT if timeout is None else timeout)
     while (left := deadline - time.monotonic()) > 0:
-        for notify in raw.notifies(timeout=left, stop_after=1):
-            if notify.payload == token:
-                return True
+        heard = [notify.payload for notify in raw.notifies(timeout=left, stop_after=1)]
+        if ARRIVAL in heard:
+            _arrived()  # heard while probing: still this process's lingering task's
+        if token in heard:
+            return True
     return False
 
 
@@ -333,6 +367,56 @@ def listen_report(max_age: float = 3600.0) -> dict[str, Any]:
     recent = WatcherProbe.objects.filter(probed_at__gte=DbNow(timedelta(seconds=-max_age)))
     polling = list(recent.filter(mode="poll").order_by("process").values("process", "reason", "probed_at"))
     return {"listening": recent.filter(mode="listen").count(), "polling": len(polling), "polling_watchers": polling}
+
+
+class RequestBell:
+    """Sleep until a task is requested (a NOTIFY on `weave_tasks`), at most a given time: a broker's idle wait.
+
+    django-q2's ORM broker polls for new tasks; in between it sleeps `poll` seconds, and the first drain
+    after a quiet spell waited that sleep out. Every coalesced request that enqueues says so on
+    `weave_tasks` (`request_once`), so a broker that waits here takes the task as soon as its row is in.
+    The LISTEN connection stays open between waits: a request made while the broker was querying is
+    heard at the next wait, none is lost. Only the first wait after (re)opening returns at once, since
+    a request just before the LISTEN was not heard. Arrivals (covered requests) and due-time changes go
+    to `weave_wake` and ring nothing here.
+    On SQLite, or when the connection fails, it sleeps the whole time. A LISTEN that does not hear its
+    own probe (a transaction pooler) is closed at once, never left on a pooled session, and the bell
+    only sleeps from then on: the broker polls as before.
+    """
+
+    def __init__(self) -> None:
+        self._raw: Any = None
+        self._deaf = False
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds`; return True if a request (or the (re)opening of the LISTEN) cut it short."""
+        deadline = time.monotonic() + seconds
+        if connection.vendor != "postgresql" or self._deaf:
+            time.sleep(seconds)
+            return False
+        try:
+            if self._raw is None:
+                self._raw = open_listener(TASK_CHANNEL)
+                if not probe_listener(self._raw, channel=TASK_CHANNEL):
+                    self._deaf = True
+                    self.close()
+                    logger.warning("event=request_bell_deaf: the broker polls its queue (a transaction pooler?)")
+                return True  # look again first: a request made before the LISTEN was not heard
+            if any(True for _ in self._raw.notifies(timeout=seconds, stop_after=1)):
+                return True
+        except Exception:  # the broker's own queries report a database outage; here, sleep and reopen
+            logger.debug("the request bell's LISTEN failed; sleeping instead", exc_info=True)
+            self.close()
+            time.sleep(max(0.0, deadline - time.monotonic()))
+        return False
+
+    def close(self) -> None:
+        raw, self._raw = self._raw, None
+        if raw is not None:
+            try:
+                raw.close()
+            except Exception:
+                logger.debug("closing the request bell's LISTEN connection failed", exc_info=True)
 
 
 # --- the watcher thread --------------------------------------------------------------------------------
@@ -435,11 +519,13 @@ class Watcher:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            for heard in raw.notifies(timeout=min(left, 1.0), stop_after=1):
-                if heard.payload == ARRIVAL:
-                    arrivals.set()  # for a task lingering in this process; due times did not change
-                elif not heard.payload.startswith("probe:"):
-                    return True
+            # Everything one read brought in, taken whole: leaving the generator at the first change of
+            # due times would drop the rest of its packet, an arrival among them.
+            heard = [n.payload for n in raw.notifies(timeout=min(left, 1.0), stop_after=1)]
+            if ARRIVAL in heard:
+                _arrived()  # for a task lingering in this process; due times did not change
+            if any(payload != ARRIVAL and not payload.startswith("probe:") for payload in heard):
+                return True
         return True
 
     def _listen(self) -> Any:

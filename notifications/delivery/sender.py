@@ -88,9 +88,11 @@ class AsyncSender:
         answered, self._answered = self._answered, []
         if not answered:
             return
+        # Posted before they stop counting as in flight: `collect()` never sees "none out, none in" while
+        # answers are between the two, so it never returns without answers that are already here.
+        self.inbox.post_all(ANSWER, answered)
         with self._count_lock:
             self._in_flight -= len(answered)
-        self.inbox.post_all(ANSWER, answered)
 
     async def _send(self, key: Hashable, message: PushMessage) -> None:
         backend = self._backends.get(message.backend)

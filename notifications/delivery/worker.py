@@ -14,13 +14,16 @@ Three parts, each in its own module, and this loop that feeds them:
   on SQLite it runs on the worker's thread, whose connection sees and holds everything.
 
 The loop starts a row whenever a slot is free, after the budget, breaker and lease checks, and
-hands each batch of answers to the completer as it arrives.
+hands each batch of answers to the completer as it arrives. A drain that runs dry may linger
+(`Lingering`): the same loop, sender, completer and backends (with their open connections) wait
+for new rows and claim them as they arrive, woken by the arrival itself when the task can hear it.
 """
 
 import random
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypedDict, Unpack
 
@@ -52,7 +55,7 @@ from weave.events import log_event
 from weave.leases import BatchLease, Clock, default_clock, new_owner
 from weave.sanitize import outside_text
 
-__all__ = ["DeliveryReport", "Hooks", "PushWorker", "WorkerOptions", "deliver_batch", "drain"]
+__all__ = ["DeliveryReport", "Hooks", "Lingering", "PushWorker", "WorkerOptions", "deliver_batch", "drain"]
 
 # If nothing was due, look again (real time) while sends are still out, so a drain picks up rows
 # created meanwhile instead of ending with them queued: soon after a look that found rows (a steady
@@ -60,6 +63,33 @@ __all__ = ["DeliveryReport", "Hooks", "PushWorker", "WorkerOptions", "deliver_ba
 _RECHECK_SECONDS = (0.01, 0.25)
 # How long the completer's thread waits for more answers before it writes a group.
 _GATHER_SECONDS = 0.002
+# What the inbox carries when the task hears that new rows were requested (`PushWorker.arrived`).
+ARRIVED = "arrived"
+
+
+@dataclass(frozen=True)
+class Lingering:
+    """How a drain that ran dry goes on looking for new rows, and what its task does meanwhile.
+
+    The loop stays as it is (its sender, completer and backends with their open connections) and claims
+    new rows as they come. Each hook is optional:
+
+    - `listen(callback)` calls `callback` whenever new rows are requested (`weave.wake.on_arrival`) and
+      returns the function that stops it: the loop then looks at once instead of at its next poll;
+    - `heard()` says whether those calls reach this process (its watcher hears NOTIFY): while they do,
+      a busy loop stops looking every few milliseconds between answers and looks at each arrival;
+    - `turn(room)` runs every turn of the loop, saying whether it has room for more rows (the task keeps
+      its request slot held then, so new rows ask for no other task);
+    - `claimed()` runs when rows are claimed after the loop was idle (the task tells the watchers that
+      rows are leased again, so they know when those leases would lapse).
+    """
+
+    seconds: float = 0.0  # real seconds to go on after the last claim that found rows (0: end when idle)
+    poll: float = _RECHECK_SECONDS[1]  # the longest gap between two looks while nothing is out
+    listen: Callable[[Callable[[], None]], Callable[[], None]] | None = None
+    heard: Callable[[], bool] | None = None
+    turn: Callable[[bool], None] | None = None
+    claimed: Callable[[], None] | None = None
 
 
 class PushWorker:
@@ -77,11 +107,11 @@ class PushWorker:
         ttl: float | None = None,
         rng: random.Random | None = None,
         backends: Mapping[str, PushBackend] | None = None,
-        linger: float = 0.0,
+        linger: float | Lingering = 0.0,
     ) -> None:
         conf = weave_settings
-        # Real seconds `run()` goes on looking for new rows after the last ones it found (0: end at once).
-        self.linger = linger
+        # How `run()` goes on looking for new rows after the last ones it found (seconds; 0: end at once).
+        self.lingering = linger if isinstance(linger, Lingering) else Lingering(seconds=linger)
         self.clock = clock
         self.owner = owner or new_owner("push:")
         self.hooks = hooks or Hooks()
@@ -130,6 +160,10 @@ class PushWorker:
     @property
     def budget_spent(self) -> bool:
         return self.clock.monotonic() >= self._budget_ends
+
+    def arrived(self) -> None:
+        """Say that new rows were requested (any thread): a lingering `run()` looks at once."""
+        self.inbox.post(ARRIVED, None)
 
     def close(self) -> None:
         if not self._closed:
@@ -275,16 +309,23 @@ class _Pump:
         self.found_at = time.monotonic()  # real time of the last claim that found rows
         self.stop = ""
         self.thread: CompleterThread | None = None
+        self.lingering = worker.lingering if more_claims else Lingering()
 
     def run(self, rows: list[Row]) -> None:
         worker = self.worker
         self.waiting.extend(rows)
         if _completer_needs_own_thread():
             self.thread = CompleterThread(worker.completer, worker.inbox, gather=_GATHER_SECONDS)
+        stop_listening: Callable[[], None] | None = None
         try:
+            # Subscribed before the first claim: a row requested after any look of ours is heard, none is lost.
+            if self.lingering.listen is not None and self.lingering.seconds:
+                stop_listening = self.lingering.listen(worker.arrived)
             while self.step():
                 pass
         finally:
+            if stop_listening is not None:
+                stop_listening()
             if self.thread is not None:
                 self.thread.close()
                 for kind, item in worker.inbox.take(0.0):  # the last groups' counts
@@ -303,11 +344,13 @@ class _Pump:
         self._check_stop()
         if self.more_claims:
             self._refill()
+            if self.lingering.turn is not None:
+                self.lingering.turn(len(self.waiting) + len(self.in_flight) < worker.concurrency)
         self._start()
         if self.in_flight or self.finishing:
             timeout = max(0.05, min(1.0, worker.buffer.seconds_to_renewal()))
             if self.more_claims and self.nothing_due_at is not None:
-                timeout = min(timeout, max(0.0, self.nothing_due_at + self.recheck - time.monotonic()))
+                timeout = min(timeout, max(0.0, self.nothing_due_at + self._recheck() - time.monotonic()))
             self._take(timeout)
             return True
         if self.waiting:
@@ -317,9 +360,11 @@ class _Pump:
             return False
         if self.nothing_due_at is None:
             return True
-        # ... or the drain lingers a little for rows still to come, looking again now and then: a row
-        # created meanwhile goes out without waiting for the broker to hand out a new drain.
-        if time.monotonic() - self.found_at >= self.worker.linger:
+        # ... or the drain lingers a little for rows still to come, looking again when one is requested
+        # (or at the next poll): a row created meanwhile goes out on this loop, its sender's open
+        # connections and its completer, without waiting for the broker to hand out a new drain. A
+        # drain whose breaker opened stops here: its rows are held, the next drain starts afresh.
+        if time.monotonic() - self.found_at >= self.lingering.seconds or self.worker.first_opening:
             return False
         self._take(max(0.0, self.nothing_due_at + self.recheck - time.monotonic()))
         return True
@@ -338,21 +383,36 @@ class _Pump:
         while (
             not self.stop
             and len(self.waiting) + len(self.in_flight) <= worker.concurrency
-            and (self.nothing_due_at is None or time.monotonic() - self.nothing_due_at >= self.recheck)
+            and (self.nothing_due_at is None or time.monotonic() - self.nothing_due_at >= self._recheck())
         ):
+            idle = not (self.waiting or self.in_flight or self.finishing)
             _, rows = worker.buffer.claim(worker.batch_size)
-            self.report.batches += 1 if rows else 0
-            self.report.claimed += len(rows)
             if not rows:
                 if self.nothing_due_at is not None and not self.in_flight:
                     # Slow down only when nothing is out either: traffic is ebbing.
-                    self.recheck = min(_RECHECK_SECONDS[1], self.recheck * 2)
+                    self.recheck = min(self.lingering.poll, self.recheck * 2)
                 self.nothing_due_at = time.monotonic()
                 return
-            self.nothing_due_at = None
+            if idle and self.report.batches and self.lingering.claimed is not None:
+                self.lingering.claimed()  # leased again after an idle spell (the first claim: the task said so)
+            self.report.batches += 1
+            self.report.claimed += len(rows)
             self.recheck = _RECHECK_SECONDS[0]
             self.found_at = time.monotonic()
             self.waiting.extend(rows)
+            # Fewer than asked: nothing else was due and free when the claim ran, so the next look waits
+            # its recheck (or an arrival) instead of costing a statement that finds nothing.
+            self.nothing_due_at = self.found_at if len(rows) < worker.batch_size else None
+            if self.nothing_due_at is not None:
+                return
+
+    def _recheck(self) -> float:
+        """How long after a claim that found nothing (or less than asked) to look again."""
+        heard = self.lingering.heard
+        if self.in_flight and heard is not None and heard():
+            # Busy, and every new row's request reaches this loop as an arrival, which looks at once.
+            return self.lingering.poll
+        return self.recheck
 
     def _start(self) -> None:
         """Hand rows to the sender while a slot is free, each after the budget, breaker and lease checks."""
@@ -416,6 +476,10 @@ class _Pump:
                 self._count(item)
             elif kind == FAILED_WITH:
                 raise item
+            elif kind == ARRIVED:
+                # New rows were requested: look at the next turn, not at the next poll.
+                self.nothing_due_at = None
+                self.recheck = _RECHECK_SECONDS[0]
         if answers:
             self._finish(answers)
             # The probe may have answered: parked rows go back to the front of the line.
@@ -454,7 +518,7 @@ class WorkerOptions(TypedDict, total=False):
     ttl: float | None
     rng: random.Random | None
     backends: Mapping[str, PushBackend] | None
-    linger: float
+    linger: float | Lingering
 
 
 def deliver_batch(**options: Unpack[WorkerOptions]) -> DeliveryReport:

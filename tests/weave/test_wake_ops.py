@@ -144,7 +144,8 @@ def test_a_request_a_waiting_task_covers__says_so_to_the_lingering_task_in_the_s
 @pytest.mark.django_db(transaction=True)
 def test_watcher__an_arrival_is_handed_to_its_process_and_is_not_a_wake_of_its_own():
     watcher = Watcher([_nothing_due()])
-    wake.arrivals.clear()
+    heard: list[str] = []
+    stop = wake.on_arrival(lambda: heard.append("arrived"))
     watcher.step(timer_expired=False)
     sender = _notify_soon(wake.ARRIVAL, delay=0.1)
     try:
@@ -152,8 +153,33 @@ def test_watcher__an_arrival_is_handed_to_its_process_and_is_not_a_wake_of_its_o
     finally:
         sender.join()
         watcher._reset_connection()
-    assert wake.arrivals.is_set()
-    assert wake.wait_for_arrival(0.0) is True and not wake.arrivals.is_set()
+        stop()
+    assert heard == ["arrived"]
+    # Stopped: the next arrival is no longer this subscriber's.
+    wake._arrived()
+    assert heard == ["arrived"]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_watcher__an_arrival_read_with_a_change_of_due_times_is_still_handed_over():
+    # Both notifications commit together, so one read brings both in: the change of due times ends the
+    # wait, and the arrival beside it must not be dropped with the rest of that read.
+    watcher = Watcher([_nothing_due()])
+    heard: list[str] = []
+    stop = wake.on_arrival(lambda: heard.append("arrived"))
+    watcher.step(timer_expired=False)
+    try:
+        assert watcher._listen() is not None  # listening (and probed) before anything is sent
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, ''), pg_notify(%s, %s)", [wake.CHANNEL, wake.CHANNEL, wake.ARRIVAL])
+        assert watcher._wait(20.0) is True
+        if not heard:  # the server may still have sent them apart: the arrival is then the next read
+            watcher._wait(2.0)
+    finally:
+        watcher._reset_connection()
+        stop()
+    assert heard == ["arrived"]
 
 
 @pytest.mark.postgres
@@ -213,3 +239,17 @@ def test_notification_create__with_an_unreachable_redis_stores_the_row_and_raise
     assert "event=enqueue_failed" in caplog.text
     # The slot is free: the first watcher that asks (with a broker it can reach) enqueues at once.
     assert WakeRequest.objects.get(name=drain_request_name()).queued_until is None
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_request_bell__a_request_rings_the_brokers_idle_wait_and_a_covered_one_does_not():
+    bell = wake.RequestBell()
+    try:
+        assert bell.wait(30.0) is True  # just opened: look again first (a request before the LISTEN was missed)
+        assert enqueue_drain() is True  # enqueued and announced while nobody waits: kept for the next wait
+        assert bell.wait(30.0) is True  # rung; the stock broker would sleep its whole poll
+        assert enqueue_drain() is False  # coalesced: only an arrival for a lingering drain, no task to take
+        assert bell.wait(0.5) is False
+    finally:
+        bell.close()
