@@ -289,6 +289,35 @@ def render_statements(group: int, blocks: list[dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
+def guard_bound(statements: dict[str, list[dict[str, float]]], rounds: list[dict[str, Any]]) -> list[str]:
+    """Fencing's share of a push's CPU, bounded: the finish guard's cost per statement times finishes per push.
+
+    In these drains the finish is the only guarded statement that runs (the claim is the same in both
+    variants; no renewal or release runs: the statement counts show it), so the guard's cost per push
+    is its extra per finish statement (upper end of the 95 % interval, from the statements alone, at
+    the group size nearest the drain's) times the finish statements per push (counted), over the
+    fenced round's CPU per push (worker + PostgreSQL).
+    """
+    per_statement: dict[int, float] = {}
+    for size, blocks in statements.items():
+        ratios = [b["finish_ratio"] for b in blocks]
+        unfenced = statistics.median(b["unfenced_finish_worker_us"] + b["unfenced_finish_postgres_us"] for b in blocks)
+        per_statement[int(size)] = (bootstrap_median(ratios)[1] - 1) * unfenced * int(size)
+    lines = []
+    for backend in dict.fromkeys(r["backend"] for r in rounds):
+        fenced = [r for r in rounds if r["backend"] == backend and r["variant"] == "fenced"]
+        finishes = statistics.median(r["by_kind"].get("UPDATE finish", 0) / r["n"] for r in fenced)
+        cpu = statistics.median(r["cpu_us"] for r in fenced)
+        size = min(per_statement, key=lambda g: abs(g - 1 / finishes))
+        extra = finishes * per_statement[size]
+        lines.append(
+            f"{backend:<8} {finishes:.4f} finishes a push ({1 / finishes:.1f} rows each), at most"
+            f" {per_statement[size]:.0f} us each ({size}-row figure): {extra:.1f} us of {cpu:.0f} us a push,"
+            f" at most {100 * extra / cpu:.2f} %"
+        )
+    return lines
+
+
 # --- statistics ----------------------------------------------------------------------------------
 
 
@@ -444,7 +473,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--statements", default="", help="group sizes: time the guarded statements alone, then exit")
     parser.add_argument("--blocks", type=int, default=30, help="--statements: blocks (one ratio each)")
     parser.add_argument("--reps", type=int, default=20, help="--statements: reps of each variant per block")
+    parser.add_argument(
+        "--bound", nargs=2, type=Path, metavar=("STATEMENTS_JSON", "ROUNDS_JSON"),
+        help="print the guard's bounded share of a push's CPU from two earlier --json files, then exit",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.bound:
+        statements, rounds = (json.loads(path.read_text()) for path in args.bound)
+        print("\n".join(guard_bound(statements, rounds["rounds"])))
+        return 0
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     harness.configure()
     import logging
