@@ -158,7 +158,10 @@ def scenario_throughput(results: Results, args: Any) -> None:
 
 
 def scenario_fencing(results: Results, args: Any) -> None:
-    """Fenced against unfenced (bench-only variant), provider at 0 ms, alternating to share the noise."""
+    """Fenced against unfenced (bench-only variant), provider at 0 ms, alternating to share the noise.
+
+    Whole-run rates, a few pairs: too coarse for 5 % on a shared machine; `bench/fencing.py` measures
+    CPU, statements and rows per push in many short interleaved rounds instead."""
     pairs = []
     with harness.bench() as run:
         run.start_provider(0)

@@ -3,9 +3,11 @@
 It exists to price the guards (issue 6, "cost of fencing"). The notifications worker runs unchanged;
 for the length of one drain, the lease queryset's guarded writes lose their guard:
 
-- `guarded_update` (and so `release`, which finishes every row) becomes `UPDATE ... WHERE pk = %s`,
-  without `owner = me AND fence = my_fence AND lease_expires_at > db_now()`, and never reports a loss;
-- `renew_batch` and `release_batch` become `UPDATE ... WHERE pk IN (...)`;
+- `guarded_update` (and so `release`) becomes `UPDATE ... WHERE pk = %s`, without `owner = me AND
+  fence = my_fence AND lease_expires_at > db_now()` and also without its `expect` filter (more than the
+  fence; the delivery path does not call it), and never reports a loss;
+- `renew_batch` and `release_batch` become `UPDATE ... WHERE pk IN (...)` (and `renew_batch` never makes
+  its follow-up SELECT for rows found lost);
 - `release_each` (the group finish) keeps its one statement, but `FinishPlan.guard` matches rows by
   pk only, without each row's owner, fence and live-expiry guard.
 
