@@ -369,7 +369,7 @@ def run_latency(latency: int, n: int, concurrency: int | None) -> list[dict[str,
                 anchors = {
                     **{
                         f"{alias}-alone": (lambda a=alias: _backend_only(a, n, configured, tokens[a], fakes[a], window))
-                        for alias in ("fcm", "fcm-httpx", "apns", "apns-httpx")
+                        for alias in ("fcm", "fcm-httpx", "apns", "apns-httpx", "webpush")
                     },
                     "firebase-admin": lambda: _firebase_admin(n, configured, tokens["fcm"], fakes["fcm"]),
                     "fcm-django": lambda: _fcm_django(n, configured, tokens["fcm"], fakes["fcm"]),
