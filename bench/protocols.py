@@ -18,6 +18,8 @@ Anchors, measured in the same run against the same fakes:
   two processes) each take a task of 500 rows, call `send_each`, and write the outcome of the 500 rows
   back in one UPDATE, as the site's task would;
 - aioapns with as many sends in flight as the worker's PUSH_CONCURRENCY (APNs), no persistence;
+- "webpush-alone" (not in the default list; name it in BENCH_ANCHOR_LIST): the Web Push backend's
+  `send()` alone, like "fcm-alone" and "apns-alone";
 - pywebpush in a task per subscription: 2 x 20 worker threads (a tuned Celery's), each task calling
   `pywebpush.webpush()` (encryption, VAPID, one HTTPS POST through a reused requests session per
   thread) and marking its row delivered with one UPDATE.
@@ -369,7 +371,7 @@ def run_latency(latency: int, n: int, concurrency: int | None) -> list[dict[str,
                 anchors = {
                     **{
                         f"{alias}-alone": (lambda a=alias: _backend_only(a, n, configured, tokens[a], fakes[a], window))
-                        for alias in ("fcm", "fcm-httpx", "apns", "apns-httpx")
+                        for alias in ("fcm", "fcm-httpx", "apns", "apns-httpx", "webpush")
                     },
                     "firebase-admin": lambda: _firebase_admin(n, configured, tokens["fcm"], fakes["fcm"]),
                     "fcm-django": lambda: _fcm_django(n, configured, tokens["fcm"], fakes["fcm"]),

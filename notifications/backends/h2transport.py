@@ -51,6 +51,7 @@ _READ_WINDOW = 1 << 20  # the connection receive window we offer (answers are sm
 _REFUSED = h2.errors.ErrorCodes.REFUSED_STREAM
 _CANCEL = h2.errors.ErrorCodes.CANCEL
 _MEMO_FIELDS = 64  # encoded fields remembered per connection (a request has about ten)
+_MEMO_URLS = 4096  # split URLs a client remembers (Web Push has one per device)
 
 Headers = list[tuple[bytes, bytes]]
 # What h2's outbound validation would refuse, checked here once per header instead (h2's own pass, a
@@ -118,7 +119,13 @@ class _Encoder(hpack.Encoder):
 
 def _literal(value: bytes) -> bytes:
     """A string literal without Huffman coding (RFC 7541 section 5.2): its length, then its bytes."""
-    return bytes(hpack.hpack.encode_integer(len(value), 7)) + value
+    size = len(value)
+    if size < 127:
+        return _SHORT[size] + value  # the length fits the 7-bit prefix: one byte, H clear
+    return bytes(hpack.hpack.encode_integer(size, 7)) + value
+
+
+_SHORT = [bytes((size,)) for size in range(127)]
 
 
 class H2Failure(Exception):
@@ -400,6 +407,7 @@ class H2Client:
         # `:path` is volatile where it names the device (APNs, Web Push); FCM's is the same every time.
         self._volatile = frozenset({b"content-length", *volatile})
         self._checked: set[tuple[bytes, bytes]] = set()  # fields `check_headers` passed (most repeat)
+        self._split: dict[str, tuple[str, int, bytes, bytes]] = {}  # URL -> `_split(url)`, for URLs it accepted
 
     async def exchange(
         self,
@@ -418,7 +426,7 @@ class H2Client:
         `at(phase)` while nothing has left and `mark_sent()` once the HEADERS frame went to an open transport.
         `deadline_at` (monotonic): a stream is not opened once too little of it is left (`too_late`).
         """
-        host, port, authority, path = _split(url)
+        host, port, authority, path = self._parts(url)
         checked = self._checked
         for field in headers:
             if field not in checked:
@@ -448,8 +456,19 @@ class H2Client:
 
     def speaks_http2(self, url: str) -> bool:
         """False once the URL's origin was found to offer no h2 (`NoHTTP2`)."""
-        host, port, _, _ = _split(url)
+        host, port, _, _ = self._parts(url)
         return (host, port) not in self.http1_origins
+
+    def _parts(self, url: str) -> tuple[str, int, bytes, bytes]:
+        """`_split(url)`, remembered: a backend sends to the same URLs again and again, and asks twice per
+        request (`speaks_http2`, then `exchange`). A URL `_split` refuses raises each time, never kept."""
+        parts = self._split.get(url)
+        if parts is None:
+            parts = _split(url)
+            if len(self._split) >= _MEMO_URLS:
+                self._split.clear()
+            self._split[url] = parts
+        return parts
 
     async def aclose(self) -> None:
         if self.fallback is not None:

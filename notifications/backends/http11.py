@@ -84,6 +84,9 @@ class Response:
             if match is None:
                 raise ProtocolError(f"not an HTTP/1.x status line: {line[:40]!r}")
             minor, status = match.group(1), int(match.group(2))
+            if status < 100:
+                # Three digits, but no status class: h11 (httpx's reader) refuses it, and "0xx" is no interim answer.
+                raise ProtocolError(f"status code {status:03d} is below 100")
             fields: list[tuple[bytes, bytes]] = []
             while True:
                 line, budget = await self._line(budget)

@@ -59,7 +59,7 @@ from weave.retry import HttpClass, http_class
 OPTIONS = {"vapid_private_key_file", "vapid_subject", "ca_file"}
 # Request fields whose value differs per message (kept out of HPACK's table, see H2Client).
 WEBPUSH_VOLATILE = frozenset({b":path", b"topic", b"ttl"})
-SUBSCRIPTIONS_KEPT = 4096  # checked subscriptions a backend remembers (see WebPushBackend._subscription)
+SUBSCRIPTIONS_KEPT = 4096  # checked subscriptions a backend remembers (see WebPushBackend._target)
 DEFAULT_TTL = 28 * 24 * 3600  # what FCM keeps a message for; a push service may store less
 
 
@@ -88,6 +88,15 @@ class Subscription:
         """The canonical token: compact JSON, keys in a fixed order, base64url without padding."""
         keys = {"p256dh": _b64encode(self.p256dh), "auth": _b64encode(self.auth)}
         return json.dumps({"endpoint": self.endpoint.url, "keys": keys}, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class _Target:
+    """A checked subscription with what every send to it derives from it, worked out once (see `_target`)."""
+
+    subscription: Subscription
+    where: str  # the endpoint's host[:port], as reasons name it
+    verbatim: bool  # whether the destination policy's host list names the host (answers kept as they came)
 
 
 def subscription(token: str) -> Subscription:
@@ -157,7 +166,8 @@ class WebPushBackend(PushBackend):
         super().__init__(alias=alias, options=options, timeout=timeout, concurrency=concurrency)
         self.ca_file: str | None = options.get("ca_file")
         key_file, subject = str(options["vapid_private_key_file"]), str(options["vapid_subject"])
-        self._subscriptions: dict[tuple[str, bool, tuple[str, ...]], Subscription] = {}
+        self._targets: dict[tuple[str, bool, tuple[str, ...]], _Target] = {}
+        self._scopes: dict[str, str] = {}  # token -> its hold scope (see hold_scope)
         self.vapid = shared(
             ("vapid", key_file, subject), lambda: VapidSigner(private_key_file=key_file, subject=subject)
         )
@@ -181,11 +191,15 @@ class WebPushBackend(PushBackend):
 
         Read from the stored subscription as it is, without the destination policy: a refused endpoint
         ends its own row before any send, and its scope must still be its own."""
-        try:
-            endpoint = json.loads(message.token)["endpoint"]
-        except (ValueError, KeyError, TypeError):
-            return ""
-        return origin_of(endpoint) if isinstance(endpoint, str) else ""
+        scope = self._scopes.get(message.token)
+        if scope is None:
+            # Remembered per token (the worker asks for every row, and a drain sends to the same
+            # subscriptions again and again): the scope depends on the token alone.
+            scope = _scope_of(message.token)
+            if len(self._scopes) >= SUBSCRIPTIONS_KEPT:
+                self._scopes.clear()
+            self._scopes[message.token] = scope
+        return scope
 
     def make_client(self, **extra: Any) -> Any:
         # Every connection opens through the destination policy: the endpoint's host is resolved, each
@@ -202,18 +216,24 @@ class WebPushBackend(PushBackend):
         client.fallback = fallback
         return client
 
-    def _subscription(self, token: str) -> Subscription:
-        """`subscription(token)`, remembered per token and destination policy: a drain sends to the same
-        subscriptions again and again, and parsing and checking one cost a sixth of a send's CPU. The
-        policy's settings are part of the key, so a changed host list is applied at the next send."""
+    def _target(self, token: str) -> _Target:
+        """`subscription(token)` and what a send derives from it, remembered per token and destination
+        policy: a drain sends to the same subscriptions again and again, and parsing and checking one
+        cost a sixth of a send's CPU. The policy's settings are part of the key, so a changed host list
+        is applied at the next send (to the check and to whether answers are kept verbatim)."""
         key = (token, loopback_allowed(), allowed_hosts())
-        checked = self._subscriptions.get(key)
-        if checked is None:
+        target = self._targets.get(key)
+        if target is None:
             checked = subscription(token)  # a refusal raises, and is never remembered
-            if len(self._subscriptions) >= SUBSCRIPTIONS_KEPT:
-                self._subscriptions.clear()
-            self._subscriptions[key] = checked
-        return checked
+            # Answers from a host outside the site's list (a fake on loopback) are never kept verbatim.
+            target = _Target(
+                subscription=checked, where=urlsplit(checked.endpoint.url).netloc,
+                verbatim=is_known_host(checked.endpoint.host),
+            )  # fmt: skip
+            if len(self._targets) >= SUBSCRIPTIONS_KEPT:
+                self._targets.clear()
+            self._targets[key] = target
+        return target
 
     async def send(self, message: PushMessage) -> SendResult:
         started = time.monotonic()
@@ -222,7 +242,7 @@ class WebPushBackend(PushBackend):
         if ttl == 0:
             return expired_before_sending(message)
         try:
-            checked = self._subscription(message.token)
+            target = self._target(message.token)
         except SubscriptionError as exc:
             # Checked again at each send. A malformed subscription is a dead token; an endpoint outside the
             # policy (the host list may have changed since it registered) fails the row but keeps the device.
@@ -230,10 +250,8 @@ class WebPushBackend(PushBackend):
                 outcome=Outcome.PERMANENT, reason=f"Not sent: {exc} Nothing was sent.",
                 token_invalid=not isinstance(exc, EndpointRefused), sent=False,
             )  # fmt: skip
+        checked, where, verbatim = target.subscription, target.where, target.verbatim
         endpoint, p256dh, auth = checked.endpoint.url, checked.p256dh, checked.auth
-        where = urlsplit(endpoint).netloc
-        # Answers from a host outside the site's list (a fake on loopback) are never kept verbatim.
-        verbatim = is_known_host(checked.endpoint.host)
         key = message.collapse_key or message.idempotency_key
         content = encrypt(web_push_payload(message, tag=key), p256dh=p256dh, auth=auth)
         headers = {
@@ -287,13 +305,25 @@ def _vapid_secrets(authorization: str) -> list[str]:
     return [authorization.split("t=", 1)[-1].split(",", 1)[0]]
 
 
+def _scope_of(token: str) -> str:
+    try:
+        endpoint = json.loads(token)["endpoint"]
+    except (ValueError, KeyError, TypeError):
+        return ""
+    return origin_of(endpoint) if isinstance(endpoint, str) else ""
+
+
+# One encoder for every payload: `json.dumps` with options builds a new encoder on each call.
+_PAYLOAD_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def web_push_payload(message: PushMessage, *, tag: str) -> bytes:
     shown = content.webpush_fields(title=message.title, body=message.body, options=message.options)
     if not shown and content.is_silent(message.title, message.body):
         # A silent push: nothing for the service worker to show, only data for it to act on.
-        return json.dumps({"data": dict(message.data)}, separators=(",", ":"), ensure_ascii=False).encode()
+        return _PAYLOAD_JSON.encode({"data": dict(message.data)}).encode()
     payload = {"title": message.title, "body": message.body, "data": dict(message.data), "tag": tag, **shown}
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+    return _PAYLOAD_JSON.encode(payload).encode()
 
 
 def encrypt(plaintext: bytes, *, p256dh: bytes, auth: bytes) -> bytes:
@@ -320,6 +350,11 @@ def classify_webpush(
     status = response.status
     kind = http_class(status)
     base: dict[str, Any] = {"http_status": status, "latency_ms": response.latency_ms}
+    if kind == HttpClass.SUCCESS:
+        # Nothing of a delivery's body is kept, and its Location (the message's id) only from a known
+        # push service: the answer is not read further, nor copied into a withheld one.
+        location = response.location(secrets=secrets) if verbatim else ""
+        return SendResult(outcome=Outcome.DELIVERED, provider_message_id=location[-200:], **base)
     if not verbatim:
         if kind == HttpClass.REDIRECT:
             return SendResult(
@@ -330,9 +365,6 @@ def classify_webpush(
         response = withheld(response)
     body = response.snippet(secrets=secrets)
     tail = f": {body}" if body else ""
-    if kind == HttpClass.SUCCESS:
-        location = response.location(secrets=secrets)
-        return SendResult(outcome=Outcome.DELIVERED, provider_message_id=location[-200:], **base)
     if kind == HttpClass.REDIRECT:
         return classify.redirect(response, where=where, secrets=secrets)
     if status in (404, 410):

@@ -225,3 +225,24 @@ def test_classifiers__never_raise_and_never_call_a_token_dead_and_systemic_at_on
     assert not (result.token_invalid and (result.systemic or result.fatal))
     assert "\n" not in result.reason
     assert (result.outcome == Outcome.DELIVERED) == (200 <= status < 300)
+
+
+def test_webpush__a_delivery_keeps_the_location_of_a_known_push_service_only():
+    # A 2xx is classified without reading its body; its Location is the message id, sanitized, when the
+    # host is a known push service, and dropped (never copied anywhere) when it is not.
+    secret = "sekrit-token-value"
+    answer = CappedResponse(
+        status=201,
+        headers=httpx.Headers({"Location": f"https://user:pw@push.example/m/1?t={secret}\n", "TTL": "60"}),
+        body=b"\x00 any body at all",
+        truncated=True,
+        latency_ms=3,
+    )
+
+    known = classify_webpush(answer, secrets=[secret], where="push.example", verbatim=True)
+    outside = classify_webpush(answer, secrets=[secret], where="127.0.0.1:4433", verbatim=False)
+
+    assert (known.outcome, known.http_status, outside.outcome) == (Outcome.DELIVERED, 201, Outcome.DELIVERED)
+    assert known.provider_message_id.startswith("https://[redacted]@push.example/m/1?t=[redacted]")
+    assert "pw" not in known.provider_message_id and "\n" not in known.provider_message_id
+    assert (known.reason, outside.reason, outside.provider_message_id) == ("", "", "")

@@ -277,3 +277,29 @@ def test_the_memoised_hpack_encoder_says_what_hpack_says(table_size):
             encoder.header_table_size = table_size  # as a peer's SETTINGS_HEADER_TABLE_SIZE does
         block = encoder.encode(fields)
         assert [(bytes(n), bytes(v)) for n, v in decoder.decode(block, raw=True)] == [(n, v) for n, v in fields]
+
+
+def test_volatile_fields_of_any_length_decode_as_given_while_the_table_stays():
+    # With the dynamic table unchanged, a volatile field is its name's remembered encoding plus the
+    # client's own string literal: lengths on both sides of the 7-bit prefix (127) must decode exactly.
+    import hpack
+
+    from notifications.backends.h2transport import _Encoder
+
+    encoder, decoder = _Encoder(), hpack.Decoder()
+    for size in [*range(120, 135), 0, 1, 255, 300, 4000]:
+        fields = [(b":method", b"POST"), (b":authority", b"push.example:443"),
+                  hpack.NeverIndexedHeaderTuple(b":path", b"/m/" + b"p" * size),
+                  hpack.NeverIndexedHeaderTuple(b"topic", b"t" * size)]  # fmt: skip
+        block = encoder.encode(fields)
+        assert [(bytes(n), bytes(v)) for n, v in decoder.decode(block, raw=True)] == [(n, v) for n, v in fields]
+
+
+def test_a_url_the_client_refuses_is_refused_every_time():
+    # The client remembers the URLs it split; one it refused is never remembered, so it never becomes
+    # sendable by being asked about twice.
+    client = H2Client()
+    for url in ["http://push.example/x", "https://user@push.example/x", "https://push.example:0/x"] * 2:
+        with pytest.raises(ValueError):
+            client.speaks_http2(url)
+    assert client.speaks_http2("https://push.example/x") and client.speaks_http2("https://push.example/x")
