@@ -30,7 +30,6 @@ import statistics
 import sys
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -176,29 +175,11 @@ def table_counters() -> dict[str, int]:
         return dict(zip(TABLE_COUNTERS, cursor.fetchone(), strict=True))
 
 
-def load_rows(backend: str, n: int, token: str) -> None:
-    from django.utils import timezone
-
-    from notifications.backends.credentials import forget_shared
-    from notifications.models import Notification
-
-    harness.reset_tables()
-    forget_shared()  # a fresh worker process starts without a token
-    now = timezone.now()
-    Notification.objects.bulk_create(
-        Notification(
-            device_token=token, backend=backend, title="Weave bench", body=f"Notification {i}", data={"i": str(i)},
-            idempotency_key=uuid.uuid4(), next_attempt_at=now,
-        )
-        for i in range(n)
-    )  # fmt: skip
-
-
 def one_round(backend: str, variant: str, pair: int, n: int, token: str, fakes: list[Any]) -> Round:
     from bench.unfenced import guards_removed
     from notifications.delivery import drain
 
-    load_rows(backend, n, token)
+    harness.load_protocol_rows(backend, n, token)
     table0 = table_counters()
     guard = guards_removed() if variant == "unfenced" else nullcontext()
     fake_pids = group_pids(fakes)
@@ -237,7 +218,7 @@ def statement_blocks(group: int, blocks: int, reps: int) -> list[dict[str, float
     from bench.unfenced import guards_removed
     from notifications.models import Notification
 
-    load_rows("default", group, "bench-device")
+    harness.load_protocol_rows("default", group, "bench-device")
     connection.ensure_connection()
     backend = connection.connection.info.backend_pid  # type: ignore[union-attr]
     fields = {"last_error": "bench"}  # rows stay pending: the next rep claims the same rows again

@@ -111,6 +111,26 @@ def reset_tables() -> None:
         cursor.execute("ANALYZE weave_notifications_notification")
 
 
+def load_protocol_rows(alias: str, n: int, token: str) -> None:
+    """Start a protocol round alike for every bench: empty tables, no cached credential (as a fresh
+    worker process has none) and `n` due rows to one `token` on backend `alias`."""
+    from django.utils import timezone
+
+    from notifications.backends.credentials import forget_shared
+    from notifications.models import Notification
+
+    reset_tables()
+    forget_shared()
+    now = timezone.now()
+    Notification.objects.bulk_create(
+        Notification(
+            device_token=token, backend=alias, title="Weave bench", body=f"Notification {i}", data={"i": str(i)},
+            idempotency_key=uuid.uuid4(), next_attempt_at=now,
+        )
+        for i in range(n)
+    )  # fmt: skip
+
+
 def build_rows(n: int, *, due: bool) -> list:
     """Return `n` unsaved pending notifications (`due=False`: no due time, so Weave's drains ignore them)."""
     from django.utils import timezone

@@ -110,22 +110,9 @@ def _start_fakes(run: harness.Bench, latency: int) -> tuple[Any, dict[str, Any],
 
 
 def _weave(alias: str, n: int, token: str, fakes: list[Any]) -> dict[str, Any]:
-    from django.utils import timezone
-
-    from notifications.backends.credentials import forget_shared
     from notifications.delivery import drain
-    from notifications.models import Notification
 
-    harness.reset_tables()
-    forget_shared()  # a fresh worker process starts without a token
-    now = timezone.now()
-    Notification.objects.bulk_create(
-        Notification(
-            device_token=token, backend=alias, title="Weave bench", body=f"Notification {i}", data={"i": str(i)},
-            idempotency_key=uuid.uuid4(), next_attempt_at=now,
-        )
-        for i in range(n)
-    )  # fmt: skip
+    harness.load_protocol_rows(alias, n, token)
 
     def work() -> tuple[int, int]:
         report = drain(enqueue_more=False, budget=600)
