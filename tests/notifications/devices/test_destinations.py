@@ -194,6 +194,18 @@ def test_connect__a_name_off_the_list_is_refused_before_any_lookup(backends):
     assert resolve.calls == []
 
 
+def _send_once(backend, token):
+    """One send of a message to `token` on a backend of its own, closed afterwards."""
+
+    async def go():
+        try:
+            return await backend.send(message(token))
+        finally:
+            await backend.aclose()
+
+    return asyncio.run(go())
+
+
 def _guarded_backend(webpush_options, resolve):
     from notifications.backends.credentials import tls_context
 
@@ -210,13 +222,7 @@ def test_send__a_listed_name_rebound_to_loopback_sends_nothing_and_spares_the_ba
     token = json.dumps({"endpoint": FCM_ENDPOINT, "keys": {"p256dh": sub.p256dh, "auth": sub.auth}})
     backend = _guarded_backend(webpush_options, _resolver(["127.0.0.1"]))
 
-    async def go():
-        try:
-            return await backend.send(message(token))
-        finally:
-            await backend.aclose()
-
-    result = asyncio.run(go())
+    result = _send_once(backend, token)
 
     assert result.outcome == Outcome.TEMPORARY and not result.systemic and not result.fatal
     assert "destination policy" in result.reason and "nothing was sent" in result.reason
@@ -230,13 +236,7 @@ def test_send__the_opt_in_connects_to_loopback_and_keeps_no_answer_verbatim(sett
     resolve = _resolver(["127.0.0.1"])
     backend = _guarded_backend(webpush_options, resolve)
 
-    async def go():
-        try:
-            return await backend.send(message(token))
-        finally:
-            await backend.aclose()
-
-    result = asyncio.run(go())
+    result = _send_once(backend, token)
 
     assert (result.outcome, result.http_status) == (Outcome.DELIVERED, 201)
     assert resolve.calls == ["127.0.0.1"]
@@ -262,13 +262,7 @@ def test_send__an_unknown_origins_body_and_location_are_never_stored(settings, w
 
         token = sub.as_token()
 
-        async def go(backend=backend, token=token):
-            try:
-                return await backend.send(message(token))
-            finally:
-                await backend.aclose()
-
-        results.append(asyncio.run(go()))
+        results.append(_send_once(backend, token))
 
     for result in results:
         assert secret not in result.reason and secret not in result.provider_message_id, result
@@ -385,13 +379,7 @@ def test_send__the_lean_http2_client_dials_only_checked_addresses(settings, webp
         resolve = _resolver(["127.0.0.1"])
     backend = _lean_guarded_backend(webpush_options, resolve)
 
-    async def go():
-        try:
-            return await backend.send(message(token))
-        finally:
-            await backend.aclose()
-
-    result = asyncio.run(go())
+    result = _send_once(backend, token)
 
     assert resolve.calls  # the guard's resolver chose the address
     if allow_loopback:
