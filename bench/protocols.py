@@ -17,7 +17,8 @@ Anchors, measured in the same run against the same fakes:
   messages per call (each call runs a thread per message); here two worker threads (a Celery worker's
   two processes) each take a task of 500 rows, call `send_each`, and write the outcome of the 500 rows
   back in one UPDATE, as the site's task would;
-- aioapns with as many sends in flight as the worker's PUSH_CONCURRENCY (APNs), no persistence;
+- aioapns with 500 sends in flight (APNs), no persistence: django-push-notifications gathers a bulk
+  send's requests at once;
 - "webpush-alone" (not in the default list; name it in BENCH_ANCHOR_LIST): the Web Push backend's
   `send()` alone, like "fcm-alone" and "apns-alone";
 - pywebpush in a task per subscription: 2 x 20 worker threads (a tuned Celery's), each task calling
@@ -47,6 +48,10 @@ ANCHORS = tuple(
         "fcm-alone,fcm-httpx-alone,firebase-admin,fcm-django,apns-alone,apns-httpx-alone,aioapns,pywebpush",
     ).split(",")
 )
+# The anchors' own windows, whatever Weave's is: django-push-notifications gathers a bulk APNs send on
+# aioapns all at once (batches of 500 here, like firebase-admin's); a tuned Celery runs 2 x 20 threads.
+AIOAPNS_WINDOW = 500
+CELERY_THREADS = 40
 VARIANTS = {"fcm-httpx": ("fcm", "bench.h2_variants.HttpxFCM"), "apns-httpx": ("apns", "bench.h2_variants.HttpxAPNs")}
 
 
@@ -118,7 +123,10 @@ def _weave(alias: str, n: int, token: str, fakes: list[Any]) -> dict[str, Any]:
         report = drain(enqueue_more=False, budget=600)
         return harness.status_counts().get("delivered", 0), report.groups
 
-    return _measured(f"weave {alias}", n, fakes, work, window="PUSH_CONCURRENCY", database=True)
+    from notifications.backends.registry import backend_class, backend_configs, default_window
+
+    window = str(default_window(backend_class(backend_configs()[alias]["BACKEND"])))
+    return _measured(f"weave {alias}", n, fakes, work, window=window, database=True)
 
 
 def _backend_only(alias: str, n: int, configured: dict[str, Any], token: str, fakes: list[Any], window: int):
@@ -345,7 +353,9 @@ def run_latency(latency: int, n: int, concurrency: int | None) -> list[dict[str,
         settings.WEAVE = {**previous, "PUSH_URL": provider.push_url, "PUSH_TIMEOUT": 10.0, "PUSH_BACKENDS": configured,
                           "PUSH_WEBPUSH_UNSAFE_ALLOW_LOOPBACK": True}  # fmt: skip
         if concurrency:
-            settings.WEAVE.update(PUSH_CONCURRENCY=concurrency, PUSH_BATCH_SIZE=2 * concurrency)
+            settings.WEAVE.update(
+                PUSH_CONCURRENCY=concurrency, PUSH_HTTP2_CONCURRENCY=concurrency, PUSH_BATCH_SIZE=2 * concurrency
+            )
         fakes = {"default": [provider.child]} | {alias: [child] for alias in ("fcm", "apns", "webpush", *VARIANTS)}
         try:
             for alias in ALIASES:
@@ -354,7 +364,8 @@ def run_latency(latency: int, n: int, concurrency: int | None) -> list[dict[str,
                 rows.append(row)
                 _print(row)
             if os.environ.get("BENCH_ANCHORS", "1") != "0":
-                window = concurrency or settings.WEAVE.get("PUSH_CONCURRENCY", 20)
+                # Each backend alone with Weave's window for it; the anchors with their own natural windows.
+                window = concurrency or settings.WEAVE.get("PUSH_HTTP2_CONCURRENCY", 100)
                 anchors = {
                     **{
                         f"{alias}-alone": (lambda a=alias: _backend_only(a, n, configured, tokens[a], fakes[a], window))
@@ -362,8 +373,8 @@ def run_latency(latency: int, n: int, concurrency: int | None) -> list[dict[str,
                     },
                     "firebase-admin": lambda: _firebase_admin(n, configured, tokens["fcm"], fakes["fcm"]),
                     "fcm-django": lambda: _fcm_django(n, configured, tokens["fcm"], fakes["fcm"]),
-                    "aioapns": lambda: _aioapns(n, configured, tokens["apns"], fakes["apns"], window),
-                    "pywebpush": lambda: _pywebpush(n, configured, tokens["webpush"], fakes["webpush"], 2 * window),
+                    "aioapns": lambda: _aioapns(n, configured, tokens["apns"], fakes["apns"], AIOAPNS_WINDOW),
+                    "pywebpush": lambda: _pywebpush(n, configured, tokens["webpush"], fakes["webpush"], CELERY_THREADS),
                 }
                 for row in (anchors[name]() for name in ANCHORS):
                     row["latency_ms"] = latency
@@ -388,7 +399,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--latency", default="0,50")
-    parser.add_argument("--concurrency", type=int, default=None, help="PUSH_CONCURRENCY (default: the setting)")
+    parser.add_argument(
+        "--concurrency", type=int, default=None,
+        help="PUSH_CONCURRENCY and PUSH_HTTP2_CONCURRENCY both (default: the settings, 20 and 100)",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     harness.configure()

@@ -17,7 +17,10 @@ class PushSettings(SettingsGroup):
     PUSH_TOKEN = text("", "sent as Authorization: Bearer ...", secret=True)
     PUSH_TIMEOUT = seconds(10.0, "per request: connect, send, headers and the whole body together")
     PUSH_BATCH_SIZE = count(100, "rows claimed under one lease")
-    PUSH_CONCURRENCY = count(20, "requests in flight per worker")
+    PUSH_CONCURRENCY = count(20, "requests in flight per worker on each HTTP/1.1 backend (the webhook)")
+    PUSH_HTTP2_CONCURRENCY = count(
+        100, "requests in flight per worker on each HTTP/2 backend (FCM, APNs, Web Push): streams, not connections"
+    )
     PUSH_BUDGET = seconds(60.0, "seconds a drain may start new rows; must stay below Q_CLUSTER timeout")
     PUSH_LEASE_TTL = lease_ttl("lease TTL of a batch of notifications", fallback=WeaveSettings.LEASE_TTL)
     PUSH_MAX_ATTEMPTS = count(5, "attempts before a notification is failed")

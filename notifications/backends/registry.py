@@ -56,6 +56,7 @@ def get_backend(
     """Return a new backend instance for `alias`. The caller owns it and must `await backend.aclose()`.
 
     A new instance per caller, not a cached one: its HTTP client belongs to the event loop that uses it.
+    `concurrency` (None: `default_window` of its class) is how many requests it may have out at once.
     """
     configs = backend_configs()
     if alias not in configs:
@@ -67,8 +68,19 @@ def get_backend(
         alias=alias,
         options=config["OPTIONS"],
         timeout=weave_settings.PUSH_TIMEOUT if timeout is None else timeout,
-        concurrency=weave_settings.PUSH_CONCURRENCY if concurrency is None else concurrency,
+        concurrency=default_window(cls) if concurrency is None else concurrency,
     )
+
+
+def default_window(cls: type[PushBackend]) -> int:
+    """Requests in flight per worker on a backend of class `cls` unless the caller says otherwise.
+
+    HTTP/2 multiplexes streams on one connection per origin, so a wide window costs a provider no
+    connections (PUSH_HTTP2_CONCURRENCY); on HTTP/1.1 every request in flight is a connection of its own
+    to the site's gateway (PUSH_CONCURRENCY)."""
+    if cls.supports_http2:
+        return int(weave_settings.PUSH_HTTP2_CONCURRENCY)
+    return int(weave_settings.PUSH_CONCURRENCY)
 
 
 def backend_problems() -> list[tuple[str, str]]:

@@ -6,14 +6,15 @@
 Three parts, each in its own module, and this loop that feeds them:
 
 - the claim buffer (`claims`) claims `batch_size` due rows whenever no more than `concurrency` rows
-  are left to it, keeps their leases alive and hands back the rows never started;
+  (the sum of the backends' windows) are left to it, keeps their leases alive and hands back the rows never started;
 - the sender (`sender`) runs an event loop on a thread of its own and never waits on the database;
 - the completer (`completer`) finishes answers behind their rows' guards, a group per transaction.
   On PostgreSQL, outside a transaction, it has its own thread and connection, so the worker's thread
   goes on claiming and starting sends while a finish is written. Inside a transaction (a test's) or
   on SQLite it runs on the worker's thread, whose connection sees and holds everything.
 
-The loop starts a row whenever a slot is free, after the budget, breaker and lease checks, and
+The loop starts a row whenever a slot of its backend's window is free, after the budget, breaker and
+lease checks (a backend whose window is full holds back only its own rows), and
 hands each batch of answers to the completer as it arrives. A drain that runs dry may linger
 (`Lingering`): the same loop, sender, completer and backends (with their open connections) wait
 for new rows and claim them as they arrive, woken by the arrival itself when the task can hear it.
@@ -116,7 +117,6 @@ class PushWorker:
         self.owner = owner or new_owner("push:")
         self.hooks = hooks or Hooks()
         self.batch_size = batch_size or conf.PUSH_BATCH_SIZE
-        self.concurrency = max(1, concurrency or conf.PUSH_CONCURRENCY)
         self.budget = conf.PUSH_BUDGET if budget is None else budget
         self.ttl = float(ttl or conf.PUSH_LEASE_TTL)
         timeout = conf.PUSH_TIMEOUT
@@ -141,12 +141,20 @@ class PushWorker:
             )
         )
         self.first_opening = ""  # why the first breaker of this worker opened
+        window = max(1, concurrency) if concurrency else None
         if backends is None:
             # Built (and checked) before any row is claimed: a misconfigured backend is not the rows' fault.
-            backends = {
-                alias: get_backend(alias, timeout=timeout, concurrency=self.concurrency) for alias in backend_aliases()
-            }
+            backends = {alias: get_backend(alias, timeout=timeout, concurrency=window) for alias in backend_aliases()}
         self.backends = dict(backends)
+        # Each backend has a window of its own (`concurrency` given here, else the one it was built with:
+        # PUSH_HTTP2_CONCURRENCY on HTTP/2, PUSH_CONCURRENCY on HTTP/1.1). A backend whose window is full
+        # holds back only its own rows; the worker's window is their sum.
+        self.fallback_window = window or int(conf.PUSH_CONCURRENCY)
+        self.windows = {
+            alias: window or max(1, int(getattr(backend, "concurrency", self.fallback_window)))
+            for alias, backend in self.backends.items()
+        }
+        self.concurrency = sum(self.windows.values()) or self.fallback_window
         self.inbox = Inbox()
         self.sender = AsyncSender(backends, missing=build_result_missing, inbox=self.inbox)
         self._budget_ends = clock.monotonic() + self.budget
@@ -196,6 +204,10 @@ class PushWorker:
     def stop_reason(self) -> str:
         """Why no new row may start now: "budget", or "" to go on (a breaker holds only its own scope's rows)."""
         return "budget" if self.budget_spent else ""
+
+    def window_of(self, alias: str) -> int:
+        """How many requests the backend `alias` may have out at once (an unknown alias: the fallback)."""
+        return self.windows.get(alias, self.fallback_window)
 
     def breaker_for(self, row: Row) -> CircuitBreaker:
         """The breaker of the scope `row` goes to: its backend, and the origin when a user chose the destination."""
@@ -302,7 +314,10 @@ class _Pump:
         self.more_claims = more_claims
         self.waiting: deque[Row] = deque()
         self.parked: list[Row] = []  # rows whose half-open scope's probe is out: back in line at the next answer
+        # Rows whose backend's window was full, by alias: back in line when that backend answers.
+        self.full: dict[str, deque[Row]] = {}
         self.in_flight: dict[Any, Row] = {}
+        self.out: dict[str, int] = {}  # requests out per backend alias
         self.finishing = 0  # rows handed to the completer's thread, not yet counted
         self.nothing_due_at: float | None = None  # real time of the last claim that found nothing
         self.recheck = _RECHECK_SECONDS[0]  # how long after it to look again
@@ -345,7 +360,7 @@ class _Pump:
         if self.more_claims:
             self._refill()
             if self.lingering.turn is not None:
-                self.lingering.turn(len(self.waiting) + len(self.in_flight) < worker.concurrency)
+                self.lingering.turn(self._in_hand() < worker.concurrency)
         self._start()
         if self.in_flight or self.finishing:
             timeout = max(0.05, min(1.0, worker.buffer.seconds_to_renewal()))
@@ -371,18 +386,26 @@ class _Pump:
 
     def _check_stop(self) -> bool:
         self.stop = self.stop or self.worker.stop_reason()
-        if self.stop and (self.waiting or self.parked):
-            self.report.released += self.worker.release([*self.waiting, *self.parked])
+        if self.stop and (self.waiting or self.parked or self.full):
+            self.report.released += self.worker.release([*self.waiting, *self.parked, *self._waiting_for_window()])
             self.waiting.clear()
             self.parked.clear()
+            self.full.clear()
         return bool(self.stop)
+
+    def _waiting_for_window(self) -> list[Row]:
+        return [row for rows in self.full.values() for row in rows]
+
+    def _in_hand(self) -> int:
+        """Rows claimed and not yet answered: waiting to start (for a slot or a window) or out."""
+        return len(self.waiting) + len(self.in_flight) + sum(len(rows) for rows in self.full.values())
 
     def _refill(self) -> None:
         """Claim more while no more than one round of slots is left, so a slot never waits on a claim."""
         worker = self.worker
         while (
             not self.stop
-            and len(self.waiting) + len(self.in_flight) <= worker.concurrency
+            and self._in_hand() <= worker.concurrency
             and (self.nothing_due_at is None or time.monotonic() - self.nothing_due_at >= self._recheck())
         ):
             idle = not (self.waiting or self.in_flight or self.finishing)
@@ -438,6 +461,12 @@ class _Pump:
             if (deferral := worker.deferred(row)) is not None:
                 quiet.append((row, *deferral))  # inside its user's quiet hours: back, due when they end
                 continue
+            alias = row.message.backend
+            if self.out.get(alias, 0) >= worker.window_of(alias):
+                # Its backend's window is full: it waits for that backend's next answer, while rows for
+                # other backends go on starting.
+                self.full.setdefault(alias, deque()).append(row)
+                continue
             verdict = worker.may_start(row)
             if verdict == "hold":
                 held.append(row)  # its scope's breaker is open: back, due when the hold ends
@@ -449,6 +478,7 @@ class _Pump:
                 worker.hooks.before_send(row.pk)
             row.sent_at = row.claim.database_time(worker.clock.monotonic())
             self.in_flight[row.pk] = row
+            self.out[alias] = self.out.get(alias, 0) + 1
             starting.append((row.pk, row.message))
             self.report.sent += 1
         if unsent:
@@ -471,7 +501,9 @@ class _Pump:
         for kind, item in self.worker.inbox.take(timeout):
             if kind == ANSWER:
                 key, result = item
-                answers.append((self.in_flight.pop(key), result))
+                row = self.in_flight.pop(key)
+                self.out[row.message.backend] -= 1
+                answers.append((row, result))
             elif kind == DONE:
                 self._count(item)
             elif kind == FAILED_WITH:
@@ -482,7 +514,11 @@ class _Pump:
                 self.recheck = _RECHECK_SECONDS[0]
         if answers:
             self._finish(answers)
-            # The probe may have answered: parked rows go back to the front of the line.
+            # The probe may have answered: parked rows go back to the front of the line, and so do the
+            # rows of every backend that answered (a slot of its window is free again).
+            for alias in {row.message.backend for row, _ in answers}:
+                if rows := self.full.pop(alias, None):
+                    self.waiting.extendleft(reversed(rows))
             self.waiting.extendleft(reversed(self.parked))
             self.parked.clear()
 

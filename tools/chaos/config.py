@@ -132,6 +132,7 @@ class ChaosConfig:
             "WEAVE_PUSH_TIMEOUT": str(self.push_timeout),
             "WEAVE_PUSH_BATCH_SIZE": str(self.push_batch),
             "WEAVE_PUSH_CONCURRENCY": str(self.push_concurrency),
+            "WEAVE_PUSH_HTTP2_CONCURRENCY": str(self.push_concurrency),
             "WEAVE_PUSH_BUDGET": str(self.push_budget),
             "WEAVE_PUSH_MAX_ATTEMPTS": str(self.push_max_attempts),
             "WEAVE_PUSH_BACKOFF_BASE": "0.5",

@@ -1,0 +1,126 @@
+"""Each backend has a window of its own: a backend whose window is full holds back only its own rows.
+
+HTTP/2 backends multiplex streams on one connection per origin, so their default window is wider
+(PUSH_HTTP2_CONCURRENCY) than an HTTP/1.1 backend's, where each request out is a connection
+(PUSH_CONCURRENCY).
+"""
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from notifications.backends import Outcome, PushBackend, PushMessage, SendResult, get_backend
+from notifications.delivery import deliver_batch
+from notifications.delivery.worker import PushWorker
+from notifications.models import Notification
+from tests.factories import NotificationFactory
+
+pytestmark = pytest.mark.django_db
+
+GATE_SECONDS = 5.0  # the slow backend answers by itself after this, so a regression fails instead of hanging
+
+
+class Gated(PushBackend):
+    """Answers only once `opened` is set (or after GATE_SECONDS), counting its sends out at once."""
+
+    def __init__(self, alias: str, window: int) -> None:
+        super().__init__(alias=alias, options={}, timeout=10.0, concurrency=window)
+        self.opened = threading.Event()
+        self.opened_by_timeout = False
+        self.out = 0
+        self.peak = 0
+
+    async def send(self, message: PushMessage) -> SendResult:
+        self.out += 1
+        self.peak = max(self.peak, self.out)
+        ends = time.monotonic() + GATE_SECONDS
+        while not self.opened.is_set():
+            if time.monotonic() > ends:
+                self.opened_by_timeout = True
+                self.opened.set()
+            await asyncio.sleep(0.005)
+        self.out -= 1
+        return SendResult(outcome=Outcome.DELIVERED, provider_message_id=message.idempotency_key)
+
+
+class Counting(PushBackend):
+    """Answers at once; once it has answered `expected` rows it opens `gate`."""
+
+    def __init__(self, alias: str, window: int, gate: Gated, expected: int) -> None:
+        super().__init__(alias=alias, options={}, timeout=10.0, concurrency=window)
+        self.gate, self.expected, self.answered = gate, expected, 0
+
+    async def send(self, message: PushMessage) -> SendResult:
+        await asyncio.sleep(0)
+        self.answered += 1
+        if self.answered >= self.expected:
+            self.gate.opened.set()
+        return SendResult(outcome=Outcome.DELIVERED, provider_message_id=message.idempotency_key)
+
+
+def test_a_full_window_holds_back_only_its_own_backends_rows(push_settings, clock):
+    slow = Gated("slow", window=2)
+    quick = Counting("quick", window=2, gate=slow, expected=6)
+    # The slow backend's rows come first in the claim, as many as the worker's PUSH_CONCURRENCY (10):
+    # with one window for the whole worker they would take every slot, and the quick backend's rows
+    # would wait for the slow answers.
+    NotificationFactory.create_batch(10, backend="slow", next_attempt_at=clock.current)
+    NotificationFactory.create_batch(6, backend="quick", next_attempt_at=clock.current)
+
+    report = deliver_batch(clock=clock, backends={"slow": slow, "quick": quick})
+
+    assert not slow.opened_by_timeout, "the quick backend's rows waited for the slow backend's answers"
+    assert quick.answered == 6
+    assert slow.peak == 2  # never more out than its own window
+    assert report.delivered == 16
+    assert set(Notification.objects.values_list("status", flat=True)) == {"delivered"}
+
+
+def test_rows_waiting_for_a_full_window_go_back_when_the_budget_stops_the_drain(push_settings, clock):
+    slow = Gated("slow", window=1)
+    waiting = NotificationFactory.create_batch(4, backend="slow", next_attempt_at=clock.current)
+    slow.opened.set()  # answers at once; the one slot still lets only one row out at a time
+
+    def spend_after_first(pk):
+        clock.advance(11)
+
+    from notifications.delivery import Hooks
+
+    report = deliver_batch(clock=clock, budget=10, backends={"slow": slow}, hooks=Hooks(before_send=spend_after_first))
+
+    assert report.sent == 1 and report.budget_spent
+    assert report.released == 3  # the rows that waited for the window are handed back, not stranded
+    rest = Notification.objects.exclude(status="delivered")
+    assert rest.count() == 3 and set(rest.values_list("owner", flat=True)) == {None}
+    assert len(waiting) == 4
+
+
+def test_default_windows_by_protocol(settings, fcm_options):
+    settings.WEAVE = {
+        "PUSH_CONCURRENCY": 7,
+        "PUSH_HTTP2_CONCURRENCY": 90,
+        "PUSH_URL": "https://push.example.com/send",
+        "PUSH_BACKENDS": {
+            "default": {
+                "BACKEND": "notifications.backends.webhook.WebhookBackend",
+                "OPTIONS": {"url": "https://push.example.com/send", "token": "t"},
+            },
+            "fcm": {"BACKEND": "notifications.backends.fcm.FCMBackend", "OPTIONS": fcm_options},
+        },
+    }
+    assert get_backend("default").concurrency == 7
+    assert get_backend("fcm").concurrency == 90
+    worker = PushWorker()
+    try:
+        assert worker.windows == {"default": 7, "fcm": 90}
+        assert worker.concurrency == 97
+        assert worker.window_of("not-configured") == 7
+    finally:
+        worker.close()
+    explicit = PushWorker(concurrency=3)  # a caller's window applies to every backend
+    try:
+        assert explicit.windows == {"default": 3, "fcm": 3}
+    finally:
+        explicit.close()
