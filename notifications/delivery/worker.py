@@ -396,16 +396,30 @@ class _Pump:
     def _waiting_for_window(self) -> list[Row]:
         return [row for rows in self.full.values() for row in rows]
 
+    def _rounds_left(self) -> bool:
+        """Whether every backend with rows waiting has no more than its window in hand (out and waiting)."""
+        if not (self.waiting or self.full):
+            return True
+        unstarted = {alias: len(rows) for alias, rows in self.full.items()}
+        for row in self.waiting:
+            alias = row.message.backend
+            unstarted[alias] = unstarted.get(alias, 0) + 1
+        window_of, out = self.worker.window_of, self.out
+        return all(out.get(alias, 0) + n <= window_of(alias) for alias, n in unstarted.items())
+
     def _in_hand(self) -> int:
         """Rows claimed and not yet answered: waiting to start (for a slot or a window) or out."""
         return len(self.waiting) + len(self.in_flight) + sum(len(rows) for rows in self.full.values())
 
     def _refill(self) -> None:
-        """Claim more while no more than one round of slots is left, so a slot never waits on a claim."""
+        """Claim more while no backend has more than one round of its window in hand, so a slot never
+        waits on a claim, and a busy backend's rows are not kept leased here beyond what it can take
+        (other workers may send them meanwhile)."""
         worker = self.worker
         while (
             not self.stop
             and self._in_hand() <= worker.concurrency
+            and self._rounds_left()
             and (self.nothing_due_at is None or time.monotonic() - self.nothing_due_at >= self._recheck())
         ):
             idle = not (self.waiting or self.in_flight or self.finishing)

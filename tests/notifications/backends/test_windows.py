@@ -124,3 +124,27 @@ def test_default_windows_by_protocol(settings, fcm_options):
         assert explicit.windows == {"default": 3, "fcm": 3}
     finally:
         explicit.close()
+
+
+def test_a_worker_claims_no_more_while_rows_wait_for_a_full_window(push_settings, clock):
+    """Many backends configured, traffic for one: the worker's window is the sum of the windows, but it
+    must not claim rows up to that sum while the busy backend's own rows wait in line."""
+    slow = Gated("slow", window=2)
+    slow.opened.set()  # answers at once
+    idle = Gated("idle", window=50)
+    NotificationFactory.create_batch(30, backend="slow", next_attempt_at=clock.current)
+    in_hand: list[int] = []
+
+    def count_claimed(pk):
+        in_hand.append(Notification.objects.filter(status="pending", owner__isnull=False).count())
+
+    from notifications.delivery import Hooks, drain
+
+    report = drain(
+        clock=clock, batch_size=5, enqueue_more=False, backends={"slow": slow, "idle": idle},
+        hooks=Hooks(before_send=count_claimed),
+    )  # fmt: skip
+
+    assert report.delivered == 30
+    # One batch beyond the slots of its backend at most, never the sum of every backend's window (52).
+    assert max(in_hand) <= 2 + 5
