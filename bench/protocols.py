@@ -8,6 +8,10 @@ APNs and Web Push fakes speaking HTTP/2 over TLS), then for each backend loads N
 this process's CPU (every thread: the worker's, the sender's loop, the completer's) per 1,000 pushes,
 the CPU of the bench database's PostgreSQL backends and of the fakes (which share the same two cores).
 
+With `--cluster`, FCM and APNs also go the product path: the rows' drain request, and real `qcluster`
+processes (2 workers, the ORM broker) with the fakes' backends (`WEAVE_PUSH_BACKENDS_FILE`), their CPU
+read from every process of the cluster.
+
 "fcm-httpx" and "apns-httpx" are the same backends on httpx's HTTP/2 stack (`bench/h2_variants.py`),
 the path they took before the lean HTTP/2 client: before and after, side by side in one run.
 
@@ -51,6 +55,10 @@ ANCHORS = tuple(
 # The anchors' own windows, whatever Weave's is: django-push-notifications gathers a bulk APNs send on
 # aioapns all at once (batches of 500 here, like firebase-admin's); a tuned Celery runs 2 x 20 threads.
 AIOAPNS_WINDOW = 500
+# Workers per cluster in the product-path rows (`--cluster`). Web Push is left out there: its fake listens on
+# loopback, which a production start (the clusters run with DEBUG off) never lets a Web Push endpoint use.
+CLUSTER_WORKERS = 2
+CLUSTER_ALIASES = ("fcm", "apns")
 CELERY_THREADS = 40
 VARIANTS = {"fcm-httpx": ("fcm", "bench.h2_variants.HttpxFCM"), "apns-httpx": ("apns", "bench.h2_variants.HttpxAPNs")}
 
@@ -59,13 +67,21 @@ def _cpu(pids: set[int]) -> float:
     return sum(proc_cpu(pids).values())
 
 
-def _measured(system: str, n: int, fakes: list[Any], work: Any, *, window: str, database: bool) -> dict[str, Any]:
-    """Run `work()` -> (delivered, groups) once, timed, with this process's CPU, the fakes' and (`database`)
-    PostgreSQL's per 1,000 sends: the one measurement every system in the table gets."""
+def _measured(
+    system: str, n: int, fakes: list[Any], work: Any, *, window: str, database: bool, workers: list[Any] | None = None
+) -> dict[str, Any]:
+    """Run `work()` -> (delivered, groups) once, timed, with the workers' CPU (this process's, or every
+    process of `workers`), the fakes' and (`database`) PostgreSQL's per 1,000 sends: the one measurement
+    every system in the table gets."""
     pg, fake = (backend_pids() if database else set()), group_pids(fakes)
-    pg0, fake0, cpu0, t0 = _cpu(pg), _cpu(fake), time.process_time(), time.perf_counter()
+    mine = group_pids(workers) if workers else set()
+
+    def worker_cpu() -> float:
+        return _cpu(mine) if workers else time.process_time()
+
+    pg0, fake0, cpu0, t0 = _cpu(pg), _cpu(fake), worker_cpu(), time.perf_counter()
     delivered, groups = work()
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    wall, cpu = time.perf_counter() - t0, worker_cpu() - cpu0
     pg |= backend_pids() if database else set()  # connections the run opened count too
     return {
         "system": system,
@@ -127,6 +143,30 @@ def _weave(alias: str, n: int, token: str, fakes: list[Any]) -> dict[str, Any]:
 
     window = str(default_window(backend_class(backend_configs()[alias]["BACKEND"])))
     return _measured(f"weave {alias}", n, fakes, work, window=window, database=True)
+
+
+def _weave_cluster(run: Any, alias: str, n: int, token: str, fakes: list[Any], backends_file: Path) -> dict[str, Any]:
+    """The product path: N due rows of `alias`, one coalesced drain request (as a site's commit makes),
+    and real `qcluster` processes (CLUSTER_WORKERS workers, the ORM broker) until none is pending. CPU:
+    every process of the cluster."""
+    from notifications.backends.registry import backend_class, backend_configs, default_window
+    from notifications.queue import enqueue_drain
+
+    cluster = run.start_cluster(workers=CLUSTER_WORKERS, push_backends_file=str(backends_file))
+    harness.load_protocol_rows(alias, n, token)
+
+    def work() -> tuple[int, int]:
+        enqueue_drain()
+        harness.wait_for_terminal(n, t0=time.monotonic(), timeout=max(180, n / 5), interval=0.02)
+        return harness.status_counts().get("delivered", 0), 0
+
+    window = f"{CLUSTER_WORKERS} x {default_window(backend_class(backend_configs()[alias]['BACKEND']))}"
+    try:
+        return _measured(
+            f"weave {alias}, qcluster", n, fakes, work, window=window, database=True, workers=[cluster]
+        )
+    finally:
+        run.stop_clusters()
 
 
 def _backend_only(alias: str, n: int, configured: dict[str, Any], token: str, fakes: list[Any], window: int):
@@ -337,13 +377,13 @@ def _aioapns(n: int, configured: dict[str, Any], token: str, fakes: list[Any], w
     return _measured(system, n, fakes, lambda: (asyncio.run(send_all()), 0), window=str(window), database=False)
 
 
-def run_latency(latency: int, n: int, concurrency: int | None) -> list[dict[str, Any]]:
+def run_latency(latency: int, n: int, concurrency: int | None, *, cluster: bool = False) -> list[dict[str, Any]]:
     from django.conf import settings
 
     rows = []
     with harness.bench() as run:
         provider = run.start_provider(latency)
-        child, configured, tokens, _ = _start_fakes(run, latency)
+        child, configured, tokens, directory = _start_fakes(run, latency)
         tokens["default"] = "bench-device"
         for alias, (base, dotted) in VARIANTS.items():
             configured[alias] = {**configured[base], "BACKEND": dotted}
@@ -360,6 +400,11 @@ def run_latency(latency: int, n: int, concurrency: int | None) -> list[dict[str,
         try:
             for alias in ALIASES:
                 row = _weave(alias, n, tokens[alias], fakes[alias])
+                row["latency_ms"] = latency
+                rows.append(row)
+                _print(row)
+            for alias in CLUSTER_ALIASES if cluster else ():
+                row = _weave_cluster(run, alias, n, tokens[alias], fakes[alias], directory / "push_backends.json")
                 row["latency_ms"] = latency
                 rows.append(row)
                 _print(row)
@@ -403,12 +448,15 @@ def main() -> None:
         "--concurrency", type=int, default=None,
         help="PUSH_CONCURRENCY and PUSH_HTTP2_CONCURRENCY both (default: the settings, 20 and 100)",
     )  # fmt: skip
+    parser.add_argument(
+        "--cluster", action="store_true", help="also FCM and APNs through real qcluster processes (2 workers)"
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     harness.configure()
     rows = []
     for latency in (int(v) for v in args.latency.split(",")):
-        rows += run_latency(latency, args.n, args.concurrency)
+        rows += run_latency(latency, args.n, args.concurrency, cluster=args.cluster)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 
