@@ -67,33 +67,76 @@ def _cpu(pids: set[int]) -> float:
     return sum(proc_cpu(pids).values())
 
 
+class _Sampled:
+    """CPU used meanwhile by the processes `find()` names, read from /proc every 50 ms on a thread, so a
+    process that exits during the run (a connection closed at the end of a drain) counts up to its last
+    sample, and one that starts during it counts from zero."""
+
+    def __init__(self, find: Any, exclude: set[int] | None = None) -> None:
+        import threading
+
+        self.find, self.exclude = find, set(exclude or ())
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self.started = False
+        self._stop = threading.Event()
+        self._sample()
+        self.started = True
+        self._thread = threading.Thread(target=self._loop, name="cpu-sampler", daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        now = proc_cpu(self.find() - self.exclude)
+        for pid, value in now.items():
+            self.first.setdefault(pid, value if not self.started else 0.0)
+        self.last.update(now)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.05):
+            self._sample()
+
+    def used(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        return sum(value - self.first.get(pid, 0.0) for pid, value in self.last.items())
+
+
 def _measured(
     system: str, n: int, fakes: list[Any], work: Any, *, window: str, database: bool, workers: list[Any] | None = None
 ) -> dict[str, Any]:
     """Run `work()` -> (delivered, groups) once, timed, with the workers' CPU (this process's, or every
     process of `workers`), the fakes' and (`database`) PostgreSQL's per 1,000 sends: the one measurement
     every system in the table gets."""
-    pg, fake = (backend_pids() if database else set()), group_pids(fakes)
-    mine = group_pids(workers) if workers else set()
-
-    def worker_cpu() -> float:
-        return _cpu(mine) if workers else time.process_time()
-
-    pg0, fake0, cpu0, t0 = _cpu(pg), _cpu(fake), worker_cpu(), time.perf_counter()
+    fake = group_pids(fakes)
+    # Outside this process's workers, this process's own connection only watches the run: not counted.
+    own = {_own_backend_pid()} if workers else set()
+    pg = _Sampled(backend_pids, exclude=own) if database else None
+    cluster = _Sampled(lambda: group_pids(workers)) if workers else None
+    fake0, cpu0, t0 = _cpu(fake), time.process_time(), time.perf_counter()
     delivered, groups = work()
-    wall, cpu = time.perf_counter() - t0, worker_cpu() - cpu0
-    pg |= backend_pids() if database else set()  # connections the run opened count too
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    if cluster is not None:
+        cpu = cluster.used()
     return {
         "system": system,
         "n": n,
         "delivered": delivered,
         "rate": n / wall,
         "worker_cpu_per_1000": cpu / n * 1000,
-        "postgres_cpu_per_1000": (_cpu(pg) - pg0) / n * 1000 if database else 0.0,
+        "postgres_cpu_per_1000": pg.used() / n * 1000 if pg is not None else 0.0,
         "fake_cpu_per_1000": (_cpu(fake) - fake0) / n * 1000,
         "groups": groups,
         "window": window,
     }
+
+
+def _own_backend_pid() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return int(cursor.fetchone()[0])
 
 
 def _firebase_app(options: dict[str, Any], name: str) -> Any:

@@ -5,8 +5,8 @@
 
 Three parts, each in its own module, and this loop that feeds them:
 
-- the claim buffer (`claims`) claims `batch_size` due rows whenever no more than `concurrency` rows
-  (the sum of the backends' windows) are left to it, keeps their leases alive and hands back the rows never started;
+- the claim buffer (`claims`) claims `batch_size` due rows whenever no backend has more than its
+  window of rows left to it, keeps their leases alive and hands back the rows never started;
 - the sender (`sender`) runs an event loop on a thread of its own and never waits on the database;
 - the completer (`completer`) finishes answers behind their rows' guards, a group per transaction.
   On PostgreSQL, outside a transaction, it has its own thread and connection, so the worker's thread
