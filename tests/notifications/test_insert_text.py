@@ -183,3 +183,27 @@ def test_inside_a_transaction_the_insert_carries_no_claim_and_the_request_waits_
         assert WakeRequest.objects.get().queued_until is None
     assert WakeRequest.objects.get().queued_until is not None
     assert OrmQ.objects.count() == 2
+
+
+def test_a_one_device_fan_out_stores_what_a_two_device_one_through_the_orm_stores(push_settings, django_user_model):
+    from notifications.services import notification_send_to_user
+
+    one, two = (django_user_model.objects.create_user(name) for name in ("one", "two"))
+    Device.objects.create(user=one, backend="default", token="one-phone")
+    for k in range(2):
+        Device.objects.create(user=two, backend="default", token=f"two-phone-{k}")
+    content = {"title": "Hi", "body": "there", "data": {"k": "v"}, "ttl": 120, "priority": "high"}
+
+    (mine,) = notification_send_to_user(user=one, **content)  # one row: the text made once
+    theirs = notification_send_to_user(user=two, **content)  # two rows: the ORM's multi-row INSERT
+
+    differ = {"id", "idempotency_key", "created_at", "next_attempt_at", "expires_at", "device_id", "device_token"}
+    stored = [Notification.objects.values().get(pk=n.pk) for n in (mine, *theirs)]
+    assert [{k: v for k, v in row.items() if k not in differ} for row in stored[1:]] == [
+        {k: v for k, v in stored[0].items() if k not in differ}
+    ] * 2
+    for row in stored:
+        assert abs(row["expires_at"] - row["next_attempt_at"] - timedelta(seconds=120)) < timedelta(seconds=1)
+    assert (mine.pk, mine.next_attempt_at, mine.expires_at, mine._state.adding) == (
+        stored[0]["id"], stored[0]["next_attempt_at"], stored[0]["expires_at"], False,
+    )  # fmt: skip
