@@ -99,7 +99,10 @@ def insert_sql(notification: Notification, db: str) -> tuple[str, list[Any]] | N
             values += clock_params[field.name]
         else:
             # What the compiler does for a plain value: pre_save (the creation time), then get_db_prep_save.
-            values.append(field.get_db_prep_save(field.pre_save(notification, add=True), connection=connection))
+            value = field.pre_save(notification, add=True)
+            if hasattr(value, "resolve_expression"):
+                return None  # an expression (a pre_save receiver's, say): the ORM compiles it
+            values.append(field.get_db_prep_save(value, connection=connection))
     return text.insert_sql, values
 
 

@@ -207,3 +207,20 @@ def test_a_one_device_fan_out_stores_what_a_two_device_one_through_the_orm_store
     assert (mine.pk, mine.next_attempt_at, mine.expires_at, mine._state.adding) == (
         stored[0]["id"], stored[0]["next_attempt_at"], stored[0]["expires_at"], False,
     )  # fmt: skip
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_expression_a_pre_save_receiver_sets_is_compiled_by_the_orm(push_settings):
+    from django.db.models import Value
+    from django.db.models.functions import Concat
+    from django.db.models.signals import pre_save
+
+    def shout(sender, instance, **kwargs):
+        instance.body = Concat(Value("made "), Value("in SQL"))
+
+    pre_save.connect(shout, sender=Notification)
+    try:
+        created = notification_create(device_token="device-1", title="Hi", body="plain")
+    finally:
+        pre_save.disconnect(shout, sender=Notification)
+    assert Notification.objects.get(pk=created.pk).body == "made in SQL"
