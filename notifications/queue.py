@@ -4,7 +4,7 @@ The worker (`delivery`), the services and the due-time watcher all ask for a dra
 none of them imports the task module that imports the worker.
 """
 
-from weave import jobs
+from weave import jobs, wake
 
 DRAIN = "notifications.drain"
 
@@ -12,6 +12,9 @@ DRAIN = "notifications.drain"
 def drain_request_name() -> str:
     """The request row of this broker queue's drains: clusters on other queues get their own."""
     return jobs.request_name(DRAIN)
+
+
+_DRAIN_TASK = "notifications.tasks.drain"
 
 
 def enqueue_drain() -> bool:
@@ -23,4 +26,16 @@ def enqueue_drain() -> bool:
     while it runs gets another drain, which is how a backlog spreads over every worker.
     Returns whether a task was enqueued.
     """
-    return jobs.request(drain_request_name(), "notifications.tasks.drain", task_name=DRAIN, group="notifications")
+    return jobs.request(drain_request_name(), _DRAIN_TASK, task_name=DRAIN, group="notifications")
+
+
+def drain_claim_sql() -> wake.SlotClaimSQL:
+    """The drain request's slot claim as SQL pieces, for an INSERT that carries it (PostgreSQL, autocommit)."""
+    return wake.slot_claim_sql(drain_request_name())
+
+
+def drain_claimed(taken: bool, covered: bool) -> bool:
+    """Finish a drain request whose claim (`drain_claim_sql`) was committed; return whether a drain was enqueued."""
+    return jobs.request_claimed(
+        drain_request_name(), _DRAIN_TASK, taken=taken, covered=covered, task_name=DRAIN, group="notifications"
+    )

@@ -10,10 +10,10 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ImproperlyConfigured, ValidationError
-from django.db import IntegrityError, connections, models, router, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, models, router, transaction
 from django.db.models import signals
 
-from notifications import queue
+from notifications import insert, queue
 from notifications.backends import DEFAULT_ALIAS, PushBackend, backend_configs
 from notifications.backends.options import DataError
 from notifications.backends.registry import backend_class
@@ -28,6 +28,7 @@ from weave.conf import weave_settings
 from weave.events import log_event
 from weave.leases import Clock, default_clock
 from weave.validation import check_ids, check_json, check_text
+from weave.wake import SlotClaimSQL
 
 logger = logging.getLogger("weave.notifications")
 
@@ -392,6 +393,8 @@ def _insert_many(rows: list[Notification], *, using: str | None = None) -> None:
     if not rows:
         return
     db = using or router.db_for_write(Notification)
+    if len(rows) == 1 and insert.insert(rows[0], db) is not None:
+        return  # one row (a user with one device): the text made once per process, as `notification_create`
     meta = Notification._meta
     fields = [f for f in meta.concrete_fields if not f.primary_key and not f.generated]
     returning = [meta.pk, meta.get_field("next_attempt_at"), meta.get_field("expires_at")]
@@ -662,13 +665,35 @@ def _insert(
     # The model signals `Notification.objects.create` would send, around the same INSERT; the INSERT
     # returns the key and the database-clock times, so nothing is read back.
     signals.pre_save.send(sender=Notification, instance=notification, raw=False, using=db, update_fields=None)
+    claim = _drain_claim_in_statement(db)
     with transaction.mark_for_rollback_on_error(using=db):
-        _insert_many([notification], using=db)
+        claimed = insert.insert(notification, db, claim=claim)
+        if claimed is None:  # only the ORM can build this one (not PostgreSQL, a test's clock)
+            _insert_many([notification], using=db)
     signals.post_save.send(
         sender=Notification, instance=notification, created=True, update_fields=None, raw=False, using=db
     )
-    _request_drain_on_commit(db)
+    if claim is not None and claimed is not None:
+        queue.drain_claimed(*claimed)  # the INSERT and the claim committed together: enqueue if it won
+    else:
+        _request_drain_on_commit(db)
     return notification
+
+
+def _drain_claim_in_statement(db: str) -> SlotClaimSQL | None:
+    """The drain request's slot claim, to go in the INSERT itself, when that INSERT will commit by itself.
+
+    Only outside any transaction (autocommit), on PostgreSQL, on the database the request row lives on:
+    there the row and its request then commit together, one round trip and one WAL flush instead of
+    two. Inside a caller's transaction the request stays at its commit, once per transaction: claimed in
+    the INSERT, the request row's lock would be held until the caller commits, and every other sender
+    would wait for it."""
+    connection = connections[db]
+    if db != DEFAULT_DB_ALIAS or connection.vendor != "postgresql":
+        return None
+    if connection.in_atomic_block or not connection.get_autocommit():
+        return None
+    return queue.drain_claim_sql()
 
 
 def _request_drain_on_commit(db: str) -> None:

@@ -74,7 +74,7 @@ def request_once(name: str, *, enqueue: Callable[[], None], hold: float | None =
     """
     from weave.models import WakeRequest
 
-    hold = float(weave_settings.WAKE_HOLD if hold is None else hold)
+    hold = _hold(hold)
     won, covered = _claim_slot(name, hold)
     if not won:
         if covered:
@@ -84,6 +84,17 @@ def request_once(name: str, *, enqueue: Callable[[], None], hold: float | None =
                 WakeRequest.objects.create(name=name, queued_until=DbNow(timedelta(seconds=hold)), requests=1)
         except IntegrityError:
             return False  # a concurrent first request created the row: it enqueues, not us
+    return _enqueue_won(name, enqueue)
+
+
+def _hold(hold: float | None) -> float:
+    return float(weave_settings.WAKE_HOLD if hold is None else hold)
+
+
+def _enqueue_won(name: str, enqueue: Callable[[], None]) -> bool:
+    """This caller took the slot of `name`, and the statement that took it has committed: enqueue."""
+    from weave.models import WakeRequest
+
     try:
         enqueue()
     except Exception as error:
@@ -121,23 +132,71 @@ def _claim_slot(name: str, hold: float) -> tuple[bool, bool]:
         if rows.filter(free).update(queued_until=until, requests=F("requests") + 1) == 1:
             return True, False
         return False, rows.exists()
+    claim = slot_claim_sql(name, hold=hold)
     with connection.cursor() as cursor:
-        table = connection.ops.quote_name(WakeRequest._meta.db_table)
-        cursor.execute(_CLAIM_SLOT_SQL.format(table=table), [hold, name, CHANNEL, ARRIVAL, name])
+        cursor.execute(f"WITH {claim.with_sql} SELECT {claim.select_sql}", [*claim.with_params, *claim.select_params])
         won, covered = cursor.fetchone()
     return bool(won), bool(covered)
+
+
+@dataclass(frozen=True)
+class SlotClaimSQL:
+    """The slot claim of `request_once` as two pieces of PostgreSQL, for a caller that puts it in a statement
+    of its own (an INSERT of the work, say) so that the work and its request commit together, in one trip.
+
+    `with_sql` is one element of a WITH list (it names the CTE `alias`); `select_sql` is two boolean
+    select-list columns, (taken, covered) as `_claim_slot` returns them. Their parameters go in the order
+    the pieces stand in the statement. The statement must end in its own commit (autocommit): the UPDATE
+    holds the request row's lock until then, and every other request for `name` waits for it.
+    """
+
+    with_sql: str
+    with_params: tuple[Any, ...]
+    select_sql: str
+    select_params: tuple[Any, ...]
+
+
+def slot_claim_sql(name: str, *, hold: float | None = None, alias: str = "won") -> SlotClaimSQL:
+    """The PostgreSQL pieces that claim the request slot of `name` inside another statement (`SlotClaimSQL`).
+
+    The request row lives on the default database: the statement must run there. After it committed,
+    hand its two columns to `finish_claim`."""
+    from weave.models import WakeRequest
+
+    table = connection.ops.quote_name(WakeRequest._meta.db_table)
+    return SlotClaimSQL(
+        with_sql=_CLAIM_SLOT_WITH.format(table=table, alias=alias),
+        with_params=(_hold(hold), name),
+        select_sql=_CLAIM_SLOT_COLUMNS.format(table=table, alias=alias),
+        select_params=(CHANNEL, ARRIVAL, name),
+    )
+
+
+def finish_claim(
+    name: str, taken: bool, covered: bool, *, enqueue: Callable[[], None], hold: float | None = None
+) -> bool:
+    """Finish a request whose slot claim (`slot_claim_sql`) ran in a statement that has committed; return
+    whether this call enqueued. Taken: enqueue, as `request_once` does. Covered: nothing more. Neither
+    (no request row yet, the first request ever): `request_once`, which makes the row."""
+    if taken:
+        return _enqueue_won(name, enqueue)
+    if covered:
+        return False
+    return request_once(name, enqueue=enqueue, hold=hold)
 
 
 # The UPDATE runs to completion whatever the SELECT reads (a data-modifying WITH always does); the
 # SELECT sees the row as it was before it, so a held row is found and told. pg_notify runs once per
 # matching row: only when the row exists and the UPDATE took nothing, so a winner or a first request
 # is not told "arrived" (the winner announces its new task instead).
-_CLAIM_SLOT_SQL = (
-    "WITH won AS ("
+_CLAIM_SLOT_WITH = (
+    "{alias} AS ("
     " UPDATE {table} SET queued_until = " + postgres_now_plus("%s") + ", requests = requests + 1"
     " WHERE name = %s AND (queued_until IS NULL OR queued_until <= clock_timestamp()) RETURNING 1)"
-    " SELECT EXISTS (SELECT 1 FROM won),"
-    " (SELECT count(pg_notify(%s, %s)) FROM {table} WHERE name = %s AND NOT EXISTS (SELECT 1 FROM won)) > 0"
+)
+_CLAIM_SLOT_COLUMNS = (
+    "EXISTS (SELECT 1 FROM {alias}),"
+    " (SELECT count(pg_notify(%s, %s)) FROM {table} WHERE name = %s AND NOT EXISTS (SELECT 1 FROM {alias})) > 0"
 )
 
 

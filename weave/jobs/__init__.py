@@ -10,7 +10,7 @@ clock, its writes guarded, its steps kept as receipts, its story told by `weave_
 from weave.jobs.context import JobContext, claim
 from weave.jobs.declaration import JobType, Step, get, job_types, register, ttl_settings
 from weave.jobs.policy import Fail, RetryPolicy
-from weave.jobs.queue import enqueue_job, request, request_name, settled, started
+from weave.jobs.queue import enqueue_job, request, request_claimed, request_name, settled, started
 
 __all__ = [
     "Fail",
@@ -24,6 +24,7 @@ __all__ = [
     "job_types",
     "register",
     "request",
+    "request_claimed",
     "request_name",
     "settled",
     "started",

@@ -9,6 +9,7 @@ Every job type's tasks follow the same three beats, kept here once:
 3. `settled()`, when the task ends: due times changed, the watchers sleep until the new earliest.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 from django_q.conf import Conf
@@ -24,10 +25,22 @@ def request_name(base: str) -> str:
 
 def request(name: str, func: str, *args: Any, group: str, task_name: str | None = None) -> bool:
     """Enqueue `func(*args)` unless a task under request `name` is already waiting; return whether it was."""
+    return wake.request_once(name, enqueue=_enqueuer(func, *args, group=group, task_name=task_name))
+
+
+def request_claimed(
+    name: str, func: str, *args: Any, taken: bool, covered: bool, group: str, task_name: str | None = None
+) -> bool:
+    """`request`, for a caller whose own committed statement carried the slot claim (`wake.slot_claim_sql`)."""
+    enqueue = _enqueuer(func, *args, group=group, task_name=task_name)
+    return wake.finish_claim(name, taken, covered, enqueue=enqueue)
+
+
+def _enqueuer(func: str, *args: Any, group: str, task_name: str | None) -> Callable[[], None]:
     options: dict[str, Any] = {"group": group}
     if task_name is not None:
         options["task_name"] = task_name
-    return wake.request_once(name, enqueue=lambda: async_task(func, *args, **options))
+    return lambda: async_task(func, *args, **options)
 
 
 def started(name: str, *, forget: bool = False) -> None:

@@ -1,0 +1,129 @@
+"""The INSERT of one new notification on PostgreSQL, its text made once per process.
+
+Every push that goes through `notification_create` is one INSERT. Building and compiling it through the
+ORM (an `InsertQuery`, its compiler, the placeholders of twenty columns) cost about a third of this
+process's time per push, and the text is the same every time for a given database alias and a given
+shape of the clock expressions. So the text is made once, from the same backend operations the ORM's
+compiler uses (`bulk_insert_sql`, `return_insert_columns`), and each value is adapted the way the
+compiler adapts it: the field's `pre_save(add=True)` (the creation time), then `get_db_prep_save`
+(JSON, UUID, enums), and the database-clock expression compiled to its own SQL. A test holds the text
+and the stored row identical to the ORM's (tests/notifications/test_insert_text.py).
+
+Outside a transaction the same statement can carry the drain request's slot claim
+(`notifications.queue.drain_claim_sql`), so the row and its request commit together in one round trip
+and one WAL flush. Anything this module does not know how to build (another database, a clock
+expression other than the database's, a field with a placeholder of its own) returns None, and the
+caller takes the ORM's path.
+"""
+
+import functools
+from dataclasses import dataclass
+from typing import Any, cast
+
+from django.db import connections
+from django.db.models import Field
+
+from notifications.models import Notification
+from weave.leases import DbNow
+from weave.wake import SlotClaimSQL
+
+_CLOCK_FIELDS = ("next_attempt_at", "expires_at")  # the only columns a new row may set by an expression
+
+
+@dataclass(frozen=True)
+class _Text:
+    fields: tuple[Field, ...]  # type: ignore[type-arg]
+    insert_sql: str  # INSERT ... VALUES (...) RETURNING pk, next_attempt_at, expires_at
+
+
+def _fields() -> tuple[Field, ...]:  # type: ignore[type-arg]
+    meta = Notification._meta
+    return tuple(f for f in meta.concrete_fields if not f.primary_key and not f.generated)
+
+
+@functools.cache
+def _text(db: str, clock_placeholders: tuple[str, ...]) -> _Text | None:
+    """The INSERT for `db` with the clock columns' placeholders `clock_placeholders` (in `_CLOCK_FIELDS`
+    order); None when the ORM would build something else (then the caller uses the ORM)."""
+    connection = connections[db]
+    ops: Any = connection.ops  # PostgreSQL's operations (return_insert_columns is not on the base class)
+    meta = Notification._meta
+    fields = _fields()
+    returning: list[Any] = [meta.pk, meta.get_field("next_attempt_at"), meta.get_field("expires_at")]
+    if any(getattr(f, "get_placeholder", None) is not None for f in fields):
+        return None
+    # The ORM applies these to the values RETURNING gives; there are none on PostgreSQL for these columns.
+    if any(ops.get_db_converters(f.get_col(meta.db_table)) or f.get_db_converters(connection) for f in returning):
+        return None
+    by_name = dict(zip(_CLOCK_FIELDS, clock_placeholders, strict=True))
+    placeholders = [by_name.get(f.name, "%s") for f in fields]
+    qn = ops.quote_name
+    returning_sql, returning_params = ops.return_insert_columns(returning)
+    if returning_params:
+        return None
+    sql = " ".join(
+        [
+            f"{ops.insert_statement(on_conflict=None)} {qn(meta.db_table)}",
+            "({})".format(", ".join(qn(str(f.column)) for f in fields)),
+            ops.bulk_insert_sql(fields, [placeholders]),
+            returning_sql,
+        ]
+    )
+    return _Text(fields=fields, insert_sql=sql)
+
+
+def insert_sql(notification: Notification, db: str) -> tuple[str, list[Any]] | None:
+    """The INSERT of `notification` on `db` and its parameters, as the ORM's compiler would make them;
+    None when only the ORM can (not PostgreSQL, or a clock other than the database's)."""
+    connection = connections[db]
+    if connection.vendor != "postgresql":
+        return None
+    clock_sql: list[str] = []
+    clock_params: dict[str, tuple[Any, ...]] = {}
+    for name in _CLOCK_FIELDS:
+        value = getattr(notification, name)
+        if isinstance(value, DbNow):
+            sql, params = value.as_postgresql(cast(Any, None), connection)  # uses neither compiler nor query
+            clock_sql.append(sql)
+            clock_params[name] = tuple(params)
+        elif hasattr(value, "as_sql") or hasattr(value, "resolve_expression"):
+            return None  # a test's fake clock, say: the ORM compiles it
+        else:
+            clock_sql.append("%s")
+    text = _text(db, tuple(clock_sql))
+    if text is None:
+        return None
+    values: list[Any] = []
+    for field in text.fields:
+        if field.name in clock_params:
+            values += clock_params[field.name]
+        else:
+            # What the compiler does for a plain value: pre_save (the creation time), then get_db_prep_save.
+            value = field.pre_save(notification, add=True)
+            if hasattr(value, "resolve_expression"):
+                return None  # an expression (a pre_save receiver's, say): the ORM compiles it
+            values.append(field.get_db_prep_save(value, connection=connection))
+    return text.insert_sql, values
+
+
+def insert(notification: Notification, db: str, *, claim: SlotClaimSQL | None = None) -> tuple[bool, bool] | None:
+    """Insert `notification` on `db` with the text made once (`insert_sql`), and set its key and clock times.
+
+    With `claim`, the same statement claims a request slot (it must run in autocommit, where it commits
+    by itself) and its (taken, covered) columns are returned; without, (False, False). None: nothing was
+    run, the caller inserts through the ORM."""
+    built = insert_sql(notification, db)
+    if built is None:
+        return None
+    sql, params = built
+    if claim is not None:
+        sql = f"WITH new AS ({sql}), {claim.with_sql} SELECT new.*, {claim.select_sql} FROM new"
+        params = [*params, *claim.with_params, *claim.select_params]
+    with connections[db].cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    notification.pk, notification.next_attempt_at, notification.expires_at = row[0], row[1], row[2]
+    notification._state.adding, notification._state.db = False, db
+    if claim is None:
+        return False, False
+    return bool(row[3]), bool(row[4])
