@@ -329,21 +329,24 @@ class CompleterThread:
     """Runs a `Completer` on its own thread and connection; each group's `Finished` goes to `inbox`.
 
     Groups handed in while a finish runs wait in a queue and are finished together next, after up
-    to `gather` seconds for more: the busier the worker, the fewer and larger its transactions.
+    to `gather` seconds for more: the busier the worker, the fewer and larger its transactions. A
+    group handed in with nothing else out (`more=False`) is finished at once: no answer can join it
+    within the gather, and at low load each push would wait it out for nothing.
     """
 
     def __init__(self, completer: Completer, inbox: Inbox, *, gather: float) -> None:
         self.completer = completer
         self.inbox = inbox
         self.gather = gather
-        self._queue: queue.SimpleQueue[list[tuple[Row, SendResult]] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[list[tuple[Row, SendResult]], bool] | None] = queue.SimpleQueue()
         # Named after the worker's thread: whatever watches that thread's connections sees this one's too.
         name = f"{threading.current_thread().name}-completer"
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, group: list[tuple[Row, SendResult]]) -> None:
-        self._queue.put(group)
+    def submit(self, group: list[tuple[Row, SendResult]], *, more: bool = True) -> None:
+        """Hand in `group`; `more`: other sends are still out, so more answers may come within the gather."""
+        self._queue.put((group, more))
 
     def close(self) -> None:
         """Finish what was handed in, write the pending device touches, and end the thread."""
@@ -355,16 +358,16 @@ class CompleterThread:
         first = self._queue.get()
         if first is None:
             return [], True
-        group = list(first)
-        deadline = time.monotonic() + self.gather
+        group, expecting = list(first[0]), first[1]
+        deadline = time.monotonic() + (self.gather if expecting else 0.0)
         while True:
             try:
-                more = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 return group, False
-            if more is None:
+            if item is None:
                 return group, True
-            group.extend(more)
+            group.extend(item[0])
 
     def _run(self) -> None:
         try:

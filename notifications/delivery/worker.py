@@ -546,7 +546,7 @@ class _Pump:
             self._count(worker.completer.finish(group), threaded=False)
             return
         self.finishing += len(group)
-        self.thread.submit(group)
+        self.thread.submit(group, more=bool(self.in_flight))
 
     def _count(self, done: Finished, *, threaded: bool = True) -> None:
         if threaded:

@@ -126,6 +126,29 @@ def test_completer_thread__finishes_on_its_own_connection_and_posts_what_it_did(
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
+def test_completer_thread__a_group_with_nothing_else_out_is_finished_without_waiting_the_gather():
+    clock = DatabaseClock()
+    NotificationFactory.create_batch(2, next_attempt_at=None)
+    Notification.objects.update(next_attempt_at=clock.now())
+    rows = _claimed(clock, owner="done-g")
+    inbox = Inbox()
+    # A gather far longer than the test may wait: only a group handed in with more=False can beat it.
+    runner = CompleterThread(_completer(clock, owner="done-g"), inbox, gather=600.0)
+    ok = SendResult(outcome=Outcome.DELIVERED, http_status=200)
+    try:
+        runner.submit([(rows[0], ok)], more=False)
+        first = [item for kind, item in inbox.take(30) if kind == DONE]
+        assert [len(done.plans) for done in first] == [1]
+        # With sends still out it gathers: the next group waits for more (or for close()).
+        runner.submit([(rows[1], ok)])
+        assert [kind for kind, _ in inbox.take(0.5)] == []
+    finally:
+        runner.close()
+    assert Notification.objects.filter(status="delivered").count() == 2
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
 def test_completer_thread__a_bug_in_the_finish_ends_the_drain_with_it_instead_of_hanging(
     push_settings, fake, monkeypatch
 ):
