@@ -205,9 +205,7 @@ def _weave_cluster(run: Any, alias: str, n: int, token: str, fakes: list[Any], b
 
     window = f"{CLUSTER_WORKERS} x {default_window(backend_class(backend_configs()[alias]['BACKEND']))}"
     try:
-        return _measured(
-            f"weave {alias}, qcluster", n, fakes, work, window=window, database=True, workers=[cluster]
-        )
+        return _measured(f"weave {alias}, qcluster", n, fakes, work, window=window, database=True, workers=[cluster])
     finally:
         run.stop_clusters()
 
