@@ -36,9 +36,22 @@ class _Text:
     insert_sql: str  # INSERT ... VALUES (...) RETURNING pk, next_attempt_at, expires_at
 
 
-def _fields() -> tuple[Field, ...]:  # type: ignore[type-arg]
+def fields() -> tuple[Field, ...]:  # type: ignore[type-arg]
+    """The columns a new notification's INSERT writes (every concrete one but the key and generated ones)."""
     meta = Notification._meta
     return tuple(f for f in meta.concrete_fields if not f.primary_key and not f.generated)
+
+
+def returned_fields() -> list[Field]:  # type: ignore[type-arg]
+    """What the INSERT returns, so nothing is read back: the key and the two database-clock times."""
+    meta = Notification._meta
+    return [meta.pk, meta.get_field("next_attempt_at"), meta.get_field("expires_at")]
+
+
+def saved(notification: Notification, db: str, returned: Any) -> None:
+    """Set what the INSERT returned (`returned_fields()` order) on `notification`, now stored on `db`."""
+    notification.pk, notification.next_attempt_at, notification.expires_at = returned[0], returned[1], returned[2]
+    notification._state.adding, notification._state.db = False, db
 
 
 @functools.cache
@@ -48,15 +61,15 @@ def _text(db: str, clock_placeholders: tuple[str, ...]) -> _Text | None:
     connection = connections[db]
     ops: Any = connection.ops  # PostgreSQL's operations (return_insert_columns is not on the base class)
     meta = Notification._meta
-    fields = _fields()
-    returning: list[Any] = [meta.pk, meta.get_field("next_attempt_at"), meta.get_field("expires_at")]
-    if any(getattr(f, "get_placeholder", None) is not None for f in fields):
+    columns = fields()
+    returning: list[Any] = returned_fields()
+    if any(getattr(f, "get_placeholder", None) is not None for f in columns):
         return None
     # The ORM applies these to the values RETURNING gives; there are none on PostgreSQL for these columns.
     if any(ops.get_db_converters(f.get_col(meta.db_table)) or f.get_db_converters(connection) for f in returning):
         return None
     by_name = dict(zip(_CLOCK_FIELDS, clock_placeholders, strict=True))
-    placeholders = [by_name.get(f.name, "%s") for f in fields]
+    placeholders = [by_name.get(f.name, "%s") for f in columns]
     qn = ops.quote_name
     returning_sql, returning_params = ops.return_insert_columns(returning)
     if returning_params:
@@ -64,12 +77,12 @@ def _text(db: str, clock_placeholders: tuple[str, ...]) -> _Text | None:
     sql = " ".join(
         [
             f"{ops.insert_statement(on_conflict=None)} {qn(meta.db_table)}",
-            "({})".format(", ".join(qn(str(f.column)) for f in fields)),
-            ops.bulk_insert_sql(fields, [placeholders]),
+            "({})".format(", ".join(qn(str(f.column)) for f in columns)),
+            ops.bulk_insert_sql(columns, [placeholders]),
             returning_sql,
         ]
     )
-    return _Text(fields=fields, insert_sql=sql)
+    return _Text(fields=columns, insert_sql=sql)
 
 
 def insert_sql(notification: Notification, db: str) -> tuple[str, list[Any]] | None:
@@ -122,8 +135,7 @@ def insert(notification: Notification, db: str, *, claim: SlotClaimSQL | None = 
     with connections[db].cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
-    notification.pk, notification.next_attempt_at, notification.expires_at = row[0], row[1], row[2]
-    notification._state.adding, notification._state.db = False, db
+    saved(notification, db, row)
     if claim is None:
         return False, False
     return bool(row[3]), bool(row[4])

@@ -395,20 +395,17 @@ def _insert_many(rows: list[Notification], *, using: str | None = None) -> None:
     db = using or router.db_for_write(Notification)
     if len(rows) == 1 and insert.insert(rows[0], db) is not None:
         return  # one row (a user with one device): the text made once per process, as `notification_create`
-    meta = Notification._meta
-    fields = [f for f in meta.concrete_fields if not f.primary_key and not f.generated]
-    returning = [meta.pk, meta.get_field("next_attempt_at"), meta.get_field("expires_at")]
+    fields = insert.fields()
     per_statement = max(1, _parameter_limit(db) // (len(fields) + 4))  # + a clock expression's parameters
     if not connections[db].features.can_return_rows_from_bulk_insert:
         per_statement = 1  # an old SQLite: only a one-row INSERT says which key it made
     for start in range(0, len(rows), per_statement):
         chunk = rows[start : start + per_statement]
         returned = Notification._base_manager._insert(  # type: ignore[attr-defined]
-            chunk, fields=fields, returning_fields=returning, using=db
+            chunk, fields=fields, returning_fields=insert.returned_fields(), using=db
         )
-        for row, (pk, due, expires) in zip(chunk, returned, strict=True):
-            row.pk, row.next_attempt_at, row.expires_at = pk, due, expires
-            row._state.adding, row._state.db = False, db
+        for row, values in zip(chunk, returned, strict=True):
+            insert.saved(row, db, values)
 
 
 def _parameter_limit(db: str) -> int:
