@@ -416,11 +416,12 @@ class _Pump:
         waits on a claim, and a busy backend's rows are not kept leased here beyond what it can take
         (other workers may send them meanwhile)."""
         worker = self.worker
+        # The look at every waiting row's backend goes last: most turns stop at the cheaper tests.
         while (
             not self.stop
+            and (self.nothing_due_at is None or time.monotonic() - self.nothing_due_at >= self._recheck())
             and self._in_hand() <= worker.concurrency
             and self._rounds_left()
-            and (self.nothing_due_at is None or time.monotonic() - self.nothing_due_at >= self._recheck())
         ):
             idle = not (self.waiting or self.in_flight or self.finishing)
             _, rows = worker.buffer.claim(worker.batch_size)
