@@ -29,6 +29,13 @@ def _claimed(clock, owner="done-a", limit=10):
     return rows
 
 
+def _due_and_claimed(clock: DatabaseClock, n: int, owner: str):
+    """N rows made due by the database clock itself (a real completer thread writes by it), then claimed."""
+    NotificationFactory.create_batch(n, next_attempt_at=None)
+    Notification.objects.update(next_attempt_at=clock.now())
+    return _claimed(clock, owner=owner)
+
+
 def _completer(clock, owner="done-a") -> Completer:
     return Completer(owner=owner, clock=clock, retry=RETRY, rng=random.Random(1))
 
@@ -106,9 +113,7 @@ def test_finish__a_row_taken_over_changes_nothing_and_gets_a_lease_lost_receipt(
 @pytest.mark.django_db(transaction=True)
 def test_completer_thread__finishes_on_its_own_connection_and_posts_what_it_did():
     clock = DatabaseClock()
-    NotificationFactory.create_batch(4, next_attempt_at=None)
-    Notification.objects.update(next_attempt_at=clock.now())
-    rows = _claimed(clock, owner="done-t")
+    rows = _due_and_claimed(clock, 4, owner="done-t")
     inbox = Inbox()
     runner = CompleterThread(_completer(clock, owner="done-t"), inbox, gather=0.01)
     ok = SendResult(outcome=Outcome.DELIVERED, http_status=200)
@@ -128,9 +133,7 @@ def test_completer_thread__finishes_on_its_own_connection_and_posts_what_it_did(
 @pytest.mark.django_db(transaction=True)
 def test_completer_thread__a_group_with_nothing_else_out_is_finished_without_waiting_the_gather():
     clock = DatabaseClock()
-    NotificationFactory.create_batch(2, next_attempt_at=None)
-    Notification.objects.update(next_attempt_at=clock.now())
-    rows = _claimed(clock, owner="done-g")
+    rows = _due_and_claimed(clock, 2, owner="done-g")
     inbox = Inbox()
     # A gather far longer than the test may wait: only a group handed in with more=False can beat it.
     runner = CompleterThread(_completer(clock, owner="done-g"), inbox, gather=600.0)
