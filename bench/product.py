@@ -27,6 +27,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -85,14 +86,16 @@ def backend_pids() -> set[int]:
 
 
 class CpuMeter:
-    """CPU used between `start()` and `stop()` by the workers, the bench database's PostgreSQL backends
-    and the provider. A sampler thread reads /proc every 50 ms, so processes that come and go during the run
-    (a backend per task with Django's default connections, a respawned worker) are counted up to their
-    last sample."""
+    """CPU used between `start()` and `stop()` by groups of processes, each group found afresh by its
+    function at every sample. A sampler thread reads /proc every 50 ms, so processes that come and go
+    during the run (a backend per task with Django's default connections, a respawned worker, a
+    connection closed before the end) are counted up to their last sample; a process that appears
+    during the run counts from zero. `exclude_own_backend`: this process's own PostgreSQL backend is
+    left out of every group."""
 
-    def __init__(self, workers: list[Child], provider: Child) -> None:
-        self.workers = workers
-        self.provider = provider
+    def __init__(self, groups: dict[str, Callable[[], set[int]]], *, exclude_own_backend: bool = False) -> None:
+        self.groups = groups
+        self.exclude_own_backend = exclude_own_backend
         self.first: dict[str, dict[int, float]] = {}
         self.last: dict[str, dict[int, float]] = {}
         self.used: dict[str, float] = {}
@@ -100,14 +103,19 @@ class CpuMeter:
         self._thread: threading.Thread | None = None
         self.exclude: set[int] = set()
 
-    def _sample(self) -> None:
+    @classmethod
+    def of_cluster(cls, workers: list[Child], provider: Child) -> "CpuMeter":
+        """The workers' processes, the bench database's PostgreSQL backends and the provider's."""
         groups = {
-            "workers": group_pids(self.workers),
-            "postgres": backend_pids(),
-            "provider": group_pids([self.provider]),
+            "workers": lambda: group_pids(workers),
+            "postgres": backend_pids,
+            "provider": lambda: group_pids([provider]),
         }
-        for name, pids in groups.items():
-            now = proc_cpu(pids)
+        return cls(groups)
+
+    def _sample(self) -> None:
+        for name, find in self.groups.items():
+            now = proc_cpu(find() - self.exclude)
             first = self.first.setdefault(name, {})
             for pid, value in now.items():
                 first.setdefault(pid, value if self._thread is None else 0.0)
@@ -118,11 +126,12 @@ class CpuMeter:
             self._sample()
 
     def start(self) -> None:
-        from django.db import connection
+        if self.exclude_own_backend:
+            from django.db import connection
 
-        with connection.cursor() as cursor:  # the bench's own backend does the site's loading: not counted
-            cursor.execute("SELECT pg_backend_pid()")
-            self.exclude = {cursor.fetchone()[0]}
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                self.exclude = {cursor.fetchone()[0]}
         self._sample()  # processes alive now count from here; later ones from zero
         self._thread = threading.Thread(target=self._loop, name="cpu-meter", daemon=True)
         self._thread.start()
@@ -132,8 +141,8 @@ class CpuMeter:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._sample()
-        for name, last in self.last.items():
-            first = self.first.get(name, {})
+        for name in self.groups:
+            first, last = self.first.get(name, {}), self.last.get(name, {})
             self.used[name] = sum(value - first.get(pid, 0.0) for pid, value in last.items())
 
 
@@ -584,7 +593,7 @@ def stream(n: int, rate: float, create) -> float:
 def measure(run: harness.Bench, system: str, workers: list[Child], load, *, n: int, mode: str) -> Run:
     assert run.provider is not None
     run.provider_reset()
-    meter = CpuMeter(workers=workers, provider=run.provider.child)
+    meter = CpuMeter.of_cluster(workers, run.provider.child)
     meter.start()
     t0 = load()
     seconds, _ = harness.wait_for_terminal(n, t0=t0, timeout=max(180, n / 5), stall=60)

@@ -8,9 +8,9 @@ APNs and Web Push fakes speaking HTTP/2 over TLS), then for each backend loads N
 this process's CPU (every thread: the worker's, the sender's loop, the completer's) per 1,000 pushes,
 the CPU of the bench database's PostgreSQL backends and of the fakes (which share the same two cores).
 
-With `--cluster`, FCM and APNs also go the product path: the rows' drain request, and real `qcluster`
-processes (2 workers, the ORM broker) with the fakes' backends (`WEAVE_PUSH_BACKENDS_FILE`), their CPU
-read from every process of the cluster.
+With `--cluster`, FCM and APNs also go the product path: a bulk `notification_create` whose commit asks
+for a drain, and real `qcluster` processes (2 workers, the ORM broker) with the fakes' backends
+(`WEAVE_PUSH_BACKENDS_FILE`), their CPU read from every process of the cluster.
 
 "fcm-httpx" and "apns-httpx" are the same backends on httpx's HTTP/2 stack (`bench/h2_variants.py`),
 the path they took before the lean HTTP/2 client: before and after, side by side in one run.
@@ -43,7 +43,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import harness  # noqa: E402
-from bench.product import backend_pids, group_pids, proc_cpu  # noqa: E402
+from bench.product import CpuMeter, backend_pids, group_pids, proc_cpu  # noqa: E402
 
 ALIASES = tuple(os.environ.get("BENCH_ALIASES", "default,fcm,fcm-httpx,apns,apns-httpx,webpush").split(","))
 ANCHORS = tuple(
@@ -67,76 +67,38 @@ def _cpu(pids: set[int]) -> float:
     return sum(proc_cpu(pids).values())
 
 
-class _Sampled:
-    """CPU used meanwhile by the processes `find()` names, read from /proc every 50 ms on a thread, so a
-    process that exits during the run (a connection closed at the end of a drain) counts up to its last
-    sample, and one that starts during it counts from zero."""
-
-    def __init__(self, find: Any, exclude: set[int] | None = None) -> None:
-        import threading
-
-        self.find, self.exclude = find, set(exclude or ())
-        self.first: dict[int, float] = {}
-        self.last: dict[int, float] = {}
-        self.started = False
-        self._stop = threading.Event()
-        self._sample()
-        self.started = True
-        self._thread = threading.Thread(target=self._loop, name="cpu-sampler", daemon=True)
-        self._thread.start()
-
-    def _sample(self) -> None:
-        now = proc_cpu(self.find() - self.exclude)
-        for pid, value in now.items():
-            self.first.setdefault(pid, value if not self.started else 0.0)
-        self.last.update(now)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(0.05):
-            self._sample()
-
-    def used(self) -> float:
-        self._stop.set()
-        self._thread.join()
-        self._sample()
-        return sum(value - self.first.get(pid, 0.0) for pid, value in self.last.items())
-
-
 def _measured(
     system: str, n: int, fakes: list[Any], work: Any, *, window: str, database: bool, workers: list[Any] | None = None
 ) -> dict[str, Any]:
-    """Run `work()` -> (delivered, groups) once, timed, with the workers' CPU (this process's, or every
-    process of `workers`), the fakes' and (`database`) PostgreSQL's per 1,000 sends: the one measurement
-    every system in the table gets."""
+    """Run `work()` -> (delivered, groups[, seconds it timed itself]) once, timed, with the workers' CPU
+    (this process's, or every process of `workers`), the fakes' and (`database`) PostgreSQL's per 1,000
+    sends: the one measurement every system in the table gets."""
     fake = group_pids(fakes)
-    # Outside this process's workers, this process's own connection only watches the run: not counted.
-    own = {_own_backend_pid()} if workers else set()
-    pg = _Sampled(backend_pids, exclude=own) if database else None
-    cluster = _Sampled(lambda: group_pids(workers)) if workers else None
+    sampled: dict[str, Any] = {"postgres": backend_pids} if database else {}
+    if workers:
+        sampled["workers"] = lambda: group_pids(workers)
+    # With workers of their own, this process's connection only watches the run: not counted.
+    meter = CpuMeter(sampled, exclude_own_backend=bool(workers))
+    meter.start()
     fake0, cpu0, t0 = _cpu(fake), time.process_time(), time.perf_counter()
-    delivered, groups = work()
+    delivered, groups, *timed = work()
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    if cluster is not None:
-        cpu = cluster.used()
+    if timed:  # the work timed itself (from its rows' commit)
+        wall = timed[0]
+    meter.stop()
+    if workers:
+        cpu = meter.used["workers"]
     return {
         "system": system,
         "n": n,
         "delivered": delivered,
         "rate": n / wall,
         "worker_cpu_per_1000": cpu / n * 1000,
-        "postgres_cpu_per_1000": pg.used() / n * 1000 if pg is not None else 0.0,
+        "postgres_cpu_per_1000": meter.used.get("postgres", 0.0) / n * 1000,
         "fake_cpu_per_1000": (_cpu(fake) - fake0) / n * 1000,
         "groups": groups,
         "window": window,
     }
-
-
-def _own_backend_pid() -> int:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        return int(cursor.fetchone()[0])
 
 
 def _firebase_app(options: dict[str, Any], name: str) -> Any:
@@ -182,28 +144,38 @@ def _weave(alias: str, n: int, token: str, fakes: list[Any]) -> dict[str, Any]:
         report = drain(enqueue_more=False, budget=600)
         return harness.status_counts().get("delivered", 0), report.groups
 
+    return _measured(f"weave {alias}", n, fakes, work, window=str(_window(alias)), database=True)
+
+
+def _window(alias: str) -> int:
+    """Weave's window on backend `alias` as configured (PUSH_HTTP2_CONCURRENCY or PUSH_CONCURRENCY)."""
     from notifications.backends.registry import backend_class, backend_configs, default_window
 
-    window = str(default_window(backend_class(backend_configs()[alias]["BACKEND"])))
-    return _measured(f"weave {alias}", n, fakes, work, window=window, database=True)
+    return default_window(backend_class(backend_configs()[alias]["BACKEND"]))
 
 
 def _weave_cluster(run: Any, alias: str, n: int, token: str, fakes: list[Any], backends_file: Path) -> dict[str, Any]:
-    """The product path: N due rows of `alias`, one coalesced drain request (as a site's commit makes),
-    and real `qcluster` processes (CLUSTER_WORKERS workers, the ORM broker) until none is pending. CPU:
-    every process of the cluster."""
-    from notifications.backends.registry import backend_class, backend_configs, default_window
-    from notifications.queue import enqueue_drain
+    """The product path: a site's bulk send of N pushes to `alias` (`notification_create` N times in one
+    transaction, whose commit asks for a drain) into real `qcluster` processes (CLUSTER_WORKERS workers,
+    the ORM broker), timed from that commit until none is pending. CPU: every process of the cluster."""
+    from django.db import transaction
 
+    from notifications.services import notification_create
+
+    harness.reset_tables()
     cluster = run.start_cluster(workers=CLUSTER_WORKERS, push_backends_file=str(backends_file))
-    harness.load_protocol_rows(alias, n, token)
 
-    def work() -> tuple[int, int]:
-        enqueue_drain()
-        harness.wait_for_terminal(n, t0=time.monotonic(), timeout=max(180, n / 5), interval=0.02)
-        return harness.status_counts().get("delivered", 0), 0
+    def work() -> tuple[int, int, float]:
+        with transaction.atomic():
+            for i in range(n):
+                notification_create(
+                    device_token=token, backend=alias, title="Weave bench", body=f"Notification {i}", data={"i": str(i)}
+                )
+            t0 = time.monotonic()
+        seconds, _ = harness.wait_for_terminal(n, t0=t0, timeout=max(180, n / 5), interval=0.02)
+        return harness.status_counts().get("delivered", 0), 0, seconds
 
-    window = f"{CLUSTER_WORKERS} x {default_window(backend_class(backend_configs()[alias]['BACKEND']))}"
+    window = f"{CLUSTER_WORKERS} x {_window(alias)}"
     try:
         return _measured(f"weave {alias}, qcluster", n, fakes, work, window=window, database=True, workers=[cluster])
     finally:
