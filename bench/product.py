@@ -105,13 +105,14 @@ class CpuMeter:
 
     @classmethod
     def of_cluster(cls, workers: list[Child], provider: Child) -> "CpuMeter":
-        """The workers' processes, the bench database's PostgreSQL backends and the provider's."""
+        """The workers' processes, the bench database's PostgreSQL backends and the provider's. This
+        process's own backend does the site's loading: not counted."""
         groups = {
             "workers": lambda: group_pids(workers),
             "postgres": backend_pids,
             "provider": lambda: group_pids([provider]),
         }
-        return cls(groups)
+        return cls(groups, exclude_own_backend=True)
 
     def _sample(self) -> None:
         for name, find in self.groups.items():
