@@ -14,7 +14,7 @@ from notifications.devices import device_users, inactive_devices
 from notifications.models import Notification
 from notifications.quiet import quiet_hours_policy
 from weave.events import log_event
-from weave.leases import Clock
+from weave.leases import ClaimStatement, Clock
 
 
 class ClaimBuffer:
@@ -26,15 +26,20 @@ class ClaimBuffer:
         self.ttl = ttl
         self.renew_margin = renew_margin
         self.claims: list[Claim] = []
+        # The claim statement by limit, compiled once: every claim of this worker is the same statement.
+        self._statements: dict[int, ClaimStatement] = {}
 
     def claim(self, limit: int) -> tuple[Claim, list[Row]]:
         """Claim up to `limit` due rows in one statement, in due order; the claim is kept alive from now on."""
         # Read the local clock before the claim: the database set expiry = (its now) + ttl after this
         # instant, so `started + ttl` never overestimates how long the lease lasts.
         started = self.clock.monotonic()
-        batch, values = Notification.objects.due(self.clock).claim_rows(
-            owner=self.owner, ttl=timedelta(seconds=self.ttl), limit=limit, fields=ROW_FIELDS, clock=self.clock
-        )
+        statement = self._statements.get(limit)
+        if statement is None:
+            statement = self._statements[limit] = Notification.objects.due(self.clock).claim_statement(
+                owner=self.owner, ttl=timedelta(seconds=self.ttl), limit=limit, fields=ROW_FIELDS, clock=self.clock
+            )
+        batch, values = statement.run()
         database_at = None if batch.expires_at is None else batch.expires_at - timedelta(seconds=self.ttl)
         claim = Claim(batch=batch, deadline=started + self.ttl, database_at=database_at, local_at=started)
         # RETURNING keeps no order: send in due order, as the claim chose them.

@@ -32,7 +32,7 @@ ROW_FIELDS = (
 )
 
 
-@dataclass
+@dataclass(eq=False)  # a claim is itself: `in` and `remove` must not compare its fields
 class Claim:
     """One claim statement's rows: one lease (owner, a fence per row), one expiry to keep alive."""
 

@@ -72,3 +72,23 @@ def test_release__hands_rows_back_without_an_attempt_and_only_its_own(clock):
     assert Notification.objects.filter(pk=lost.pk).values_list("owner", "fence", "last_error").get() == ("rival", 5, "")
     buffer.forget_done()
     assert buffer.claims == []
+
+
+def test_claim__with_the_database_clock_the_statement_is_compiled_once_per_buffer():
+    from unittest import mock
+
+    from django.db.models.sql.compiler import SQLUpdateCompiler
+
+    from weave.leases import default_clock
+
+    NotificationFactory.create_batch(3, next_attempt_at=default_clock.read() - timedelta(minutes=1))
+    buffer = ClaimBuffer(owner="buffer-a", clock=default_clock, ttl=TTL, renew_margin=10)
+    with mock.patch.object(
+        SQLUpdateCompiler, "as_sql", autospec=True, side_effect=SQLUpdateCompiler.as_sql
+    ) as compiled:
+        _, first = buffer.claim(2)
+        _, second = buffer.claim(2)
+        _, third = buffer.claim(2)
+    assert compiled.call_count == 1  # the first claim's; the others ran the same statement
+    assert (len(first), len(second), third) == (2, 1, [])
+    assert Notification.objects.filter(owner="buffer-a", fence=1).count() == 3

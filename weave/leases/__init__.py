@@ -12,9 +12,11 @@ from weave.leases.lease import BatchLease, Lease, new_owner
 from weave.leases.models import LEASE_FIELDS, LeasedModel
 from weave.leases.queryset import LeaseQuerySet
 from weave.leases.receipts import insert_receipts
+from weave.leases.returning import ClaimStatement
 
 __all__ = [
     "BatchLease",
+    "ClaimStatement",
     "Clock",
     "DatabaseClock",
     "DbNow",

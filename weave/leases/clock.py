@@ -76,6 +76,10 @@ class DbNow(Func):
 class Clock:
     """What the lease core needs from time."""
 
+    # Whether `now()` compiles to the same SQL and parameters every time (the database's clock), so
+    # that a statement compiled once stays right; a clock that binds its "now" as a value does not.
+    constant_sql = False
+
     def now(self, offset: timedelta = ZERO) -> Expression:
         """Return an SQL expression for the database's 'now + offset'."""
         raise NotImplementedError
@@ -99,6 +103,8 @@ class Clock:
 
 class DatabaseClock(Clock):
     """The production clock: the database server's clock in every lease statement."""
+
+    constant_sql = True
 
     def now(self, offset: timedelta = ZERO) -> Expression:
         return DbNow(offset)

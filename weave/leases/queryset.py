@@ -14,12 +14,12 @@ from typing import Any, Self, TypeVar, cast
 
 from django.db import OperationalError, connections, models, router, transaction
 from django.db.models import BooleanField, ExpressionWrapper, F, Q
-from django.db.models.sql import UpdateQuery
 
 from weave.leases.bulk import finish_sql
 from weave.leases.clock import Clock, default_clock
 from weave.leases.errors import LeaseBusy, LeaseLost, NotClaimable
 from weave.leases.lease import BatchLease, Lease
+from weave.leases.returning import ClaimStatement, ReturningUpdate
 
 # SQLSTATE lock_not_available: FOR UPDATE NOWAIT found the row locked by another transaction.
 LOCK_NOT_AVAILABLE = "55P03"
@@ -135,35 +135,39 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
         PostgreSQL: skip_locked lets concurrent claimers pass each other's rows instead of waiting or
         sharing, and passes at once over rows a cut-off worker's open transaction still locks. The rows
         are locked by the subselect before the SET clause runs, so each expiry counts from the lock. On
-        SQLite the IMMEDIATE transaction already serialises writers, so the same statement is atomic.
+        SQLite, which serialises writers, the same statement is atomic. Outside a transaction the statement
+        commits by itself; inside one it runs in a savepoint.
 
         Rows come back in this queryset's order as far as the database keeps it in `RETURNING`, which
         it does not promise: callers that care sort them.
         """
+        return self.claim_statement(owner=owner, ttl=ttl, limit=limit, fields=fields, clock=clock, also=also).run()
+
+    def claim_statement(
+        self,
+        *,
+        owner: str,
+        ttl: float | timedelta,
+        limit: int,
+        fields: Iterable[str],
+        clock: Clock = default_clock,
+        also: Mapping[str, Any] | None = None,
+    ) -> ClaimStatement:
+        """`claim_rows` kept for running again: each `run()` is that claim, compiled once (see `ClaimStatement`)."""
         names = list(fields)
-        chosen = self.free_or_expired(clock).select_for_update(skip_locked=True)[:limit].values("pk")
-        # One statement; the atomic block only satisfies Django's rule that FOR UPDATE needs a transaction.
-        with transaction.atomic(using=self._write_db):
-            claimed = (
-                self._fresh()
-                .filter(pk__in=chosen)
-                .free_or_expired(clock)
-                ._update_returning(
-                    ["pk", "fence", "lease_expires_at", *names],
-                    **(also or {}),
-                    owner=owner,
-                    fence=F("fence") + 1,
-                    lease_expires_at=clock.now(_seconds(ttl)),
-                )
-            )
-        batch = BatchLease(owner=owner)
-        rows = []
-        for row in claimed:
-            batch.fences[row["pk"]] = row["fence"]
-            expires_at = row["lease_expires_at"]
-            batch.expires_at = expires_at if batch.expires_at is None else min(batch.expires_at, expires_at)
-            rows.append({"pk": row["pk"], **{name: row[name] for name in names}})
-        return batch, rows
+
+        def build() -> ReturningUpdate:
+            chosen = self.free_or_expired(clock).select_for_update(skip_locked=True)[:limit].values("pk")
+            claiming = self._fresh().filter(pk__in=chosen).free_or_expired(clock)
+            values = {
+                **(also or {}),
+                "owner": owner,
+                "fence": F("fence") + 1,
+                "lease_expires_at": clock.now(_seconds(ttl)),
+            }
+            return ReturningUpdate(claiming, ["pk", "fence", "lease_expires_at", *names], values, using=self._write_db)
+
+        return ClaimStatement(build, owner=owner, fields=names, constant=clock.constant_sql)
 
     def reopen(self, pk: Any, *, clock: Clock = default_clock, **fields: Any) -> int:
         """Start a new epoch on a free row of this queryset: bump its fence, leave it unowned, write `fields`.
@@ -275,38 +279,8 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
         return self._db or router.db_for_write(self.model)
 
     def _update_returning(self, names: list[str], **values: Any) -> list[dict[str, Any]]:
-        """Run this queryset's UPDATE with `RETURNING` the columns of `names`, converted like a query's.
-
-        Django's update() only returns a count; a claim must learn exactly which rows it took and at
-        which fence, and reading them back afterwards by owner name would trust the name. PostgreSQL
-        and SQLite (3.35+) both support RETURNING.
-        """
-        query = cast(UpdateQuery, self.query.chain(UpdateQuery))
-        query.add_update_values(values)
-        compiler = query.get_compiler(self._write_db)
-        compiler.pre_sql_setup()
-        sql, params = compiler.as_sql()
-        connection = connections[self._write_db]
-        qn = connection.ops.quote_name
-        meta = self.model._meta
-        fields = [cast("models.Field[Any, Any]", meta.pk if name == "pk" else meta.get_field(name)) for name in names]
-        returning = ", ".join(qn(self._column(field.name)) for field in fields)
-        with connection.cursor() as cursor:
-            cursor.execute(f"{sql} RETURNING {returning}", params)
-            raw = cursor.fetchall()
-        converters = []
-        for field in fields:
-            col = field.get_col(meta.db_table)
-            converters.append((col, connection.ops.get_db_converters(col) + col.get_db_converters(connection)))
-        rows = []
-        for values_row in raw:
-            row = {}
-            for name, value, (col, convert_all) in zip(names, values_row, converters, strict=True):
-                for convert in convert_all:
-                    value = convert(value, col, connection)
-                row[name] = value
-            rows.append(row)
-        return rows
+        """Run this queryset's UPDATE with `RETURNING` the columns of `names` (see `ReturningUpdate`)."""
+        return ReturningUpdate(self, names, values, using=self._write_db).run()
 
     def _column(self, name: str) -> str:
         column = cast("models.Field[Any, Any]", self.model._meta.get_field(name)).column
