@@ -330,14 +330,16 @@ class CompleterThread:
 
     Groups handed in while a finish runs wait in a queue and are finished together next, after up
     to `gather` seconds for more: the busier the worker, the fewer and larger its transactions. A
-    group handed in with nothing else out (`more=False`) is finished at once: no answer can join it
-    within the gather, and at low load each push would wait it out for nothing.
+    group is finished at once when nothing else is out (`more=False`: no answer can join it), and
+    when the group before it came more than a gather earlier: answers arrive more slowly than one
+    per gather, so at low load each push would wait it out for nothing.
     """
 
     def __init__(self, completer: Completer, inbox: Inbox, *, gather: float) -> None:
         self.completer = completer
         self.inbox = inbox
         self.gather = gather
+        self._last_submit = -float("inf")  # when the previous group was handed in (monotonic)
         self._queue: queue.SimpleQueue[tuple[list[tuple[Row, SendResult]], bool] | None] = queue.SimpleQueue()
         # Named after the worker's thread: whatever watches that thread's connections sees this one's too.
         name = f"{threading.current_thread().name}-completer"
@@ -346,7 +348,10 @@ class CompleterThread:
 
     def submit(self, group: list[tuple[Row, SendResult]], *, more: bool = True) -> None:
         """Hand in `group`; `more`: other sends are still out, so more answers may come within the gather."""
-        self._queue.put((group, more))
+        now = time.monotonic()
+        expecting = more and now - self._last_submit < self.gather
+        self._last_submit = now
+        self._queue.put((group, expecting))
 
     def close(self) -> None:
         """Finish what was handed in, write the pending device touches, and end the thread."""

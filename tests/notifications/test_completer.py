@@ -142,12 +142,38 @@ def test_completer_thread__a_group_with_nothing_else_out_is_finished_without_wai
         runner.submit([(rows[0], ok)], more=False)
         first = [item for kind, item in inbox.take(30) if kind == DONE]
         assert [len(done.plans) for done in first] == [1]
-        # With sends still out it gathers: the next group waits for more (or for close()).
+        # With sends still out, and the group before it handed in within the gather, it gathers: the
+        # next group waits for more (or for close()).
         runner.submit([(rows[1], ok)])
         assert [kind for kind, _ in inbox.take(0.5)] == []
     finally:
         runner.close()
     assert Notification.objects.filter(status="delivered").count() == 2
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_completer_thread__a_group_after_a_quiet_spell_is_finished_without_waiting_the_gather():
+    clock = DatabaseClock()
+    rows = _due_and_claimed(clock, 3, owner="done-q")
+    inbox = Inbox()
+    runner = CompleterThread(_completer(clock, owner="done-q"), inbox, gather=600.0)
+    ok = SendResult(outcome=Outcome.DELIVERED, http_status=200)
+    try:
+        # Sends still out, but no group came within the gather before it: answers trickle in, and
+        # waiting for more would only delay this one.
+        runner.submit([(rows[0], ok)], more=True)
+        first = [item for kind, item in inbox.take(30) if kind == DONE]
+        assert [len(done.plans) for done in first] == [1]
+        # The next groups follow within the gather: they wait for each other and go as one.
+        runner.submit([(rows[1], ok)], more=True)
+        runner.submit([(rows[2], ok)], more=True)
+        assert [kind for kind, _ in inbox.take(0.5)] == []
+    finally:
+        runner.close()
+    rest = [item for kind, item in inbox.take(0.0) if kind == DONE]
+    assert [len(done.plans) for done in rest] == [2]
+    assert Notification.objects.filter(status="delivered").count() == 3
 
 
 @pytest.mark.postgres
