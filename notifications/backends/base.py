@@ -99,6 +99,10 @@ class SendResult:
     # cannot duplicate anything. The default is the cautious answer: every result built from a
     # provider's answer was sent.
     sent: bool = True
+    # The one event behind this failure when it failed other requests too (an HTTP/2 connection lost
+    # or sent away with many streams open, one connect attempt they all waited for): the circuit
+    # breaker counts such answers as one failure, as they are one piece of evidence. "" for its own.
+    incident: str = ""
 
     def __post_init__(self) -> None:
         if self.token_invalid and (self.systemic or self.fatal):

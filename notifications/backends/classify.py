@@ -18,6 +18,7 @@ def failed_exchange(exc: ExchangeFailed, *, where: str) -> SendResult:
             latency_ms=exc.latency_ms,
             systemic=True,
             sent=False,
+            incident=exc.incident,
         )
     if not exc.sent and exc.kind == "stalled":
         # The deadline passed before the request could leave: a slow or saturated provider.
@@ -27,6 +28,7 @@ def failed_exchange(exc: ExchangeFailed, *, where: str) -> SendResult:
             latency_ms=exc.latency_ms,
             systemic=True,
             sent=False,
+            incident=exc.incident,
         )
     if not exc.sent:
         # Failed before a byte of the request left: nothing can have been delivered, and the provider
@@ -37,6 +39,7 @@ def failed_exchange(exc: ExchangeFailed, *, where: str) -> SendResult:
             latency_ms=exc.latency_ms,
             systemic=True,
             sent=False,
+            incident=exc.incident,
         )
     if exc.kind == "timeout":
         why = f"No response within {exc.deadline:g} s after the request was sent ({exc.detail})"
@@ -46,6 +49,7 @@ def failed_exchange(exc: ExchangeFailed, *, where: str) -> SendResult:
         outcome=Outcome.UNKNOWN,
         reason=f"{why}; the provider may have delivered it. Retried with the same idempotency key.",
         latency_ms=exc.latency_ms,
+        incident=exc.incident,
     )
 
 

@@ -32,6 +32,7 @@ What callers can rely on (`capped_request()` turns the failures into `ExchangeFa
 """
 
 import asyncio
+import itertools
 import re
 import ssl
 import time
@@ -52,6 +53,7 @@ _REFUSED = h2.errors.ErrorCodes.REFUSED_STREAM
 _CANCEL = h2.errors.ErrorCodes.CANCEL
 _MEMO_FIELDS = 64  # encoded fields remembered per connection (a request has about ten)
 _MEMO_URLS = 4096  # split URLs a client remembers (Web Push has one per device)
+_serials = itertools.count(1)  # names connections and connect attempts (incidents) within a process
 
 Headers = list[tuple[bytes, bytes]]
 # What h2's outbound validation would refuse, checked here once per header instead (h2's own pass, a
@@ -129,12 +131,16 @@ _SHORT = [bytes((size,)) for size in range(127)]
 
 
 class H2Failure(Exception):
-    """No complete answer. `kind`: "unreachable" (nothing sent), "refused" (not processed), "dropped"."""
+    """No complete answer. `kind`: "unreachable" (nothing sent), "refused" (not processed), "dropped".
 
-    def __init__(self, kind: str, detail: str) -> None:
+    `incident` names the one event behind it when that event failed other requests too (a connection
+    lost or sent away with streams open, one connect attempt that several requests waited for)."""
+
+    def __init__(self, kind: str, detail: str, *, incident: str = "") -> None:
         super().__init__(detail)
         self.kind = kind
         self.detail = detail
+        self.incident = incident
 
     @property
     def sent(self) -> bool:
@@ -163,20 +169,20 @@ class _Stream:
         self.truncated = False
         self.sent = False  # its HEADERS frame was handed to an open transport: it may have reached the peer
 
-    def fail(self, kind: str, detail: str) -> None:
+    def fail(self, kind: str, detail: str, *, incident: str = "") -> None:
         if not self.future.done():
-            self.future.set_exception(H2Failure(kind, detail))
+            self.future.set_exception(H2Failure(kind, detail, incident=incident))
 
     def finish(self) -> None:
         if not self.future.done():
             self.future.set_result(None)
 
-    def cut(self, why: str) -> None:
+    def cut(self, why: str, incident: str) -> None:
         """The connection went with this stream open: the peer may have it only if its HEADERS were handed over."""
         if self.sent:
-            self.fail("dropped", f"{why} after the request was sent")
+            self.fail("dropped", f"{why} after the request was sent", incident=incident)
         else:
-            self.fail("unreachable", f"{why} before the request was written")
+            self.fail("unreachable", f"{why} before the request was written", incident=incident)
 
 
 class _Connection(asyncio.Protocol):
@@ -193,6 +199,8 @@ class _Connection(asyncio.Protocol):
         self.streams: dict[int, _Stream] = {}
         self.closed = False  # no new streams: lost, GOAWAY, out of ids, or closed by us
         self.why_closed = ""
+        # What every stream this connection fails at once has in common: one event, counted once.
+        self.incident = f"h2 connection {next(_serials)}"
         self.idle_since = time.monotonic()
         # Set whenever a stream slot or flow-control window may have opened up (or the connection ended).
         self.changed = asyncio.Event()
@@ -291,9 +299,10 @@ class _Connection(asyncio.Protocol):
         # above `last` were never processed, those at or below it may have been.
         for stream_id, stream in list(self.streams.items()):
             if stream_id > last:
-                stream.fail("refused", f"{self.why_closed}, below this request's stream {stream_id} (not processed)")
+                why = f"{self.why_closed}, below this request's stream {stream_id} (not processed)"
+                stream.fail("refused", why, incident=self.incident)
             else:
-                stream.cut(f"{self.why_closed}, at or above this request's stream {stream_id}")
+                stream.cut(f"{self.why_closed}, at or above this request's stream {stream_id}", self.incident)
         self.streams.clear()
         self.changed.set()
         self.close()
@@ -303,7 +312,7 @@ class _Connection(asyncio.Protocol):
             self.closed = True
             self.why_closed = why
         for stream in self.streams.values():
-            stream.cut(why)
+            stream.cut(why, self.incident)
         self.streams.clear()
         self.changed.set()
         if self.transport is not None and not self.transport.is_closing():
@@ -350,7 +359,7 @@ class _Connection(asyncio.Protocol):
                 progress.mark_sent()
         elif not stream.sent:
             why = self.why_closed or "the connection closed"
-            raise H2Failure("unreachable", f"{why} before the request was written")
+            raise H2Failure("unreachable", f"{why} before the request was written", incident=self.incident)
 
     def forget(self, stream_id: int) -> None:
         """Give a stream up: reset it (CANCEL) so the peer stops, and drop its state so nothing late binds."""
@@ -540,7 +549,9 @@ class H2Client:
                 progress.at("in the TLS handshake")
                 tls = await loop.start_tls(transport, connection, self._context(), server_hostname=host)
         except Exception as exc:  # noqa: BLE001 - the resolver's refusal too: all of it is "nothing was sent"
-            raise H2Failure("unreachable", f"{type(exc).__name__}: {exc}") from exc
+            # Every sender waiting on this connect gets this failure: one attempt, one incident.
+            incident = f"h2 connect {next(_serials)}"
+            raise H2Failure("unreachable", f"{type(exc).__name__}: {exc}", incident=incident) from exc
         assert tls is not None
         connection.connection_made(tls)
         alpn = tls.get_extra_info("ssl_object").selected_alpn_protocol()

@@ -128,9 +128,18 @@ class ExchangeFailed(Exception):
     """
 
     def __init__(
-        self, *, kind: str, detail: str, sent: bool, latency_ms: int, deadline: float = 0.0, phase: str = ""
+        self,
+        *,
+        kind: str,
+        detail: str,
+        sent: bool,
+        latency_ms: int,
+        deadline: float = 0.0,
+        phase: str = "",
+        incident: str = "",
     ) -> None:
         super().__init__(detail)
+        self.incident = incident  # the one event it shares with other failed requests (`SendResult.incident`)
         self.deadline = deadline  # the whole exchange's bound, seconds
         self.kind = kind
         self.detail = detail  # sanitized by the caller's secrets
@@ -284,7 +293,13 @@ async def _h2_exchange(
         phase = progress.phase if not exc.sent else ""
         kind = exc.kind if exc.sent or exc.kind == "refused" else "unreachable"
         raise ExchangeFailed(
-            kind=kind, detail=said, sent=exc.sent, latency_ms=_ms(started), deadline=deadline, phase=phase
+            kind=kind,
+            detail=said,
+            sent=exc.sent,
+            latency_ms=_ms(started),
+            deadline=deadline,
+            phase=phase,
+            incident=exc.incident,
         ) from exc
     except (TimeoutError, UnicodeError, ValueError) as exc:
         raise _failure(exc, progress, started=started, deadline=deadline, secrets=secrets) from exc

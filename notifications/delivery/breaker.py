@@ -9,6 +9,9 @@ going to it. Per scope:
   `unknown` one (no answer: the peer may be hanging). It opens when the window holds at least
   `min_answers` answers and at least `ratio` of them are failures, or at once on a fatal answer
   (credentials, a redirect). Answers arrive in completion order, so a ratio, not a run, is judged.
+  Failures that share one incident (`SendResult.incident`: an HTTP/2 connection that went down with
+  a hundred streams on it) count once: they are one event, and one dropped connection must not
+  outweigh the answers around it and hold every row of the scope.
 - *open*: rows of the scope are not started; they are handed back due at the hold's end, without
   using an attempt. The hold is the cooldown, or the provider's Retry-After when longer, capped by
   `cap` for a backend and by `origin_cap` for a user-chosen origin.
@@ -55,6 +58,7 @@ class CircuitBreaker:
     hold_until: float = 0.0  # monotonic time the current hold ends
     probing: bool = False  # a half-open probe is out
     answers: deque[bool] = field(default_factory=deque)  # True: a failure
+    incidents: deque[str] = field(default_factory=deque)  # the incidents of the failures in `answers`
 
     def allows(self, now: float) -> str:
         """Whether a row of this scope may start now: "go", "probe" (the one a half-open scope lets through) or ""."""
@@ -75,12 +79,19 @@ class CircuitBreaker:
             if not failed:
                 self.state, self.reason = CLOSED, ""
                 self.answers.clear()
+                self.incidents.clear()
                 return False
             return self._open(result, now, "its half-open probe failed")
         if self.state != CLOSED:
             return False  # answers to rows started before it opened: the hold already stands
         if result.fatal:
             return self._open(result, now, "")
+        if failed and result.incident:
+            if result.incident in self.incidents:
+                return False  # the same event as a failure already counted
+            self.incidents.append(result.incident)
+            while len(self.incidents) > self.rule.window:
+                self.incidents.popleft()
         self.answers.append(failed)
         while len(self.answers) > self.rule.window:
             self.answers.popleft()
@@ -102,6 +113,7 @@ class CircuitBreaker:
         self.state, self.probing = OPEN, False
         self.hold_until = now + hold
         self.answers.clear()
+        self.incidents.clear()
         cause = f"{why} (last: {result.reason})" if why else result.reason
         self.reason = f"Circuit breaker opened for {self.name or 'this scope'}: {cause}"
         return True

@@ -77,3 +77,31 @@ def test_scopes__per_backend_alias_and_per_user_chosen_origin():
     assert breakers.get(Breakers.scope("webpush", "https://b.example")).allows(1.0) == "go"
     assert breakers.get(Breakers.scope("default")).allows(1.0) == "go"
     assert not breakers.get(Breakers.scope("default")).user_chosen
+
+
+def _dropped(incident: str) -> SendResult:
+    return SendResult(
+        outcome=Outcome.UNKNOWN, reason="the connection was lost after the request was sent", incident=incident
+    )
+
+
+def test_one_dropped_connection_is_one_failure_however_many_requests_it_took_with_it():
+    # A hundred streams cut by one connection loss, among answers that are fine: one event, one failure.
+    breaker = CircuitBreaker()
+    answers = [OK] * 5 + [_dropped("h2 connection 7")] * 100 + [OK] * 20
+    assert not any(_feed(breaker, answers))
+    assert breaker.state == "closed" and list(breaker.answers).count(True) == 0  # slid out of the window
+    # Different connections failing, half the answers: a scope in trouble, which opens.
+    troubled = CircuitBreaker()
+    mixed = [answer for n in range(5) for answer in (OK, _dropped(f"h2 connection {n}"))]
+    assert _feed(troubled, mixed) == [False] * 9 + [True]
+    assert "5 of its last 10 answers failed" in troubled.reason
+
+
+def test_an_incident_counted_is_remembered_only_while_the_window_holds_it():
+    breaker = CircuitBreaker()
+    assert not any(_feed(breaker, [_dropped("a")] * 3 + [OK] * 9))
+    assert list(breaker.answers) == [True] + [False] * 9  # "a" once
+    # A failure without an incident counts by itself, every time.
+    assert not any(_feed(breaker, [SILENT] * 4))
+    assert list(breaker.answers).count(True) == 5

@@ -303,3 +303,23 @@ def test_a_url_the_client_refuses_is_refused_every_time():
         with pytest.raises(ValueError):
             client.speaks_http2(url)
     assert client.speaks_http2("https://push.example/x") and client.speaks_http2("https://push.example/x")
+
+
+def test_the_requests_one_lost_connection_took_with_it_share_one_incident(apns, apns_options):
+    # One connection drops with every stream on it: one event, which the breaker must count once.
+    apns.configure(wire="drop_before")
+    backend = apns_backend(apns_options, timeout=3.0, concurrency=10)
+
+    async def scenario():
+        try:
+            first = await asyncio.gather(*(backend.send(message(t)) for t in apns_tokens(10)))
+            return first, await asyncio.gather(*(backend.send(message(t)) for t in apns_tokens(10)))
+        finally:
+            await backend.aclose()
+
+    first, second = run(scenario())
+
+    assert {r.outcome for r in first + second} <= {Outcome.UNKNOWN, Outcome.TEMPORARY}
+    incidents = [{r.incident for r in results} for results in (first, second)]
+    assert all(len(names) == 1 and "" not in names for names in incidents), incidents
+    assert incidents[0] != incidents[1]  # a new connection, a new incident
