@@ -16,8 +16,9 @@ What callers can rely on (`capped_request()` turns the failures into `ExchangeFa
   (asyncio drops a write to a closing transport silently, so that write is not "sent").
 - **Refused** (not processed, so nothing delivered): the peer reset the stream with REFUSED_STREAM,
   or sent GOAWAY with a last stream id below the stream.
-- **Dropped** (the peer may have it): any other reset, the connection lost, a GOAWAY at or above the
-  stream, a protocol error on the connection, after the HEADERS left.
+- **Dropped** (the peer may have it): any other reset, the connection lost (a GOAWAY at or above the
+  stream, then no answer before the connection went), a protocol error on the connection, after the
+  HEADERS left.
 - **Every answer is bound to its own stream**: h2 delivers each event with its stream id, and a
   stream's state (future, headers, body) is reached only through that id. A stream that was given up
   (its deadline passed, the body cap reached) is reset with CANCEL and forgotten, so a late answer
@@ -29,6 +30,7 @@ What callers can rely on (`capped_request()` turns the failures into `ExchangeFa
   request body goes out within the peer's flow-control windows (waiting for WINDOW_UPDATE).
 - A connection that sent or received GOAWAY, lost its transport, ran out of stream ids, or sat with
   no stream open for `KEEPALIVE_SECONDS`, takes no new streams; the next request opens a new one.
+  After a GOAWAY received, the streams at or below its last stream id are still read to their end.
 """
 
 import asyncio
@@ -185,6 +187,27 @@ class _Stream:
             self.fail("unreachable", f"{why} before the request was written", incident=incident)
 
 
+class _H2Connection(h2.connection.H2Connection):
+    """h2's connection, except when a GOAWAY arrives.
+
+    h2 closes its whole state machine there, after which every frame raises ProtocolError. RFC 9113
+    (section 6.8) lets the streams at or below the GOAWAY's last stream id still complete, and a
+    provider rotating a connection answers them; with h2's behaviour each of those answers was lost
+    and its request called unknown. Here the GOAWAY is reported (`ConnectionTerminated`) and the
+    state machine stays open for what is still owed; `_Connection` opens no stream on it afterwards.
+    """
+
+    def _receive_goaway_frame(self, frame: Any) -> tuple[list[Any], list[h2.events.Event]]:
+        event = h2.events.ConnectionTerminated()
+        try:
+            event.error_code = h2.errors.ErrorCodes(frame.error_code)
+        except ValueError:
+            event.error_code = frame.error_code
+        event.last_stream_id = frame.last_stream_id
+        event.additional_data = frame.additional_data or None
+        return [], [event]
+
+
 class _Connection(asyncio.Protocol):
     """One HTTP/2 connection: the h2 state machine, the transport, and the streams open on it."""
 
@@ -193,7 +216,7 @@ class _Connection(asyncio.Protocol):
         config = h2.config.H2Configuration(
             client_side=True, header_encoding=None, validate_outbound_headers=False, normalize_outbound_headers=False
         )
-        self.h2 = h2.connection.H2Connection(config=config)
+        self.h2 = _H2Connection(config=config)
         self.h2.encoder = _Encoder()
         self.transport: asyncio.Transport | None = None
         self.streams: dict[int, _Stream] = {}
@@ -295,17 +318,15 @@ class _Connection(asyncio.Protocol):
         code = getattr(event.error_code, "name", event.error_code)
         self.closed = True
         self.why_closed = f"the peer sent GOAWAY ({code}) with last stream id {last}"
-        # h2 closes its state machine on GOAWAY, so no stream on this connection can finish: those
-        # above `last` were never processed, those at or below it may have been.
-        for stream_id, stream in list(self.streams.items()):
-            if stream_id > last:
-                why = f"{self.why_closed}, below this request's stream {stream_id} (not processed)"
-                stream.fail("refused", why, incident=self.incident)
-            else:
-                stream.cut(f"{self.why_closed}, at or above this request's stream {stream_id}", self.incident)
-        self.streams.clear()
+        # Those above `last` were never processed. Those at or below it may still be answered, and
+        # are read as usual until they end (then the connection closes) or the connection is lost
+        # (then they are cut, each "may have arrived").
+        for stream_id in [stream_id for stream_id in self.streams if stream_id > last]:
+            why = f"{self.why_closed}, below this request's stream {stream_id} (not processed)"
+            self.streams.pop(stream_id).fail("refused", why, incident=self.incident)
         self.changed.set()
-        self.close()
+        if not self.streams:
+            self.close()
 
     def _lose(self, why: str) -> None:
         if not self.closed:
@@ -321,6 +342,8 @@ class _Connection(asyncio.Protocol):
     def _stream_closed(self) -> None:
         if not self.streams:
             self.idle_since = time.monotonic()
+            if self.closed:
+                self.close()  # sent away (GOAWAY) and the last stream it still owed has ended
         self.changed.set()
 
     # --- used by the client ---------------------------------------------------------------------------

@@ -183,7 +183,7 @@ class HypercornFake:
         # h2 state machine can no longer answer the streams in flight, so about a window's worth of
         # requests it did act on are never answered. No provider does that (their GOAWAY lets the
         # streams below its last id finish), and it made every long run lose answers at each
-        # thousandth request. The GOAWAY behaviours under test are the wire faults' ("goaway").
+        # thousandth request. The GOAWAY behaviours under test are the wire faults' ("goaway", "goaway_graceful").
         config.keep_alive_max_requests = 2**62
         self._config = config
         self._app = app

@@ -34,7 +34,7 @@ class Faults:
     seed: int | None = None
     # --- hostile modes ---------------------------------------------------------------------------------
     # Connection-level faults (see `notifications.testing.wire_faults`): "stall_tls", "refuse_streams",
-    # "goaway" (after `goaway_after` streams), "max_streams_1", "reset_after", "reset_before",
+    # "goaway" and "goaway_graceful" (after `goaway_after` streams), "max_streams_1", "reset_after", "reset_before",
     # "drop_before", "hang_before". Applies to connections opened after it is set.
     wire: str = ""
     goaway_after: int = 1

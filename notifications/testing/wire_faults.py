@@ -9,6 +9,9 @@ misbehave at the frame level:
 - "refuse_streams": reset every stream with REFUSED_STREAM (RFC 9113: not processed);
 - "goaway": process `goaway_after` streams, then send GOAWAY with the last processed stream id and
   process nothing above it (0: refuse everything);
+- "goaway_graceful": the same GOAWAY, but said as soon as the last stream it names arrives, before any
+  stream is answered; the streams at or below it are answered afterwards, as RFC 9113 lets them
+  complete and providers rotating a connection do;
 - "max_streams_1": answer the first stream, lowering SETTINGS_MAX_CONCURRENT_STREAMS to 1 as it
   does; from then on serve one stream at a time, each delivered and then left unanswered for
   `hang_seconds`, and refuse (REFUSED_STREAM) any stream over the limit;
@@ -41,8 +44,8 @@ import h2.settings
 
 from notifications.testing.asgi_fake import Request, Response
 
-WIRE_MODES = frozenset({"", "stall_tls", "refuse_streams", "goaway", "max_streams_1", "reset_after", "reset_before",
-                        "drop_before", "hang_before", "tiny_window", "stray_stream"})  # fmt: skip
+WIRE_MODES = frozenset({"", "stall_tls", "refuse_streams", "goaway", "goaway_graceful", "max_streams_1", "reset_after",
+                        "reset_before", "drop_before", "hang_before", "tiny_window", "stray_stream"})  # fmt: skip
 
 
 @dataclass
@@ -216,6 +219,9 @@ class HostileH2:
             self.processed += 1
             self.last_processed = stream_id
             self.unhandled.add(stream_id)
+            if mode == "goaway_graceful" and self.processed == self.settings.goaway_after:
+                self.goaway_sent = True
+                self._graceful_goaway(stream_id)
             if mode == "max_streams_1" and self.processed == 1:
                 self._lower_max_streams()  # before the first answer: the client learns it while reading it
             elif mode == "max_streams_1":
@@ -233,6 +239,18 @@ class HostileH2:
         frame = hyperframe.frame.HeadersFrame(stream_id, data=block, flags=["END_HEADERS", "END_STREAM"])
         self._flush()
         if self.writer is not None:
+            self.writer.write(frame.serialize())
+
+    def _graceful_goaway(self, last_stream_id: int) -> None:
+        """GOAWAY (NO_ERROR, `last_stream_id`), written as a raw frame.
+
+        Through h2, the fake's own state machine would close at once and could not answer the streams
+        the GOAWAY lets finish; a provider's server can, which is the case under test."""
+        import hyperframe.frame
+
+        self._flush()
+        if self.writer is not None:
+            frame = hyperframe.frame.GoAwayFrame(0, last_stream_id=last_stream_id, error_code=0)
             self.writer.write(frame.serialize())
 
     def _lower_max_streams(self) -> None:

@@ -323,3 +323,23 @@ def test_the_requests_one_lost_connection_took_with_it_share_one_incident(apns, 
     incidents = [{r.incident for r in results} for results in (first, second)]
     assert all(len(names) == 1 and "" not in names for names in incidents), incidents
     assert incidents[0] != incidents[1]  # a new connection, a new incident
+
+
+def test_a_graceful_goaway__the_streams_below_it_are_still_answered_and_the_rest_never_processed(apns, apns_options):
+    # The peer says GOAWAY as soon as its fifth stream arrives, before answering anything (a provider
+    # rotating a connection). The five are answered afterwards; the streams above them were never
+    # processed. Nothing is unknown, and each delivery happened once.
+    apns.configure(wire="goaway_graceful", goaway_after=5, latency_ms=150)
+    tokens = apns_tokens(12)
+    backend = apns_backend(apns_options, timeout=5.0, concurrency=12)
+
+    results = run(send_all(backend, [message(t) for t in tokens]))
+
+    by_token = dict(zip(tokens, results, strict=True))
+    delivered = [t for t, r in by_token.items() if r.outcome == Outcome.DELIVERED]
+    assert len(delivered) == 5 and sorted(delivered) == sorted(arrived(apns))
+    assert sorted(d.token for d in apns.deliveries()) == sorted(delivered)
+    rest = [r for t, r in by_token.items() if t not in delivered]
+    assert {(r.outcome, r.sent) for r in rest} == {(Outcome.TEMPORARY, False)}
+    assert all("GOAWAY" in r.reason and "not processed" in r.reason for r in rest)
+    assert_truthful(apns, tokens, results)
