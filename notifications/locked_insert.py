@@ -7,10 +7,10 @@ first and its device is left out. Outside a transaction that took BEGIN, a locki
 COMMIT, then the drain request. Here it is one data-modifying `WITH` that commits by itself:
 
 - `locked` takes the planned devices `FOR NO KEY UPDATE`, in key order, re-checking that each is still
-  active and still belongs to one of the users (a row another transaction changed is re-read once that
-  one commits, and left out if it no longer matches);
-- the INSERT takes its rows from arrays, one per column (`unnest`), joined to `locked` on the device and
-  its planned owner, so a device that did not pass gets no row;
+  active and still belongs to one of the users, as the locking read does inside a transaction (a row
+  another transaction changed is re-read once that one commits, and left out if it no longer matches);
+- the INSERT takes its rows from arrays, one per column (`unnest`), joined to `locked` on the device, so
+  a device that did not pass gets no row;
 - the drain request's slot claim (`weave.wake.slot_claim_sql`), made only if a row was inserted.
 
 The text is made once per process and database alias: the rows travel as arrays, so any number of
@@ -22,7 +22,7 @@ compile, a value a `pre_save` made an expression) returns None, and the caller t
 
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import connections
@@ -46,7 +46,7 @@ def _array_type(db_type: str) -> str:
 
 @functools.cache
 def _rows_sql(db: str) -> str:
-    """The WITH list's `locked` and `new` elements for `db` (parameters: owners, device ids, then the arrays)."""
+    """The WITH list's `locked` and `new` elements for `db` (parameters: users, device ids, then the arrays)."""
     connection = connections[db]
     qn = connection.ops.quote_name
     columns = insert.fields()
@@ -69,24 +69,23 @@ def _rows_sql(db: str) -> str:
             arrays.append(f"%s::{array}")
             names.append(name)
             selected.append(f"v.{name}")
-    arrays.append(f"%s::{_array_type(str(device.get_field('user').db_type(connection)))}")
-    names.append("planned_owner")
     device_column = f"c{[f.name for f in columns].index('device')}"
     returning = [*insert.returned_fields(), notification.get_field("device")]
     return (
-        # In key order, so two sends to the same users take the locks alike and never deadlock.
-        f"locked AS MATERIALIZED (SELECT {device_id} AS id, {device_user} AS owner FROM {qn(device.db_table)}"
+        # In key order, so two sends to the same users take the locks alike and never deadlock; MATERIALIZED:
+        # the locks are taken by this scan of its own, which the INSERT joins, never folded into that join.
+        f"locked AS MATERIALIZED (SELECT {device_id} AS id FROM {qn(device.db_table)}"
         f" WHERE {device_active} AND {device_user} = ANY(%s) AND {device_id} = ANY(%s)"
         f" ORDER BY {device_id} FOR NO KEY UPDATE),"
         f" new AS (INSERT INTO {qn(notification.db_table)} ({', '.join(qn(str(f.column)) for f in columns)})"
         f" SELECT {', '.join(selected)}"
         f" FROM unnest({', '.join(arrays)}) WITH ORDINALITY AS v({', '.join(names)}, ord)"
-        f" JOIN locked ON locked.id = v.{device_column} AND locked.owner = v.planned_owner"
+        f" JOIN locked ON locked.id = v.{device_column}"
         f" ORDER BY v.ord RETURNING {', '.join(qn(str(f.column)) for f in returning)})"
     )
 
 
-def _columns(rows: list[Notification], owners: Mapping[Any, Any], db: str) -> list[list[Any]] | None:
+def _columns(rows: list[Notification], db: str) -> list[list[Any]] | None:
     """One list per array of `_rows_sql`, in its order; None when a value needs the ORM's compiler."""
     connection = connections[db]
     columns = insert.fields()
@@ -115,28 +114,27 @@ def _columns(rows: list[Notification], owners: Mapping[Any, Any], db: str) -> li
                 return None  # an expression (a pre_save receiver's, say): the ORM compiles it
             values.append(field.get_db_prep_save(value, connection=connection))
         arrays.append(values)
-    arrays.append([owners[row.device_id] for row in rows])
     return arrays
 
 
 def insert_locked(
-    rows: list[Notification], owners: Mapping[Any, Any], db: str, *, claim: SlotClaimSQL
+    rows: list[Notification], users: Iterable[Any], db: str, *, claim: SlotClaimSQL
 ) -> tuple[bool, bool] | None:
-    """Insert those of `rows` whose device is still active and still `owners[device]`'s, locking those devices
-    while the statement runs, and claim the drain request in the same statement (autocommit, PostgreSQL).
+    """Insert those of `rows` whose device is still active and still belongs to one of `users` (keys), locking
+    those devices while the statement runs, and claim the drain request in the same statement (autocommit,
+    PostgreSQL).
 
     Sets the key and clock times of each row inserted (the others stay unsaved) and returns the claim's
     (taken, covered), both False when no row was inserted: made with `only_if=INSERTED`, the claim then
     touches no slot. None: nothing was run, the caller takes the ORM's path."""
     if not rows or connections[db].vendor != "postgresql":
         return None
-    arrays = _columns(rows, owners, db)
+    arrays = _columns(rows, db)
     if arrays is None:
         return None
-    users = list({owners[row.device_id] for row in rows})
     devices = list({row.device_id for row in rows})
     sql = f"WITH {_rows_sql(db)}, {claim.with_sql} SELECT new.*, {claim.select_sql} FROM new"
-    params = [users, devices, *arrays, *claim.with_params, *claim.select_params]
+    params = [list(users), devices, *arrays, *claim.with_params, *claim.select_params]
     with connections[db].cursor() as cursor:
         cursor.execute(sql, params)
         returned = cursor.fetchall()

@@ -220,8 +220,7 @@ class _FanOut:
         """Create the rows for `users` ({pk: user}) in one short transaction; return them and the skipped devices."""
         devices = _active_device_rows(list(users), locking=False)
         planned, skipped = self._plan(devices, users)
-        owners = {row[0]: row[5] for row in devices}
-        created = _insert_still_active(planned, owners, skipped)
+        created = _insert_still_active(planned, users, skipped)
         return created, sorted(skipped, key=lambda d: d.device_id)
 
     def _plan(
@@ -296,10 +295,10 @@ _LEFT_OUT = "deactivated or registered by another user meanwhile"
 
 
 def _insert_still_active(
-    planned: list[Notification], owners: Mapping[Any, Any], skipped: list["SkippedDevice"]
+    planned: list[Notification], users: Mapping[Any, Any], skipped: list["SkippedDevice"]
 ) -> list[Notification]:
-    """Insert the rows whose device is still active and still its owner's (`owners`: {device: user} as
-    read); add the others to `skipped`. Each device is locked while its row goes in (see below)."""
+    """Insert the rows whose device is still active and still theirs; add the others to `skipped`. Each
+    device is locked while its row goes in (see below)."""
     if not planned:
         return []
     db = router.db_for_write(Notification)
@@ -308,7 +307,7 @@ def _insert_still_active(
         # Outside a transaction, on PostgreSQL: one statement locks the devices, re-checks them, inserts
         # the rows of those that passed and claims the drain request, and commits by itself
         # (`notifications.locked_insert`). Three round trips fewer than the block below.
-        claimed = locked_insert.insert_locked(planned, owners, db, claim=claim)
+        claimed = locked_insert.insert_locked(planned, users, db, claim=claim)
         if claimed is not None:
             created = [n for n in planned if not n._state.adding]
             skipped += [SkippedDevice(n.device_id, _LEFT_OUT) for n in planned if n._state.adding]
@@ -324,10 +323,9 @@ def _insert_still_active(
     with transaction.atomic(using=db, savepoint=False):
         # Held only for this short block: a concurrent hand-over or deactivation waits for these rows to
         # commit and then ends them, or commits first and its device is left out here. Locked in key order.
-        still = {row[0]: row[5] for row in _active_device_rows(sorted(set(owners.values())), locking=True)}
-        kept = {n.device_id for n in planned if n.device_id in still and still[n.device_id] == owners[n.device_id]}
-        created = [n for n in planned if n.device_id in kept]
-        skipped += [SkippedDevice(n.device_id, _LEFT_OUT) for n in planned if n.device_id not in kept]
+        still = {row[0] for row in _active_device_rows(list(users), locking=True)}
+        created = [n for n in planned if n.device_id in still]
+        skipped += [SkippedDevice(n.device_id, _LEFT_OUT) for n in planned if n.device_id not in still]
         _insert_many(created)
         if created:
             _request_drain_on_commit(db)

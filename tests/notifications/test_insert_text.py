@@ -238,8 +238,7 @@ def test_the_fan_outs_one_statement_stores_the_rows_the_orm_stores_column_by_col
     _insert_many(old, using="default")
     claim = drain_claim_sql(only_if=locked_insert.INSERTED)
     # No request row yet: neither taken nor covered, as the one-row INSERT's claim says then.
-    owners = {d.pk: alice.pk for d in devices}
-    assert locked_insert.insert_locked(new, owners, "default", claim=claim) == (False, False)
+    assert locked_insert.insert_locked(new, [alice.pk], "default", claim=claim) == (False, False)
     for fields, made_old, made_new in zip(shapes, old, new, strict=True):
         stored_old = Notification.objects.values().get(pk=made_old.pk)
         stored_new = Notification.objects.values().get(pk=made_new.pk)
@@ -276,5 +275,5 @@ def test_a_value_too_long_for_its_column_is_refused_by_the_one_statement_as_by_t
     row = Notification(**{**_shapes(device)[0], "device": device, "title": "x" * 201})
     claim = drain_claim_sql(only_if=locked_insert.INSERTED)
     with pytest.raises(DataError), transaction.atomic():
-        locked_insert.insert_locked([row], {device.pk: alice.pk}, "default", claim=claim)
+        locked_insert.insert_locked([row], [alice.pk], "default", claim=claim)
     assert row.pk is None and not Notification.objects.exists()
