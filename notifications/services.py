@@ -124,8 +124,9 @@ def notification_send_to_user(
     A device whose token cannot be sent (a backend no longer configured, a token stored before today's
     checks) is skipped and named in `.skipped` with the reason; the others get theirs. Content that a
     backend refuses (FCM's string-only data, say) is the caller's to fix: a ValidationError, nothing stored.
-    A constant number of statements whatever the number of devices: one read, one short locking read,
-    one INSERT per backend alias at most (see `_insert_many`).
+    A constant number of statements whatever the number of devices: one read, then one statement that
+    locks the devices, inserts their rows and asks for a drain (outside a transaction, on PostgreSQL), or
+    else a short locking read and one INSERT (see `_insert_still_active`).
     """
     user = _saved_user(user, field="user", required=True)
     created, skipped = _FanOut.of(locals()).send({user.pk: user})
@@ -148,7 +149,8 @@ def notification_send_to_users(
 ) -> "BulkSend":
     """Send to every active device of every user in `users` (a queryset, or saved users), `chunk` users at a time.
 
-    Each chunk is its own short transaction with a constant number of statements, and the users are
+    Each chunk is its own short transaction (outside a caller's, on PostgreSQL: one statement after the
+    device read) with a constant number of statements, and the users are
     streamed from the database, so a million devices never make one million-row transaction or list.
     Returns how many notifications were created and which devices were skipped, and why."""
     if isinstance(chunk, bool) or not isinstance(chunk, int) or not 1 <= chunk <= 10_000:
@@ -217,7 +219,8 @@ class _FanOut:
         return cls(**{f.name: arguments[f.name] for f in fields(cls)})
 
     def send(self, users: Mapping[Any, Any]) -> tuple[list[Notification], list["SkippedDevice"]]:
-        """Create the rows for `users` ({pk: user}) in one short transaction; return them and the skipped devices."""
+        """Create the rows for `users` ({pk: user}) in one short transaction (or one statement, see
+        `_insert_still_active`); return them and the skipped devices."""
         devices = _active_device_rows(list(users), locking=False)
         planned, skipped = self._plan(devices, users)
         created = _insert_still_active(planned, users, skipped)
