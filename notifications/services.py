@@ -309,7 +309,7 @@ def _insert_still_active(
     if claim is not None:
         # Outside a transaction, on PostgreSQL: one statement locks the devices, re-checks them, inserts
         # the rows of those that passed and claims the drain request, and commits by itself
-        # (`notifications.locked_insert`). Three round trips fewer than the block below.
+        # (`notifications.locked_insert`): one round trip where the block below and its request take five.
         claimed = locked_insert.insert_locked(planned, users, db, claim=claim)
         if claimed is not None:
             created = [n for n in planned if not n._state.adding]
