@@ -29,9 +29,10 @@ def enqueue_drain() -> bool:
     return jobs.request(drain_request_name(), _DRAIN_TASK, task_name=DRAIN, group="notifications")
 
 
-def drain_claim_sql() -> wake.SlotClaimSQL:
-    """The drain request's slot claim as SQL pieces, for an INSERT that carries it (PostgreSQL, autocommit)."""
-    return wake.slot_claim_sql(drain_request_name())
+def drain_claim_sql(*, only_if: str = "TRUE") -> wake.SlotClaimSQL:
+    """The drain request's slot claim as SQL pieces, for an INSERT that carries it (PostgreSQL, autocommit);
+    `only_if`: a further condition of the claim (`weave.wake.slot_claim_sql`)."""
+    return wake.slot_claim_sql(drain_request_name(), only_if=only_if)
 
 
 def drain_claimed(taken: bool, covered: bool) -> bool:

@@ -13,7 +13,7 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, models, router, transaction
 from django.db.models import signals
 
-from notifications import insert, queue
+from notifications import insert, locked_insert, queue
 from notifications.backends import DEFAULT_ALIAS, PushBackend, backend_configs
 from notifications.backends.options import DataError
 from notifications.backends.registry import backend_class
@@ -124,8 +124,9 @@ def notification_send_to_user(
     A device whose token cannot be sent (a backend no longer configured, a token stored before today's
     checks) is skipped and named in `.skipped` with the reason; the others get theirs. Content that a
     backend refuses (FCM's string-only data, say) is the caller's to fix: a ValidationError, nothing stored.
-    A constant number of statements whatever the number of devices: one read, one short locking read,
-    one INSERT per backend alias at most (see `_insert_many`).
+    A constant number of statements whatever the number of devices: one read, then one statement that
+    locks the devices, inserts their rows and asks for a drain (outside a transaction, on PostgreSQL), or
+    else a short locking read and one INSERT (see `_insert_still_active`).
     """
     user = _saved_user(user, field="user", required=True)
     created, skipped = _FanOut.of(locals()).send({user.pk: user})
@@ -148,7 +149,8 @@ def notification_send_to_users(
 ) -> "BulkSend":
     """Send to every active device of every user in `users` (a queryset, or saved users), `chunk` users at a time.
 
-    Each chunk is its own short transaction with a constant number of statements, and the users are
+    Each chunk is its own short transaction (outside a caller's, on PostgreSQL: one statement after the
+    device read) with a constant number of statements, and the users are
     streamed from the database, so a million devices never make one million-row transaction or list.
     Returns how many notifications were created and which devices were skipped, and why."""
     if isinstance(chunk, bool) or not isinstance(chunk, int) or not 1 <= chunk <= 10_000:
@@ -217,7 +219,8 @@ class _FanOut:
         return cls(**{f.name: arguments[f.name] for f in fields(cls)})
 
     def send(self, users: Mapping[Any, Any]) -> tuple[list[Notification], list["SkippedDevice"]]:
-        """Create the rows for `users` ({pk: user}) in one short transaction; return them and the skipped devices."""
+        """Create the rows for `users` ({pk: user}) in one short transaction (or one statement, see
+        `_insert_still_active`); return them and the skipped devices."""
         devices = _active_device_rows(list(users), locking=False)
         planned, skipped = self._plan(devices, users)
         created = _insert_still_active(planned, users, skipped)
@@ -291,27 +294,44 @@ def _planned_row(
     )  # fmt: skip
 
 
+_LEFT_OUT = "deactivated or registered by another user meanwhile"
+
+
 def _insert_still_active(
     planned: list[Notification], users: Mapping[Any, Any], skipped: list["SkippedDevice"]
 ) -> list[Notification]:
-    """Insert the rows whose device is still active and still theirs; add the others to `skipped`."""
+    """Insert the rows whose device is still active and still theirs; add the others to `skipped`. Each
+    device is locked while its row goes in (see below)."""
     if not planned:
         return []
+    db = router.db_for_write(Notification)
+    claim = _drain_claim_in_statement(db, only_if=locked_insert.INSERTED) if router.db_for_write(Device) == db else None
+    if claim is not None:
+        # Outside a transaction, on PostgreSQL: one statement locks the devices, re-checks them, inserts
+        # the rows of those that passed and claims the drain request, and commits by itself
+        # (`notifications.locked_insert`): one round trip where the block below and its request take five.
+        claimed = locked_insert.insert_locked(planned, users, db, claim=claim)
+        if claimed is not None:
+            created = [n for n in planned if not n._state.adding]
+            skipped += [SkippedDevice(n.device_id, _LEFT_OUT) for n in planned if n._state.adding]
+            if created:
+                queue.drain_claimed(*claimed)  # the rows and the claim committed together: enqueue if it won
+            return created
+    # Inside a caller's transaction the drain claim cannot ride in the INSERT (the request row would stay
+    # locked until the caller commits, and every other sender would wait for it), and on SQLite there is
+    # neither a row lock nor an INSERT inside a WITH; so the locking read stays its own statement right
+    # before the INSERT, and the request is made once, after the commit.
     # No savepoint inside the caller's transaction: nothing below refuses a row (that was `_plan`), so
     # only a database error could end the block early, and it marks the caller's transaction for rollback.
-    with transaction.atomic(using=router.db_for_write(Notification), savepoint=False):
+    with transaction.atomic(using=db, savepoint=False):
         # Held only for this short block: a concurrent hand-over or deactivation waits for these rows to
         # commit and then ends them, or commits first and its device is left out here. Locked in key order.
         still = {row[0] for row in _active_device_rows(list(users), locking=True)}
         created = [n for n in planned if n.device_id in still]
-        skipped += [
-            SkippedDevice(n.device_id, "deactivated or registered by another user meanwhile")
-            for n in planned
-            if n.device_id not in still
-        ]
+        skipped += [SkippedDevice(n.device_id, _LEFT_OUT) for n in planned if n.device_id not in still]
         _insert_many(created)
         if created:
-            _request_drain_on_commit(router.db_for_write(Notification))
+            _request_drain_on_commit(db)
     return created
 
 
@@ -677,7 +697,7 @@ def _insert(
     return notification
 
 
-def _drain_claim_in_statement(db: str) -> SlotClaimSQL | None:
+def _drain_claim_in_statement(db: str, *, only_if: str = "TRUE") -> SlotClaimSQL | None:
     """The drain request's slot claim, to go in the INSERT itself, when that INSERT will commit by itself.
 
     Only outside any transaction (autocommit), on PostgreSQL, on the database the request row lives on:
@@ -690,7 +710,7 @@ def _drain_claim_in_statement(db: str) -> SlotClaimSQL | None:
         return None
     if connection.in_atomic_block or not connection.get_autocommit():
         return None
-    return queue.drain_claim_sql()
+    return queue.drain_claim_sql(only_if=only_if)
 
 
 def _request_drain_on_commit(db: str) -> None:

@@ -156,16 +156,18 @@ class SlotClaimSQL:
     select_params: tuple[Any, ...]
 
 
-def slot_claim_sql(name: str, *, hold: float | None = None, alias: str = "won") -> SlotClaimSQL:
+def slot_claim_sql(name: str, *, hold: float | None = None, alias: str = "won", only_if: str = "TRUE") -> SlotClaimSQL:
     """The PostgreSQL pieces that claim the request slot of `name` inside another statement (`SlotClaimSQL`).
 
-    The request row lives on the default database: the statement must run there. After it committed,
-    hand its two columns to `finish_claim`."""
+    `only_if` is a further condition of the claim, SQL without parameters (the statement's INSERT made a
+    row, say: a slot taken for no work would hold off every request until it lapsed). The request row
+    lives on the default database: the statement must run there. After it committed, hand its two
+    columns to `finish_claim`."""
     from weave.models import WakeRequest
 
     table = connection.ops.quote_name(WakeRequest._meta.db_table)
     return SlotClaimSQL(
-        with_sql=_CLAIM_SLOT_WITH.format(table=table, alias=alias),
+        with_sql=_CLAIM_SLOT_WITH.format(table=table, alias=alias, only_if=only_if),
         with_params=(_hold(hold), name),
         select_sql=_CLAIM_SLOT_COLUMNS.format(table=table, alias=alias),
         select_params=(CHANNEL, ARRIVAL, name),
@@ -192,7 +194,7 @@ def finish_claim(
 _CLAIM_SLOT_WITH = (
     "{alias} AS ("
     " UPDATE {table} SET queued_until = " + postgres_now_plus("%s") + ", requests = requests + 1"
-    " WHERE name = %s AND (queued_until IS NULL OR queued_until <= clock_timestamp()) RETURNING 1)"
+    " WHERE name = %s AND (queued_until IS NULL OR queued_until <= clock_timestamp()) AND ({only_if}) RETURNING 1)"
 )
 _CLAIM_SLOT_COLUMNS = (
     "EXISTS (SELECT 1 FROM {alias}),"

@@ -224,3 +224,56 @@ def test_an_expression_a_pre_save_receiver_sets_is_compiled_by_the_orm(push_sett
     finally:
         pre_save.disconnect(shout, sender=Notification)
     assert Notification.objects.get(pk=created.pk).body == "made in SQL"
+
+
+def test_the_fan_outs_one_statement_stores_the_rows_the_orm_stores_column_by_column(django_user_model):
+    from notifications import locked_insert
+    from notifications.queue import drain_claim_sql
+
+    alice = django_user_model.objects.create_user("alice")
+    devices = [Device.objects.create(user=alice, backend="default", token=f"t{k}") for k in range(4)]
+    shapes = [{**fields, "device": device} for fields, device in zip(_shapes(None), devices, strict=True)]
+    old = [Notification(**fields) for fields in shapes]
+    new = [Notification(**fields) for fields in shapes]  # one statement for all four: the clocks differ by row
+    _insert_many(old, using="default")
+    claim = drain_claim_sql(only_if=locked_insert.INSERTED)
+    # No request row yet: neither taken nor covered, as the one-row INSERT's claim says then.
+    assert locked_insert.insert_locked(new, [alice.pk], "default", claim=claim) == (False, False)
+    for fields, made_old, made_new in zip(shapes, old, new, strict=True):
+        stored_old = Notification.objects.values().get(pk=made_old.pk)
+        stored_new = Notification.objects.values().get(pk=made_new.pk)
+        differ = {"id", "idempotency_key", "created_at"}
+        if isinstance(fields["next_attempt_at"], DbNow):
+            differ |= {"next_attempt_at", "expires_at"}  # the database's clock, read per row
+            assert stored_new["next_attempt_at"] is not None
+            assert (stored_new["expires_at"] is None) == (stored_old["expires_at"] is None)
+        if fields["expires_at"] is not None and isinstance(fields["expires_at"], DbNow):
+            gap = stored_new["expires_at"] - stored_new["next_attempt_at"]
+            assert abs(gap - timedelta(seconds=90)) < timedelta(seconds=1)
+        assert {k: v for k, v in stored_old.items() if k not in differ} == {
+            k: v for k, v in stored_new.items() if k not in differ
+        }
+        assert set(stored_old) == set(stored_new)
+        assert isinstance(stored_new["idempotency_key"], uuid.UUID) and stored_new["created_at"].tzinfo is not None
+        stored = Notification.objects.get(pk=made_new.pk)
+        assert (made_new.next_attempt_at, made_new.expires_at) == (stored.next_attempt_at, stored.expires_at)
+        assert (made_new._state.adding, made_new._state.db) == (False, "default")
+        assert type(made_old.pk) is type(made_new.pk)
+        assert type(made_old.next_attempt_at) is type(made_new.next_attempt_at)
+    # The keys run in the order of the rows given, as the ORM's multi-row INSERT makes them.
+    assert [n.pk for n in new] == sorted(n.pk for n in new)
+
+
+def test_a_value_too_long_for_its_column_is_refused_by_the_one_statement_as_by_the_orm(django_user_model):
+    from django.db import DataError
+
+    from notifications import locked_insert
+    from notifications.queue import drain_claim_sql
+
+    alice = django_user_model.objects.create_user("alice")
+    device = Device.objects.create(user=alice, backend="default", token="t")
+    row = Notification(**{**_shapes(device)[0], "device": device, "title": "x" * 201})
+    claim = drain_claim_sql(only_if=locked_insert.INSERTED)
+    with pytest.raises(DataError), transaction.atomic():
+        locked_insert.insert_locked([row], [alice.pk], "default", claim=claim)
+    assert row.pk is None and not Notification.objects.exists()

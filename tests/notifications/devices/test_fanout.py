@@ -83,6 +83,58 @@ def test_send_to_user__locks_device_rows_only_around_the_insert_and_never_for_up
         assert "FOR " not in sql[0] and locking == [inserts[0] - 1] and len(inserts) == 1
 
 
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_send_to_user__outside_a_transaction_locks_device_rows_only_in_the_insert_and_never_for_update(roomy, user):
+    from datetime import timedelta
+
+    from notifications.queue import drain_request_name
+    from weave.leases import DbNow
+    from weave.models import WakeRequest
+
+    many_devices(user, 40)
+    # A drain is already asked for: the request is covered in the statement, and nothing runs after it.
+    WakeRequest.objects.create(name=drain_request_name(), queued_until=DbNow(timedelta(hours=1)), requests=1)
+
+    with CaptureQueriesContext(connection) as queries:
+        rows = notification_send_to_user(user=user, title="Hi", body="")
+
+    sql = statements(queries)
+    table = f'INSERT INTO "{Notification._meta.db_table}"'
+    assert not any("FOR UPDATE" in s for s in sql), sql
+    locking = [i for i, s in enumerate(sql) if "FOR NO KEY UPDATE" in s]
+    inserts = [i for i, s in enumerate(sql) if table in s]
+    # The first read takes no lock; the one lock is taken in the statement that inserts, which commits by
+    # itself: no BEGIN, no COMMIT, no locking read of its own.
+    assert "FOR " not in sql[0] and locking == inserts == [1] and len(sql) == 2, sql
+    assert sql[1].startswith("WITH locked AS")
+    assert len(rows) == 40 and Notification.objects.filter(status="pending").count() == 40
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_send_to_users__outside_a_transaction_each_chunk_is_its_read_and_one_statement(roomy, django_user_model):
+    from datetime import timedelta
+
+    from notifications.queue import drain_request_name
+    from notifications.services import notification_send_to_users
+    from weave.leases import DbNow
+    from weave.models import WakeRequest
+
+    users = [django_user_model.objects.create_user(f"user-{k}") for k in range(3)]
+    for user in users:
+        many_devices(user, 3)
+    WakeRequest.objects.create(name=drain_request_name(), queued_until=DbNow(timedelta(hours=1)), requests=1)
+
+    with CaptureQueriesContext(connection) as queries:
+        result = notification_send_to_users(users=users, title="Hi", body="", chunk=2)
+
+    sql = statements(queries)
+    assert [s.split(" ", 1)[0] for s in sql] == ["SELECT", "WITH", "SELECT", "WITH"], sql
+    assert result.created == 9 and result.skipped == []
+    assert sorted(Notification.objects.values_list("device__user", flat=True)) == sorted([u.pk for u in users] * 3)
+
+
 def test_send_to_user__an_unsendable_device_is_skipped_with_the_reason_and_the_others_get_theirs(roomy, user):
     good = [
         device_register(user=user, backend="apns", token=APNS),

@@ -121,10 +121,14 @@ def test_deactivate__queued_rows_end_with_the_reason_and_explain_says_so(push_se
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_handover__racing_a_send_to_the_previous_owner_still_ends_its_rows(push_settings, monkeypatch):
-    """The send locks the user's device rows around its insert: a hand-over waits for those rows, then ends them."""
+    """The send locks the user's device rows around its insert: a hand-over waits for those rows, then ends them.
+
+    Inside a caller's transaction, where the locking read is its own statement before `_insert_many`; the
+    one statement outside a transaction is raced in test_fanout_race.py."""
     import threading
 
     from django.contrib.auth import get_user_model
+    from django.db import transaction
 
     from notifications import services
     from tests.threads import run_threads
@@ -143,7 +147,8 @@ def test_handover__racing_a_send_to_the_previous_owner_still_ends_its_rows(push_
 
     def act(name: str) -> None:
         if name == "send":
-            notification_send_to_user(user=alice, title="For alice only", body="")
+            with transaction.atomic():
+                notification_send_to_user(user=alice, title="For alice only", body="")
         else:
             assert locked.wait(10)
             timer = threading.Timer(0.5, go.set)  # lets the hand-over run into the lock, if there is one

@@ -1,0 +1,146 @@
+"""The fan-out's INSERT on PostgreSQL outside a transaction: device locks, rows and drain request in one statement.
+
+`notification_send_to_user(s)` reads the users' devices, plans one row per sendable device, and then must
+insert only the rows whose device is still active and still its user's, holding those device rows while it
+does: a concurrent hand-over or deactivation then either waits for them and ends the new rows, or commits
+first and its device is left out. Outside a transaction that took BEGIN, a locking read, the INSERT and
+COMMIT, then the drain request. Here it is one data-modifying `WITH` that commits by itself:
+
+- `locked` takes the planned devices `FOR NO KEY UPDATE`, in key order, re-checking that each is still
+  active and still belongs to one of the users, as the locking read does inside a transaction (a row
+  another transaction changed is re-read once that one commits, and left out if it no longer matches);
+- the INSERT takes its rows from arrays, one per column (`unnest`), joined to `locked` on the device, so
+  a device that did not pass gets no row;
+- the drain request's slot claim (`weave.wake.slot_claim_sql`), made only if a row was inserted.
+
+The text is made once per process and database alias: the rows travel as arrays, so any number of
+devices is the same text. Values are adapted as `notifications.insert` adapts them for the one-row INSERT
+(`pre_save(add=True)`, then `get_db_prep_save`); a database-clock time is sent as its offset and computed
+by the server per row, as the ORM's statement would. Anything else (a clock expression the ORM must
+compile, a value a `pre_save` made an expression) returns None, and the caller takes the ORM's path.
+"""
+
+import functools
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from django.db import connections
+
+from notifications import insert
+from notifications.models import Device, Notification
+from weave.leases import DbNow
+from weave.leases.clock import postgres_now_plus
+from weave.wake import SlotClaimSQL
+
+_CLOCK_FIELDS = ("next_attempt_at", "expires_at")
+# The condition the drain claim carries here (`queue.drain_claim_sql(only_if=...)`): every device may
+# have been left out, and a slot taken for no rows would hold off the next sender's request.
+INSERTED = "EXISTS (SELECT 1 FROM new)"
+
+
+def _array_type(db_type: str) -> str:
+    # Without the length: an explicit cast to varchar(n) would cut a long value where the column refuses it.
+    return re.sub(r"\(.*?\)", "", db_type) + "[]"
+
+
+@functools.cache
+def _rows_sql(db: str) -> str:
+    """The WITH list's `locked` and `new` elements for `db` (parameters: users, device ids, then the arrays)."""
+    connection = connections[db]
+    qn = connection.ops.quote_name
+    columns = insert.fields()
+    device, notification = Device._meta, Notification._meta
+    device_id, device_user = qn(str(device.pk.column)), qn(str(device.get_field("user").column))
+    device_active = qn(str(device.get_field("active").column))
+    arrays: list[str] = []
+    names: list[str] = []
+    selected: list[str] = []
+    for index, field in enumerate(columns):
+        name = f"c{index}"
+        array = _array_type(str(field.db_type(connection)))
+        if field.name in _CLOCK_FIELDS:
+            # Two arrays: a time given as a value, or the database clock's offset in seconds (NULL: no time).
+            arrays += [f"%s::{array}", "%s::double precision[]"]
+            names += [f"{name}_at", f"{name}_secs"]
+            offset = postgres_now_plus(f"v.{name}_secs")
+            selected.append(f"CASE WHEN v.{name}_secs IS NULL THEN v.{name}_at ELSE {offset} END")
+        else:
+            arrays.append(f"%s::{array}")
+            names.append(name)
+            selected.append(f"v.{name}")
+    device_column = f"c{[f.name for f in columns].index('device')}"
+    returning = [*insert.returned_fields(), notification.get_field("device")]
+    return (
+        # In key order, so two sends to the same users take the locks alike and never deadlock; MATERIALIZED:
+        # the locks are taken by this scan of its own, which the INSERT joins, never folded into that join.
+        f"locked AS MATERIALIZED (SELECT {device_id} AS id FROM {qn(device.db_table)}"
+        f" WHERE {device_active} AND {device_user} = ANY(%s) AND {device_id} = ANY(%s)"
+        f" ORDER BY {device_id} FOR NO KEY UPDATE),"
+        f" new AS (INSERT INTO {qn(notification.db_table)} ({', '.join(qn(str(f.column)) for f in columns)})"
+        f" SELECT {', '.join(selected)}"
+        f" FROM unnest({', '.join(arrays)}) WITH ORDINALITY AS v({', '.join(names)}, ord)"
+        f" JOIN locked ON locked.id = v.{device_column}"
+        f" ORDER BY v.ord RETURNING {', '.join(qn(str(f.column)) for f in returning)})"
+    )
+
+
+def _columns(rows: list[Notification], db: str) -> list[list[Any]] | None:
+    """One list per array of `_rows_sql`, in its order; None when a value needs the ORM's compiler."""
+    connection = connections[db]
+    columns = insert.fields()
+    arrays: list[list[Any]] = []
+    for field in columns:
+        if field.name in _CLOCK_FIELDS:
+            at: list[Any] = []
+            secs: list[float | None] = []
+            for row in rows:
+                value = getattr(row, field.name)
+                if isinstance(value, DbNow):
+                    at.append(None)
+                    secs.append(value.offset_seconds)
+                elif hasattr(value, "as_sql") or hasattr(value, "resolve_expression"):
+                    return None  # a test's fake clock, say: the ORM compiles it
+                else:
+                    at.append(field.get_db_prep_save(field.pre_save(row, add=True), connection=connection))
+                    secs.append(None)
+            arrays += [at, secs]
+            continue
+        values = []
+        for row in rows:
+            # What the compiler does for a plain value: pre_save (the creation time), then get_db_prep_save.
+            value = field.pre_save(row, add=True)
+            if hasattr(value, "resolve_expression"):
+                return None  # an expression (a pre_save receiver's, say): the ORM compiles it
+            values.append(field.get_db_prep_save(value, connection=connection))
+        arrays.append(values)
+    return arrays
+
+
+def insert_locked(
+    rows: list[Notification], users: Iterable[Any], db: str, *, claim: SlotClaimSQL
+) -> tuple[bool, bool] | None:
+    """Insert those of `rows` whose device is still active and still belongs to one of `users` (keys), locking
+    those devices while the statement runs, and claim the drain request in the same statement (autocommit,
+    PostgreSQL).
+
+    Sets the key and clock times of each row inserted (the others stay unsaved) and returns the claim's
+    (taken, covered), both False when no row was inserted: made with `only_if=INSERTED`, the claim then
+    touches no slot. None: nothing was run, the caller takes the ORM's path."""
+    if not rows or connections[db].vendor != "postgresql":
+        return None
+    arrays = _columns(rows, db)
+    if arrays is None:
+        return None
+    devices = list({row.device_id for row in rows})
+    sql = f"WITH {_rows_sql(db)}, {claim.with_sql} SELECT new.*, {claim.select_sql} FROM new"
+    params = [list(users), devices, *arrays, *claim.with_params, *claim.select_params]
+    with connections[db].cursor() as cursor:
+        cursor.execute(sql, params)
+        returned = cursor.fetchall()
+    by_device = {row.device_id: row for row in rows}
+    for values in returned:
+        insert.saved(by_device[values[3]], db, values)
+    if not returned:
+        return False, False
+    return bool(returned[0][4]), bool(returned[0][5])
