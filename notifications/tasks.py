@@ -8,7 +8,7 @@ from notifications.backends import backend_problems
 from notifications.delivery import drain as run_drain
 from notifications.delivery.worker import DeliveryReport, Lingering
 from notifications.models import Notification
-from weave import jobs, wake
+from weave import heap, jobs, wake
 from weave.conf import weave_settings
 
 
@@ -95,6 +95,9 @@ def warm_up(**_signal: Any) -> None:
     Nothing is built or connected here: backends belong to the drain's own event loop.
     """
     backend_problems()  # imports each configured backend class; a problem is the drain's (and the checks') to report
+    # What these imports made lives as long as the process: out of the collector's way too (weave.heap).
+    # No collection here: `weave.heap.settle_after_spawn` makes the one collection of the start.
+    heap.settle(collect=False)
 
 
 def sweep() -> dict[str, Any]:

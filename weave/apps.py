@@ -68,6 +68,10 @@ class WeaveConfig(AppConfig):
 
             # ... and reports what it runs with, for the dashboard and weave_tune (weave.reports).
             post_spawn.connect(start_reporter, dispatch_uid="weave.reports.reporter")
+            from weave.heap import settle_after_spawn
+
+            # ... and sets its long-lived heap aside from the garbage collector (weave.heap).
+            post_spawn.connect(settle_after_spawn, dispatch_uid="weave.heap.settle")
 
 
 def _uses_weave_tasks() -> bool:
