@@ -278,6 +278,7 @@ def test_statement_cursor__on_a_site_that_binds_on_the_server_already():
             with statement_cursor(site, server_bound=True) as cursor:
                 cursor.execute("SELECT %s::bigint[], %s::text[]", [[1, None, 2**62], ["it's", None]])
                 assert cursor.fetchone() == ([1, None, 2**62], ["it's", None])
+        site.connection.prepare_threshold = None  # or the count's own statement would be prepared
         with site.cursor() as cursor:
             assert not isinstance(cursor.cursor, psycopg.ClientCursor)  # the site's own cursors bind on the server
             cursor.execute("SELECT count(*) FROM pg_prepared_statements")
