@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import psycopg
 import pytest
-from django.db import DataError, connection, connections
+from django.db import DataError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from tests.leasetest.models import Job, Receipt, Sample
@@ -149,9 +149,10 @@ def test_release_each__server_bound_guard_refuses_a_stale_lease_and_keeps_the_ne
 
 def test_release_each__a_nul_in_text_is_a_database_error_and_changes_nothing(clock):
     pks, batch = _claimed(1, clock)
-    with pytest.raises(DataError):  # a DatabaseError: the completer's row-by-row fallback catches it
+    # A DatabaseError, in the finish's transaction as the completer runs it: its row-by-row fallback catches it.
+    with pytest.raises(DataError), transaction.atomic():
         Sample.objects.release_each([(batch.lease(pks[0]), {"text": "a\x00b"})], clock=clock)
-    assert _stored(pks)[0][:1] == ("me",)
+    assert Sample.objects.values_list("owner", "text").get(pk=pks[0]) == ("me", "before")  # still held, unwritten
 
 
 @pytest.mark.parametrize("clock", [FakeClock(), DatabaseClock()], ids=["fake_clock", "database_clock"])
@@ -194,35 +195,29 @@ def test_insert_receipts__a_json_column_takes_the_client_bound_values_form():
     ]
 
 
-def test_server_bound_statements__execute_wrappers_see_them_and_the_raw_cursor_binds_on_the_server(clock):
+def test_server_bound_statements__execute_wrappers_see_them_and_the_arrays_travel_binary(clock):
     pks, batch = _claimed(2, clock)
     job = Job.objects.create()
     seen = []
 
     def record(execute, sql, params, many, context):
-        seen.append((sql, params, type(context["cursor"].cursor)))
-        return execute(sql, params, many, context)
+        raw = context["cursor"].cursor
+        result = execute(sql, params, many, context)
+        seen.append((sql, params, type(raw), list(raw._query.formats)))  # what psycopg sent, per parameter
+        return result
 
+    receipt = {"job": job.pk, "owner": "me", "fence": 1, "outcome": "ok", "finished_at": clock.now(), "retry_at": None}
     with connection.execute_wrapper(record):
         Sample.objects.release_each([(batch.lease(pk), {"name": "done"}) for pk in pks], clock=clock)
-        insert_receipts(
-            Receipt,
-            [
-                {
-                    "job": job.pk,
-                    "owner": "me",
-                    "fence": 1,
-                    "outcome": "ok",
-                    "finished_at": clock.now(),
-                    "retry_at": None,
-                }
-            ],
-        )
+        insert_receipts(Receipt, [receipt])
     update, insert = seen
     assert update[0].startswith("UPDATE") and insert[0].startswith("INSERT")
     assert update[1][0] == pks  # the keys' array, as a list: not quoted into the text
-    for _, _, kind in seen:
+    for _, params, kind, formats in seen:
         assert issubclass(kind, psycopg.Cursor) and not issubclass(kind, psycopg.ClientCursor)
+        for value, sent in zip(params, formats, strict=True):
+            if isinstance(value, list) and any(v is not None for v in value):
+                assert sent == psycopg.pq.Format.BINARY, value
 
 
 def test_server_bound_statements__never_make_a_named_prepared_statement(clock):

@@ -3,8 +3,8 @@
 Django's psycopg 3 backend binds on the client unless OPTIONS["server_side_binding"] is set: psycopg
 turns every parameter into SQL literal text in Python before the statement goes out. For the lease
 core's group statements, whose parameters are arrays of a whole group's values, that quoting was a
-large share of a drain's completer CPU (docs/performance.md). Sent apart (psycopg's binary or text format per value),
-the server parses the arrays itself.
+large share of a drain's completer CPU (docs/performance.md). Sent apart, and lists in PostgreSQL's
+binary array format, each element is converted by psycopg's C dumpers and nothing is quoted.
 
 Only statements whose every parameter the SQL casts to its type (or that the lease core built itself:
 the arrays of `bulk`, the clock's "now") go this way: with client-side binding PostgreSQL sees
@@ -65,10 +65,19 @@ def _unprepared_cursor_class() -> Any:
     base = _postgresql_base()
     if not base.is_psycopg3:
         return None
+    from psycopg.types.array import ListBinaryDumper
 
     server_binding: Any = base.ServerBindingCursor
 
     class UnpreparedCursor(server_binding):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            # Lists go as binary arrays (on this cursor only). psycopg's default for a list is the text
+            # form, quoted element by element in Python: sent apart in text, the arrays would have cost
+            # nearly what quoting them into the SQL did. A list of only NULLs, or an empty one, still
+            # goes as text of unknown type; the SQL's cast types it.
+            self.adapters.register_dumper(list, ListBinaryDumper)
+
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
             # Never a named prepared statement, whatever prepare_threshold says (see the module's docstring).
             return super().execute(query, params, **{**kwargs, "prepare": False})
