@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import psycopg
 import pytest
-from django.db import DataError, connection, connections, transaction
+from django.db import DataError, connection, connections, models, transaction
 from django.test.utils import CaptureQueriesContext
 
 from tests.leasetest.models import Job, Receipt, Sample
@@ -23,6 +23,13 @@ pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 TTL = 30
 SAMPLED = ["small", "pos_small", "integer", "pos_int", "big", "pos_big", "flag", "name", "text", "when", "ratio"]
 INDIA = timezone(timedelta(hours=5, minutes=30))
+
+
+class Word(models.TextChoices):
+    """A choice is a str subclass (and an Enum): it must travel as its value, beside plain strings."""
+
+    NULL = "NULL", "the word NULL"
+
 
 # One row per trap: type limits, NULLs between values, quotes and backslashes, words the array text
 # format treats specially, unicode beyond the BMP, an aware time in another zone, a float at its edges.
@@ -62,7 +69,7 @@ ADVERSARIAL = [
         "big": None,
         "pos_big": 9,
         "flag": None,
-        "name": "NULL",
+        "name": Word.NULL,
         "text": '"NULL"',
         "when": None,
         "ratio": -0.5,
