@@ -13,7 +13,6 @@ import psycopg
 import pytest
 from django.db import connection, transaction
 from django.db.models.sql import InsertQuery
-from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from django_q.models import OrmQ
 
@@ -103,14 +102,6 @@ def test_a_row_made_this_way_is_the_row_the_orm_makes_column_by_column(django_us
             assert (made.next_attempt_at, made.expires_at) == (stored.next_attempt_at, stored.expires_at)
             assert (made._state.adding, made._state.db) == (False, "default")
         assert type(old.pk) is type(new.pk) and type(old.next_attempt_at) is type(new.next_attempt_at)
-
-
-def test_the_insert_goes_server_bound_and_query_logging_still_sees_it():
-    """Its values travel apart from the text (weave.leases.binding): no literal quoting in this process."""
-    with CaptureQueriesContext(connection) as queries:
-        assert insert.insert(Notification(**_shapes(None)[3]), "default") == (False, False)
-    [logged] = queries.captured_queries
-    assert logged["sql"].startswith("INSERT") and "$1" in logged["sql"] and "token-1" not in logged["sql"]
 
 
 def test_a_clock_the_orm_must_compile_is_left_to_the_orm(clock):
