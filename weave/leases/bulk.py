@@ -13,7 +13,8 @@ and rendered by one of two renderers:
 
 The arrays form's SQL text depends only on which fields are written, never on how many rows: psycopg
 reuses its parsed form and the worker builds no per-row SQL. The clock's "now" goes into the same SQL
-(the database clock, or a FakeClock's literal).
+(the database clock, or a FakeClock's literal). Its arrays are sent apart from the text, in binary
+(`Statement.server_bound`, `weave.leases.binding`): quoting them into it cost the worker more.
 """
 
 from collections.abc import Callable, Mapping, Sequence
@@ -350,7 +351,11 @@ def insert_sql(
         selected = [arrays.add(column) for column in columns]
         if all(select is not None for select in selected):
             source, params = arrays.from_sql()
-            return [Statement(f"{head} SELECT {', '.join(cast(list[str], selected))} FROM {source}", params, True)]
+            return [
+                Statement(
+                    f"{head} SELECT {', '.join(cast(list[str], selected))} FROM {source}", params, server_bound=True
+                )
+            ]
     cells = _Cells(model, connection, using)
     limit = connection.features.max_query_params or 65535
     chunk = max(1, limit // (2 * len(columns)))  # a clock cell may carry a parameter or two
