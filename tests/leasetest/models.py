@@ -24,3 +24,22 @@ class Receipt(models.Model):
 
     def __str__(self) -> str:
         return f"receipt {self.fence} of job {self.job_id}"
+
+
+class Sample(LeasedModel):
+    """A row with a column of every type the group statements send as an array (and JSON, which they don't)."""
+
+    id = models.AutoField(primary_key=True)  # Job's key is a BigAutoField: both key types travel
+    small = models.SmallIntegerField(null=True)
+    pos_small = models.PositiveSmallIntegerField(null=True)
+    integer = models.IntegerField(null=True)
+    pos_int = models.PositiveIntegerField(null=True)
+    big = models.BigIntegerField(null=True)
+    pos_big = models.PositiveBigIntegerField(null=True)
+    flag = models.BooleanField(null=True)
+    name = models.CharField(max_length=50, null=True)  # noqa: DJ001 - NULL and "" must both round-trip
+    text = models.TextField(null=True)  # noqa: DJ001 - NULL and "" must both round-trip
+    when = models.DateTimeField(null=True)
+    ratio = models.FloatField(null=True)
+    data = models.JSONField(null=True)
+    job = models.ForeignKey(Job, null=True, on_delete=models.SET_NULL)

@@ -41,6 +41,10 @@ def _shapes(device: Device | None) -> list[dict]:
             "data": {"a": "1", "nested": {"ü": [1, 2.5, None, True]}}, "options": {"badge": 3, "sound": "ping"},
             "next_attempt_at": SEND_AT, "expires_at": None,
         },
+        {
+            **base, "title": "it's \"quoted\" \\ back\\slash \U0001f600", "body": "line\nnext\t{} NULL, \\N",
+            "collapse_key": "", "data": {"q": "it's", "b": "\\"}, "next_attempt_at": DbNow(), "expires_at": None,
+        },
     ]  # fmt: skip
 
 

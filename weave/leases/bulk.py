@@ -13,12 +13,13 @@ and rendered by one of two renderers:
 
 The arrays form's SQL text depends only on which fields are written, never on how many rows: psycopg
 reuses its parsed form and the worker builds no per-row SQL. The clock's "now" goes into the same SQL
-(the database clock, or a FakeClock's literal).
+(the database clock, or a FakeClock's literal). Its arrays are sent apart from the text, in binary
+(`Statement.server_bound`, `weave.leases.binding`): quoting them into it cost the worker more.
 """
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias, cast
+from typing import Any, NamedTuple, TypeAlias, cast
 
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -33,6 +34,20 @@ Field: TypeAlias = "models.Field[Any, Any]"  # a string: Field is generic only i
 Sql: TypeAlias = tuple[str, list[Any]]
 
 _ABSENT = object()  # a row that does not write this field: it keeps its value
+
+
+class Statement(NamedTuple):
+    """One statement to run, and whether every one of its parameters is typed by the lease core.
+
+    `server_bound`: the arrays form, each array cast to its column's type in the SQL and the clock's
+    "now" one of the core's own (DbNow's seconds, a FakeClock's datetime), so sending the values apart
+    from the text (`binding.statement_cursor`) stores exactly what client-side quoting would. The
+    values form can carry a caller's expression, whose parameters PostgreSQL might type otherwise.
+    """
+
+    sql: str
+    params: list[Any]
+    server_bound: bool = False
 
 
 def _field(model: type[models.Model], name: str) -> Field:
@@ -294,14 +309,21 @@ def finish_sql(
     using: str,
     rows: Sequence[tuple[Lease, Mapping[str, Any]]],
     clock: Clock,
-) -> Sql:
+) -> Statement:
     """Return one statement releasing every row of `rows` still held by its lease, writing its fields."""
     plan = FinishPlan.build(model, rows)
     if connection.vendor == "postgresql":
         arrays = render_arrays(plan, connection, using, clock)
         if arrays is not None:
-            return arrays
-    return render_values(plan, connection, using, clock)
+            return Statement(*arrays, server_bound=_core_clock(clock))
+    return Statement(*render_values(plan, connection, using, clock))
+
+
+def _core_clock(clock: Clock) -> bool:
+    # The clocks whose "now" the core compiles itself: DbNow (a float of seconds) and a FakeClock's
+    # Value (a datetime). Another clock's expression may carry parameters only its author can type.
+    now = clock.now()
+    return type(now) is DbNow or type(now) is Value
 
 
 # --- a multi-row insert ---------------------------------------------------------------------------------
@@ -313,7 +335,7 @@ def insert_sql(
     using: str,
     rows: Sequence[Mapping[str, Any]],
     names: Sequence[str],
-) -> list[Sql]:
+) -> list[Statement]:
     """Return the statements inserting `rows` (each maps every one of `names` to a value or clock expression).
 
     PostgreSQL: one `INSERT ... SELECT FROM unnest(...)` whose text never changes with the row count.
@@ -329,7 +351,11 @@ def insert_sql(
         selected = [arrays.add(column) for column in columns]
         if all(select is not None for select in selected):
             source, params = arrays.from_sql()
-            return [(f"{head} SELECT {', '.join(cast(list[str], selected))} FROM {source}", params)]
+            return [
+                Statement(
+                    f"{head} SELECT {', '.join(cast(list[str], selected))} FROM {source}", params, server_bound=True
+                )
+            ]
     cells = _Cells(model, connection, using)
     limit = connection.features.max_query_params or 65535
     chunk = max(1, limit // (2 * len(columns)))  # a clock cell may carry a parameter or two
@@ -337,5 +363,5 @@ def insert_sql(
     for start in range(0, len(rows), chunk):
         part = [Column(c.alias, c.field, c.values[start : start + chunk]) for c in columns]
         values_sql, params = cells.values_sql(part)
-        statements.append((f"{head} VALUES {values_sql}", params))
+        statements.append(Statement(f"{head} VALUES {values_sql}", params))
     return statements

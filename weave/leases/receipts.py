@@ -12,6 +12,7 @@ from typing import Any
 
 from django.db import connections, models, router
 
+from weave.leases.binding import statement_cursor
 from weave.leases.bulk import insert_sql
 
 
@@ -28,7 +29,8 @@ def insert_receipts(model: type[models.Model], rows: Sequence[Mapping[str, Any]]
         raise ValueError("insert_receipts: every row must name the same fields, in the same order.")
     alias = using or router.db_for_write(model)
     connection = connections[alias]
-    with connection.cursor() as cursor:
-        for sql, params in insert_sql(model, connection, alias, rows, names):
-            cursor.execute(sql, params)
+    for statement in insert_sql(model, connection, alias, rows, names):
+        # The arrays form is sent server-bound: its values are not quoted into SQL text (weave.leases.binding).
+        with statement_cursor(connection, server_bound=statement.server_bound) as cursor:
+            cursor.execute(statement.sql, statement.params)
     return len(rows)

@@ -1,0 +1,102 @@
+"""A cursor that sends a statement's parameters apart from its text (server-side binding), for hot statements.
+
+Django's psycopg 3 backend binds on the client unless OPTIONS["server_side_binding"] is set: psycopg
+turns every parameter into SQL literal text in Python before the statement goes out. For the lease
+core's group statements, whose parameters are arrays of a whole group's values, that quoting was a
+large share of a drain's completer CPU (docs/performance.md). Sent apart, and lists in PostgreSQL's
+binary array format, each element is converted by psycopg's C dumpers and nothing is quoted.
+
+Only statements whose every parameter the SQL casts to its type (or that the lease core built itself:
+the arrays of `bulk`, the clock's "now") go this way: with client-side binding PostgreSQL sees
+literals, with server-side binding typed or unknown parameters, and an expression of the caller's
+could resolve differently. Everything else, and every other database, keeps `connection.cursor()`.
+
+What stays as it was:
+- Named prepared statements are never made (`prepare=False` on every execute): psycopg would prepare
+  a statement after `prepare_threshold` runs if a site set one, and a pooler in transaction mode
+  (pgbouncer) hands the next transaction to a server that has never seen it. An unnamed statement
+  lives for one round trip only, which any pooler passes.
+- The cursor is wrapped the way `connection.cursor()` wraps its own (`make_cursor`, or
+  `make_debug_cursor` when queries are logged), so `execute_wrapper`s, query logging and counting
+  (`CaptureQueriesContext`) see every statement. The logged text has `$1`-style placeholders: what
+  was sent; the values are in the log record's `params`.
+- Where something replaced `connection.cursor` on the connection itself (django-debug-toolbar does, to
+  record each query), that is used instead: it records what it knows how to, and only the speed-up is
+  lost, in development.
+"""
+
+import functools
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
+from django.utils.asyncio import async_unsafe
+
+
+@async_unsafe
+def statement_cursor(connection: BaseDatabaseWrapper, *, server_bound: bool) -> CursorWrapper:
+    """A Django cursor of `connection`; with `server_bound` on PostgreSQL, one that binds on the server.
+
+    `server_bound` says the caller's SQL types every parameter itself (a cast, or a value whose Python
+    type names its SQL type); the caller closes the cursor (use it in a `with`).
+    """
+    if not server_bound or connection.vendor != "postgresql" or "cursor" in vars(connection):
+        return connection.cursor()
+    factory = _unprepared_cursor_class()
+    if factory is None:
+        return connection.cursor()
+    # What BaseDatabaseWrapper._cursor() does before it wraps its cursor.
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        raw = factory(connection.connection)
+        _load_times_in(connection, raw)
+    connection.validate_thread_sharing()
+    if connection.queries_logged:
+        return connection.make_debug_cursor(raw)
+    return connection.make_cursor(raw)
+
+
+@functools.cache
+def _unprepared_cursor_class() -> Any:
+    """Django's server-binding psycopg cursor that never prepares; None under psycopg 2.
+
+    Imported here, not at the top: a site on SQLite need not have psycopg installed."""
+    base = _postgresql_base()
+    if not base.is_psycopg3:
+        return None
+    from psycopg.types.array import ListBinaryDumper
+
+    server_binding: Any = base.ServerBindingCursor
+
+    class UnpreparedCursor(server_binding):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            # Lists go as binary arrays (on this cursor only). psycopg's default for a list is the text
+            # form, quoted element by element in Python: sent apart in text, the arrays would have cost
+            # nearly what quoting them into the SQL did. A list of only NULLs, or an empty one, still
+            # goes as text of unknown type; the SQL's cast types it.
+            self.adapters.register_dumper(list, ListBinaryDumper)
+
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            # Never a named prepared statement, whatever prepare_threshold says (see the module's docstring).
+            return super().execute(query, params, **{**kwargs, "prepare": False})
+
+    return UnpreparedCursor
+
+
+def _load_times_in(connection: Any, cursor: Any) -> None:
+    # The same check as the backend's create_cursor(): times come back in the connection's time zone.
+    from psycopg.pq import Format
+
+    base = _postgresql_base()
+    loader = connection.connection.adapters.get_loader(base.TIMESTAMPTZ_OID, Format.TEXT)
+    if connection.timezone != loader.timezone:
+        base.register_tzloader(connection.timezone, cursor)
+
+
+def _postgresql_base() -> Any:
+    # Any: django-stubs leave out the backend's psycopg 3 names (ServerBindingCursor, TIMESTAMPTZ_OID, ...).
+    from django.db.backends.postgresql import base
+
+    return base
