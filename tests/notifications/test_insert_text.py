@@ -235,10 +235,11 @@ def test_the_fan_outs_one_statement_stores_the_rows_the_orm_stores_column_by_col
     from notifications.queue import drain_claim_sql
 
     alice = django_user_model.objects.create_user("alice")
-    devices = [Device.objects.create(user=alice, backend="default", token=f"t{k}") for k in range(4)]
-    shapes = [{**fields, "device": device} for fields, device in zip(_shapes(None), devices, strict=True)]
+    kinds = _shapes(None)
+    devices = [Device.objects.create(user=alice, backend="default", token=f"t{k}") for k in range(len(kinds))]
+    shapes = [{**fields, "device": device} for fields, device in zip(kinds, devices, strict=True)]
     old = [Notification(**fields) for fields in shapes]
-    new = [Notification(**fields) for fields in shapes]  # one statement for all four: the clocks differ by row
+    new = [Notification(**fields) for fields in shapes]  # one statement for all of them: the clocks differ by row
     _insert_many(old, using="default")
     claim = drain_claim_sql(only_if=locked_insert.INSERTED)
     # No request row yet: neither taken nor covered, as the one-row INSERT's claim says then.
