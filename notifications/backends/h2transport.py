@@ -555,11 +555,19 @@ class H2Client:
             # Single flight: every sender waiting for this origin shares one connect.
             task = asyncio.ensure_future(self._open(origin, progress))
             self._connecting[origin] = task
-            task.add_done_callback(lambda _: self._connecting.pop(origin, None))
+            task.add_done_callback(lambda done: self._connect_ended(origin, done))
         else:
             progress.at("waiting for the connection to be ready")
         # shield: one sender's deadline must not cancel the connect the others wait for
         return await asyncio.shield(task)
+
+    def _connect_ended(self, origin: tuple[str, int], task: "asyncio.Task[_Connection]") -> None:
+        self._connecting.pop(origin, None)
+        # Retrieved here: when every sender waiting for it gave up first (their deadlines), a failed connect
+        # would otherwise be logged as "Task exception was never retrieved" whenever the collector frees
+        # it, from inside whatever code the process happens to be running then.
+        if not task.cancelled():
+            task.exception()
 
     async def _open(self, origin: tuple[str, int], progress: Any) -> _Connection:
         host, port = origin

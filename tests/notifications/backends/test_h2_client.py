@@ -343,3 +343,41 @@ def test_a_graceful_goaway__the_streams_below_it_are_still_answered_and_the_rest
     assert {(r.outcome, r.sent) for r in rest} == {(Outcome.TEMPORARY, False)}
     assert all("GOAWAY" in r.reason and "not processed" in r.reason for r in rest)
     assert_truthful(apns, tokens, results)
+
+
+class _Progress:
+    def at(self, phase: str) -> None:
+        pass
+
+    def mark_sent(self) -> None:
+        pass
+
+
+def test_a_connect_every_sender_gave_up_on_leaves_no_exception_unretrieved():
+    # The sender's own deadline ends first; the shared connect (shielded from it) fails later, with no
+    # one awaiting it. Unretrieved, its exception was logged whenever the collector freed the task,
+    # from inside whatever the process was running then.
+    import gc
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        reported: list[dict] = []
+        loop.set_exception_handler(lambda _, context: reported.append(context))
+        server = await asyncio.start_server(lambda r, w: r.read(), "127.0.0.1", 0)  # TCP, never any TLS
+        port = server.sockets[0].getsockname()[1]
+        client = H2Client(connect_timeout=0.3)
+        try:
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.05):
+                    await client.exchange("POST", f"https://127.0.0.1:{port}/x", [], b"", cap=100, progress=_Progress())
+            await asyncio.sleep(0.6)  # the connect's own timeout passes: it fails, awaited by nobody
+            gc.collect()
+            await asyncio.sleep(0)
+        finally:
+            await client.aclose()
+            server.close()
+        return reported
+
+    reported = run(scenario())
+
+    assert [c for c in reported if "never retrieved" in str(c.get("message"))] == []
