@@ -345,7 +345,9 @@ def test_a_graceful_goaway__the_streams_below_it_are_still_answered_and_the_rest
     assert_truthful(apns, tokens, results)
 
 
-class _Progress:
+class _Unheard:
+    """A request's progress nobody listens to."""
+
     def at(self, phase: str) -> None:
         pass
 
@@ -369,7 +371,7 @@ def test_a_connect_every_sender_gave_up_on_leaves_no_exception_unretrieved():
         try:
             with pytest.raises(TimeoutError):
                 async with asyncio.timeout(0.05):
-                    await client.exchange("POST", f"https://127.0.0.1:{port}/x", [], b"", cap=100, progress=_Progress())
+                    await client.exchange("POST", f"https://127.0.0.1:{port}/x", [], b"", cap=100, progress=_Unheard())
             await asyncio.sleep(0.6)  # the connect's own timeout passes: it fails, awaited by nobody
             gc.collect()
             await asyncio.sleep(0)
