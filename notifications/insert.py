@@ -27,7 +27,7 @@ from notifications.models import Notification
 from weave.leases import DbNow
 from weave.wake import SlotClaimSQL
 
-_CLOCK_FIELDS = ("next_attempt_at", "expires_at")  # the only columns a new row may set by an expression
+CLOCK_FIELDS = ("next_attempt_at", "expires_at")  # the only columns a new row may set by an expression
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,21 @@ def returned_fields() -> list[Field]:  # type: ignore[type-arg]
     return [meta.pk, meta.get_field("next_attempt_at"), meta.get_field("expires_at")]
 
 
+def compiled_by_orm(value: Any) -> bool:
+    """Whether `value` is an expression only the ORM's compiler can turn into SQL (a test's fake clock, a
+    `pre_save` receiver's expression): the caller then takes the ORM's path."""
+    return hasattr(value, "as_sql") or hasattr(value, "resolve_expression")
+
+
+def adapted(field: Field, notification: Notification, connection: Any) -> tuple[bool, Any]:  # type: ignore[type-arg]
+    """What the compiler sends for a plain value of `field`: `pre_save` (the creation time), then
+    `get_db_prep_save`. (True, value), or (False, None) when `pre_save` gave an expression."""
+    value = field.pre_save(notification, add=True)
+    if compiled_by_orm(value):
+        return False, None
+    return True, field.get_db_prep_save(value, connection=connection)
+
+
 def saved(notification: Notification, db: str, returned: Any) -> None:
     """Set what the INSERT returned (`returned_fields()` order) on `notification`, now stored on `db`."""
     notification.pk, notification.next_attempt_at, notification.expires_at = returned[0], returned[1], returned[2]
@@ -56,7 +71,7 @@ def saved(notification: Notification, db: str, returned: Any) -> None:
 
 @functools.cache
 def _text(db: str, clock_placeholders: tuple[str, ...]) -> _Text | None:
-    """The INSERT for `db` with the clock columns' placeholders `clock_placeholders` (in `_CLOCK_FIELDS`
+    """The INSERT for `db` with the clock columns' placeholders `clock_placeholders` (in `CLOCK_FIELDS`
     order); None when the ORM would build something else (then the caller uses the ORM)."""
     connection = connections[db]
     ops: Any = connection.ops  # PostgreSQL's operations (return_insert_columns is not on the base class)
@@ -68,7 +83,7 @@ def _text(db: str, clock_placeholders: tuple[str, ...]) -> _Text | None:
     # The ORM applies these to the values RETURNING gives; there are none on PostgreSQL for these columns.
     if any(ops.get_db_converters(f.get_col(meta.db_table)) or f.get_db_converters(connection) for f in returning):
         return None
-    by_name = dict(zip(_CLOCK_FIELDS, clock_placeholders, strict=True))
+    by_name = dict(zip(CLOCK_FIELDS, clock_placeholders, strict=True))
     placeholders = [by_name.get(f.name, "%s") for f in columns]
     qn = ops.quote_name
     returning_sql, returning_params = ops.return_insert_columns(returning)
@@ -93,14 +108,14 @@ def insert_sql(notification: Notification, db: str) -> tuple[str, list[Any]] | N
         return None
     clock_sql: list[str] = []
     clock_params: dict[str, tuple[Any, ...]] = {}
-    for name in _CLOCK_FIELDS:
+    for name in CLOCK_FIELDS:
         value = getattr(notification, name)
         if isinstance(value, DbNow):
             sql, params = value.as_postgresql(cast(Any, None), connection)  # uses neither compiler nor query
             clock_sql.append(sql)
             clock_params[name] = tuple(params)
-        elif hasattr(value, "as_sql") or hasattr(value, "resolve_expression"):
-            return None  # a test's fake clock, say: the ORM compiles it
+        elif compiled_by_orm(value):
+            return None
         else:
             clock_sql.append("%s")
     text = _text(db, tuple(clock_sql))
@@ -111,11 +126,10 @@ def insert_sql(notification: Notification, db: str) -> tuple[str, list[Any]] | N
         if field.name in clock_params:
             values += clock_params[field.name]
         else:
-            # What the compiler does for a plain value: pre_save (the creation time), then get_db_prep_save.
-            value = field.pre_save(notification, add=True)
-            if hasattr(value, "resolve_expression"):
-                return None  # an expression (a pre_save receiver's, say): the ORM compiles it
-            values.append(field.get_db_prep_save(value, connection=connection))
+            plain, value = adapted(field, notification, connection)
+            if not plain:
+                return None
+            values.append(value)
     return text.insert_sql, values
 
 

@@ -33,7 +33,6 @@ from weave.leases import DbNow
 from weave.leases.clock import postgres_now_plus
 from weave.wake import SlotClaimSQL
 
-_CLOCK_FIELDS = ("next_attempt_at", "expires_at")
 # The condition the drain claim carries here (`queue.drain_claim_sql(only_if=...)`): every device may
 # have been left out, and a slot taken for no rows would hold off the next sender's request.
 INSERTED = "EXISTS (SELECT 1 FROM new)"
@@ -59,7 +58,7 @@ def _rows_sql(db: str) -> str:
     for index, field in enumerate(columns):
         name = f"c{index}"
         array = _array_type(str(field.db_type(connection)))
-        if field.name in _CLOCK_FIELDS:
+        if field.name in insert.CLOCK_FIELDS:
             # Two arrays: a time given as a value, or the database clock's offset in seconds (NULL: no time).
             arrays += [f"%s::{array}", "%s::double precision[]"]
             names += [f"{name}_at", f"{name}_secs"]
@@ -91,7 +90,7 @@ def _columns(rows: list[Notification], db: str) -> list[list[Any]] | None:
     columns = insert.fields()
     arrays: list[list[Any]] = []
     for field in columns:
-        if field.name in _CLOCK_FIELDS:
+        if field.name in insert.CLOCK_FIELDS:
             at: list[Any] = []
             secs: list[float | None] = []
             for row in rows:
@@ -99,20 +98,22 @@ def _columns(rows: list[Notification], db: str) -> list[list[Any]] | None:
                 if isinstance(value, DbNow):
                     at.append(None)
                     secs.append(value.offset_seconds)
-                elif hasattr(value, "as_sql") or hasattr(value, "resolve_expression"):
-                    return None  # a test's fake clock, say: the ORM compiles it
-                else:
-                    at.append(field.get_db_prep_save(field.pre_save(row, add=True), connection=connection))
-                    secs.append(None)
+                    continue
+                if insert.compiled_by_orm(value):
+                    return None
+                plain, value = insert.adapted(field, row, connection)
+                if not plain:
+                    return None
+                at.append(value)
+                secs.append(None)
             arrays += [at, secs]
             continue
         values = []
         for row in rows:
-            # What the compiler does for a plain value: pre_save (the creation time), then get_db_prep_save.
-            value = field.pre_save(row, add=True)
-            if hasattr(value, "resolve_expression"):
-                return None  # an expression (a pre_save receiver's, say): the ORM compiles it
-            values.append(field.get_db_prep_save(value, connection=connection))
+            plain, value = insert.adapted(field, row, connection)
+            if not plain:
+                return None
+            values.append(value)
         arrays.append(values)
     return arrays
 

@@ -58,7 +58,7 @@ class CircuitBreaker:
     hold_until: float = 0.0  # monotonic time the current hold ends
     probing: bool = False  # a half-open probe is out
     answers: deque[bool] = field(default_factory=deque)  # True: a failure
-    incidents: deque[str] = field(default_factory=deque)  # the incidents of the failures in `answers`
+    incidents: deque[str] = field(default_factory=deque)  # incidents already counted (the last `window`)
 
     def allows(self, now: float) -> str:
         """Whether a row of this scope may start now: "go", "probe" (the one a half-open scope lets through) or ""."""

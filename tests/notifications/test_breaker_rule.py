@@ -98,7 +98,7 @@ def test_one_dropped_connection_is_one_failure_however_many_requests_it_took_wit
     assert "5 of its last 10 answers failed" in troubled.reason
 
 
-def test_an_incident_counted_is_remembered_only_while_the_window_holds_it():
+def test_an_incident_counts_once_and_a_failure_without_one_counts_each_time():
     breaker = CircuitBreaker()
     assert not any(_feed(breaker, [_dropped("a")] * 3 + [OK] * 9))
     assert list(breaker.answers) == [True] + [False] * 9  # "a" once
