@@ -106,6 +106,11 @@ DATABASES = {
 # The watchers then need WEAVE_WAKE_LISTEN_DB (a direct DSN) to LISTEN, or they poll (docs/operations.md).
 if env_bool("DB_TRANSACTION_POOLER", False):
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # A direct connection may keep named prepared statements. Django switches them off unless OPTIONS set
+    # psycopg's prepare_threshold; its own client-side cursors never prepare, so this reaches only the
+    # push hand-over's statements, which Weave asks to prepare (docs/operations.md, "Prepared statements").
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 5
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {
         # Several processes (site, qcluster workers, heartbeat threads) share one file:

@@ -25,6 +25,7 @@ from django.db.models import Field
 
 from notifications.models import Notification
 from weave.leases import DbNow
+from weave.leases.binding import statement_cursor
 from weave.wake import SlotClaimSQL
 
 CLOCK_FIELDS = ("next_attempt_at", "expires_at")  # the only columns a new row may set by an expression
@@ -146,7 +147,7 @@ def insert(notification: Notification, db: str, *, claim: SlotClaimSQL | None = 
     if claim is not None:
         sql = f"WITH new AS ({sql}), {claim.with_sql} SELECT new.*, {claim.select_sql} FROM new"
         params = [*params, *claim.with_params, *claim.select_params]
-    with connections[db].cursor() as cursor:
+    with statement_cursor(connections[db], server_bound=True, prepared=True) as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     saved(notification, db, row)

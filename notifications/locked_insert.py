@@ -30,6 +30,7 @@ from django.db import connections
 from notifications import insert
 from notifications.models import Device, Notification
 from weave.leases import DbNow
+from weave.leases.binding import statement_cursor
 from weave.leases.clock import postgres_now_plus
 from weave.wake import SlotClaimSQL
 
@@ -136,7 +137,7 @@ def insert_locked(
     devices = list({row.device_id for row in rows})
     sql = f"WITH {_rows_sql(db)}, {claim.with_sql} SELECT new.*, {claim.select_sql} FROM new"
     params = [list(users), devices, *arrays, *claim.with_params, *claim.select_params]
-    with connections[db].cursor() as cursor:
+    with statement_cursor(connections[db], server_bound=True, prepared=True) as cursor:
         cursor.execute(sql, params)
         returned = cursor.fetchall()
     by_device = {row.device_id: row for row in rows}

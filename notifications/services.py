@@ -27,6 +27,7 @@ from notifications.validation import canonical_device_token, check_payload_size
 from weave.conf import weave_settings
 from weave.events import log_event
 from weave.leases import Clock, default_clock
+from weave.leases.binding import statement_cursor
 from weave.validation import check_ids, check_json, check_text
 from weave.wake import SlotClaimSQL
 
@@ -354,7 +355,7 @@ def _active_device_rows(user_ids: list[Any], *, locking: bool) -> list[tuple[Any
         return list(rows.values_list(*_DEVICE_COLUMNS))
     if not user_ids:
         return []
-    with connection.cursor() as cursor:
+    with statement_cursor(connection, server_bound=True, prepared=True) as cursor:
         cursor.execute(_active_devices_sql(db, locking), [user_ids])
         return [tuple(row) for row in cursor.fetchall()]
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 
 from notifications.models import DeliveryAttempt
 from tests.e2e.clusters import RECOVERY_MARGIN, RETRY_TARGET, deliver_through_a_503, kill_the_holder, no_sweeps
@@ -97,3 +97,45 @@ def test_check_database__warns_when_the_listen_connection_goes_through_a_transac
     assert "weave.W043" not in check(
         DATABASE_URL=pooled, DB_TRANSACTION_POOLER="true", WEAVE_WAKE_LISTEN_DB=database_url()
     )
+
+
+def _pooled_site(bouncer, alias: str, **settings):
+    """A connection to the test database through `bouncer`, with `settings` over the suite's own."""
+    import dj_database_url
+
+    parsed = dj_database_url.parse(bouncer.url(connection.settings_dict["NAME"]))
+    merged = {**connection.settings_dict, **{k: parsed[k] for k in ("HOST", "PORT", "NAME")}, **settings}
+    return type(connections["default"])(merged, alias=alias)
+
+
+def _run_interleaved(sites, times: int) -> None:
+    from weave.leases.binding import statement_cursor
+
+    for _ in range(times):
+        for site in sites:
+            with statement_cursor(site, server_bound=True, prepared=True) as cursor:
+                cursor.execute("SELECT %s::bigint + 1", [1])
+                assert cursor.fetchone() == (2,)
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["pooler-declared", "pooler-undeclared"])
+def test_through_pgbouncer__a_declared_transaction_pooler_gets_no_named_statement(bouncer, declared):
+    """Two clients whose transactions share a server session: a named statement would be made twice there
+    (or run where it was never made). Declared as Django documents it, the pooler gets none."""
+    import psycopg
+
+    options = {**connection.settings_dict["OPTIONS"], "prepare_threshold": 5}
+    sites = [
+        _pooled_site(bouncer, f"pooled_{i}", OPTIONS=options, DISABLE_SERVER_SIDE_CURSORS=declared) for i in (0, 1)
+    ]
+    try:
+        if declared:
+            _run_interleaved(sites, 5)
+        else:  # what the guard prevents: the second client's session is the first one's
+            with pytest.raises(Exception) as failed:
+                _run_interleaved(sites, 5)
+            cause = failed.value.__cause__ or failed.value
+            assert isinstance(cause, psycopg.errors.DuplicatePreparedStatement | psycopg.errors.InvalidSqlStatementName)
+    finally:
+        for site in sites:
+            site.close()

@@ -227,6 +227,12 @@ def test_server_bound_statements__execute_wrappers_see_them_and_the_arrays_trave
                 assert sent == psycopg.pq.Format.BINARY, value
 
 
+def _prepared_count(connection) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+        return cursor.fetchone()[0]
+
+
 def test_server_bound_statements__never_make_a_named_prepared_statement(clock):
     """A pooler in transaction mode would hand a prepared statement's name to another server session."""
     raw = connections["default"]
@@ -234,13 +240,12 @@ def test_server_bound_statements__never_make_a_named_prepared_statement(clock):
     threshold = raw.connection.prepare_threshold
     raw.connection.prepare_threshold = 0  # prepare everything psycopg may prepare, at once
     try:
+        before = _prepared_count(raw)  # the session may hold the push hand-over's own (binding.may_prepare)
         for _ in range(3):
             pks, batch = _claimed(2, clock)
             Sample.objects.release_each([(batch.lease(pk), {"name": "done"}) for pk in pks], clock=clock)
             insert_receipts(Sample, [{"name": "r", "fence": 0}, {"name": None, "fence": 2**40}])
-        with raw.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM pg_prepared_statements")
-            assert cursor.fetchone() == (0,)
+        assert _prepared_count(raw) == before
     finally:
         raw.connection.prepare_threshold = threshold
 
@@ -283,7 +288,74 @@ def test_statement_cursor__on_a_site_that_binds_on_the_server_already():
         site.connection.prepare_threshold = None  # or the count's own statement would be prepared
         with site.cursor() as cursor:
             assert not isinstance(cursor.cursor, psycopg.ClientCursor)  # the site's own cursors bind on the server
-            cursor.execute("SELECT count(*) FROM pg_prepared_statements")
-            assert cursor.fetchone() == (0,)
+        assert _prepared_count(site) == 0  # a new session: nothing else ran on it
+    finally:
+        site.close()
+
+
+def _site(**settings):
+    """A second connection to the test database with `settings` over the suite's own."""
+    merged = {**connection.settings_dict, **settings}
+    return type(connections["default"])(merged, alias="prepare_site")
+
+
+def _run_prepared(site, times):
+    for _ in range(times):
+        with statement_cursor(site, server_bound=True, prepared=True) as cursor:
+            cursor.execute("SELECT %s::bigint + 1, %s::text", [41, "it's"])
+            assert cursor.fetchone() == (42, "it's")
+
+
+def _prepared_runs(site):
+    """(name, runs) of each named statement of `site`'s session, counted by PostgreSQL's own plan counters."""
+    site.connection.prepare_threshold = None  # or this statement would be prepared too
+    with site.cursor() as cursor:
+        cursor.execute("SELECT name, generic_plans + custom_plans FROM pg_prepared_statements ORDER BY name")
+        return cursor.fetchall()
+
+
+def test_a_prepared_statement__is_made_once_and_reused_where_the_site_allows_it():
+    """OPTIONS prepare_threshold set and no pooler declared: one named statement, run every time."""
+    site = _site(OPTIONS={**connection.settings_dict["OPTIONS"], "prepare_threshold": 5})
+    try:
+        site.ensure_connection()
+        _run_prepared(site, 3)
+        assert [runs for _, runs in _prepared_runs(site)] == [3]
+    finally:
+        site.close()
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        # Django's default: prepared statements off on every connection, to keep poolers working.
+        {"OPTIONS": {k: v for k, v in connection.settings_dict["OPTIONS"].items() if k != "prepare_threshold"}},
+        # A transaction pooler declared as Django documents it: the next transaction may reach another
+        # server session, which never saw the name.
+        {
+            "OPTIONS": {**connection.settings_dict["OPTIONS"], "prepare_threshold": 5},
+            "DISABLE_SERVER_SIDE_CURSORS": True,
+        },
+    ],
+    ids=["django-default", "transaction-pooler"],
+)
+def test_a_prepared_statement__goes_unnamed_where_the_site_does_not_allow_it(settings):
+    site = _site(**settings)
+    try:
+        site.ensure_connection()
+        _run_prepared(site, 3)
+        assert _prepared_runs(site) == []
+    finally:
+        site.close()
+
+
+def test_a_prepared_statement__goes_unnamed_while_queries_are_logged_so_the_log_has_its_text():
+    site = _site(OPTIONS={**connection.settings_dict["OPTIONS"], "prepare_threshold": 5})
+    try:
+        site.ensure_connection()
+        with CaptureQueriesContext(site) as logged:
+            _run_prepared(site, 2)
+        assert [q["sql"] for q in logged.captured_queries] == ["SELECT $1::bigint + 1, $2::text"] * 2
+        assert _prepared_runs(site) == []
     finally:
         site.close()

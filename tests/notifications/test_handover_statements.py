@@ -133,3 +133,31 @@ def test_send_to_user__refused_content_leaves_the_callers_transaction_usable(pus
 
     assert [r.pk for r in rows] == list(Notification.objects.values_list("pk", flat=True))
     assert OrmQ.objects.count() == 1
+
+
+def _handover_statements():
+    """Runs of each named prepared statement of this session that writes notifications or reads devices."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT generic_plans + custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE '%%weave_notifications_%%' ORDER BY name"
+        )
+        return [runs for (runs,) in cursor.fetchall()]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_hand_over_statements__are_prepared_once_per_connection_and_reused(push_settings, django_user_model):
+    """The suite's settings allow prepared statements (demo.settings on a direct connection): PostgreSQL
+    parses the hand-over's statements once per session, whatever the number of pushes."""
+    connection.close()  # a new session: nothing prepared yet
+    user = django_user_model.objects.create_user("alice")
+    Device.objects.create(user=user, backend="default", token="prepared-device")
+    for i in range(3):
+        notification_create(device_token=f"prepared-{i}", title="Hi", body="")
+    assert _handover_statements() == [3]  # the INSERT with the drain request's claim
+    for _ in range(3):
+        notification_send_to_user(user=user, title="Hi", body="")
+    # The device read and the fan-out's locked INSERT, each its one named statement.
+    assert _handover_statements() == [3, 3, 3]
+    assert Notification.objects.count() == 6
