@@ -9,12 +9,12 @@ COMMIT, then the drain request. Here it is one data-modifying `WITH` that commit
 - `locked` takes the planned devices `FOR NO KEY UPDATE`, in key order, re-checking that each is still
   active and still belongs to one of the users, as the locking read does inside a transaction (a row
   another transaction changed is re-read once that one commits, and left out if it no longer matches);
-- the INSERT takes its rows from arrays, one per column (`unnest`), joined to `locked` on the device, so
-  a device that did not pass gets no row;
+- the INSERT takes its rows from arrays, one per column (`unnest`), or for a few rows from a `VALUES`
+  list of plain parameters, joined to `locked` on the device, so a device that did not pass gets no row;
 - the drain request's slot claim (`weave.wake.slot_claim_sql`), made only if a row was inserted.
 
-The text is made once per process and database alias: the rows travel as arrays, so any number of
-devices is the same text. Values are adapted as `notifications.insert` adapts them for the one-row INSERT
+The text is made once per process and database alias, and per number of rows up to `FEW_ROWS`: beyond
+that the rows travel as arrays, so any number of devices is the same text. Values are adapted as `notifications.insert` adapts them for the one-row INSERT
 (`pre_save(add=True)`, then `get_db_prep_save`); a database-clock time is sent as its offset and computed
 by the server per row, as the ORM's statement would. Anything else (a clock expression the ORM must
 compile, a value a `pre_save` made an expression) returns None, and the caller takes the ORM's path.
@@ -44,9 +44,16 @@ def _array_type(db_type: str) -> str:
     return re.sub(r"\(.*?\)", "", db_type) + "[]"
 
 
+# Up to this many rows go as one VALUES list of plain parameters instead of arrays: psycopg finds each
+# list's element type and array dimensions in Python, which cost more than the statement's round trip for
+# the common send (one user, a few devices), while a plain parameter is dumped in C.
+FEW_ROWS = 8
+
+
 @functools.cache
-def _rows_sql(db: str) -> str:
-    """The WITH list's `locked` and `new` elements for `db` (parameters: users, device ids, then the arrays)."""
+def _rows_sql(db: str, few: int | None) -> str:
+    """The WITH list's `locked` and `new` elements for `db` (parameters: users, device ids, then the values:
+    `few` rows of plain parameters, one row after the other, or with None one array per column)."""
     connection = connections[db]
     qn = connection.ops.quote_name
     columns = insert.fields()
@@ -70,6 +77,13 @@ def _rows_sql(db: str) -> str:
             names.append(name)
             selected.append(f"v.{name}")
     device_column = f"c{[f.name for f in columns].index('device')}"
+    if few is None:
+        source = f"unnest({', '.join(arrays)}) WITH ORDINALITY AS v({', '.join(names)}, ord)"
+    else:
+        # The same casts on each element, without the array's brackets.
+        elements = [cast.removesuffix("[]") for cast in arrays]
+        values = ", ".join(f"({', '.join(elements)}, {n})" for n in range(1, few + 1))
+        source = f"(VALUES {values}) AS v({', '.join(names)}, ord)"
     returning = [*insert.returned_fields(), notification.get_field("device")]
     return (
         # In key order, so two sends to the same users take the locks alike and never deadlock; MATERIALIZED:
@@ -79,7 +93,7 @@ def _rows_sql(db: str) -> str:
         f" ORDER BY {device_id} FOR NO KEY UPDATE),"
         f" new AS (INSERT INTO {qn(notification.db_table)} ({', '.join(qn(str(f.column)) for f in columns)})"
         f" SELECT {', '.join(selected)}"
-        f" FROM unnest({', '.join(arrays)}) WITH ORDINALITY AS v({', '.join(names)}, ord)"
+        f" FROM {source}"
         f" JOIN locked ON locked.id = v.{device_column}"
         f" ORDER BY v.ord RETURNING {', '.join(qn(str(f.column)) for f in returning)})"
     )
@@ -135,8 +149,10 @@ def insert_locked(
     if arrays is None:
         return None
     devices = list({row.device_id for row in rows})
-    sql = f"WITH {_rows_sql(db)}, {claim.with_sql} SELECT new.*, {claim.select_sql} FROM new"
-    params = [list(users), devices, *arrays, *claim.with_params, *claim.select_params]
+    few = len(rows) if len(rows) <= FEW_ROWS else None
+    values = arrays if few is None else [column[i] for i in range(few) for column in arrays]
+    sql = f"WITH {_rows_sql(db, few)}, {claim.with_sql} SELECT new.*, {claim.select_sql} FROM new"
+    params = [list(users), devices, *values, *claim.with_params, *claim.select_params]
     with statement_cursor(connections[db], server_bound=True, prepared=True) as cursor:
         cursor.execute(sql, params)
         returned = cursor.fetchall()

@@ -230,7 +230,16 @@ def test_an_expression_a_pre_save_receiver_sets_is_compiled_by_the_orm(push_sett
     assert Notification.objects.get(pk=created.pk).body == "made in SQL"
 
 
-def test_the_fan_outs_one_statement_stores_the_rows_the_orm_stores_column_by_column(django_user_model):
+@pytest.fixture(params=["values", "arrays"])
+def fan_out_form(request, monkeypatch):
+    """The fan-out's statement in each of its forms: a few rows as plain parameters, or one array per column."""
+    from notifications import locked_insert
+
+    monkeypatch.setattr(locked_insert, "FEW_ROWS", 1000 if request.param == "values" else 0)
+    return request.param
+
+
+def test_the_fan_outs_one_statement_stores_the_rows_the_orm_stores_column_by_column(django_user_model, fan_out_form):
     from notifications import locked_insert
     from notifications.queue import drain_claim_sql
 
@@ -269,7 +278,7 @@ def test_the_fan_outs_one_statement_stores_the_rows_the_orm_stores_column_by_col
     assert [n.pk for n in new] == sorted(n.pk for n in new)
 
 
-def test_a_value_too_long_for_its_column_is_refused_by_the_one_statement_as_by_the_orm(django_user_model):
+def test_a_value_too_long_for_its_column_is_refused_by_the_one_statement_as_by_the_orm(django_user_model, fan_out_form):
     from django.db import DataError
 
     from notifications import locked_insert
