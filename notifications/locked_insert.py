@@ -1,17 +1,19 @@
-"""The fan-out's INSERT on PostgreSQL outside a transaction: device locks, rows and drain request in one statement.
+"""The fan-out's INSERT on PostgreSQL: device locks, rows and (outside a transaction) drain request in one statement.
 
 `notification_send_to_user(s)` reads the users' devices, plans one row per sendable device, and then must
 insert only the rows whose device is still active and still its user's, holding those device rows while it
 does: a concurrent hand-over or deactivation then either waits for them and ends the new rows, or commits
 first and its device is left out. Outside a transaction that took BEGIN, a locking read, the INSERT and
-COMMIT, then the drain request. Here it is one data-modifying `WITH` that commits by itself:
+COMMIT, then the drain request; inside the caller's transaction, the locking read and the INSERT. Here it is
+one data-modifying `WITH` (outside a transaction it commits by itself):
 
 - `locked` takes the planned devices `FOR NO KEY UPDATE`, in key order, re-checking that each is still
   active and still belongs to one of the users, as the locking read does inside a transaction (a row
   another transaction changed is re-read once that one commits, and left out if it no longer matches);
 - the INSERT takes its rows from arrays, one per column (`unnest`), or for a few rows from a `VALUES`
   list of plain parameters, joined to `locked` on the device, so a device that did not pass gets no row;
-- the drain request's slot claim (`weave.wake.slot_claim_sql`), made only if a row was inserted.
+- outside a transaction, the drain request's slot claim (`weave.wake.slot_claim_sql`), made only if a row
+  was inserted (inside one the request waits for the caller's commit).
 
 The text is made once per process and database alias, and per number of rows up to `FEW_ROWS`: beyond
 that the rows travel as arrays, so any number of devices is the same text. Values are adapted as `notifications.insert` adapts them for the one-row INSERT
@@ -134,15 +136,15 @@ def _columns(rows: list[Notification], db: str) -> list[list[Any]] | None:
 
 
 def insert_locked(
-    rows: list[Notification], users: Iterable[Any], db: str, *, claim: SlotClaimSQL
+    rows: list[Notification], users: Iterable[Any], db: str, *, claim: SlotClaimSQL | None
 ) -> tuple[bool, bool] | None:
     """Insert those of `rows` whose device is still active and still belongs to one of `users` (keys), locking
-    those devices while the statement runs, and claim the drain request in the same statement (autocommit,
-    PostgreSQL).
+    those devices while the statement runs (until the transaction ends), and with `claim` claim the drain
+    request in the same statement (autocommit only; PostgreSQL).
 
     Sets the key and clock times of each row inserted (the others stay unsaved) and returns the claim's
-    (taken, covered), both False when no row was inserted: made with `only_if=INSERTED`, the claim then
-    touches no slot. None: nothing was run, the caller takes the ORM's path."""
+    (taken, covered), both False when no row was inserted (made with `only_if=INSERTED`, the claim then
+    touches no slot) or without `claim`. None: nothing was run, the caller takes the ORM's path."""
     if not rows or connections[db].vendor != "postgresql":
         return None
     arrays = _columns(rows, db)
@@ -151,14 +153,18 @@ def insert_locked(
     devices = list({row.device_id for row in rows})
     few = len(rows) if len(rows) <= FEW_ROWS else None
     values = arrays if few is None else [column[i] for i in range(few) for column in arrays]
-    sql = f"WITH {_rows_sql(db, few)}, {claim.with_sql} SELECT new.*, {claim.select_sql} FROM new"
-    params = [list(users), devices, *values, *claim.with_params, *claim.select_params]
+    if claim is None:
+        sql, claimed = f"WITH {_rows_sql(db, few)} SELECT new.* FROM new", []
+    else:
+        sql = f"WITH {_rows_sql(db, few)}, {claim.with_sql} SELECT new.*, {claim.select_sql} FROM new"
+        claimed = [*claim.with_params, *claim.select_params]
+    params = [list(users), devices, *values, *claimed]
     with statement_cursor(connections[db], server_bound=True, prepared=True) as cursor:
         cursor.execute(sql, params)
         returned = cursor.fetchall()
     by_device = {row.device_id: row for row in rows}
     for values in returned:
         insert.saved(by_device[values[3]], db, values)
-    if not returned:
+    if not returned or claim is None:
         return False, False
     return bool(returned[0][4]), bool(returned[0][5])

@@ -306,22 +306,13 @@ def _insert_still_active(
     if not planned:
         return []
     db = router.db_for_write(Notification)
-    claim = _drain_claim_in_statement(db, only_if=locked_insert.INSERTED) if router.db_for_write(Device) == db else None
-    if claim is not None:
-        # Outside a transaction, on PostgreSQL: one statement locks the devices, re-checks them, inserts
-        # the rows of those that passed and claims the drain request, and commits by itself
-        # (`notifications.locked_insert`): one round trip where the block below and its request take five.
-        claimed = locked_insert.insert_locked(planned, users, db, claim=claim)
-        if claimed is not None:
-            created = [n for n in planned if not n._state.adding]
-            skipped += [SkippedDevice(n.device_id, _LEFT_OUT) for n in planned if n._state.adding]
-            if created:
-                queue.drain_claimed(*claimed)  # the rows and the claim committed together: enqueue if it won
+    if router.db_for_write(Device) == db:
+        created = _insert_locked(planned, users, skipped, db)
+        if created is not None:
             return created
-    # Inside a caller's transaction the drain claim cannot ride in the INSERT (the request row would stay
-    # locked until the caller commits, and every other sender would wait for it), and on SQLite there is
-    # neither a row lock nor an INSERT inside a WITH; so the locking read stays its own statement right
-    # before the INSERT, and the request is made once, after the commit.
+    # On SQLite there is neither a row lock nor an INSERT inside a WITH (and the devices may live on
+    # another database): the locking read is its own statement right before the INSERT, in one short
+    # transaction, and the request is made once, after the commit.
     # No savepoint inside the caller's transaction: nothing below refuses a row (that was `_plan`), so
     # only a database error could end the block early, and it marks the caller's transaction for rollback.
     with transaction.atomic(using=db, savepoint=False):
@@ -333,6 +324,37 @@ def _insert_still_active(
         _insert_many(created)
         if created:
             _request_drain_on_commit(db)
+    return created
+
+
+def _insert_locked(
+    planned: list[Notification], users: Mapping[Any, Any], skipped: list["SkippedDevice"], db: str
+) -> list[Notification] | None:
+    """On PostgreSQL: one statement locks the devices, re-checks them and inserts the rows of those that
+    passed (`notifications.locked_insert`); None elsewhere (nothing was run).
+
+    Outside a transaction the statement also claims the drain request and commits by itself: one round
+    trip where a transaction of its own and the request took five. Inside a caller's transaction the
+    claim cannot ride in it (the request row would stay locked until the caller commits, and every
+    other sender would wait for it): the request is made once, after the commit, and the device locks
+    are held until then, as a locking read's would be."""
+    connection = connections[db]
+    claim = _drain_claim_in_statement(db, only_if=locked_insert.INSERTED)
+    if connection.in_atomic_block or not connection.get_autocommit():
+        # No savepoint: nothing here refuses a row (that was `_plan`), and a database error marks the
+        # caller's transaction for rollback, as any of its statements would.
+        with transaction.atomic(using=db, savepoint=False):
+            claimed = locked_insert.insert_locked(planned, users, db, claim=None)
+    else:
+        claimed = locked_insert.insert_locked(planned, users, db, claim=claim)
+    if claimed is None:
+        return None
+    created = [n for n in planned if not n._state.adding]
+    skipped += [SkippedDevice(n.device_id, _LEFT_OUT) for n in planned if n._state.adding]
+    if created and claim is not None:
+        queue.drain_claimed(*claimed)  # the rows and the claim committed together: enqueue if it won
+    elif created:
+        _request_drain_on_commit(db)
     return created
 
 

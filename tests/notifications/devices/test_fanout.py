@@ -76,11 +76,14 @@ def test_send_to_user__locks_device_rows_only_around_the_insert_and_never_for_up
 
     sql = statements(queries)
     assert not any("FOR UPDATE" in s for s in sql), sql
+    table = f'INSERT INTO "{Notification._meta.db_table}"'
+    locking = [i for i, s in enumerate(sql) if "FOR NO KEY UPDATE" in s]
+    inserts = [i for i, s in enumerate(sql) if table in s]
+    assert "FOR " not in sql[0] and len(inserts) == 1  # the first read takes no lock
     if connection.vendor == "postgresql":
-        locking = [i for i, s in enumerate(sql) if "FOR NO KEY UPDATE" in s]
-        inserts = [i for i, s in enumerate(sql) if s.startswith("INSERT")]
-        # The first read takes no lock; the one locking read sits right before the insert.
-        assert "FOR " not in sql[0] and locking == [inserts[0] - 1] and len(inserts) == 1
+        # Inside the test's transaction: the lock is taken in the statement that inserts, and held until
+        # the transaction ends.
+        assert locking == inserts == [1] and len(sql) == 2 and sql[1].startswith("WITH locked AS"), sql
 
 
 @pytest.mark.postgres

@@ -1,4 +1,4 @@
-"""The fan-out's one statement (outside a transaction, PostgreSQL) racing a hand-over or a deactivation.
+"""The fan-out's one statement (PostgreSQL) racing a hand-over or a deactivation.
 
 `notification_send_to_user` locks the planned devices inside the statement that inserts their rows
 (`notifications.locked_insert`), so there is no moment in Python at which the locks are held. The races are
@@ -12,6 +12,7 @@ wait for the other, before it shows the outcome:
   ends them unsent with the reason.
 """
 
+import contextlib
 import threading
 import time
 
@@ -56,8 +57,9 @@ def _free_drain_slot() -> WakeRequest:
     return WakeRequest.objects.create(name=drain_request_name(), queued_until=None, requests=0)
 
 
+@pytest.mark.parametrize("inside", [False, True], ids=["autocommit", "in-a-transaction"])
 @pytest.mark.parametrize("change", ["handover", "deactivation"])
-def test_a_change_that_commits_first_is_waited_for_and_its_device_left_out(push_settings, change):
+def test_a_change_that_commits_first_is_waited_for_and_its_device_left_out(push_settings, change, inside):
     alice, bob = (get_user_model().objects.create_user(name) for name in ("alice", "bob"))
     device = device_register(user=alice, backend="default", token=TOKEN)
     slot = _free_drain_slot()
@@ -79,7 +81,8 @@ def test_a_change_that_commits_first_is_waited_for_and_its_device_left_out(push_
         elif name == "send":
             assert changed.wait(WAIT)
             pids["send"] = _backend_pid()
-            sent.append(notification_send_to_user(user=alice, title="For alice only", body=""))
+            with transaction.atomic() if inside else contextlib.nullcontext():
+                sent.append(notification_send_to_user(user=alice, title="For alice only", body=""))
         else:
             assert changed.wait(WAIT)
             with _session() as watcher:

@@ -120,35 +120,29 @@ def test_deactivate__queued_rows_end_with_the_reason_and_explain_says_so(push_se
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_handover__racing_a_send_to_the_previous_owner_still_ends_its_rows(push_settings, monkeypatch):
-    """The send locks the user's device rows around its insert: a hand-over waits for those rows, then ends them.
+def test_handover__racing_a_send_to_the_previous_owner_still_ends_its_rows(push_settings):
+    """The send locks the user's device rows with its insert: a hand-over waits for those rows, then ends them.
 
-    Inside a caller's transaction, where the locking read is its own statement before `_insert_many`; the
-    one statement outside a transaction is raced in test_fanout_race.py."""
+    Inside a caller's transaction, whose commit is held back here: the device locks last until it ends
+    (taken by the locking read, or on PostgreSQL in the statement that inserts). The one statement
+    outside a transaction is raced in test_fanout_race.py."""
     import threading
 
     from django.contrib.auth import get_user_model
     from django.db import transaction
 
-    from notifications import services
     from tests.threads import run_threads
 
     alice, bob = (get_user_model().objects.create_user(name) for name in ("alice", "bob"))
     device_register(user=alice, backend="default", token=TOKEN)
     locked, go = threading.Event(), threading.Event()
-    insert = services._insert_many
-
-    def paused_insert(rows):
-        locked.set()  # the send holds its device locks now
-        go.wait(10)
-        insert(rows)
-
-    monkeypatch.setattr(services, "_insert_many", paused_insert)
 
     def act(name: str) -> None:
         if name == "send":
             with transaction.atomic():
                 notification_send_to_user(user=alice, title="For alice only", body="")
+                locked.set()  # the send's rows are in; its transaction, and its device locks, still open
+                go.wait(10)
         else:
             assert locked.wait(10)
             timer = threading.Timer(0.5, go.set)  # lets the hand-over run into the lock, if there is one
