@@ -16,9 +16,10 @@ one data-modifying `WITH` (outside a transaction it commits by itself):
   was inserted (inside one the request waits for the caller's commit).
 
 The text is made once per process and database alias, and per number of rows up to `FEW_ROWS`: beyond
-that the rows travel as arrays, so any number of devices is the same text. Values are adapted as `notifications.insert` adapts them for the one-row INSERT
-(`pre_save(add=True)`, then `get_db_prep_save`); a database-clock time is sent as its offset and computed
-by the server per row, as the ORM's statement would. Anything else (a clock expression the ORM must
+that the rows travel as arrays, so any number of devices is the same text. Values are adapted as
+`notifications.insert` adapts them for the one-row INSERT (`pre_save(add=True)`, then `get_db_prep_save`);
+a database-clock time is sent as its offset and computed by the server per row, as the ORM's statement
+would. Anything else (a clock expression the ORM must
 compile, a value a `pre_save` made an expression) returns None, and the caller takes the ORM's path.
 """
 
