@@ -8,7 +8,7 @@ COMMIT, then the drain request; inside the caller's transaction, the locking rea
 one data-modifying `WITH` (outside a transaction it commits by itself):
 
 - `locked` takes the planned devices `FOR NO KEY UPDATE`, in key order, re-checking that each is still
-  active and still belongs to one of the users, as the locking read does inside a transaction (a row
+  active and still belongs to one of the users, as the other path's locking read does (a row
   another transaction changed is re-read once that one commits, and left out if it no longer matches);
 - the INSERT takes its rows from arrays, one per column (`unnest`), or for a few rows from a `VALUES`
   list of plain parameters, joined to `locked` on the device, so a device that did not pass gets no row;
