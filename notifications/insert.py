@@ -17,6 +17,7 @@ caller takes the ORM's path.
 """
 
 import functools
+import weakref
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -26,6 +27,7 @@ from django.db.models import Field
 from notifications.models import Notification
 from weave.leases import DbNow
 from weave.leases.binding import statement_cursor
+from weave.leases.prepare import Preparer, preparer
 from weave.wake import SlotClaimSQL
 
 CLOCK_FIELDS = ("next_attempt_at", "expires_at")  # the only columns a new row may set by an expression
@@ -57,11 +59,26 @@ def compiled_by_orm(value: Any) -> bool:
 
 def adapted(field: Field, notification: Notification, connection: Any) -> tuple[bool, Any]:  # type: ignore[type-arg]
     """What the compiler sends for a plain value of `field`: `pre_save` (the creation time), then
-    `get_db_prep_save`. (True, value), or (False, None) when `pre_save` gave an expression."""
+    `get_db_prep_save` (through `weave.leases.prepare`, which does the same to common values for less).
+    (True, value), or (False, None) when `pre_save` gave an expression."""
     value = field.pre_save(notification, add=True)
     if compiled_by_orm(value):
         return False, None
-    return True, field.get_db_prep_save(value, connection=connection)
+    return True, _preparer(field, connection)(value)
+
+
+# Per connection object (each thread has its own), per field: made on the first push of each.
+_PREPARERS: "weakref.WeakKeyDictionary[Any, dict[Any, Preparer]]" = weakref.WeakKeyDictionary()
+
+
+def _preparer(field: Field, connection: Any) -> Preparer:  # type: ignore[type-arg]
+    by_field = _PREPARERS.get(connection)
+    if by_field is None:
+        by_field = _PREPARERS.setdefault(connection, {})
+    prepare = by_field.get(field)
+    if prepare is None:
+        prepare = by_field[field] = preparer(field, connection)
+    return prepare
 
 
 def saved(notification: Notification, db: str, returned: Any) -> None:
