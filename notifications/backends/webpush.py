@@ -44,7 +44,7 @@ from notifications.backends.destinations import (
     refusal_in,
 )
 from notifications.backends.h2transport import H2Client
-from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request
+from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request, json_body
 from notifications.backends.options import (
     expired_before_sending,
     missing,
@@ -312,17 +312,13 @@ def _scope_of(token: str) -> str:
     return origin_of(endpoint) if isinstance(endpoint, str) else ""
 
 
-# One encoder for every payload: `json.dumps` with options builds a new encoder on each call.
-_PAYLOAD_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-
-
 def web_push_payload(message: PushMessage, *, tag: str) -> bytes:
     shown = content.webpush_fields(title=message.title, body=message.body, options=message.options)
     if not shown and content.is_silent(message.title, message.body):
         # A silent push: nothing for the service worker to show, only data for it to act on.
-        return _PAYLOAD_JSON.encode({"data": dict(message.data)}).encode()
+        return json_body({"data": dict(message.data)})
     payload = {"title": message.title, "body": message.body, "data": dict(message.data), "tag": tag, **shown}
-    return _PAYLOAD_JSON.encode(payload).encode()
+    return json_body(payload)
 
 
 def encrypt(plaintext: bytes, *, p256dh: bytes, auth: bytes) -> bytes:
