@@ -69,7 +69,8 @@ def test_open_stream_count__is_h2s_for_every_state_a_stream_can_be_in():
         i: s.state_machine.state for i, s in theirs.streams.items()
     }
     counts = [ours._open_streams(1), ours._open_streams(0)]
-    expected = [h2.connection.H2Connection._open_streams(theirs, 1), h2.connection.H2Connection._open_streams(theirs, 0)]
+    h2s = h2.connection.H2Connection._open_streams
+    expected = [h2s(theirs, 1), h2s(theirs, 0)]
     assert counts == expected == [8, 0]  # open, both half-closed and the five in flight; none from the server
     assert sorted(ours.streams) == sorted(theirs.streams)  # the same closed streams pruned
     assert ours._closed_streams == theirs._closed_streams
