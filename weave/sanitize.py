@@ -39,9 +39,7 @@ def escape_controls(text: str) -> str:
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """Replace known secret values, credential headers and URL userinfo with `[redacted]`."""
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, REDACTED)
+    text = _replace_secrets(text, secrets)
     return _CREDENTIALS.sub(lambda m: (m.group(1) or "") + REDACTED if m.group(1) else f"{REDACTED}@", text)
 
 
@@ -65,4 +63,26 @@ def truncate(text: str, limit: int = SNIPPET) -> str:
 
 def outside_text(raw: bytes | str, *, secrets: Iterable[str] = (), limit: int = SNIPPET) -> str:
     """Return outside text fit for a table, a log line or the admin: decoded, redacted, one line, bounded."""
+    secrets = secrets if isinstance(secrets, list | tuple) else tuple(secrets)  # read twice below
+    if raw.isascii():
+        # Most of it (a message id, an empty reason, a short error) is printable ASCII without a credential's
+        # marks: there decode and escape_controls change nothing and the credentials pattern cannot match.
+        # Four regex passes were 4 µs a text, twice a push; this is the same answer without them.
+        text = raw.decode("ascii") if isinstance(raw, bytes) else raw
+        if text.isprintable():
+            text = _replace_secrets(text, secrets)
+            lowered = text.lower()
+            if not any(mark in lowered for mark in _CREDENTIAL_MARKS):
+                return truncate(text, limit)
     return truncate(escape_controls(redact(decode(raw), secrets)), limit)
+
+
+# What `_CREDENTIALS` cannot match without, in ASCII text: its literal words (matched ignoring case) and "://".
+_CREDENTIAL_MARKS = ("authorization", "bearer", "basic", "://")
+
+
+def _replace_secrets(text: str, secrets: Iterable[str]) -> str:
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, REDACTED)
+    return text

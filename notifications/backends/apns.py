@@ -12,7 +12,6 @@
 empty body; errors carry Apple's `reason` string, which decides the outcome.
 """
 
-import json
 import re
 import time
 import uuid
@@ -24,7 +23,7 @@ from notifications.backends import classify
 from notifications.backends.base import Outcome, Priority, PushBackend, PushMessage, SendResult, TokenError
 from notifications.backends.credentials import APNsProviderToken, shared, tls_context
 from notifications.backends.h2transport import H2Client
-from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request
+from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request, json_body
 from notifications.backends.options import expired_before_sending, missing, short_key, ttl_to_send, unknown, unreadable
 from weave.retry import HttpClass, http_class
 from weave.sanitize import outside_text
@@ -163,7 +162,7 @@ def apns_request(message: PushMessage, *, topic: str, push_type: str, ttl: int |
     aps = content.apns_aps(title=message.title, body=message.body, options=message.options)
     extra = content.apns_extra(message.options)
     payload = {**{k: v for k, v in message.data.items() if k != "aps"}, **extra, "aps": aps}
-    return headers, json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+    return headers, json_body(payload)
 
 
 def apns_id(key: str) -> str:

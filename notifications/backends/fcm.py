@@ -28,7 +28,7 @@ from notifications.backends.credentials import (
     tls_context,
 )
 from notifications.backends.h2transport import H2Client
-from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request
+from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request, json_body
 from notifications.backends.options import (
     DataError,
     expired_before_sending,
@@ -138,7 +138,7 @@ class FCMBackend(PushBackend):
         ttl = ttl_to_send(message)
         if ttl == 0:
             return expired_before_sending(message)
-        content = json.dumps(fcm_message(message, ttl), separators=(",", ":"), ensure_ascii=False).encode()
+        content = json_body(fcm_message(message, ttl))
 
         async def credential(refused: str | None) -> str | SendResult:
             try:

@@ -15,6 +15,7 @@ A failed exchange raises `ExchangeFailed`, which says whether the request can ha
 """
 
 import asyncio
+import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -408,3 +409,12 @@ def _name(exc: BaseException) -> str:
 
 def _ms(started: float) -> int:
     return max(0, round((time.monotonic() - started) * 1000))
+
+
+# One encoder for every request body: `json.dumps` with options builds a new JSONEncoder on each call.
+_BODY_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+def json_body(value: Any) -> bytes:
+    """`json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()`, with one encoder for all."""
+    return _BODY_JSON.encode(value).encode()

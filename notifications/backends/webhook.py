@@ -7,7 +7,6 @@ id is read from the JSON body's `id`), 401/403 refuses our credentials, 429/408/
 3xx is a misconfigured URL, 410 says the device token is gone, other 4xx reject the message.
 """
 
-import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -16,7 +15,7 @@ import httpx
 
 from notifications.backends import classify
 from notifications.backends.base import Outcome, PushBackend, PushMessage, SendResult
-from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request
+from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request, json_body
 from weave.retry import HttpClass, http_class
 from weave.sanitize import outside_text, safe_url
 
@@ -60,7 +59,7 @@ class WebhookBackend(PushBackend):
         payload = {"to": message.token, "title": message.title, "body": message.body, "data": dict(message.data)}
         # The same Idempotency-Key on every retry: a provider that honours it delivers at most once.
         headers = {**self._headers, "Idempotency-Key": message.idempotency_key}
-        content = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+        content = json_body(payload)
         secrets = self._secrets
         try:
             response = await capped_request(

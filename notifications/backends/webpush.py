@@ -25,12 +25,11 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-import http_ece
 import httpx
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from notifications import content
-from notifications.backends import classify
+from notifications.backends import classify, ece
 from notifications.backends.base import Outcome, Priority, PushBackend, PushMessage, SendResult, TokenError
 from notifications.backends.credentials import VapidSigner, shared, tls_context
 from notifications.backends.destinations import (
@@ -45,7 +44,7 @@ from notifications.backends.destinations import (
     refusal_in,
 )
 from notifications.backends.h2transport import H2Client
-from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request
+from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request, json_body
 from notifications.backends.options import (
     expired_before_sending,
     missing,
@@ -313,27 +312,19 @@ def _scope_of(token: str) -> str:
     return origin_of(endpoint) if isinstance(endpoint, str) else ""
 
 
-# One encoder for every payload: `json.dumps` with options builds a new encoder on each call.
-_PAYLOAD_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-
-
 def web_push_payload(message: PushMessage, *, tag: str) -> bytes:
     shown = content.webpush_fields(title=message.title, body=message.body, options=message.options)
     if not shown and content.is_silent(message.title, message.body):
         # A silent push: nothing for the service worker to show, only data for it to act on.
-        return _PAYLOAD_JSON.encode({"data": dict(message.data)}).encode()
+        return json_body({"data": dict(message.data)})
     payload = {"title": message.title, "body": message.body, "data": dict(message.data), "tag": tag, **shown}
-    return _PAYLOAD_JSON.encode(payload).encode()
+    return json_body(payload)
 
 
 def encrypt(plaintext: bytes, *, p256dh: bytes, auth: bytes) -> bytes:
     """RFC 8291: aes128gcm content coding with a fresh ephemeral ECDH key and salt per message."""
     ephemeral = ec.generate_private_key(ec.SECP256R1())
-    return bytes(
-        http_ece.encrypt(
-            plaintext, salt=os.urandom(16), private_key=ephemeral, dh=p256dh, auth_secret=auth, version="aes128gcm"
-        )  # fmt: skip
-    )
+    return ece.encrypt(plaintext, salt=os.urandom(16), private_key=ephemeral, dh=p256dh, auth=auth)
 
 
 def classify_webpush(

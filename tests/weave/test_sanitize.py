@@ -81,3 +81,33 @@ def test_outside_text__decodes_redacts_escapes_and_bounds_in_one_call():
     assert text.startswith("\ufffd Authorization: Bearer [redacted]\\x0a")
     assert len(text) == 80 and text.endswith("…")
     assert "\n" not in text and "\x00" not in outside_text(b"a\x00b")
+
+
+def _reference(raw, secrets, limit):
+    # What outside_text() is defined as: every step, in order, whatever the text.
+    return truncate(escape_controls(redact(decode(raw), secrets)), limit)
+
+
+_PIECES = [
+    "a", "Z", " ", "/", ":", "=", "@", ";", ",", "\"", "bearer ", "BeArEr ", "basic ", "Basic\t", "authorization",
+    "AUTHORIZATION: ", "key=", "token ", "http://", "u:p@", "://", "\x00", "\n", "\x7f", "\x85", "é", "\u2028",
+    "\ud800", "s3cr", "3t", "projects/p/messages/0:17%ab", "…",
+]  # fmt: skip
+
+
+def test_outside_text__its_shortcut_for_plain_ascii_gives_the_full_passes_answer():
+    import random
+
+    rng = random.Random(20261202)
+    secret = "s3cr3t"
+    cases = [("projects/x/messages/1", [secret]), ("", []), (b"plain bytes", [secret]), (b"caf\xc3\xa9 \xff", [])]
+    for _ in range(5000):
+        text = "".join(rng.choice(_PIECES) for _ in range(rng.randrange(0, 12)))
+        cases.append((text, [secret, "bear"] if rng.random() < 0.5 else []))
+        if text.isascii() and rng.random() < 0.3:
+            cases.append((text.encode("ascii"), [secret]))
+    for raw, secrets in cases:
+        for limit in (8, 300):
+            assert outside_text(raw, secrets=secrets, limit=limit) == _reference(raw, secrets, limit), (raw, secrets)
+            # Secrets given once (a generator) are still all applied, whichever way the text goes.
+            assert outside_text(raw, secrets=iter(secrets), limit=limit) == _reference(raw, secrets, limit)

@@ -36,6 +36,7 @@ What stays as it was:
   lost, in development.
 """
 
+import datetime
 import functools
 from typing import Any
 
@@ -112,6 +113,8 @@ def _cursor_class(prepare: bool) -> Any:
 
 
 def _load_times_in(connection: Any, cursor: Any) -> None:
+    if load_utc_times_in_c(connection, cursor):
+        return
     # The same check as the backend's create_cursor(): times come back in the connection's time zone.
     from psycopg.pq import Format
 
@@ -119,6 +122,32 @@ def _load_times_in(connection: Any, cursor: Any) -> None:
     loader = connection.connection.adapters.get_loader(base.TIMESTAMPTZ_OID, Format.TEXT)
     if connection.timezone != loader.timezone:
         base.register_tzloader(connection.timezone, cursor)
+
+
+def load_utc_times_in_c(connection: Any, cursor: Any) -> bool:
+    """Read `cursor`'s timestamptz columns with psycopg's own loader where it gives what Django's does.
+
+    Django's loader (psycopg_any.BaseTzLoader) subclasses psycopg's pure-Python one and replaces each
+    value's tzinfo with the connection's time zone: about 3.4 µs a value here, against 0.2 µs for
+    psycopg's C loader, and a claim returns several times a row. Where the connection's time zone is
+    UTC and so is the session's (`TimeZone`, what the server converts times into before sending them),
+    psycopg's loader returns the same datetimes in `datetime.timezone.utc`, the very tzinfo Django
+    sets (tests/leases/test_time_loader.py compares the two). Elsewhere nothing changes: False.
+    `cursor` is a psycopg cursor (a Django cursor's `.cursor`); anything else is left alone.
+    """
+    if connection.vendor != "postgresql" or connection.timezone is not datetime.UTC:
+        return False
+    base = _postgresql_base()
+    if not base.is_psycopg3 or not hasattr(cursor, "adapters"):
+        return False
+    if cursor.connection.info.parameter_status("TimeZone") != "UTC":
+        return False
+    import psycopg
+    from psycopg.pq import Format
+
+    psycopgs = psycopg.adapters.get_loader(base.TIMESTAMPTZ_OID, Format.TEXT)  # C with psycopg[binary] or [c]
+    cursor.adapters.register_loader(base.TIMESTAMPTZ_OID, psycopgs)
+    return True
 
 
 def _postgresql_base() -> Any:

@@ -16,6 +16,7 @@ from typing import Any, cast
 from django.db import connections, models, transaction
 from django.db.models.sql import UpdateQuery
 
+from weave.leases.binding import load_utc_times_in_c
 from weave.leases.lease import BatchLease
 
 Converter = Callable[..., Any]
@@ -62,6 +63,7 @@ class ReturningUpdate:
         """Run the statement on the queryset's write database; return the rows it changed."""
         connection = connections[self.alias]
         with connection.cursor() as cursor:
+            load_utc_times_in_c(connection, getattr(cursor, "cursor", None))  # a claim returns times: C reads them
             cursor.execute(self.sql, self.params)
             raw = cursor.fetchall()
         rows = []

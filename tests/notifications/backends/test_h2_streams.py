@@ -1,0 +1,77 @@
+"""The lean client's count of open streams is h2's count: the same number, the same streams pruned.
+
+Two h2 state machines (the client's `_H2Connection` and a plain h2 server) talk through memory, and
+streams are left in every state a client's stream can be in; then the count and its pruning are
+compared with h2's own `_open_streams`, on a twin connection driven the same way.
+"""
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.settings
+
+from notifications.backends.h2transport import _H2Connection
+
+REQUEST = [(b":method", b"POST"), (b":scheme", b"https"), (b":authority", b"x"), (b":path", b"/")]
+ANSWER = [(b":status", b"200")]
+
+
+def _pass(source, target):
+    """Hand what `source` framed to `target`; return the events it raised."""
+    data = source.data_to_send()
+    return target.receive_data(data) if data else []
+
+
+def _scenario(kind):
+    client = kind(config=h2.config.H2Configuration(client_side=True, header_encoding=None))
+    server = h2.connection.H2Connection(config=h2.config.H2Configuration(client_side=False, header_encoding=None))
+    client.initiate_connection()
+    server.initiate_connection()
+    server.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1000})
+    for _ in range(3):
+        _pass(client, server)
+        _pass(server, client)
+
+    def open_stream(end_stream):
+        stream_id = client.get_next_available_stream_id()
+        client.send_headers(stream_id, REQUEST, end_stream=end_stream)
+        _pass(client, server)
+        return stream_id
+
+    states = {}
+    states["open"] = open_stream(False)
+    states["half-closed (local)"] = open_stream(True)
+    answered_early = open_stream(False)  # the server answers before the request's body ended
+    server.send_headers(answered_early, ANSWER, end_stream=True)
+    _pass(server, client)
+    states["half-closed (remote)"] = answered_early
+    done = open_stream(True)
+    server.send_headers(done, ANSWER, end_stream=True)
+    _pass(server, client)
+    states["closed (answered)"] = done
+    reset = open_stream(True)
+    client.reset_stream(reset)
+    states["closed (reset by us)"] = reset
+    refused = open_stream(True)
+    server.reset_stream(refused, error_code=h2.errors.ErrorCodes.REFUSED_STREAM)
+    _pass(server, client)
+    states["closed (reset by the peer)"] = refused
+    for _ in range(5):
+        open_stream(True)  # more in flight, as a window keeps them
+    return client, states
+
+
+def test_open_stream_count__is_h2s_for_every_state_a_stream_can_be_in():
+    ours, states = _scenario(_H2Connection)
+    theirs, same_states = _scenario(h2.connection.H2Connection)
+    assert states == same_states
+    assert {i: s.state_machine.state for i, s in ours.streams.items()} == {
+        i: s.state_machine.state for i, s in theirs.streams.items()
+    }
+    counts = [ours._open_streams(1), ours._open_streams(0)]
+    h2s = h2.connection.H2Connection._open_streams
+    expected = [h2s(theirs, 1), h2s(theirs, 0)]
+    assert counts == expected == [8, 0]  # open, both half-closed and the five in flight; none from the server
+    assert sorted(ours.streams) == sorted(theirs.streams)  # the same closed streams pruned
+    assert ours._closed_streams == theirs._closed_streams
+    assert set(ours._closed_streams) >= {states["closed (answered)"], states["closed (reset by us)"]}
