@@ -25,11 +25,12 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
+import http_ece
 import httpx
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from notifications import content
-from notifications.backends import classify, ece
+from notifications.backends import classify
 from notifications.backends.base import Outcome, Priority, PushBackend, PushMessage, SendResult, TokenError
 from notifications.backends.credentials import VapidSigner, shared, tls_context
 from notifications.backends.destinations import (
@@ -324,7 +325,11 @@ def web_push_payload(message: PushMessage, *, tag: str) -> bytes:
 def encrypt(plaintext: bytes, *, p256dh: bytes, auth: bytes) -> bytes:
     """RFC 8291: aes128gcm content coding with a fresh ephemeral ECDH key and salt per message."""
     ephemeral = ec.generate_private_key(ec.SECP256R1())
-    return ece.encrypt(plaintext, salt=os.urandom(16), private_key=ephemeral, dh=p256dh, auth=auth)
+    return bytes(
+        http_ece.encrypt(
+            plaintext, salt=os.urandom(16), private_key=ephemeral, dh=p256dh, auth_secret=auth, version="aes128gcm"
+        )  # fmt: skip
+    )
 
 
 def classify_webpush(
