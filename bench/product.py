@@ -102,6 +102,7 @@ class CpuMeter:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.exclude: set[int] = set()
+        self.own_cpu = 0.0  # CPU seconds the sampler thread used, known after stop()
 
     @classmethod
     def of_cluster(cls, workers: list[Child], provider: Child) -> "CpuMeter":
@@ -123,8 +124,11 @@ class CpuMeter:
             self.last.setdefault(name, {}).update(now)
 
     def _loop(self) -> None:
+        started = time.thread_time()
         while not self._stop.wait(0.05):
             self._sample()
+        # What sampling cost this process: a caller measuring its own CPU takes it out.
+        self.own_cpu = time.thread_time() - started
 
     def start(self) -> None:
         if self.exclude_own_backend:

@@ -5,8 +5,10 @@
 For each provider latency it starts the local fakes in child processes (the webhook fake, and the FCM,
 APNs and Web Push fakes speaking HTTP/2 over TLS), then for each backend loads N due rows and runs one
 `drain()` in this process: the worker's code path without django-q2 around it. It reports the rate,
-this process's CPU (every thread: the worker's, the sender's loop, the completer's) per 1,000 pushes,
-the CPU of the bench database's PostgreSQL backends and of the fakes (which share the same two cores).
+this process's CPU (every thread: the worker's, the sender's loop, the completer's; not the bench's own
+CPU sampler) per 1,000 pushes, the CPU of the bench database's PostgreSQL backends and of the fakes
+(which share the same two cores). Before each system's run the heap is settled as a `qcluster`
+worker's is after its start (`weave.heap.settle`), for every system alike.
 
 With `--cluster`, FCM and APNs also go the product path: a bulk `notification_create` whose commit asks
 for a drain, and real `qcluster` processes (2 workers, the ORM broker) with the fakes' backends
@@ -44,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import harness  # noqa: E402
 from bench.product import CpuMeter, backend_pids, group_pids, proc_cpu  # noqa: E402
+from weave import heap  # noqa: E402
 
 ALIASES = tuple(os.environ.get("BENCH_ALIASES", "default,fcm,fcm-httpx,apns,apns-httpx,webpush").split(","))
 ANCHORS = tuple(
@@ -79,6 +82,10 @@ def _measured(
         sampled["workers"] = lambda: group_pids(workers)
     # With workers of their own, this process's connection only watches the run: not counted.
     meter = CpuMeter(sampled, exclude_own_backend=bool(workers))
+    # As a qcluster worker's heap is after its start (weave.heap, on post_spawn and after the warm-up):
+    # what earlier systems and the setup left alive is frozen, so a full collection during the run walks
+    # only what this run makes, for every system alike. Outside the timed part.
+    heap.settle()
     meter.start()
     fake0, cpu0, t0 = _cpu(fake), time.process_time(), time.perf_counter()
     delivered, groups, *timed = work()
@@ -86,8 +93,8 @@ def _measured(
     if timed:  # the work timed itself (from its rows' commit)
         wall = timed[0]
     meter.stop()
-    if workers:
-        cpu = meter.used["workers"]
+    # This process's CPU less the meter's own sampling thread, which no worker runs.
+    cpu = meter.used["workers"] if workers else cpu - meter.own_cpu
     return {
         "system": system,
         "n": n,
