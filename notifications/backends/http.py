@@ -374,7 +374,7 @@ async def _lean_exchange(
     merged.pop("content-length", None)  # the transport frames the body itself
     merged.pop("host", None)
     raw = [(b"Host", target.netloc)]
-    raw += [_wire_field(name, value) for name, value in merged.values()]
+    raw += [(_encoded(name, "ascii"), _encoded(value, "utf-8")) for name, value in merged.values()]
     assert client.lean is not None
     return await client.lean.exchange(
         method.encode("ascii"), target, raw, content or b"", cap=cap, on_send=progress.mark_sent,
@@ -384,23 +384,6 @@ async def _lean_exchange(
 
 def _encoded(text: str | bytes, encoding: str) -> bytes:
     return text if isinstance(text, bytes) else text.encode(encoding)
-
-
-def _wire_field(name: str | bytes, value: str | bytes) -> tuple[bytes, bytes]:
-    """(name in ASCII, value in UTF-8), from a small memo: most of a push's headers are the same each time."""
-    key = (name, value)
-    field = _FIELDS.get(key)
-    if field is None:
-        field = (_encoded(name, "ascii"), _encoded(value, "utf-8"))  # a name that is not ASCII raises, uncached
-        if len(_FIELDS) >= _FIELDS_MAX:
-            _FIELDS.clear()  # per-request values (an idempotency key) pass through once each
-        _FIELDS[key] = field
-    return field
-
-
-# str and bytes keys never compare equal, so a field's entry holds what `_encoded` makes of exactly it.
-_FIELDS: dict[tuple[str | bytes, str | bytes], tuple[bytes, bytes]] = {}
-_FIELDS_MAX = 256
 
 
 async def _read_capped(response: httpx.Response, cap: int) -> tuple[bytes, bool]:
