@@ -8,7 +8,12 @@ going to it. Per scope:
   failure is a systemic answer (5xx, 429, unreachable, a redirect, refused credentials) or an
   `unknown` one (no answer: the peer may be hanging). It opens when the window holds at least
   `min_answers` answers and at least `ratio` of them are failures, or at once on a fatal answer
-  (credentials, a redirect). Answers arrive in completion order, so a ratio, not a run, is judged.
+  (credentials, a redirect). Answers complete in any order (a failure often comes back sooner than a
+  delivery), so each row allowed to start takes a ticket, and answers enter the window in the order
+  their rows started: the window is a fair sample of what was sent, not of what happened to answer
+  first. An answer waits for the earlier ones only while fewer than `window` answers wait behind a
+  gap; then the late one is skipped and counted when it comes, so one hung request cannot stall the
+  judgment of the rest.
   Failures that share one incident (`SendResult.incident`: an HTTP/2 connection that went down with
   a hundred streams on it) count once: they are one event, and one dropped connection must not
   outweigh the answers around it and hold every row of the scope.
@@ -59,6 +64,10 @@ class CircuitBreaker:
     probing: bool = False  # a half-open probe is out
     answers: deque[bool] = field(default_factory=deque)  # True: a failure
     incidents: deque[str] = field(default_factory=deque)  # incidents already counted (the last `window`)
+    issued: int = 0  # tickets handed to rows allowed to start
+    judged: int = 0  # the ticket whose answer enters the window next; earlier ones are in (or skipped)
+    early: dict[int, SendResult] = field(default_factory=dict)  # answers waiting for an earlier ticket's
+    skipped: set[int] = field(default_factory=set)  # tickets passed over while late: counted when they answer
 
     def allows(self, now: float) -> str:
         """Whether a row of this scope may start now: "go", "probe" (the one a half-open scope lets through) or ""."""
@@ -71,21 +80,49 @@ class CircuitBreaker:
             return "probe"
         return ""
 
-    def record(self, result: SendResult, now: float, *, probe: bool = False) -> bool:
-        """Count one answer (`probe`: the answer to the half-open probe); return True when it opened the breaker."""
-        failed = is_failure(result)
+    def take_ticket(self) -> int:
+        """The start-order number of a row `allows()` just let go ("go", not the probe)."""
+        self.issued += 1
+        return self.issued - 1
+
+    def record(self, result: SendResult, now: float, *, probe: bool = False, ticket: int | None = None) -> bool:
+        """Count one answer; return True when it opened the breaker.
+
+        `probe`: the answer to the half-open probe. `ticket`: the row's `take_ticket()`, so the answer is
+        judged in start order; without one it is judged as it comes."""
         if probe and self.state == HALF_OPEN:
             self.probing = False
-            if not failed:
+            if not is_failure(result):
                 self.state, self.reason = CLOSED, ""
-                self.answers.clear()
-                self.incidents.clear()
+                self._forget()
                 return False
             return self._open(result, now, "its half-open probe failed")
         if self.state != CLOSED:
             return False  # answers to rows started before it opened: the hold already stands
         if result.fatal:
             return self._open(result, now, "")
+        if ticket is None:
+            return self._judge(result, now)
+        if ticket < self.judged:
+            if ticket not in self.skipped:
+                return False  # a row started before the window was last reset: it describes that time
+            self.skipped.discard(ticket)
+            return self._judge(result, now)
+        self.early[ticket] = result
+        while True:
+            if self.judged in self.early:
+                if self._judge(self.early.pop(self.judged), now):
+                    return True
+                self.judged += 1
+            elif len(self.early) >= self.rule.window:
+                self.skipped.add(self.judged)  # late: judge what came after it rather than wait for it
+                self.judged += 1
+            else:
+                return False
+
+    def _judge(self, result: SendResult, now: float) -> bool:
+        """Put one answer into the window, in its turn; True when the window now says open."""
+        failed = is_failure(result)
         if failed and result.incident:
             if result.incident in self.incidents:
                 return False  # the same event as a failure already counted
@@ -112,11 +149,18 @@ class CircuitBreaker:
         hold = min(hold, cap)
         self.state, self.probing = OPEN, False
         self.hold_until = now + hold
-        self.answers.clear()
-        self.incidents.clear()
+        self._forget()
         cause = f"{why} (last: {result.reason})" if why else result.reason
         self.reason = f"Circuit breaker opened for {self.name or 'this scope'}: {cause}"
         return True
+
+    def _forget(self) -> None:
+        """A fresh window: answers to rows started before now no longer count."""
+        self.answers.clear()
+        self.incidents.clear()
+        self.early.clear()
+        self.skipped.clear()
+        self.judged = self.issued
 
 
 class Breakers:

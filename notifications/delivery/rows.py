@@ -91,6 +91,7 @@ class Row:
     device_id: Any = None
     scope: str = ""  # its circuit breaker's scope, once the worker asked (backend alias, maybe origin)
     probe: bool = False  # sent as its scope's half-open probe
+    ticket: int | None = None  # its start-order number at its scope's breaker, when it went as "go"
 
     @property
     def owner(self) -> str:

@@ -222,6 +222,8 @@ class PushWorker:
         breaker = self.breaker_for(row)
         verdict = breaker.allows(self.clock.monotonic())
         row.probe = verdict == "probe"
+        # Its answer is judged in the order rows started, whenever it completes.
+        row.ticket = breaker.take_ticket() if verdict == "go" else None
         if verdict:
             return "go"
         return "wait" if breaker.state == HALF_OPEN else "hold"
@@ -270,7 +272,7 @@ class PushWorker:
         """Show each answer to its scope's breaker; record an opening (an event, not a leased write)."""
         for row, result in group:
             breaker = self.breaker_for(row)
-            if breaker.record(result, self.clock.monotonic(), probe=row.probe):
+            if breaker.record(result, self.clock.monotonic(), probe=row.probe, ticket=row.ticket):
                 log_event(logger, "breaker_open", job=JOB, id="-", owner=self.owner, reason=breaker.reason)
                 self.first_opening = self.first_opening or breaker.reason
                 # Kept so the console and the metrics see it after this worker is gone.

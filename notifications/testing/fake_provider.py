@@ -39,6 +39,9 @@ class FaultConfig:
     # Answer status_5xx to the first request of every n-th new key (0: off): a deterministic "1 key in n"
     # temporary failure whose retry then succeeds, for latency measurements with no randomness.
     first_5xx_every: int = 0
+    # Answer status_5xx to the first request of each of these idempotency keys: failures bound to given
+    # messages, whatever order their requests reach the fake in (concurrent requests arrive shuffled).
+    first_5xx_keys: tuple[str, ...] = ()
     rate_hang: float = 0.0  # deliver, then answer only after hang_seconds (past the client's timeout)
     hang_seconds: float = 5.0
     rate_drop: float = 0.0  # deliver, then close the connection without an answer
@@ -283,12 +286,14 @@ class _Handler(FakeHandler):
         return normal
 
     def _first_of_every(self, config: FaultConfig, key: str) -> bool:
-        if config.first_5xx_every <= 0:
+        if config.first_5xx_every <= 0 and not config.first_5xx_keys:
             return False
         state = self.server.state
         with state.lock:
             if state.per_key.get(key) != 1:
                 return False  # not this key's first request
+            if config.first_5xx_keys:
+                return key in config.first_5xx_keys
             state.new_keys += 1
             return state.new_keys % config.first_5xx_every == 1 % config.first_5xx_every
 

@@ -60,8 +60,11 @@ def test_breaker__bad_credentials_stop_the_backend_after_one_request(push_settin
 
 
 def test_breaker__a_third_of_first_answers_failing_with_twenty_in_flight_does_not_open(push_settings, fake, clock):
-    NotificationFactory.create_batch(90, next_attempt_at=clock.current)
-    fake.configure(first_5xx_every=3)  # the first request of every third key answers 503
+    rows = NotificationFactory.create_batch(90, next_attempt_at=clock.current)
+    # The first request of every third row (in the order rows are claimed and started) answers 503,
+    # whatever order the twenty concurrent requests reach the fake and their answers come back in.
+    failing = {str(row.idempotency_key) for row in sorted(rows, key=lambda row: row.pk)[2::3]}
+    fake.configure(first_5xx_keys=tuple(sorted(failing)))
     report = drain(clock=clock, concurrency=20, batch_size=90, enqueue_more=False)
     assert report.breaker == "" and report.held == 0
     assert (report.delivered, report.temporary) == (60, 30)

@@ -105,3 +105,56 @@ def test_an_incident_counts_once_and_a_failure_without_one_counts_each_time():
     # A failure without an incident counts by itself, every time.
     assert not any(_feed(breaker, [SILENT] * 4))
     assert list(breaker.answers).count(True) == 5
+
+
+# --- start order -----------------------------------------------------------------------------------
+
+
+def _started(breaker: CircuitBreaker, n: int) -> list[int]:
+    tickets = []
+    for _ in range(n):
+        assert breaker.allows(0.0) == "go"
+        tickets.append(breaker.take_ticket())
+    return tickets
+
+
+def test_answers_are_judged_in_the_order_their_rows_started_not_as_they_complete():
+    # One request in three fails, and the failures come back first (a 503 is quicker than a
+    # delivery). Judged as they complete, the first ten answers would be seven failures.
+    breaker = CircuitBreaker()
+    tickets = _started(breaker, 30)
+    failing = [t for t in tickets if t % 3 == 2]
+    fine = [t for t in tickets if t % 3 != 2]
+    assert not any(breaker.record(FAIL, 0.0, ticket=t) for t in failing)
+    assert not breaker.answers  # waiting for the rows started before them
+    assert not any(breaker.record(OK, 0.0, ticket=t) for t in fine)
+    assert breaker.state == "closed" and list(breaker.answers).count(True) == 7  # 7 of the last 20 started
+    # The arrival-order reading of the same answers opens the breaker: what the tickets prevent.
+    by_arrival = CircuitBreaker()
+    assert any(by_arrival.record(answer, 0.0) for answer in [FAIL] * 10 + [OK] * 20)
+
+
+def test_a_scope_failing_in_start_order_still_opens_however_its_answers_complete():
+    breaker = CircuitBreaker()
+    tickets = _started(breaker, 12)
+    assert not any(breaker.record(FAIL, 0.0, ticket=t) for t in reversed(tickets[1:10]))
+    assert breaker.record(FAIL, 0.0, ticket=tickets[0]) is True  # the gap filled: ten in a row failed
+    assert "10 of its last 10 answers failed" in breaker.reason
+    # Rows started before the opening answer afterwards: they neither count nor reopen it later.
+    assert breaker.allows(30.0) == "probe" and breaker.record(OK, 30.0, probe=True) is False
+    assert breaker.record(FAIL, 30.0, ticket=tickets[10]) is False and not breaker.answers
+
+
+def test_one_hung_request_does_not_stall_the_judgment_of_the_answers_after_it():
+    breaker = CircuitBreaker()
+    hung, *rest = _started(breaker, 40)
+    opened = [breaker.record(FAIL, 0.0, ticket=t) for t in rest[:20]]
+    # Twenty answers wait behind the hung one: it is passed over, and the twenty are judged.
+    assert opened == [False] * 19 + [True] and breaker.state == "open"
+    # When the hung request answers at last it is counted, not dropped: a fresh breaker shows it.
+    late = CircuitBreaker()
+    first, *others = _started(late, 25)
+    assert not any(late.record(OK, 0.0, ticket=t) for t in others[:20])
+    assert first in late.skipped and len(late.answers) == 20
+    assert late.record(SILENT, 0.0, ticket=first) is False
+    assert first not in late.skipped and list(late.answers)[-1] is True
