@@ -107,7 +107,7 @@ def _columns(rows: list[Notification], db: str) -> list[list[Any]] | None:
     connection = connections[db]
     columns = insert.fields()
     arrays: list[list[Any]] = []
-    for field in columns:
+    for field, prepare in zip(columns, insert.preparers(connection), strict=True):
         if field.name in insert.CLOCK_FIELDS:
             at: list[Any] = []
             secs: list[float | None] = []
@@ -119,7 +119,7 @@ def _columns(rows: list[Notification], db: str) -> list[list[Any]] | None:
                     continue
                 if insert.compiled_by_orm(value):
                     return None
-                plain, value = insert.adapted(field, row, connection)
+                plain, value = insert.adapted(field, prepare, row)
                 if not plain:
                     return None
                 at.append(value)
@@ -128,7 +128,7 @@ def _columns(rows: list[Notification], db: str) -> list[list[Any]] | None:
             continue
         values = []
         for row in rows:
-            plain, value = insert.adapted(field, row, connection)
+            plain, value = insert.adapted(field, prepare, row)
             if not plain:
                 return None
             values.append(value)

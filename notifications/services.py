@@ -16,7 +16,7 @@ from django.db.models import signals
 from notifications import insert, locked_insert, queue
 from notifications.backends import DEFAULT_ALIAS, PushBackend, backend_configs
 from notifications.backends.options import DataError
-from notifications.backends.registry import backend_class
+from notifications.backends.registry import backend_class, backend_path
 from notifications.content import CONDITION_PREFIX, TOPIC_PREFIX, check_options
 from notifications.devices import deactivate_device, end_queued_for_device, fail_queued_for_device, handed_over_reason
 from notifications.models import ContentLocked, Device, Notification
@@ -631,7 +631,7 @@ def _message_fields(
         raise ValidationError({"data": f"data must be a JSON object, not {type(data).__name__}."})
     check_json(dict(data), field="data", object_only=True)
     data = check_json(_backend_data(backend_cls, data), field="data", object_only=True)
-    if not isinstance(priority, str) or priority not in Notification.Priority.values:
+    if not isinstance(priority, str) or priority not in _PRIORITIES:
         raise ValidationError({"priority": f"priority must be one of {', '.join(Notification.Priority.values)}."})
     collapse_key = check_text(collapse_key or "", field="collapse_key", strip=True, one_line=True)
     if len(collapse_key) > (most := _field_length("collapse_key")) or not collapse_key.isprintable():
@@ -753,16 +753,17 @@ def _drain_requested_on_commit(db: str) -> bool:
     return any(len(entry) > 1 and entry[1] is _enqueue_drain for entry in pending)
 
 
+_PRIORITIES = frozenset(Notification.Priority.values)  # the enum's `values` builds a new list on every read
 MAX_TTL = 28 * 24 * 3600  # FCM's longest TTL; APNs and Web Push services keep messages no longer in practice
 
 
 def _backend_class(alias: str) -> type[PushBackend]:
-    configs = backend_configs()
-    if alias not in configs:
-        known = ", ".join(sorted(configs)) or "none"
+    path = backend_path(alias)
+    if path is None:
+        known = ", ".join(sorted(backend_configs())) or "none"
         raise ValidationError({"backend": f"No push backend {alias!r} in WEAVE PUSH_BACKENDS (configured: {known})."})
     try:
-        return backend_class(configs[alias]["BACKEND"])
+        return backend_class(path)
     except ImproperlyConfigured as exc:
         raise ValidationError({"backend": str(exc)}) from exc
 

@@ -125,7 +125,11 @@ def check_ids(value: Any, *, field: str, most: int = 10_000) -> list[int]:
 
 def json_bytes(value: Any) -> bytes:
     """Encode `value` the way httpx sends `json=`: compact separators, UTF-8, no ASCII escaping, no NaN."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    return _COMPACT.encode(value).encode("utf-8")
+
+
+# What json.dumps builds on every call given these options (it reuses an encoder only for the defaults).
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def _short(key: str) -> str:

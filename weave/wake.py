@@ -24,6 +24,7 @@ Apps register what they watch in `AppConfig.ready()`:
     register_watch(WatchSpec(name="notifications", next_due=..., wake=enqueue_drain))
 """
 
+import functools
 import logging
 import threading
 import time
@@ -163,14 +164,25 @@ def slot_claim_sql(name: str, *, hold: float | None = None, alias: str = "won", 
     row, say: a slot taken for no work would hold off every request until it lapsed). The request row
     lives on the default database: the statement must run there. After it committed, hand its two
     columns to `finish_claim`."""
+    with_sql, select_sql = _slot_claim_text(alias, only_if)
+    return SlotClaimSQL(
+        with_sql=with_sql,
+        with_params=(_hold(hold), name),
+        select_sql=select_sql,
+        select_params=(CHANNEL, ARRIVAL, name),
+    )
+
+
+@functools.cache
+def _slot_claim_text(alias: str, only_if: str) -> tuple[str, str]:
+    # Made once per process: the hand-over asks for it on every push, and building it (the table's quoted
+    # name through the connection proxy, two formats) cost about as much as the rest of the claim's Python.
     from weave.models import WakeRequest
 
     table = connection.ops.quote_name(WakeRequest._meta.db_table)
-    return SlotClaimSQL(
-        with_sql=_CLAIM_SLOT_WITH.format(table=table, alias=alias, only_if=only_if),
-        with_params=(_hold(hold), name),
-        select_sql=_CLAIM_SLOT_COLUMNS.format(table=table, alias=alias),
-        select_params=(CHANNEL, ARRIVAL, name),
+    return (
+        _CLAIM_SLOT_WITH.format(table=table, alias=alias, only_if=only_if),
+        _CLAIM_SLOT_COLUMNS.format(table=table, alias=alias),
     )
 
 

@@ -35,6 +35,21 @@ def backend_configs() -> dict[str, dict[str, Any]]:
     return configs
 
 
+def backend_path(alias: str) -> Any:
+    """The BACKEND `backend_configs()` gives `alias` (None: not configured), without copying every alias's
+    OPTIONS: the hand-over asks this on every push, and the full copy was a fifth of its validation.
+    Any: the site's value as written, a dotted path once the checks pass."""
+    configured = weave_settings.PUSH_BACKENDS or {}
+    if isinstance(configured, Mapping):
+        entry = configured.get(alias)
+        if isinstance(entry, Mapping):
+            return entry.get("BACKEND", "")
+        if not configured and alias == DEFAULT_ALIAS:
+            return WEBHOOK  # nothing configured: the implicit default
+    config = backend_configs().get(alias)  # the implicit webhook default, an empty entry, or a refusal
+    return None if config is None else config["BACKEND"]
+
+
 def backend_aliases() -> list[str]:
     return sorted(backend_configs())
 

@@ -9,6 +9,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from notifications.backends import Outcome, PushMessage, SendResult, backend_configs, backend_problems, get_backend
+from notifications.backends.registry import backend_path
 from notifications.backends.webhook import WebhookBackend
 
 MESSAGE = PushMessage(idempotency_key="key-1", token="device-1", title="Hi", body="There", data={"n": 1})
@@ -103,6 +104,30 @@ def test_registry__default_is_the_webhook_from_push_url(settings):
     }
     backend = get_backend("default")
     assert isinstance(backend, WebhookBackend) and backend.secrets() == ["t0ken"]
+
+
+WEBHOOK_PATH = "notifications.backends.webhook.WebhookBackend"
+FCM_PATH = "notifications.backends.fcm.FCMBackend"
+
+
+@pytest.mark.parametrize(
+    "weave",
+    [
+        {},
+        {"PUSH_URL": "https://push.example/send"},
+        {"PUSH_BACKENDS": {}},
+        {"PUSH_BACKENDS": {"fcm": {"BACKEND": FCM_PATH, "OPTIONS": {"project_id": "p"}}}},
+        {"PUSH_BACKENDS": {"fcm": {"BACKEND": FCM_PATH}}, "PUSH_URL": "https://push.example/send"},
+        {"PUSH_BACKENDS": {"default": {"BACKEND": FCM_PATH}, "empty": None, "bare": {}}},
+        {"PUSH_BACKENDS": {"default": None}},
+    ],
+)
+def test_registry__backend_path_is_what_backend_configs_names_for_every_alias(settings, weave):
+    settings.WEAVE = weave
+    configs = backend_configs()
+    for alias in [*configs, "default", "fcm", "empty", "bare", "unknown"]:
+        expected = configs[alias]["BACKEND"] if alias in configs else None
+        assert backend_path(alias) == expected, alias
 
 
 def test_registry__explicit_backends_and_their_problems(settings):
