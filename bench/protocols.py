@@ -12,7 +12,8 @@ worker's is after its start (`weave.heap.settle`), for every system alike.
 
 With `--cluster`, FCM and APNs also go the product path: a bulk `notification_create` whose commit asks
 for a drain, and real `qcluster` processes (2 workers, the ORM broker) with the fakes' backends
-(`WEAVE_PUSH_BACKENDS_FILE`), their CPU read from every process of the cluster.
+(`WEAVE_PUSH_BACKENDS_FILE`), their CPU read from every process of the cluster. `BENCH_CLUSTER_WORKERS`
+(default 2) and `BENCH_CLUSTER_ALIASES` (default "fcm,apns") change which clusters run.
 
 "fcm-httpx" and "apns-httpx" are the same backends on httpx's HTTP/2 stack (`bench/h2_variants.py`),
 the path they took before the lean HTTP/2 client: before and after, side by side in one run.
@@ -45,7 +46,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import harness  # noqa: E402
-from bench.product import CpuMeter, backend_pids, group_pids, proc_cpu  # noqa: E402
+from bench.product import CpuMeter, GroupPids, backend_pids, group_pids, proc_cpu  # noqa: E402
 from weave import heap  # noqa: E402
 
 ALIASES = tuple(os.environ.get("BENCH_ALIASES", "default,fcm,fcm-httpx,apns,apns-httpx,webpush").split(","))
@@ -60,8 +61,8 @@ ANCHORS = tuple(
 AIOAPNS_WINDOW = 500
 # Workers per cluster in the product-path rows (`--cluster`). Web Push is left out there: its fake listens on
 # loopback, which a production start (the clusters run with DEBUG off) never lets a Web Push endpoint use.
-CLUSTER_WORKERS = 2
-CLUSTER_ALIASES = ("fcm", "apns")
+CLUSTER_WORKERS = int(os.environ.get("BENCH_CLUSTER_WORKERS", "2"))
+CLUSTER_ALIASES = tuple(os.environ.get("BENCH_CLUSTER_ALIASES", "fcm,apns").split(","))
 CELERY_THREADS = 40
 VARIANTS = {"fcm-httpx": ("fcm", "bench.h2_variants.HttpxFCM"), "apns-httpx": ("apns", "bench.h2_variants.HttpxAPNs")}
 
@@ -79,7 +80,7 @@ def _measured(
     fake = group_pids(fakes)
     sampled: dict[str, Any] = {"postgres": backend_pids} if database else {}
     if workers:
-        sampled["workers"] = lambda: group_pids(workers)
+        sampled["workers"] = GroupPids(workers)
     # With workers of their own, this process's connection only watches the run: not counted.
     meter = CpuMeter(sampled, exclude_own_backend=bool(workers))
     # As a qcluster worker's heap is after its start (weave.heap, on post_spawn and after the warm-up):
