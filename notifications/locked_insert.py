@@ -19,8 +19,8 @@ The text is made once per process and database alias, and per number of rows up 
 that the rows travel as arrays, so any number of devices is the same text. Values are adapted as
 `notifications.insert` adapts them for the one-row INSERT (`pre_save(add=True)`, then `get_db_prep_save`);
 a database-clock time is sent as its offset and computed by the server per row, as the ORM's statement
-would. Anything else (a clock expression the ORM must
-compile, a value a `pre_save` made an expression) returns None, and the caller takes the ORM's path.
+would. Anything else (a clock expression the ORM must compile, a value a `pre_save` made an expression)
+returns None, and the caller takes the ORM's path.
 """
 
 import functools
