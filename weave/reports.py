@@ -155,6 +155,10 @@ def _loop(name: str) -> None:
         except DatabaseError as exc:  # a report is telemetry: a failed one never stops the worker
             note_failure(exc)
             logger.warning("worker report failed: %s", exc)
+        except Exception:
+            # Nor does anything else end the reports: a thread that died here would leave this worker
+            # shown as gone on the dashboard for the rest of its life. The next turn tries again.
+            logger.exception("worker report failed")
         finally:
             close_old_connections()
         LINK.wake.wait(RETRY_CUT_OFF if LINK.down else REPORT_EVERY)

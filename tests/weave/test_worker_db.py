@@ -84,6 +84,18 @@ def test_check__silent_without_postgresql(settings, monkeypatch):
 
 
 @pytest.fixture
+def no_reporter():
+    """django-q2's `post_spawn` without the report thread, for a test that sends it in this process."""
+    from django_q.signals import post_spawn
+
+    from weave.reports import start_reporter
+
+    assert post_spawn.disconnect(dispatch_uid="weave.reports.reporter")
+    yield
+    post_spawn.connect(start_reporter, dispatch_uid="weave.reports.reporter")
+
+
+@pytest.fixture
 def restore_worker_mode():
     saved = {alias: dict(d.get("OPTIONS") or {}) for alias, d in connections.settings.items()}
     yield
@@ -95,9 +107,11 @@ def restore_worker_mode():
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_worker_mode__new_connections_carry_the_limits_sync_tasks_do_not(restore_worker_mode, settings):
-    # post_spawn below would also start the due-time watcher in this test process, where it would
-    # outlive the test and hold a session on the test database: it is not what this test is about.
+def test_worker_mode__new_connections_carry_the_limits_sync_tasks_do_not(restore_worker_mode, no_reporter, settings):
+    # post_spawn below would also start the due-time watcher and the report thread in this test
+    # process, where they would outlive the test and hold a session on the test database (a later
+    # test's teardown could not drop it): they are not what this test is about. The watcher is off by
+    # its setting; the report thread's receiver is taken off for the test (`no_reporter`).
     settings.WEAVE = {**(getattr(settings, "WEAVE", None) or {}), "WAKE_WATCHER": False}
     before = worker_db.session_limits()
     assert before["server"]["statement_timeout"] == "0"  # the site's own sessions: untouched
