@@ -11,9 +11,7 @@ class _Stop(BaseException):
     """Ends the loop from inside the test: the loop goes on after any Exception, never after this."""
 
 
-def test_report_loop__an_error_that_is_not_the_databases_is_logged_and_the_next_turn_reports_again(
-    monkeypatch, caplog
-):
+def test_report_loop__an_error_that_is_not_the_databases_is_logged_and_the_next_turn_reports_again(monkeypatch, caplog):
     calls = []
 
     def report_once(name):
