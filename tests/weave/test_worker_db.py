@@ -109,9 +109,9 @@ def restore_worker_mode():
 @pytest.mark.django_db(transaction=True)
 def test_worker_mode__new_connections_carry_the_limits_sync_tasks_do_not(restore_worker_mode, no_reporter, settings):
     # post_spawn below would also start the due-time watcher and the report thread in this test
-    # process, where they would outlive the test and hold a session on the test database (a later
-    # test's teardown could not drop it): they are not what this test is about. The watcher is off by
-    # its setting; the report thread's receiver is taken off for the test (`no_reporter`).
+    # process, where they would outlive the test (the watcher holding a session on the test database,
+    # the reporter querying it from later tests): they are not what this test is about. The watcher is
+    # off by its setting; the report thread's receiver is taken off for the test (`no_reporter`).
     settings.WEAVE = {**(getattr(settings, "WEAVE", None) or {}), "WAKE_WATCHER": False}
     before = worker_db.session_limits()
     assert before["server"]["statement_timeout"] == "0"  # the site's own sessions: untouched
