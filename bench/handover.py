@@ -31,16 +31,17 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import harness  # noqa: E402
+from tools.processes import cpu_seconds, stat_fields  # noqa: E402
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 TARGET_MS = 0.5
 
 
 def proc_cpu(pid: int | str = "self") -> float:
     """CPU seconds (user + system) of process `pid` so far, from /proc."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    fields = stat_fields(pid)
+    if fields is None:
+        raise ProcessLookupError(pid)
+    return cpu_seconds(fields)
 
 
 class RoundTrips:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("create", "send_to_user")
-USERS = "instructions-"
+USERS = "handover-"  # made by bench.handover.users
 
 
 def child(tree: str, mode: str, n: int) -> None:
@@ -59,18 +59,6 @@ def counted(tree: str, mode: str, n: int) -> int:
     return int(found.group(1))
 
 
-def make_users(n: int) -> None:
-    """`n` users with one registered device each, for the fan-out calls (kept between runs)."""
-    from django.contrib.auth import get_user_model
-
-    from notifications.models import Device
-
-    users = get_user_model()
-    have = users.objects.filter(username__startswith=USERS).count()
-    made = users.objects.bulk_create([users(username=f"{USERS}{i:05d}") for i in range(have, n)])
-    Device.objects.bulk_create([Device(user=u, backend="default", token=f"{USERS}token-{u.pk}") for u in made])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tree", action="append", default=[], help="another checkout to measure beside this one")
@@ -84,9 +72,10 @@ def main() -> None:
         return
     sys.path.insert(0, str(ROOT))
     from bench import harness
+    from bench.handover import users
 
     harness.configure()
-    make_users(args.large)
+    users(args.large)  # one device each, for the fan-out calls
     trees = [str(ROOT), *(str(Path(t).resolve()) for t in args.tree)]
     calls = args.large - args.small
     for mode in MODES:

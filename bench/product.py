@@ -36,10 +36,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import harness  # noqa: E402
-from tools.processes import Child, wait_until  # noqa: E402
+from tools.processes import Child, cpu_seconds, process_group, stat_fields, wait_until  # noqa: E402
 
 SECTIONS = ("latency", "throughput", "scaling")
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 TARGETS = {"idle_p99": 0.5, "idle_p50": 0.1, "retry_late": 1.0, "recovery_slack": 3.0, "speedup": 4.0, "cpu": 0.4}
 
 
@@ -50,21 +49,13 @@ def proc_cpu(pids: set[int]) -> dict[int, float]:
     """CPU seconds (user + system) so far of each live pid in `pids`."""
     out = {}
     for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        out[pid] = (int(fields[11]) + int(fields[12])) / CLK_TCK
+        if (fields := stat_fields(pid)) is not None:
+            out[pid] = cpu_seconds(fields)
     return out
 
 
 def group_pids(children: list[Child]) -> set[int]:
-    pids: set[int] = set()
-    for child in children:
-        pids.add(child.pgid)
-        pids.update(child.descendants())
-    return pids
+    return GroupPids(children)()
 
 
 class GroupPids:
@@ -81,17 +72,8 @@ class GroupPids:
     def __call__(self) -> set[int]:
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit() and int(entry.name) not in self.seen:
-                self.seen[int(entry.name)] = _process_group(int(entry.name)) in self.leaders
+                self.seen[int(entry.name)] = process_group(entry.name) in self.leaders
         return self.leaders | {pid for pid, member in self.seen.items() if member}
-
-
-def _process_group(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # Field 5 of /proc/<pid>/stat is the process group; the command name may contain spaces.
-    return int(stat[stat.rindex(")") + 2 :].split()[2])
 
 
 def backend_pids() -> set[int]:
@@ -125,11 +107,8 @@ def _postmaster_children() -> list[int] | None:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_backend_pid()")
             own = cursor.fetchone()[0]
-        try:
-            stat = Path(f"/proc/{own}/stat").read_text()
-            _postmaster.append(int(stat[stat.rindex(")") + 2 :].split()[1]))
-        except OSError:
-            _postmaster.append(0)  # the server is not on this machine, or not visible from here
+        fields = stat_fields(own)
+        _postmaster.append(0 if fields is None else int(fields[1]))  # 0: the server is not visible from here
     if not _postmaster[0]:
         return None
     try:

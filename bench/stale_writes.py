@@ -45,6 +45,7 @@ from django_tasks_db.management.commands.db_worker import Worker as DBWorker  # 
 from django_tasks_db.models import DBTaskResult  # noqa: E402
 
 from bench import stale_tasks  # noqa: E402
+from tools import processes  # noqa: E402
 from weave.conf import weave_settings  # noqa: E402
 from weave.jobs.runner import run_job  # noqa: E402
 from weave.models import TaskRow  # noqa: E402
@@ -145,8 +146,9 @@ def ox(*args: object) -> dict[str, Any]:
 
 def cpu_seconds() -> float:
     """User plus system CPU of this process, from /proc."""
-    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    fields = processes.stat_fields("self")
+    assert fields is not None  # this process's own entry is always there
+    return processes.cpu_seconds(fields)
 
 
 @contextmanager

@@ -18,6 +18,30 @@ from pathlib import Path
 from typing import IO
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def stat_fields(pid: int | str) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name, or None once the process is gone.
+
+    The command name is in parentheses and may itself hold spaces or parentheses, so the fields start
+    after the last ")". Index 0 is the state (field 3 in proc(5)), 1 the parent, 2 the process group,
+    11 and 12 the user and system CPU in clock ticks."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def process_group(pid: int | str) -> int | None:
+    fields = stat_fields(pid)
+    return None if fields is None else int(fields[2])
+
+
+def cpu_seconds(fields: list[str]) -> float:
+    """User plus system CPU seconds from `stat_fields`."""
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 @dataclass
@@ -45,15 +69,7 @@ class Child:
         """Return the pids in this child's process group other than the leader (Linux /proc)."""
         pids = []
         for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == self.pgid:
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            # Field 5 of /proc/<pid>/stat is the process group; the command name may contain spaces.
-            fields = stat[stat.rindex(")") + 2 :].split()
-            if int(fields[2]) == self.pgid:
+            if entry.name.isdigit() and int(entry.name) != self.pgid and process_group(entry.name) == self.pgid:
                 pids.append(int(entry.name))
         return sorted(pids)
 

@@ -106,7 +106,6 @@ def test_registry__default_is_the_webhook_from_push_url(settings):
     assert isinstance(backend, WebhookBackend) and backend.secrets() == ["t0ken"]
 
 
-WEBHOOK_PATH = "notifications.backends.webhook.WebhookBackend"
 FCM_PATH = "notifications.backends.fcm.FCMBackend"
 
 
