@@ -461,7 +461,17 @@ class _Pump:
         unsent: list[tuple[Row, Unsendable]] = []
         held: list[Row] = []
         quiet: list[tuple[Row, datetime, str]] = []
-        while self.waiting and len(self.in_flight) < worker.concurrency and not self._check_stop():
+        while self.waiting and len(self.in_flight) < worker.concurrency:
+            alias = self.waiting[0].message.backend
+            if self.out.get(alias, 0) >= worker.window_of(alias):
+                # Its backend's window is full: it waits for that backend's next answer, while rows for
+                # other backends go on starting. It is judged (lease, expiry, device, quiet hours,
+                # breaker) only once a slot is free: every answer brings a backend's waiting rows back to
+                # the front, and judging each of them again at each answer cost more than the send.
+                self.full.setdefault(alias, deque()).append(self.waiting.popleft())
+                continue
+            if self._check_stop():
+                break
             if not worker.budget_spent:
                 worker.buffer.keep_alive()
             row = self.waiting.popleft()
@@ -477,12 +487,6 @@ class _Pump:
                 continue
             if (deferral := worker.deferred(row)) is not None:
                 quiet.append((row, *deferral))  # inside its user's quiet hours: back, due when they end
-                continue
-            alias = row.message.backend
-            if self.out.get(alias, 0) >= worker.window_of(alias):
-                # Its backend's window is full: it waits for that backend's next answer, while rows for
-                # other backends go on starting.
-                self.full.setdefault(alias, deque()).append(row)
                 continue
             verdict = worker.may_start(row)
             if verdict == "hold":

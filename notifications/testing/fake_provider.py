@@ -248,7 +248,7 @@ class _Handler(FakeHandler):
         if draw < edge:
             return 429, {"Retry-After": _retry_after(config.retry_after)}, _dumps({"error": "slow down"}), ""
         edge += config.rate_5xx
-        if draw < edge or self._first_of_every(config, key):
+        if draw < edge or self._fails_first_try(config, key):
             headers = self._unavailable_headers(config, config.status_5xx)
             return config.status_5xx, headers, _dumps({"error": "provider trouble"}), ""
         edge += config.rate_hang_before
@@ -285,7 +285,8 @@ class _Handler(FakeHandler):
             return f"Unauthorized. You sent POST http://{host}{self.path}\n{headers}".encode()
         return normal
 
-    def _first_of_every(self, config: FaultConfig, key: str) -> bool:
+    def _fails_first_try(self, config: FaultConfig, key: str) -> bool:
+        """Whether this key's first request gets a 5xx: every `first_5xx_every`th new key, or a listed one."""
         if config.first_5xx_every <= 0 and not config.first_5xx_keys:
             return False
         state = self.server.state

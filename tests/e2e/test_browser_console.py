@@ -19,6 +19,7 @@ from notifications.testing.fake_provider import FakePushProvider
 from onboarding.models import OnboardingRun, Supplier
 from onboarding.testing.fake_services import FakeSupplierServices
 from onboarding.testing.numbers import german_iban, german_vat_number
+from tests.e2e.browser import sync_browser
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -40,7 +41,6 @@ def poll(page, predicate, *, timeout: float, message: str, reload: bool = True) 
 
 
 def test_operator_walkthrough(live_server, groups, worker_env, chromium, monkeypatch):
-    from playwright.sync_api import sync_playwright
 
     # Playwright's sync API runs an event loop on this thread; the ORM calls below are plain sync code.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
@@ -58,7 +58,7 @@ def test_operator_walkthrough(live_server, groups, worker_env, chromium, monkeyp
     with FakeSupplierServices() as services, FakePushProvider() as push:
         env = {**worker_env, "WEAVE_SUPPLIER_API_URL": services.url, "WEAVE_PUSH_URL": push.push_url}
         cluster = groups.manage("qcluster", "qcluster", env=env)
-        with sync_playwright() as p:
+        with sync_browser() as p:
             browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
             page = browser.new_page(viewport={"width": 1600, "height": 1000})
             page.set_default_timeout(15_000)
@@ -314,7 +314,6 @@ def actions_on(page, url: str, shot: str) -> dict:
 
 
 def test_operator_screens_at_1440_1280_and_390_px(live_server, chromium, monkeypatch, settings):
-    from playwright.sync_api import sync_playwright
 
     from notifications.models import Notification
 
@@ -327,7 +326,7 @@ def test_operator_screens_at_1440_1280_and_390_px(live_server, chromium, monkeyp
     make_ops_trouble()
     stuck = Notification.objects.create(device_token="screen-stuck-device", title="Stuck", body="b")
     Notification.objects.claim(stuck.pk, owner="push:stuck-host:77:cafe", ttl=120)  # 120 of 600 s left
-    with sync_playwright() as p:
+    with sync_browser() as p:
         browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
         context = browser.new_context(viewport={"width": 1440, "height": 900})
         page = context.new_page()

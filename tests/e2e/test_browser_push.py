@@ -15,6 +15,7 @@ from django.contrib.auth.models import User
 
 from notifications.models import Device
 from notifications.testing.keys import TestKeys
+from tests.e2e.browser import sync_browser
 from tests.e2e.test_browser_console import SHOTS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -56,7 +57,6 @@ def test_browser_subscribes_and_the_device_is_registered_for_the_user(
     monkeypatch,
     tmp_path: Path,
 ):
-    from playwright.sync_api import sync_playwright
 
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     keys = TestKeys.create(tmp_path)
@@ -72,7 +72,7 @@ def test_browser_subscribes_and_the_device_is_registered_for_the_user(
     user = User.objects.create_user("reader", password="browser-pw", is_staff=True)
     sub = subscription()
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
+    with sync_browser() as p:
         browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
         page = browser.new_page()
         page.add_init_script(STUB % json.dumps(sub))

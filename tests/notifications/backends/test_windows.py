@@ -148,3 +148,64 @@ def test_a_worker_claims_no_more_while_rows_wait_for_a_full_window(push_settings
     assert report.delivered == 30
     # One batch beyond the slots of its backend at most, never the sum of every backend's window (52).
     assert max(in_hand) <= 2 + 5
+
+
+class ClockMoving(PushBackend):
+    """Answers at once, but its first send moves the worker's clock `seconds` ahead."""
+
+    def __init__(self, alias: str, clock, seconds: float) -> None:
+        super().__init__(alias=alias, options={}, timeout=10.0, concurrency=1)
+        self.clock, self.seconds, self.sent = clock, seconds, 0
+
+    async def send(self, message: PushMessage) -> SendResult:
+        self.sent += 1
+        if self.sent == 1:
+            self.clock.advance(self.seconds)
+        return SendResult(outcome=Outcome.DELIVERED, provider_message_id=message.idempotency_key)
+
+
+def test_a_row_that_expires_while_it_waits_for_a_full_window_ends_expired_unsent(push_settings, clock):
+    """A row is judged when a slot is free for it, not when it first met the full window: its expiry
+    then, at the time it would have been sent, decides."""
+    from datetime import timedelta
+
+    backend = ClockMoving("one", clock, seconds=3)
+    idle = Gated("idle", window=20)  # the worker's window (21) is wider than the busy backend's (1)
+    first = NotificationFactory(backend="one", next_attempt_at=clock.current)
+    late = NotificationFactory(
+        backend="one", next_attempt_at=clock.current, expires_at=clock.current + timedelta(seconds=1)
+    )
+
+    report = deliver_batch(clock=clock, backends={"one": backend, "idle": idle})
+
+    assert backend.sent == 1  # only the first: the other expired while the one slot was taken
+    assert report.delivered == 1 and report.expired == 1
+    first.refresh_from_db()
+    late.refresh_from_db()
+    assert first.status == "delivered"
+    assert late.status == "expired" and late.provider_message_id == ""
+
+
+def test_rows_waiting_for_a_full_window_are_judged_once_each(push_settings, clock, monkeypatch):
+    """Every answer brings the backend's waiting rows back to the front of the line. Each must be
+    judged (lease, expiry, device, quiet hours) once, when it starts, not again at every answer.
+
+    Another backend is configured, as on most sites: the worker's window is the sum of the two, so
+    the busy backend's rows meet its own full window rather than the worker's."""
+    backend = Gated("one", window=1)
+    backend.opened.set()  # answers at once; one slot: the others wait
+    idle = Gated("idle", window=20)
+    NotificationFactory.create_batch(12, backend="one", next_attempt_at=clock.current)
+    judged: list[object] = []
+    judge = PushWorker.unsendable
+
+    def counted(self, row):
+        judged.append(row.pk)
+        return judge(self, row)
+
+    monkeypatch.setattr(PushWorker, "unsendable", counted)
+
+    report = deliver_batch(clock=clock, batch_size=12, backends={"one": backend, "idle": idle})
+
+    assert report.delivered == 12
+    assert sorted(judged) == sorted(set(judged)) and len(judged) == 12
