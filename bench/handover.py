@@ -31,17 +31,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import harness  # noqa: E402
-from tools.processes import cpu_seconds, stat_fields  # noqa: E402
+from tools.processes import process_cpu as proc_cpu  # noqa: E402
 
 TARGET_MS = 0.5
-
-
-def proc_cpu(pid: int | str = "self") -> float:
-    """CPU seconds (user + system) of process `pid` so far, from /proc."""
-    fields = stat_fields(pid)
-    if fields is None:
-        raise ProcessLookupError(pid)
-    return cpu_seconds(fields)
 
 
 class RoundTrips:

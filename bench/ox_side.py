@@ -42,16 +42,9 @@ from django_ox.models import OxTask  # noqa: E402
 from django_ox.worker import Worker  # noqa: E402
 
 from bench import ox_tasks  # noqa: E402
-from tools import processes  # noqa: E402
+from tools.processes import process_cpu as cpu_seconds  # noqa: E402
 
 LEASE = float(settings.TASKS["default"]["OPTIONS"]["LOCK_TIMEOUT"])
-
-
-def cpu_seconds() -> float:
-    """User plus system CPU of this process (every thread of the worker), from /proc."""
-    fields = processes.stat_fields("self")
-    assert fields is not None  # this process's own entry is always there
-    return processes.cpu_seconds(fields)
 
 
 def reset() -> None:

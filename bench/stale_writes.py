@@ -45,7 +45,7 @@ from django_tasks_db.management.commands.db_worker import Worker as DBWorker  # 
 from django_tasks_db.models import DBTaskResult  # noqa: E402
 
 from bench import stale_tasks  # noqa: E402
-from tools import processes  # noqa: E402
+from tools.processes import process_cpu as cpu_seconds  # noqa: E402
 from weave.conf import weave_settings  # noqa: E402
 from weave.jobs.runner import run_job  # noqa: E402
 from weave.models import TaskRow  # noqa: E402
@@ -142,13 +142,6 @@ def ox(*args: object) -> dict[str, Any]:
 
 
 # --- throughput ----------------------------------------------------------------------------------
-
-
-def cpu_seconds() -> float:
-    """User plus system CPU of this process, from /proc."""
-    fields = processes.stat_fields("self")
-    assert fields is not None  # this process's own entry is always there
-    return processes.cpu_seconds(fields)
 
 
 @contextmanager

@@ -44,6 +44,14 @@ def cpu_seconds(fields: list[str]) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def process_cpu(pid: int | str = "self") -> float:
+    """User plus system CPU seconds of process `pid` so far (every thread); ProcessLookupError once it is gone."""
+    fields = stat_fields(pid)
+    if fields is None:
+        raise ProcessLookupError(pid)
+    return cpu_seconds(fields)
+
+
 @dataclass
 class Child:
     name: str

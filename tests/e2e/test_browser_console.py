@@ -41,7 +41,6 @@ def poll(page, predicate, *, timeout: float, message: str, reload: bool = True) 
 
 
 def test_operator_walkthrough(live_server, groups, worker_env, chromium, monkeypatch):
-
     # Playwright's sync API runs an event loop on this thread; the ORM calls below are plain sync code.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -314,7 +313,6 @@ def actions_on(page, url: str, shot: str) -> dict:
 
 
 def test_operator_screens_at_1440_1280_and_390_px(live_server, chromium, monkeypatch, settings):
-
     from notifications.models import Notification
 
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")

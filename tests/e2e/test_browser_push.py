@@ -57,7 +57,6 @@ def test_browser_subscribes_and_the_device_is_registered_for_the_user(
     monkeypatch,
     tmp_path: Path,
 ):
-
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     keys = TestKeys.create(tmp_path)
     settings.WEAVE = {
