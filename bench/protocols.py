@@ -456,7 +456,8 @@ def _print(row: dict[str, Any]) -> None:
         f"{row['latency_ms']:>3} ms  {row['system']:<32} {row['rate']:>7,.0f}/s"
         f"  delivered {row['delivered']}/{row['n']}"
         f"  worker CPU {row['worker_cpu_per_1000']:.2f} s/1000  PostgreSQL {row['postgres_cpu_per_1000']:.2f}"
-        f"  fake {row['fake_cpu_per_1000']:.2f}",
+        f"  fake {row['fake_cpu_per_1000']:.2f}"
+        + (f"  rows per finish group {row['delivered'] / row['groups']:.1f}" if row["groups"] else ""),
         flush=True,
     )
 

@@ -332,26 +332,39 @@ class CompleterThread:
     to `gather` seconds for more: the busier the worker, the fewer and larger its transactions. A
     group is finished at once when nothing else is out (`more=False`: no answer can join it), and
     when the group before it came more than a gather earlier: answers arrive more slowly than one
-    per gather, so at low load each push would wait it out for nothing.
+    per gather, so at low load each push would wait it out for nothing. A group handed in while
+    rows wait for a free slot (`backlog=True`) waits up to `backlog_gather` instead: those rows wait
+    for the slots, not for this finish, so a longer gather costs them nothing while fewer
+    transactions leave more of the process to the sends.
     """
 
-    def __init__(self, completer: Completer, inbox: Inbox, *, gather: float) -> None:
+    def __init__(
+        self, completer: Completer, inbox: Inbox, *, gather: float, backlog_gather: float | None = None
+    ) -> None:
         self.completer = completer
         self.inbox = inbox
         self.gather = gather
+        self.backlog_gather = gather if backlog_gather is None else backlog_gather
         self._last_submit = -float("inf")  # when the previous group was handed in (monotonic)
-        self._queue: queue.SimpleQueue[tuple[list[tuple[Row, SendResult]], bool] | None] = queue.SimpleQueue()
+        # Each group with how long to wait for more after it (0: finish it at once).
+        self._queue: queue.SimpleQueue[tuple[list[tuple[Row, SendResult]], float] | None] = queue.SimpleQueue()
         # Named after the worker's thread: whatever watches that thread's connections sees this one's too.
         name = f"{threading.current_thread().name}-completer"
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, group: list[tuple[Row, SendResult]], *, more: bool = True) -> None:
-        """Hand in `group`; `more`: other sends are still out, so more answers may come within the gather."""
+    def submit(self, group: list[tuple[Row, SendResult]], *, more: bool = True, backlog: bool = False) -> None:
+        """Hand in `group`; `more`: other sends are still out, so more answers may come within the gather;
+        `backlog`: rows are waiting for a free slot as well."""
         now = time.monotonic()
-        expecting = more and now - self._last_submit < self.gather
+        if not more:
+            wait = 0.0
+        elif backlog:
+            wait = self.backlog_gather
+        else:
+            wait = self.gather if now - self._last_submit < self.gather else 0.0
         self._last_submit = now
-        self._queue.put((group, expecting))
+        self._queue.put((group, wait))
 
     def close(self) -> None:
         """Finish what was handed in, write the pending device touches, and end the thread."""
@@ -363,8 +376,8 @@ class CompleterThread:
         first = self._queue.get()
         if first is None:
             return [], True
-        group, expecting = list(first[0]), first[1]
-        deadline = time.monotonic() + (self.gather if expecting else 0.0)
+        group, wait = list(first[0]), first[1]
+        deadline = time.monotonic() + wait
         while True:
             try:
                 item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))

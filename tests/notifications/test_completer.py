@@ -178,6 +178,59 @@ def test_completer_thread__a_group_after_a_quiet_spell_is_finished_without_waiti
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
+def test_completer_thread__a_group_handed_in_with_rows_waiting_for_a_slot_waits_the_backlog_gather():
+    clock = DatabaseClock()
+    rows = _due_and_claimed(clock, 4, owner="done-b")
+    inbox = Inbox()
+    # No gather at all without a backlog; with one, longer than the test may wait.
+    runner = CompleterThread(_completer(clock, owner="done-b"), inbox, gather=0.0, backlog_gather=600.0)
+    ok = SendResult(outcome=Outcome.DELIVERED, http_status=200)
+    try:
+        runner.submit([(rows[0], ok)], more=True)
+        first = [item for kind, item in inbox.take(30) if kind == DONE]
+        assert [len(done.plans) for done in first] == [1]
+        # The last answer of all (nothing else out) is finished at once, backlog or not.
+        runner.submit([(rows[1], ok)], more=False, backlog=True)
+        second = [item for kind, item in inbox.take(30) if kind == DONE]
+        assert [len(done.plans) for done in second] == [1]
+        # Rows wait for a slot: this finish waits for more answers instead of writing one row.
+        runner.submit([(rows[2], ok)], more=True, backlog=True)
+        runner.submit([(rows[3], ok)], more=True, backlog=True)
+        assert [kind for kind, _ in inbox.take(0.5)] == []
+    finally:
+        runner.close()
+    rest = [item for kind, item in inbox.take(0.0) if kind == DONE]
+    assert [len(done.plans) for done in rest] == [2]
+    assert Notification.objects.filter(status="delivered").count() == 4
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_drain_tells_its_completer_when_rows_wait_for_a_slot(push_settings, fake, settings, monkeypatch):
+    from notifications.delivery import drain
+
+    settings.WEAVE = {**settings.WEAVE, "PUSH_CONCURRENCY": 2}
+    NotificationFactory.create_batch(8, next_attempt_at=None)
+    Notification.objects.update(next_attempt_at=DatabaseClock().now())
+    handed: list[tuple[int, bool, bool]] = []
+    submit = CompleterThread.submit
+
+    def recorded(self, group, *, more=True, backlog=False):
+        handed.append((len(group), more, backlog))
+        submit(self, group, more=more, backlog=backlog)
+
+    monkeypatch.setattr(CompleterThread, "submit", recorded)
+    report = drain(enqueue_more=False)
+
+    assert report.delivered == 8
+    assert sum(size for size, _, _ in handed) == 8
+    # Two slots and eight rows: the first answers come while rows wait, the last while none do.
+    assert handed[0][2] is True
+    assert handed[-1][1:] == (False, False)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
 def test_completer_thread__a_bug_in_the_finish_ends_the_drain_with_it_instead_of_hanging(
     push_settings, fake, monkeypatch
 ):
