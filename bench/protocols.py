@@ -74,9 +74,10 @@ def _cpu(pids: set[int]) -> float:
 def _measured(
     system: str, n: int, fakes: list[Any], work: Any, *, window: str, database: bool, workers: list[Any] | None = None
 ) -> dict[str, Any]:
-    """Run `work()` -> (delivered, groups[, seconds it timed itself]) once, timed, with the workers' CPU
-    (this process's, or every process of `workers`), the fakes' and (`database`) PostgreSQL's per 1,000
-    sends: the one measurement every system in the table gets."""
+    """Run `work()` -> (delivered, result writes[, seconds it timed itself]) once, timed, with the workers'
+    CPU (this process's, or every process of `workers`), the fakes' and (`database`) PostgreSQL's per 1,000
+    sends: the one measurement every system in the table gets. A result write is one transaction that
+    recorded answers (a Weave finish group, a task's UPDATE); 0 where nothing counts them."""
     fake = group_pids(fakes)
     sampled: dict[str, Any] = {"postgres": backend_pids} if database else {}
     if workers:
@@ -457,7 +458,7 @@ def _print(row: dict[str, Any]) -> None:
         f"  delivered {row['delivered']}/{row['n']}"
         f"  worker CPU {row['worker_cpu_per_1000']:.2f} s/1000  PostgreSQL {row['postgres_cpu_per_1000']:.2f}"
         f"  fake {row['fake_cpu_per_1000']:.2f}"
-        + (f"  rows per finish group {row['delivered'] / row['groups']:.1f}" if row["groups"] else ""),
+        + (f"  rows per result write {row['delivered'] / row['groups']:.1f}" if row["groups"] else ""),
         flush=True,
     )
 
