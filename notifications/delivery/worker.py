@@ -371,8 +371,13 @@ class _Pump:
         self._start()
         if self.in_flight or self.finishing:
             timeout = max(0.05, min(1.0, worker.buffer.seconds_to_renewal()))
+            # Look again when the recheck is due, but only if a claim could run then: while the rows in
+            # hand fill every window, the next answer (which wakes this wait) is what makes room, and a
+            # recheck already due would otherwise turn this wait into a spin.
             if self.more_claims and self.nothing_due_at is not None:
-                timeout = min(timeout, max(0.0, self.nothing_due_at + self._recheck() - time.monotonic()))
+                due_in = max(0.0, self.nothing_due_at + self._recheck() - time.monotonic())
+                if due_in < timeout and self._room_to_claim():
+                    timeout = due_in
             self._take(timeout)
             return True
         if self.waiting:
@@ -423,13 +428,9 @@ class _Pump:
         waits on a claim, and a busy backend's rows are not kept leased here beyond what it can take
         (other workers may send them meanwhile)."""
         worker = self.worker
-        # The look at every waiting row's backend goes last: most turns stop at the cheaper tests.
         while (
-            not self.stop
-            and (self.nothing_due_at is None or time.monotonic() - self.nothing_due_at >= self._recheck())
-            and self._in_hand() <= worker.concurrency
-            and self._rounds_left()
-        ):
+            self.nothing_due_at is None or time.monotonic() - self.nothing_due_at >= self._recheck()
+        ) and self._room_to_claim():
             idle = not (self.waiting or self.in_flight or self.finishing)
             _, rows = worker.buffer.claim(worker.batch_size)
             if not rows:
@@ -450,6 +451,11 @@ class _Pump:
             self.nothing_due_at = self.found_at if len(rows) < worker.batch_size else None
             if self.nothing_due_at is not None:
                 return
+
+    def _room_to_claim(self) -> bool:
+        """Whether a claim may run now, timing aside: not stopping, and no backend with more than a round in hand.
+        The look at every waiting row's backend goes last: most turns stop at the cheaper tests."""
+        return not self.stop and self._in_hand() <= self.worker.concurrency and self._rounds_left()
 
     def _recheck(self) -> float:
         """How long after a claim that found nothing (or less than asked) to look again."""

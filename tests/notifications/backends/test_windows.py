@@ -209,3 +209,42 @@ def test_rows_waiting_for_a_full_window_are_judged_once_each(push_settings, cloc
 
     assert report.delivered == 12
     assert len(judged) == len(set(judged)) == 12  # each row once
+
+
+class Slow(PushBackend):
+    """Answers each send after `seconds` of real time."""
+
+    def __init__(self, alias: str, window: int, seconds: float) -> None:
+        super().__init__(alias=alias, options={}, timeout=10.0, concurrency=window)
+        self.seconds = seconds
+
+    async def send(self, message: PushMessage) -> SendResult:
+        await asyncio.sleep(self.seconds)
+        return SendResult(outcome=Outcome.DELIVERED, provider_message_id=message.idempotency_key)
+
+
+def test_a_worker_whose_windows_are_full_waits_for_an_answer_instead_of_spinning(push_settings, clock, monkeypatch):
+    """The last claim found fewer rows than it asked for, so the next look is due after a short
+    recheck; but the rows in hand fill the backend's window, so no claim may run then. The loop must
+    sleep until an answer makes room, not wake over and over to find it still full."""
+    from notifications.delivery import drain
+    from notifications.delivery.worker import _Pump
+
+    NotificationFactory.create_batch(15, backend="slow", next_attempt_at=clock.current)
+    turns: list[float] = []
+    take = _Pump._take
+
+    def counted(self, timeout):
+        turns.append(timeout)
+        return take(self, timeout)
+
+    monkeypatch.setattr(_Pump, "_take", counted)
+
+    # Two out at a time for 20 ms each: about 160 ms with rows in hand past the window.
+    report = drain(
+        clock=clock, batch_size=10, enqueue_more=False, backends={"slow": Slow("slow", window=2, seconds=0.02)}
+    )
+
+    assert report.delivered == 15
+    # About one wait per answer (15) and per finished group; a spin made thousands.
+    assert len(turns) < 100, f"{len(turns)} waits, {sum(t == 0 for t in turns)} of them not waiting at all"
