@@ -50,6 +50,8 @@ import h2.settings
 import h2.stream
 import hpack
 
+from notifications.backends.h2waiters import SendWaiters
+
 KEEPALIVE_SECONDS = 5.0  # like httpx's default: a connection idle this long is closed, not reused
 _READ_WINDOW = 1 << 20  # the connection receive window we offer (answers are small; this avoids stalls)
 _REFUSED = h2.errors.ErrorCodes.REFUSED_STREAM
@@ -57,6 +59,7 @@ _CANCEL = h2.errors.ErrorCodes.CANCEL
 _MEMO_FIELDS = 64  # encoded fields remembered per connection (a request has about ten)
 _MEMO_URLS = 4096  # split URLs a client remembers (Web Push has one per device)
 _serials = itertools.count(1)  # names connections and connect attempts (incidents) within a process
+_pending = itertools.count(1)  # keys requests waiting for window room before they have a stream (as -n)
 
 Headers = list[tuple[bytes, bytes]]
 _STREAM_OPEN = h2.stream.STREAM_OPEN  # by stream state: whether it counts against the concurrency limit
@@ -246,8 +249,8 @@ class _Connection(asyncio.Protocol):
         # What every stream this connection fails at once has in common: one event, counted once.
         self.incident = f"h2 connection {next(_serials)}"
         self.idle_since = time.monotonic()
-        # Set whenever a stream slot or flow-control window may have opened up (or the connection ended).
-        self.changed = asyncio.Event()
+        # The senders waiting here for a stream slot or for flow-control room, each woken on its own.
+        self.waiters = SendWaiters()
 
     # --- asyncio.Protocol -----------------------------------------------------------------------------
 
@@ -280,16 +283,24 @@ class _Connection(asyncio.Protocol):
             if stream is not None:
                 self._on_headers(stream, event.headers or [])  # type: ignore[attr-defined]
         elif kind is h2.events.StreamEnded:
-            stream = self.streams.pop(event.stream_id, None)  # type: ignore[attr-defined]
+            stream_id = event.stream_id or 0  # type: ignore[attr-defined]
+            stream = self.streams.pop(stream_id, None)
             if stream is not None:
                 stream.finish()
+                self.waiters.stream_gone(stream_id)  # answered before its body was all sent
                 self._stream_closed()
         elif kind is h2.events.StreamReset:
             self._on_reset(event)  # type: ignore[arg-type]
         elif kind is h2.events.ConnectionTerminated:
             self._on_goaway(event)  # type: ignore[arg-type]
-        elif kind in (h2.events.WindowUpdated, h2.events.RemoteSettingsChanged):
-            self.changed.set()
+        elif kind is h2.events.WindowUpdated:
+            stream_id = event.stream_id or 0  # type: ignore[attr-defined]
+            if stream_id:
+                self.waiters.stream_window_opened(stream_id)
+            else:
+                self.waiters.connection_window_opened()
+        elif kind is h2.events.RemoteSettingsChanged:
+            self.waiters.wake_all()  # the stream limit or every stream's window may have changed
 
     def _on_headers(self, stream: _Stream, headers: Headers) -> None:
         # An informational (1xx) block may come first; the final one replaces it.
@@ -323,9 +334,11 @@ class _Connection(asyncio.Protocol):
         stream.size += len(data)
 
     def _on_reset(self, event: h2.events.StreamReset) -> None:
-        stream = self.streams.pop(event.stream_id or 0, None)
+        stream_id = event.stream_id or 0
+        stream = self.streams.pop(stream_id, None)
         if stream is None:
             return
+        self.waiters.stream_gone(stream_id)
         code = event.error_code
         if code == _REFUSED:
             stream.fail("refused", f"the peer reset stream {event.stream_id} with REFUSED_STREAM (not processed)")
@@ -345,7 +358,8 @@ class _Connection(asyncio.Protocol):
         for stream_id in [stream_id for stream_id in self.streams if stream_id > last]:
             why = f"{self.why_closed}, below this request's stream {stream_id} (not processed)"
             self.streams.pop(stream_id).fail("refused", why, incident=self.incident)
-        self.changed.set()
+            self.waiters.stream_gone(stream_id)
+        self.waiters.wake_slots()  # no new stream here: they go to a new connection
         if not self.streams:
             self.close()
 
@@ -356,7 +370,7 @@ class _Connection(asyncio.Protocol):
         for stream in self.streams.values():
             stream.cut(why, self.incident)
         self.streams.clear()
-        self.changed.set()
+        self.waiters.wake_all()
         if self.transport is not None and not self.transport.is_closing():
             self.transport.abort()
 
@@ -365,7 +379,7 @@ class _Connection(asyncio.Protocol):
             self.idle_since = time.monotonic()
             if self.closed:
                 self.close()  # sent away (GOAWAY) and the last stream it still owed has ended
-        self.changed.set()
+        self.waiters.slot_freed()
 
     # --- used by the client ---------------------------------------------------------------------------
 
@@ -412,6 +426,7 @@ class _Connection(asyncio.Protocol):
         """Give a stream up: reset it (CANCEL) so the peer stops, and drop its state so nothing late binds."""
         if self.streams.pop(stream_id, None) is None:
             return
+        self.waiters.stream_gone(stream_id)
         if not self.closed:
             try:
                 self.h2.reset_stream(stream_id, error_code=_CANCEL)
@@ -429,6 +444,7 @@ class _Connection(asyncio.Protocol):
                 self.flush()
             except h2.exceptions.H2Error:
                 pass
+        self.waiters.wake_slots()  # no new stream here: they go to a new connection
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
 
@@ -496,7 +512,7 @@ class H2Client:
             fields.append((b"content-length", str(len(content)).encode("ascii")))
         volatile = self._volatile
         request = [hpack.NeverIndexedHeaderTuple(n, v) if n in volatile else (n, v) for n, v in fields]
-        connection, stream_id = await self._open_stream((host, port), request, not content, progress, deadline_at)
+        connection, stream_id = await self._open_stream((host, port), request, len(content), progress, deadline_at)
         stream = _Stream(asyncio.get_running_loop().create_future(), cap)
         connection.streams[stream_id] = stream
         try:
@@ -539,19 +555,33 @@ class H2Client:
     # --- connections ----------------------------------------------------------------------------------
 
     async def _open_stream(
-        self, origin: tuple[str, int], request: list[Any], end_stream: bool, progress: Any, deadline_at: float | None
+        self, origin: tuple[str, int], request: list[Any], body_size: int, progress: Any, deadline_at: float | None
     ) -> tuple[_Connection, int]:
-        """Frame the request's HEADERS on a new stream (not yet written): (connection, stream id)."""
+        """Frame the request's HEADERS on a new stream (not yet written): (connection, stream id).
+
+        A stream is opened only once the connection window has room for its body (for its first
+        full frame, if larger): the HEADERS then leave with the body, and a request that waits for
+        room has sent nothing. A stream opened into a shut window would be sent and unfinished at
+        once, and every answer's WINDOW_UPDATE would then go to bodies in pieces."""
+        woken = False  # by room in the window, which it found too small: it keeps the head of the line
         while True:
             connection = await self._stream_slot(origin, progress)
+            h2c = connection.h2
+            if body_size and h2c.outbound_flow_control_window < min(body_size, h2c.max_outbound_frame_size):
+                progress.at("waiting for room in the HTTP/2 connection window")
+                connection.waiters.slot_freed()  # the slot it found is not taken yet: the next sender may use it
+                await connection.waiters.window(-next(_pending), connection_shut=True, first=woken)
+                woken = True
+                continue
             if deadline_at is not None and too_late(deadline_at, self._connect_timeout):
                 # A request sent now could only end unknown (its deadline runs out before any answer),
-                # and a retry would have to treat it as maybe delivered: keep it unsent instead.
+                # and a retry would have to treat it as maybe delivered: keep it unsent instead. The
+                # slot it found goes to the next sender waiting for one.
+                connection.waiters.slot_freed()
                 raise TimeoutError("too little of the deadline was left to open a stream")
-            h2c = connection.h2
             try:
                 stream_id = h2c.get_next_available_stream_id()
-                h2c.send_headers(stream_id, request, end_stream=end_stream)
+                h2c.send_headers(stream_id, request, end_stream=not body_size)
             except h2.exceptions.NoAvailableStreamIDError:
                 connection.close()  # out of stream ids: nothing left, so open a new connection and go on
                 continue
@@ -570,8 +600,7 @@ class H2Client:
             if connection.has_slot():
                 return connection
             progress.at("waiting for a free HTTP/2 stream")
-            connection.changed.clear()
-            await connection.changed.wait()
+            await connection.waiters.slot()
 
     async def _connect(self, origin: tuple[str, int], progress: Any) -> _Connection:
         task = self._connecting.get(origin)
@@ -670,18 +699,25 @@ async def _send_body(connection: _Connection, stream_id: int, stream: _Stream, c
     """Send `content` on the stream within the peer's windows and frame size, waiting for WINDOW_UPDATE."""
     h2c = connection.h2
     view = memoryview(content)
-    while view:
-        if connection.closed or stream_id not in connection.streams:
-            return  # the stream ended (answered early, reset, or the connection went): its future says how
-        room = min(h2c.local_flow_control_window(stream_id), h2c.max_outbound_frame_size, len(view))
-        if room <= 0:
-            connection.hand_over(stream, progress)  # the HEADERS (and what DATA fit) leave while the window is shut
-            connection.changed.clear()
-            await connection.changed.wait()
-            continue
-        h2c.send_data(stream_id, bytes(view[:room]), end_stream=room == len(view))
-        view = view[room:]
-        connection.hand_over(stream, progress)
+    try:
+        while view:
+            if connection.closed or stream_id not in connection.streams:
+                return  # the stream ended (answered early, reset, or the connection went): its future says how
+            room = min(h2c.local_flow_control_window(stream_id), h2c.max_outbound_frame_size, len(view))
+            if room <= 0:
+                connection.hand_over(stream, progress)  # the HEADERS (and what DATA fit) leave while the window is shut
+                shut = h2c.outbound_flow_control_window <= 0
+                if not shut:
+                    connection.waiters.connection_window_opened()  # only this stream's window is shut
+                await connection.waiters.window(stream_id, connection_shut=shut)
+                continue
+            h2c.send_data(stream_id, bytes(view[:room]), end_stream=room == len(view))
+            view = view[room:]
+            connection.hand_over(stream, progress)
+    finally:
+        # What this sender leaves of the connection window goes to the next sender waiting for it.
+        if not connection.closed and h2c.outbound_flow_control_window > 0:
+            connection.waiters.connection_window_opened()
 
 
 def _split(url: str) -> tuple[str, int, bytes, bytes]:
