@@ -35,7 +35,8 @@ class Faults:
     # --- hostile modes ---------------------------------------------------------------------------------
     # Connection-level faults (see `notifications.testing.wire_faults`): "stall_tls", "refuse_streams",
     # "goaway" and "goaway_graceful" (after `goaway_after` streams), "max_streams_1", "reset_after", "reset_before",
-    # "drop_before", "hang_before". Applies to connections opened after it is set.
+    # "drop_before", "hang_before", "tiny_window", "shut_window", "stray_stream". Applies to connections
+    # opened after it is set.
     wire: str = ""
     goaway_after: int = 1
     # Whatever the status, the answer's body can be made hostile: "huge" (`huge_bytes` of filler,

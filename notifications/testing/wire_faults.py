@@ -21,6 +21,8 @@ misbehave at the frame level:
 - "hang_before": never deliver and never answer (until `hang_seconds`, then close);
 - "tiny_window": announce a stream flow-control window of 16 bytes (SETTINGS_INITIAL_WINDOW_SIZE),
   so a request body must go out a few bytes at a time, each after a WINDOW_UPDATE;
+- "shut_window": never send a WINDOW_UPDATE, so the connection window (64 KiB) closes for good once
+  that much body has arrived: later requests cannot go out whole;
 - "stray_stream": deliver each request, then answer it on a stream the client never opened (a raw
   HEADERS frame on the next, even, stream id: a push stream never promised), never on its own.
 
@@ -45,7 +47,8 @@ import h2.settings
 from notifications.testing.asgi_fake import Request, Response
 
 WIRE_MODES = frozenset({"", "stall_tls", "refuse_streams", "goaway", "goaway_graceful", "max_streams_1", "reset_after",
-                        "reset_before", "drop_before", "hang_before", "tiny_window", "stray_stream"})  # fmt: skip
+                        "reset_before", "drop_before", "hang_before", "tiny_window", "shut_window",
+                        "stray_stream"})  # fmt: skip
 
 
 @dataclass
@@ -190,7 +193,8 @@ class HostileH2:
             stream = self.streams.get(event.stream_id)
             if stream is not None:
                 stream.body += event.data or b""
-            self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            if self.settings.mode != "shut_window":
+                self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
         elif isinstance(event, h2.events.StreamEnded):
             if event.stream_id in self.streams:
                 self._on_request(event.stream_id)

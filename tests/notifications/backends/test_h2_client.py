@@ -80,6 +80,25 @@ def test_bodies_past_the_connection_window__each_waits_its_turn_and_arrives_whol
     assert looks <= 4 * len(tokens), looks
 
 
+def test_a_peer_that_never_opens_its_connection_window__the_requests_that_wait_for_room_sent_nothing(
+    apns, apns_options
+):
+    apns.configure(wire="shut_window")
+    tokens = apns_tokens(30)
+    backend = apns_backend(apns_options, timeout=1.0, concurrency=30)
+
+    results = run(send_all(backend, [message(t, body="x" * 3000) for t in tokens]))
+
+    delivered = {d.token for d in apns.deliveries()}
+    # What fit in the 64 KiB window went out whole and was answered; the rest never opened a stream.
+    assert 15 <= len(delivered) < len(tokens)
+    waited = [r for t, r in zip(tokens, results, strict=True) if t not in delivered]
+    assert {r.outcome for r in waited} == {Outcome.TEMPORARY}
+    assert all(r.sent is False and "connection window" in r.reason for r in waited), waited[0].reason
+    assert arrived(apns) == delivered  # no HEADERS of a waiting request reached the peer
+    assert_truthful(apns, tokens, results)
+
+
 def test_an_answer_on_a_stream_never_opened__never_taken_as_any_requests_answer(apns, apns_options):
     apns.configure(wire="stray_stream", hang_seconds=3.0)
     tokens = apns_tokens(4)
