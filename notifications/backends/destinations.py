@@ -34,6 +34,7 @@ from typing import Any
 import httpcore
 import httpx
 
+from notifications.backends.tls import client_context
 from weave.conf import weave_settings
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -249,12 +250,14 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
     """httpx's HTTP/1.1 + HTTP/2 transport whose connections open only through `GuardedNetworkBackend`."""
 
     def __init__(self, *, verify: Any, max_connections: int, resolve: Resolver | None = None) -> None:
-        # trust_env only decides here whether SSL_CERT_FILE / SSL_CERT_DIR are read, as httpx's own transport
-        # does; proxies never apply, since the client is handed this transport.
-        super().__init__(verify=verify, http2=True, trust_env=True)
+        # One context per process for the trust store httpx reads (certifi, or SSL_CERT_FILE /
+        # SSL_CERT_DIR), which httpcore configures the same way at each connection (ALPN http/1.1 and
+        # h2). Proxies never apply: the client is handed this transport.
+        context = client_context(verify, use="httpcore")
+        super().__init__(verify=context, http2=True, trust_env=True)
         # The same pool httpx builds, with the guarded network backend (httpx takes none as an argument).
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(verify=verify, trust_env=True),
+            ssl_context=context,
             max_connections=max_connections,
             max_keepalive_connections=max_connections,
             keepalive_expiry=5.0,

@@ -656,12 +656,14 @@ class H2Client:
 
     def _context(self) -> ssl.SSLContext:
         if self._ssl is None:
-            import httpx  # the same trust store (certifi, or SSL_CERT_FILE) the rest of the project uses
+            # The same trust store (certifi, or SSL_CERT_FILE) the rest of the project uses, loaded once
+            # per process; a context of the caller's own gets the ALPN setting here.
+            from notifications.backends.tls import client_context
 
             verify = self._verify
-            context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify=verify)
-            context.set_alpn_protocols(["h2"])
-            self._ssl = context
+            if isinstance(verify, ssl.SSLContext):
+                verify.set_alpn_protocols(["h2"])
+            self._ssl = client_context(verify, use="h2")
         return self._ssl
 
 

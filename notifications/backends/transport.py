@@ -35,6 +35,7 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 
 from notifications.backends import http11
+from notifications.backends.tls import client_context
 
 _READ = 65536
 _KEEPALIVE_SECONDS = 5.0  # an idle connection older than this is closed rather than reused
@@ -220,8 +221,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
 
     def _context(self) -> ssl.SSLContext:
         if self._ssl is None:
-            verify = self._verify
-            self._ssl = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify=verify)
+            self._ssl = client_context(self._verify, use="http/1.1")  # the trust store loaded once per process
         return self._ssl
 
 
