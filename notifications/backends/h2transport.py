@@ -359,7 +359,7 @@ class _Connection(asyncio.Protocol):
             why = f"{self.why_closed}, below this request's stream {stream_id} (not processed)"
             self.streams.pop(stream_id).fail("refused", why, incident=self.incident)
             self.waiters.stream_gone(stream_id)
-        self.waiters.wake_slots()  # no new stream here: they go to a new connection
+        self.waiters.wake_all()  # no new stream here: those still to open one go to a new connection
         if not self.streams:
             self.close()
 
@@ -444,7 +444,7 @@ class _Connection(asyncio.Protocol):
                 self.flush()
             except h2.exceptions.H2Error:
                 pass
-        self.waiters.wake_slots()  # no new stream here: they go to a new connection
+        self.waiters.wake_all()  # no new stream here: those still to open one go to a new connection
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
 
