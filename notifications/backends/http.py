@@ -75,9 +75,11 @@ def make_client(
     # Per-phase timeouts are only a backstop: `capped_request()` bounds the whole exchange.
     common: dict[str, Any] = {"timeout": httpx.Timeout(timeout), "follow_redirects": False, **extra}
     if http2:
+        from notifications.backends.tls import client_context
+
         return PushClient(
             http2=True,
-            verify=verify,
+            verify=client_context(verify, use="httpcore"),  # the trust store loaded once per process
             limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
             **common,
         )

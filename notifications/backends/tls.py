@@ -7,8 +7,9 @@ new drain paid that again before its first push. A context holds no connection s
 changes and reads one only while holding the interpreter lock, so drains on other threads may share it.
 
 `use` keeps apart contexts that their users configure differently: httpcore sets its ALPN list on
-the context it is given at each connection, the lean HTTP/2 client offers `h2` alone, and the lean
-HTTP/1.1 client offers none.
+the context it is given at each connection (both of its users here, Web Push's guarded fallback and
+httpx's HTTP/2 client, ask for HTTP/1.1 and h2), the lean HTTP/2 client offers `h2` alone, and the
+lean HTTP/1.1 client offers none.
 """
 
 import os

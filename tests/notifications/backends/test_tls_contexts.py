@@ -6,6 +6,7 @@ import certifi
 
 from notifications.backends.destinations import GuardedTransport
 from notifications.backends.h2transport import H2Client
+from notifications.backends.http import make_client
 from notifications.backends.tls import client_context
 
 
@@ -38,3 +39,6 @@ def test_the_clients_of_every_drain_share_the_default_context():
     assert H2Client(verify=True)._context() is H2Client(verify=True)._context()
     pools = [GuardedTransport(verify=True, max_connections=1)._pool for _ in range(2)]
     assert pools[0]._ssl_context is pools[1]._ssl_context is client_context(True, use="httpcore")
+    # httpx's own HTTP/2 client (a plain-http emulator's fallback) shares the same one.
+    fallback = make_client(timeout=1.0, concurrency=1, http2=True)
+    assert fallback._transport._pool._ssl_context is client_context(True, use="httpcore")
