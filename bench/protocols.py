@@ -15,6 +15,10 @@ for a drain, and real `qcluster` processes (2 workers, the ORM broker) with the 
 (`WEAVE_PUSH_BACKENDS_FILE`), their CPU read from every process of the cluster. `BENCH_CLUSTER_WORKERS`
 (default 2) and `BENCH_CLUSTER_ALIASES` (default "fcm,apns") change which clusters run.
 
+The FCM fake allows `BENCH_FCM_STREAMS` streams on a connection (default 100, as FCM's front ends do),
+so every FCM client meets the limit the real service sets: firebase-admin's httpx keeps one connection
+and queues the rest of its batch, Weave opens connections up to its window. The other fakes allow 1,000.
+
 "fcm-httpx" and "apns-httpx" are the same backends on httpx's HTTP/2 stack (`bench/h2_variants.py`),
 the path they took before the lean HTTP/2 client: before and after, side by side in one run.
 
@@ -64,6 +68,9 @@ AIOAPNS_WINDOW = 500
 CLUSTER_WORKERS = int(os.environ.get("BENCH_CLUSTER_WORKERS", "2"))
 CLUSTER_ALIASES = tuple(os.environ.get("BENCH_CLUSTER_ALIASES", "fcm,apns").split(","))
 CELERY_THREADS = 40
+# Streams the FCM fake allows on a connection: 100, as FCM's own front ends announce (a client that
+# wants more in flight opens more connections); BENCH_FCM_STREAMS=1000 is the fake's default elsewhere.
+FCM_STREAMS = int(os.environ.get("BENCH_FCM_STREAMS", "100"))
 VARIANTS = {"fcm-httpx": ("fcm", "bench.h2_variants.HttpxFCM"), "apns-httpx": ("apns", "bench.h2_variants.HttpxAPNs")}
 
 
@@ -133,7 +140,7 @@ def _start_fakes(run: harness.Bench, latency: int) -> tuple[Any, dict[str, Any],
     command = [
         *harness.provider_command(0, 0)[:2], "fake_push_services", "--dir", str(directory),
         "--fcm-port", str(ports[0]), "--apns-port", str(ports[1]), "--webpush-port", str(ports[2]),
-        "--latency-ms", str(latency),
+        "--latency-ms", str(latency), "--fcm-max-streams", str(FCM_STREAMS),
     ]  # fmt: skip
     child = run.groups.start(f"protocol-fakes-{latency}", command)
     harness.wait_until(lambda: backends_file.exists() or not child.alive(), timeout=60, message="the fakes")
@@ -432,7 +439,9 @@ def run_latency(latency: int, n: int, concurrency: int | None, *, cluster: bool 
                 _print(row)
             if os.environ.get("BENCH_ANCHORS", "1") != "0":
                 # Each backend alone with Weave's window for it; the anchors with their own natural windows.
-                window = concurrency or settings.WEAVE.get("PUSH_HTTP2_CONCURRENCY", 100)
+                from weave.conf import weave_settings
+
+                window = concurrency or int(weave_settings.PUSH_HTTP2_CONCURRENCY)
                 anchors = {
                     **{
                         f"{alias}-alone": (lambda a=alias: _backend_only(a, n, configured, tokens[a], fakes[a], window))
@@ -469,7 +478,7 @@ def main() -> None:
     parser.add_argument("--latency", default="0,50")
     parser.add_argument(
         "--concurrency", type=int, default=None,
-        help="PUSH_CONCURRENCY and PUSH_HTTP2_CONCURRENCY both (default: the settings, 20 and 100)",
+        help="PUSH_CONCURRENCY and PUSH_HTTP2_CONCURRENCY both (default: the settings, 20 and 300)",
     )  # fmt: skip
     parser.add_argument(
         "--cluster", action="store_true", help="also FCM and APNs through real qcluster processes (2 workers)"

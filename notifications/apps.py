@@ -19,7 +19,7 @@ class PushSettings(SettingsGroup):
     PUSH_BATCH_SIZE = count(100, "rows claimed under one lease")
     PUSH_CONCURRENCY = count(20, "requests in flight per worker on each HTTP/1.1 backend (the webhook)")
     PUSH_HTTP2_CONCURRENCY = count(
-        100, "requests in flight per worker on each HTTP/2 backend (FCM, APNs, Web Push): streams, not connections"
+        300, "requests in flight per worker on each HTTP/2 backend (FCM, APNs, Web Push): streams, not connections"
     )
     PUSH_BUDGET = seconds(60.0, "seconds a drain may start new rows; must stay below Q_CLUSTER timeout")
     PUSH_LEASE_TTL = lease_ttl("lease TTL of a batch of notifications", fallback=WeaveSettings.LEASE_TTL)

@@ -92,8 +92,12 @@ class APNsBackend(PushBackend):
         return canonical
 
     def make_client(self, **extra: Any) -> Any:
-        # HTTP/2 only, like APNs itself: one connection multiplexes the batch's concurrency.
-        return H2Client(verify=tls_context(self.ca_file), connect_timeout=self.timeout, volatile=APNS_VOLATILE)
+        # HTTP/2 only, like APNs itself: one connection multiplexes the window, more only where APNs
+        # allows fewer streams per connection than the window.
+        return H2Client(
+            verify=tls_context(self.ca_file), connect_timeout=self.timeout, volatile=APNS_VOLATILE,
+            streams=self.concurrency,
+        )  # fmt: skip
 
     def secrets(self) -> list[str]:
         token = self.provider_token.secret()

@@ -125,7 +125,7 @@ class FCMBackend(PushBackend):
     def make_client(self, **extra: Any) -> Any:
         if self.base_url.startswith("https://") and not extra:
             # The lean HTTP/2 client; httpx only for a plain-http emulator or a caller's own options.
-            return H2Client(verify=tls_context(self.ca_file), connect_timeout=self.timeout)
+            return H2Client(verify=tls_context(self.ca_file), connect_timeout=self.timeout, streams=self.concurrency)
         return super().make_client(verify=tls_context(self.ca_file), **extra)
 
     def secrets(self) -> list[str]:

@@ -1,4 +1,4 @@
-"""A lean HTTP/2 client for the push backends (FCM, APNs, Web Push): one connection per origin, on `h2`.
+"""A lean HTTP/2 client for the push backends (FCM, APNs, Web Push): multiplexed connections on `h2`.
 
 httpx's HTTP/2 path (httpx -> httpcore -> anyio -> h2) cost the FCM and APNs backends about 1.7 s of
 CPU per 1,000 pushes in a worker's profile, three quarters of it in the client layers around h2
@@ -27,7 +27,13 @@ What callers can rely on (`capped_request()` turns the failures into `ExchangeFa
   Received DATA is acknowledged as it arrives, so one stream's cut or slow reader never stalls
   the connection window for the others.
 - New streams wait for a slot when the peer's SETTINGS_MAX_CONCURRENT_STREAMS is reached, and a
-  request body goes out within the peer's flow-control windows (waiting for WINDOW_UPDATE).
+  request body goes out within the peer's flow-control windows (waiting for WINDOW_UPDATE). Until
+  the peer's first SETTINGS frame arrives, a new connection carries one stream (the limit is
+  unknown; a guess above it would have every stream over it refused).
+- One connection per origin, unless the peer's limit is below the caller's window (`streams`): then
+  more are opened, only while every open one is full, up to the window's worth of the peer's limit.
+  A peer that limits a connection to fewer than `_POOL_MIN_STREAMS` streams is asking for less, and
+  gets one connection: more connections would only get around what it asked for.
 - A connection that sent or received GOAWAY, lost its transport, ran out of stream ids, or sat with
   no stream open for `KEEPALIVE_SECONDS`, takes no new streams; the next request opens a new one.
   After a GOAWAY received, the streams at or below its last stream id are still read to their end.
@@ -58,6 +64,11 @@ _REFUSED = h2.errors.ErrorCodes.REFUSED_STREAM
 _CANCEL = h2.errors.ErrorCodes.CANCEL
 _MEMO_FIELDS = 64  # encoded fields remembered per connection (a request has about ten)
 _MEMO_URLS = 4096  # split URLs a client remembers (Web Push has one per device)
+# A peer's stream limit at or above this is a server's capacity per connection (RFC 9113 recommends
+# no less than 100; Google's front ends announce 100): when the caller's window is larger, more
+# connections are opened. A lower limit is back-pressure, and is respected with one connection.
+_POOL_MIN_STREAMS = 100
+_RETRY_EXTRA_SECONDS = 5.0  # after a failed connect for another connection: use the open ones meanwhile
 _serials = itertools.count(1)  # names connections and connect attempts (incidents) within a process
 _pending = itertools.count(1)  # keys requests waiting for window room before they have a stream (as -n)
 
@@ -249,6 +260,7 @@ class _Connection(asyncio.Protocol):
         # What every stream this connection fails at once has in common: one event, counted once.
         self.incident = f"h2 connection {next(_serials)}"
         self.idle_since = time.monotonic()
+        self.settled = False  # the peer's first SETTINGS frame arrived: its stream limit is known
         # The senders waiting here for a stream slot or for flow-control room, each woken on its own.
         self.waiters = SendWaiters()
 
@@ -300,6 +312,7 @@ class _Connection(asyncio.Protocol):
             else:
                 self.waiters.connection_window_opened()
         elif kind is h2.events.RemoteSettingsChanged:
+            self.settled = True
             self.waiters.wake_all()  # the stream limit or every stream's window may have changed
 
     def _on_headers(self, stream: _Stream, headers: Headers) -> None:
@@ -393,6 +406,8 @@ class _Connection(asyncio.Protocol):
         return True
 
     def has_slot(self) -> bool:
+        if not self.settled:
+            return not self.streams  # one stream until the peer says how many it takes (as httpcore does)
         limit = self.h2.remote_settings.max_concurrent_streams
         # Fewer streams held at all (open, of either side, or closed and not yet pruned) than the
         # limit: fewer open ones too, without counting them (send_headers counts once more anyway).
@@ -450,10 +465,12 @@ class _Connection(asyncio.Protocol):
 
 
 class H2Client:
-    """HTTP/2 over TLS to any origin, one connection per origin at a time, many streams on it.
+    """HTTP/2 over TLS to any origin, many streams on each connection.
 
-    `connect` (host, port) -> addresses to dial, in order; the default dials the host name itself.
+    `resolve` (host, port) -> addresses to dial, in order; the default dials the host name itself.
     Web Push passes the destination policy's resolver here, so only checked addresses are dialled.
+    `streams`: how many requests the caller keeps in flight at most (its window); more connections
+    to one origin are opened only when its peer's stream limit is below that.
     """
 
     def __init__(
@@ -463,13 +480,16 @@ class H2Client:
         connect_timeout: float = 10.0,
         resolve: Callable[[str, int], Any] | None = None,
         volatile: frozenset[bytes] = frozenset(),
+        streams: int = 1,
     ) -> None:
         self._verify = verify
+        self._streams = max(1, streams)
         self._ssl: ssl.SSLContext | None = None
         self._connect_timeout = connect_timeout  # also the request deadline the backend uses
         self._resolve = resolve
-        self._connections: dict[tuple[str, int], _Connection] = {}
+        self._connections: dict[tuple[str, int], list[_Connection]] = {}  # per origin, oldest first
         self._connecting: dict[tuple[str, int], asyncio.Task[_Connection]] = {}
+        self._no_extra_until: dict[tuple[str, int], float] = {}  # origin -> after a failed extra connect
         # Origins that answered TLS without h2: a caller with an HTTP/1.1 client sends there instead.
         self.http1_origins: set[tuple[str, int]] = set()
         self.fallback: Any = None  # that client (an httpx.AsyncClient), if the caller has one
@@ -548,8 +568,9 @@ class H2Client:
         for task in self._connecting.values():
             task.cancel()
         self._connecting.clear()
-        for connection in self._connections.values():
-            connection.close()
+        for connections in self._connections.values():
+            for connection in connections:
+                connection.close()
         self._connections.clear()
 
     # --- connections ----------------------------------------------------------------------------------
@@ -592,15 +613,49 @@ class H2Client:
             return connection, stream_id
 
     async def _stream_slot(self, origin: tuple[str, int], progress: Any) -> _Connection:
-        """A connection to `origin` with room for one more stream (waiting for one if it is full)."""
+        """A connection to `origin` with room for one more stream: an open one (the oldest with a free
+        slot, so that the others fall idle and close when the load ebbs), a new one (`_may_add`), or,
+        when neither, the first slot to free on the open connection with the fewest senders waiting."""
         while True:
-            connection = self._connections.get(origin)
-            if connection is None or not connection.usable(time.monotonic()):
-                connection = await self._connect(origin, progress)
-            if connection.has_slot():
-                return connection
+            now = time.monotonic()
+            for connection in self._connections.get(origin, ()):
+                if connection.usable(now) and connection.has_slot():
+                    return connection
+            connections = self._prune(origin, now)
+            if origin in self._connecting or self._may_add(origin, connections, now):
+                try:
+                    connection = await self._connect(origin, progress)
+                except H2Failure:
+                    if not self._prune(origin, time.monotonic()):
+                        raise  # no connection at all: the request fails unsent
+                    # Another connection could not be opened: the open ones serve, their slots in turn.
+                    self._no_extra_until[origin] = time.monotonic() + _RETRY_EXTRA_SECONDS
+                    continue
+                if connection.has_slot():
+                    return connection
+                continue
             progress.at("waiting for a free HTTP/2 stream")
-            await connection.waiters.slot()
+            await _least_awaited(connections).waiters.slot()
+
+    def _prune(self, origin: tuple[str, int], now: float) -> list[_Connection]:
+        """The usable connections to `origin`, the others dropped (each ends its own streams)."""
+        connections = [c for c in self._connections.get(origin, ()) if c.usable(now)]
+        if connections:
+            self._connections[origin] = connections
+        else:
+            self._connections.pop(origin, None)
+        return connections
+
+    def _may_add(self, origin: tuple[str, int], connections: list[_Connection], now: float) -> bool:
+        """Whether to open a connection to `origin` beside `connections` (every one of them full)."""
+        if not connections:
+            return True
+        if now < self._no_extra_until.get(origin, 0.0):
+            return False
+        limits = [c.h2.remote_settings.max_concurrent_streams for c in connections if c.settled]
+        # Every peer limit known (a connection still waiting for its peer's SETTINGS may yet take more),
+        # each a capacity rather than back-pressure, and together short of the caller's window.
+        return len(limits) == len(connections) and min(limits) >= _POOL_MIN_STREAMS and sum(limits) < self._streams
 
     async def _connect(self, origin: tuple[str, int], progress: Any) -> _Connection:
         task = self._connecting.get(origin)
@@ -648,10 +703,7 @@ class H2Client:
         connection.h2.initiate_connection()
         connection.h2.increment_flow_control_window(_READ_WINDOW)
         connection.flush()
-        old = self._connections.get(origin)
-        if old is not None and not old.streams:
-            old.close()  # a busy old connection is left to finish its own streams
-        self._connections[origin] = connection
+        self._connections[origin] = [*self._prune(origin, time.monotonic()), connection]
         return connection
 
     def _context(self) -> ssl.SSLContext:
@@ -665,6 +717,16 @@ class H2Client:
                 verify.set_alpn_protocols(["h2"])
             self._ssl = client_context(verify, use="h2")
         return self._ssl
+
+
+def _least_awaited(connections: list[_Connection]) -> _Connection:
+    """The connection a sender with no free slot anywhere waits on: one still waiting for its peer's
+    SETTINGS (they may open many slots at once, and wake every sender waiting there), else the one with
+    the fewest senders in line, so that the lines stay even across connections."""
+    for connection in connections:
+        if not connection.settled:
+            return connection
+    return min(connections, key=lambda c: c.waiters.waiting_for_slot)
 
 
 def check_headers(headers: Headers) -> None:

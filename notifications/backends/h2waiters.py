@@ -60,6 +60,11 @@ class SendWaiters:
                 self.connection_window_opened()  # woken, then given up: the room goes to the next in line
             raise
 
+    @property
+    def waiting_for_slot(self) -> int:
+        """Senders in line for a stream slot here (a woken one may still be counted until it runs)."""
+        return len(self._slots)
+
     # --- waking ----------------------------------------------------------------------------------------
 
     def slot_freed(self) -> None:

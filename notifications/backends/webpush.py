@@ -211,7 +211,7 @@ class WebPushBackend(PushBackend):
             return fallback
         client = H2Client(
             verify=tls_context(self.ca_file), connect_timeout=self.timeout,
-            resolve=GuardedNetworkBackend().checked_addresses, volatile=WEBPUSH_VOLATILE,
+            resolve=GuardedNetworkBackend().checked_addresses, volatile=WEBPUSH_VOLATILE, streams=self.concurrency,
         )  # fmt: skip
         client.fallback = fallback
         return client

@@ -149,6 +149,7 @@ class HypercornFake:
         certfile: Path | str | None = None,
         keyfile: Path | str | None = None,
         alpn: tuple[str, ...] = ("h2", "http/1.1"),
+        max_streams: int = 1000,
     ) -> None:
         self._sock = _listening(host, port)
         # Hypercorn's own socket, reached only through the front door.
@@ -177,8 +178,8 @@ class HypercornFake:
         config.graceful_timeout = 0.5
         config.keep_alive_timeout = 30
         # Real APNs allows ~1,000 concurrent streams per connection; a wide window lets one connection
-        # carry a whole batch's concurrency.
-        config.h2_max_concurrent_streams = 1000
+        # carry a whole batch's concurrency. FCM's front ends allow 100 (`max_streams` says so).
+        config.h2_max_concurrent_streams = max_streams
         # Hypercorn ends a connection after 1,000 requests by default, with a GOAWAY after which its
         # h2 state machine can no longer answer the streams in flight, so about a window's worth of
         # requests it did act on are never answered. No provider does that (their GOAWAY lets the

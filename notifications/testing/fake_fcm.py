@@ -236,6 +236,7 @@ class FakeFCM(ProviderFake):
         client_email: str = FCM_CLIENT_EMAIL,
         token_lifetime: int = 3600,
         tls: bool = True,
+        max_streams: int = 1000,
         **faults: Any,
     ) -> None:
         self.keys = keys
@@ -260,6 +261,7 @@ class FakeFCM(ProviderFake):
             port=port,
             certfile=keys.server_cert if tls else None,
             keyfile=keys.server_key if tls else None,
+            max_streams=max_streams,
         )
 
     # --- control -----------------------------------------------------------------------------------

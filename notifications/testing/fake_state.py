@@ -35,10 +35,11 @@ class Faults:
     # --- hostile modes ---------------------------------------------------------------------------------
     # Connection-level faults (see `notifications.testing.wire_faults`): "stall_tls", "refuse_streams",
     # "goaway" and "goaway_graceful" (after `goaway_after` streams), "max_streams_1", "reset_after", "reset_before",
-    # "drop_before", "hang_before", "tiny_window", "shut_window", "stray_stream". Applies to connections
-    # opened after it is set.
+    # "drop_before", "hang_before", "tiny_window", "shut_window", "stray_stream", and "stream_limit" (no
+    # fault: `stream_limit` streams at once per connection). Applies to connections opened after it is set.
     wire: str = ""
     goaway_after: int = 1
+    stream_limit: int = 100
     # Whatever the status, the answer's body can be made hostile: "huge" (`huge_bytes` of filler,
     # streamed), "trickle" (one byte every `trickle_interval` s), "nul" (NUL and control bytes),
     # "binary" (not UTF-8), "echo" (the request's headers, credentials included).
@@ -260,8 +261,9 @@ class ProviderFake:
         with self.state.lock:
             faults = self.state.faults
             settings = WireSettings(
-                mode=faults.wire, goaway_after=faults.goaway_after, hang_seconds=faults.hang_seconds
-            )
+                mode=faults.wire, goaway_after=faults.goaway_after, hang_seconds=faults.hang_seconds,
+                stream_limit=faults.stream_limit,
+            )  # fmt: skip
         if not settings.mode:
             return False
         # Streams that get past the fault are answered by the same handler Hypercorn serves.

@@ -30,11 +30,12 @@ class PushFakes:
         fcm_port: int = 0,
         apns_port: int = 0,
         webpush_port: int = 0,
+        fcm_max_streams: int = 1000,
         **faults: Any,
     ) -> None:
         self.directory = Path(directory)
         self.keys = TestKeys.create(self.directory)
-        self.fcm = FakeFCM(self.keys, host=host, port=fcm_port, **faults)
+        self.fcm = FakeFCM(self.keys, host=host, port=fcm_port, max_streams=fcm_max_streams, **faults)
         self.keys.set_token_uri(self.fcm.token_uri)
         self.apns = FakeAPNs(self.keys, host=host, port=apns_port, **faults)
         self.webpush = FakeWebPush(self.keys, host=host, port=webpush_port, **faults)

@@ -24,7 +24,9 @@ misbehave at the frame level:
 - "shut_window": never send a WINDOW_UPDATE, so the connection window (64 KiB) closes for good once
   that much body has arrived: later requests cannot go out whole;
 - "stray_stream": deliver each request, then answer it on a stream the client never opened (a raw
-  HEADERS frame on the next, even, stream id: a push stream never promised), never on its own.
+  HEADERS frame on the next, even, stream id: a push stream never promised), never on its own;
+- "stream_limit": no fault, only a SETTINGS_MAX_CONCURRENT_STREAMS of `stream_limit` per connection
+  from its first SETTINGS frame (FCM's front ends announce 100); a stream over it is refused.
 
 Streams that get past the fault are answered by the fake's own handler, so deliveries are recorded
 as usual. `WireLog` counts what arrived, so a test can tell "sent" from "never left".
@@ -48,7 +50,7 @@ from notifications.testing.asgi_fake import Request, Response
 
 WIRE_MODES = frozenset({"", "stall_tls", "refuse_streams", "goaway", "goaway_graceful", "max_streams_1", "reset_after",
                         "reset_before", "drop_before", "hang_before", "tiny_window", "shut_window",
-                        "stray_stream"})  # fmt: skip
+                        "stray_stream", "stream_limit"})  # fmt: skip
 
 
 @dataclass
@@ -58,6 +60,7 @@ class WireSettings:
     mode: str
     goaway_after: int = 1
     hang_seconds: float = 5.0
+    stream_limit: int = 100
 
 
 @dataclass
@@ -71,6 +74,8 @@ class WireLog:
     refused: int = 0  # of those, reset with REFUSED_STREAM or left above a GOAWAY (never processed)
     handled: int = 0  # of those, handed to the fake's request handler (which counts them as requests too)
     paths: list[str] = field(default_factory=list)  # :path of every stream that arrived and was not refused
+    in_flight: int = 0  # processed streams not yet answered, across connections
+    peak_in_flight: int = 0
 
     def count(self, **deltas: int) -> None:
         with self.lock:
@@ -86,11 +91,13 @@ class WireLog:
                 "refused": self.refused,
                 "handled": self.handled,
                 "paths": list(self.paths),
+                "peak_in_flight": self.peak_in_flight,
             }
 
     def clear(self) -> None:
         with self.lock:
             self.connections = self.tls_stalled = self.streams = self.refused = self.handled = 0
+            self.in_flight = self.peak_in_flight = 0
             self.paths = []
 
 
@@ -143,6 +150,15 @@ class HostileH2:
                 return
             if self.tls is not None:
                 await writer.start_tls(self.tls)
+            if self.settings.mode == "stream_limit":
+                # In the first SETTINGS frame, as a server announces its capacity (not a later change).
+                self.h2.local_settings = h2.settings.Settings(
+                    client=False,
+                    initial_values={
+                        h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: self.settings.stream_limit,
+                        h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: self.h2.DEFAULT_MAX_HEADER_LIST_SIZE,
+                    },
+                )
             self.h2.initiate_connection()
             if self.settings.mode == "tiny_window":
                 self.h2.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 16})
@@ -217,9 +233,13 @@ class HostileH2:
             self._spawn(self._goaway())
         elif mode == "max_streams_1" and self.busy:
             self._refuse(stream_id)  # over the announced limit of one stream at a time
+        elif mode == "stream_limit" and len(self.unhandled) >= self.settings.stream_limit:
+            self._refuse(stream_id)  # over the announced limit: a client that kept to it never sees this
         else:
             with self.log.lock:
                 self.log.paths.append(self.streams[stream_id].headers.get(":path", ""))
+                self.log.in_flight += 1
+                self.log.peak_in_flight = max(self.log.peak_in_flight, self.log.in_flight)
             self.processed += 1
             self.last_processed = stream_id
             self.unhandled.add(stream_id)
@@ -326,6 +346,7 @@ class HostileH2:
             response = await self.handler(request)
         finally:
             self.unhandled.discard(stream_id)
+            self.log.count(in_flight=-1)
         if self.settings.mode == "stray_stream":
             # An even id: a server-initiated stream never promised (push is off), so no request's stream.
             self._stray_answer(stream_id + 1, response.status)

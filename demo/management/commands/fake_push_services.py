@@ -23,6 +23,10 @@ class Command(BaseCommand):
         parser.add_argument("--apns-port", type=int, default=8102)
         parser.add_argument("--webpush-port", type=int, default=8103)
         parser.add_argument("--latency-ms", type=int, default=0)
+        parser.add_argument(
+            "--fcm-max-streams", type=int, default=1000,
+            help="SETTINGS_MAX_CONCURRENT_STREAMS of the FCM fake's connections (FCM's own front ends: 100)",
+        )  # fmt: skip
         parser.add_argument("--error", default="", help="an error name each fake answers with --rate probability")
         parser.add_argument("--rate", type=float, default=0.0)
         parser.add_argument("--rate-hang", type=float, default=0.0)
@@ -39,6 +43,7 @@ class Command(BaseCommand):
             o["dir"], host=o["host"], fcm_port=o["fcm_port"], apns_port=o["apns_port"],
             webpush_port=o["webpush_port"], latency_ms=o["latency_ms"], error=o["error"], rate=o["rate"],
             rate_hang=o["rate_hang"], hang_seconds=o["hang_seconds"], seed=o["seed"],
+            fcm_max_streams=o["fcm_max_streams"],
         )  # fmt: skip
         fakes.start()
         path = fakes.write_backends()

@@ -139,10 +139,11 @@ def test_stream_ids_running_out__a_new_connection_and_nothing_lost(apns, apns_op
     async def scenario():
         try:
             first = await backend.send(message("ab" * 32))
-            (connection,) = backend.client._connections.values()
+            ((connection,),) = backend.client._connections.values()
             connection.h2.highest_outbound_stream_id = 2**31 - 1  # the next stream id would not fit
             second = await backend.send(message("cd" * 32))
-            return first, second, connection, next(iter(backend.client._connections.values()))
+            ((now,),) = backend.client._connections.values()
+            return first, second, connection, now
         finally:
             await backend.aclose()
 
@@ -366,12 +367,24 @@ def test_a_url_the_client_refuses_is_refused_every_time():
 
 def test_the_requests_one_lost_connection_took_with_it_share_one_incident(apns, apns_options):
     # One connection drops with every stream on it: one event, which the breaker must count once.
+    # The fake drops each connection at its first request, so a round's requests share one only when
+    # they all left before the drop: each round first waits for a connection whose peer's SETTINGS
+    # arrived (until then a new connection carries one stream).
     apns.configure(wire="drop_before")
     backend = apns_backend(apns_options, timeout=3.0, concurrency=10)
 
+    async def settled_connection():
+        client = backend.client
+        host, port, _, _ = client._parts(f"https://{apns_options['host']}/")
+        connection = await client._connect((host, port), _Progress())
+        while not connection.settled:
+            await asyncio.sleep(0.005)
+
     async def scenario():
         try:
+            await settled_connection()
             first = await asyncio.gather(*(backend.send(message(t)) for t in apns_tokens(10)))
+            await settled_connection()
             return first, await asyncio.gather(*(backend.send(message(t)) for t in apns_tokens(10)))
         finally:
             await backend.aclose()
@@ -442,3 +455,62 @@ def test_a_connect_every_sender_gave_up_on_leaves_no_exception_unretrieved():
     reported = run(scenario())
 
     assert [c for c in reported if "never retrieved" in str(c.get("message"))] == []
+
+
+@pytest.mark.parametrize(
+    ("limit", "window", "connections"),
+    [
+        (100, 250, 3),  # FCM's front ends: 100 streams a connection, so a window of 250 needs three
+        (100, 100, 1),  # the window fits one connection: no second one
+        (10, 250, 1),  # a limit this low is the peer asking for less: one connection, its limit kept
+    ],
+)
+def test_a_peer_stream_limit_below_the_window__more_connections_only_when_it_is_a_capacity(
+    apns, apns_options, limit, window, connections
+):
+    # The answers wait 300 ms, so the whole window is in flight at once before any returns.
+    apns.configure(wire="stream_limit", stream_limit=limit, latency_ms=300)
+    tokens = apns_tokens(250)
+    messages = [message(t) for t in tokens]
+
+    results = run(send_all(apns_backend(apns_options, timeout=20.0, concurrency=window), messages))
+
+    assert [r.outcome for r in results] == [Outcome.DELIVERED] * len(tokens)
+    assert [r.provider_message_id for r in results] == [apns_id(m.idempotency_key) for m in messages]
+    wire = apns.stats()["wire"]
+    assert wire["connections"] == connections
+    assert wire["refused"] == 0  # no stream ever went over a connection's announced limit
+    assert wire["peak_in_flight"] <= limit * connections
+    if connections > 1:
+        assert wire["peak_in_flight"] > limit  # the extra connections carried streams at the same time
+
+
+def test_an_extra_connection_that_fails_to_open__the_open_one_carries_the_window_in_turn(apns, apns_options):
+    """A second connect refused (the origin's listener gone for new connections): the requests wait for
+    the first connection's slots rather than fail, and none is called sent that was not."""
+    apns.configure(wire="stream_limit", stream_limit=100, latency_ms=200)
+    tokens = apns_tokens(150)
+    backend = apns_backend(apns_options, timeout=20.0, concurrency=150)
+    connects = 0
+
+    async def scenario():
+        client = backend.client
+        opened = client._open
+
+        async def once(origin, progress):
+            nonlocal connects
+            connects += 1
+            if connects > 1:
+                from notifications.backends.h2transport import H2Failure
+
+                raise H2Failure("unreachable", "refused for the test", incident="test")
+            return await opened(origin, progress)
+
+        client._open = once
+        return await send_all(backend, [message(t) for t in tokens])
+
+    results = run(scenario())
+
+    assert [r.outcome for r in results] == [Outcome.DELIVERED] * len(tokens)
+    assert apns.stats()["wire"]["connections"] == 1
+    assert connects == 2  # one extra attempt, then the open connection serves until the pause ends
