@@ -584,33 +584,47 @@ class H2Client:
         full frame, if larger): the HEADERS then leave with the body, and a request that waits for
         room has sent nothing. A stream opened into a shut window would be sent and unfinished at
         once, and every answer's WINDOW_UPDATE would then go to bodies in pieces."""
-        woken = False  # by room in the window, which it found too small: it keeps the head of the line
-        while True:
-            connection = await self._stream_slot(origin, progress)
-            h2c = connection.h2
-            if body_size and h2c.outbound_flow_control_window < min(body_size, h2c.max_outbound_frame_size):
-                progress.at("waiting for room in the HTTP/2 connection window")
-                connection.waiters.slot_freed()  # the slot it found is not taken yet: the next sender may use it
-                await connection.waiters.window(-next(_pending), connection_shut=True, first=woken)
-                woken = True
-                continue
-            if deadline_at is not None and too_late(deadline_at, self._connect_timeout):
-                # A request sent now could only end unknown (its deadline runs out before any answer),
-                # and a retry would have to treat it as maybe delivered: keep it unsent instead. The
-                # slot it found goes to the next sender waiting for one.
-                connection.waiters.slot_freed()
-                raise TimeoutError("too little of the deadline was left to open a stream")
-            try:
-                stream_id = h2c.get_next_available_stream_id()
-                h2c.send_headers(stream_id, request, end_stream=not body_size)
-            except h2.exceptions.NoAvailableStreamIDError:
-                connection.close()  # out of stream ids: nothing left, so open a new connection and go on
-                continue
-            except h2.exceptions.ProtocolError as exc:
-                # h2 refused to build the HEADERS frame (the connection closing): nothing left.
-                detail = f"the request could not be framed ({type(exc).__name__}: {exc})"
-                raise H2Failure("unreachable", detail) from exc
-            return connection, stream_id
+        # The connection whose window room this sender was woken for: the turn is its to use there or
+        # pass on to the next in that line. Sent elsewhere (another connection had the free slot) without
+        # passing it, the senders behind it would sleep with nothing in flight to bring a WINDOW_UPDATE.
+        held: _Connection | None = None
+        try:
+            while True:
+                connection = held
+                if connection is None or not connection.usable(time.monotonic()) or not connection.has_slot():
+                    if held is not None:
+                        _pass_turn(held)
+                        held = None
+                    connection = await self._stream_slot(origin, progress)
+                h2c = connection.h2
+                if body_size and h2c.outbound_flow_control_window < min(body_size, h2c.max_outbound_frame_size):
+                    progress.at("waiting for room in the HTTP/2 connection window")
+                    connection.waiters.slot_freed()  # the slot it found is not taken yet: the next sender may use it
+                    first, held = held is connection, None  # woken and still short: it keeps the head of the line
+                    await connection.waiters.window(-next(_pending), connection_shut=True, first=first)
+                    held = connection
+                    continue
+                if deadline_at is not None and too_late(deadline_at, self._connect_timeout):
+                    # A request sent now could only end unknown (its deadline runs out before any answer),
+                    # and a retry would have to treat it as maybe delivered: keep it unsent instead. The
+                    # slot it found goes to the next sender waiting for one.
+                    connection.waiters.slot_freed()
+                    raise TimeoutError("too little of the deadline was left to open a stream")
+                try:
+                    stream_id = h2c.get_next_available_stream_id()
+                    h2c.send_headers(stream_id, request, end_stream=not body_size)
+                except h2.exceptions.NoAvailableStreamIDError:
+                    connection.close()  # out of stream ids: nothing left, so open a new connection and go on
+                    continue
+                except h2.exceptions.ProtocolError as exc:
+                    # h2 refused to build the HEADERS frame (the connection closing): nothing left.
+                    detail = f"the request could not be framed ({type(exc).__name__}: {exc})"
+                    raise H2Failure("unreachable", detail) from exc
+                held = None  # its body's sender passes the turn on once it has sent (`_send_body`)
+                return connection, stream_id
+        finally:
+            if held is not None:
+                _pass_turn(held)
 
     async def _stream_slot(self, origin: tuple[str, int], progress: Any) -> _Connection:
         """A connection to `origin` with room for one more stream: an open one (the oldest with a free
@@ -717,6 +731,12 @@ class H2Client:
                 verify.set_alpn_protocols(["h2"])
             self._ssl = client_context(verify, use="h2")
         return self._ssl
+
+
+def _pass_turn(connection: _Connection) -> None:
+    """Hand the room in `connection`'s window to the next sender waiting for it, if any is left."""
+    if not connection.closed and connection.h2.outbound_flow_control_window > 0:
+        connection.waiters.connection_window_opened()
 
 
 def _least_awaited(connections: list[_Connection]) -> _Connection:

@@ -514,3 +514,19 @@ def test_an_extra_connection_that_fails_to_open__the_open_one_carries_the_window
     assert [r.outcome for r in results] == [Outcome.DELIVERED] * len(tokens)
     assert apns.stats()["wire"]["connections"] == 1
     assert connects == 2  # one extra attempt, then the open connection serves until the pause ends
+
+
+def test_bodies_past_the_window_of_several_connections__every_one_goes_out(apns, apns_options):
+    """Several connections to one origin, each with more bodies waiting than its 64 KiB window holds. A
+    sender woken for room in one connection's window and then sent to another must pass that room on:
+    otherwise the senders behind it on the first sleep until their deadline, with nothing in flight there
+    to bring another WINDOW_UPDATE."""
+    apns.configure(wire="stream_limit", stream_limit=100, latency_ms=100)
+    tokens = apns_tokens(600)
+    backend = apns_backend(apns_options, timeout=20.0, concurrency=300)
+
+    results = run(send_all(backend, [message(t, body="x" * 3000) for t in tokens]))
+
+    assert [r.outcome for r in results] == [Outcome.DELIVERED] * len(tokens), {r.reason for r in results}
+    # Several connections (a sender waiting for window room gives its slot up, so fewer may look full).
+    assert apns.stats()["wire"]["connections"] >= 2
