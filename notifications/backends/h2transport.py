@@ -138,6 +138,43 @@ class _Encoder(hpack.Encoder):
         self._names.clear()
 
 
+class _Decoder(hpack.Decoder):
+    """HPACK decoding that remembers the blocks that left the dynamic table as it was.
+
+    A provider's answers repeat their headers, and after the first answer most blocks are only indexes
+    into the table (FCM's dozen headers: 12 bytes); decoding one through hpack took about 20 µs, a
+    twentieth of a push's CPU. Such a block decodes to the same headers for as long as the table is
+    unchanged, so it is looked up instead. Any change to the table (an insertion, an eviction, a size
+    update) empties the memo, so a block that changed it is forgotten before it could be looked up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._blocks: dict[bytes, list[Any]] = {}
+        # The table the remembered blocks decoded in: its size, its limits, and its newest entry (by
+        # identity: every insertion puts a new entry first, and every eviction comes with an insertion
+        # or a size change).
+        self._table_seen: tuple[Any, ...] = ()
+        self._newest: Any = None
+
+    def decode(self, data: bytes, raw: bool = False) -> Any:
+        if not raw:
+            return super().decode(data, raw=False)
+        entries = self.header_table.dynamic_entries
+        newest = entries[0] if entries else None
+        table = (len(entries), self.header_table.maxsize, self.max_header_list_size, self.max_allowed_table_size)
+        if table != self._table_seen or newest is not self._newest:
+            self._blocks.clear()
+            self._table_seen, self._newest = table, newest
+        key = bytes(data)
+        known = self._blocks.get(key)
+        if known is not None:
+            return list(known)
+        headers = list(super().decode(data, raw=True))
+        if len(self._blocks) < _MEMO_FIELDS:
+            self._blocks[key] = headers  # if this block changed the table, the next call forgets it
+        return list(headers)
+
+
 def _literal(value: bytes) -> bytes:
     """A string literal without Huffman coding (RFC 7541 section 5.2): its length, then its bytes."""
     size = len(value)
@@ -253,6 +290,9 @@ class _Connection(asyncio.Protocol):
         )
         self.h2 = _H2Connection(config=config)
         self.h2.encoder = _Encoder()
+        decoder = _Decoder()
+        decoder.max_header_list_size = self.h2.decoder.max_header_list_size  # h2's bound on an answer's headers
+        self.h2.decoder = decoder
         self.transport: asyncio.Transport | None = None
         self.streams: dict[int, _Stream] = {}
         self.closed = False  # no new streams: lost, GOAWAY, out of ids, or closed by us

@@ -53,6 +53,18 @@ SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
 FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 BAD_REQUEST_TYPE = "type.googleapis.com/google.rpc.BadRequest"
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_:\-]{16,4096}$")
+# What Google's front end puts on an FCM v1 answer besides the date and the server (Hypercorn adds its
+# own): the same fields on every answer, so a client's HPACK decoder finds them indexed after the first.
+_ANSWER_HEADERS = {
+    "content-type": "application/json; charset=UTF-8",
+    "vary": "Origin, X-Origin, Referer",
+    "cache-control": "private",
+    "x-xss-protection": "0",
+    "x-frame-options": "SAMEORIGIN",
+    "x-content-type-options": "nosniff",
+    "alt-svc": 'h3=":443"; ma=2592000,h3-29=":443"; ma=2592000',
+    "accept-ranges": "none",
+}
 _DURATION_RE = re.compile(r"^\d{1,12}(\.\d{1,9})?s$")
 _SEND_RE = re.compile(r"^/v1/projects/([^/]+)/messages:send$")
 
@@ -425,10 +437,8 @@ class FakeFCM(ProviderFake):
             return google_error("SENDER_ID_MISMATCH")
         android = message.get("android", {})
         collapse = str((android.get("notification") or {}).get("tag", ""))
-        count = self.state.deliver(
-            Delivery(token=token, collapse=collapse, message=message, headers=dict(request.headers))
-        )
+        self.state.deliver(Delivery(token=token, collapse=collapse, message=message, headers=dict(request.headers)))
         name = f"projects/{project}/messages/0:{time.time_ns()}%{secrets.token_hex(8)}"
         if hang:
             await asyncio.sleep(faults.hang_seconds)
-        return Response.json(200, {"name": name}, {"x-fake-shown": str(count)})
+        return Response.json(200, {"name": name}, _ANSWER_HEADERS)

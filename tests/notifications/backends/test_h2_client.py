@@ -339,6 +339,37 @@ def test_the_memoised_hpack_encoder_says_what_hpack_says(table_size):
         assert [(bytes(n), bytes(v)) for n, v in decoder.decode(block, raw=True)] == [(n, v) for n, v in fields]
 
 
+@pytest.mark.parametrize("table_size", [4096, 200, 0])
+def test_the_memoised_hpack_decoder_says_what_hpack_says(table_size):
+    # The client's decoder looks up blocks that left the dynamic table as it was. Over answers that
+    # repeat (all indexes), answers with a new value (an insertion), evictions (a small table), a table
+    # size update and never-indexed fields, it must give what a stock decoder gives, block by block,
+    # with the same table afterwards; and a block it refuses, it refuses again.
+    import hpack
+
+    from notifications.backends.h2transport import _Decoder
+
+    encoder, ours, stock = hpack.Encoder(), _Decoder(), hpack.Decoder()
+    looked_up = 0
+    for i in range(150):
+        if i == 90:
+            encoder.header_table_size = table_size  # the size update leads the next block
+        fields = [(b":status", b"200" if i % 7 else b"429"), (b"content-type", b"application/json"),
+                  (b"date", b"Sat, 05 Dec 2026 00:00:%02d GMT" % (i // 20)), (b"server", b"ESF"),
+                  (b"x-seq", b"%d" % (i // 40)), hpack.NeverIndexedHeaderTuple(b"x-id", b"%d" % (i % 2))]  # fmt: skip
+        block = encoder.encode(fields)
+        before = len(ours._blocks)
+        got = [(bytes(n), bytes(v)) for n, v in ours.decode(block, raw=True)]
+        looked_up += before == len(ours._blocks) and block in ours._blocks
+        assert got == [(bytes(n), bytes(v)) for n, v in stock.decode(block, raw=True)] == [(n, v) for n, v in fields]
+        assert list(ours.header_table.dynamic_entries) == list(stock.header_table.dynamic_entries)
+    if table_size:
+        assert looked_up > 50  # the repeats were looked up, not decoded again
+    ours.max_header_list_size = 10
+    with pytest.raises(hpack.OversizedHeaderListError):
+        ours.decode(block, raw=True)  # a limit lowered after a block was remembered still applies
+
+
 def test_volatile_fields_of_any_length_decode_as_given_while_the_table_stays():
     # With the dynamic table unchanged, a volatile field is its name's remembered encoding plus the
     # client's own string literal: lengths on both sides of the 7-bit prefix (127) must decode exactly.
