@@ -1,14 +1,18 @@
-"""The lean client's count of open streams is h2's count: the same number, the same streams pruned.
+"""The lean client's h2 connection counts and checks as h2 does.
 
-Two h2 state machines (the client's `_H2Connection` and a plain h2 server) talk through memory, and
-streams are left in every state a client's stream can be in; then the count and its pruning are
-compared with h2's own `_open_streams`, on a twin connection driven the same way.
+Two h2 state machines (the client's `_H2Connection` and a plain h2 server) talk through memory. The
+count of open streams: streams are left in every state a client's stream can be in; then the count and
+its pruning are compared with h2's own `_open_streams`, on a twin connection driven the same way. The
+answers' header checks: what the client looks up instead of checking again, it refuses exactly as
+h2 does.
 """
 
 import h2.config
 import h2.connection
 import h2.errors
+import h2.exceptions
 import h2.settings
+import pytest
 
 from notifications.backends.h2transport import _H2Connection
 
@@ -75,3 +79,67 @@ def test_open_stream_count__is_h2s_for_every_state_a_stream_can_be_in():
     assert sorted(ours.streams) == sorted(theirs.streams)  # the same closed streams pruned
     assert ours._closed_streams == theirs._closed_streams
     assert set(ours._closed_streams) >= {states["closed (answered)"], states["closed (reset by us)"]}
+
+
+def _pair(kind):
+    """A client (`kind`) and a server that frames whatever headers it is given, past the handshake."""
+    client = kind(config=h2.config.H2Configuration(client_side=True, header_encoding=None))
+    server = h2.connection.H2Connection(
+        config=h2.config.H2Configuration(
+            client_side=False, header_encoding=None, validate_outbound_headers=False, normalize_outbound_headers=False
+        )
+    )
+    client.initiate_connection()
+    server.initiate_connection()
+    for _ in range(3):
+        _pass(client, server)
+        _pass(server, client)
+    return client, server
+
+
+def _answered(client, server, *blocks):
+    """Open a stream, have the server answer it with each header block in turn (the last ends it), and
+    return the header lists the client's events carried; h2's refusal is raised."""
+    stream_id = client.get_next_available_stream_id()
+    client.send_headers(stream_id, REQUEST, end_stream=True)
+    _pass(client, server)
+    seen = []
+    for i, block in enumerate(blocks):
+        server.send_headers(stream_id, block, end_stream=i == len(blocks) - 1)
+        seen += [[tuple(h) for h in e.headers] for e in _pass(server, client) if hasattr(e, "headers") and e.headers]
+    return seen
+
+
+GOOD = [(b":status", b"200"), (b"content-type", b"application/json"), (b"vary", b"Origin")]
+MALFORMED = {
+    "upper-case name": [(b":status", b"200"), (b"Content-Type", b"application/json")],
+    "connection header": [(b":status", b"200"), (b"connection", b"close")],
+    "te header": [(b":status", b"200"), (b"te", b"gzip")],
+    "request pseudo-header": [(b":status", b"200"), (b":path", b"/")],
+    "pseudo-header after a field": [(b"vary", b"Origin"), (b":status", b"200")],
+    "empty name": [(b":status", b"200"), (b"", b"x")],
+    "NUL in a value": [(b":status", b"200"), (b"vary", b"Or\x00igin")],
+    "no status": [(b"content-type", b"application/json")],
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_a_malformed_answer_is_refused_after_good_ones_with_the_same_fields(name):
+    # The client looks up header lists h2 already checked: answers that repeat must not open a way past
+    # h2's checks for one that differs, and it must refuse exactly what h2 itself refuses.
+    for kind in (_H2Connection, h2.connection.H2Connection):
+        client, server = _pair(kind)
+        for _ in range(3):
+            assert _answered(client, server, GOOD) == [GOOD]
+        with pytest.raises(h2.exceptions.ProtocolError):
+            _answered(client, server, MALFORMED[name])
+
+
+def test_fields_checked_as_an_answer_are_checked_again_as_trailers():
+    # The same list under other flags (trailers may not carry pseudo-headers) is checked again.
+    for kind in (_H2Connection, h2.connection.H2Connection):
+        client, server = _pair(kind)
+        with_status = [(b":status", b"200"), (b"grpc-status", b"0")]
+        assert _answered(client, server, with_status) == [with_status]
+        with pytest.raises(h2.exceptions.ProtocolError):
+            _answered(client, server, with_status, with_status)
