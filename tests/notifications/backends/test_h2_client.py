@@ -561,3 +561,51 @@ def test_bodies_past_the_window_of_several_connections__every_one_goes_out(apns,
     assert [r.outcome for r in results] == [Outcome.DELIVERED] * len(tokens), {r.reason for r in results}
     # Several connections (a sender waiting for window room gives its slot up, so fewer may look full).
     assert apns.stats()["wire"]["connections"] >= 2
+
+
+class _OpenTransport(asyncio.Transport):
+    def is_closing(self) -> bool:
+        return False
+
+    def write(self, data) -> None:
+        pass
+
+
+def test_a_connect_that_ended_before_its_callback_ran__a_sender_waits_for_a_slot_instead_of_spinning():
+    """The connect's own callback (which forgets it) runs on a later turn of the loop. A sender that looks in
+    between, finding the new connection still without a free slot, must wait: awaiting the ended connect
+    again returns at once without yielding, so the loop (and that callback) never ran again."""
+    from notifications.backends.h2transport import _Connection
+
+    async def scenario():
+        client = H2Client()
+        origin = ("push.example", 443)
+        connection = _Connection()
+        connection.connection_made(_OpenTransport())
+        connection.streams[1] = object()  # its one stream before the peer's SETTINGS: no free slot
+        looks = 0
+        has_slot = connection.has_slot
+
+        def counted() -> bool:
+            nonlocal looks
+            looks += 1
+            if looks > 1000:
+                raise RuntimeError("the sender spins")
+            return has_slot()
+
+        connection.has_slot = counted
+        ended = asyncio.get_running_loop().create_future()
+        ended.set_result(connection)
+        client._connecting[origin] = ended
+        client._connections[origin] = [connection]
+        sender = asyncio.ensure_future(client._stream_slot(origin, _Progress()))
+        await asyncio.sleep(0.05)
+        waiting = not sender.done()
+        connection.streams.clear()  # its stream ended
+        connection.waiters.slot_freed()
+        return waiting, looks, await asyncio.wait_for(sender, 1.0), connection
+
+    waiting, looks, got, connection = run(scenario())
+
+    assert waiting and looks < 10
+    assert got is connection

@@ -143,3 +143,48 @@ def test_fields_checked_as_an_answer_are_checked_again_as_trailers():
         assert _answered(client, server, with_status) == [with_status]
         with pytest.raises(h2.exceptions.ProtocolError):
             _answered(client, server, with_status, with_status)
+
+
+def _walk(kind, seed):
+    """Open, answer, reset and end streams in a seeded random order; the open count after every step."""
+    import random
+
+    rng = random.Random(seed)
+    client, server = _pair(kind)
+    server.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1000})
+    _pass(server, client)
+    _pass(client, server)
+    ids: list[int] = []
+    counts = []
+    for _ in range(400):
+        step = rng.choice(["open", "open", "open", "answer", "answer", "reset by us", "reset by the peer", "end"])
+        live = [i for i in ids if client.streams.get(i) is not None]
+        target = rng.choice(live) if live else None
+        try:
+            if step == "open" or target is None:
+                stream_id = client.get_next_available_stream_id()
+                client.send_headers(stream_id, REQUEST, end_stream=rng.random() < 0.5)
+                ids.append(stream_id)
+            elif step == "answer":
+                server.send_headers(target, ANSWER, end_stream=True)
+            elif step == "reset by us":
+                client.reset_stream(target)
+            elif step == "reset by the peer":
+                server.reset_stream(target, error_code=h2.errors.ErrorCodes.REFUSED_STREAM)
+            else:
+                client.send_data(target, b"x", end_stream=True)
+        except h2.exceptions.StreamClosedError:
+            pass  # the step does not apply to that stream's state; both connections refuse it alike
+        except h2.exceptions.ProtocolError:
+            pass
+        _pass(client, server)
+        _pass(server, client)
+        counts.append((client.open_outbound_streams, client.open_outbound_streams, len(client.streams)))
+    return counts
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_kept_count_is_h2s_after_every_step(seed):
+    # The client keeps its count between the calls that can change a stream's state: after each of
+    # them, in any order, it must be the count (and the pruning) h2's own walk gives.
+    assert _walk(_H2Connection, seed) == _walk(h2.connection.H2Connection, seed)
