@@ -276,8 +276,6 @@ class _H2Connection(h2.connection.H2Connection):
     def __init__(self, config: h2.config.H2Configuration) -> None:
         super().__init__(config=config)
         self.checked_headers: dict[tuple[Any, ...], list[Any]] = {}  # `_CheckedStream`'s, shared by its streams
-        self._counts: dict[int, int] = {}  # parity -> open streams, until a stream's state may change
-        self._counting_live = False  # inside `receive_data`: states change frame by frame
 
     def _begin_new_stream(self, stream_id: int, allowed_ids: Any) -> h2.stream.H2Stream:
         stream = super()._begin_new_stream(stream_id, allowed_ids)
@@ -295,60 +293,12 @@ class _H2Connection(h2.connection.H2Connection):
         event.additional_data = frame.additional_data or None
         return [], [event]
 
-    # --- the count of open streams, kept between the calls that can change a stream's state -----------
-    #
-    # h2 counts on every new stream (and `has_slot` asks first, once for every full connection a sender
-    # passes), walking every stream it holds: 100 streams a connection, several times a request. A
-    # stream's state changes only in the calls below, so a count is kept from one of them to the next;
-    # inside `receive_data`, where frames change states one after another, every count is walked.
-
-    def receive_data(self, data: Any) -> list[h2.events.Event]:
-        self._counts.clear()
-        self._counting_live = True  # nothing is kept until it returns
-        try:
-            return super().receive_data(data)
-        finally:
-            self._counting_live = False
-
-    def send_headers(self, *args: Any, **kwargs: Any) -> None:
-        self._counts.clear()
-        try:
-            super().send_headers(*args, **kwargs)
-        finally:
-            self._counts.clear()
-
-    def send_data(self, *args: Any, **kwargs: Any) -> None:
-        try:
-            super().send_data(*args, **kwargs)
-        finally:
-            self._counts.clear()
-
-    def end_stream(self, stream_id: int) -> None:
-        try:
-            super().end_stream(stream_id)
-        finally:
-            self._counts.clear()
-
-    def reset_stream(self, stream_id: int, error_code: Any = 0) -> None:
-        try:
-            super().reset_stream(stream_id, error_code=error_code)
-        finally:
-            self._counts.clear()
-
-    def push_stream(self, *args: Any, **kwargs: Any) -> None:
-        try:
-            super().push_stream(*args, **kwargs)
-        finally:
-            self._counts.clear()
-
     def _open_streams(self, remainder: int) -> int:
-        """h2's count of open streams of one parity (pruning the closed ones as it goes), its properties
-        inlined (the walk read each stream's state through two properties: 10 µs at 100 streams), and
-        kept until a stream's state may have changed. `tests/notifications/backends/test_h2_streams.py`
-        compares both with h2's."""
-        count = self._counts.get(remainder)
-        if count is not None:
-            return count
+        """h2's count of open streams of one parity (pruning the closed ones as it goes), its properties inlined.
+
+        h2 counts on every new stream (and `has_slot` asks first), walking every stream it holds: with
+        100 in flight that walk, through two properties a stream, was 10 µs a count here; this one does
+        the same walk reading the state once (tests/notifications/backends/test_h2_streams.py compares them)."""
         count = 0
         closed = []
         for stream_id, stream in self.streams.items():
@@ -359,8 +309,6 @@ class _H2Connection(h2.connection.H2Connection):
                 closed.append(stream_id)
         for stream_id in closed:
             self._closed_streams[stream_id] = self.streams.pop(stream_id).closed_by
-        if not self._counting_live:
-            self._counts[remainder] = count
         return count
 
 

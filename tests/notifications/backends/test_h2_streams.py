@@ -184,7 +184,7 @@ def _walk(kind, seed):
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_the_kept_count_is_h2s_after_every_step(seed):
-    # The client keeps its count between the calls that can change a stream's state: after each of
-    # them, in any order, it must be the count (and the pruning) h2's own walk gives.
+def test_the_count_is_h2s_after_every_step(seed):
+    # After every call that can change a stream's state, in any order, the client's count (and its
+    # pruning) must be what h2's own walk gives.
     assert _walk(_H2Connection, seed) == _walk(h2.connection.H2Connection, seed)
