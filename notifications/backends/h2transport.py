@@ -170,8 +170,9 @@ class _Decoder(hpack.Decoder):
         if known is not None:
             return list(known)
         headers = list(super().decode(data, raw=True))
-        if len(self._blocks) < _MEMO_FIELDS:
-            self._blocks[key] = headers  # if this block changed the table, the next call forgets it
+        if len(self._blocks) >= _MEMO_FIELDS:
+            self._blocks.clear()  # blocks that do not come back (a changing field never indexed) make room
+        self._blocks[key] = headers  # if this block changed the table, the next call forgets it
         return list(headers)
 
 
@@ -258,8 +259,9 @@ class _CheckedStream(h2.stream.H2Stream):
         known = self.checked.get(key)
         if known is None:
             known = super()._process_received_headers(key[0], header_validation_flags, header_encoding)
-            if len(self.checked) < _MEMO_FIELDS:
-                self.checked[key] = known
+            if len(self.checked) >= _MEMO_FIELDS:
+                self.checked.clear()  # lists that no longer come back (the date moved on) make room
+            self.checked[key] = known
         return list(known)
 
 

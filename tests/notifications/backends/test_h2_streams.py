@@ -188,3 +188,15 @@ def test_the_count_is_h2s_after_every_step(seed):
     # After every call that can change a stream's state, in any order, the client's count (and its
     # pruning) must be what h2's own walk gives.
     assert _walk(_H2Connection, seed) == _walk(h2.connection.H2Connection, seed)
+
+
+def test_header_lists_that_do_not_come_back_do_not_stop_the_look_ups():
+    # A provider's date moves on every second: each second's answers are a new list. Once the memo
+    # is full of lists that no longer come back, the new ones must still be looked up.
+    client, server = _pair(_H2Connection)
+    for second in range(200):
+        fields = [(b":status", b"200"), (b"date", b"second %d" % second)]
+        for _ in range(2):
+            assert _answered(client, server, fields) == [fields]
+    assert any(dict(key[0]).get(b"date") == b"second 199" for key in client.checked_headers)
+    assert len(client.checked_headers) <= 64
