@@ -170,9 +170,7 @@ class _Decoder(hpack.Decoder):
         if known is not None:
             return list(known)
         headers = list(super().decode(data, raw=True))
-        if len(self._blocks) >= _MEMO_FIELDS:
-            self._blocks.clear()  # blocks that do not come back (a changing field never indexed) make room
-        self._blocks[key] = headers  # if this block changed the table, the next call forgets it
+        _remember(self._blocks, key, headers, _MEMO_FIELDS)  # if this block changed the table, the next call forgets it
         return list(headers)
 
 
@@ -259,9 +257,7 @@ class _CheckedStream(h2.stream.H2Stream):
         known = self.checked.get(key)
         if known is None:
             known = super()._process_received_headers(key[0], header_validation_flags, header_encoding)
-            if len(self.checked) >= _MEMO_FIELDS:
-                self.checked.clear()  # lists that no longer come back (the date moved on) make room
-            self.checked[key] = known
+            _remember(self.checked, key, known, _MEMO_FIELDS)
         return list(known)
 
 
@@ -631,9 +627,7 @@ class H2Client:
         parts = self._split.get(url)
         if parts is None:
             parts = _split(url)
-            if len(self._split) >= _MEMO_URLS:
-                self._split.clear()
-            self._split[url] = parts
+            _remember(self._split, url, parts, _MEMO_URLS)
         return parts
 
     async def aclose(self) -> None:
@@ -809,6 +803,14 @@ class H2Client:
                 verify.set_alpn_protocols(["h2"])
             self._ssl = client_context(verify, use="h2")
         return self._ssl
+
+
+def _remember(memo: dict[Any, Any], key: Any, value: Any, limit: int) -> None:
+    """Keep `value` under `key`; a full memo is emptied first. What fills one is mostly keys that do not
+    come back (a date that moved on, a field never indexed), and what does come back is kept again at once."""
+    if len(memo) >= limit:
+        memo.clear()
+    memo[key] = value
 
 
 def _pass_turn(connection: _Connection) -> None:
