@@ -4,7 +4,7 @@ import time
 from typing import Any
 
 from notifications import queue
-from notifications.backends import backend_problems
+from notifications.backends.registry import prepare_backends
 from notifications.delivery import drain as run_drain
 from notifications.delivery.worker import DeliveryReport, Lingering
 from notifications.models import Notification
@@ -91,10 +91,13 @@ def warm_up(**_signal: Any) -> None:
     """Import what a drain needs, once per worker process (a django-q2 `post_spawn` receiver).
 
     The first drain of a freshly spawned or recycled worker otherwise imports the delivery modules and
-    every configured backend's module while its rows wait (tens of milliseconds on a loaded host).
-    Nothing is built or connected here: backends belong to the drain's own event loop.
+    every configured backend's module while its rows wait (tens of milliseconds on a loaded host), then
+    loads the backends' keys and waits for an access token. No backend is built or connected here: backends
+    belong to the drain's own event loop.
     """
-    backend_problems()  # imports each configured backend class; a problem is the drain's (and the checks') to report
+    # Imports each configured backend class, and readies its credentials (a token fetch runs in the
+    # background); a problem is the drain's (and the checks') to report.
+    prepare_backends()
     # What these imports made lives as long as the process: out of the collector's way too (weave.heap).
     # No collection here: `weave.heap.settle_after_spawn` makes the one collection of the start.
     heap.settle(collect=False)

@@ -56,13 +56,12 @@ class APNsBackend(PushBackend):
         self.base_url = f"https://{self.host}"
         self.ca_file: str | None = options.get("ca_file")
         self.push_type: str = options.get("push_type") or "alert"
-        team_id, key_id, key_file = str(options["team_id"]), str(options["key_id"]), str(options["key_file"])
-        lifetime = float(options.get("token_lifetime") or 40 * 60)
-        # Process-wide: Apple refuses a new provider token more often than every 20 minutes.
-        self.provider_token = shared(
-            ("apns", team_id, key_id, key_file),
-            lambda: APNsProviderToken(team_id=team_id, key_id=key_id, key_file=key_file, lifetime=lifetime),
-        )
+        self.provider_token = _provider_token(options)
+
+    @classmethod
+    def prepare(cls, options: Mapping[str, Any], *, timeout: float) -> None:
+        """Sign the provider token now, off the first drain's path (it loads the key and signs, on the CPU)."""
+        _provider_token(options).get()
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[str]:
@@ -136,6 +135,17 @@ class APNsBackend(PushBackend):
                 response, secrets=[jwt_token], where=self.host, after_refresh=again
             ),
         )
+
+
+def _provider_token(options: Mapping[str, Any]) -> APNsProviderToken:
+    """The process-wide provider token of the key in `options`: Apple refuses a new one more often than every
+    20 minutes, so every sender in the process shares it."""
+    team_id, key_id, key_file = str(options["team_id"]), str(options["key_id"]), str(options["key_file"])
+    lifetime = float(options.get("token_lifetime") or 40 * 60)
+    return shared(
+        ("apns", team_id, key_id, key_file),
+        lambda: APNsProviderToken(team_id=team_id, key_id=key_id, key_file=key_file, lifetime=lifetime),
+    )
 
 
 def _not_signed(reason: str) -> SendResult:

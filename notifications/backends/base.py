@@ -156,6 +156,14 @@ class PushBackend(ABC):
         """Return the problems with `options` (missing keys, unreadable files), each a readable sentence."""
         return []
 
+    @classmethod
+    def prepare(cls, options: Mapping[str, Any], *, timeout: float) -> None:
+        """Make this process's shared credentials ready before the first drain needs them (a worker's warm-up).
+
+        Called with options that passed `check_options`. Must not wait on the network: a fetch it starts
+        runs in the background, and a failure is the first drain's to report. The default does nothing."""
+        return None
+
     def hold_scope(self, message: PushMessage) -> str:
         """Return the part of this backend a failure of `message` may hold, beyond the alias itself.
 

@@ -98,6 +98,7 @@ class GoogleAccessToken:
         info = json.loads(Path(credentials_file).read_text(encoding="utf-8"))
         self.client_email = str(info["client_email"])
         self._private_key = str(info["private_key"])
+        self._loaded_key: Any = None  # parsed on the first fetch (`_signing_key`)
         self._key_id = str(info.get("private_key_id") or "")
         self._token_uri = str(info.get("token_uri") or GOOGLE_TOKEN_URI)
         self._verify: ssl.SSLContext | bool = tls_context(ca_file)
@@ -120,6 +121,10 @@ class GoogleAccessToken:
         """Return the cached token while it is good, else None."""
         with self._lock:
             return self._token if self._token and time.monotonic() < self._good_until else None
+
+    def prefetch(self) -> None:
+        """Start a fetch unless a good token is in hand, one is in flight or a failure is being held; never wait."""
+        self._flight(None)
 
     def get(self, *, refused: str | None = None) -> str:
         """Return a good token, fetching one if needed (blocking; bounded by the fetch's timeout)."""
@@ -185,11 +190,24 @@ class GoogleAccessToken:
         claims = {"iss": self.client_email, "scope": FCM_SCOPE, "aud": self.token_uri, "iat": now, "exp": now + 3600}
         headers = {"kid": self._key_id} if self._key_id else None
         try:
-            return jwt.encode(claims, self._private_key, algorithm="RS256", headers=headers)
+            return jwt.encode(claims, self._signing_key(), algorithm="RS256", headers=headers)
         except (ValueError, TypeError, jwt.PyJWTError) as exc:
             raise CredentialsRefused(
                 f"the service account's private_key cannot sign a token request ({type(exc).__name__})"
             ) from None
+
+    def _signing_key(self) -> Any:
+        """The service account's key, loaded once: parsing a PEM checks the RSA key, which costs more CPU than
+        signing with it. Only the fetch thread calls this (single flight), so no lock."""
+        if self._loaded_key is None:
+            from cryptography.exceptions import UnsupportedAlgorithm
+            from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+            try:
+                self._loaded_key = load_pem_private_key(self._private_key.encode(), password=None)
+            except UnsupportedAlgorithm as exc:
+                raise ValueError("not a key this library can load") from exc
+        return self._loaded_key
 
     def _request_token(self) -> tuple[str, float]:
         """POST the signed grant to the token endpoint; return (token, lifetime seconds) or raise.

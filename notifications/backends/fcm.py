@@ -65,12 +65,13 @@ class FCMBackend(PushBackend):
         self.base_url: str = (options.get("base_url") or "https://fcm.googleapis.com").rstrip("/")
         self.url = f"{self.base_url}/v1/projects/{self.project_id}/messages:send"
         self.ca_file: str | None = options.get("ca_file")
-        credentials_file = str(options["credentials_file"])
-        # Process-wide and single flight: one token fetch at a time serves every sender.
-        self.credentials = shared(
-            ("fcm", credentials_file, self.ca_file),
-            lambda: GoogleAccessToken(credentials_file, ca_file=self.ca_file, timeout=self.timeout),
-        )
+        self.credentials = _access_token(options, timeout=self.timeout)
+
+    @classmethod
+    def prepare(cls, options: Mapping[str, Any], *, timeout: float) -> None:
+        """Start fetching the access token: a new worker's first drain then finds it in hand, instead of
+        loading the service account's key and waiting for the token endpoint while its rows wait."""
+        _access_token(options, timeout=timeout).prefetch()
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[str]:
@@ -175,6 +176,15 @@ class FCMBackend(PushBackend):
                 response, secrets=[token], where=self.base_url, after_refresh=again
             ),
         )
+
+
+def _access_token(options: Mapping[str, Any], *, timeout: float) -> GoogleAccessToken:
+    """The process-wide token of the service account in `options`: single flight, one fetch serves every sender."""
+    credentials_file, ca_file = str(options["credentials_file"]), options.get("ca_file")
+    return shared(
+        ("fcm", credentials_file, ca_file),
+        lambda: GoogleAccessToken(credentials_file, ca_file=ca_file, timeout=timeout),
+    )
 
 
 def fcm_message(message: PushMessage, ttl: int | None) -> dict[str, Any]:

@@ -5,6 +5,7 @@ webhook backend built from PUSH_URL / PUSH_TOKEN, so sites configured before bac
 working unchanged.
 """
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +14,8 @@ from django.utils.module_loading import import_string
 
 from notifications.backends.base import PushBackend
 from weave.conf import weave_settings
+
+logger = logging.getLogger("weave.notifications")
 
 DEFAULT_ALIAS = "default"
 WEBHOOK = "notifications.backends.webhook.WebhookBackend"
@@ -113,3 +116,17 @@ def backend_problems() -> list[tuple[str, str]]:
             continue
         problems.extend((alias, problem) for problem in cls.check_options(alias, config["OPTIONS"]))
     return problems
+
+
+def prepare_backends() -> None:
+    """Make the shared credentials of every correctly configured backend ready (`PushBackend.prepare`).
+
+    A worker's warm-up: a backend that cannot be prepared now is left to its first drain, which reports
+    why. Nothing here waits on the network or builds a client (clients belong to a drain's event loop)."""
+    for alias, config in sorted(backend_configs().items()):
+        try:
+            cls = backend_class(config["BACKEND"])
+            if not cls.check_options(alias, config["OPTIONS"]):
+                cls.prepare(config["OPTIONS"], timeout=float(weave_settings.PUSH_TIMEOUT))
+        except Exception:  # noqa: BLE001 - only a head start; the first drain meets (and reports) the same problem
+            logger.debug("event=backend_prepare_failed alias=%s", alias, exc_info=True)

@@ -165,12 +165,14 @@ class WebPushBackend(PushBackend):
     def __init__(self, *, alias: str, options: Mapping[str, Any], timeout: float, concurrency: int) -> None:
         super().__init__(alias=alias, options=options, timeout=timeout, concurrency=concurrency)
         self.ca_file: str | None = options.get("ca_file")
-        key_file, subject = str(options["vapid_private_key_file"]), str(options["vapid_subject"])
         self._targets: dict[tuple[str, bool, tuple[str, ...]], _Target] = {}
         self._scopes: dict[str, str] = {}  # token -> its hold scope (see hold_scope)
-        self.vapid = shared(
-            ("vapid", key_file, subject), lambda: VapidSigner(private_key_file=key_file, subject=subject)
-        )
+        self.vapid = _vapid_signer(options)
+
+    @classmethod
+    def prepare(cls, options: Mapping[str, Any], *, timeout: float) -> None:
+        """Load the VAPID key now, off the first drain's path (each origin's header is signed on first use)."""
+        _vapid_signer(options)
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[str]:
@@ -298,6 +300,12 @@ class WebPushBackend(PushBackend):
                 response, secrets=_vapid_secrets(authorization), where=where, after_refresh=again, verbatim=verbatim
             ),
         )
+
+
+def _vapid_signer(options: Mapping[str, Any]) -> VapidSigner:
+    """The process-wide signer of the VAPID key in `options`: its headers are cached per push-service origin."""
+    key_file, subject = str(options["vapid_private_key_file"]), str(options["vapid_subject"])
+    return shared(("vapid", key_file, subject), lambda: VapidSigner(private_key_file=key_file, subject=subject))
 
 
 def _vapid_secrets(authorization: str) -> list[str]:
