@@ -90,14 +90,14 @@ class NotificationsConfig(AppConfig):
         post_spawn.connect(_warm_up_drains, dispatch_uid="notifications.tasks.warm_up")
         from notifications.explain import explain_notification
         from notifications.models import Notification
-        from notifications.queue import enqueue_drain
+        from notifications.queue import JOB_KEY, enqueue_drain
         from weave.jobs import JobType, register
         from weave.schedules import ScheduleSpec
 
         register(
             JobType(
                 name="notification",
-                key="notifications",
+                key=JOB_KEY,
                 model=Notification,
                 settings=PushSettings,
                 ttl_setting="PUSH_LEASE_TTL",

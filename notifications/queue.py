@@ -7,6 +7,8 @@ none of them imports the task module that imports the worker.
 from weave import jobs, wake
 
 DRAIN = "notifications.drain"
+# The notifications job type's key (`notifications.apps`), which also names its due-time watch (`weave.wake`).
+JOB_KEY = "notifications"
 
 
 def drain_request_name() -> str:

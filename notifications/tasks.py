@@ -1,5 +1,6 @@
 """Thin django-q2 entry points for the notifications app: the work lives in `delivery`."""
 
+import functools
 import time
 from typing import Any
 
@@ -60,6 +61,9 @@ def _drain_and_linger(name: str, linger: float) -> DeliveryReport:
         # Wake the watchers: they learn that rows are leased again, and so when those leases lapse if
         # this worker dies.
         claimed=wake.announce,
+        # A backlog: this loop claims every due row as it has room, lapsed leases included, so this
+        # process's watcher need not look at notifications meanwhile (the other processes' watchers do).
+        backlog=functools.partial(wake.cover, queue.JOB_KEY, float(weave_settings.WAKE_POLL_MAX)),
     )
     return run_drain(enqueue_more=False, linger=lingering)
 

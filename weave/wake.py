@@ -336,6 +336,28 @@ def registered_watches() -> list[WatchSpec]:
     return [_watches[name] for name in sorted(_watches)]
 
 
+# Watched kinds that a task in this process is claiming itself: name -> time.monotonic() it says so until.
+_covered: dict[str, float] = {}
+
+
+def cover(name: str, seconds: float) -> None:
+    """Say that a task in this process claims the due work of the watched kind `name` as fast as it has
+    room, for the next `seconds`: it has a backlog, so it will take every due row, lapsed leases included.
+
+    This process's watcher does not look at that kind meanwhile. Its look is an aggregate over every
+    pending row, and during a backlog it found the kind overdue every round (up to once a second, in
+    every worker) and asked for a task the busy cluster could not start. A drain renews this at each
+    claim that finds more due than it took; when it stops, the kind is looked at again within `seconds`.
+    Other processes' watchers are not told: they go on looking, and asking for helpers.
+    """
+    _covered[name] = time.monotonic() + seconds
+
+
+def _covered_for(name: str) -> float:
+    """Seconds `name` stays covered by a task in this process (0 or less: not covered)."""
+    return _covered.get(name, 0.0) - time.monotonic()
+
+
 # --- where the watcher hears notifications ------------------------------------------------------------
 
 
@@ -545,6 +567,11 @@ class Watcher:
 
     def _look(self, spec: WatchSpec, sleep: float, *, timer_expired: bool, grace: float) -> float:
         """One kind's part of a round: wake it if it is due and nobody is on it; return the shorter sleep."""
+        covered = _covered_for(spec.name)
+        if covered > 0:
+            # A task here is on it (`cover`): no look, and the grace starts afresh when the cover ends.
+            self._overdue_seen.discard(spec.name)
+            return min(sleep, covered)
         left = seconds_until(spec.next_due())
         if left is None:
             self._overdue_seen.discard(spec.name)

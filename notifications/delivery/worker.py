@@ -85,7 +85,9 @@ class Lingering:
     - `turn(room)` runs every turn of the loop, saying whether it has room for more rows (the task keeps
       its request slot held then, so new rows ask for no other task);
     - `claimed()` runs when rows are claimed after the loop was idle (the task tells the watchers that
-      rows are leased again, so they know when those leases would lapse).
+      rows are leased again, so they know when those leases would lapse);
+    - `backlog()` runs after each claim that took a whole batch: more rows are due, and this loop claims
+      them as it has room (the task tells its own process's watcher, `weave.wake.cover`).
     """
 
     seconds: float = 0.0  # real seconds to go on after the last claim that found rows (0: end when idle)
@@ -94,6 +96,7 @@ class Lingering:
     heard: Callable[[], bool] | None = None
     turn: Callable[[bool], None] | None = None
     claimed: Callable[[], None] | None = None
+    backlog: Callable[[], None] | None = None
 
 
 class PushWorker:
@@ -451,6 +454,8 @@ class _Pump:
             self.nothing_due_at = self.found_at if len(rows) < worker.batch_size else None
             if self.nothing_due_at is not None:
                 return
+            if self.lingering.backlog is not None:
+                self.lingering.backlog()
 
     def _room_to_claim(self) -> bool:
         """Whether a claim may run now, timing aside: not stopping, and no backend with more than a round in hand.

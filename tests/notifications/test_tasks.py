@@ -58,3 +58,25 @@ def test_drain__a_row_created_during_the_linger_goes_out_on_the_same_pipeline(pu
     attempts = DeliveryAttempt.objects.filter(notification_id__in=created)
     assert set(attempts.values_list("owner", flat=True)) == {report["owner"]}
     assert set(Notification.objects.filter(pk__in=created).values_list("status", flat=True)) == {"delivered"}
+
+
+def test_drain__with_a_backlog_covers_its_kind_for_this_process_s_watcher(push_settings, fake, settings, monkeypatch):
+    """A drain whose claims take whole batches says so (`weave.wake.cover`): its own watcher then skips the
+    aggregate over every pending row that found the kind overdue each round; with less than a batch it does not."""
+    from weave import wake
+
+    covers: list[tuple[str, float]] = []
+    monkeypatch.setattr(wake, "cover", lambda name, seconds: covers.append((name, seconds)))
+    settings.WEAVE = {**settings.WEAVE, "PUSH_BATCH_SIZE": 5, "WAKE_LINGER": 0, "WAKE_POLL_MAX": 0.7}
+    NotificationFactory.create_batch(3)
+    Notification.objects.update(next_attempt_at=DatabaseClock().now())
+
+    assert tasks.drain()["delivered"] == 3
+    assert covers == []  # one claim, less than a batch: nothing more was due
+
+    NotificationFactory.create_batch(17)
+    Notification.objects.filter(status="pending").update(next_attempt_at=DatabaseClock().now())
+
+    assert tasks.drain()["delivered"] == 17
+    assert covers and {name for name, _ in covers} == {"notifications"} and {s for _, s in covers} == {0.7}
+    assert len(covers) <= 3  # one per whole batch (17 rows: three of five, then two)

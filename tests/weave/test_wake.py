@@ -1,5 +1,6 @@
 """weave.wake: the watcher's decisions, the due-time queries it reads, and coalescing under concurrency."""
 
+import time
 from datetime import datetime, timedelta
 
 import pytest
@@ -13,6 +14,7 @@ from onboarding.models import OnboardingRun, RunAttempt
 from onboarding.runner import run_onboarding
 from tests.factories import NotificationFactory, OnboardingRunFactory
 from tests.threads import run_threads
+from weave import wake
 from weave.wake import Watcher, WatchSpec, seconds_until
 
 pytestmark = pytest.mark.django_db
@@ -193,3 +195,70 @@ def test_onboarding__a_task_queued_before_the_release_does_not_claim_the_run_bef
     assert RunAttempt.objects.filter(run=run).count() == 1
     clock.advance(0.5)
     assert run_onboarding(run.pk, background=False, clock=clock) == "completed"
+
+
+class CountingSpec(Spec):
+    """A watched kind that also counts its looks (each one an aggregate query in production)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.looks = 0
+
+    def spec(self, name: str = "test") -> WatchSpec:
+        def next_due() -> datetime | None:
+            self.looks += 1
+            return self.due
+
+        return WatchSpec(name=name, next_due=next_due, wake=self._wake)
+
+
+@pytest.fixture
+def uncovered():
+    wake._covered.clear()
+    yield
+    wake._covered.clear()
+
+
+def test_watcher__a_kind_a_task_here_covers_is_not_looked_at_and_the_others_are(settings, uncovered):
+    settings.WEAVE = {"WAKE_GRACE": 0.2, "WAKE_POLL_MAX": 1.0, "WAKE_IDLE": 30.0}
+    busy, other = CountingSpec(), CountingSpec()
+    busy.due = other.due = in_seconds(-0.01)  # a backlog, and another kind's work that is due too
+    watcher = Watcher([busy.spec("busy"), other.spec("other")])
+
+    wake.cover("busy", 0.6)
+    sleeps = [watcher.step(timer_expired=True) for _ in range(3)]
+
+    assert busy.looks == 0 and busy.wakes == 0  # no query, and no task asked for the busy cluster
+    assert other.looks == 3 and other.wakes == 3  # the other kind is watched as before
+    assert all(0 < sleep <= 0.6 for sleep in sleeps)  # it looks again when the cover ends
+
+
+def test_watcher__when_the_cover_ends_the_kind_is_looked_at_with_a_grace_first(settings, uncovered):
+    settings.WEAVE = {"WAKE_GRACE": 0.2, "WAKE_POLL_MAX": 1.0}
+    busy = CountingSpec()
+    busy.due = in_seconds(-0.01)
+    watcher = Watcher([busy.spec("busy")])
+    watcher.step(timer_expired=False)  # seen due once before the task said it covers it
+    wake.cover("busy", 0.05)
+    watcher.step(timer_expired=False)
+    assert busy.looks == 1
+
+    time.sleep(0.06)
+    assert watcher.step(timer_expired=False) == 0.2  # looked at again: a grace, as after any notification
+    assert (busy.looks, busy.wakes) == (2, 0)
+    watcher.step(timer_expired=False)
+    assert (busy.looks, busy.wakes) == (3, 1)  # still due, nobody on it: a task is asked for
+
+
+def test_watcher__a_cover_is_this_process_s_own(settings, uncovered):
+    """Another process's watcher (here: one told nothing) looks, and asks for helpers, as before."""
+    settings.WEAVE = {"WAKE_GRACE": 0.2}
+    busy = CountingSpec()
+    busy.due = in_seconds(-0.01)
+    wake.cover("busy", 5.0)
+    elsewhere = Watcher([busy.spec("busy")])
+    wake._covered.clear()  # what the other process's module holds: no cover
+
+    elsewhere.step(timer_expired=True)
+
+    assert (busy.looks, busy.wakes) == (1, 1)
