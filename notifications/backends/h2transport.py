@@ -274,6 +274,8 @@ class _H2Connection(h2.connection.H2Connection):
     def __init__(self, config: h2.config.H2Configuration) -> None:
         super().__init__(config=config)
         self.checked_headers: dict[tuple[Any, ...], list[Any]] = {}  # `_CheckedStream`'s, shared by its streams
+        # h2's count of our open streams, kept while no call could have closed one (None: count again).
+        self._open_out: int | None = None
 
     def _begin_new_stream(self, stream_id: int, allowed_ids: Any) -> h2.stream.H2Stream:
         stream = super()._begin_new_stream(stream_id, allowed_ids)
@@ -291,12 +293,56 @@ class _H2Connection(h2.connection.H2Connection):
         event.additional_data = frame.additional_data or None
         return [], [event]
 
+    # Only three kinds of call change how many of our streams are open: opening one (`send_headers` on a
+    # new id: one more), and the calls that may close some (an answer read, our END_STREAM, a reset, the
+    # end of the connection). Between them the count is kept, not walked again.
+
+    def send_headers(self, stream_id: int, *args: Any, **kwargs: Any) -> None:
+        opens = stream_id not in self.streams
+        try:
+            super().send_headers(stream_id, *args, **kwargs)
+        except BaseException:
+            self._open_out = None
+            raise
+        if not opens:
+            self._open_out = None  # trailers may end a stream the peer has ended
+        elif self._open_out is not None and stream_id % 2:
+            self._open_out += 1  # a new stream is open (or half closed) as it leaves, whatever its flags
+
+    def receive_data(self, data: Any) -> list[h2.events.Event]:
+        events: list[h2.events.Event] = self._closing(super().receive_data, data)
+        return events
+
+    def send_data(self, *args: Any, **kwargs: Any) -> None:
+        self._closing(super().send_data, *args, **kwargs)
+
+    def end_stream(self, *args: Any, **kwargs: Any) -> None:
+        self._closing(super().end_stream, *args, **kwargs)
+
+    def reset_stream(self, *args: Any, **kwargs: Any) -> None:
+        self._closing(super().reset_stream, *args, **kwargs)
+
+    def close_connection(self, *args: Any, **kwargs: Any) -> None:
+        self._closing(super().close_connection, *args, **kwargs)
+
+    def _closing(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run an h2 call that may close streams: counted again afterwards (and not during, half done)."""
+        self._open_out = None
+        try:
+            return call(*args, **kwargs)
+        finally:
+            self._open_out = None
+
     def _open_streams(self, remainder: int) -> int:
         """h2's count of open streams of one parity (pruning the closed ones as it goes), its properties inlined.
 
         h2 counts on every new stream (and `has_slot` asks first), walking every stream it holds: with
         100 in flight that walk, through two properties a stream, was 10 µs a count here; this one does
-        the same walk reading the state once (tests/notifications/backends/test_h2_streams.py compares them)."""
+        the same walk reading the state once (tests/notifications/backends/test_h2_streams.py compares them).
+        Our own streams' count is kept until a call may have closed one (above): with several full
+        connections, senders asked it about twice per request, and each ask walked every stream."""
+        if remainder == 1 and self._open_out is not None:
+            return self._open_out
         count = 0
         closed = []
         for stream_id, stream in self.streams.items():
@@ -307,6 +353,8 @@ class _H2Connection(h2.connection.H2Connection):
                 closed.append(stream_id)
         for stream_id in closed:
             self._closed_streams[stream_id] = self.streams.pop(stream_id).closed_by
+        if remainder == 1:
+            self._open_out = count
         return count
 
 

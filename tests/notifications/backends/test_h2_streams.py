@@ -12,6 +12,7 @@ import h2.connection
 import h2.errors
 import h2.exceptions
 import h2.settings
+import h2.stream
 import pytest
 
 from notifications.backends.h2transport import _H2Connection
@@ -145,6 +146,9 @@ def test_fields_checked_as_an_answer_are_checked_again_as_trailers():
             _answered(client, server, with_status, with_status)
 
 
+_SENDING = (h2.stream.StreamState.OPEN, h2.stream.StreamState.HALF_CLOSED_REMOTE)
+
+
 def _walk(kind, seed):
     """Open, answer, reset and end streams in a seeded random order; the open count after every step."""
     import random
@@ -157,7 +161,9 @@ def _walk(kind, seed):
     ids: list[int] = []
     counts = []
     for _ in range(400):
-        step = rng.choice(["open", "open", "open", "answer", "answer", "reset by us", "reset by the peer", "end"])
+        step = rng.choice(
+            ["open", "open", "open", "answer", "answer", "reset by us", "reset by the peer", "end", "trailers"]
+        )
         live = [i for i in ids if client.streams.get(i) is not None]
         target = rng.choice(live) if live else None
         try:
@@ -169,6 +175,10 @@ def _walk(kind, seed):
                 server.send_headers(target, ANSWER, end_stream=True)
             elif step == "reset by us":
                 client.reset_stream(target)
+            elif step == "trailers":  # HEADERS on a stream already open: ends it if the peer has ended its side
+                theirs = server.streams.get(target)
+                if client.streams[target].state_machine.state in _SENDING and theirs is not None and theirs.open:
+                    client.send_headers(target, [(b"x-checksum", b"1")], end_stream=True)
             elif step == "reset by the peer":
                 server.reset_stream(target, error_code=h2.errors.ErrorCodes.REFUSED_STREAM)
             else:
@@ -177,6 +187,7 @@ def _walk(kind, seed):
             pass  # the step does not apply to that stream's state; both connections refuse it alike
         except h2.exceptions.ProtocolError:
             pass
+        counts.append((client.open_outbound_streams, len(client.streams)))  # before either side reads a byte
         _pass(client, server)
         _pass(server, client)
         counts.append((client.open_outbound_streams, client.open_outbound_streams, len(client.streams)))
