@@ -22,6 +22,11 @@ and queues the rest of its batch, Weave opens connections up to its window. The 
 "fcm-httpx" and "apns-httpx" are the same backends on httpx's HTTP/2 stack (`bench/h2_variants.py`),
 the path they took before the lean HTTP/2 client: before and after, side by side in one run.
 
+After each latency's rows it prints each target it can judge: Weave's rate over the anchor's, the rate
+the target asks for, and two ceilings of Weave's row, the rates at which its CPU per push would fill every
+core: the fake's and PostgreSQL's alone (what they leave: no system passes it on this machine), and with
+Weave's worker added (only less CPU per push passes it). Below both, a miss leaves room.
+
 Anchors, measured in the same run against the same fakes:
 - firebase-admin's `send_each_async` in batches of 500 (FCM), no persistence;
 - the fcm-django pattern: fcm-django sends through firebase-admin's synchronous `send_each`, 500
@@ -458,7 +463,59 @@ def run_latency(latency: int, n: int, concurrency: int | None, *, cluster: bool 
                     _print(row)
         finally:
             settings.WEAVE = previous
+    for line in target_lines(rows, os.cpu_count() or 1):
+        print(line, flush=True)
     return rows
+
+
+# The issue's targets: (Weave's row, the anchor's row, how many times the anchor's rate), rows named by prefix.
+TARGETS = (
+    ("weave fcm", "firebase-admin", 2.0),
+    ("weave fcm, qcluster", "firebase-admin", 2.0),
+    ("weave fcm", "fcm-django pattern", 1.25),
+    ("weave fcm, qcluster", "fcm-django pattern", 1.25),
+    ("weave apns", "aioapns", 2.0),
+    ("weave apns, qcluster", "aioapns", 2.0),
+    ("weave webpush", "pywebpush", 2.0),
+)
+
+
+def ceiling(row: dict[str, Any], cores: int, *, worker: bool = True) -> float:
+    """The rate at which this row's CPU per push would fill every core: its worker's (unless `worker` is
+    False), PostgreSQL's and the fake's, all on these cores. Without the worker: what the fake and
+    PostgreSQL leave, which no system can pass here; with it: what this worker can reach, however it waits."""
+    per_push = row["postgres_cpu_per_1000"] + row["fake_cpu_per_1000"] + (row["worker_cpu_per_1000"] if worker else 0)
+    return cores / (per_push / 1000) if per_push > 0 else float("inf")
+
+
+def target_lines(rows: list[dict[str, Any]], cores: int) -> list[str]:
+    """Each target this run can judge: the ratio, the rate it asks for, and the two ceilings of Weave's row."""
+
+    def find(prefix: str) -> dict[str, Any] | None:
+        exact = [r for r in rows if r["system"] == prefix]
+        return (exact or [r for r in rows if r["system"].startswith(prefix)] or [None])[0]
+
+    lines = []
+    for weave_name, anchor_name, times in TARGETS:
+        ours, anchor = find(weave_name), find(anchor_name)
+        if ours is None or anchor is None:
+            continue
+        wanted, left, top = times * anchor["rate"], ceiling(ours, cores, worker=False), ceiling(ours, cores)
+        if ours["rate"] >= wanted:
+            verdict = "met"
+        elif wanted > left:
+            verdict = "missed: above what the fake and PostgreSQL leave, out of any system's reach here"
+        elif wanted > top:
+            verdict = "missed: above this worker's ceiling; only less CPU per push can reach it"
+        else:
+            reached, asked = ours["rate"] / top, wanted / top
+            verdict = f"missed with room: {reached:.0%} of the worker's ceiling reached, {asked:.0%} asked"
+        lines.append(
+            f"{ours['latency_ms']:>3} ms  {ours['system']} / {anchor['system']}: {ours['rate'] / anchor['rate']:.2f}"
+            f" (target {times:g}: {wanted:,.0f}/s; the fake and PostgreSQL leave {left:,.0f}/s,"
+            f" with the worker {top:,.0f}/s) {verdict}"
+        )
+    return lines
 
 
 def _print(row: dict[str, Any]) -> None:

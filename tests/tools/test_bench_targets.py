@@ -1,0 +1,45 @@
+"""The protocol bench's judgement of each target: the ratio, and which ceiling a miss runs into (no timings)."""
+
+from bench.protocols import ceiling, target_lines
+
+
+def row(system: str, rate: float, worker: float = 0.0, postgres: float = 0.0, fake: float = 0.0) -> dict:
+    return {"system": system, "latency_ms": 0, "rate": rate, "worker_cpu_per_1000": worker,
+            "postgres_cpu_per_1000": postgres, "fake_cpu_per_1000": fake}  # fmt: skip
+
+
+ANCHOR = row("firebase-admin send_each_async", 500.0)
+
+
+def test_the_ceilings_are_the_rates_at_which_the_cpu_per_push_fills_every_core():
+    weave = row("weave fcm", 900.0, worker=0.5, postgres=0.1, fake=0.4)
+    assert ceiling(weave, 2) == 2000.0  # 1.0 s of CPU per 1,000 pushes on two cores
+    assert ceiling(weave, 2, worker=False) == 4000.0  # what the fake and PostgreSQL leave
+
+
+def test_a_met_target():
+    (line,) = target_lines([row("weave fcm", 1000.0, worker=0.5, fake=0.4), ANCHOR], 2)
+    assert line.endswith(" met") and "2.00 (target 2: 1,000/s" in line
+
+
+def test_a_miss_above_what_the_fake_and_postgresql_leave():
+    (line,) = target_lines([row("weave fcm", 600.0, worker=0.2, postgres=0.2, fake=2.0), ANCHOR], 2)
+    assert "1.20" in line and "leave 909/s" in line and "out of any system's reach" in line
+
+
+def test_a_miss_above_the_worker_s_ceiling():
+    (line,) = target_lines([row("weave fcm", 800.0, worker=1.2, postgres=0.1, fake=0.9), ANCHOR], 2)
+    assert "leave 2,000/s, with the worker 909/s" in line and "only less CPU per push" in line
+
+
+def test_a_miss_with_room_says_how_much_of_the_ceiling_was_reached():
+    (line,) = target_lines([row("weave fcm", 800.0, worker=0.3, postgres=0.1, fake=0.6), ANCHOR], 2)
+    assert "missed with room: 40% of the worker's ceiling reached, 50% asked" in line
+
+
+def test_the_qcluster_row_is_judged_on_its_own_and_a_target_without_both_rows_is_left_out():
+    rows = [row("weave fcm", 1200.0, worker=0.5), row("weave fcm, qcluster", 700.0, worker=0.5), ANCHOR]
+    lines = target_lines(rows, 2)
+    assert len(lines) == 2  # FCM against firebase-admin, in process and through qcluster; no fcm-django row here
+    assert lines[0].startswith("  0 ms  weave fcm / ") and lines[0].endswith(" met")
+    assert lines[1].startswith("  0 ms  weave fcm, qcluster / ") and "1.40" in lines[1]
