@@ -517,6 +517,10 @@ class RequestBell:
 # --- the watcher thread --------------------------------------------------------------------------------
 
 
+# A timer round wakes the kind whose time it was a hair late or early (the wait's own granularity).
+_TIMER_SLACK = 0.005
+
+
 class Watcher:
     """Sleep until the earliest due time of every watched kind of work, then ask for a task.
 
@@ -532,6 +536,7 @@ class Watcher:
         self._hears = False  # the last probe arrived: LISTEN works, long sleeps are safe
         self._polling = False  # the last probe did not: poll until a reconnect probes again
         self._overdue_seen: set[str] = set()
+        self._looked: dict[str, tuple[float, float]] = {}  # kind -> (monotonic time of its last look, its sleep then)
         self._poll = float(weave_settings.WAKE_GRACE)
         self.rounds = 0
         self.wakes = 0
@@ -546,21 +551,35 @@ class Watcher:
         return float(weave_settings.WAKE_POLL_MAX)
 
     def step(self, *, timer_expired: bool) -> float:
-        """Look at every watched kind once, wake those due; return seconds to sleep (bounded)."""
+        """Look at the watched kinds, wake those due; return seconds to sleep (bounded).
+
+        After a notification (due times changed) every kind is looked at. When the round was reached by
+        the timer, only the kinds whose own time came are: the others' due times did not change (nothing
+        said so), and looking at them again cost one aggregate query each, every round that another kind
+        (an overdue one, or one covered by a drain here) kept short. Each kind is still looked at within
+        the longest sleep, as a lone kind would be."""
         self.rounds += 1
         grace = float(weave_settings.WAKE_GRACE)
         longest = self.longest_sleep()
+        now = time.monotonic()
         sleep = longest
         for spec in self.specs if self.specs is not None else registered_watches():
+            looked_at, own = self._looked.get(spec.name, (now, 0.0))
+            later = looked_at + min(own, longest) - now  # the longest may have shrunk since (LISTEN lost)
+            if timer_expired and later > _TIMER_SLACK:
+                sleep = min(sleep, later)
+                continue
             try:
-                sleep = self._look(spec, sleep, timer_expired=timer_expired, grace=grace)
+                own = self._look(spec, longest, timer_expired=timer_expired, grace=grace)
             except Exception as error:
                 if is_cut_off(error):
                     raise  # the link is gone for every kind: run()'s recovery reconnects
                 # One kind's failure (its table not migrated yet, a bad query, a failed enqueue) must not
                 # blind the watcher to the others: log it, look again soon, go on with the rest.
                 logger.exception("event=watch_failed name=%s: its due times are unknown this round", spec.name)
-                sleep = min(sleep, float(weave_settings.WAKE_POLL_MAX))
+                own = min(longest, float(weave_settings.WAKE_POLL_MAX))
+            self._looked[spec.name] = (now, own)
+            sleep = min(sleep, own)
         if not self._overdue_seen and sleep > grace:
             self._poll = grace  # nothing overdue any more: the next overdue round starts short again
         return max(0.0, min(sleep, longest))

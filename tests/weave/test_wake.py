@@ -226,10 +226,10 @@ def test_watcher__a_kind_a_task_here_covers_is_not_looked_at_and_the_others_are(
     watcher = Watcher([busy.spec("busy"), other.spec("other")])
 
     wake.cover("busy", 0.6)
-    sleeps = [watcher.step(timer_expired=True) for _ in range(3)]
+    sleeps = [watcher.step(timer_expired=False) for _ in range(4)]  # rounds after notifications
 
     assert busy.looks == 0 and busy.wakes == 0  # no query, and no task asked for the busy cluster
-    assert other.looks == 3 and other.wakes == 3  # the other kind is watched as before
+    assert other.looks == 4 and other.wakes == 2  # the other kind is watched as before: grace, ask, grace, ask
     assert all(0 < sleep <= 0.6 for sleep in sleeps)  # it looks again when the cover ends
 
 
@@ -262,3 +262,27 @@ def test_watcher__a_cover_is_this_process_s_own(settings, uncovered):
     elsewhere.step(timer_expired=True)
 
     assert (busy.looks, busy.wakes) == (1, 1)
+
+
+def test_watcher__a_timer_round_looks_only_at_the_kinds_whose_time_came(settings, uncovered):
+    """A kind kept short (overdue, or covered) no longer costs the other kinds a query every round; each
+    is still looked at when its own sleep runs out, and every kind after a notification."""
+    settings.WEAVE = {"WAKE_GRACE": 0.05, "WAKE_POLL_MAX": 1.0, "WAKE_IDLE": 30.0}
+    busy, quiet = CountingSpec(), CountingSpec()
+    quiet.due = in_seconds(1.0)  # a retry due soon
+    wake.cover("busy", 0.05)
+    watcher = Watcher([busy.spec("busy"), quiet.spec("quiet")])
+    watcher.step(timer_expired=False)
+    assert (busy.looks, quiet.looks) == (0, 1)
+
+    for _ in range(3):  # the cover's short timer rounds, renewed by the drain each time
+        wake.cover("busy", 0.05)
+        time.sleep(0.05)
+        watcher.step(timer_expired=True)
+    assert quiet.looks == 1  # its time (1 s) has not come: not queried again
+
+    time.sleep(1.0)
+    watcher.step(timer_expired=True)
+    assert quiet.looks == 2 and quiet.wakes == 1  # its own timer: looked at, and woken at once
+    watcher.step(timer_expired=False)
+    assert quiet.looks == 3  # after a notification every kind is looked at
