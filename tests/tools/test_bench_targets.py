@@ -1,6 +1,6 @@
 """The protocol bench's judgement of each target: the ratio, and which ceiling a miss runs into (no timings)."""
 
-from bench.protocols import ceiling, target_lines
+from bench.protocols import ceiling, medians, target_lines
 
 
 def row(system: str, rate: float, worker: float = 0.0, postgres: float = 0.0, fake: float = 0.0) -> dict:
@@ -43,3 +43,19 @@ def test_the_qcluster_row_is_judged_on_its_own_and_a_target_without_both_rows_is
     assert len(lines) == 2  # FCM against firebase-admin, in process and through qcluster; no fcm-django row here
     assert lines[0].startswith("  0 ms  weave fcm / ") and lines[0].endswith(" met")
     assert lines[1].startswith("  0 ms  weave fcm, qcluster / ") and "1.40" in lines[1]
+
+
+def test_rounds_are_judged_on_each_row_s_medians_and_the_worst_delivery_shows():
+    rounds = [
+        {**row("weave fcm", rate, worker=cpu), "delivered": delivered, "n": 3000, "round": number}
+        for number, (rate, cpu, delivered) in enumerate([(900.0, 0.5, 3000), (1200.0, 0.4, 2999), (1000.0, 0.7, 3000)])
+    ]
+    anchor_rates = enumerate([450.0, 520.0, 400.0])
+    rounds += [{**ANCHOR, "delivered": 3000, "n": 3000, "round": n, "rate": r} for n, r in anchor_rates]
+
+    weave, anchor = medians(rounds)
+
+    assert (weave["rate"], weave["worker_cpu_per_1000"], weave["delivered"], weave["rounds"]) == (1000.0, 0.5, 2999, 3)
+    assert anchor["rate"] == 450.0
+    (line,) = target_lines([weave, anchor], 2)
+    assert "2.22" in line and line.endswith(" met")
