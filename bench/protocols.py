@@ -23,9 +23,10 @@ and queues the rest of its batch, Weave opens connections up to its window. The 
 the path they took before the lean HTTP/2 client: before and after, side by side in one run.
 
 After each latency's rows it prints each target it can judge: Weave's rate over the anchor's, the rate
-the target asks for, and two ceilings of Weave's row, the rates at which its CPU per push would fill every
-core: the fake's and PostgreSQL's alone (what they leave: no system passes it on this machine), and with
-Weave's worker added (only less CPU per push passes it). Below both, a miss leaves room.
+the target asks for, and two ceilings of Weave's row, the fastest rates its CPU per push allows: the
+fake's and PostgreSQL's alone (every core filled, and the fakes' one process on one core at most: no
+system passes it on this machine), and with Weave's worker added (its processes on a core each at most:
+only less CPU per push passes it). Below both, a miss leaves room.
 
 Anchors, measured in the same run against the same fakes:
 - firebase-admin's `send_each_async` in batches of 500 (FCM), no persistence;
@@ -199,7 +200,8 @@ def _weave_cluster(run: Any, alias: str, n: int, token: str, fakes: list[Any], b
 
     window = f"{CLUSTER_WORKERS} x {_window(alias)}"
     try:
-        return _measured(f"weave {alias}, qcluster", n, fakes, work, window=window, database=True, workers=[cluster])
+        row = _measured(f"weave {alias}, qcluster", n, fakes, work, window=window, database=True, workers=[cluster])
+        return {**row, "worker_processes": CLUSTER_WORKERS}
     finally:
         run.stop_clusters()
 
@@ -482,11 +484,21 @@ TARGETS = (
 
 
 def ceiling(row: dict[str, Any], cores: int, *, worker: bool = True) -> float:
-    """The rate at which this row's CPU per push would fill every core: its worker's (unless `worker` is
-    False), PostgreSQL's and the fake's, all on these cores. Without the worker: what the fake and
-    PostgreSQL leave, which no system can pass here; with it: what this worker can reach, however it waits."""
-    per_push = row["postgres_cpu_per_1000"] + row["fake_cpu_per_1000"] + (row["worker_cpu_per_1000"] if worker else 0)
-    return cores / (per_push / 1000) if per_push > 0 else float("inf")
+    """The fastest rate this row's CPU per push allows on these cores.
+
+    Without the worker: what the fake and PostgreSQL leave, which no system passes on this machine: every
+    core filled by their CPU, and the fakes' one process (one GIL) on one core at most. With the worker
+    (`worker=True`): what this worker can reach, however it waits: its CPU added on the shared cores, and
+    its own processes (`worker_processes`, one for a drain in process) on a core each at most."""
+    per_push = [row["postgres_cpu_per_1000"] / 1000, row["fake_cpu_per_1000"] / 1000]
+    limits = [1 / per_push[1]] if per_push[1] > 0 else []
+    if worker:
+        per_push.append(row["worker_cpu_per_1000"] / 1000)
+        if per_push[2] > 0:
+            limits.append(row.get("worker_processes", 1) / per_push[2])
+    if sum(per_push) > 0:
+        limits.append(cores / sum(per_push))
+    return min(limits, default=float("inf"))
 
 
 def target_lines(rows: list[dict[str, Any]], cores: int) -> list[str]:
