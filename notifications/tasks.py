@@ -94,9 +94,9 @@ def _arrivals_heard() -> bool:
 def warm_up(**_signal: Any) -> None:
     """Import what a drain needs, once per worker process (a django-q2 `post_spawn` receiver).
 
-    The first drain of a freshly spawned or recycled worker otherwise imports the delivery modules and
-    every configured backend's module while its rows wait (tens of milliseconds on a loaded host), then
-    loads the backends' keys and waits for an access token. No backend is built or connected here: backends
+    The first drain of a freshly spawned or recycled worker would otherwise import the delivery modules and
+    every configured backend's module (tens of milliseconds on a loaded host), load the backends' keys and
+    wait for an access token, all while its rows wait. No backend is built or connected here: backends
     belong to the drain's own event loop.
     """
     # Imports each configured backend class, and readies its credentials (a token fetch runs in the

@@ -326,7 +326,8 @@ class _H2Connection(h2.connection.H2Connection):
         self._closing(super().close_connection, *args, **kwargs)
 
     def _closing(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run an h2 call that may close streams: counted again afterwards (and not during, half done)."""
+        """Run an h2 call that may close streams: the count is walked again after it (one taken during it,
+        half done, is not kept)."""
         self._open_out = None
         try:
             return call(*args, **kwargs)
