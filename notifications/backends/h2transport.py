@@ -276,6 +276,7 @@ class _H2Connection(h2.connection.H2Connection):
         self.checked_headers: dict[tuple[Any, ...], list[Any]] = {}  # `_CheckedStream`'s, shared by its streams
         # h2's count of our open streams, kept while no call could have closed one (None: count again).
         self._open_out: int | None = None
+        self._closing_now = False  # inside such a call: states change as it goes, so nothing is kept
 
     def _begin_new_stream(self, stream_id: int, allowed_ids: Any) -> h2.stream.H2Stream:
         stream = super()._begin_new_stream(stream_id, allowed_ids)
@@ -328,11 +329,11 @@ class _H2Connection(h2.connection.H2Connection):
     def _closing(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run an h2 call that may close streams: the count is walked again after it (one taken during it,
         half done, is not kept)."""
-        self._open_out = None
+        self._open_out, outer, self._closing_now = None, self._closing_now, True
         try:
             return call(*args, **kwargs)
         finally:
-            self._open_out = None
+            self._open_out, self._closing_now = None, outer
 
     def _open_streams(self, remainder: int) -> int:
         """h2's count of open streams of one parity (pruning the closed ones as it goes), its properties inlined.
@@ -354,7 +355,7 @@ class _H2Connection(h2.connection.H2Connection):
                 closed.append(stream_id)
         for stream_id in closed:
             self._closed_streams[stream_id] = self.streams.pop(stream_id).closed_by
-        if remainder == 1:
+        if remainder == 1 and not self._closing_now:
             self._open_out = count
         return count
 

@@ -211,3 +211,32 @@ def test_header_lists_that_do_not_come_back_do_not_stop_the_look_ups():
             assert _answered(client, server, fields) == [fields]
     assert any(dict(key[0]).get(b"date") == b"second 199" for key in client.checked_headers)
     assert len(client.checked_headers) <= 64
+
+
+def _counts_frame_by_frame(kind):
+    """Two answers that end two streams, read in one `receive_data`; the open count asked after each frame."""
+    client, server = _pair(kind)
+    for _ in range(3):
+        client.send_headers(client.get_next_available_stream_id(), REQUEST, end_stream=True)
+    _pass(client, server)
+    assert client.open_outbound_streams == 3  # counted (and, on ours, kept) before the read
+    seen = []
+    receive_frame = client._receive_frame
+
+    def counting(frame):
+        frames_and_events = receive_frame(frame)
+        seen.append(client.open_outbound_streams)
+        return frames_and_events
+
+    client._receive_frame = counting
+    server.send_headers(1, ANSWER, end_stream=True)
+    server.send_headers(3, ANSWER, end_stream=True)
+    client.receive_data(server.data_to_send())
+    return seen, client.open_outbound_streams
+
+
+def test_a_count_asked_in_the_middle_of_a_read_is_not_kept_for_the_rest_of_it():
+    # States change frame by frame inside `receive_data`: a count taken after the first answer must not
+    # stand for the count after the second.
+    assert _counts_frame_by_frame(_H2Connection) == _counts_frame_by_frame(h2.connection.H2Connection)
+    assert _counts_frame_by_frame(_H2Connection) == ([2, 1], 1)
