@@ -123,10 +123,13 @@ def prepare_backends() -> None:
 
     A worker's warm-up: a backend that cannot be prepared now is left to its first drain, which reports
     why. Nothing here waits on the network or builds a client (clients belong to a drain's event loop)."""
+    broken = {alias for alias, _ in backend_problems()}
+    if "*" in broken:
+        return  # PUSH_BACKENDS itself is not a mapping: nothing to prepare
     for alias, config in sorted(backend_configs().items()):
+        if alias in broken:
+            continue
         try:
-            cls = backend_class(config["BACKEND"])
-            if not cls.check_options(alias, config["OPTIONS"]):
-                cls.prepare(config["OPTIONS"], timeout=float(weave_settings.PUSH_TIMEOUT))
+            backend_class(config["BACKEND"]).prepare(config["OPTIONS"], timeout=float(weave_settings.PUSH_TIMEOUT))
         except Exception:  # noqa: BLE001 - only a head start; the first drain meets (and reports) the same problem
             logger.debug("event=backend_prepare_failed alias=%s", alias, exc_info=True)

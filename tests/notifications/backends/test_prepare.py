@@ -13,16 +13,15 @@ from notifications.backends.credentials import GoogleAccessToken
 from notifications.backends.fcm import FCMBackend
 from notifications.backends.webpush import WebPushBackend
 from notifications.tasks import warm_up
+from tools.processes import wait_until
 
 from .conftest import message, run, send_all
 
 TOKENS = [f"fcm-device-{i:03d}-" + "b" * 20 for i in range(5)]
 
 
-def _wait_for(check, seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not check() and time.monotonic() < deadline:
-        time.sleep(0.01)
+def _wait_for(check) -> None:
+    wait_until(check, timeout=5.0, interval=0.01, message="the token fetch")
 
 
 def test_the_warm_up_fetches_the_fcm_token__the_first_sends_use_it(fcm, fcm_options, settings):
