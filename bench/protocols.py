@@ -490,14 +490,15 @@ def ceiling(row: dict[str, Any], cores: int, *, worker: bool = True) -> float:
     core filled by their CPU, and the fakes' one process (one GIL) on one core at most. With the worker
     (`worker=True`): what this worker can reach, however it waits: its CPU added on the shared cores, and
     its own processes (`worker_processes`, one for a drain in process) on a core each at most."""
-    per_push = [row["postgres_cpu_per_1000"] / 1000, row["fake_cpu_per_1000"] / 1000]
-    limits = [1 / per_push[1]] if per_push[1] > 0 else []
-    if worker:
-        per_push.append(row["worker_cpu_per_1000"] / 1000)
-        if per_push[2] > 0:
-            limits.append(row.get("worker_processes", 1) / per_push[2])
-    if sum(per_push) > 0:
-        limits.append(cores / sum(per_push))
+    fake, postgres = row["fake_cpu_per_1000"] / 1000, row["postgres_cpu_per_1000"] / 1000
+    ours = row["worker_cpu_per_1000"] / 1000 if worker else 0.0
+    limits = []
+    if fake + postgres + ours > 0:
+        limits.append(cores / (fake + postgres + ours))
+    if fake > 0:
+        limits.append(1 / fake)
+    if ours > 0:
+        limits.append(row.get("worker_processes", 1) / ours)
     return min(limits, default=float("inf"))
 
 
