@@ -5,7 +5,8 @@
 Wall time and CPU per call move with whatever else the two cores are doing (a bare round trip to
 PostgreSQL took 0.2 to 0.4 ms in one minute here); an instruction count does not. Each measurement
 runs a child process under `valgrind --tool=callgrind` that makes `--small` calls, then one that makes
-`--large`, each in one transaction (the bulk mode of `bench/handover.py`, rolled back at the end), and
+`--large`, each in one transaction (the bulk mode of `bench/handover.py`, rolled back at the end) or
+one at a time (each call committing by itself, the rows deleted afterwards), and
 reports (large - small) / (large - small calls): the start-up, imports and first-call costs cancel.
 PostgreSQL's own work is in its server process and not counted; psycopg's and libpq's are.
 
@@ -20,7 +21,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = ("create", "send_to_user")
+MODES = ("create", "send_to_user", "create, one at a time", "send_to_user, one at a time")
 USERS = "handover-"  # made by bench.handover.users
 
 
@@ -37,12 +38,19 @@ def child(tree: str, mode: str, n: int) -> None:
 
     # Every bench user, whatever `n`: a cost the same in the small run and the large, so it cancels.
     people = list(get_user_model().objects.filter(username__startswith=USERS).order_by("pk"))
-    with transaction.atomic():
+
+    def calls() -> None:
         for i in range(n):
-            if mode == "create":
+            if mode.startswith("create"):
                 notification_create(device_token=f"i-{i}", title="hand-over", body="")
             else:
                 notification_send_to_user(user=people[i], title="hand-over", body="")
+
+    if mode.endswith("one at a time"):
+        calls()  # each call commits by itself, as a view sending one push does; the parent deletes the rows
+        return
+    with transaction.atomic():
+        calls()
         transaction.set_rollback(True)
 
 
@@ -73,6 +81,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     from bench import harness
     from bench.handover import users
+    from bench.product import reset
 
     harness.configure()
     users(args.large)  # one device each, for the fan-out calls
@@ -81,6 +90,7 @@ def main() -> None:
     for mode in MODES:
         for tree in trees:
             per_call = (counted(tree, mode, args.large) - counted(tree, mode, args.small)) / calls
+            reset()  # the rows the one-at-a-time children committed
             print(f"{mode:<14} {tree:<40} {per_call / 1000:,.1f} K instructions per call", flush=True)
 
 

@@ -165,12 +165,19 @@ def insert(notification: Notification, db: str, *, claim: SlotClaimSQL | None = 
         return None
     sql, params = built
     if claim is not None:
-        sql = f"WITH new AS ({sql}), {claim.with_sql} SELECT new.*, {claim.select_sql} FROM new"
+        sql = _claiming(sql, claim.with_sql, claim.select_sql)
         params = [*params, *claim.with_params, *claim.select_params]
-    with statement_cursor(connections[db], server_bound=True, prepared=True) as cursor:
+    with statement_cursor(connections[db], server_bound=True, prepared=True, text=sql) as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     saved(notification, db, row)
     if claim is None:
         return False, False
     return bool(row[3]), bool(row[4])
+
+
+@functools.cache
+def _claiming(insert_sql: str, with_sql: str, select_sql: str) -> str:
+    """The INSERT with a drain claim in the same statement. Made once, the text is the same object on
+    every call, which lets psycopg keep what it learned of the parameters' types on a kept cursor."""
+    return f"WITH new AS ({insert_sql}), {with_sql} SELECT new.*, {select_sql} FROM new"

@@ -54,6 +54,15 @@ FEW_ROWS = 8
 
 
 @functools.cache
+def _statement_sql(db: str, few: int | None, claim_with: str | None, claim_select: str | None) -> str:
+    """The whole statement, with the drain claim's pieces or without. Made once per shape, its text is the
+    same object on every call, which lets a kept cursor reuse what psycopg learned of its parameters."""
+    if claim_with is None:
+        return f"WITH {_rows_sql(db, few)} SELECT new.* FROM new"
+    return f"WITH {_rows_sql(db, few)}, {claim_with} SELECT new.*, {claim_select} FROM new"
+
+
+@functools.cache
 def _rows_sql(db: str, few: int | None) -> str:
     """The WITH list's `locked` and `new` elements for `db` (parameters: users, device ids, then the values:
     `few` rows of plain parameters, one row after the other, or with None one array per column)."""
@@ -155,12 +164,12 @@ def insert_locked(
     few = len(rows) if len(rows) <= FEW_ROWS else None
     values = arrays if few is None else [column[i] for i in range(few) for column in arrays]
     if claim is None:
-        sql, claimed = f"WITH {_rows_sql(db, few)} SELECT new.* FROM new", []
+        sql, claimed = _statement_sql(db, few, None, None), []
     else:
-        sql = f"WITH {_rows_sql(db, few)}, {claim.with_sql} SELECT new.*, {claim.select_sql} FROM new"
+        sql = _statement_sql(db, few, claim.with_sql, claim.select_sql)
         claimed = [*claim.with_params, *claim.select_params]
     params = [list(users), devices, *values, *claimed]
-    with statement_cursor(connections[db], server_bound=True, prepared=True) as cursor:
+    with statement_cursor(connections[db], server_bound=True, prepared=True, text=sql) as cursor:
         cursor.execute(sql, params)
         returned = cursor.fetchall()
     by_device = {row.device_id: row for row in rows}

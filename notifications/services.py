@@ -377,8 +377,9 @@ def _active_device_rows(user_ids: list[Any], *, locking: bool) -> list[tuple[Any
         return list(rows.values_list(*_DEVICE_COLUMNS))
     if not user_ids:
         return []
-    with statement_cursor(connection, server_bound=True, prepared=True) as cursor:
-        cursor.execute(_active_devices_sql(db, locking), [user_ids])
+    sql = _active_devices_sql(db, locking)
+    with statement_cursor(connection, server_bound=True, prepared=True, text=sql) as cursor:
+        cursor.execute(sql, [user_ids])
         return [tuple(row) for row in cursor.fetchall()]
 
 

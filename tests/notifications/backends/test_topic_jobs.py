@@ -220,6 +220,22 @@ def _stall_the_whole_process(monkeypatch) -> None:
     monkeypatch.setattr(JobContext, "heartbeat", no_background)
 
 
+def _stale_beats_after(taken_over: threading.Event, monkeypatch) -> None:
+    """The stale worker's heartbeat thread beats again only once the takeover is done. Moving the clock past
+    its lease wakes that thread at once, and its renewal would otherwise race the rival's claim: when it
+    wins, the refusal it records is an expiry, not the new fence the test looks for."""
+    from weave.leases import Heartbeat
+
+    tick = Heartbeat.tick
+
+    def after_the_takeover(self):
+        if self.lease.owner == "stale" and threading.current_thread().name.startswith("heartbeat-"):
+            taken_over.wait(30)
+        return tick(self)
+
+    monkeypatch.setattr(Heartbeat, "tick", after_the_takeover)
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(
@@ -237,8 +253,11 @@ def test_job__a_lease_lost_mid_call_keeps_the_stale_workers_answer_out(
     step's guarded save refuses them."""
     from weave.jobs.services import job_cancel
 
+    taken_over = threading.Event()
     if stall == "process":
         _stall_the_whole_process(monkeypatch)
+    else:
+        _stale_beats_after(taken_over, monkeypatch)
     (job,) = topic_subscribe(topic="news", tokens=[*LIVE, DEAD], backend="fcm")
     gate = fcm_site.iid.hold()
     stale: dict = {}
@@ -260,6 +279,7 @@ def test_job__a_lease_lost_mid_call_keeps_the_stale_workers_answer_out(
             assert job_cancel(job_type=JOB_TYPE, pks=[job.pk], clock=clock).changed == [job.pk]
         fcm_site.unregister(LIVE[0])  # what the stale call will now be told
     finally:
+        taken_over.set()
         gate.set()
         thread.join(30)
 
