@@ -85,11 +85,12 @@ def _taken(connection: BaseDatabaseWrapper, factory: Any, text: str | None) -> A
 
     A new psycopg cursor copies the connection's adapters to register its own, and psycopg looks up a
     dumper for every parameter's type on each statement a cursor runs that is not the one it ran last
-    (the same string object): for the hand-over's INSERT, about two fifths of its CPU in the caller's
-    process. A kept cursor pays the first once per connection, and one kept for a single text the
-    second too. A statement run while the kept cursor is in use (one inside another's `with`) gets a
-    cursor of its own, closed after it, as before. The kept cursors read times in C only while the
-    session's time zone is the one they were made for (`load_utc_times_in_c`)."""
+    (the same string object). Together with the cursor's own set-up, that was about a fifth of the
+    instructions of a hand-over call in the caller's process (docs/performance.md). A kept cursor pays
+    the first once per connection, and one kept for a single text the second too. A statement run
+    while the kept cursor is in use (one inside another's `with`) gets a cursor of its own, closed after
+    it, as before. The kept cursors read times in C only while the session's time zone is the one they
+    were made for (`load_utc_times_in_c`)."""
     raw_connection = connection.connection
     kept: dict[Any, Any] = raw_connection.__dict__.setdefault("_weave_statement_cursors", {})
     zone = raw_connection.info.parameter_status("TimeZone")
