@@ -57,20 +57,39 @@ FEW_ROWS = 8
 def _statement_sql(db: str, few: int | None, claim_with: str | None, claim_select: str | None) -> str:
     """The whole statement, with the drain claim's pieces or without. Made once per shape, its text is the
     same object on every call, which lets a kept cursor reuse what psycopg learned of its parameters."""
+    rows = _rows_sql(db, few)
     if claim_with is None:
-        return f"WITH {_rows_sql(db, few)} SELECT new.* FROM new"
-    return f"WITH {_rows_sql(db, few)}, {claim_with} SELECT new.*, {claim_select} FROM new"
+        return f"WITH {rows} SELECT new.* FROM new"
+    return f"WITH {rows}, {claim_with} SELECT new.*, {claim_select} FROM new"
+
+
+def _locked_sql(db: str, few: int | None) -> str:
+    """`locked`'s condition on the users (an array) and the devices: an array, or with a few rows each
+    row's device as a plain parameter.
+
+    With the devices as plain parameters, PostgreSQL plans the prepared statement once per connection.
+    For a parameter compared with `= ANY(...)` it estimates an array of several elements in the plan it
+    would keep, finds the plan made for each run's own values cheaper, and so planned the statement
+    again on every run: for a send to one user that was most of the server's CPU (docs/performance.md)."""
+    connection = connections[db]
+    qn = connection.ops.quote_name
+    device = Device._meta
+    device_id, device_user = qn(str(device.pk.column)), qn(str(device.get_field("user").column))
+    if few is None:
+        return f"{device_user} = ANY(%s) AND {device_id} = ANY(%s)"
+    key_type = _array_type(str(device.pk.db_type(connection))).removesuffix("[]")
+    return f"{device_user} = ANY(%s) AND {device_id} IN ({', '.join(f'%s::{key_type}' for _ in range(few))})"
 
 
 @functools.cache
 def _rows_sql(db: str, few: int | None) -> str:
-    """The WITH list's `locked` and `new` elements for `db` (parameters: users, device ids, then the values:
+    """The WITH list's `locked` and `new` elements for `db` (parameters: `_locked_sql`'s, then the values:
     `few` rows of plain parameters, one row after the other, or with None one array per column)."""
     connection = connections[db]
     qn = connection.ops.quote_name
     columns = insert.fields()
     device, notification = Device._meta, Notification._meta
-    device_id, device_user = qn(str(device.pk.column)), qn(str(device.get_field("user").column))
+    device_id = qn(str(device.pk.column))
     device_active = qn(str(device.get_field("active").column))
     arrays: list[str] = []
     names: list[str] = []
@@ -101,7 +120,7 @@ def _rows_sql(db: str, few: int | None) -> str:
         # In key order, so two sends to the same users take the locks alike and never deadlock; MATERIALIZED:
         # the locks are taken by this scan of its own, which the INSERT joins, never folded into that join.
         f"locked AS MATERIALIZED (SELECT {device_id} AS id FROM {qn(device.db_table)}"
-        f" WHERE {device_active} AND {device_user} = ANY(%s) AND {device_id} = ANY(%s)"
+        f" WHERE {device_active} AND {_locked_sql(db, few)}"
         f" ORDER BY {device_id} FOR NO KEY UPDATE),"
         f" new AS (INSERT INTO {qn(notification.db_table)} ({', '.join(qn(str(f.column)) for f in columns)})"
         f" SELECT {', '.join(selected)}"
@@ -160,15 +179,20 @@ def insert_locked(
     arrays = _columns(rows, db)
     if arrays is None:
         return None
-    devices = list({row.device_id for row in rows})
+    keys: list[Any] = [list(users)]
     few = len(rows) if len(rows) <= FEW_ROWS else None
-    values = arrays if few is None else [column[i] for i in range(few) for column in arrays]
+    if few is None:
+        values = arrays
+        keys.append(list({row.device_id for row in rows}))
+    else:
+        values = [column[i] for i in range(few) for column in arrays]
+        keys += [row.device_id for row in rows]
     if claim is None:
         sql, claimed = _statement_sql(db, few, None, None), []
     else:
         sql = _statement_sql(db, few, claim.with_sql, claim.select_sql)
         claimed = [*claim.with_params, *claim.select_params]
-    params = [list(users), devices, *values, *claimed]
+    params = [*keys, *values, *claimed]
     with statement_cursor(connections[db], server_bound=True, prepared=True, text=sql) as cursor:
         cursor.execute(sql, params)
         returned = cursor.fetchall()

@@ -362,10 +362,12 @@ def _active_device_rows(user_ids: list[Any], *, locking: bool) -> list[tuple[Any
     """`_DEVICE_COLUMNS` of the active devices of `user_ids`, by user then key; `locking`: by key, each row
     locked FOR NO KEY UPDATE until the transaction ends (the caller's transaction must be open).
 
-    On PostgreSQL the statement's text is made once per process and takes the users as one array: a send
-    makes two of these reads, and building and compiling each as a queryset cost more of this process's
-    time than the round trip. The columns come back as the ORM would give them there (ints, UUIDs, aware
-    datetimes, text); elsewhere the queryset runs as it is."""
+    On PostgreSQL the statement's text is made once per process and takes the users as one array, or one
+    user as a plain parameter: a send makes two of these reads, and building and compiling each as a
+    queryset cost more of this process's time than the round trip; PostgreSQL plans the one-user text once
+    per connection, where it plans the array's again on every run (`locked_insert._locked_sql` says why).
+    The columns come back as the ORM would give them there (ints, UUIDs, aware datetimes, text); elsewhere
+    the queryset runs as it is."""
     db = router.db_for_write(Device) if locking else router.db_for_read(Device)
     connection = connections[db]
     if connection.vendor != "postgresql":
@@ -377,16 +379,18 @@ def _active_device_rows(user_ids: list[Any], *, locking: bool) -> list[tuple[Any
         return list(rows.values_list(*_DEVICE_COLUMNS))
     if not user_ids:
         return []
-    sql = _active_devices_sql(db, locking)
+    one_user = len(user_ids) == 1
+    sql = _active_devices_sql(db, locking, one_user)
     with statement_cursor(connection, server_bound=True, prepared=True, text=sql) as cursor:
-        cursor.execute(sql, [user_ids])
+        cursor.execute(sql, [user_ids[0] if one_user else user_ids])
         return [tuple(row) for row in cursor.fetchall()]
 
 
 @functools.cache
-def _active_devices_sql(db: str, locking: bool) -> str:
+def _active_devices_sql(db: str, locking: bool, one_user: bool) -> str:
     """The PostgreSQL text of `_active_device_rows` (the table and column names are fixed per process)."""
-    qn = connections[db].ops.quote_name
+    connection = connections[db]
+    qn = connection.ops.quote_name
     meta = Device._meta
     column = {
         f.name: qn(str(f.column))
@@ -396,10 +400,9 @@ def _active_devices_sql(db: str, locking: bool) -> str:
     selected = ", ".join(column[name] for name in ("id", "backend", "token", "last_used_at", "created_at", "user"))
     # In key order when locking, so two sends to the same users take the locks alike and never deadlock.
     order = f"{column['id']} FOR NO KEY UPDATE" if locking else f"{column['user']}, {column['id']}"
-    return (
-        f"SELECT {selected} FROM {qn(meta.db_table)} WHERE {column['active']} AND {column['user']} = ANY(%s) "
-        f"ORDER BY {order}"
-    )
+    user_type = re.sub(r"\(.*?\)", "", str(meta.get_field("user").db_type(connection)))
+    users = f"{column['user']} = %s::{user_type}" if one_user else f"{column['user']} = ANY(%s)"
+    return f"SELECT {selected} FROM {qn(meta.db_table)} WHERE {column['active']} AND {users} ORDER BY {order}"
 
 
 @dataclass(frozen=True)
