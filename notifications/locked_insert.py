@@ -10,6 +10,8 @@ one data-modifying `WITH` (outside a transaction it commits by itself):
 - `locked` takes the planned devices `FOR NO KEY UPDATE`, in key order, re-checking that each is still
   active and still belongs to one of the users, as the other path's locking read does (a row
   another transaction changed is re-read once that one commits, and left out if it no longer matches);
+  with a few rows, their devices are named as plain parameters, so that PostgreSQL keeps one plan of the
+  prepared statement (`_locked_sql`);
 - the INSERT takes its rows from arrays, one per column (`unnest`), or for a few rows from a `VALUES`
   list of plain parameters, joined to `locked` on the device, so a device that did not pass gets no row;
 - outside a transaction, the drain request's slot claim (`weave.wake.slot_claim_sql`), made only if a row
