@@ -100,5 +100,5 @@ def test_times_are_read_as_django_reads_them_after_the_session_changes_its_time_
     finally:
         with connection.cursor() as cursor:
             cursor.execute("SET TIME ZONE 'UTC'")
-    utc_again, value = _read_time()
+    _, value = _read_time()
     assert (value, value.tzinfo) == (before, datetime.UTC)
