@@ -44,9 +44,14 @@ from weave.wake import SlotClaimSQL
 INSERTED = "EXISTS (SELECT 1 FROM new)"
 
 
-def _array_type(db_type: str) -> str:
-    # Without the length: an explicit cast to varchar(n) would cut a long value where the column refuses it.
-    return re.sub(r"\(.*?\)", "", db_type) + "[]"
+def cast_type(field: Any, connection: Any) -> str:
+    """The type to cast a parameter of `field`'s column to on `connection`: its type without the length,
+    since an explicit cast to varchar(n) would cut a long value where the column refuses it."""
+    return re.sub(r"\(.*?\)", "", str(field.db_type(connection)))
+
+
+def _array_type(field: Any, connection: Any) -> str:
+    return cast_type(field, connection) + "[]"
 
 
 # Up to this many rows go as one VALUES list of plain parameters instead of arrays: psycopg finds each
@@ -79,7 +84,7 @@ def _locked_sql(db: str, few: int | None) -> str:
     device_id, device_user = qn(str(device.pk.column)), qn(str(device.get_field("user").column))
     if few is None:
         return f"{device_user} = ANY(%s) AND {device_id} = ANY(%s)"
-    key_type = _array_type(str(device.pk.db_type(connection))).removesuffix("[]")
+    key_type = cast_type(device.pk, connection)
     return f"{device_user} = ANY(%s) AND {device_id} IN ({', '.join(f'%s::{key_type}' for _ in range(few))})"
 
 
@@ -98,7 +103,7 @@ def _rows_sql(db: str, few: int | None) -> str:
     selected: list[str] = []
     for index, field in enumerate(columns):
         name = f"c{index}"
-        array = _array_type(str(field.db_type(connection)))
+        array = _array_type(field, connection)
         if field.name in insert.CLOCK_FIELDS:
             # Two arrays: a time given as a value, or the database clock's offset in seconds (NULL: no time).
             arrays += [f"%s::{array}", "%s::double precision[]"]

@@ -400,7 +400,7 @@ def _active_devices_sql(db: str, locking: bool, one_user: bool) -> str:
     selected = ", ".join(column[name] for name in ("id", "backend", "token", "last_used_at", "created_at", "user"))
     # In key order when locking, so two sends to the same users take the locks alike and never deadlock.
     order = f"{column['id']} FOR NO KEY UPDATE" if locking else f"{column['user']}, {column['id']}"
-    user_type = re.sub(r"\(.*?\)", "", str(meta.get_field("user").db_type(connection)))
+    user_type = locked_insert.cast_type(meta.get_field("user"), connection)
     users = f"{column['user']} = %s::{user_type}" if one_user else f"{column['user']} = ANY(%s)"
     return f"SELECT {selected} FROM {qn(meta.db_table)} WHERE {column['active']} AND {users} ORDER BY {order}"
 
