@@ -18,13 +18,14 @@ What it checks, like Apple does (answers carry Apple's own `reason` strings):
 
 Token behaviour: a token that is not hex is BadDeviceToken; tokens starting `dead` (hex `dead...`) or passed
 to `unregister()` are 410 Unregistered with a timestamp; tokens starting `0ff1ce` belong to another app
-(DeviceTokenNotForTopic). Faults add TooManyRequests, InternalServerError, ServiceUnavailable,
-ExpiredProviderToken and hangs.
+(DeviceTokenNotForTopic); `live_token()` makes a random token that starts with neither. Faults add
+TooManyRequests, InternalServerError, ServiceUnavailable, ExpiredProviderToken and hangs.
 """
 
 import asyncio
 import json
 import re
+import secrets
 import threading
 import time
 import uuid
@@ -253,6 +254,15 @@ class FakeAPNs(ProviderFake):
         if "apns-id" in headers and not _UUID_RE.match(headers["apns-id"]):
             return "BadMessageId"
         return ""
+
+
+def live_token() -> str:
+    """A random device token this fake delivers to.
+
+    A random 64-digit hex token starts with `dead` once in 65,536 draws, and the fake then answers
+    Unregistered: a suite drawing thousands of tokens failed now and then for it. Starting with `a`
+    rules out both prefixes the fake gives a meaning to."""
+    return "a" + secrets.token_hex(32)[1:]
 
 
 def _payload(body: bytes) -> tuple[dict[str, Any], str]:

@@ -12,6 +12,7 @@ import pytest
 
 from notifications.delivery import deliver_batch
 from notifications.models import DeliveryAttempt, Notification
+from notifications.testing.fake_apns import live_token
 
 pytestmark = pytest.mark.django_db
 
@@ -41,7 +42,7 @@ def test_mixed_faults__every_row_tells_its_own_truth(everything_failing, clock, 
     tokens = {
         "default": [f"gateway-{i}" for i in range(10)],
         "fcm": [f"fcm-{uuid.uuid4().hex}" for _ in range(10)],
-        "apns": [uuid.uuid4().hex * 2 for _ in range(10)],
+        "apns": [live_token() for _ in range(10)],
         "webpush": [webpush.subscription(f"user-{i}").as_token() for i in range(10)],
     }
     rows = {

@@ -6,7 +6,6 @@ outcomes against what the fake saw arrive: a row is `unknown` only if its stream
 """
 
 import asyncio
-import uuid
 from email.utils import parsedate_to_datetime
 
 import pytest
@@ -15,6 +14,7 @@ from notifications.backends.apns import APNsBackend
 from notifications.backends.base import Outcome
 from notifications.backends.fcm import FCMBackend
 from notifications.backends.webpush import WebPushBackend
+from notifications.testing.fake_apns import live_token
 
 from .conftest import message, run, send_all
 
@@ -22,7 +22,7 @@ SHORT = 1.0  # the deadline of a send that is meant to run out; no test asserts 
 
 
 def apns_tokens(n: int) -> list[str]:
-    return [uuid.uuid4().hex + uuid.uuid4().hex for _ in range(n)]
+    return [live_token() for _ in range(n)]
 
 
 def apns_backend(options, *, timeout: float = SHORT, concurrency: int = 10) -> APNsBackend:

@@ -6,6 +6,7 @@ import pytest
 
 from notifications.delivery import deliver_batch
 from notifications.models import DeliveryAttempt, Notification
+from notifications.testing.fake_apns import live_token
 
 pytestmark = pytest.mark.django_db
 
@@ -25,7 +26,7 @@ def h2_backends(settings, fcm_options, apns_options):
 
 def make_rows(clock, backend: str, n: int) -> list[Notification]:
     def token() -> str:
-        return uuid.uuid4().hex * 2 if backend == "apns" else f"fcm-{uuid.uuid4().hex}"
+        return live_token() if backend == "apns" else f"fcm-{uuid.uuid4().hex}"
 
     return [
         Notification.objects.create(backend=backend, device_token=token(), title="t", next_attempt_at=clock.current)
