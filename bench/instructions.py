@@ -1,6 +1,7 @@
 """Bench-only: instructions the caller's process runs per hand-over call, counted by callgrind.
 
     BENCH_DATABASE_URL=postgres://... python bench/instructions.py [--tree ../other-checkout] [--small 100 --large 500]
+        [--mode "send_to_user" ...]
 
 Wall time and CPU per call move with whatever else the two cores are doing (a bare round trip to
 PostgreSQL took 0.2 to 0.4 ms in one minute here); an instruction count does not. Each measurement
@@ -72,6 +73,7 @@ def main() -> None:
     parser.add_argument("--tree", action="append", default=[], help="another checkout to measure beside this one")
     parser.add_argument("--small", type=int, default=100)
     parser.add_argument("--large", type=int, default=500)
+    parser.add_argument("--mode", action="append", choices=MODES, help="only this mode (repeatable; default: all)")
     parser.add_argument("--child", nargs=3, metavar=("TREE", "MODE", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -87,7 +89,7 @@ def main() -> None:
     users(args.large)  # one device each, for the fan-out calls
     trees = [str(ROOT), *(str(Path(t).resolve()) for t in args.tree)]
     calls = args.large - args.small
-    for mode in MODES:
+    for mode in args.mode or MODES:
         for tree in trees:
             per_call = (counted(tree, mode, args.large) - counted(tree, mode, args.small)) / calls
             reset()  # the rows the one-at-a-time children committed
