@@ -309,6 +309,7 @@ class Bench:
             return log.exists() and "running." in log.read_text(errors="replace")
 
         wait_until(running, timeout=60, message=f"{name} to start")
+        _settled(child)
         self.clusters.append(child)
         return child
 
@@ -316,6 +317,25 @@ class Bench:
         for child in self.clusters:
             self.groups.stop(child, grace=10)
         self.clusters = []
+
+
+def _settled(cluster: Child, *, quiet: float = 0.05, span: float = 0.5, timeout: float = 30.0) -> None:
+    """Wait until a cluster's processes have finished starting: less than `quiet` of a core used over `span`.
+
+    django-q2 says the cluster is running once its processes are spawned, while each worker still imports
+    the drain's modules, readies the backends' credentials and settles its heap (`notifications.tasks.
+    warm_up`), 0.3 to 0.4 s of CPU per cluster on the bench machine. A worker pays that once and then
+    serves tasks until it is recycled, yet a meter started right away counted it in the run's CPU per
+    push: about 0.13 s per 1,000 at N = 3,000 in the protocol bench's `qcluster` rows."""
+    deadline = time.monotonic() + timeout
+    before = cluster.cpu()
+    while time.monotonic() < deadline:
+        time.sleep(span)
+        now = cluster.cpu()
+        if now - before < quiet * span:
+            return
+        before = now
+    raise RuntimeError(f"{cluster.name} still used more than {quiet:.0%} of a core {timeout:.0f} s after its start")
 
 
 @contextmanager

@@ -187,7 +187,6 @@ def _weave_cluster(run: Any, alias: str, n: int, token: str, fakes: list[Any], b
 
     harness.reset_tables()
     cluster = run.start_cluster(workers=CLUSTER_WORKERS, push_backends_file=str(backends_file))
-    _started(cluster)
 
     def work() -> tuple[int, int, float]:
         with transaction.atomic():
@@ -205,26 +204,6 @@ def _weave_cluster(run: Any, alias: str, n: int, token: str, fakes: list[Any], b
         return {**row, "worker_processes": CLUSTER_WORKERS}
     finally:
         run.stop_clusters()
-
-
-def _started(cluster: Any, *, quiet: float = 0.05, span: float = 0.5, timeout: float = 30.0) -> None:
-    """Wait until the cluster's processes have finished starting: less than `quiet` of a core used over `span`.
-
-    The cluster says it is running once its processes are spawned, while each worker still imports the
-    drain's modules, readies the backends' credentials and settles its heap (`notifications.tasks.warm_up`),
-    0.3 to 0.4 s of CPU in all here. That is paid once per worker process, which then serves tasks until it
-    is recycled, yet the meter, started right after, counted it in the run's CPU per push: about 0.13 s
-    per 1,000 at N = 3,000. The rate never included it (timed from the rows' commit, after the inserts)."""
-    pids = GroupPids([cluster])
-    deadline = time.monotonic() + timeout
-    before = _cpu(pids())
-    while time.monotonic() < deadline:
-        time.sleep(span)
-        now = _cpu(pids())
-        if now - before < quiet * span:
-            return
-        before = now
-    raise RuntimeError(f"the cluster still used more than {quiet:.0%} of a core {timeout:.0f} s after its start")
 
 
 def _backend_only(alias: str, n: int, configured: dict[str, Any], token: str, fakes: list[Any], window: int):

@@ -81,6 +81,15 @@ class Child:
                 pids.append(int(entry.name))
         return sorted(pids)
 
+    def cpu(self) -> float:
+        """CPU seconds used so far by the processes alive in this child's group (the leader and the rest)."""
+        total = 0.0
+        for pid in (self.pgid, *self.descendants()):
+            fields = stat_fields(pid)
+            if fields is not None:
+                total += cpu_seconds(fields)
+        return total
+
     def log_tail(self, lines: int = 40) -> str:
         if self.log_path is None or not self.log_path.exists():
             return ""
