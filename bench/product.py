@@ -36,22 +36,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import harness  # noqa: E402
-from tools.processes import Child, cpu_seconds, process_group, stat_fields, wait_until  # noqa: E402
+from tools.processes import Child, process_group, stat_fields, wait_until  # noqa: E402
+from tools.processes import cpu_by_pid as proc_cpu  # noqa: E402  (the benches read it from here)
 
 SECTIONS = ("latency", "throughput", "scaling")
 TARGETS = {"idle_p99": 0.5, "idle_p50": 0.1, "retry_late": 1.0, "recovery_slack": 3.0, "speedup": 4.0, "cpu": 0.4}
 
 
 # --- measuring ---------------------------------------------------------------------------------------
-
-
-def proc_cpu(pids: set[int]) -> dict[int, float]:
-    """CPU seconds (user + system) so far of each live pid in `pids`."""
-    out = {}
-    for pid in pids:
-        if (fields := stat_fields(pid)) is not None:
-            out[pid] = cpu_seconds(fields)
-    return out
 
 
 def group_pids(children: list[Child]) -> set[int]:

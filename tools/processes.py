@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -42,6 +42,15 @@ def process_group(pid: int | str) -> int | None:
 def cpu_seconds(fields: list[str]) -> float:
     """User plus system CPU seconds from `stat_fields`."""
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def cpu_by_pid(pids: Iterable[int]) -> dict[int, float]:
+    """CPU seconds (user + system) so far of each live pid in `pids`; a pid already gone is left out."""
+    out = {}
+    for pid in pids:
+        if (fields := stat_fields(pid)) is not None:
+            out[pid] = cpu_seconds(fields)
+    return out
 
 
 def process_cpu(pid: int | str = "self") -> float:
@@ -83,12 +92,7 @@ class Child:
 
     def cpu(self) -> float:
         """CPU seconds used so far by the processes alive in this child's group (the leader and the rest)."""
-        total = 0.0
-        for pid in (self.pgid, *self.descendants()):
-            fields = stat_fields(pid)
-            if fields is not None:
-                total += cpu_seconds(fields)
-        return total
+        return sum(cpu_by_pid([self.pgid, *self.descendants()]).values())
 
     def log_tail(self, lines: int = 40) -> str:
         if self.log_path is None or not self.log_path.exists():
