@@ -28,18 +28,16 @@ from notifications.services import (
     notification_edit,
     notification_retry_now,
 )
-from weave.admin import (
+from weave.leases import default_clock
+from weave.operations import (
     ActionRule,
     ActionsWhereTheyApply,
     ConsoleMedia,
+    JobAdminMixin,
     LeasedModelAdmin,
     LeaseStateFilter,
     OperatorLogMixin,
     ReadOnlyAdminMixin,
-    state_filter,
-    within_filter,
-)
-from weave.display import (
     admin_link_to,
     change_url,
     clipped,
@@ -47,12 +45,12 @@ from weave.display import (
     said_once,
     shown,
     state_column,
+    state_filter,
     state_word,
     timestamp,
     timestamp_column,
+    within_filter,
 )
-from weave.jobs.admin import JobAdminMixin
-from weave.leases import default_clock
 
 PLATFORM_NAMES = {"android": "Android", "ios": "iOS", "web": "Web", "other": "other"}
 

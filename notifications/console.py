@@ -18,21 +18,29 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from notifications.models import BreakerOpening, DeliveryAttempt, Notification
-from weave.charts import age, bar_chart, line_chart, stats, table, when
 from weave.conf import weave_settings
-from weave.display import changelist_url, said_once, state_word
-from weave.metrics import RunningCounts, seconds_since
-from weave.reports import workers
-from weave.retention import purged_totals
-from weave.telemetry import (
+from weave.operations import (
     DEGRADED,
     FAILING,
     Finding,
+    RunningCounts,
+    age,
+    bar_chart,
+    changelist_url,
     db_now,
+    line_chart,
     minute_buckets,
     percentiles_by,
     planner_counts,
+    purged_totals,
     register_health,
+    said_once,
+    seconds_since,
+    state_word,
+    stats,
+    table,
+    when,
+    workers,
 )
 
 if TYPE_CHECKING:
@@ -293,7 +301,7 @@ def stuck_leases(now: datetime) -> tuple[float, list[Notification]]:
 
 
 def _notification_link(row: Notification) -> SafeString:
-    from weave.display import change_url
+    from weave.operations import change_url
 
     url = change_url(Notification, row.pk)
     text = f"notification #{row.pk}"

@@ -3,7 +3,7 @@
 from notifications.models import DeliveryAttempt, Notification
 from notifications.quiet import DEFERRAL_PREFIX
 from weave.leases import Clock, default_clock
-from weave.timeline import Timeline, add_operator_events, clock_time, fences_accounted, holder, lateness
+from weave.operations import Timeline, add_operator_events, clock_time, fences_accounted, holder, lateness
 
 
 def explain_notification(pk: int, *, clock: Clock = default_clock) -> Timeline:

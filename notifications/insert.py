@@ -25,10 +25,8 @@ from django.db import connections
 from django.db.models import Field
 
 from notifications.models import Notification
-from weave.leases import DbNow
-from weave.leases.binding import statement_cursor
-from weave.leases.prepare import Preparer, preparer
-from weave.wake import SlotClaimSQL
+from weave.leases import DbNow, Preparer, preparer, statement_cursor
+from weave.workers import SlotClaimSQL
 
 CLOCK_FIELDS = ("next_attempt_at", "expires_at")  # the only columns a new row may set by an expression
 

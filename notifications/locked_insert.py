@@ -34,10 +34,8 @@ from django.db import connections
 
 from notifications import insert
 from notifications.models import Device, Notification
-from weave.leases import DbNow
-from weave.leases.binding import statement_cursor
-from weave.leases.clock import postgres_now_plus
-from weave.wake import SlotClaimSQL
+from weave.leases import DbNow, postgres_now_plus, statement_cursor
+from weave.workers import SlotClaimSQL
 
 # The condition the drain claim carries here (`queue.drain_claim_sql(only_if=...)`): every device may
 # have been left out, and a slot taken for no rows would hold off the next sender's request.

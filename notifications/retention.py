@@ -14,7 +14,7 @@ from typing import Any
 from django.db.models import Count, QuerySet
 
 from notifications.models import BreakerOpening, DeliveryAttempt, Notification
-from weave.retention import PurgeSpec, register_purge
+from weave.operations import PurgeSpec, register_purge
 
 FINISHED = ("delivered", "failed", "cancelled", "expired")
 

@@ -25,11 +25,10 @@ from notifications.topics import TopicJobs, topic_subscribe, topic_unsubscribe
 from notifications.validation import TITLE_MAX as NOTIFICATION_TITLE_MAX
 from notifications.validation import canonical_device_token, check_payload_size
 from weave.conf import weave_settings
+from weave.edge import check_ids, check_json, check_text
 from weave.events import log_event
-from weave.leases import Clock, default_clock
-from weave.leases.binding import statement_cursor
-from weave.validation import check_ids, check_json, check_text
-from weave.wake import SlotClaimSQL
+from weave.leases import Clock, default_clock, statement_cursor
+from weave.workers import SlotClaimSQL
 
 logger = logging.getLogger("weave.notifications")
 

@@ -18,8 +18,8 @@ from typing import Any
 from django.db import transaction
 from django.dispatch import Signal
 
+from weave.edge import outside_text
 from weave.events import log_event
-from weave.sanitize import outside_text
 
 logger = logging.getLogger("weave.notifications")
 

@@ -9,7 +9,7 @@ from notifications.backends.registry import prepare_backends
 from notifications.delivery import drain as run_drain
 from notifications.delivery.worker import DeliveryReport, Lingering
 from notifications.models import Notification
-from weave import heap, jobs, wake
+from weave import workers
 from weave.conf import weave_settings
 
 
@@ -26,12 +26,12 @@ def drain() -> dict[str, Any]:
     if backlog or not linger:
         # Free the slot: more than one batch is due, so ask for a helper on another worker (which asks
         # for the next, until every worker has one; each request is coalesced).
-        wake.task_started(name)
+        workers.free_slot(name)
     else:
-        wake.hold(name, _hold_for(linger))
+        workers.keep_slot_taken(name, _slot_time(linger))
     # Wake the watchers: they learn that rows are about to be leased, and so when those leases lapse
     # if this worker dies.
-    wake.announce()
+    workers.tell_watchers()
     if backlog:
         queue.enqueue_drain()
     try:
@@ -39,15 +39,15 @@ def drain() -> dict[str, Any]:
     finally:
         # Stop covering new rows, then look once more: a row committed before this look is seen here,
         # one committed after it finds the slot free and asks for its own drain.
-        wake.release(name)
+        workers.free_slot(name)
         if Notification.objects.claimable().exists():
             queue.enqueue_drain()
         # Due times changed (retries, released rows): the watchers sleep until the new earliest one.
-        jobs.settled()
+        workers.tell_watchers()
 
 
 def _drain_and_linger(name: str, linger: float) -> DeliveryReport:
-    slot = _Hold(name, linger)
+    slot = _SlotKeeper(name, linger)
     # One drain for the whole task, lingering: the rows that arrive while it waits go out on its loop,
     # through its open provider connections, not through a new drain built for each.
     lingering = Lingering(
@@ -55,40 +55,40 @@ def _drain_and_linger(name: str, linger: float) -> DeliveryReport:
         # Only a safety net on PostgreSQL, where this process's watcher hears each new request at once;
         # on SQLite (or behind a transaction pooler) it is how new rows are found.
         poll=max(0.02, float(weave_settings.WAKE_GRACE) / 2),
-        listen=wake.on_arrival,
+        listen=workers.on_arrival,
         heard=_arrivals_heard,
-        turn=slot.cover,
+        turn=slot.renew,
         # Wake the watchers: they learn that rows are leased again, and so when those leases lapse if
         # this worker dies.
-        claimed=wake.announce,
+        claimed=workers.tell_watchers,
         # A backlog: this loop claims every due row as it has room, lapsed leases included, so this
         # process's watcher need not look at notifications meanwhile (the other processes' watchers do).
-        backlog=functools.partial(wake.cover, queue.JOB_KEY, float(weave_settings.WAKE_POLL_MAX)),
+        backlog=functools.partial(workers.pause_watch, queue.JOB_KEY, float(weave_settings.WAKE_POLL_MAX)),
     )
     return run_drain(enqueue_more=False, linger=lingering)
 
 
-class _Hold:
+class _SlotKeeper:
     """The drain's hold on its request slot, renewed every half linger while it has room for new rows."""
 
     def __init__(self, name: str, linger: float) -> None:
         self.name, self.linger = name, linger
         self.renewed = time.monotonic()
 
-    def cover(self, room: bool) -> None:
+    def renew(self, has_space: bool) -> None:
         """Hold the slot on while the drain can take new rows (the lingering is this task's, WAKE_LINGER).
 
         Held, the slot makes a new row's request a note to this drain (an arrival) instead of a task.
         A drain with every slot busy lets it lapse, so the next row asks for a helper on another worker.
         """
-        if room and self.linger and time.monotonic() - self.renewed >= self.linger / 2:
-            wake.hold(self.name, _hold_for(self.linger))
+        if has_space and self.linger and time.monotonic() - self.renewed >= self.linger / 2:
+            workers.keep_slot_taken(self.name, _slot_time(self.linger))
             self.renewed = time.monotonic()
 
 
 def _arrivals_heard() -> bool:
     """Whether this process's watcher listens (so each covered request reaches the drain as an arrival)."""
-    return bool(weave_settings.WAKE_WATCHER) and wake.listen_state().mode == "listen"
+    return bool(weave_settings.WAKE_WATCHER) and workers.listen_state().mode == "listen"
 
 
 def warm_up(**_signal: Any) -> None:
@@ -102,9 +102,9 @@ def warm_up(**_signal: Any) -> None:
     # Imports each configured backend class, and readies its credentials (a token fetch runs in the
     # background); a problem is the drain's (and the checks') to report.
     prepare_backends()
-    # What these imports made lives as long as the process: out of the collector's way too (weave.heap).
-    # No collection here: `weave.heap.settle_after_spawn` makes the one collection of the start.
-    heap.settle(collect=False)
+    # What these imports made lives as long as the process: out of the collector's way too. No collection
+    # here: the process's start (`weave.heap.settle_after_spawn`) makes the one collection.
+    workers.settle_heap(collect=False)
 
 
 def sweep() -> dict[str, Any]:
@@ -115,6 +115,6 @@ def sweep() -> dict[str, Any]:
     return drain()
 
 
-def _hold_for(linger: float) -> float:
+def _slot_time(linger: float) -> float:
     # Long enough to span one renewal period; short enough that a killed drain's slot lapses quickly.
     return linger + float(weave_settings.WAKE_GRACE)

@@ -32,10 +32,9 @@ from notifications.devices import deactivate_device, fail_queued_for_device
 from notifications.models import Device, TopicSubscription
 from weave.conf import weave_settings
 from weave.jobs import JobContext, RetryPolicy, enqueue_job
-from weave.jobs.explain import explain_job
 from weave.leases import Clock, default_clock
 from weave.models import JobStepReceipt
-from weave.timeline import Timeline
+from weave.operations import Timeline, explain_job
 
 JOB_TYPE = "fcm_topic"
 # Tokens one call of a service may name (a hundred IID batches): a site with more calls again.

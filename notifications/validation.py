@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 
 from notifications.backends.base import TokenError
 from weave.conf import weave_settings
-from weave.validation import check_text, json_bytes
+from weave.edge import check_text, json_bytes
 
 if TYPE_CHECKING:
     from notifications.backends.base import PushBackend

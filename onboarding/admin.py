@@ -26,7 +26,7 @@ from onboarding.services import (
 )
 from onboarding.steps.plan import DEFAULT_PLAN, PlanError, load_plan
 from onboarding.validation import clean_supplier_fields
-from weave.admin import (
+from weave.operations import (
     ActionRule,
     ActionsWhereTheyApply,
     ConsoleMedia,
@@ -34,11 +34,6 @@ from weave.admin import (
     LeaseStateFilter,
     OperatorLogMixin,
     ReadOnlyAdminMixin,
-    record_operator_action,
-    state_filter,
-    within_filter,
-)
-from weave.display import (
     admin_link,
     admin_link_to,
     change_url,
@@ -46,12 +41,15 @@ from weave.display import (
     clipped,
     joined_reason,
     reason_column,
+    record_operator_action,
     said_once,
     shown,
     state_column,
+    state_filter,
     state_word,
     timestamp,
     timestamp_column,
+    within_filter,
 )
 
 ACTIVE_REFRESH = 2  # seconds between reloads of run pages while a run is pending or running

@@ -23,11 +23,22 @@ import httpx
 
 from onboarding.errors import PermanentFailure, TemporaryFailure
 from weave.conf import weave_settings
+from weave.edge import (
+    BODY_CAP,
+    HttpClass,
+    deadline_transport,
+    decode,
+    escape_controls,
+    http_class,
+    is_json_content_type,
+    outside_text,
+    parse_retry_after,
+    safe_url,
+    whole_request_deadline,
+)
 from weave.events import log_event
-from weave.http import BODY_CAP, deadline_transport, whole_request_deadline
+from weave.jobs import backoff_seconds
 from weave.leases import Heartbeat
-from weave.retry import HttpClass, backoff_seconds, http_class, is_json_content_type, parse_retry_after
-from weave.sanitize import decode, escape_controls, outside_text, safe_url
 
 logger = logging.getLogger("weave.onboarding")
 

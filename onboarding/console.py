@@ -18,12 +18,24 @@ from django.utils.safestring import SafeString
 
 from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
 from onboarding.steps.builtin import STEPS
-from weave.charts import age, stats, table, when
 from weave.conf import weave_settings
-from weave.display import changelist_url, clipped, said_once
-from weave.metrics import RunningCounts
-from weave.reports import workers
-from weave.telemetry import DEGRADED, FAILING, Finding, db_now, planner_counts, register_health
+from weave.operations import (
+    DEGRADED,
+    FAILING,
+    Finding,
+    RunningCounts,
+    age,
+    changelist_url,
+    clipped,
+    db_now,
+    planner_counts,
+    register_health,
+    said_once,
+    stats,
+    table,
+    when,
+    workers,
+)
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric

@@ -3,9 +3,17 @@
 import re
 
 from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
-from weave.display import said_once
 from weave.leases import Clock, default_clock
-from weave.timeline import OperatorEvent, Timeline, add_operator_events, clock_time, fences_accounted, holder, lateness
+from weave.operations import (
+    OperatorEvent,
+    Timeline,
+    add_operator_events,
+    clock_time,
+    fences_accounted,
+    holder,
+    lateness,
+    said_once,
+)
 
 _FENCE = re.compile(r"\bfence (\d+)")
 

@@ -12,7 +12,7 @@ from typing import Any
 from django.db.models import Count, QuerySet
 
 from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, RunAttempt, StepReceipt, VendorRecord
-from weave.retention import PurgeSpec, register_purge
+from weave.operations import PurgeSpec, register_purge
 
 FINISHED = ("completed", "failed", "cancelled")
 

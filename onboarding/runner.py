@@ -41,15 +41,14 @@ from onboarding.errors import PermanentFailure, StepFailure, TemporaryFailure
 from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
 from onboarding.steps.plan import DEFAULT_PLAN, PlanError, load_plan
 from onboarding.steps.protocol import Output, Step, StepContext, commit_output
-from weave import jobs, wake
+from weave import jobs
 from weave.conf import weave_settings
+from weave.edge import decode
 from weave.events import log_event
-from weave.jobs import JobContext
+from weave.jobs import JobContext, backoff_seconds
 from weave.leases import Clock, Heartbeat, Lease, LeaseBusy, LeaseLost, NotClaimable, default_clock, new_owner
-from weave.retry import backoff_seconds
-from weave.sanitize import decode
-from weave.timeline import clock_time
-from weave.worker_db import is_cut_off
+from weave.operations import clock_time
+from weave.workers import is_cut_off, tell_watchers
 
 logger = logging.getLogger("weave.onboarding")
 JOB = "onboarding"
@@ -506,7 +505,7 @@ class Attempt:
         """Release the run as pending for a later attempt (temporary failure or budget spent).
 
         With `delay` the run is due again that many seconds from the database's now; the due-time watcher
-        (`weave.wake`) asks for the next attempt then. The reasons carry that database time.
+        asks for the next attempt then. The reasons carry that database time.
         """
         with transaction.atomic():
             due = None
@@ -521,7 +520,7 @@ class Attempt:
             if requeue:
                 transaction.on_commit(partial(queue.enqueue_run, self.run_id))
             if due is not None:
-                transaction.on_commit(wake.announce)  # the watchers sleep until the new due time
+                transaction.on_commit(tell_watchers)  # the watchers sleep until the new due time
 
     def release_for_retry(self, failure: TemporaryFailure, stage: str) -> None:
         """Release the run after a temporary failure, due again after the service's Retry-After or our backoff."""

@@ -14,9 +14,9 @@ from onboarding.errors import AlreadyOnboarded, RunAlreadyActive, RunNotRetryabl
 from onboarding.models import OnboardingRun, Supplier
 from onboarding.steps.plan import configured_plan
 from onboarding.validation import validate_supplier
+from weave.edge import check_text
 from weave.events import log_event
 from weave.leases import Clock, LeaseBusy, NotClaimable, default_clock
-from weave.validation import check_text
 
 logger = logging.getLogger("weave.onboarding")
 Status = OnboardingRun.Status

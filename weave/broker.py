@@ -5,7 +5,7 @@
   a worker only takes tasks whose lock lies in *its own* past, so a worker host whose clock is 3 s behind
   the web host's waits 3 s for every new task (and one minutes behind starves). Here both sides read
   the same clock, the database's, so host clocks never decide when work starts. Between polls of an
-  empty queue it waits on `weave.wake.RequestBell`, so on PostgreSQL a coalesced request's task is
+  empty queue it waits on `weave.wake.TaskRequestWait`, so on PostgreSQL a coalesced request's task is
   taken as soon as it is enqueued, not at the next poll.
 - `weave.broker_redis.PooledRedis` (its own module: `redis` is an optional dependency): django-q2's
   Redis broker with one connection pool per process. The stock broker
@@ -28,7 +28,7 @@ from django_q.conf import Conf
 
 from weave.leases import DbNow
 from weave.reconnect import ReconnectOnDequeue
-from weave.wake import RequestBell
+from weave.wake import TaskRequestWait
 
 logger = logging.getLogger("weave.broker")
 
@@ -49,16 +49,16 @@ class DatabaseClockLocks(ORM):  # type: ignore[misc]  # django-q2 ships no type 
         package = self.get_connection().create(key=self.list_key or Conf.CLUSTER_NAME, payload=task, lock=DbNow())
         return package.pk
 
-    _bell: RequestBell | None = None
+    _request_wait: TaskRequestWait | None = None
 
     def dequeue(self) -> list[tuple[Any, Any]] | None:
         tasks = list(self.get_connection().filter(key=self.list_key, lock__lt=DbNow())[0 : Conf.BULK])
         if not tasks:
             # An empty queue: spare the CPU as the stock broker does, but wake for a request at once (a
             # new row's drain must not wait out the poll). Opened here, in the process that dequeues.
-            if self._bell is None:
-                self._bell = RequestBell()
-            self._bell.wait(Conf.POLL)
+            if self._request_wait is None:
+                self._request_wait = TaskRequestWait()
+            self._request_wait.wait(Conf.POLL)
             return None
         taken = []
         for task in tasks:

@@ -23,6 +23,24 @@ from urllib.parse import urlsplit
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
+__all__ = [
+    "DEFAULTS",
+    "KEYS",
+    "Key",
+    "SettingsGroup",
+    "WeaveSettings",
+    "count",
+    "dotted_paths",
+    "flag",
+    "lease_ttl",
+    "mapping_or_none",
+    "seconds",
+    "seconds_or_none",
+    "setting",
+    "text",
+    "weave_settings",
+]
+
 T = TypeVar("T")
 
 

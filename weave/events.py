@@ -13,6 +13,10 @@ from typing import Any
 
 from weave.sanitize import escape_controls, redact
 
+__all__ = [
+    "log_event",
+]
+
 # Events that mean something went wrong for the job, logged at WARNING.
 _WARN = {"lease_lost", "blocked", "renewal_failed", "renewal_retry", "failed", "crashed", "unknown"}
 # A log line is not an archive: a value longer than this is cut (reasons are already bounded).

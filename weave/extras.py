@@ -12,6 +12,14 @@ from typing import Any
 
 from django.core.checks import Error, Tags, register
 
+__all__ = [
+    "EXTRAS",
+    "extra_for_module",
+    "install_hint",
+    "missing_modules",
+    "problem",
+]
+
 # extra -> the top-level modules it provides (the names `import` uses, not the distribution names).
 EXTRAS: dict[str, tuple[str, ...]] = {
     "fcm": ("jwt", "cryptography"),

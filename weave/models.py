@@ -15,6 +15,14 @@ from django.db.models import Case, F, Min, Q, When
 
 from weave.leases import Clock, LeasedModel, LeaseQuerySet, default_clock
 
+__all__ = [
+    "JobAttempt",
+    "JobModel",
+    "JobQuerySet",
+    "JobState",
+    "JobStepReceipt",
+]
+
 _J = TypeVar("_J", bound=models.Model)
 
 

@@ -10,6 +10,11 @@ migrated; the command stays for repairs and says what it changed.
 
 from dataclasses import dataclass
 
+__all__ = [
+    "ScheduleSpec",
+    "register_schedule",
+]
+
 _registry: dict[str, "ScheduleSpec"] = {}
 
 

@@ -13,7 +13,7 @@ Two parts, both owned by Weave rather than by the task queue:
   due by the database clock (a retry's due time, a lapsed lease) and then asks for a task through the
   app's coalesced request. The worker process stays free for tasks while its watcher sleeps. On
   PostgreSQL it sleeps in `LISTEN weave_wake` on a connection of its own (WAKE_LISTEN_DB), so a task
-  that changes due times (`announce()`) or a new request (`request_once`) wakes it at once. A probe
+  that changes due times (`tell_watchers()`) or a new request (`request_once`) wakes it at once. A probe
   NOTIFY checks that notifications arrive there; behind a transaction pooler they don't, and the
   watcher polls every WAKE_POLL_MAX instead, saying so once. On SQLite it polls with backoff.
   While due work stays undone it asks again every round, so a lost or stuck task is replaced once its
@@ -46,7 +46,7 @@ from weave.worker_db import is_cut_off
 logger = logging.getLogger("weave.wake")
 
 CHANNEL = "weave_wake"  # the PostgreSQL NOTIFY channel
-# Told only when a request enqueued a task: a broker's idle wait listens here (`RequestBell`), so it is
+# Told only when a request enqueued a task: a broker's idle wait listens here (`TaskRequestWait`), so it is
 # not woken by every arrival and due-time change the watchers hear.
 TASK_CHANNEL = "weave_tasks"
 # The payload of a request that a waiting or running task already covers: new work for a task that is
@@ -107,12 +107,12 @@ def _enqueue_won(name: str, enqueue: Callable[[], None]) -> bool:
             exc_info=True,
         )
         WakeRequest.objects.filter(name=name).update(queued_until=None)
-        _announce_quietly()
+        _tell_watchers_quietly()
         return False
     # The watchers sleep until the next due time they know of; this work is due now. Told, they
     # look again within the grace, and keep asking while it stays due (a lost or stuck task). The
     # broker's idle wait is told in the same statement: the task is there to be taken.
-    _announce_quietly(task=True)
+    _tell_watchers_quietly(task=True)
     return True
 
 
@@ -244,7 +244,7 @@ def _arrived() -> None:
             logger.exception("event=arrival_callback_failed")
 
 
-def hold(name: str, seconds: float) -> None:
+def keep_slot_taken(name: str, seconds: float) -> None:
     """Hold the request slot of `name` for `seconds` more: a running task covers new work meanwhile.
 
     A task that renews its hold while it runs (and looks for new rows) keeps a steady arrival rate
@@ -262,16 +262,16 @@ def hold(name: str, seconds: float) -> None:
         WakeRequest.objects.filter(name=name).update(queued_until=until)
 
 
-def release(name: str) -> None:
+def free_slot(name: str) -> None:
     """Free the request slot of `name`: its running task stops covering new work (it is ending)."""
     from weave.models import WakeRequest
 
     WakeRequest.objects.filter(name=name).update(queued_until=None)
 
 
-def _announce_quietly(*, task: bool = False) -> None:
+def _tell_watchers_quietly(*, task: bool = False) -> None:
     try:
-        announce(task=task)
+        tell_watchers(task=task)
     except Exception:  # the database may be down too: the watchers' own timers still run
         logger.debug("could not notify the watchers", exc_info=True)
 
@@ -288,10 +288,10 @@ def task_started(name: str, *, forget: bool = False) -> None:
         rows.filter(queued_until__isnull=False).update(queued_until=None)
 
 
-def announce(*, task: bool = False) -> None:
+def tell_watchers(*, task: bool = False) -> None:
     """Tell the watchers that due times changed (a task ended, a job was released). PostgreSQL only.
 
-    `task`: a task was just enqueued; the brokers' idle waits (`RequestBell`) are told too, in the same
+    `task`: a task was just enqueued; the brokers' idle waits (`TaskRequestWait`) are told too, in the same
     statement. Inside a transaction the notifications are delivered when it commits, never before.
     """
     if connection.vendor != "postgresql":
@@ -337,10 +337,10 @@ def registered_watches() -> list[WatchSpec]:
 
 
 # Watched kinds that a task in this process is claiming itself: name -> time.monotonic() it says so until.
-_covered: dict[str, float] = {}
+_paused: dict[str, float] = {}
 
 
-def cover(name: str, seconds: float) -> None:
+def pause_watch(name: str, seconds: float) -> None:
     """Say that a task in this process claims the due work of the watched kind `name` as fast as it has
     room, for the next `seconds`: it has a backlog, so it will take every due row, lapsed leases included.
 
@@ -350,12 +350,12 @@ def cover(name: str, seconds: float) -> None:
     claim that finds more due than it took; when it stops, the kind is looked at again within `seconds`.
     Other processes' watchers are not told: they go on looking, and asking for helpers.
     """
-    _covered[name] = time.monotonic() + seconds
+    _paused[name] = time.monotonic() + seconds
 
 
-def _covered_for(name: str) -> float:
-    """Seconds `name` stays covered by a task in this process (0 or less: not covered)."""
-    return _covered.get(name, 0.0) - time.monotonic()
+def _paused_for(name: str) -> float:
+    """Seconds the watch of `name` stays paused in this process (0 or less: not paused)."""
+    return _paused.get(name, 0.0) - time.monotonic()
 
 
 # --- where the watcher hears notifications ------------------------------------------------------------
@@ -464,7 +464,7 @@ def listen_report(max_age: float = 3600.0) -> dict[str, Any]:
     return {"listening": recent.filter(mode="listen").count(), "polling": len(polling), "polling_watchers": polling}
 
 
-class RequestBell:
+class TaskRequestWait:
     """Sleep until a task is requested (a NOTIFY on `weave_tasks`), at most a given time: a broker's idle wait.
 
     django-q2's ORM broker polls for new tasks; in between it sleeps `poll` seconds, and the first drain
@@ -475,7 +475,7 @@ class RequestBell:
     a request just before the LISTEN was not heard. Arrivals (covered requests) and due-time changes go
     to `weave_wake` and ring nothing here.
     On SQLite, or when the connection fails, it sleeps the whole time. A LISTEN that does not hear its
-    own probe (a transaction pooler) is closed at once, never left on a pooled session, and the bell
+    own probe (a transaction pooler) is closed at once, never left on a pooled session, and the wait
     only sleeps from then on: the broker polls as before.
     """
 
@@ -500,7 +500,7 @@ class RequestBell:
             if any(True for _ in self._raw.notifies(timeout=seconds, stop_after=1)):
                 return True
         except Exception:  # the broker's own queries report a database outage; here, sleep and reopen
-            logger.debug("the request bell's LISTEN failed; sleeping instead", exc_info=True)
+            logger.debug("the task-request wait's LISTEN failed; sleeping instead", exc_info=True)
             self.close()
             time.sleep(max(0.0, deadline - time.monotonic()))
         return False
@@ -511,7 +511,7 @@ class RequestBell:
             try:
                 raw.close()
             except Exception:
-                logger.debug("closing the request bell's LISTEN connection failed", exc_info=True)
+                logger.debug("closing the task-request wait's LISTEN connection failed", exc_info=True)
 
 
 # --- the watcher thread --------------------------------------------------------------------------------
@@ -586,11 +586,11 @@ class Watcher:
 
     def _look(self, spec: WatchSpec, sleep: float, *, timer_expired: bool, grace: float) -> float:
         """One kind's part of a round: wake it if it is due and nobody is on it; return the shorter sleep."""
-        covered = _covered_for(spec.name)
-        if covered > 0:
-            # A task here is on it (`cover`): no look, and the grace starts afresh when the cover ends.
+        paused = _paused_for(spec.name)
+        if paused > 0:
+            # A task here is on it (`pause_watch`): no look, and the grace starts afresh when the pause ends.
             self._overdue_seen.discard(spec.name)
-            return min(sleep, covered)
+            return min(sleep, paused)
         left = seconds_until(spec.next_due())
         if left is None:
             self._overdue_seen.discard(spec.name)

@@ -25,8 +25,7 @@ from notifications.backends.credentials import APNsProviderToken, shared, tls_co
 from notifications.backends.h2transport import H2Client
 from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request, json_body
 from notifications.backends.options import expired_before_sending, missing, short_key, ttl_to_send, unknown, unreadable
-from weave.retry import HttpClass, http_class
-from weave.sanitize import outside_text
+from weave.edge import HttpClass, http_class, outside_text
 
 OPTIONS = {"team_id", "key_id", "key_file", "topic", "host", "ca_file", "push_type", "token_lifetime"}
 # Request fields whose value differs per notification (kept out of HPACK's table, see H2Client).

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
 
-from weave.sanitize import SNIPPET, outside_text
+from weave.edge import SNIPPET, outside_text
 
 if TYPE_CHECKING:
     from notifications.backends.http import CappedResponse

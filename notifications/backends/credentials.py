@@ -28,8 +28,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from weave.retry import parse_retry_after
-from weave.sanitize import outside_text, safe_url
+from weave.edge import outside_text, parse_retry_after, safe_url
 
 FCM_SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
 

@@ -38,8 +38,7 @@ from notifications.backends.options import (
     unknown,
     unreadable,
 )
-from weave.retry import HttpClass, http_class
-from weave.sanitize import outside_text
+from weave.edge import HttpClass, http_class, outside_text
 
 FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 BAD_REQUEST_TYPE = "type.googleapis.com/google.rpc.BadRequest"

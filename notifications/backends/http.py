@@ -23,9 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import httpx
 
-from weave.http import BODY_CAP
-from weave.retry import parse_retry_after
-from weave.sanitize import outside_text, safe_url
+from weave.edge import BODY_CAP, outside_text, parse_retry_after, safe_url
 
 if TYPE_CHECKING:
     from notifications.backends.h2transport import H2Client

@@ -32,9 +32,8 @@ from notifications.backends.credentials import (
     shared,
     tls_context,
 )
+from weave.edge import HttpClass, http_class, outside_text, parse_retry_after, safe_url
 from weave.jobs import Fail
-from weave.retry import HttpClass, http_class, parse_retry_after
-from weave.sanitize import outside_text, safe_url
 
 IID_URL = "https://iid.googleapis.com"
 PATHS = {"subscribe": "/iid/v1:batchAdd", "unsubscribe": "/iid/v1:batchRemove"}

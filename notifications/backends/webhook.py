@@ -16,8 +16,7 @@ import httpx
 from notifications.backends import classify
 from notifications.backends.base import Outcome, PushBackend, PushMessage, SendResult
 from notifications.backends.http import CappedResponse, ExchangeFailed, capped_request, json_body
-from weave.retry import HttpClass, http_class
-from weave.sanitize import outside_text, safe_url
+from weave.edge import HttpClass, http_class, outside_text, safe_url
 
 
 class WebhookBackend(PushBackend):

@@ -54,7 +54,7 @@ from notifications.backends.options import (
     unreadable,
     web_push_topic,
 )
-from weave.retry import HttpClass, http_class
+from weave.edge import HttpClass, http_class
 
 OPTIONS = {"vapid_private_key_file", "vapid_subject", "ca_file"}
 # Request fields whose value differs per message (kept out of HPACK's table, see H2Client).

@@ -40,9 +40,9 @@ from notifications.devices import (
 )
 from notifications.models import DeliveryAttempt, Notification
 from notifications.signals import announce_notifications
+from weave.edge import outside_text
 from weave.events import log_event
 from weave.leases import Clock
-from weave.sanitize import outside_text
 
 DONE, FAILED_WITH = "done", "completer_error"
 # `last_used_at` is a hint for operators, not a lease: one write per this many seconds is plenty.

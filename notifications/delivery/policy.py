@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from notifications.backends import Outcome, SendResult
-from weave.retry import backoff_seconds
-from weave.sanitize import outside_text
+from weave.edge import outside_text
+from weave.jobs import backoff_seconds
 
 PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Hashable, Mapping
 from notifications.backends import Outcome, PushBackend, PushMessage, SendResult
 from notifications.delivery.inbox import Inbox
 from notifications.delivery.policy import safe_result
-from weave.sanitize import outside_text
+from weave.edge import outside_text
 
 # A backend gets its own timeout to classify a slow peer; past that plus this grace the worker gives
 # up on it (a buggy backend that ignores its deadline must not hold a slot, or the lease, forever).

@@ -52,9 +52,9 @@ from notifications.devices import Unsendable, unsendable
 from notifications.models import BreakerOpening, Notification
 from notifications.quiet import deferral_reason, quiet_until
 from weave.conf import weave_settings
+from weave.edge import outside_text
 from weave.events import log_event
 from weave.leases import BatchLease, Clock, default_clock, new_owner
-from weave.sanitize import outside_text
 
 __all__ = ["DeliveryReport", "Hooks", "Lingering", "PushWorker", "WorkerOptions", "deliver_batch", "drain"]
 
@@ -87,7 +87,7 @@ class Lingering:
     - `claimed()` runs when rows are claimed after the loop was idle (the task tells the watchers that
       rows are leased again, so they know when those leases would lapse);
     - `backlog()` runs after each claim that took a whole batch: more rows are due, and this loop claims
-      them as it has room (the task tells its own process's watcher, `weave.wake.cover`).
+      them as it has room (the task tells its own process's watcher, `weave.workers.pause_watch`).
     """
 
     seconds: float = 0.0  # real seconds to go on after the last claim that found rows (0: end when idle)

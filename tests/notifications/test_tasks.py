@@ -60,13 +60,13 @@ def test_drain__a_row_created_during_the_linger_goes_out_on_the_same_pipeline(pu
     assert set(Notification.objects.filter(pk__in=created).values_list("status", flat=True)) == {"delivered"}
 
 
-def test_drain__with_a_backlog_covers_its_kind_for_this_process_s_watcher(push_settings, fake, settings, monkeypatch):
-    """A drain whose claims take whole batches says so (`weave.wake.cover`): its own watcher then skips the
+def test_drain__with_a_backlog_pauses_this_process_s_watch_of_its_kind(push_settings, fake, settings, monkeypatch):
+    """A drain whose claims take whole batches says so (`weave.workers.pause_watch`): its own watcher then skips the
     aggregate over every pending row that found the kind overdue each round; with less than a batch it does not."""
-    from weave import wake
+    from weave import workers
 
     covers: list[tuple[str, float]] = []
-    monkeypatch.setattr(wake, "cover", lambda name, seconds: covers.append((name, seconds)))
+    monkeypatch.setattr(workers, "pause_watch", lambda name, seconds: covers.append((name, seconds)))
     settings.WEAVE = {**settings.WEAVE, "PUSH_BATCH_SIZE": 5, "WAKE_LINGER": 0, "WAKE_POLL_MAX": 0.7}
     NotificationFactory.create_batch(3)
     Notification.objects.update(next_attempt_at=DatabaseClock().now())

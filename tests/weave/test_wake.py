@@ -213,33 +213,33 @@ class CountingSpec(Spec):
 
 
 @pytest.fixture
-def uncovered():
-    wake._covered.clear()
+def no_paused_watch():
+    wake._paused.clear()
     yield
-    wake._covered.clear()
+    wake._paused.clear()
 
 
-def test_watcher__a_kind_a_task_here_covers_is_not_looked_at_and_the_others_are(settings, uncovered):
+def test_watcher__a_kind_a_task_here_paused_is_not_looked_at_and_the_others_are(settings, no_paused_watch):
     settings.WEAVE = {"WAKE_GRACE": 0.2, "WAKE_POLL_MAX": 1.0, "WAKE_IDLE": 30.0}
     busy, other = CountingSpec(), CountingSpec()
     busy.due = other.due = in_seconds(-0.01)  # a backlog, and another kind's work that is due too
     watcher = Watcher([busy.spec("busy"), other.spec("other")])
 
-    wake.cover("busy", 0.6)
+    wake.pause_watch("busy", 0.6)
     sleeps = [watcher.step(timer_expired=False) for _ in range(4)]  # rounds after notifications
 
     assert busy.looks == 0 and busy.wakes == 0  # no query, and no task asked for the busy cluster
     assert other.looks == 4 and other.wakes == 2  # the other kind is watched as before: grace, ask, grace, ask
-    assert all(0 < sleep <= 0.6 for sleep in sleeps)  # it looks again when the cover ends
+    assert all(0 < sleep <= 0.6 for sleep in sleeps)  # it looks again when the pause ends
 
 
-def test_watcher__when_the_cover_ends_the_kind_is_looked_at_with_a_grace_first(settings, uncovered):
+def test_watcher__when_the_pause_ends_the_kind_is_looked_at_with_a_grace_first(settings, no_paused_watch):
     settings.WEAVE = {"WAKE_GRACE": 0.2, "WAKE_POLL_MAX": 1.0}
     busy = CountingSpec()
     busy.due = in_seconds(-0.01)
     watcher = Watcher([busy.spec("busy")])
-    watcher.step(timer_expired=False)  # seen due once before the task said it covers it
-    wake.cover("busy", 0.05)
+    watcher.step(timer_expired=False)  # seen due once before the task paused its watch
+    wake.pause_watch("busy", 0.05)
     watcher.step(timer_expired=False)
     assert busy.looks == 1
 
@@ -250,33 +250,33 @@ def test_watcher__when_the_cover_ends_the_kind_is_looked_at_with_a_grace_first(s
     assert (busy.looks, busy.wakes) == (3, 1)  # still due, nobody on it: a task is asked for
 
 
-def test_watcher__a_cover_is_this_process_s_own(settings, uncovered):
+def test_watcher__a_pause_is_this_process_s_own(settings, no_paused_watch):
     """Another process's watcher (here: one told nothing) looks, and asks for helpers, as before."""
     settings.WEAVE = {"WAKE_GRACE": 0.2}
     busy = CountingSpec()
     busy.due = in_seconds(-0.01)
-    wake.cover("busy", 5.0)
+    wake.pause_watch("busy", 5.0)
     elsewhere = Watcher([busy.spec("busy")])
-    wake._covered.clear()  # what the other process's module holds: no cover
+    wake._paused.clear()  # what the other process's module holds: no pause
 
     elsewhere.step(timer_expired=True)
 
     assert (busy.looks, busy.wakes) == (1, 1)
 
 
-def test_watcher__a_timer_round_looks_only_at_the_kinds_whose_time_came(settings, uncovered):
-    """A kind kept short (overdue, or covered) no longer costs the other kinds a query every round; each
+def test_watcher__a_timer_round_looks_only_at_the_kinds_whose_time_came(settings, no_paused_watch):
+    """A kind kept short (overdue, or paused) no longer costs the other kinds a query every round; each
     is still looked at when its own sleep runs out, and every kind after a notification."""
     settings.WEAVE = {"WAKE_GRACE": 0.05, "WAKE_POLL_MAX": 1.0, "WAKE_IDLE": 30.0}
     busy, quiet = CountingSpec(), CountingSpec()
     quiet.due = in_seconds(1.0)  # a retry due soon
-    wake.cover("busy", 0.05)
+    wake.pause_watch("busy", 0.05)
     watcher = Watcher([busy.spec("busy"), quiet.spec("quiet")])
     watcher.step(timer_expired=False)
     assert (busy.looks, quiet.looks) == (0, 1)
 
-    for _ in range(3):  # the cover's short timer rounds, renewed by the drain each time
-        wake.cover("busy", 0.05)
+    for _ in range(3):  # the pause's short timer rounds, renewed by the drain each time
+        wake.pause_watch("busy", 0.05)
         time.sleep(0.05)
         watcher.step(timer_expired=True)
     assert quiet.looks == 1  # its time (1 s) has not come: not queried again

@@ -243,13 +243,13 @@ def test_notification_create__with_an_unreachable_redis_stores_the_row_and_raise
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_request_bell__a_request_rings_the_brokers_idle_wait_and_a_covered_one_does_not():
-    bell = wake.RequestBell()
+def test_task_request_wait__a_request_wakes_the_brokers_idle_wait_and_a_covered_one_does_not():
+    request_wait = wake.TaskRequestWait()
     try:
-        assert bell.wait(30.0) is True  # just opened: look again first (a request before the LISTEN was missed)
+        assert request_wait.wait(30.0) is True  # just opened: look again first (a request before the LISTEN was missed)
         assert enqueue_drain() is True  # enqueued and announced while nobody waits: kept for the next wait
-        assert bell.wait(30.0) is True  # rung; the stock broker would sleep its whole poll
+        assert request_wait.wait(30.0) is True  # woken; the stock broker would sleep its whole poll
         assert enqueue_drain() is False  # coalesced: only an arrival for a lingering drain, no task to take
-        assert bell.wait(0.5) is False
+        assert request_wait.wait(0.5) is False
     finally:
-        bell.close()
+        request_wait.close()

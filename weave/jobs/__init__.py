@@ -5,12 +5,23 @@
 A built-in app registers its job type for the core's registries; a site's own job type (a model on
 `weave.models.JobModel` with a `handler` or `steps`) is also run by the core: claimed by the database
 clock, its writes guarded, its steps kept as receipts, its story told by `weave_explain`.
+
+An app that asks for its own django-q2 tasks (rather than a job per row) does so through
+`weave.workers`; `weave.jobs.queue` is the core's own side of it.
 """
 
 from weave.jobs.context import JobContext, claim
 from weave.jobs.declaration import JobType, Step, get, job_types, register, ttl_settings
 from weave.jobs.policy import Fail, RetryPolicy
-from weave.jobs.queue import enqueue_job, request, request_claimed, request_name, settled, started
+from weave.jobs.queue import enqueue_job
+
+# Not public (not in __all__): the core's own django-q2 task (`weave.tasks.worker`) still reaches its
+# request plumbing through this package. Import it from `weave.jobs.queue`; apps use `weave.workers`.
+from weave.jobs.queue import request as request
+from weave.jobs.queue import request_name as request_name
+from weave.jobs.queue import settled as settled
+from weave.jobs.queue import started as started
+from weave.retry import backoff_seconds
 
 __all__ = [
     "Fail",
@@ -18,15 +29,11 @@ __all__ = [
     "JobType",
     "RetryPolicy",
     "Step",
+    "backoff_seconds",
     "claim",
     "enqueue_job",
     "get",
     "job_types",
     "register",
-    "request",
-    "request_claimed",
-    "request_name",
-    "settled",
-    "started",
     "ttl_settings",
 ]

@@ -46,12 +46,12 @@ def _enqueuer(func: str, *args: Any, group: str, task_name: str | None) -> Calla
 def started(name: str, *, forget: bool = False) -> None:
     """The task of request `name` is running: free its slot (`forget`: delete a per-job row) and tell the watchers."""
     wake.task_started(name, forget=forget)
-    wake.announce()
+    wake.tell_watchers()
 
 
 def settled() -> None:
     """The task is done: due times changed, so the watchers recompute the earliest one."""
-    wake.announce()
+    wake.tell_watchers()
 
 
 # --- the core's own runner: one task per job ------------------------------------------------------------

@@ -11,6 +11,13 @@ from dataclasses import fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Generic, Self, TypeVar
 
+__all__ = [
+    "FakeHTTPServer",
+    "FakeHandler",
+    "FakeService",
+    "update_settings",
+]
+
 
 class FakeHTTPServer(ThreadingHTTPServer):
     daemon_threads = True  # a hanging handler must not keep the process alive

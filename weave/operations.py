@@ -1,0 +1,131 @@
+"""The public API for what an app shows its operators: admin pages, console panels, timelines, retention.
+
+The core draws the dashboard, serves the metrics and runs `weave_explain`; an app builds its own
+pages from these pieces, and registers its panel, health findings and purges in `AppConfig.ready()`:
+
+- admin: `LeasedModelAdmin` (lease state by the database clock, the timeline on the change page),
+  `ReadOnlyAdminMixin`, `ActionsWhereTheyApply` with `ActionRule`, `OperatorLogMixin` and
+  `record_operator_action` (actions written to `LogEntry`), the list filters `LeaseStateFilter`,
+  `state_filter` and `within_filter`, and `JobAdminMixin` for a `weave.jobs` job type;
+- display: times with seconds and zone (`timestamp`, `timestamp_column`), links between rows
+  (`admin_link`, `admin_link_to`, `change_url`, `changelist_link`, `changelist_url`), states and
+  reasons (`state_word`, `state_column`, `reason_column`, `joined_reason`, `said_once`), and text
+  redacted on the way out (`shown`, `clipped`);
+- console: charts drawn on the server (`bar_chart`, `line_chart`, `table`, `stats`, `age`, `when`),
+  health findings for the dashboard's verdict (`register_health`, `Finding`, `FAILING`, `DEGRADED`),
+  bounded counts and samples (`planner_counts`, `minute_buckets`, `percentiles_by`, `db_now`,
+  `RunningCounts`, `seconds_since`) and the worker processes' reports (`workers`);
+- timelines: one job's story (`Timeline`, `OperatorEvent`, `add_operator_events`, `clock_time`,
+  `fences_accounted`, `holder`, `lateness`) and `explain_job` for a `weave.jobs` job type;
+- retention: `PurgeSpec` and `register_purge`, and `purged_totals` for a panel.
+"""
+
+from weave.admin import (
+    ActionRule,
+    ActionsWhereTheyApply,
+    ConsoleMedia,
+    LeasedModelAdmin,
+    LeaseStateFilter,
+    OperatorLogMixin,
+    ReadOnlyAdminMixin,
+    record_operator_action,
+    state_filter,
+    within_filter,
+)
+from weave.charts import age, bar_chart, line_chart, stats, table, when
+from weave.display import (
+    admin_link,
+    admin_link_to,
+    change_url,
+    changelist_link,
+    changelist_url,
+    clipped,
+    joined_reason,
+    reason_column,
+    said_once,
+    shown,
+    state_column,
+    state_word,
+    timestamp,
+    timestamp_column,
+)
+from weave.jobs.admin import JobAdminMixin
+from weave.jobs.explain import explain_job
+from weave.metrics import RunningCounts, seconds_since
+from weave.reports import workers
+from weave.retention import PurgeSpec, purged_totals, register_purge
+from weave.telemetry import (
+    DEGRADED,
+    FAILING,
+    Finding,
+    db_now,
+    minute_buckets,
+    percentiles_by,
+    planner_counts,
+    register_health,
+)
+from weave.timeline import (
+    OperatorEvent,
+    Timeline,
+    add_operator_events,
+    clock_time,
+    fences_accounted,
+    holder,
+    lateness,
+)
+
+__all__ = [
+    "DEGRADED",
+    "FAILING",
+    "ActionRule",
+    "ActionsWhereTheyApply",
+    "ConsoleMedia",
+    "Finding",
+    "JobAdminMixin",
+    "LeaseStateFilter",
+    "LeasedModelAdmin",
+    "OperatorEvent",
+    "OperatorLogMixin",
+    "PurgeSpec",
+    "ReadOnlyAdminMixin",
+    "RunningCounts",
+    "Timeline",
+    "add_operator_events",
+    "admin_link",
+    "admin_link_to",
+    "age",
+    "bar_chart",
+    "change_url",
+    "changelist_link",
+    "changelist_url",
+    "clipped",
+    "clock_time",
+    "db_now",
+    "explain_job",
+    "fences_accounted",
+    "holder",
+    "joined_reason",
+    "lateness",
+    "line_chart",
+    "minute_buckets",
+    "percentiles_by",
+    "planner_counts",
+    "purged_totals",
+    "reason_column",
+    "record_operator_action",
+    "register_health",
+    "register_purge",
+    "said_once",
+    "seconds_since",
+    "shown",
+    "state_column",
+    "state_filter",
+    "state_word",
+    "stats",
+    "table",
+    "timestamp",
+    "timestamp_column",
+    "when",
+    "within_filter",
+    "workers",
+]

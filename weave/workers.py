@@ -1,0 +1,50 @@
+"""The public API an app's own django-q2 tasks use: coalesced task requests and the watchers' hooks.
+
+A job type registered with `weave.jobs` needs none of this: the core asks for its tasks. An app that
+runs its own task (the push drain, which lingers for new rows; an onboarding attempt per run) asks for
+it here, once per request name whatever the broker:
+
+    request_task(request_name("myapp.drain"), "myapp.tasks.drain", group="myapp")
+
+and the task says when it starts (`request_started`) and when due times changed (`tell_watchers`).
+A task that lingers for new work keeps its request slot taken while it can take more
+(`keep_slot_taken`, then `free_slot` as it ends), hears new requests as they arrive (`on_arrival`,
+while `listen_state().mode == "listen"`), and pauses this process's watch of its kind while it works
+through a backlog (`pause_watch`). `settle_heap` and `is_cut_off` belong to the worker process itself.
+"""
+
+from weave.heap import settle as settle_heap
+from weave.jobs.queue import request as request_task
+from weave.jobs.queue import request_claimed as finish_claimed_request
+from weave.jobs.queue import request_name
+from weave.jobs.queue import started as request_started
+from weave.wake import (
+    ListenState,
+    SlotClaimSQL,
+    free_slot,
+    keep_slot_taken,
+    listen_state,
+    on_arrival,
+    pause_watch,
+    slot_claim_sql,
+    tell_watchers,
+)
+from weave.worker_db import is_cut_off
+
+__all__ = [
+    "ListenState",
+    "SlotClaimSQL",
+    "finish_claimed_request",
+    "free_slot",
+    "is_cut_off",
+    "keep_slot_taken",
+    "listen_state",
+    "on_arrival",
+    "pause_watch",
+    "request_name",
+    "request_started",
+    "request_task",
+    "settle_heap",
+    "slot_claim_sql",
+    "tell_watchers",
+]
