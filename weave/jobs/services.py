@@ -15,6 +15,8 @@ from weave.jobs.declaration import get
 from weave.leases import Clock, LeaseBusy, NotClaimable, default_clock
 from weave.models import JobState
 
+__all__ = ["ActionReport", "job_cancel", "job_retry", "job_start"]
+
 
 @dataclass
 class ActionReport:
