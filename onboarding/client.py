@@ -149,46 +149,13 @@ class SupplierServices:
                     raise TemporaryFailure(
                         f"{path}: attempt budget spent while retrying; last error: {problem}", retry_after=asked
                     )
-            # The shared policy (weave.retry): exponential with jitter, capped like a Retry-After.
+            # The shared policy: exponential with jitter, capped like a Retry-After.
             delay = backoff_seconds(attempt + 1, base=self.backoff, cap=self.retry_after_max)
-            asked = None
-            try:
-                answer = self._send(path, payload, key)
-            except httpx.TimeoutException as exc:
-                # The service may have done the work; the same key on the retry makes that safe.
-                problem = f"timed out: no complete answer within {self.timeout:g} s ({type(exc).__name__})"
-            except httpx.HTTPError as exc:
-                problem = f"connection failed ({type(exc).__name__}: {self._outside(str(exc))})"
-            else:
-                kind = http_class(answer.status)
-                if kind is HttpClass.SUCCESS or answer.status == 422:
-                    body, why = answer.json_object()
-                    if body is not None:
-                        return answer.status, body
-                    # A maintenance page or a broken answer: the service's trouble, not the supplier's.
-                    problem = f"HTTP {answer.status} with {why}: {answer.snippet(self.secrets)}"
-                elif kind is HttpClass.REDIRECT:
-                    location = answer.headers.get("Location") or "(no Location header)"
-                    raise TemporaryFailure(
-                        f"{path} answered HTTP {answer.status} redirecting to "
-                        f"{self._outside(safe_url(location))}: redirects are not followed; "
-                        f"check WEAVE SUPPLIER_API_URL ({self.shown_url})."
-                    )
-                elif kind is HttpClass.AUTH:
-                    raise TemporaryFailure(
-                        f"{path} refused our credentials (HTTP {answer.status}): "
-                        f"{answer.snippet(self.secrets)}; check the supplier-services configuration."
-                    )
-                elif kind is HttpClass.CLIENT:
-                    raise PermanentFailure(
-                        f"{path} refused the request: HTTP {answer.status} {answer.snippet(self.secrets)}"
-                    )
-                else:  # 5xx, 429, 408, or a status no HTTP service sends
-                    problem = f"HTTP {answer.status}"
-                    asked = parse_retry_after(answer.headers.get("Retry-After"), answer.headers.get("Date"))
-                    if asked is not None:
-                        asked = min(asked, self.retry_after_max)
-                        delay = max(delay, asked)
+            result, problem, asked = self._try_once(path, payload, key)
+            if result is not None:
+                return result
+            if asked is not None:
+                delay = max(delay, asked)
             log_event(
                 logger,
                 "retry",
@@ -201,6 +168,46 @@ class SupplierServices:
             if attempt < self.retries:
                 self._pause.wait(delay)
         raise TemporaryFailure(f"{path}: {problem} after {self.retries + 1} tries", retry_after=asked)
+
+    def _try_once(
+        self, path: str, payload: dict[str, Any], key: str
+    ) -> tuple[tuple[int, dict[str, Any]] | None, str, float | None]:
+        """One exchange: (answer, "", None) for an answer the caller reads, or (None, problem, Retry-After)
+        for a temporary failure worth retrying; raises for the failures a retry cannot help."""
+        try:
+            answer = self._send(path, payload, key)
+        except httpx.TimeoutException as exc:
+            # The service may have done the work; the same key on the retry makes that safe.
+            return None, f"timed out: no complete answer within {self.timeout:g} s ({type(exc).__name__})", None
+        except httpx.HTTPError as exc:
+            return None, f"connection failed ({type(exc).__name__}: {self._outside(str(exc))})", None
+        return self._judge(path, answer)
+
+    def _judge(self, path: str, answer: _Answer) -> tuple[tuple[int, dict[str, Any]] | None, str, float | None]:
+        kind = http_class(answer.status)
+        if kind is HttpClass.SUCCESS or answer.status == 422:
+            body, why = answer.json_object()
+            if body is not None:
+                return (answer.status, body), "", None
+            # A maintenance page or a broken answer: the service's trouble, not the supplier's.
+            return None, f"HTTP {answer.status} with {why}: {answer.snippet(self.secrets)}", None
+        if kind is HttpClass.REDIRECT:
+            location = answer.headers.get("Location") or "(no Location header)"
+            raise TemporaryFailure(
+                f"{path} answered HTTP {answer.status} redirecting to "
+                f"{self._outside(safe_url(location))}: redirects are not followed; "
+                f"check WEAVE SUPPLIER_API_URL ({self.shown_url})."
+            )
+        if kind is HttpClass.AUTH:
+            raise TemporaryFailure(
+                f"{path} refused our credentials (HTTP {answer.status}): "
+                f"{answer.snippet(self.secrets)}; check the supplier-services configuration."
+            )
+        if kind is HttpClass.CLIENT:
+            raise PermanentFailure(f"{path} refused the request: HTTP {answer.status} {answer.snippet(self.secrets)}")
+        # 5xx, 429, 408, or a status no HTTP service sends
+        asked = parse_retry_after(answer.headers.get("Retry-After"), answer.headers.get("Date"))
+        return None, f"HTTP {answer.status}", None if asked is None else min(asked, self.retry_after_max)
 
     def _send(self, path: str, payload: dict[str, Any], key: str) -> _Answer:
         """One request under one deadline; read at most `BODY_CAP` bytes of the body."""

@@ -134,7 +134,7 @@ class Claim:
     def cut_off(self, cut: DatabaseError, where: str, *, stage: str) -> None:
         """End our own attempt honestly after the database link failed mid-attempt, and write nothing else.
 
-        Runs on a fresh connection once the database answers again (issue 17: a partition, a server-side
+        Runs on a fresh connection once the database answers again (after a partition, or a server-side
         session timeout). What landed is read back, never assumed: the attempt row, the step's receipt at
         our fence, an ending that committed with its write. A lease still ours is given back.
         """
@@ -148,31 +148,13 @@ class Claim:
             reason=_first_line(cut),
         )
         connection.close()  # the broken one; the next query opens a fresh connection
-        opened = self.attempt_id is not None and RunAttempt.objects.filter(pk=self.attempt_id).exists()
-        if not opened:
+        attempt_id = self.attempt_id
+        opened = attempt_id is not None and RunAttempt.objects.filter(pk=attempt_id).exists()
+        if attempt_id is None or not opened:
             self.attempt_id = None  # the transaction that opened our attempt never landed: write a new one
-        if self.attempt_id is not None:
-            # An ending (completed, released, failed) commits with the write it ends: if that COMMIT landed
-            # and only its reply was lost, our attempt already says how it ended. Leave it as it is.
-            ended = (
-                RunAttempt.objects.filter(pk=self.attempt_id)
-                .exclude(outcome__in=[Outcome.RUNNING, Outcome.CRASHED])
-                .values_list("outcome", "reason")
-                .first()
-            )
-            if ended is not None:
-                self.outcome, self.reason = ended
-                return
-        if stage == "claim":
-            saved = opened
-        else:
-            saved = StepReceipt.objects.filter(run_id=self.run_id, step=stage, fence=self.lease.fence).exists()
-        what = "start" if stage == "claim" else f"save of {stage}"
-        landed = (
-            f"its {what} had landed before the link failed"
-            if saved
-            else "the open transaction was aborted by the server and nothing of it landed"
-        )
+        elif self._ending_landed(attempt_id):
+            return
+        landed = self._what_landed(stage, opened=opened)
         reason = f"Cut off from the database {where} ({_first_line(cut)}); {landed}."
         row = OnboardingRun.objects.filter(pk=self.run_id).values("owner", "fence", "status").first()
         if row and self.job.still_held():
@@ -199,6 +181,37 @@ class Claim:
         else:
             reason = f"{reason} Our lease ran out meanwhile."
         self.end(Outcome.BLOCKED, reason)
+
+    def _ending_landed(self, attempt_id: int) -> bool:
+        """Whether our attempt already says how it ended, and take its outcome and reason if so.
+
+        An ending (completed, released, failed) commits with the write it ends: if that COMMIT landed and
+        only its reply was lost, our attempt is left as it is."""
+        ended = (
+            RunAttempt.objects.filter(pk=attempt_id)
+            .exclude(outcome__in=[Outcome.RUNNING, Outcome.CRASHED])
+            .values_list("outcome", "reason")
+            .first()
+        )
+        if ended is None:
+            return False
+        self.outcome, self.reason = ended
+        return True
+
+    def _what_landed(self, stage: str, *, opened: bool) -> str:
+        """Say whether the claim (`stage` "claim") or the step's save reached the database, read back."""
+        if stage == "claim":
+            return (
+                "its start had landed before the link failed"
+                if opened
+                else "the open transaction was aborted by the server and nothing of it landed"
+            )
+        saved = StepReceipt.objects.filter(run_id=self.run_id, step=stage, fence=self.lease.fence).exists()
+        return (
+            f"its save of {stage} had landed before the link failed"
+            if saved
+            else "the open transaction was aborted by the server and nothing of it landed"
+        )
 
 
 def _mark_crashed(run_id: Any, lease: Lease, clock: Clock) -> None:

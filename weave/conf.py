@@ -101,22 +101,27 @@ class Key(Generic[T]):
         """Say what is wrong with `value` for this key, or None if it is allowed."""
         if value is None:
             return None if self.optional else f"must be {self.expected()}, not None"
-        if self.kind is dict:
-            return None if isinstance(value, Mapping) else f"must be {self.expected()}, not {type(value).__name__}"
-        if self.kind in (str, bool):
-            fits = isinstance(value, self.kind)
-            return None if fits else f"must be {self.expected()}, not {type(value).__name__}"
-        if self.kind is tuple:
-            strings = isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value)
-            return None if strings else f"must be {self.expected()}, not {type(value).__name__}"
-        numeric = (int, float) if self.kind is float else (int,)
-        if isinstance(value, bool) or not isinstance(value, numeric):
+        if not self._of_kind(value):
             return f"must be {self.expected()}, not {type(value).__name__}"
+        if self.kind in (float, int) and isinstance(value, (int, float)):
+            return self._range_problem(value)
+        return None
+
+    def _of_kind(self, value: object) -> bool:
+        if self.kind is dict:
+            return isinstance(value, Mapping)
+        if self.kind in (str, bool):
+            return isinstance(value, self.kind)
+        if self.kind is tuple:
+            return isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value)
+        numeric = (int, float) if self.kind is float else (int,)
+        return isinstance(value, numeric) and not isinstance(value, bool)  # True is an int, never a count
+
+    def _range_problem(self, value: float) -> str | None:
         if not math.isfinite(value):
             return f"must be {self.expected()}, not {value!r}"
-        if self.minimum is not None and value < self.minimum:
-            return f"must be {self.expected()}"
-        if self.above is not None and value <= self.above:
+        too_low = self.minimum is not None and value < self.minimum
+        if too_low or (self.above is not None and value <= self.above):
             return f"must be {self.expected()}"
         return None
 

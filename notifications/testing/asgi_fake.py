@@ -79,33 +79,18 @@ class AsgiApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await _lifespan(receive, send)
         if scope["type"] != "http":
             return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size <= MAX_BODY:
-                chunks.append(chunk)
-            if not message.get("more_body"):
-                break
+        body = await _read_body(receive)
+        if body is None:
+            return
         request = Request(
             method=scope["method"],
             path=scope["path"],
             query=scope.get("query_string", b"").decode("latin-1"),
             headers={k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]},
-            body=b"".join(chunks),
+            body=body,
             http_version=scope.get("http_version", "1.1"),
             client=":".join(str(part) for part in (scope.get("client") or ("", 0))),
         )
@@ -117,6 +102,32 @@ class AsgiApp:
             await _stream(response, send)
         else:
             await send({"type": "http.response.body", "body": response.body})
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    """The request's body, kept up to MAX_BODY bytes (the rest read and dropped); None if the client left."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size <= MAX_BODY:
+            chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
 
 
 async def _stream(response: Response, send: Send) -> None:

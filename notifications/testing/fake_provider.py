@@ -229,40 +229,27 @@ class _Handler(FakeHandler):
         self, config: FaultConfig, draw: float, key: str, auth: str, raw: bytes
     ) -> tuple[int, dict[str, str], bytes, str]:
         """Return (status, headers, body, after) for one push; `after` is "", "hang" or "drop"."""
-        if config.token is not None and auth != f"Bearer {config.token}":
-            return 401, {}, _dumps({"error": "invalid credentials"}), ""
-        if not key:
-            return 400, {}, _dumps({"error": "Idempotency-Key header is required"}), ""
-        try:
-            message = json.loads(raw)
-            to = message["to"]
-        except (ValueError, KeyError, TypeError):
-            return 400, {}, _dumps({"error": "body must be a JSON object with 'to'"}), ""
+        refused, to = _refusal(config, key, auth, raw)
+        if refused is not None:
+            return refused
         if config.redirect_to:
             body = self._hostile_body(config, b"moved")
             return config.redirect_status, {"Location": config.redirect_to}, body, ""
         if config.force_status is not None and not 200 <= config.force_status < 300:
             body = self._hostile_body(config, _dumps({"error": f"forced {config.force_status}"}))
             return config.force_status, self._unavailable_headers(config, config.force_status), body, ""
-        edge = config.rate_429
-        if draw < edge:
+        fault = _drawn_fault(config, draw)
+        if fault == "429":
             return 429, {"Retry-After": _retry_after(config.retry_after)}, _dumps({"error": "slow down"}), ""
-        edge += config.rate_5xx
-        if draw < edge or self._fails_first_try(config, key):
+        if fault == "5xx" or self._fails_first_try(config, key):
             headers = self._unavailable_headers(config, config.status_5xx)
             return config.status_5xx, headers, _dumps({"error": "provider trouble"}), ""
-        edge += config.rate_hang_before
-        if draw < edge:
+        if fault == "hang before":
             time.sleep(config.hang_seconds)  # long past the client's timeout; nothing was delivered
             return 503, {}, _dumps({"error": "hung before delivering"}), "hang before"
-        edge += config.rate_drop_before
-        if draw < edge:
+        if fault == "drop before":
             return 0, {}, b"", "drop before"
-        edge += config.rate_hang
-        after = "hang" if draw < edge else ""
-        edge += config.rate_drop
-        if not after and draw < edge:
-            after = "drop"
+        after = fault  # "hang", "drop" (after delivering) or ""
         message_id, duplicate = self._deliver(key, to)
         if config.malformed:
             return 200, {}, b"<html>ok</html>", after
@@ -457,3 +444,38 @@ class FakePushProvider(FakeService[_Server]):
             state.config.update(faults)
             if "seed" in faults:
                 state.random = random.Random(state.config.seed)
+
+
+def _refusal(
+    config: FaultConfig, key: str, auth: str, raw: bytes
+) -> tuple[tuple[int, dict[str, str], bytes, str] | None, Any]:
+    """(the 401 or 400 answer, None) for a request a real provider refuses; (None, its `to`) otherwise."""
+    if config.token is not None and auth != f"Bearer {config.token}":
+        return (401, {}, _dumps({"error": "invalid credentials"}), ""), None
+    if not key:
+        return (400, {}, _dumps({"error": "Idempotency-Key header is required"}), ""), None
+    try:
+        return None, json.loads(raw)["to"]
+    except (ValueError, KeyError, TypeError):
+        return (400, {}, _dumps({"error": "body must be a JSON object with 'to'"}), ""), None
+
+
+_FAULTS = ("429", "5xx", "hang before", "drop before", "hang", "drop")
+
+
+def _drawn_fault(config: FaultConfig, draw: float) -> str:
+    """The fault a draw in [0, 1) falls on, the rates stacked in the order of `_FAULTS`; "" for none."""
+    rates = (
+        config.rate_429,
+        config.rate_5xx,
+        config.rate_hang_before,
+        config.rate_drop_before,
+        config.rate_hang,
+        config.rate_drop,
+    )
+    edge = 0.0
+    for fault, rate in zip(_FAULTS, rates, strict=True):
+        edge += rate
+        if draw < edge:
+            return fault
+    return ""

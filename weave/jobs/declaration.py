@@ -108,27 +108,25 @@ class JobType:
 
     def problems(self) -> list[str]:
         """Say what in this declaration cannot work (a setting nobody declared, a watch half given)."""
-        found = []
-        for what in ("ttl_setting", "timeout_setting"):
-            name = getattr(self, what)
-            if name is not None and name not in KEYS:
-                found.append(f"{what} {name!r} is not a declared WEAVE key")
-        if (self.next_due is None) != (self.wake is None):
-            found.append("next_due and wake go together (the watcher needs both)")
-        if self.latency is not None and (self.ttl_setting is None or not self.latency_group):
-            found.append("latency needs ttl_setting and latency_group (the TTL advice compares them)")
-        if self.panel is not None and not self.panel_title:
-            found.append("panel needs panel_title")
-        if self.handler is not None and self.steps:
-            found.append("give a handler or steps, not both")
-        if self.result_field and self.handler is None:
-            found.append("result_field goes with a handler")
-        if self.ttl is not None and self.ttl <= 0:
-            found.append("ttl must be above 0 seconds")
+        found = [
+            f"{what} {name!r} is not a declared WEAVE key"
+            for what in ("ttl_setting", "timeout_setting")
+            if (name := getattr(self, what)) is not None and name not in KEYS
+        ]
         names = [step.name for step in self.steps]
-        if len(set(names)) != len(names):
-            found.append("step names must be unique (receipts are kept per step)")
-        return found
+        broken_rules = (
+            ((self.next_due is None) != (self.wake is None), "next_due and wake go together (the watcher needs both)"),
+            (
+                self.latency is not None and (self.ttl_setting is None or not self.latency_group),
+                "latency needs ttl_setting and latency_group (the TTL advice compares them)",
+            ),
+            (self.panel is not None and not self.panel_title, "panel needs panel_title"),
+            (self.handler is not None and bool(self.steps), "give a handler or steps, not both"),
+            (bool(self.result_field) and self.handler is None, "result_field goes with a handler"),
+            (self.ttl is not None and self.ttl <= 0, "ttl must be above 0 seconds"),
+            (len(set(names)) != len(names), "step names must be unique (receipts are kept per step)"),
+        )
+        return found + [message for broken, message in broken_rules if broken]
 
 
 _registry: dict[str, JobType] = {}
