@@ -1,8 +1,8 @@
 """The INSERT of one new notification on PostgreSQL, its text made once per process.
 
 Every push that goes through `notification_create` is one INSERT. Building and compiling it through the
-ORM (an `InsertQuery`, its compiler, the placeholders of twenty columns) cost about a third of this
-process's time per push, and the text is the same every time for a given database alias and a given
+ORM (an `InsertQuery`, its compiler, the placeholders of twenty columns) is more work in the caller's
+process than the rest of the hand-over, and the text is the same every time for a given database alias and a given
 shape of the clock expressions. So the text is made once, from the same backend operations the ORM's
 compiler uses (`bulk_insert_sql`, `return_insert_columns`), and each value is adapted the way the
 compiler adapts it: the field's `pre_save(add=True)` (the creation time), then `get_db_prep_save`
@@ -74,8 +74,7 @@ _PREPARERS: "weakref.WeakKeyDictionary[Any, tuple[Preparer, ...]]" = weakref.Wea
 def preparers(connection: Any) -> tuple[Preparer, ...]:
     """Each of `fields()`'s `get_db_prep_save` on `connection` (`weave.leases.prepare`), in that order.
 
-    Looked up once per push, not once per column: twenty lookups a row were a tenth of the INSERT's
-    adaptation time."""
+    Made once per connection and looked up once per push, not once per column."""
     made = _PREPARERS.get(connection)
     if made is None:
         made = _PREPARERS[connection] = tuple(preparer(field, connection) for field in fields())

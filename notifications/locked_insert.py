@@ -53,7 +53,7 @@ def _array_type(field: Any, connection: Any) -> str:
 
 
 # Up to this many rows go as one VALUES list of plain parameters instead of arrays: psycopg finds each
-# list's element type and array dimensions in Python, which cost more than the statement's round trip for
+# list's element type and array dimensions in Python, more work than the statement itself for
 # the common send (one user, a few devices), while a plain parameter is dumped in C.
 FEW_ROWS = 8
 
@@ -75,7 +75,7 @@ def _locked_sql(db: str, few: int | None) -> str:
     With the devices as plain parameters, PostgreSQL plans the prepared statement once per connection.
     For a parameter compared with `= ANY(...)` it estimates an array of several elements in the plan it
     would keep, finds the plan made for each run's own values cheaper, and so planned the statement
-    again on every run: for a send to one user that was most of the server's CPU (docs/performance.md)."""
+    again on every run; planning then outweighs running the statement for a send to one user."""
     connection = connections[db]
     qn = connection.ops.quote_name
     device = Device._meta

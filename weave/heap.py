@@ -2,9 +2,8 @@
 
 A django-q2 worker imports Django, the site, the apps and their libraries before its first task: a few
 hundred thousand objects that live as long as the process. CPython's full collection (generation 2)
-walks every one of them while holding the GIL, so every thread of the process stops meanwhile. In a
-push drain at low load one such collection took about 100 ms every few seconds, which was the p99 of
-created -> delivered by itself.
+walks every one of them while holding the GIL, so every thread of the process stops meanwhile: a push
+drain's sends wait for it, and at low load such pauses set the tail of created -> delivered.
 
 `settle()` collects once and then freezes what is left (`gc.freeze()`): those objects move to a
 permanent generation that later collections skip. What tasks allocate afterwards is collected as

@@ -175,8 +175,8 @@ def slot_claim_sql(name: str, *, hold: float | None = None, alias: str = "won", 
 
 @functools.cache
 def _slot_claim_text(alias: str, only_if: str) -> tuple[str, str]:
-    # Made once per process: the hand-over asks for it on every push, and building it (the table's quoted
-    # name through the connection proxy, two formats) was about two thirds of the claim's Python.
+    # Made once per process: the hand-over asks for it on every push, and the text never changes (the
+    # table's quoted name through the connection proxy, two formats).
     from weave.models import WakeRequest
 
     table = connection.ops.quote_name(WakeRequest._meta.db_table)

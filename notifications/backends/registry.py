@@ -40,7 +40,7 @@ def backend_configs() -> dict[str, dict[str, Any]]:
 
 def backend_path(alias: str) -> Any:
     """The BACKEND `backend_configs()` gives `alias` (None: not configured), without copying every alias's
-    OPTIONS: the hand-over asks this on every push, and the full copy was a fifth of its validation.
+    OPTIONS: the hand-over asks this on every push, and needs nothing else of the configuration.
     Any: the site's value as written, a dotted path once the checks pass."""
     configured = weave_settings.PUSH_BACKENDS or {}
     if isinstance(configured, Mapping):

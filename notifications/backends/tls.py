@@ -1,7 +1,7 @@
 """TLS client contexts, made once per process for each trust setting and use.
 
-Making a context loads the whole trust store (certifi's bundle, or SSL_CERT_FILE / SSL_CERT_DIR):
-about 30 ms of CPU here. A drain builds its backends afresh, and each HTTP client made its own
+Making a context loads and parses the whole trust store (certifi's bundle, or SSL_CERT_FILE /
+SSL_CERT_DIR). A drain builds its backends afresh, and each HTTP client made its own
 context at its first connection (Web Push's fallback pool two more at its construction), so every
 new drain paid that again before its first push. A context holds no connection state, and CPython
 changes and reads one only while holding the interpreter lock, so drains on other threads may share it.

@@ -1,7 +1,7 @@
 """Write a group's attempt receipts with ONE multi-row INSERT, through the lease core's receipt writer.
 
 `bulk_create` builds a model instance per row and compiles every value through the ORM; for a group
-of receipts that cost more CPU than the statement took to run. `weave.leases.insert_receipts` writes
+of receipts that is more work than the statement is for the database. `weave.leases.insert_receipts` writes
 plain rows, with the clock's "now" as an expression the database evaluates.
 """
 

@@ -483,8 +483,7 @@ class _Pump:
                 # Its backend's window is full: it waits for that backend's next answer, while rows for
                 # other backends go on starting. It is judged (lease, expiry, device, quiet hours,
                 # breaker) only once a slot is free: every answer brings a backend's waiting rows back to
-                # the front, and judging each again at every answer cost the webhook at a 50 ms provider
-                # about a tenth of its worker's CPU.
+                # the front, and judging each again at every answer would repeat that work for nothing.
                 self.full.setdefault(alias, deque()).append(self.waiting.popleft())
                 continue
             if self._check_stop():

@@ -2,8 +2,8 @@
 
 Django's psycopg 3 backend binds on the client unless OPTIONS["server_side_binding"] is set: psycopg
 turns every parameter into SQL literal text in Python before the statement goes out. For the lease
-core's group statements, whose parameters are arrays of a whole group's values, that quoting was a
-large share of a drain's completer CPU (docs/performance.md). Sent apart, and lists in PostgreSQL's
+core's group statements, whose parameters are arrays of a whole group's values, that quoting is the
+bulk of the completer's own work. Sent apart, and lists in PostgreSQL's
 binary array format, each element is converted by psycopg's C dumpers and nothing is quoted.
 
 Only statements whose every parameter the SQL casts to its type (or that the lease core built itself:
@@ -18,8 +18,8 @@ Named prepared statements:
   round trip only, which any pooler passes.
 - `prepared=True` asks for one, at once, for a statement whose text is made once per process and that
   runs on every call of a hot path (the hand-over's INSERT): PostgreSQL then parses and plans it once
-  per connection instead of on every run, which was about 0.3 ms of a 0.75 ms statement. It is made
-  only where the site allows prepared statements: Django switches them off on every connection, to
+  per connection instead of on every run (for a short statement, planning is a large part of its time).
+  It is made only where the site allows prepared statements: Django switches them off on every connection, to
   keep poolers working, unless `OPTIONS` sets psycopg's `prepare_threshold` (to any number: Django's
   own client-side cursors never prepare, so that setting reaches only statements like these). Even
   then, not on a database whose settings say it is behind a transaction pooler
@@ -85,8 +85,8 @@ def _taken(connection: BaseDatabaseWrapper, factory: Any, text: str | None) -> A
 
     A new psycopg cursor copies the connection's adapters to register its own, and psycopg looks up a
     dumper for every parameter's type on each statement a cursor runs that is not the one it ran last
-    (the same string object). Together with the cursor's own set-up, that was about a fifth of the
-    instructions of a hand-over call in the caller's process (docs/performance.md). A kept cursor pays
+    (the same string object). Together with the cursor's own set-up, that is a large part of a short
+    statement's work in the caller's process. A kept cursor pays
     the first once per connection, and one kept for a single text the second too. A statement run
     while the kept cursor is in use (one inside another's `with`) gets a cursor of its own, closed after
     it, as before. The kept cursors read times in C only while the session's time zone is the one they
@@ -174,8 +174,8 @@ def load_utc_times_in_c(connection: Any, cursor: Any) -> bool:
     """Read `cursor`'s timestamptz columns with psycopg's own loader where it gives what Django's does.
 
     Django's loader (psycopg_any.BaseTzLoader) subclasses psycopg's pure-Python one and replaces each
-    value's tzinfo with the connection's time zone: about 3.4 µs a value here, against 0.2 µs for
-    psycopg's C loader, and a claim returns several times a row. Where the connection's time zone is
+    value's tzinfo with the connection's time zone, in Python, where psycopg's C loader does the work
+    in C, and a claim returns several times a row. Where the connection's time zone is
     UTC and so is the session's (`TimeZone`, what the server converts times into before sending them),
     psycopg's loader returns the same datetimes in `datetime.timezone.utc`, the very tzinfo Django
     sets (tests/leases/test_time_loader.py compares the two). Elsewhere nothing changes: False.

@@ -1,8 +1,8 @@
 """SQL for the lease core's group statements: a finish of many rows at once, and a multi-row insert.
 
 Both exist as hand-written SQL because the ORM has no `UPDATE ... FROM (VALUES ...)`, and its
-`CASE`/`Q` form (or `bulk_create`) cost a worker more CPU to build and compile than the database
-spent running the statement.
+`CASE`/`Q` form (or `bulk_create`) is more work for a worker to build and compile than the
+statement is for the database.
 
 A group finish is described once, by a `FinishPlan` (the rows, which fields each writes, the guard),
 and rendered by one of two renderers:
@@ -160,7 +160,7 @@ class _Cells:
         self.query = UpdateQuery(model)
         self.compiler: SQLCompiler = self.query.get_compiler(using)
         # A group's rows share expressions (one "now" for all, a clock offset per retry delay):
-        # compiling each through the ORM cost more than the statement, so each is compiled once.
+        # compiling each through the ORM would outweigh the statement, so each is compiled once.
         self._compiled: dict[Any, Sql] = {}
         self._placeholders: dict[str, str] = {}
 

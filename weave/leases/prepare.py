@@ -1,10 +1,10 @@
 """A field's `get_db_prep_save`, made once per field for the values the lease core's group statements carry.
 
-A group statement's arrays hold every row's value of each column, and each value went through the
+A group statement's arrays hold every row's value of each column, and each value would go through the
 field's `get_db_prep_save`: four to six method calls (the Promise check, `to_python`, `int()`, the
-backend's adapter), 2 to 3 µs a value for an integer or a datetime, several times a push in a drain's
-completer. `preparer(field, connection)` returns a function doing only what those calls do to the
-common values, and hands every other value to `get_db_prep_save` itself:
+backend's adapter) for every integer or datetime, several times a push in a drain's completer.
+`preparer(field, connection)` returns a function doing only what those calls do to the common
+values, and hands every other value to `get_db_prep_save` itself:
 
 - a `str` on a `CharField` or `TextField` comes back as it is (`to_python` keeps any str, and a
   choices enum is a str);

@@ -228,8 +228,8 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
         connection = connections[self._write_db]
         statement = finish_sql(self.model, connection, self._write_db, rows, clock)
         pk_field = self.model._meta.pk
-        # Server-bound where the arrays form allows: quoting a group's arrays on the client was a
-        # large share of a completer's CPU (weave.leases.binding).
+        # Server-bound where the arrays form allows: no quoting of a group's arrays on the client
+        # (weave.leases.binding).
         with statement_cursor(connection, server_bound=statement.server_bound) as cursor:
             cursor.execute(statement.sql, statement.params)
             landed = cursor.fetchall()

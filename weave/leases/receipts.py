@@ -1,7 +1,7 @@
 """Write a group's receipts (attempt rows) in one statement, built without model instances.
 
 `bulk_create` builds a model instance per row and compiles every value through the ORM; for a group
-of receipts that cost a worker more CPU than the statement took to run. The columns and their
+of receipts that is more work for the worker than the statement is for the database. The columns and their
 conversions are still Django's (`get_db_prep_save`). A receipt's times come from the lease clock:
 pass `clock.now()` (or `clock.now(offset)`) as a value, and the database's clock (or a FakeClock's
 literal) fills it in when the statement runs.

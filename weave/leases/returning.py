@@ -6,8 +6,8 @@ fence, and reading them back afterwards by owner name would trust the name. Post
 
 Compiled once and kept (`ClaimStatement`): a worker claims with the same owner, lease length, limit
 and fields every time, and with the database clock its statement's text and parameters never change.
-Compiling that queryset again for every claim cost the worker's thread more CPU (about 1.5 ms on a
-small host) than the database spent running it, on the thread that starts every send.
+Compiling that queryset again for every claim would cost the worker's thread more than the database
+spends running it, on the thread that starts every send.
 """
 
 from collections.abc import Callable, Mapping, Sequence
