@@ -7,11 +7,11 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 from django_q.models import OrmQ
-from django_tasks import TaskResultStatus
 
 from tests.jobs.shipping.background import add
 from weave.leases import FakeClock
 from weave.models import TaskRow
+from weave.tasks.compat import TaskResultStatus
 
 pytestmark = pytest.mark.django_db
 
