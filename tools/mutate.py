@@ -18,6 +18,10 @@ fails the run.
     python -m tools.mutate                 # every mutation, on SQLite and PostgreSQL
     python -m tools.mutate --list          # what would run
     python -m tools.mutate --only sanitize-bare-bearer --database sqlite
+    python -m tools.mutate --changed 624d725  # only the mutations of files changed since that commit
+
+`--changed REV` keeps the mutations whose file, or one of whose test files, differs between REV and
+the working tree (committed or not): a change is checked against the promises it could break.
 """
 
 import argparse
@@ -192,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", default=[], help="run only this mutation (repeatable)")
     parser.add_argument("--database", choices=DATABASES, action="append", default=[], help="only this database")
     parser.add_argument("--file", type=Path, default=LIST, help="the mutation list (default: %(default)s)")
+    parser.add_argument(
+        "--changed", metavar="REV", help="only the mutations whose file or tests changed since git revision REV"
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="show pytest's output for every run")
     args = parser.parse_args(argv)
 
@@ -201,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"no such mutation: {', '.join(sorted(unknown))}")
         mutations = [m for m in mutations if m.name in args.only]
+    if args.changed:
+        mutations = touched_by_change(mutations, changed_files(args.changed))
+        print(f"{len(mutations)} mutation(s) of files changed since {args.changed}")
     if args.list:
         for m in mutations:
             print(f"{m.name}  [{', '.join(m.databases)}]  {m.file}\n    {m.promise}\n    pytest {shlex.join(m.tests)}")
@@ -232,6 +242,26 @@ def main(argv: list[str] | None = None) -> int:
         print("\ninterrupted: the file being mutated was restored", file=sys.stderr)
         return 130
     return report(results)
+
+
+def changed_files(rev: str) -> set[str]:
+    """The project files (relative paths) that differ between git revision `rev` and the working tree."""
+    done = subprocess.run(
+        ["git", "diff", "--name-only", rev, "--"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"git diff {rev} failed: {done.stderr.strip()}")
+    return {line.strip() for line in done.stdout.splitlines() if line.strip()}
+
+
+def touched_by_change(mutations: list[Mutation], files: set[str]) -> list[Mutation]:
+    """The mutations whose mutated file, or a test file they run, is among `files`."""
+    return [m for m in mutations if m.file in files or any(_test_file(arg) in files for arg in m.tests)]
+
+
+def _test_file(arg: str) -> str:
+    """The file part of a pytest argument (`tests/x.py::test_y` -> `tests/x.py`)."""
+    return arg.split("::", 1)[0]
 
 
 def report(results: list[Result]) -> int:

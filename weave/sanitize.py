@@ -17,7 +17,8 @@ REDACTED = "[redacted]"
 _CREDENTIALS = re.compile(
     # "key <x>" alone is not a credential ("sent key <uuid>"); FCM's legacy "Authorization: key=..." is.
     r"(?i)(authorization\s*[:=]\s*(?:(?:bearer|basic|token)\s+|key=)?|\b(?:bearer|basic)\s+)[^\s\"',;]+"
-    r"|(?<=://)[^/@\s:]+:[^/@\s]+@"
+    # URL userinfo, with or without a password: a token alone as the user name is a credential too.
+    r"|(?<=://)[^/@\s]+@"
 )
 # C0 and C1 controls, DEL, and line/paragraph separators: one event must stay one line.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")

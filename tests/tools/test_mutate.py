@@ -98,3 +98,32 @@ def test_the_shipped_list_loads():
     entries = mutate.load()
     assert entries and all((mutate.ROOT / entry.file).is_file() for entry in entries)
     assert all(entry.replacement != entry.original for entry in entries)
+
+
+def test_changed__keeps_the_mutations_of_changed_code_or_changed_tests(project):
+    _, mutations = project
+    other = mutate.Mutation(
+        name="other", promise="p", file="pkg/other.py", original="a", replacement="b", tests=["tests/test_other.py::t"]
+    )
+    listed = [*mutations, other]
+    assert mutate.touched_by_change(listed, {"pkg/code.py"}) == mutations
+    assert mutate.touched_by_change(listed, {"tests/test_other.py"}) == [other]
+    assert mutate.touched_by_change(listed, {"README.md"}) == []
+
+
+def test_changed__reads_the_files_git_says_differ(tmp_path, monkeypatch):
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "a.py").write_text("1\n")
+    (tmp_path / "b.py").write_text("1\n")
+    git("add", ".")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "base")
+    (tmp_path / "b.py").write_text("2\n")  # changed, not even committed
+    monkeypatch.setattr(mutate, "ROOT", tmp_path)
+    assert mutate.changed_files("HEAD") == {"b.py"}
+    with pytest.raises(SystemExit, match="git diff"):
+        mutate.changed_files("no-such-revision")

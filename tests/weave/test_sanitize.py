@@ -111,3 +111,20 @@ def test_outside_text__its_shortcut_for_plain_ascii_gives_the_full_passes_answer
             assert outside_text(raw, secrets=secrets, limit=limit) == _reference(raw, secrets, limit), (raw, secrets)
             # Secrets given once (a generator) are still all applied, whichever way the text goes.
             assert outside_text(raw, secrets=iter(secrets), limit=limit) == _reference(raw, secrets, limit)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://ghp_0123456789abcdef@push.example/v1",  # a token as the user name, no password
+        "https://admin:@push.example/v1",  # an empty password
+        "https://admin:hunter22@push.example/v1",
+    ],
+)
+def test_outside_text__url_userinfo_is_redacted_with_or_without_a_password(url):
+    text = outside_text(f"POST {url} failed")
+    assert text == f"POST https://{REDACTED}@push.example/v1 failed"
+
+
+def test_outside_text__an_at_sign_after_the_host_is_not_userinfo():
+    assert outside_text("GET https://push.example/users/@me failed") == "GET https://push.example/users/@me failed"

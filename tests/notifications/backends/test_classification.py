@@ -246,3 +246,18 @@ def test_webpush__a_delivery_keeps_the_location_of_a_known_push_service_only():
     assert known.provider_message_id.startswith("https://[redacted]@push.example/m/1?t=[redacted]")
     assert "pw" not in known.provider_message_id and "\n" not in known.provider_message_id
     assert (known.reason, outside.reason, outside.provider_message_id) == ("", "", "")
+
+
+@pytest.mark.parametrize(
+    ("status", "rpc"),
+    [(408, "DEADLINE_EXCEEDED"), (408, None), (504, "DEADLINE_EXCEEDED")],
+)
+def test_fcm__a_timeout_status_is_temporary_and_never_blames_the_token(status, rpc):
+    error = {"error": {"code": status, "message": "deadline exceeded", "status": rpc}} if rpc else None
+    body = json.dumps(error).encode() if error else b""
+    response = CappedResponse(status=status, headers=httpx.Headers(), body=body, truncated=False, latency_ms=1)
+
+    result = classify_fcm(response, secrets=[])
+
+    assert (result.outcome, result.token_invalid, result.fatal) == (Outcome.TEMPORARY, False, False)
+    assert result.http_status == status and result.reason.startswith("FCM ")
