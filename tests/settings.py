@@ -9,7 +9,7 @@ os.environ.setdefault("DEBUG", "true")
 
 from demo.settings import *  # noqa: E402, F403
 
-INSTALLED_APPS = [*INSTALLED_APPS, "tests.leasetest", "tests.jobs.shipping"]  # noqa: F405
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.leasetest", "tests.jobs.shipping", "tests.jobs.invoices"]  # noqa: F405
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in admin tests
 

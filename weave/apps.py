@@ -54,6 +54,11 @@ class WeaveConfig(AppConfig):
             # The "task" job type: its sweep, watch and lease counts exist before the first enqueue.
             ensure_registered()
 
+        from weave.jobs.declaration import discover
+
+        # A site's `@job` declarations live in its apps' jobs.py, found the way the admin finds admin.py.
+        discover()
+
         # The sweeps exist as soon as the site has migrated: a site that only ran `migrate` and
         # started `qcluster` gets retries and recovery without remembering `weave_schedules`.
         post_migrate.connect(_ensure_schedules_after_migrate, dispatch_uid="weave.schedules.post_migrate")

@@ -1,6 +1,6 @@
 """Job types: one declaration per kind of leased job, and the public API for a site's own fenced jobs.
 
-    from weave.jobs import JobType, Step, register
+    from weave.jobs import JobType, Step, job, register
 
 A built-in app registers its job type for the core's registries; a site's own job type (a model on
 `weave.models.JobModel` with a `handler` or `steps`) is also run by the core: claimed by the database
@@ -11,7 +11,7 @@ An app that asks for its own django-q2 tasks (rather than a job per row) does so
 """
 
 from weave.jobs.context import JobContext, claim
-from weave.jobs.declaration import JobType, Step, get, job_types, register, ttl_settings
+from weave.jobs.declaration import JobType, Step, get, job, job_types, register, ttl_settings
 from weave.jobs.policy import Fail, RetryPolicy
 from weave.jobs.queue import enqueue_job
 
@@ -33,6 +33,7 @@ __all__ = [
     "claim",
     "enqueue_job",
     "get",
+    "job",
     "job_types",
     "register",
     "ttl_settings",

@@ -203,3 +203,63 @@ def ttl_settings() -> list[str]:
         if job.ttl_setting is not None and job.ttl_setting not in names:
             names.append(job.ttl_setting)
     return names
+
+
+def job(
+    model: type[models.Model],
+    *,
+    name: str = "",
+    ttl: float | None = None,
+    budget: float | None = None,
+    retry: RetryPolicy | None = None,
+    result_field: str = "",
+) -> Callable[[Callable[[Any], Any]], Callable[[Any], Any]]:
+    """Declare the decorated function as the handler of a job type whose rows are `model` (a `JobModel`).
+
+        @job(Invoice)
+        def send_invoice(ctx): ...
+
+    Put it in your app's `jobs.py`: Weave imports that module of every installed app at start, as
+    the admin does with `admin.py`. The job type is named after the model (`invoice`) unless `name`
+    is given; `ttl`, `budget`, `retry` and `result_field` are those of `JobType`.
+    """
+
+    def declare(handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        declared = JobType(
+            name=name or model._meta.model_name or model.__name__.lower(),
+            model=model,
+            handler=handler,
+            ttl=ttl,
+            budget=budget,
+            retry=retry if retry is not None else RetryPolicy(),
+            result_field=result_field,
+        )
+        _register_once(declared)
+        return handler
+
+    return declare
+
+
+def _register_once(declared: JobType) -> None:
+    """Register `declared`, unless the same declaration is already in (a module imported twice)."""
+    known = _registry.get(declared.name)
+    if known is None:
+        register(declared)
+        return
+    if known.model is not declared.model or _qualname(known.handler) != _qualname(declared.handler):
+        raise ImproperlyConfigured(
+            f"Job type {declared.name!r} is declared twice: for {known.model.__name__} by "
+            f"{_qualname(known.handler)} and for {declared.model.__name__} by {_qualname(declared.handler)}. "
+            "Give one of them name=."
+        )
+
+
+def _qualname(func: Callable[..., Any] | None) -> str:
+    return "" if func is None else f"{func.__module__}.{func.__qualname__}"
+
+
+def discover() -> None:
+    """Import the `jobs` module of every installed app, so that its `@job` declarations register."""
+    from django.utils.module_loading import autodiscover_modules
+
+    autodiscover_modules("jobs")

@@ -1,0 +1,72 @@
+"""A site's job type as one model and one `@job` function in its app's jobs.py: found, run, fenced, told."""
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+
+from tests.jobs.invoices.jobs import send_invoice
+from tests.jobs.invoices.mailer import mailer
+from tests.jobs.invoices.models import Invoice
+from tests.leasetest.models import Job
+from weave import jobs
+from weave.jobs import job
+from weave.jobs.runner import run_job
+from weave.models import JobAttempt
+
+pytestmark = pytest.mark.django_db
+TTL = 30
+
+
+@pytest.fixture(autouse=True)
+def fresh_mailer():
+    mailer.sent.clear()
+    mailer.calls.clear()
+
+
+def test_discovery__the_jobs_module_is_imported_at_start_and_declares_the_type():
+    declared = jobs.get("invoice")  # named after the model
+    assert declared.model is Invoice and declared.handler is send_invoice
+    assert declared.runnable and declared.explainer is not None and declared.schedule is not None
+
+
+def test_run__the_decorated_function_runs_once_under_the_lease(clock):
+    invoice = Invoice.objects.create(number="2026-001", email="buyer@example.com")
+    assert run_job("invoice", invoice.pk, owner="w1", clock=clock) == "done"
+    invoice.refresh_from_db()
+    assert (invoice.state, invoice.attempts, invoice.owner, invoice.fence) == ("done", 1, None, 1)
+    assert list(mailer.sent.values()) == [("buyer@example.com", "Invoice 2026-001")]
+    attempt = JobAttempt.objects.get(job_type="invoice", job_id=str(invoice.pk))
+    assert attempt.outcome == "done" and attempt.result == {"message_id": "msg-1"}
+
+
+def test_run__a_stale_worker_is_refused_and_the_new_holder_keeps_the_job(clock):
+    invoice = Invoice.objects.create(number="2026-002", email="buyer@example.com")
+    stale = Invoice.objects.claim(invoice.pk, owner="stale", ttl=TTL, clock=clock)
+    clock.advance(TTL + 1)
+    assert run_job("invoice", invoice.pk, owner="rival", clock=clock) == "done"
+    changed = Invoice.objects.filter(pk=invoice.pk, owner=stale.owner, fence=stale.fence).update(sent_as="stale")
+    assert changed == 0
+    row = Invoice.objects.values("state", "fence", "sent_as").get(pk=invoice.pk)
+    assert row == {"state": "done", "fence": 2, "sent_as": ""}
+
+
+def test_explain__tells_the_story_of_a_decorated_job(clock, capsys):
+    invoice = Invoice.objects.create(number="2026-003", email="buyer@example.com")
+    run_job("invoice", invoice.pk, owner="w1", clock=clock)
+    call_command("weave_explain", "invoice", str(invoice.pk))
+    out = capsys.readouterr().out
+    assert "w1" in out and "done" in out
+
+
+def test_declaring_again__the_same_function_is_a_no_op_and_a_clash_is_refused():
+    assert job(Invoice)(send_invoice) is send_invoice  # the module imported twice: nothing changes
+    assert jobs.get("invoice").handler is send_invoice
+
+    def other(ctx):
+        return None
+
+    with pytest.raises(ImproperlyConfigured, match="declared twice"):
+        job(Invoice)(other)
+    with pytest.raises(ImproperlyConfigured, match="declared twice"):
+        job(Job, name="invoice")(send_invoice)
+    assert jobs.get("invoice").handler is send_invoice
