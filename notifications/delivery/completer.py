@@ -166,7 +166,7 @@ class Completer:
                 continue
             # Someone else owns the row now: record only that our answer came too late.
             lost = Notification.objects.refusal(row.lease, clock=self.clock)
-            if "the row is gone" not in str(lost):
+            if not lost.row_gone:
                 reason = f"Answer not recorded ({result.outcome}: {result.reason or 'ok'}). {lost}"
                 receipts.append(_receipt(row, result, outcome=DeliveryAttempt.Outcome.LEASE_LOST, reason=reason))
             written.append((plan, False))

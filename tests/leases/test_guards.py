@@ -76,6 +76,22 @@ def test_lost_message_names_the_new_holder(held, clock):
     assert caught.value.holder_fence == 2
     assert "worker-b at fence 2" in str(caught.value)
     assert "worker-a at fence 1" in str(caught.value)
+    assert caught.value.names_holder and not caught.value.row_gone
+
+
+def test_lost__a_deleted_row_is_told_apart_from_a_takeover_without_reading_the_message(held, clock):
+    job, lease = held
+    Job.objects.filter(pk=job.pk).delete()
+    with pytest.raises(LeaseLost) as caught:
+        Job.objects.guarded_update(lease, clock=clock, result="stale")
+    assert caught.value.row_gone and caught.value.holder is None and not caught.value.names_holder
+
+
+def test_lost__a_row_that_moved_on_under_its_holder_does_not_name_the_holder_in_its_message(held, clock):
+    _, lease = held
+    with pytest.raises(LeaseLost) as caught:
+        Job.objects.guarded_update(lease, clock=clock, expect={"phase": "step-0"}, result="x")
+    assert caught.value.holder == "worker-a" and not caught.value.names_holder and not caught.value.row_gone
 
 
 def test_lost_message_names_the_phase_it_found(held, clock):

@@ -109,10 +109,9 @@ class JobContext:
     def blocked_reason(self, lost: LeaseLost, where: str, *, noun: str = "job") -> str:
         """Why this attempt stopped without writing: where it lost the lease, and who holds the job now."""
         holder = ""
-        current = f"{lost.holder} at fence {lost.holder_fence}"
-        if lost.holder is not None and (lost.holder, lost.holder_fence) != (self.lease.owner, self.lease.fence):
-            if current not in str(lost):
-                holder = f" The {noun} is now held by {current}."
+        someone_else = (lost.holder, lost.holder_fence) != (self.lease.owner, self.lease.fence)
+        if lost.holder is not None and someone_else and not lost.names_holder:
+            holder = f" The {noun} is now held by {lost.holder} at fence {lost.holder_fence}."
         return f"Lease lost {where}: {lost}{holder}"
 
 

@@ -12,13 +12,25 @@ class LeaseBusy(LeaseError):
 class LeaseLost(LeaseError):
     """A guarded write or renewal matched no row: the lease is no longer ours. Nothing was written.
 
-    `holder` and `holder_fence` name who holds the row now, when that could be read.
+    `holder` and `holder_fence` name who holds the row now, when that could be read; `row_gone` says
+    the row itself no longer exists (deleted, not taken over), and `names_holder` that the message
+    already names the holder, so callers never read the message's text to tell these apart.
     """
 
-    def __init__(self, message: str, *, holder: str | None = None, holder_fence: int | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        holder: str | None = None,
+        holder_fence: int | None = None,
+        row_gone: bool = False,
+        names_holder: bool = False,
+    ):
         super().__init__(message)
         self.holder = holder
         self.holder_fence = holder_fence
+        self.row_gone = row_gone
+        self.names_holder = names_holder
 
 
 class LeaseLapsed(LeaseLost):

@@ -333,10 +333,12 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
         ours = f"{lease.owner} at fence {lease.fence}"
         row = self._current(lease.pk, clock)
         if row is None:
-            return LeaseLost(f"Lease lost on {self._label(lease.pk)} ({action} by {ours} refused): the row is gone.")
+            label = self._label(lease.pk)
+            return LeaseLost(f"Lease lost on {label} ({action} by {ours} refused): the row is gone.", row_gone=True)
         holder, fence = row["owner"], row["fence"]
+        names_holder = False
         if row["lease_live"] and (holder, fence) != (lease.owner, lease.fence):
-            why = f"now held by {holder} at fence {fence}"
+            why, names_holder = f"now held by {holder} at fence {fence}", True
         elif (holder, fence) == (lease.owner, lease.fence) and not row["lease_live"]:
             why = f"our lease expired at {row['lease_expires_at']:%Y-%m-%d %H:%M:%S.%f} (database time)"
         elif holder is None and fence != lease.fence:
@@ -347,9 +349,10 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
             found = ", ".join(f"{k}={row.get(k)!r} (expected {v!r})" for k, v in expect.items())
             why = f"the row moved on: {found}"
         else:
-            why = f"{holder} at fence {fence} took it and its lease has since expired"
+            why, names_holder = f"{holder} at fence {fence} took it and its lease has since expired", True
         return LeaseLost(
             f"Lease lost on {self._label(lease.pk)} ({action} by {ours} refused): {why}.",
             holder=holder,
             holder_fence=fence,
+            names_holder=names_holder,
         )
