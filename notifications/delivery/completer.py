@@ -27,7 +27,7 @@ from django.db import DatabaseError, connections, transaction
 from notifications.backends import SendResult
 from notifications.delivery import policy
 from notifications.delivery.inbox import Inbox
-from notifications.delivery.policy import PastAttempt, RetryPolicy, Transition
+from notifications.delivery.policy import PastAttempt, Transition
 from notifications.delivery.receipts import Receipt, insert_receipts
 from notifications.delivery.report import DeliveryReport, Hooks
 from notifications.delivery.rows import JOB, Row, log_lost, logger
@@ -42,6 +42,7 @@ from notifications.models import DeliveryAttempt, Notification
 from notifications.signals import announce_notifications
 from weave.edge import outside_text
 from weave.events import log_event
+from weave.jobs import RetryPolicy
 from weave.leases import Clock
 
 DONE, FAILED_WITH = "done", "completer_error"

@@ -12,18 +12,11 @@ from typing import Any
 
 from notifications.backends import Outcome, SendResult
 from weave.edge import outside_text
-from weave.jobs import backoff_seconds
+
+# One retry policy for every job type: push delivery's numbers come from its WEAVE settings.
+from weave.jobs import RetryPolicy
 
 PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """The numbers a transition depends on (from WEAVE settings)."""
-
-    max_attempts: int
-    backoff_base: float
-    backoff_max: float
 
 
 @dataclass(frozen=True)
@@ -65,7 +58,7 @@ def decide(result: SendResult, *, attempts_before: int, policy: RetryPolicy, rng
         delay = min(result.retry_after, policy.backoff_max)
         why = "as the provider asked"
     else:
-        delay = backoff_seconds(number, base=policy.backoff_base, cap=policy.backoff_max, rng=rng)
+        delay = policy.delay(number, rng=rng)
         why = "exponential backoff with jitter"
     return Transition(
         status=PENDING,

@@ -44,7 +44,6 @@ from notifications.delivery.completer import (
     count_unsent,
 )
 from notifications.delivery.inbox import Inbox
-from notifications.delivery.policy import RetryPolicy
 from notifications.delivery.report import DeliveryReport, Hooks
 from notifications.delivery.rows import JOB, Claim, Row, log_lost, logger
 from notifications.delivery.sender import ANSWER, AsyncSender, build_result_missing
@@ -54,6 +53,7 @@ from notifications.quiet import deferral_reason, quiet_until
 from weave.conf import weave_settings
 from weave.edge import outside_text
 from weave.events import log_event
+from weave.jobs import RetryPolicy
 from weave.leases import BatchLease, Clock, default_clock, new_owner
 
 __all__ = ["DeliveryReport", "Hooks", "Lingering", "PushWorker", "WorkerOptions", "deliver_batch", "drain"]
@@ -131,7 +131,7 @@ class PushWorker:
         renew_margin = min(self.ttl / 2, max(self.ttl / 3, timeout + 1))
         self.buffer = ClaimBuffer(owner=self.owner, clock=clock, ttl=self.ttl, renew_margin=renew_margin)
         retry = RetryPolicy(
-            max_attempts=conf.PUSH_MAX_ATTEMPTS, backoff_base=conf.PUSH_BACKOFF_BASE, backoff_max=conf.PUSH_BACKOFF_MAX
+            max_attempts=conf.PUSH_MAX_ATTEMPTS, backoff=conf.PUSH_BACKOFF_BASE, backoff_max=conf.PUSH_BACKOFF_MAX
         )
         self.completer = Completer(
             owner=self.owner, clock=clock, retry=retry, rng=rng or random.Random(), hooks=self.hooks

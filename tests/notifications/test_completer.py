@@ -11,14 +11,14 @@ from notifications.backends import Outcome, SendResult
 from notifications.delivery.claims import ClaimBuffer
 from notifications.delivery.completer import DONE, Completer, CompleterThread, count
 from notifications.delivery.inbox import Inbox
-from notifications.delivery.policy import RetryPolicy
 from notifications.delivery.report import DeliveryReport
 from notifications.models import DeliveryAttempt, Device, Notification
 from tests.factories import NotificationFactory
+from weave.jobs import RetryPolicy
 from weave.leases import DatabaseClock
 
 TTL = 30
-RETRY = RetryPolicy(max_attempts=5, backoff_base=2.0, backoff_max=3600.0)
+RETRY = RetryPolicy(max_attempts=5, backoff=2.0, backoff_max=3600.0)
 
 
 def _claimed(clock, owner="done-a", limit=10):

@@ -9,9 +9,10 @@ import pytest
 from notifications.backends import Outcome, PushMessage, SendResult
 from notifications.backends.webhook import WebhookBackend
 from notifications.delivery.breaker import BreakerRule, CircuitBreaker
-from notifications.delivery.policy import PastAttempt, RetryPolicy, decide, safe_result, story
+from notifications.delivery.policy import PastAttempt, decide, safe_result, story
+from weave.jobs import RetryPolicy
 
-POLICY = RetryPolicy(max_attempts=3, backoff_base=2.0, backoff_max=600.0)
+POLICY = RetryPolicy(max_attempts=3, backoff=2.0, backoff_max=600.0)
 MESSAGE = PushMessage(idempotency_key="k", token="device", title="t", body="b")
 
 

@@ -1,5 +1,6 @@
 """How a job's failures end: permanent, or retried after a backoff. Pure policy, no database."""
 
+import random
 from dataclasses import dataclass
 
 from weave.retry import backoff_seconds
@@ -21,4 +22,8 @@ class RetryPolicy:
         """Seconds until the next attempt after `attempt` failed with `error`; None: fail the job now."""
         if isinstance(error, Fail) or attempt >= self.max_attempts:
             return None
-        return backoff_seconds(attempt, base=self.backoff, cap=self.backoff_max)
+        return self.delay(attempt)
+
+    def delay(self, attempt: int, *, rng: random.Random | None = None) -> float:
+        """The jittered, capped backoff after attempt number `attempt` (1-based); `rng` for a seeded test."""
+        return backoff_seconds(attempt, base=self.backoff, cap=self.backoff_max, rng=rng)
