@@ -24,7 +24,7 @@ def test_backend_is_weaves_and_says_what_it_supports():
     backend = task_backends["default"]
     assert isinstance(backend, WeaveBackend)
     assert backend.supports_defer and backend.supports_priority
-    assert backend.supports_get_result and not backend.supports_async_task
+    assert backend.supports_get_result and backend.supports_async_task
 
 
 def test_enqueue_then_drain__the_value_is_stored_and_read_back(django_capture_on_commit_callbacks):
