@@ -20,9 +20,10 @@ from django.db.models import F
 from django.db.models.functions import Coalesce
 
 from weave import jobs
-from weave.jobs import JobContext, JobType, RetryPolicy, register
+from weave.jobs import JobContext, JobType, RetryPolicy, get, register
 from weave.jobs.runner import run_next
 from weave.leases import Clock, FakeClock, Heartbeat, insert_receipts
+from weave.leases.heartbeat import heartbeat_interval
 from weave.models import JobAttempt, TaskRow
 from weave.schedules import ScheduleSpec
 from weave.tasks.compat import TaskContext, normalize_json, task_finished, task_started
@@ -96,7 +97,9 @@ def run_task(ctx: JobContext) -> Any:
     """The job handler of a stored task: call the function under the engine's heartbeat, keep its value."""
     row: TaskRow = ctx.job
     options = task_options(row)
-    _record_lost_attempt(ctx, row, options)
+    overran = _record_lost_attempt(ctx, row, options)
+    if overran:
+        raise TaskTimedOut(overran)  # a timeout is the task's failure, as if the attempt had returned late
     if ctx.attempt > options.max_attempts:
         raise TooManyAttempts(
             f"not started again: this would be attempt {ctx.attempt} and max_attempts is {options.max_attempts}"
@@ -131,18 +134,23 @@ def run_task(ctx: JobContext) -> Any:
     return normalize_json(value)
 
 
-def _record_lost_attempt(ctx: JobContext, row: TaskRow, options: TaskOptions) -> None:
-    """A takeover: record the attempt before, which lost its lease without a finish, unless it recorded that itself."""
+def _record_lost_attempt(ctx: JobContext, row: TaskRow, options: TaskOptions) -> str:
+    """A takeover: record the attempt before, which lost its lease without a finish, unless it recorded that itself.
+
+    Return why that attempt counts as timed out ("" if it does not): its heartbeat renewed it up to
+    its timeout, so it was still running then.
+    """
     if row.previous_owner is None or row.previous_fence is None:
-        return
+        return ""
     number = ctx.attempt - 1
+    overran = _overran(row, options)
     done = JobAttempt.objects.filter(job_type=JOB_TYPE, job_id=str(row.pk), number=number, fence=row.previous_fence)
     if done.exists():
-        return
+        return overran
+    why = overran or "the worker stopped or crashed"
     reason = (
-        f"Lease lapsed at {clock_time(row.previous_expires_at)} without a finish (the worker stopped, crashed, "
-        f"or ran past its timeout of {options.timeout:g} s). The task is now held by {ctx.lease.owner} at "
-        f"fence {ctx.lease.fence}."
+        f"Lease lapsed at {clock_time(row.previous_expires_at)} without a finish ({why}). "
+        f"The task is now held by {ctx.lease.owner} at fence {ctx.lease.fence}."
     )
     receipt = {
         "job_type": JOB_TYPE,
@@ -159,6 +167,23 @@ def _record_lost_attempt(ctx: JobContext, row: TaskRow, options: TaskOptions) ->
         "finished_at": row.previous_expires_at,
     }
     insert_receipts(JobAttempt, [receipt])
+    return overran
+
+
+def _overran(row: TaskRow, options: TaskOptions) -> str:
+    """Why the lost attempt counts as timed out: its heartbeat renewed it up to its timeout ("" if not).
+
+    The heartbeat renews every interval until the timeout, so an attempt whose last renewal (its lapse
+    less the TTL) came within the last interval before the timeout was still running at the timeout.
+    """
+    began, lapsed = row.previous_attempted_at, row.previous_expires_at
+    if began is None or lapsed is None:
+        return ""
+    ttl = options.lease_ttl or get(JOB_TYPE).lease_ttl()
+    renewed_for = (lapsed - began).total_seconds() - ttl
+    if renewed_for < options.timeout - heartbeat_interval(ttl):
+        return ""
+    return f"attempt {row.attempts - 1} was still running at its timeout of {options.timeout:g} s"
 
 
 def _claim_fields(clock: Clock) -> Mapping[str, Any]:
