@@ -114,3 +114,21 @@ def test_run_next__passes_over_a_task_held_under_a_live_lease_and_says_when_none
     free.refresh()
     assert free.status == TaskResultStatus.SUCCESSFUL and free.worker_ids == ["me"] and free.attempts == 1
     assert TaskRow.objects.get(pk=rows[held.id].pk).owner == "other"  # untouched: still the holder's
+
+
+def test_weave_explain_task__takes_the_result_id_django_gives_or_the_row_number():
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    result = explode.enqueue()
+    drain()
+    pk = TaskRow.objects.get(result_id=result.id).pk
+    by_result, by_number = StringIO(), StringIO()
+    call_command("weave_explain", "task", result.id, stdout=by_result)
+    call_command("weave_explain", "task", str(pk), stdout=by_number)
+    assert by_result.getvalue() == by_number.getvalue()
+    assert f"result {result.id}, row {pk}" in by_result.getvalue()
+    assert "ValueError: no such parcel" in by_result.getvalue()
+    with pytest.raises(CommandError, match="No task with id no-such-result"):
+        call_command("weave_explain", "task", "no-such-result")

@@ -27,7 +27,7 @@ class Command(BaseCommand):
         try:
             timeline = explain(key)  # type: ignore[arg-type]  # a task's explainer also takes a result id
         except ObjectDoesNotExist as exc:
-            raise CommandError(f"No {kind} with id {id!r}.") from exc
+            raise CommandError(f"No {kind} with id {id}.") from exc
         except (TypeError, ValueError) as exc:
-            raise CommandError(f"No {kind} with id {id!r}: a {kind} is named by its number.") from exc
+            raise CommandError(f"No {kind} with id {id}: a {kind} is named by its number.") from exc
         self.stdout.write(timeline.as_text())
