@@ -28,7 +28,7 @@ class WeaveTask(Task):  # type: ignore[type-arg]  # generic in the backport, pla
     timeout: float | None = None
     lease_ttl: float | None = None
 
-    def using(  # type: ignore[override]  # Django's keywords, plus Weave's options
+    def using(  # Django's keywords, plus Weave's options
         self,
         *,
         priority: int | None = None,
