@@ -80,7 +80,8 @@ def task_result(
     """
     if not (running or finished or hasattr(row, "lease_live")):
         row = TaskRow.objects.with_lease_state(clock).get(pk=row.pk)
-    attempts = attempts_of(row)
+    # A first attempt that is running has nothing recorded before it: no need to look.
+    attempts = [] if running and row.attempts == 1 else attempts_of(row)
     status = TaskResultStatus.RUNNING if running else _AFTER[finished] if finished else _status(row)
     finished_at = row.finished_at
     if finished and status != TaskResultStatus.READY:
