@@ -182,7 +182,17 @@ class TaskRow(JobModel):
     args = models.JSONField(default=list)
     kwargs = models.JSONField(default=dict)
     return_value = models.JSONField(null=True, blank=True)
+    # The Weave options the task was enqueued with (max_attempts, backoff, retry_on, timeout, lease_ttl).
+    options = models.JSONField(default=dict, blank=True)
+    # Database-clock times written by each claim: the first start, and the latest.
     started_at = models.DateTimeField(null=True, blank=True)
+    last_attempted_at = models.DateTimeField(null=True, blank=True)
+    # Who held the task when the latest claim took it over (null: it was free). Copied by the claim
+    # itself, so a takeover can record the attempt that lost its lease without a finish of its own.
+    previous_owner = models.CharField(max_length=100, null=True, blank=True)  # noqa: DJ001  (None: was free)
+    previous_fence = models.BigIntegerField(null=True, blank=True)
+    previous_expires_at = models.DateTimeField(null=True, blank=True)
+    previous_attempted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name = "task"

@@ -62,6 +62,24 @@ def truncate(text: str, limit: int = SNIPPET) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+# The same controls less newline and tab: a traceback keeps its lines, nothing else that could forge one.
+_CONTROL_BUT_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+TRACEBACK_LIMIT = 20_000
+
+
+def multiline_text(raw: bytes | str, *, secrets: Iterable[str] = (), limit: int = TRACEBACK_LIMIT) -> str:
+    """Return outside text that keeps its lines (a traceback): decoded, redacted, bounded, with real newlines.
+
+    Newlines and tabs stay; carriage returns, NUL and every other control character are escaped as
+    `outside_text` escapes them. A cut keeps the end, where a traceback names the error.
+    """
+    text = redact(decode(raw).replace("\r\n", "\n"), secrets)
+    text = _CONTROL_BUT_LINES.sub(
+        lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text
+    )
+    return text if len(text) <= limit else "…" + text[len(text) - limit + 1 :]
+
+
 def outside_text(raw: bytes | str, *, secrets: Iterable[str] = (), limit: int = SNIPPET) -> str:
     """Return outside text fit for a table, a log line or the admin: decoded, redacted, one line, bounded."""
     secrets = secrets if isinstance(secrets, list | tuple) else tuple(secrets)  # read twice below

@@ -26,3 +26,29 @@ def test_a_task_and_a_job_run_on_a_real_qcluster(tmp_path):
         wait_until(finished, timeout=60, message="the task and the job to finish")
     assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 42
     assert Booking.objects.get(shipment=shipment).written_by.startswith("shipment:")
+
+
+def test_a_task_longer_than_its_lease_finishes_once_on_a_real_qcluster(tmp_path):
+    """`sleep_then_note` holds a 2 s lease and works 5 s: the engine's heartbeat keeps it, nobody takes it over."""
+    from tests.jobs.shipping.contract import sleep_then_note
+    from weave.models import JobAttempt, TaskRow
+
+    notes = tmp_path / "starts.txt"
+    with ProcessGroups(log_dir=tmp_path / "logs") as groups:
+        cluster = groups.manage("qcluster", "qcluster", env={"DATABASE_URL": database_url(), "WEAVE_Q_WORKERS": "2"})
+        wait_until(lambda: "running." in cluster.log_tail(200), timeout=60, message="qcluster to start")
+        result = sleep_then_note.enqueue(str(notes), 5.0)
+
+        def finished() -> bool:
+            assert cluster.alive(), cluster.log_tail()
+            result.refresh()
+            return result.is_finished
+
+        wait_until(finished, timeout=60, message="the long task to finish")
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == "slept"
+    assert notes.read_text() == "started\n"  # started once: no takeover while it ran
+    assert result.attempts == 1 and len(result.worker_ids) == 1 and result.errors == []
+    row = TaskRow.objects.get(result_id=result.id)
+    assert row.fence == 1 and row.attempts == 1
+    (attempt,) = JobAttempt.objects.filter(job_type="task", job_id=str(row.pk))
+    assert attempt.outcome == "done"

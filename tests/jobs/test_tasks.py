@@ -24,7 +24,7 @@ def test_backend_is_weaves_and_says_what_it_supports():
     backend = task_backends["default"]
     assert isinstance(backend, WeaveBackend)
     assert backend.supports_defer and backend.supports_priority
-    assert backend.supports_get_result and not backend.supports_async_task
+    assert backend.supports_get_result and backend.supports_async_task
 
 
 def test_enqueue_then_drain__the_value_is_stored_and_read_back(django_capture_on_commit_callbacks):
@@ -114,3 +114,21 @@ def test_run_next__passes_over_a_task_held_under_a_live_lease_and_says_when_none
     free.refresh()
     assert free.status == TaskResultStatus.SUCCESSFUL and free.worker_ids == ["me"] and free.attempts == 1
     assert TaskRow.objects.get(pk=rows[held.id].pk).owner == "other"  # untouched: still the holder's
+
+
+def test_weave_explain_task__takes_the_result_id_django_gives_or_the_row_number():
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    result = explode.enqueue()
+    drain()
+    pk = TaskRow.objects.get(result_id=result.id).pk
+    by_result, by_number = StringIO(), StringIO()
+    call_command("weave_explain", "task", result.id, stdout=by_result)
+    call_command("weave_explain", "task", str(pk), stdout=by_number)
+    assert by_result.getvalue() == by_number.getvalue()
+    assert f"result {result.id}, row {pk}" in by_result.getvalue()
+    assert "ValueError: no such parcel" in by_result.getvalue()
+    with pytest.raises(CommandError, match="No task with id no-such-result"):
+        call_command("weave_explain", "task", "no-such-result")

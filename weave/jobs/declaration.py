@@ -8,13 +8,14 @@ advice and the metrics), and `job_types()` is what the core's checks read: a new
 only its own app.
 """
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import models
+from django.db.models import F
 from django.utils.safestring import SafeString
 
 from weave.conf import KEYS, SettingsGroup, setting
@@ -53,7 +54,8 @@ class JobType:
 
     A job type the core runs for you (a site's own, on a `weave.models.JobModel`) also gives
     `handler` (one function of a `JobContext`) or `steps`, with `ttl` (seconds, when there is no
-    `ttl_setting`), `budget` (seconds one attempt may work) and `retry`. Such a type gets the core's
+    `ttl_setting`), `budget` (seconds one attempt may work) and `retry` (or `retry_for`, a policy
+    per job), and `finished`, told of every attempt whose finish landed. Such a type gets the core's
     sweep, due-time watch, runner and explainer unless it names its own. A handler is one step with
     no receipt of its own (the attempt's finish is its receipt); `result_field` names the model
     field its return value is saved to, in the same guarded statement as the finish.
@@ -82,6 +84,21 @@ class JobType:
     budget: float | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     result_field: str = ""  # a handler's return value is saved here by the guarded finish
+    # The policy of one job when its own row says how it retries (e.g. a task's options); default `retry`.
+    retry_for: Callable[[Any], RetryPolicy] | None = None
+    # More fields the claim writes in its own statement (e.g. start times), given the claim's clock.
+    claim_fields: Callable[[Any], Mapping[str, Any]] | None = None
+    # Called after an attempt's finish landed (done, retry or failed), with its context and outcome.
+    finished: Callable[[Any, str], None] | None = None
+
+    def policy(self, job: Any) -> RetryPolicy:
+        """The retry policy of `job`: its own (`retry_for`) when the type gives one, else the type's."""
+        return self.retry if self.retry_for is None else self.retry_for(job)
+
+    def claim_writes(self, clock: Any) -> dict[str, Any]:
+        """What a claim of this type writes besides the lease: the attempt counter, and `claim_fields`."""
+        extra = {} if self.claim_fields is None else dict(self.claim_fields(clock))
+        return {"attempts": F("attempts") + 1, **extra}
 
     @property
     def registry_key(self) -> str:

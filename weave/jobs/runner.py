@@ -10,16 +10,14 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import router, transaction
-from django.db.models import F
 
 from weave.jobs.context import JobContext, claim, claim_next
 from weave.jobs.declaration import JobType, Step, get
 from weave.leases import Clock, LeaseBusy, LeaseLost, NotClaimable, default_clock, insert_receipts, new_owner
 from weave.models import JobAttempt, JobState, JobStepReceipt
-from weave.sanitize import outside_text
+from weave.sanitize import multiline_text, outside_text
 
 logger = logging.getLogger("weave.jobs")
-ATTEMPT = {"attempts": F("attempts") + 1}
 
 
 class BudgetSpent(Exception):  # noqa: N818  (an outcome, not an error: the job resumes later)
@@ -34,8 +32,8 @@ def run_job(job_type: str, pk: Any, *, owner: str | None = None, clock: Clock = 
     owner = owner or new_owner(f"{job_type}:")
     try:
         # The claim counts the attempt in the same statement: a crash mid-attempt still uses one up.
-        rows = model.objects.due(clock)
-        ctx = claim(job_type, rows, pk, owner=owner, ttl=ttl, clock=clock, budget=jt.budget, also=ATTEMPT)
+        rows, also = model.objects.due(clock), jt.claim_writes(clock)
+        ctx = claim(job_type, rows, pk, owner=owner, ttl=ttl, clock=clock, budget=jt.budget, also=also)
     except LeaseBusy:
         return "busy"
     except NotClaimable:
@@ -52,7 +50,8 @@ def run_next(job_type: str, rows: Any, *, owner: str | None = None, clock: Clock
     """
     jt = get(job_type)
     owner = owner or new_owner(f"{job_type}:")
-    ctx = claim_next(job_type, rows, owner=owner, ttl=jt.lease_ttl(), clock=clock, budget=jt.budget, also=ATTEMPT)
+    also = jt.claim_writes(clock)
+    ctx = claim_next(job_type, rows, owner=owner, ttl=jt.lease_ttl(), clock=clock, budget=jt.budget, also=also)
     return None if ctx is None else _attempt(jt, ctx)
 
 
@@ -69,12 +68,15 @@ def _attempt(jt: JobType, ctx: JobContext) -> str:
         value = ctx.results.get("run")
         saved = {jt.result_field: value} if jt.result_field else {}
         _finish(ctx, started, JobAttempt.Outcome.DONE, "", state=JobState.DONE, result=value, fields=saved)
-        return "done"
+        outcome = "done"
     except LeaseLost as lost:
         _blocked(ctx, started, lost)
         return "blocked"
     except Exception as error:  # noqa: BLE001  (the job's own failure: recorded, classified, never raised)
-        return _failed(jt, ctx, started, error)
+        outcome = _failed(jt, ctx, started, error)
+    if jt.finished is not None and outcome != "blocked":
+        jt.finished(ctx, outcome)
+    return outcome
 
 
 def _walk(jt: JobType, ctx: JobContext) -> None:
@@ -146,6 +148,9 @@ def _finish(ctx: JobContext, started: Any, outcome: str, reason: str, *, state: 
 
 def _blocked(ctx: JobContext, started: Any, lost: LeaseLost) -> None:
     # Our own history, not the job's row: the attempt says it lost the lease, to whom, and stops.
+    attempt = JobAttempt.objects.filter(job_type=ctx.job_type, job_id=str(ctx.lease.pk), number=ctx.attempt)
+    if attempt.filter(fence=ctx.lease.fence).exists():
+        return  # the worker that took the job over has already recorded how this attempt ended
     where = f"at step {ctx.step}" if ctx.step else "at the finish"
     insert_receipts(JobAttempt, [_receipt(ctx, started, JobAttempt.Outcome.BLOCKED, ctx.blocked_reason(lost, where))])
     logger.warning(
@@ -159,9 +164,9 @@ def _failed(jt: JobType, ctx: JobContext, started: Any, error: Exception) -> str
     reason = f"{type(error).__name__}: {error}" + (f" (at step {ctx.step})" if ctx.step else "")
     details = {
         "error_class": f"{type(error).__module__}.{type(error).__qualname__}",
-        "traceback": outside_text("".join(traceback.format_exception(error)), limit=20_000),
+        "traceback": multiline_text("".join(traceback.format_exception(error))),
     }
-    retry_in = 0.0 if isinstance(error, BudgetSpent) else jt.retry.retry_in(ctx.attempt, error)
+    retry_in = 0.0 if isinstance(error, BudgetSpent) else jt.policy(ctx.job).retry_in(ctx.attempt, error)
     try:
         if retry_in is None:
             _finish(ctx, started, JobAttempt.Outcome.FAILED, reason, state=JobState.FAILED, **details)

@@ -2,34 +2,58 @@
 
     TASKS = {"default": {"BACKEND": "weave.tasks.WeaveBackend"}}
 
-`enqueue` stores the task (one row, in the caller's transaction) and asks for a drain once the
-transaction commits; `get_result` reads the row and its attempts back.
+`enqueue` stores the task (one INSERT, in the caller's transaction), builds its result from what it
+inserted, and asks for a drain of the task's queue once the transaction commits (one request per
+queue per transaction, however many tasks it enqueued); `get_result` reads the row and its attempts.
 """
 
 from typing import Any
 
-from django.db import transaction
+from django.core.exceptions import ImproperlyConfigured
+from django.db import router, transaction
 
-from weave.leases import default_clock
 from weave.models import TaskRow
-from weave.tasks.compat import BaseTaskBackend, Task, TaskResult, TaskResultDoesNotExist, get_random_id, normalize_json
-from weave.tasks.results import task_result
+from weave.tasks.compat import (
+    BaseTaskBackend,
+    InvalidTaskError,
+    Task,
+    TaskResult,
+    TaskResultDoesNotExist,
+    get_random_id,
+    normalize_json,
+    task_enqueued,
+)
+from weave.tasks.definition import WeaveTask
+from weave.tasks.options import backend_options, validate
+from weave.tasks.results import enqueued_result, task_result
 from weave.tasks.worker import enqueue_drain, ensure_registered
 
 
 class WeaveBackend(BaseTaskBackend):
+    task_class = WeaveTask
     supports_defer = True
-    supports_async_task = False
+    supports_async_task = True
     supports_get_result = True
     supports_priority = True
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
+        # Defaults for Weave's task options (OPTIONS: MAX_ATTEMPTS, BACKOFF, RETRY_ON, TIMEOUT, LEASE_TTL).
+        self.task_defaults = backend_options(params, alias=alias)
         ensure_registered()
+
+    def validate_task(self, task: Task[Any, Any]) -> None:
+        super().validate_task(task)
+        if isinstance(task, WeaveTask):
+            try:
+                validate(task.weave_options(), where=f"Task {task.module_path}")
+            except ImproperlyConfigured as wrong:
+                raise InvalidTaskError(str(wrong)) from None
 
     def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any]:
         """Store the task to run after `task.run_after` (or now), by priority; a drain is asked for on commit."""
         self.validate_task(task)
+        options = validate(task.weave_options(), where=task.module_path) if isinstance(task, WeaveTask) else {}
         row = TaskRow.objects.create(
             result_id=get_random_id(),
             backend=self.alias,
@@ -40,12 +64,35 @@ class WeaveBackend(BaseTaskBackend):
             args=normalize_json(list(args)),
             kwargs=normalize_json(dict(kwargs)),
             next_attempt_at=task.run_after,
+            options=options,
         )
-        transaction.on_commit(lambda: enqueue_drain(task.queue_name))
-        return task_result(row, clock=default_clock)
+        _drain_on_commit(task.queue_name, using=router.db_for_write(TaskRow))
+        result = enqueued_result(task, row)
+        task_enqueued.send(type(self), task_result=result)
+        return result
 
     def get_result(self, result_id: str) -> TaskResult[Any]:
         row = TaskRow.objects.with_lease_state().filter(result_id=result_id).first()
         if row is None:
             raise TaskResultDoesNotExist(result_id)
         return task_result(row)
+
+
+class _DrainOnCommit:
+    """The on-commit request for a drain of one queue: one per queue per transaction, found again by its queue."""
+
+    def __init__(self, queue_name: str) -> None:
+        self.queue_name = queue_name
+
+    def __call__(self) -> None:
+        enqueue_drain(self.queue_name)
+
+
+def _drain_on_commit(queue_name: str, *, using: str) -> None:
+    connection = transaction.get_connection(using)
+    if connection.in_atomic_block:
+        # A request for this queue already waits for this commit (a rolled back savepoint drops its own).
+        for _sids, func, *_robust in connection.run_on_commit:
+            if isinstance(func, _DrainOnCommit) and func.queue_name == queue_name:
+                return
+    transaction.on_commit(_DrainOnCommit(queue_name), using=using)

@@ -11,9 +11,17 @@ from weave.tasks.compat import TaskContext
 
 @dataclass(frozen=True, kw_only=True)
 class WeaveTaskContext(TaskContext):
-    """`context.attempt` and `context.task_result` as usual; `context.guarded()` for the task's own writes."""
+    """`context.attempt` and `context.task_result` as usual; `context.guarded()` for the task's own writes.
+
+    `attempt` counts from 1: it is the number of this start of the task (a takeover after a lost lease
+    is a new attempt), as stored by the claim.
+    """
 
     job: JobContext
+
+    @property
+    def attempt(self) -> int:
+        return int(self.job.attempt)
 
     @property
     def lease(self) -> Lease:

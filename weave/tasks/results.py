@@ -1,4 +1,9 @@
-"""A stored task, read back as the tasks framework's `TaskResult`: its status, value, errors and workers."""
+"""A stored task, read back as the tasks framework's `TaskResult`: its status, value, errors and workers.
+
+One attempt is one start of the task by one worker: `worker_ids` has one entry per attempt, in
+order (the worker of an attempt that lost its lease included), so `TaskResult.attempts` and
+`TaskContext.attempt` count from 1, as Django's documentation says.
+"""
 
 from typing import Any
 
@@ -9,6 +14,7 @@ from weave.models import JobAttempt, JobState, TaskRow
 from weave.tasks.compat import Task, TaskError, TaskResult, TaskResultStatus
 
 JOB_TYPE = "task"
+LOST_LEASE = "weave.leases.errors.LeaseLost"
 
 
 def load_task(path: str) -> Task[Any, Any]:
@@ -17,6 +23,17 @@ def load_task(path: str) -> Task[Any, Any]:
     if not isinstance(found, Task):
         raise TypeError(f"{path} is not a task (decorate it with @task).")
     return found
+
+
+def stored_task(row: TaskRow) -> Task[Any, Any]:
+    """The task of `row` as it was enqueued: its priority, queue, backend, defer time and Weave options."""
+    task = load_task(row.task_path)
+    changes: dict[str, Any] = {"priority": row.priority, "queue_name": row.queue_name, "backend": row.backend}
+    if row.next_attempt_at is not None and row.attempts == 0:
+        changes["run_after"] = row.next_attempt_at
+    if row.options and hasattr(task, "weave_options"):
+        changes.update(row.options)
+    return task.using(**changes)
 
 
 def _status(row: Any) -> TaskResultStatus:
@@ -31,31 +48,75 @@ def _status(row: Any) -> TaskResultStatus:
 def _error(attempt: JobAttempt) -> TaskError:
     if attempt.outcome == JobAttempt.Outcome.BLOCKED:
         # The attempt lost its lease: recorded as such, with who took the task over.
-        return TaskError(exception_class_path="weave.leases.errors.LeaseLost", traceback=attempt.reason)
+        return TaskError(exception_class_path=LOST_LEASE, traceback=attempt.reason)
     return TaskError(exception_class_path=attempt.error_class or "builtins.Exception", traceback=attempt.traceback)
 
 
-def task_result(row: TaskRow, *, clock: Clock = default_clock) -> TaskResult[Any]:
-    """Build the `TaskResult` of `row` from the row and its attempts (one error per attempt that did not succeed)."""
-    if not hasattr(row, "lease_live"):
+def attempts_of(row: TaskRow) -> list[JobAttempt]:
+    """The recorded attempts of `row`, in order."""
+    return list(JobAttempt.objects.filter(job_type=JOB_TYPE, job_id=str(row.pk)).order_by("number", "pk"))
+
+
+def worker_ids(row: TaskRow, attempts: list[JobAttempt]) -> list[str]:
+    """One worker id per attempt: the recorded ones, then the holder's while its attempt has no record yet."""
+    ids = [a.owner for a in attempts]
+    if row.owner is not None and not any(a.fence == row.fence for a in attempts):
+        ids.append(row.owner)  # running now, or stopped without a finish (its lease lapsed)
+    return ids
+
+
+# How an attempt that recorded its finish leaves the task (the runner's outcome words).
+_AFTER = {"done": TaskResultStatus.SUCCESSFUL, "failed": TaskResultStatus.FAILED, "retry": TaskResultStatus.READY}
+
+
+def task_result(
+    row: TaskRow, *, clock: Clock = default_clock, running: bool = False, finished: str = ""
+) -> TaskResult[Any]:
+    """Build the `TaskResult` of `row` from the row and its attempts (one error per attempt that did not succeed).
+
+    `running`: the result as the worker holding the row sees it (RUNNING, its own attempt counted).
+    `finished`: the outcome of the attempt that just recorded its finish, `row` being the row as that
+    attempt claimed it (its finish time is its attempt's record's; nothing of the row is read again).
+    """
+    if not (running or finished or hasattr(row, "lease_live")):
         row = TaskRow.objects.with_lease_state(clock).get(pk=row.pk)
-    task = load_task(row.task_path).using(priority=row.priority, queue_name=row.queue_name, backend=row.backend)
-    if row.next_attempt_at is not None and row.attempts == 0:
-        task = task.using(run_after=row.next_attempt_at)
-    attempts = list(JobAttempt.objects.filter(job_type=JOB_TYPE, job_id=str(row.pk)).order_by("number", "pk"))
+    # A first attempt that is running has nothing recorded before it: no need to look.
+    attempts = [] if running and row.attempts == 1 else attempts_of(row)
+    status = TaskResultStatus.RUNNING if running else _AFTER[finished] if finished else _status(row)
+    finished_at = row.finished_at
+    if finished and status != TaskResultStatus.READY:
+        finished_at = attempts[-1].finished_at if attempts else None
     result: TaskResult[Any] = TaskResult(
-        task=task,
+        task=stored_task(row),
         id=row.result_id,
-        status=_status(row),
+        status=status,
         enqueued_at=row.created_at,
-        started_at=attempts[0].started_at if attempts else None,
-        last_attempted_at=attempts[-1].started_at if attempts else None,
-        finished_at=row.finished_at,
+        started_at=row.started_at or (attempts[0].started_at if attempts else None),
+        last_attempted_at=row.last_attempted_at or (attempts[-1].started_at if attempts else None),
+        finished_at=finished_at,
         args=list(row.args),
         kwargs=dict(row.kwargs),
         backend=row.backend,
         errors=[_error(a) for a in attempts if a.outcome != JobAttempt.Outcome.DONE],
-        worker_ids=[a.owner for a in attempts],
+        worker_ids=worker_ids(row, attempts),
     )
     object.__setattr__(result, "_return_value", row.return_value)
     return result
+
+
+def enqueued_result(task: Task[Any, Any], row: TaskRow) -> TaskResult[Any]:
+    """The result of a task just inserted as `row`: READY, built from what was inserted (nothing read back)."""
+    return TaskResult(
+        task=task,
+        id=row.result_id,
+        status=TaskResultStatus.READY,
+        enqueued_at=row.created_at,
+        started_at=None,
+        last_attempted_at=None,
+        finished_at=None,
+        args=list(row.args),
+        kwargs=dict(row.kwargs),
+        backend=row.backend,
+        errors=[],
+        worker_ids=[],
+    )

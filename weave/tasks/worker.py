@@ -3,22 +3,38 @@
 Workers are the site's `qcluster` processes; the drain is asked for through a coalesced request (as
 the push drain is), by `enqueue`, by the due-time watcher (deferred tasks, lapsed leases) and by
 the sweep.
+
+Every task runs under a heartbeat the engine keeps, with or without `takes_context`: it renews the
+lease before the function starts, every TTL/3 while it runs and once more right before the finish,
+up to the task's timeout. A task that returns after its timeout has failed; one that never returns
+stops being renewed, loses its lease, and the attempts a takeover may start are bounded by
+`max_attempts`.
 """
 
+import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
+from django.db.models import F
+from django.db.models.functions import Coalesce
+
 from weave import jobs
-from weave.jobs import JobContext, JobType, RetryPolicy, register
+from weave.jobs import JobContext, JobType, RetryPolicy, get, register
 from weave.jobs.runner import run_next
-from weave.models import TaskRow
+from weave.leases import Clock, FakeClock, Heartbeat, insert_receipts
+from weave.leases.heartbeat import heartbeat_interval
+from weave.models import JobAttempt, TaskRow
 from weave.schedules import ScheduleSpec
-from weave.tasks.compat import TaskContext, normalize_json
+from weave.tasks.compat import TaskContext, normalize_json, task_finished, task_started
 from weave.tasks.context import WeaveTaskContext
-from weave.tasks.results import JOB_TYPE, load_task, task_result
+from weave.tasks.options import TaskOptions, TaskTimedOut, TooManyAttempts, resolve
+from weave.tasks.results import JOB_TYPE, stored_task, task_result
+from weave.timeline import clock_time
 
 DRAIN = "weave.tasks.drain"
 DRAIN_BUDGET = 60.0  # seconds one drain starts new tasks for; the next drain carries on
+_running = threading.local()
 
 
 def drain_request_name(queue_name: str) -> str:
@@ -66,17 +82,134 @@ def _wake() -> None:
         enqueue_drain(name)
 
 
+def running_heartbeat() -> Heartbeat | None:
+    """The engine's heartbeat of the task running in this thread (None between tasks)."""
+    return getattr(_running, "heartbeat", None)
+
+
+def task_options(row: TaskRow) -> TaskOptions:
+    """The options `row` runs with: its own, then its backend's OPTIONS, then Weave's defaults."""
+    backend = stored_task(row).get_backend()
+    return resolve(row.options, getattr(backend, "task_defaults", {}))
+
+
 def run_task(ctx: JobContext) -> Any:
-    """The job handler of a stored task: call the function (with a context if it takes one), keep its value."""
+    """The job handler of a stored task: call the function under the engine's heartbeat, keep its value."""
     row: TaskRow = ctx.job
-    task = load_task(row.task_path)
-    if row.takes_context:
-        context: TaskContext = WeaveTaskContext(task_result=task_result(row, clock=ctx.clock), job=ctx)
-        value = task.call(context, *row.args, **row.kwargs)
-    else:
-        value = task.call(*row.args, **row.kwargs)
+    options = task_options(row)
+    overran = _record_lost_attempt(ctx, row, options)
+    if overran:
+        raise TaskTimedOut(overran)  # a timeout is the task's failure, as if the attempt had returned late
+    if ctx.attempt > options.max_attempts:
+        raise TooManyAttempts(
+            f"not started again: this would be attempt {ctx.attempt} and max_attempts is {options.max_attempts}"
+        )
+    if options.lease_ttl is not None:
+        ctx.ttl = options.lease_ttl  # the heartbeat's first renewal, before the function starts, sets it
+    task = stored_task(row)
+    result = task_result(row, clock=ctx.clock, running=True)
+    # On a fake clock time moves only when a test moves it, so the test renews by hand
+    # (`running_heartbeat().tick()`): the same renewals, without a thread racing the test.
+    background = not isinstance(ctx.clock, FakeClock)
+    heartbeat = Heartbeat(
+        ctx.rows, ctx.lease, ttl=ctx.ttl, clock=ctx.clock, budget=options.timeout, background=background
+    )
+    began = ctx.clock.monotonic()
+    with heartbeat:
+        task_started.send(type(task.get_backend()), task_result=result)
+        _running.heartbeat = heartbeat
+        try:
+            if row.takes_context:
+                context: TaskContext = WeaveTaskContext(task_result=result, job=ctx)
+                value = task.call(context, *row.args, **row.kwargs)
+            else:
+                value = task.call(*row.args, **row.kwargs)
+        finally:
+            _running.heartbeat = None
+        took = ctx.clock.monotonic() - began
+        if took > options.timeout:
+            raise TaskTimedOut(f"ran past its timeout of {options.timeout:g} s (took {took:.1f} s)")
+        heartbeat.before_save()  # renew right before the finish; a renewal that failed wins
     # Saved by the guarded finish (result_field): it lands only under the lease, like every write.
     return normalize_json(value)
+
+
+def _record_lost_attempt(ctx: JobContext, row: TaskRow, options: TaskOptions) -> str:
+    """A takeover: record the attempt before, which lost its lease without a finish, unless it recorded that itself.
+
+    Return why that attempt counts as timed out ("" if it does not): its heartbeat renewed it up to
+    its timeout, so it was still running then.
+    """
+    if row.previous_owner is None or row.previous_fence is None:
+        return ""
+    number = ctx.attempt - 1
+    overran = _overran(row, options)
+    done = JobAttempt.objects.filter(job_type=JOB_TYPE, job_id=str(row.pk), number=number, fence=row.previous_fence)
+    if done.exists():
+        return overran
+    why = overran or "the worker stopped or crashed"
+    reason = (
+        f"Lease lapsed at {clock_time(row.previous_expires_at)} without a finish ({why}). "
+        f"The task is now held by {ctx.lease.owner} at fence {ctx.lease.fence}."
+    )
+    receipt = {
+        "job_type": JOB_TYPE,
+        "job_id": str(row.pk),
+        "number": number,
+        "owner": row.previous_owner,
+        "fence": row.previous_fence,
+        "outcome": JobAttempt.Outcome.BLOCKED,
+        "reason": reason,
+        "error_class": "",
+        "traceback": "",
+        "result": None,
+        "started_at": row.previous_attempted_at or row.previous_expires_at,
+        "finished_at": row.previous_expires_at,
+    }
+    insert_receipts(JobAttempt, [receipt])
+    return overran
+
+
+def _overran(row: TaskRow, options: TaskOptions) -> str:
+    """Why the lost attempt counts as timed out: its heartbeat renewed it up to its timeout ("" if not).
+
+    The heartbeat renews every interval until the timeout, so an attempt whose last renewal (its lapse
+    less the TTL) came within the last interval before the timeout was still running at the timeout.
+    """
+    began, lapsed = row.previous_attempted_at, row.previous_expires_at
+    if began is None or lapsed is None:
+        return ""
+    ttl = options.lease_ttl or get(JOB_TYPE).lease_ttl()
+    renewed_for = (lapsed - began).total_seconds() - ttl
+    if renewed_for < options.timeout - heartbeat_interval(ttl):
+        return ""
+    return f"attempt {row.attempts - 1} was still running at its timeout of {options.timeout:g} s"
+
+
+def _claim_fields(clock: Clock) -> Mapping[str, Any]:
+    # In the claim's own statement: the right-hand sides read the row as it was before the claim.
+    now = clock.now()
+    return {
+        "started_at": Coalesce(F("started_at"), now),
+        "last_attempted_at": now,
+        "previous_owner": F("owner"),
+        "previous_fence": F("fence"),
+        "previous_expires_at": F("lease_expires_at"),
+        "previous_attempted_at": F("last_attempted_at"),
+    }
+
+
+def _policy(row: TaskRow) -> RetryPolicy:
+    return task_options(row).policy()
+
+
+def _finished(ctx: JobContext, outcome: str) -> None:
+    """Tell `task_finished` receivers how the attempt ended (the row is not read again: the drain's reads stay one)."""
+    row: TaskRow = ctx.job
+    if outcome == "done":
+        row.return_value = ctx.results.get("run")
+    result = task_result(row, clock=ctx.clock, finished=outcome)
+    task_finished.send(type(result.task.get_backend()), task_result=result)
 
 
 def ensure_registered() -> None:
@@ -90,10 +223,21 @@ def ensure_registered() -> None:
                 model=TaskRow,
                 handler=run_task,
                 result_field="return_value",
-                # django.tasks semantics: a task that raises has failed; lost leases are retried by takeover.
+                # django.tasks semantics: a task that raises has failed, unless its options list the error.
                 retry=RetryPolicy(max_attempts=1),
+                retry_for=_policy,
+                claim_fields=_claim_fields,
+                finished=_finished,
                 schedule=ScheduleSpec(name="weave.tasks.sweep", func="weave.tasks.worker.sweep", minutes=1),
                 next_due=TaskRow.objects.next_due_at,
                 wake=_wake,
+                explainer=_explain,
+                explain_as=JOB_TYPE,
             )
         )
+
+
+def _explain(key: Any) -> Any:
+    from weave.tasks.explain import explain_task
+
+    return explain_task(key)

@@ -1,4 +1,7 @@
-"""`manage.py weave_explain notification <id>` / `weave_explain run <id>`: one job's story."""
+"""`manage.py weave_explain notification <id>` / `weave_explain run <id>`: one job's story.
+
+The id is a row number, or for a task also the result id Django gave (`TaskResult.id`).
+"""
 
 from argparse import ArgumentParser
 from typing import Any
@@ -14,14 +17,17 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("kind", choices=sorted(explainers()) or None)
-        parser.add_argument("id", type=int)
+        parser.add_argument("id", help="the job's number (a task: its number or the result id Django gave)")
 
-    def handle(self, *args: Any, kind: str, id: int, **options: Any) -> None:
+    def handle(self, *args: Any, kind: str, id: str, **options: Any) -> None:
         explain = explainers().get(kind)
         if explain is None:
             raise CommandError(f"No app that explains {kind!r} jobs is installed.")
+        key: int | str = int(id) if id.strip().isdigit() else id.strip()
         try:
-            timeline = explain(id)
+            timeline = explain(key)  # type: ignore[arg-type]  # a task's explainer also takes a result id
         except ObjectDoesNotExist as exc:
             raise CommandError(f"No {kind} with id {id}.") from exc
+        except (TypeError, ValueError) as exc:
+            raise CommandError(f"No {kind} with id {id}: a {kind} is named by its number.") from exc
         self.stdout.write(timeline.as_text())
