@@ -426,7 +426,6 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         "plan_steps",
         "welcome_notification",
         "committed_rows",
-        "timeline",
     ]
     fields = list(readonly_fields)
     # The raw columns stay read-only too, should anyone add them to `fields`: only workers write them.
