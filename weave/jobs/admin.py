@@ -18,6 +18,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.utils.html import format_html
 
 from weave.admin import (
     LeaseStateFilter,
@@ -101,7 +102,7 @@ class JobAdminMixin(OperatorLogMixin):
         if live is None:  # not read through get_queryset(): ask the database clock now
             live = self.model._default_manager.filter(pk=obj.pk).live().exists()
         state = "live" if live else "expired"
-        return f"{state} · {clipped(obj.owner, one_line=True)} · fence {obj.fence}"
+        return format_html("{} · {} · fence {}", state, clipped(obj.owner, one_line=True), obj.fence)
 
     @admin.display(description="next attempt", ordering="next_attempt_at")
     def next_attempt(self, obj: Any) -> str:

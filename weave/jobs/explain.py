@@ -61,7 +61,8 @@ def _summary(job: Any, attempts: list[JobAttempt]) -> str:
         else ""
     )
     ended = f"the last one that ended, attempt {last.number}, ended {last.outcome}"
-    return f"{count}; {ended}: {last.reason or 'no reason given'}.{lost}{when}{running}"
+    reason = last.reason.rstrip(".") or "no reason given"
+    return f"{count}; {ended}: {reason}.{lost}{when}{running}"
 
 
 def explainer_for(job_type: str, model: Any) -> Callable[[int], Timeline]:
