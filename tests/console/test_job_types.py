@@ -183,3 +183,20 @@ def test_explain__a_sites_job_type_from_the_command(clock):
     assert text.startswith(f"shipment {shipment.pk}: pending, 2 attempt(s): 1 ended, 1 running")
     assert "2 attempt(s): 1 ended, 1 running; the last one that ended, attempt 1, ended blocked" in text
     assert "rival holds it under fence 2 now." in text
+
+
+def test_actions__the_shipped_topic_admin_refuses_a_view_only_user_too(client):
+    from notifications.models import TopicSubscription
+
+    rows = [
+        TopicSubscription.objects.create(backend="fcm", topic=f"t{n}", action="subscribe", tokens=["x"]) for n in (1, 2)
+    ]
+    user = User.objects.create_user("viewer", password="pw", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_topicsubscription"))
+    client.login(username="viewer", password="pw")
+    url = "/admin/weave_notifications/topicsubscription/"
+    assert "cancel_jobs" not in client.get(url).content.decode()
+    client.post(url, {"action": "cancel_jobs", "_selected_action": [str(r.pk) for r in rows]}, follow=True)
+    assert list(TopicSubscription.objects.values_list("state", flat=True)) == ["pending", "pending"]
+    page = client.get(f"{url}{rows[0].pk}/change/").content.decode()
+    assert page.index('id="weave-story"') < page.index("field-topic") < page.index("field-fence")
