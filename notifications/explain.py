@@ -82,34 +82,39 @@ def _add_due(t: Timeline, n: Notification, attempts: list[DeliveryAttempt]) -> N
 
 def _summary(n: Notification, attempts: list[DeliveryAttempt]) -> str:
     if not attempts:
-        if n.status != Notification.Status.PENDING and n.last_error:
-            # Ended before any worker took it (a device deactivated or handed over, a cancel): say why.
-            why = n.last_error.splitlines()[0].rstrip(".")
-            return f"Notification {n.pk} was never sent; it is {n.status}: {why}."
-        # A pending row's reason before any send: a deferral (quiet hours).
-        why = f" {n.last_error}" if n.last_error else ""
-        return f"Notification {n.pk} has not been sent yet; it is {n.status}.{why}"
-    parts = []
-    for number, a in enumerate(attempts, 1):
-        took = waited(a)
-        if a.outcome == DeliveryAttempt.Outcome.LEASE_LOST:
-            later = [b.fence for b in attempts if b.fence > a.fence]
-            taker = min(later) if later else n.fence
-            parts.append(
-                f"attempt {number} (fence {a.fence}) lost its lease to fence {taker} while waiting {took} on the "
-                f"provider, and its answer was refused at {clock_time(a.finished_at)}"
-            )
-        elif a.outcome == DeliveryAttempt.Outcome.NOT_SENT:
-            parts.append(f"fence {a.fence} ended it without sending at {clock_time(a.finished_at)}")
-        elif a.outcome == DeliveryAttempt.Outcome.DELIVERED:
-            parts.append(f"fence {a.fence} delivered it at {clock_time(a.finished_at)}")
-        elif a.outcome == DeliveryAttempt.Outcome.UNKNOWN:
-            parts.append(f"attempt {number} (fence {a.fence}) got no answer in {took}, so the provider may have it")
-        else:
-            parts.append(f"attempt {number} (fence {a.fence}) was {a.outcome} at {clock_time(a.finished_at)}")
+        return _unsent_summary(n)
+    text = "; ".join(_ending(n, attempts, number, a) for number, a in enumerate(attempts, 1))
     sends = sum(1 for a in attempts if a.outcome != DeliveryAttempt.Outcome.NOT_SENT)
     times = {1: "once", 2: "twice"}.get(sends, f"{sends} times")
     sent = f"sent key {n.idempotency_key} to the provider {times}" if sends else "never sent it to the provider"
-    text = "; ".join(parts)
     why = n.last_error.splitlines()[0].rstrip(".") if n.last_error else ""
     return f"{text[0].upper()}{text[1:]}. Weave {sent}; the notification is {n.status}{': ' + why if why else ''}."
+
+
+def _unsent_summary(n: Notification) -> str:
+    if n.status != Notification.Status.PENDING and n.last_error:
+        # Ended before any worker took it (a device deactivated or handed over, a cancel): say why.
+        why = n.last_error.splitlines()[0].rstrip(".")
+        return f"Notification {n.pk} was never sent; it is {n.status}: {why}."
+    # A pending row's reason before any send: a deferral (quiet hours).
+    why = f" {n.last_error}" if n.last_error else ""
+    return f"Notification {n.pk} has not been sent yet; it is {n.status}.{why}"
+
+
+def _ending(n: Notification, attempts: list[DeliveryAttempt], number: int, a: DeliveryAttempt) -> str:
+    """How one attempt ended, in a clause of the summary."""
+    at = clock_time(a.finished_at)
+    if a.outcome == DeliveryAttempt.Outcome.LEASE_LOST:
+        later = [b.fence for b in attempts if b.fence > a.fence]
+        taker = min(later) if later else n.fence
+        return (
+            f"attempt {number} (fence {a.fence}) lost its lease to fence {taker} while waiting {waited(a)} on the "
+            f"provider, and its answer was refused at {at}"
+        )
+    if a.outcome == DeliveryAttempt.Outcome.NOT_SENT:
+        return f"fence {a.fence} ended it without sending at {at}"
+    if a.outcome == DeliveryAttempt.Outcome.DELIVERED:
+        return f"fence {a.fence} delivered it at {at}"
+    if a.outcome == DeliveryAttempt.Outcome.UNKNOWN:
+        return f"attempt {number} (fence {a.fence}) got no answer in {waited(a)}, so the provider may have it"
+    return f"attempt {number} (fence {a.fence}) was {a.outcome} at {at}"

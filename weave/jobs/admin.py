@@ -190,7 +190,7 @@ class JobAdminMixin(OperatorLogMixin):
         self._act(request, queryset, "Cancelled", job_cancel(job_type=self.job().name, pks=pks))
 
 
-class TaskAdmin(JobAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+class TaskAdmin(JobAdminMixin, admin.ModelAdmin):  # type: ignore[misc,type-arg]
     """`django.tasks` tasks enqueued on `weave.tasks.WeaveBackend`: the job admin, with the task's own columns.
 
     Nothing is added or edited by hand: tasks are enqueued by code, and their arguments are the record of
