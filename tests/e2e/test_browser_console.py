@@ -308,7 +308,7 @@ def make_jobs():
     from weave.telemetry import db_now
 
     now = db_now()
-    shipment = Shipment.objects.create(parcel="a parcel with a rather long description " * 3)
+    shipment = Shipment.objects.create(parcel="a parcel with a rather long description, " * 2)  # 84 of 100
     Shipment.objects.claim(shipment.pk, owner="shipping:host-a:101:aaaa", ttl=-30, also=ATTEMPT)
     Shipment.objects.claim(shipment.pk, owner="shipping:host-b:202:bbbb", ttl=600, also=ATTEMPT)
     JobAttempt.objects.create(
