@@ -30,6 +30,7 @@ TROUBLE_LISTED = 10  # troubled attempts named one by one on a panel
 NAMED_IN_FINDING = 5  # jobs named (linked) in one finding; the rest are counted
 PANEL_ORDER = 30  # after the built-in apps' panels, before workers and the TTL advice
 
+_TILE = {"blocked": "blocked", "failed": "failed", "retry": "retried", "done": "done"}
 # What each troubled outcome means, for the verdict.
 _MEANING: dict[str, str] = {
     JobAttempt.Outcome.BLOCKED: "lost its lease and wrote nothing after it (blocked)",
@@ -84,7 +85,7 @@ def render_panel(job: JobType, now: datetime) -> SafeString:
         for state, n in state_counts(job).items()
     ]
     tiles += [(f"{kind} leases", leases[kind], changelist_url(model, lease=kind)) for kind in ("live", "expired")]
-    tiles += [(f"{state_word(o)} attempts (1 h)", outcomes[o], None) for o in (*TROUBLE, JobAttempt.Outcome.DONE)]
+    tiles += [(f"{_TILE[o]} attempts (1 h)", outcomes[o], None) for o in (*TROUBLE, JobAttempt.Outcome.DONE)]
     trouble = table(
         ["ended at", "job", "outcome", "fence", "held by", "reason"],
         [
