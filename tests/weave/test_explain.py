@@ -151,3 +151,28 @@ def test_admin_change_page_renders_the_notification_timeline(push_settings, fake
     assert 'class="weave-timeline"' in page
     # The story first (the summary, then the timeline), the raw fields after it.
     assert_in_order(page, "Fence 1 delivered it at", "fence 1 held by worker-a", "field-fence")
+
+
+def test_explain_notification__an_unanswered_send_says_how_long_it_waited_not_0_ms(db):
+    from datetime import timedelta
+
+    from notifications.models import DeliveryAttempt
+    from weave.telemetry import db_now
+
+    n = NotificationFactory()
+    sent = db_now() - timedelta(seconds=20)
+    DeliveryAttempt.objects.create(
+        notification=n,
+        owner="worker-a",
+        fence=1,
+        number=1,
+        started_at=sent,
+        finished_at=sent + timedelta(seconds=10.2),
+        latency_ms=None,  # the backend overran: nothing measured an answer
+        outcome="unknown",
+        reason="Backend 'default' overran its 10 s deadline; the request may have reached the provider.",
+    )
+    text = explain("notification", n.pk)
+    assert "no HTTP answer in 10.2 s (attempt 1). Backend 'default' overran its 10 s deadline" in text
+    assert "got no answer in 10.2 s, so the provider may have it" in text
+    assert " 0 ms" not in text and "0.0 s" not in text
