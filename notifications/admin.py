@@ -28,6 +28,7 @@ from notifications.services import (
     notification_edit,
     notification_retry_now,
 )
+from notifications.token_display import PLATFORM_NAMES, mask_token
 from weave.leases import default_clock
 from weave.operations import (
     ActionRule,
@@ -51,31 +52,6 @@ from weave.operations import (
     timestamp_column,
     within_filter,
 )
-
-PLATFORM_NAMES = {"android": "Android", "ios": "iOS", "web": "Web", "other": "other"}
-
-
-def mask_token(token: str, platform: str = "") -> str:
-    """A device token as a person may see it: never whole (it is the address of someone's phone).
-
-    A Web Push subscription shows its push service's host and the end of its endpoint; app tokens
-    (FCM, APNs, a webhook's) their first 6 and last 4 characters.
-    """
-    token = token or ""
-    if token.lstrip().startswith("{"):
-        import json
-        from urllib.parse import urlsplit
-
-        try:
-            endpoint = str(json.loads(token).get("endpoint", ""))
-            parts = urlsplit(endpoint)
-        except (ValueError, AttributeError):
-            return "Web Push subscription (unreadable)"
-        tail = parts.path.rstrip("/")[-6:]
-        return f"Web Push · {parts.hostname or '?'} …{tail}"
-    name = PLATFORM_NAMES.get(platform, "")
-    short = token if len(token) <= 12 else f"{token[:6]}…{token[-4:]}"
-    return f"{name} · {short}" if name else short
 
 
 def linked_ids(model: type, pks: list[int], limit: int = 20) -> SafeString:
@@ -311,7 +287,6 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         "created_at",
         "created_at_display",
         "sent_for",
-        "timeline",
         "next_attempt_display",
         "shown_token",
         "data_table",
@@ -337,7 +312,6 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
             {"fields": ("lease_state", "owner", "fence", "lease_expires_at_display")},
         ),
         ("Identity", {"fields": ("idempotency_key", "created_at_display")}),
-        ("Timeline", {"fields": ("timeline",)}),
     )
     next_attempt_at_display = timestamp_column("next_attempt_at", "next attempt at (database clock)")
 
@@ -714,16 +688,15 @@ class TopicSubscriptionAdmin(JobAdminMixin, LeasedModelAdmin):  # type: ignore[m
     """FCM topic subscription jobs: every field read-only (the services create them, workers run them), with
     the core's start, retry and cancel actions and the job's story."""
 
-    job_type = "fcm_topic"
     explain_kind = "fcm_topic"
-    list_display = ("pk", "action", "topic", "backend", "token_count", "state", "attempts", "lease", "last_error")
-    list_filter = ("state", "action", "backend")
+    list_display = ("pk", "action", "short_topic", "backend", "token_count")
+    list_filter = ("action", "backend")
     search_fields = ("topic",)
-    fields = (
-        "action", "topic", "backend", "token_count", "state", "attempts", "next_attempt_at", "last_error",
-        "lease_state", "owner", "fence", "lease_expires_at", "created_at", "finished_at", "timeline",
-    )  # fmt: skip
-    readonly_fields = fields
+    fields = readonly_fields = ("action", "topic", "backend", "token_count")
+
+    @admin.display(description="topic", ordering="topic")
+    def short_topic(self, obj: TopicSubscription) -> str:
+        return clipped(obj.topic, one_line=True)
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # topic_subscribe() and topic_unsubscribe() make them, with every check

@@ -1,5 +1,6 @@
 """Admin for suppliers and onboarding runs. Actions call services and report with message_user."""
 
+from collections.abc import Sequence
 from typing import Any
 
 from django import forms
@@ -252,6 +253,12 @@ class SupplierAdmin(ActionsWhereTheyApply, OperatorLogMixin, admin.ModelAdmin):
             else:
                 again = " again" if supplier.pk in completed else ""
                 started.append(format_html("{} (run {}{})", supplier, run_links([run.pk]), again))
+        self._report_started(request, started, skipped, refused)
+        return None
+
+    def _report_started(
+        self, request: HttpRequest, started: Sequence[str], skipped: Sequence[str], refused: Sequence[str]
+    ) -> None:
         if started:
             self.message_user(
                 request,
@@ -274,7 +281,6 @@ class SupplierAdmin(ActionsWhereTheyApply, OperatorLogMixin, admin.ModelAdmin):
                 f"Refused {len(refused)} with invalid data (correct the supplier first): {' '.join(refused)}",
                 level=messages.ERROR,
             )
-        return None
 
 
 def _notification_link(notification_id: Any) -> str:
@@ -424,7 +430,6 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         "plan_steps",
         "welcome_notification",
         "committed_rows",
-        "timeline",
     ]
     fields = list(readonly_fields)
     # The raw columns stay read-only too, should anyone add them to `fields`: only workers write them.
@@ -530,15 +535,7 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
             for model in (VendorRecord, PaymentTerms, BankAccount)
             for row in model.objects.filter(run=run)
         ]
-        items = []
-        for r in receipts:
-            if r.undone_at is not None:
-                state = f"undone at fence {r.undone_fence}, {timestamp(r.undone_at)}"
-            elif r.step in undoable:
-                state = "committed; has an undo"
-            else:
-                state = "committed; no undo (stays)"
-            items.append((r.step, r.fence, state, key_values(r.output)))
+        items = [(r.step, r.fence, _receipt_state(r, undoable), key_values(r.output)) for r in receipts]
         table = format_html_join(
             "",
             '<tr><th scope="row">{}</th><td>{}</td><td>{}</td><td>{}</td></tr>',
@@ -631,36 +628,8 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         failed = [r for r in runs if r.pk in applies]
         why = request.POST.get("why", "").strip()
         if request.POST.get("post") != "yes" or not why:
-            return confirm_page(
-                self,
-                request,
-                queryset.filter(pk__in=applies),
-                "retry_failed",
-                title="Retry failed runs?",
-                intro="Each failed run is re-opened under a new fence and resumes after its last receipt. "
-                "Only a failure someone fixed is worth it (e.g. the supplier's data was corrected).",
-                warning="To re-open:",
-                warning_items=[
-                    f"Run {r.pk} for {r.supplier}: "
-                    + shown(joined_reason(f"failed at {r.failed_step or '—'}", said_once(r.reason)))
-                    for r in failed
-                ],
-                other="Left alone:",
-                other_items=[f"Run {r.pk} for {r.supplier} ({rule.why_not(r)})" for r in runs if r not in failed],
-                ask_why="What was fixed? (It goes into each run's reason, with your name.)",
-                why=why,
-                confirm="Retry",
-            )
-        done, refused = [], []
-        for run in failed:
-            try:
-                retry_recorded(run=run, user=request.user, why=why)
-            except (RunNotRetryable, RunAlreadyActive, PermissionDenied) as exc:
-                refused.append(str(exc))
-            except ValidationError as exc:
-                refused.append(f"Run {run.pk}: the supplier's data is still invalid: {'; '.join(exc.messages)}")
-            else:
-                done.append(run.pk)
+            return self._confirm_retry(request, queryset.filter(pk__in=applies), runs, failed, why)
+        done, refused = _retry_runs(request, failed, why)
         if done:
             self.message_user(
                 request,
@@ -674,6 +643,36 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         if skipped:
             self.message_user(request, f"{len(skipped)} not retried: {'; '.join(skipped)}.", level=messages.WARNING)
         return None
+
+    def _confirm_retry(
+        self,
+        request: HttpRequest,
+        applies: QuerySet[OnboardingRun],
+        runs: list[OnboardingRun],
+        failed: list[OnboardingRun],
+        why: str,
+    ) -> TemplateResponse:
+        rule = RUN_ACTIONS["retry_failed"]
+        return confirm_page(
+            self,
+            request,
+            applies,
+            "retry_failed",
+            title="Retry failed runs?",
+            intro="Each failed run is re-opened under a new fence and resumes after its last receipt. "
+            "Only a failure someone fixed is worth it (e.g. the supplier's data was corrected).",
+            warning="To re-open:",
+            warning_items=[
+                f"Run {r.pk} for {r.supplier}: "
+                + shown(joined_reason(f"failed at {r.failed_step or '—'}", said_once(r.reason)))
+                for r in failed
+            ],
+            other="Left alone:",
+            other_items=[f"Run {r.pk} for {r.supplier} ({rule.why_not(r)})" for r in runs if r not in failed],
+            ask_why="What was fixed? (It goes into each run's reason, with your name.)",
+            why=why,
+            confirm="Retry",
+        )
 
     @admin.action(description="Cancel and undo committed steps", permissions=["undo_run"])
     def cancel_and_undo(self, request: HttpRequest, queryset: QuerySet[OnboardingRun]) -> TemplateResponse | None:
@@ -839,3 +838,25 @@ class PaymentTermsAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
 class BankAccountAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
     list_display = ["id", "supplier_link", "reference", "last4", "run_link", "fence", "verified_at_display"]
     verified_at_display = timestamp_column("verified_at")
+
+
+def _retry_runs(request: HttpRequest, failed: list[OnboardingRun], why: str) -> tuple[list[int], list[str]]:
+    """Re-open each failed run with the operator's note: the ones re-opened, and why the others were not."""
+    done, refused = [], []
+    for run in failed:
+        try:
+            retry_recorded(run=run, user=request.user, why=why)
+        except (RunNotRetryable, RunAlreadyActive, PermissionDenied) as exc:
+            refused.append(str(exc))
+        except ValidationError as exc:
+            refused.append(f"Run {run.pk}: the supplier's data is still invalid: {'; '.join(exc.messages)}")
+        else:
+            done.append(run.pk)
+    return done, refused
+
+
+def _receipt_state(receipt: StepReceipt, undoable: set[str]) -> str:
+    """Whether a committed step's writes stay, can be undone, or were undone."""
+    if receipt.undone_at is not None:
+        return f"undone at fence {receipt.undone_fence}, {timestamp(receipt.undone_at)}"
+    return "committed; has an undo" if receipt.step in undoable else "committed; no undo (stays)"

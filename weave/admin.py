@@ -16,6 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
+from weave.display import shown
 from weave.explain import explainers
 from weave.leases import LeaseQuerySet, default_clock
 from weave.telemetry import db_now
@@ -161,6 +162,39 @@ class ActionsWhereTheyApply:
         return response
 
 
+def story_context(kind: str, object_id: str) -> dict[str, Any]:
+    """What a job's change page opens with: its plain-language summary and its timeline.
+
+    Empty when no explainer tells `kind` jobs or the row does not exist (the admin then says so itself).
+    """
+    from django.contrib.admin.utils import unquote
+    from django.core.exceptions import ObjectDoesNotExist
+
+    explain = explainers().get(kind)
+    pk: Any = unquote(object_id)
+    if explain is None:
+        return {}
+    try:
+        timeline = explain(int(pk) if str(pk).isdigit() else pk)
+    except (ObjectDoesNotExist, ValueError):
+        return {}
+    return {
+        "weave_story": timeline,
+        "weave_story_summary": shown(timeline.summary),
+        "weave_story_table": timeline.table_html(),
+    }
+
+
+def story_form_templates(model: type[Model]) -> list[str]:
+    """A leased model's change form: the app's own template for the model if it has one, else the story-first one."""
+    meta = model._meta
+    return [
+        f"admin/{meta.app_label}/{meta.model_name}/change_form.html",
+        f"admin/{meta.app_label}/change_form.html",
+        "weave/admin/story_change_form.html",
+    ]
+
+
 class LeaseStateFilter(admin.SimpleListFilter):
     """Rows by lease: held under a live lease, held under an expired one, or free (by the database clock)."""
 
@@ -245,6 +279,19 @@ class LeasedModelAdmin(OperatorLogMixin, admin.ModelAdmin):
 
     explain_kind = ""
     Media = ConsoleMedia
+
+    @property
+    def change_form_template(self) -> list[str]:  # type: ignore[override]
+        return story_form_templates(self.model)
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The page opens with the job's story (summary and timeline); the raw fields come after it."""
+        extra = dict(extra_context or {})
+        if "weave_story" not in extra and self.explain_kind:
+            extra.update(story_context(self.explain_kind, object_id))
+        return super().change_view(request, object_id, form_url, extra)
 
     @admin.display(description="lease")
     def lease(self, obj: Model) -> str:

@@ -30,6 +30,7 @@ from weave.telemetry import (
     FAILING,
     TUNE_LIMIT,
     Finding,
+    Panel,
     TtlReport,
     db_now,
     health_checks,
@@ -381,21 +382,37 @@ register_panel_defaults = [
 
 
 def register_core_panels() -> None:
+    """The core's panels and health checks, and the job types' own: each core-run job type gets a panel,
+    its part of the verdict and its Prometheus series from its declaration (`weave.jobs.console`)."""
     from weave import dashboard_ops
-    from weave.telemetry import Panel
+    from weave.jobs import console as job_console
+    from weave.metrics import collect_job_metrics
+    from weave.telemetry import register_metrics
 
     for key, title, order, render in [*register_panel_defaults, *dashboard_ops.PANELS]:
         register_panel(Panel(key=key, title=title, order=order, render=render))
     register_health("weave.ttl", ttl_findings)
     for name, check in dashboard_ops.HEALTH:
         register_health(name, check)
+    register_health("weave.jobs", job_console.findings)
+    register_metrics("weave.jobs", collect_job_metrics)
+
+
+def all_panels() -> list[Panel]:
+    """The registered panels and one per core-run job type without its own, in their order.
+
+    Job type panels are read at each render: a job type may be registered after start-up (the
+    "task" type is, on a site's first `django.tasks` enqueue)."""
+    from weave.jobs import console as job_console
+
+    return sorted([*panels(), *job_console.panels()], key=lambda p: (p.order, p.key))
 
 
 @never_cache
 def dashboard_view(request: HttpRequest, admin_site: admin.AdminSite) -> HttpResponse:
     now = db_now()
     verdict_html = render_verdict(now)
-    sections = [(p.key, p.title, p.render(now)) for p in panels()]
+    sections = [(p.key, p.title, p.render(now)) for p in all_panels()]
     # Off unless asked for: a reload would move a keyboard or screen reader user back to the top.
     try:
         refresh = max(0, int(request.GET.get("refresh", "0") or 0))
@@ -437,6 +454,17 @@ class DashboardAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 def register_admin() -> None:
-    """Put the dashboard on the default admin site (called from WeaveConfig.ready())."""
+    """Put the dashboard and the `django.tasks` tasks on the default admin site (called from WeaveConfig.ready()).
+
+    The tasks' admin is the job admin every core-run job type gets (`weave.jobs.admin`); the core registers
+    it here, in its `ready()`, because the rows are its own."""
+    from weave.jobs.admin import TaskAdmin
+    from weave.models import TaskRow
+
     if not admin.site.is_registered(Dashboard):
         admin.site.register(Dashboard, DashboardAdmin)
+        if admin.site.index_template is None:
+            # The dashboard link at the top of the index, not as the last entry below the fold.
+            admin.site.index_template = "weave/admin/index.html"
+    if not admin.site.is_registered(TaskRow):
+        admin.site.register(TaskRow, TaskAdmin)

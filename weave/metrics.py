@@ -208,3 +208,46 @@ def collect_wake_metrics() -> Iterable[Metric]:
     watchers.add_metric(["listen"], report["listening"])
     watchers.add_metric(["poll"], report["polling"])
     yield watchers
+
+
+_job_attempts = RunningCounts()
+
+
+def _job_attempts_between(after: datetime | None, upto: datetime) -> dict[Labels, float]:
+    from django.db.models import Count
+
+    from weave.models import JobAttempt
+
+    rows = JobAttempt.objects.filter(finished_at__lte=upto)
+    if after is not None:
+        rows = rows.filter(finished_at__gt=after)
+    counted = rows.order_by().values_list("job_type", "outcome").annotate(n=Count("pk"))
+    return {(job, outcome): n for job, outcome, n in counted}
+
+
+def collect_job_metrics() -> Iterable[Metric]:
+    """Every core-run job type's series, from its declaration: jobs by state, attempts by outcome, and its
+    lease refusals (blocked attempts) in the family the apps report theirs in. Leases are `weave_leases`."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    from weave.jobs.console import engine_types, state_counts
+    from weave.models import JobAttempt
+
+    types = engine_types()
+    jobs = GaugeMetricFamily("weave_jobs", "Jobs by job type and state.", labels=["job", "state"])
+    attempts = CounterMetricFamily(
+        "weave_job_attempts", "Attempts that ended, by job type and outcome (all workers).", labels=["job", "outcome"]
+    )
+    refusals = CounterMetricFamily(
+        "weave_lease_refusals", "Writes refused because the lease was lost, by job type.", labels=["job"]
+    )
+    totals = _job_attempts.advance(_job_attempts_between, scrape_now()) if types else {}
+    for job in types:
+        for state, n in state_counts(job).items():
+            jobs.add_metric([job.name, state], n)
+        for outcome in JobAttempt.Outcome.values:
+            attempts.add_metric([job.name, outcome], totals.get((job.name, outcome), 0))
+        refusals.add_metric([job.name], totals.get((job.name, JobAttempt.Outcome.BLOCKED.value), 0))
+    yield jobs
+    yield attempts
+    yield refusals

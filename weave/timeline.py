@@ -40,18 +40,21 @@ class Timeline:
         lines += ["", shown(self.summary)]
         return "\n".join(lines)
 
-    def as_html(self) -> str:
+    def table_html(self) -> str:
+        """The entries as an HTML table (what the admin's story shows under the summary)."""
         rows = format_html_join(
             "",
             '<tr class="{}"><td>{}</td><td>{}</td><td>{}</td></tr>',
             (("operator" if e.what in OPERATOR_WORDS else "", stamp(e.at), e.what, e.text) for e in self.ordered()),
         )
         return format_html(
-            '<table class="weave-timeline"><thead><tr><th>database time</th><th>event</th><th>detail</th></tr>'
-            "</thead><tbody>{}</tbody></table><p>{}</p>",
+            '<table class="weave-timeline"><thead><tr><th scope="col">database time</th><th scope="col">event</th>'
+            '<th scope="col">detail</th></tr></thead><tbody>{}</tbody></table>',
             rows,
-            shown(self.summary),
         )
+
+    def as_html(self) -> str:
+        return format_html("{}<p>{}</p>", self.table_html(), shown(self.summary))
 
 
 _RANK = {"created": 0, "claim": 1, "send": 2, "receipt": 2}

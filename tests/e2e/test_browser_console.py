@@ -161,8 +161,10 @@ def overflow(page) -> dict:
                 '#result_list td.field-reason, #result_list td.field-shown_reason, #result_list td.field-list_reason')];
             const status = [...document.querySelectorAll(
                 '#result_list td.field-status_word, #result_list td.field-outcome_word')];
+            const results = document.querySelector('#changelist .results');
             return {
                 page: document.documentElement.scrollWidth - width,
+                results: results ? results.scrollWidth - results.clientWidth : 0,
                 reasons: cells.map(c => Math.round(c.getBoundingClientRect().right - width)),
                 reasonsShown: cells.filter(c => c.getBoundingClientRect().width > 60).length,
                 cells: cells.length,
@@ -264,6 +266,69 @@ LIST_PAGES = [
 ]
 
 
+# The lists every core-run job type gets (a site's own, django.tasks tasks, FCM topic jobs).
+JOB_LIST_PAGES = [
+    "/admin/shipping/shipment/",
+    "/admin/weave/taskrow/",
+    "/admin/weave_notifications/topicsubscription/",
+]
+
+
+def story_first(page) -> dict:
+    """Where a change page's story (summary and timeline) and its first raw field start, in px from the top."""
+    return page.evaluate(
+        """() => {
+            const top = el => el ? Math.round(el.getBoundingClientRect().top + window.scrollY) : null;
+            return {
+                story: top(document.querySelector('#weave-story')),
+                summary: top(document.querySelector('#weave-story-summary')),
+                timeline: top(document.querySelector('#weave-story table.weave-timeline')),
+                fields: top(document.querySelector('fieldset.module')),
+                timelines: document.querySelectorAll('table.weave-timeline').length,
+                viewport: window.innerHeight,
+            };
+        }"""
+    )
+
+
+def assert_story_first(page, url: str) -> None:
+    seen = story_first(page)
+    assert seen["timelines"] == 1 and seen["story"] is not None and seen["fields"] is not None, (url, seen)
+    assert seen["story"] < seen["summary"] < seen["timeline"] < seen["fields"], (url, seen)
+    assert seen["summary"] < seen["viewport"], ("the summary is on the first screen", url, seen)
+
+
+def make_jobs():
+    """A site's own job that lost its lease to a rival (who holds it now), a django.tasks task, a topic job."""
+    from notifications.models import TopicSubscription
+    from tests.jobs.shipping.background import add
+    from tests.jobs.shipping.models import Shipment
+    from weave.jobs.runner import ATTEMPT
+    from weave.models import JobAttempt, TaskRow
+    from weave.telemetry import db_now
+
+    now = db_now()
+    shipment = Shipment.objects.create(parcel="a parcel with a rather long description, " * 2)  # 84 of 100
+    Shipment.objects.claim(shipment.pk, owner="shipping:host-a:101:aaaa", ttl=-30, also=ATTEMPT)
+    Shipment.objects.claim(shipment.pk, owner="shipping:host-b:202:bbbb", ttl=600, also=ATTEMPT)
+    JobAttempt.objects.create(
+        job_type="shipment",
+        job_id=str(shipment.pk),
+        number=1,
+        owner="shipping:host-a:101:aaaa",
+        fence=1,
+        outcome="blocked",
+        reason=f"Lease lost at step book: now held by shipping:host-b:202:bbbb at fence 2. {LONG_REASON}",
+        started_at=now,
+        finished_at=now,
+    )
+    Shipment.objects.filter(pk=shipment.pk).update(last_error=LONG_REASON)
+    add.enqueue(2, 3)
+    task = TaskRow.objects.get()
+    topic = TopicSubscription.objects.create(backend="fcm", topic="news-" * 30, action="subscribe", tokens=["t"])
+    return shipment, task, topic
+
+
 # Lists without a reason column: checked with axe-core only.
 MORE_PAGES = [
     "/admin/weave_onboarding/supplier/",
@@ -321,6 +386,7 @@ def test_operator_screens_at_1440_1280_and_390_px(live_server, chromium, monkeyp
     SHOTS.mkdir(parents=True, exist_ok=True)
     User.objects.create_superuser("screens", "ops@example.com", "screens-pw")
     failed, held, run = make_trouble()
+    shipment, task, topic = make_jobs()
     make_ops_trouble()
     stuck = Notification.objects.create(device_token="screen-stuck-device", title="Stuck", body="b")
     Notification.objects.claim(stuck.pk, owner="push:stuck-host:77:cafe", ttl=120)  # 120 of 600 s left
@@ -333,6 +399,27 @@ def test_operator_screens_at_1440_1280_and_390_px(live_server, chromium, monkeyp
         page.fill("#id_username", "screens")
         page.fill("#id_password", "screens-pw")
         page.click("input[type=submit]")
+
+        # The index leads with the dashboard: its link is on the first screen, above the app list.
+        link = page.locator("#weave-dashboard-link a[href='/admin/weave/dashboard/']")
+        assert link.count() == 1 and link.bounding_box()["y"] < 300, link.bounding_box()
+        assert not axe_violations(page), axe_violations(page)
+
+        # Job pages lead with the story (summary, then timeline) on the first screen; the raw fields follow.
+        story_pages = [
+            f"/admin/weave_notifications/notification/{failed[0].pk}/change/",
+            f"/admin/weave_onboarding/onboardingrun/{run.pk}/change/",
+            f"/admin/shipping/shipment/{shipment.pk}/change/",
+            f"/admin/weave/taskrow/{task.pk}/change/",
+            f"/admin/weave_notifications/topicsubscription/{topic.pk}/change/",
+        ]
+        for url in story_pages:
+            page.goto(f"{live_server.url}{url}")
+            assert_story_first(page, url)
+            assert not axe_violations(page), (url, axe_violations(page))
+        page.goto(f"{live_server.url}{story_pages[2]}")
+        assert "2 attempt(s): 1 ended, 1 running" in page.locator("#weave-story-summary").inner_text()
+        page.screenshot(path=str(SHOTS / "19-job-story-1440.png"), full_page=True)
 
         # The dashboard: a verdict first, naming the expired lease; tiles link to the rows they count.
         page.goto(f"{live_server.url}/admin/weave/dashboard/")
@@ -390,13 +477,18 @@ def test_operator_screens_at_1440_1280_and_390_px(live_server, chromium, monkeyp
         rows = page.locator("#result_list tbody tr")
         assert rows.count() == len(failed), "the failed tile opens the failed notifications"
 
-        # Lists: reason and status side by side at 1280 px, nothing past the right edge.
+        # Lists: reason and status side by side at 1280 px, nothing past the right edge, and no list that
+        # scrolls sideways inside the page either.
         page.set_viewport_size({"width": 1280, "height": 900})
-        for url in LIST_PAGES:
+        for url in [*LIST_PAGES, *JOB_LIST_PAGES]:
             page.goto(f"{live_server.url}{url}")
             seen = overflow(page)
             page.screenshot(path=str(SHOTS / f"list-1280-{url.strip('/').replace('/', '-')}.png"), full_page=True)
-            assert seen["page"] <= 1 and all(r <= 1 for r in seen["reasons"]), (url, seen)
+            assert seen["page"] <= 1 and seen["results"] <= 1, (url, seen)
+            assert all(r <= 1 for r in seen["reasons"]), (url, seen)
+            if url in JOB_LIST_PAGES:
+                assert not axe_violations(page), (url, axe_violations(page))
+                continue
             assert seen["cells"] and seen["reasonsShown"] == seen["cells"], (url, seen)
             assert not axe_violations(page), (url, axe_violations(page))
         for url in MORE_PAGES:
@@ -446,6 +538,13 @@ def test_operator_screens_at_1440_1280_and_390_px(live_server, chromium, monkeyp
         assert page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth") <= 1
         assert f"notification #{stuck.pk}" in page.locator("#weave-verdict li", has_text="Stuck lease").inner_text()
         page.screenshot(path=str(SHOTS / "14-dashboard-390.png"), full_page=True)
+
+        for url in story_pages[:3]:
+            page.goto(f"{live_server.url}{url}", wait_until="domcontentloaded")
+            seen = story_first(page)
+            assert seen["story"] < seen["timeline"] < seen["fields"], (url, seen)
+            assert page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth") <= 1
+        page.screenshot(path=str(SHOTS / "20-job-story-390.png"), full_page=True)
 
         # On a phone a row's disabled actions still show their reasons, inside the screen.
         page.goto(f"{live_server.url}/admin/weave_notifications/notification/{delivered.pk}/change/")

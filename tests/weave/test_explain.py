@@ -5,6 +5,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from notifications.delivery import Hooks, deliver_batch
+from notifications.token_display import mask_token
 from onboarding.runner import claim_attempt
 from onboarding.testing.numbers import german_vat_number
 from tests.factories import NotificationFactory, OnboardingRunFactory, SupplierFactory
@@ -90,7 +91,10 @@ def test_admin_change_page_renders_the_run_timeline(fake_services, clock, admin_
 
     page = admin_client.get(f"/admin/weave_onboarding/onboardingrun/{run.pk}/change/").content.decode()
     assert 'class="weave-timeline"' in page
-    assert_in_order(page, "fence 1 claimed by worker-a", "Attempt 1 (fence 1) saved no step and failed the run")
+    # The story first (the summary, then the timeline), the raw fields after it.
+    assert_in_order(
+        page, "Attempt 1 (fence 1) saved no step and failed the run", "fence 1 claimed by worker-a", "field-fence"
+    )
 
 
 def test_explain_notification__delivered_once(push_settings, fake, clock):
@@ -98,9 +102,10 @@ def test_explain_notification__delivered_once(push_settings, fake, clock):
     deliver_batch(clock=clock, owner="worker-a")
 
     text = explain("notification", n.pk)
+    assert n.device_token not in text, "the token is masked as the admin masks it"
     assert_in_order(
         text,
-        f"Notification {n.pk} to {n.device_token} (key {n.idempotency_key}): delivered",
+        f"Notification {n.pk} to {mask_token(n.device_token)} (key {n.idempotency_key}): delivered",
         "claim      fence 1 held by worker-a",
         f"send       fence 1 sent key {n.idempotency_key}",
         "delivered  fence 1: HTTP 200",
@@ -144,4 +149,30 @@ def test_admin_change_page_renders_the_notification_timeline(push_settings, fake
     deliver_batch(clock=clock, owner="worker-a")
     page = admin_client.get(f"/admin/weave_notifications/notification/{n.pk}/change/").content.decode()
     assert 'class="weave-timeline"' in page
-    assert_in_order(page, "fence 1 held by worker-a", "Fence 1 delivered it at")
+    # The story first (the summary, then the timeline), the raw fields after it.
+    assert_in_order(page, "Fence 1 delivered it at", "fence 1 held by worker-a", "field-fence")
+
+
+def test_explain_notification__an_unanswered_send_says_how_long_it_waited_not_0_ms(db):
+    from datetime import timedelta
+
+    from notifications.models import DeliveryAttempt
+    from weave.telemetry import db_now
+
+    n = NotificationFactory()
+    sent = db_now() - timedelta(seconds=20)
+    DeliveryAttempt.objects.create(
+        notification=n,
+        owner="worker-a",
+        fence=1,
+        number=1,
+        started_at=sent,
+        finished_at=sent + timedelta(seconds=10.2),
+        latency_ms=None,  # the backend overran: nothing measured an answer
+        outcome="unknown",
+        reason="Backend 'default' overran its 10 s deadline; the request may have reached the provider.",
+    )
+    text = explain("notification", n.pk)
+    assert "no HTTP answer in 10.2 s (attempt 1). Backend 'default' overran its 10 s deadline" in text
+    assert "got no answer in 10.2 s, so the provider may have it" in text
+    assert " 0 ms" not in text and "0.0 s" not in text

@@ -1,21 +1,169 @@
-"""`JobAdminMixin`: the start, retry and cancel actions for a core-run job type's admin."""
+"""The admin of a core-run job type, from its declaration: `JobAdminMixin`, and the `django.tasks` results' admin.
+
+    @admin.register(Shipment)
+    class ShipmentAdmin(JobAdminMixin, admin.ModelAdmin):
+        list_display = ("pk", "parcel")  # the job's own columns; the job columns are added after them
+
+Every such admin gets:
+
+- a list with state, attempts, the lease (live or expired, holder, fence), the next attempt and the
+  last error, filters by state and lease, narrow enough for a 1280 px screen;
+- start, retry and cancel actions that need change permission, each written to the job's history;
+- a change page that opens with the job's story (a plain-language summary and its timeline), then
+  the job's own fields, then the job and lease fields, read-only (only workers write them).
+"""
 
 from typing import Any
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.utils.html import format_html
 
+from weave.admin import (
+    LeaseStateFilter,
+    OperatorLogMixin,
+    record_operator_action,
+    state_filter,
+    story_context,
+    story_form_templates,
+)
+from weave.display import clipped, said_once, shown, state_word, timestamp
+from weave.jobs.declaration import JobType, get, job_types
 from weave.jobs.services import ActionReport, job_cancel, job_retry, job_start
+from weave.leases import LeaseQuerySet
+from weave.models import JobState, TaskRow
+
+# The job's own columns, and the lease and job fields the mixin shows itself (never as plain fields).
+JOB_COLUMNS = ("job_state", "attempts", "lease", "next_attempt", "last_error_line")
+JOB_FIELDS = ("job_state", "attempts", "next_attempt", "shown_last_error", "created_at", "finished_at", "epoch")
+LEASE_FIELDS = ("lease", "owner", "fence", "lease_expires_at")
+_SHOWN_BY_MIXIN = {
+    *JOB_FIELDS,
+    *LEASE_FIELDS,
+    "state",
+    "next_attempt_at",
+    "last_error",
+    "last_error_line",
+}
 
 
-class JobAdminMixin:
-    """Mix into a `ModelAdmin` of a `JobModel` and set `job_type`: the actions call the services and report."""
+class JobAdminMixin(OperatorLogMixin):
+    """Mix into a `ModelAdmin` of a `JobModel`: the job columns, filters, actions and the story-first page.
+
+    `job_type` defaults to the job type declared on the admin's model; set it where one model serves two.
+    """
 
     job_type: str = ""
     actions = ["start_jobs", "retry_jobs", "cancel_jobs"]
+    model: Any
 
-    def _report(self, request: HttpRequest, verb: str, report: ActionReport) -> None:
+    class Media:
+        css = {"all": ["weave/console.css", "weave/actions.css"]}
+        js = ["weave/console.js"]
+
+    # --- the declaration -------------------------------------------------------------------------------
+
+    def job(self) -> JobType:
+        """This admin's job type: `job_type`, else the one declared on its model."""
+        if self.job_type:
+            return get(self.job_type)
+        for job in job_types():
+            if job.model is self.model:
+                return job
+        raise LookupError(f"No job type is declared on {self.model.__name__}; set job_type on its admin.")
+
+    # --- the list ----------------------------------------------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        queryset: QuerySet[Any] = super().get_queryset(request)  # type: ignore[misc]
+        # Live or expired is judged by the database clock in the same query, not by this web server's clock.
+        return queryset.with_lease_state() if isinstance(queryset, LeaseQuerySet) else queryset
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        own = super().get_list_display(request)  # type: ignore[misc]
+        return (*(c for c in own if c not in _SHOWN_BY_MIXIN and c != "lease_state"), *JOB_COLUMNS)
+
+    def get_list_filter(self, request: HttpRequest) -> Any:
+        own = tuple(super().get_list_filter(request))  # type: ignore[misc]
+        standard = (state_filter("state", JobState.values), LeaseStateFilter)
+        return (*standard, *(f for f in own if f != "state"))
+
+    @admin.display(description="state", ordering="state")
+    def job_state(self, obj: Any) -> str:
+        return state_word(obj.state)
+
+    @admin.display(description="lease")
+    def lease(self, obj: Any) -> str:
+        """Live or expired, holder and fence in one column: "live · worker-a · fence 3"."""
+        if obj.owner is None:
+            return f"free · fence {obj.fence}"
+        live = getattr(obj, "lease_live", None)
+        if live is None:  # not read through get_queryset(): ask the database clock now
+            live = self.model._default_manager.filter(pk=obj.pk).live().exists()
+        state = "live" if live else "expired"
+        return format_html("{} · {} · fence {}", state, clipped(obj.owner, one_line=True), obj.fence)
+
+    @admin.display(description="next attempt", ordering="next_attempt_at")
+    def next_attempt(self, obj: Any) -> str:
+        if obj.state != JobState.PENDING:
+            return "—"
+        if obj.next_attempt_at is None:
+            return "due now" if obj.owner is None else "running"
+        return timestamp(obj.next_attempt_at)
+
+    @admin.display(description="last error")
+    def last_error_line(self, obj: Any) -> str:
+        # The first line, cut to the column; the whole of it is in the title and on the job's page.
+        return clipped(said_once((obj.last_error or "").split("\n", 1)[0]))
+
+    @admin.display(description="last error")
+    def shown_last_error(self, obj: Any) -> str:
+        return shown(obj.last_error) or "—"
+
+    # --- the page ----------------------------------------------------------------------------------------
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        own = tuple(super().get_readonly_fields(request, obj))  # type: ignore[misc]
+        return (*own, *(f for f in (*JOB_FIELDS, *LEASE_FIELDS) if f not in own))
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        if self.fieldsets:  # type: ignore[attr-defined]
+            own = [(name, opts) for name, opts in self.fieldsets]  # type: ignore[attr-defined]
+        else:
+            fields = self.get_fields(request, obj)  # type: ignore[attr-defined]
+            own = [(None, {"fields": [f for f in fields if f not in _SHOWN_BY_MIXIN]})]
+        if obj is None:
+            return own
+        return [
+            *own,
+            ("Job (written by workers only)", {"fields": JOB_FIELDS}),
+            ("Lease (written by workers only)", {"fields": LEASE_FIELDS}),
+        ]
+
+    @property
+    def change_form_template(self) -> list[str]:
+        return story_form_templates(self.model)
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        extra = dict(extra_context or {})
+        if "weave_story" not in extra:
+            try:
+                job = self.job()
+            except LookupError:  # the model's job type is not registered here: the page without a story
+                pass
+            else:
+                extra.update(story_context(job.explain_as or job.name, object_id))
+        response: HttpResponse = super().change_view(request, object_id, form_url, extra)  # type: ignore[misc]
+        return response
+
+    # --- the actions -------------------------------------------------------------------------------------
+
+    def _act(self, request: HttpRequest, queryset: QuerySet[Any], verb: str, report: ActionReport) -> None:
+        for row in queryset.filter(pk__in=report.changed):
+            record_operator_action(user_id=int(request.user.pk or 0), obj=row, message=f"{verb} in the admin.")
         user: Any = self
         if report.changed:
             user.message_user(request, f"{verb}: {len(report.changed)} job(s).", messages.SUCCESS)
@@ -26,17 +174,40 @@ class JobAdminMixin:
             ids = ", ".join(str(pk) for pk in report.skipped)
             user.message_user(request, f"Not in a state this action applies to: {ids}.", messages.WARNING)
 
-    @admin.action(description="Start now (pending jobs)")
+    @admin.action(description="Start now (pending jobs)", permissions=["change"])
     def start_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         pks = list(queryset.values_list("pk", flat=True))
-        self._report(request, "Started", job_start(job_type=self.job_type, pks=pks))
+        self._act(request, queryset, "Started", job_start(job_type=self.job().name, pks=pks))
 
-    @admin.action(description="Retry (failed or cancelled jobs, from their first step)")
+    @admin.action(description="Retry (failed or cancelled jobs, from their first step)", permissions=["change"])
     def retry_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         pks = list(queryset.values_list("pk", flat=True))
-        self._report(request, "Retried", job_retry(job_type=self.job_type, pks=pks))
+        self._act(request, queryset, "Retried", job_retry(job_type=self.job().name, pks=pks))
 
-    @admin.action(description="Cancel (pending jobs nobody holds)")
+    @admin.action(description="Cancel (pending jobs nobody holds)", permissions=["change"])
     def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         pks = list(queryset.values_list("pk", flat=True))
-        self._report(request, "Cancelled", job_cancel(job_type=self.job_type, pks=pks))
+        self._act(request, queryset, "Cancelled", job_cancel(job_type=self.job().name, pks=pks))
+
+
+class TaskAdmin(JobAdminMixin, admin.ModelAdmin):  # type: ignore[misc,type-arg]
+    """`django.tasks` tasks enqueued on `weave.tasks.WeaveBackend`: the job admin, with the task's own columns.
+
+    Nothing is added or edited by hand: tasks are enqueued by code, and their arguments are the record of
+    what was asked."""
+
+    list_display = ("pk", "task_name", "queue_name", "priority")
+    list_filter = ("queue_name",)
+    search_fields = ("result_id", "task_path")
+    fields = ("result_id", "task_path", "backend", "queue_name", "priority", "args", "kwargs", "return_value")
+    readonly_fields = (*fields, "started_at")
+
+    @admin.display(description="task", ordering="task_path")
+    def task_name(self, obj: TaskRow) -> str:
+        return clipped(obj.task_path.rsplit(".", 1)[-1], one_line=True)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # the row is the task's result: its caller may still ask for it

@@ -6,5 +6,4 @@ from weave.jobs.admin import JobAdminMixin
 
 @admin.register(Shipment)
 class ShipmentAdmin(JobAdminMixin, admin.ModelAdmin):
-    job_type = "shipment"
-    list_display = ("pk", "parcel", "state", "attempts", "owner", "fence")
+    list_display = ("pk", "parcel")  # the job's columns (state, attempts, lease, ...) follow these

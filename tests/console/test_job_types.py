@@ -1,0 +1,202 @@
+"""Every core-run job type gets the operator surfaces from its declaration alone: the site's own shipment
+type (tests/jobs/shipping, whose admin.py only mixes in `JobAdminMixin`) and the `django.tasks` "task" type."""
+
+import re
+from io import StringIO
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.core.management import call_command
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.jobs.shipping.carrier import during_booking
+from tests.jobs.shipping.models import Shipment
+from weave import metrics
+from weave.jobs.runner import ATTEMPT, run_job
+from weave.leases import FakeClock
+from weave.models import JobAttempt, TaskRow
+from weave.telemetry import db_now
+
+pytestmark = pytest.mark.django_db
+TTL = 30
+DASHBOARD = "/admin/weave/dashboard/"
+
+
+@pytest.fixture
+def clock():
+    # Near the database's now, so the dashboard's "last hour" holds what these tests run.
+    return FakeClock(start=db_now())
+
+
+@pytest.fixture(autouse=True)
+def _fresh_counters():
+    metrics._job_attempts.reset()
+
+
+def blocked_shipment(clock) -> Shipment:
+    """A shipment whose first worker stalled mid-booking and lost its lease to a rival, who holds it now."""
+    shipment = Shipment.objects.create(parcel="books")
+
+    def stall_and_claim(ctx, hb):
+        during_booking.remove(stall_and_claim)
+        hb.stop()
+        clock.advance(TTL + 1)
+        # The runner's own claim (it counts the attempt); the rival's attempt is still running.
+        Shipment.objects.claim(shipment.pk, owner="rival", ttl=TTL, clock=clock, also=ATTEMPT)
+
+    during_booking.append(stall_and_claim)
+    assert run_job("shipment", shipment.pk, owner="stale", clock=clock) == "blocked"
+    return shipment
+
+
+# --- the dashboard -----------------------------------------------------------------------------------------
+
+
+def test_dashboard__a_blocked_attempt_of_a_sites_job_is_in_the_verdict_and_its_panel(admin_client, clock):
+    healthy = admin_client.get(DASHBOARD).content.decode()
+    assert "<strong>Healthy.</strong>" in healthy
+    assert 'id="weave-job-shipment"' in healthy, "a panel for the site's job type, before any job exists"
+
+    shipment = blocked_shipment(clock)
+    page = admin_client.get(DASHBOARD).content.decode()
+    assert "<strong>Healthy.</strong>" not in page
+    verdict = page[page.index('id="weave-verdict"') : page.index("</div>", page.index('id="weave-verdict"'))]
+    assert "1 shipment attempt in the last hour lost its lease" in verdict
+    assert f"/admin/shipping/shipment/{shipment.pk}/change/" in verdict and "now held by rival at fence 2" in verdict
+    panel = page[page.index('id="weave-job-shipment"') :]
+    assert "live leases" in panel and "blocked attempts (1 h)" in panel
+    assert "stale" in panel, "the troubled attempt's holder is named"
+
+
+def test_dashboard__failed_and_retried_attempts_feed_the_verdict(admin_client, clock):
+    failing = Shipment.objects.create(parcel="")  # the quote step refuses a shipment without a parcel
+    assert run_job("shipment", failing.pk, owner="w1", clock=clock) == "failed"
+    page = admin_client.get(DASHBOARD).content.decode()
+    assert "1 shipment attempt in the last hour failed for good" in page and "no parcel to ship" in page
+
+
+def test_dashboard__the_task_type_has_its_panel(admin_client):
+    page = admin_client.get(DASHBOARD).content.decode()
+    assert 'id="weave-job-task"' in page
+
+
+# --- Prometheus --------------------------------------------------------------------------------------------
+
+
+def samples(text: str) -> dict[tuple[str, tuple], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_metrics__jobs_by_state_attempts_by_outcome_and_leases_per_job_type(admin_client, clock, monkeypatch):
+    shipment = blocked_shipment(clock)
+    Shipment.objects.create(parcel="waiting")
+    # Count the attempts that just ended (the counters otherwise wait a minute for late commits).
+    monkeypatch.setattr(metrics, "LAG", metrics.timedelta(seconds=-3600))
+    seen = samples(admin_client.get("/metrics").content.decode())
+    assert seen[("weave_jobs", (("job", "shipment"), ("state", "pending")))] == 2
+    assert seen[("weave_jobs", (("job", "shipment"), ("state", "done")))] == 0
+    assert seen[("weave_jobs", (("job", "task"), ("state", "pending")))] == 0
+    assert seen[("weave_job_attempts_total", (("job", "shipment"), ("outcome", "blocked")))] == 1
+    assert seen[("weave_job_attempts_total", (("job", "shipment"), ("outcome", "done")))] == 0
+    assert seen[("weave_lease_refusals_total", (("job", "shipment"),))] == 1
+    assert seen[("weave_leases", (("job", "shipment"), ("state", "live")))] == 1  # the rival's
+    assert JobAttempt.objects.get(job_id=str(shipment.pk)).outcome == "blocked"
+
+
+# --- the admin -----------------------------------------------------------------------------------------------
+
+
+def test_admin_list__state_attempts_lease_next_attempt_and_last_error(admin_client, clock):
+    shipment = blocked_shipment(clock)
+    page = admin_client.get("/admin/shipping/shipment/").content.decode()
+    for column in ("job_state", "attempts", "lease", "next_attempt", "last_error_line"):
+        assert f"column-{column}" in page, column
+    assert re.search(r'field-lease">live · <span class="weave-clip-line" title="rival">rival</span> · fence 2', page)
+    assert f'value="{shipment.pk}"' in page
+
+
+def test_admin_list__tasks_have_an_admin_with_the_same_columns(admin_client):
+    from tests.jobs.shipping.background import add
+
+    result = add.enqueue(2, 3)
+    page = admin_client.get("/admin/weave/taskrow/").content.decode()
+    for column in ("task_name", "job_state", "attempts", "lease", "next_attempt", "last_error_line"):
+        assert f"column-{column}" in page, column
+    row = TaskRow.objects.get(result_id=str(result.id))
+    story = admin_client.get(f"/admin/weave/taskrow/{row.pk}/change/").content.decode()
+    assert story.index('id="weave-story"') < story.index("field-result_id") < story.index("field-fence")
+
+
+def test_admin_change_page__the_story_comes_before_the_fields_which_are_read_only(admin_client, clock):
+    shipment = blocked_shipment(clock)
+    page = admin_client.get(f"/admin/shipping/shipment/{shipment.pk}/change/").content.decode()
+    story = page.index('id="weave-story"')
+    summary = page.index("2 attempt(s): 1 ended, 1 running; the last one that ended, attempt 1, ended blocked")
+    timeline = page.index('class="weave-timeline"')
+    assert story < summary < timeline < page.index("field-parcel") < page.index("field-fence")
+    assert 'name="fence"' not in page and 'name="owner"' not in page, "lease fields are never a form input"
+    assert 'name="parcel"' in page, "the site's own field stays editable"
+
+
+def view_only_staff(client):
+    user = User.objects.create_user("viewer", password="pw", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_shipment"))
+    client.login(username="viewer", password="pw")
+    return user
+
+
+def test_actions__a_view_only_user_is_not_offered_them_and_cannot_post_them(client):
+    pending = Shipment.objects.create(parcel="a")
+    view_only_staff(client)
+    url = "/admin/shipping/shipment/"
+    page = client.get(url).content.decode()
+    assert page.count("cancel_jobs") == 0 and "start_jobs" not in page and "retry_jobs" not in page
+    response = client.post(url, {"action": "cancel_jobs", "_selected_action": [str(pending.pk)]}, follow=True)
+    assert response.status_code == 200
+    assert Shipment.objects.get(pk=pending.pk).state == "pending", "nothing changed"
+
+
+def test_actions__a_user_with_change_permission_may_and_the_story_shows_who(client):
+    pending = Shipment.objects.create(parcel="a")
+    user = view_only_staff(client)
+    user.user_permissions.add(Permission.objects.get(codename="change_shipment"))
+    url = "/admin/shipping/shipment/"
+    client.post(url, {"action": "cancel_jobs", "_selected_action": [str(pending.pk)]}, follow=True)
+    assert Shipment.objects.get(pk=pending.pk).state == "cancelled"
+    page = client.get(f"/admin/shipping/shipment/{pending.pk}/change/").content.decode()
+    assert "by viewer: Cancelled in the admin." in page
+
+
+# --- weave_explain -----------------------------------------------------------------------------------------
+
+
+def test_explain__a_sites_job_type_from_the_command(clock):
+    shipment = blocked_shipment(clock)
+    out = StringIO()
+    call_command("weave_explain", "shipment", str(shipment.pk), stdout=out)
+    text = out.getvalue()
+    # The rival's attempt is running (counted by its claim, no history row yet): title and summary agree.
+    assert text.startswith(f"shipment {shipment.pk}: pending, 2 attempt(s): 1 ended, 1 running")
+    assert "2 attempt(s): 1 ended, 1 running; the last one that ended, attempt 1, ended blocked" in text
+    assert "rival holds it under fence 2 now." in text
+
+
+def test_actions__the_shipped_topic_admin_refuses_a_view_only_user_too(client):
+    from notifications.models import TopicSubscription
+
+    rows = [
+        TopicSubscription.objects.create(backend="fcm", topic=f"t{n}", action="subscribe", tokens=["x"]) for n in (1, 2)
+    ]
+    user = User.objects.create_user("viewer", password="pw", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_topicsubscription"))
+    client.login(username="viewer", password="pw")
+    url = "/admin/weave_notifications/topicsubscription/"
+    assert "cancel_jobs" not in client.get(url).content.decode()
+    client.post(url, {"action": "cancel_jobs", "_selected_action": [str(r.pk) for r in rows]}, follow=True)
+    assert list(TopicSubscription.objects.values_list("state", flat=True)) == ["pending", "pending"]
+    page = client.get(f"{url}{rows[0].pk}/change/").content.decode()
+    assert page.index('id="weave-story"') < page.index("field-topic") < page.index("field-fence")
