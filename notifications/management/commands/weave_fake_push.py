@@ -30,6 +30,8 @@ class Command(BaseCommand):
         "point a site at them, and writes those settings to <dir>/weave_settings.json. Ctrl-C stops them."
     )
     serve_default = "all"
+    # The fakes start before the site is pointed at them: a site's unfinished settings must not stop them.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--serve", choices=SERVE, default=self.serve_default, help="which fakes to serve")
@@ -143,6 +145,9 @@ class Command(BaseCommand):
         lines += ["", "Point a site at them (local runs and tests only), in its WEAVE dict:"]
         lines += [f"  {key!r}: {_shown(key, value, directory)}," for key, value in site.items()]
         lines += [f"All of it as JSON: {settings_file}  (WEAVE.update(json.loads(Path(...).read_text())))"]
+        if webhook is not None:
+            lines += ["For settings that read the environment, as the README's quickstart does:"]
+            lines += [f"  export PUSH_URL={site['PUSH_URL']} PUSH_TOKEN={site['PUSH_TOKEN']}"]
         if fakes is not None:
             lines.append(f"Device tokens each fake accepts (and refuses as gone): {directory / 'sample_tokens.json'}")
         self.stdout.write("\n".join(lines))

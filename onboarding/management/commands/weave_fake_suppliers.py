@@ -15,6 +15,8 @@ class Command(BaseCommand):
         "faults and /_stats, for a site's own tests and local runs; prints the WEAVE['SUPPLIER_API_URL'] that "
         "points a site at it. Ctrl-C stops it."
     )
+    # The fake starts before the site is pointed at it: a site's unfinished settings must not stop it.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--host", default="127.0.0.1")
@@ -51,7 +53,9 @@ class Command(BaseCommand):
         banner = (
             f"Fake supplier services on {server.url} (GET /_stats, POST /_reset, POST /_config); Ctrl-C stops it.\n"
             f"Point a site at it (local runs and tests only), in its WEAVE dict:\n"
-            f"  'SUPPLIER_API_URL': {server.url!r},"
+            f"  'SUPPLIER_API_URL': {server.url!r},\n"
+            f"For settings that read the environment, as the README's quickstart does:\n"
+            f"  export SUPPLIER_API_URL={server.url}"
         )
         server.serve_until_interrupted(banner, self._announce)
 
