@@ -100,7 +100,7 @@ def settings_page() -> str:
         "(`weave.E006`), naming the key and what it must be.",
         "",
         "```python",
-        'WEAVE = {"PUSH_URL": "https://push.example.com/send", "PUSH_TOKEN": os.environ["PUSH_TOKEN"]}',
+        'WEAVE = {"PUSH_URL": "https://push.example.com/send", "PUSH_TOKEN": os.environ.get("PUSH_TOKEN", "")}',
         "```",
     ]
     for title, rows in groups.items():
@@ -114,7 +114,8 @@ def settings_page() -> str:
         ]
     lists = [(name, key) for name, key in KEYS.items() if isinstance(key.default, tuple) and len(key.default) > 2]
     for name, key in lists:
-        out += ["", f"The default of `{name}`:", "", "```python", *[f'"{path}",' for path in key.default], "```"]
+        shown = [f"{name} = (", *[f'    "{path}",' for path in key.default], ")"]
+        out += ["", f"The default of `{name}`:", "", "```python", *shown, "```"]
     return "\n".join(out) + "\n"
 
 
