@@ -17,9 +17,15 @@ $(STAMP): requirements.txt
 run: $(STAMP)
 	PY=$(PY) bash scripts/run.sh
 
-## make test: the whole suite on SQLite, then on PostgreSQL (see docs/contributing.md)
-test: $(STAMP)
-	PY=$(PY) bash scripts/test.sh $(ARGS)
+## make test: sets up what the tests need (scripts/test-deps.sh: Debian packages, axe-core, Redis; root or
+## sudo), then the whole suite on SQLite and on PostgreSQL with CI=true: a test that misses a tool fails, none
+## is skipped (see docs/contributing.md). CI=false keeps the old local behaviour (skips, SQLite-only fallback).
+test: $(STAMP) test-deps
+	CI=$${CI:-true} PY=$(PY) bash scripts/test.sh $(ARGS)
+
+## make test-deps: only the set-up part of make test
+test-deps:
+	bash scripts/test-deps.sh
 
 ## make bench: the benchmarks on the local PostgreSQL (database weave_bench); ARGS="--quick" for a smoke run
 bench: $(STAMP)

@@ -68,3 +68,15 @@ def test_every_extra_is_listed_once_with_what_it_installs(path):
             if name == "weave-jobs":  # testing and all name other extras
                 continue
             assert name.lower() in table[extra].lower(), f"{path}: `{extra}` installs {name}"
+
+
+def test_make_test_sets_up_what_the_tests_need_and_ci_calls_it_without_repeating_it():
+    makefile = (PROJECT_ROOT / "Makefile").read_text()
+    target = makefile[makefile.index("\ntest: ") : makefile.index("\n\n", makefile.index("\ntest: "))]
+    assert "test-deps" in target and "CI=$${CI:-true}" in target
+    deps = (PROJECT_ROOT / "scripts" / "test-deps.sh").read_text()
+    for tool in ("chromium", "pgbouncer", "faketime", "gcc", "redis-server", "postgresql", "npm ci"):
+        assert tool in deps, f"scripts/test-deps.sh does not install {tool}"
+    ci = (PROJECT_ROOT / ".ci" / "run").read_text()
+    assert "apt-get" not in ci and "npm" not in ci and "initdb" not in ci
+    assert re.findall(r"^make (\w+)", ci, flags=re.M) == ["lint", "test"]
