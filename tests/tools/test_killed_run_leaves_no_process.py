@@ -6,17 +6,27 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from tools.processes import PROJECT_ROOT, stat_fields, wait_until
+from tools.processes import PROJECT_ROOT, process_group, stat_fields, wait_until
 
 pytestmark = pytest.mark.e2e
 
 
-def alive(pid: int) -> bool:
+def alive(pid: int | str) -> bool:
     fields = stat_fields(pid)
     return fields is not None and fields[0] != "Z"  # a zombie has died; only its exit status is left
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes of the process group, those forked after the pids were written included."""
+    return [
+        int(e.name)
+        for e in Path("/proc").iterdir()
+        if e.name.isdigit() and process_group(e.name) == pgid and alive(e.name)
+    ]
 
 
 def test_sigkilled_pytest_takes_its_qcluster_and_workers_with_it(tmp_path):
@@ -44,11 +54,15 @@ def test_sigkilled_pytest_takes_its_qcluster_and_workers_with_it(tmp_path):
         os.kill(run.pid, signal.SIGKILL)
         run.wait(timeout=10)
 
-        wait_until(lambda: not any(alive(pid) for pid in pids), timeout=30, message="the cluster to die with pytest")
+        wait_until(
+            lambda: not any(alive(pid) for pid in pids) and not group_members(pids[0]),
+            timeout=30,
+            message="the cluster and its workers to die with pytest",
+        )
     finally:
         run.kill()
-        for pid in pids:  # only if the promise is broken: leave no process behind
+        if pids:  # only if the promise is broken: leave no process behind
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.killpg(pids[0], signal.SIGKILL)
             except ProcessLookupError:
                 pass
