@@ -240,6 +240,12 @@ def check_worker_db_limits(app_configs: Any = None, **kwargs: Any) -> list[Warni
             )
     if warnings or shortest is None:
         return warnings
+    return _limits_past_the_ttl(shortest)
+
+
+def _limits_past_the_ttl(shortest: float) -> list[Warning]:
+    """weave.W021 for each WORKER_DB_* bound (or sum of bounds) that is not below the shortest lease TTL."""
+    warnings: list[Warning] = []
     dead_link = (
         weave_settings.WORKER_DB_KEEPALIVES_IDLE
         + weave_settings.WORKER_DB_KEEPALIVES_INTERVAL * weave_settings.WORKER_DB_KEEPALIVES_COUNT

@@ -91,6 +91,20 @@ def shell_lines(code: str) -> list[list[str]]:
     return [words for line in code.splitlines() if (words := shlex.split(line, comments=True))]
 
 
+def start_fakes(procs: ProcessGroups, python: str, project: Path, env: dict[str, str]) -> dict[str, str]:
+    """The wheel's fake webhook provider and supplier services, started with the new project's manage.py."""
+    fakes = project / "fakes"
+    webhook = ["--serve", "webhook", "--port", "0", "--dir", str(fakes)]
+    push = procs.start("push", [python, "manage.py", "weave_fake_push", *webhook], env=env, cwd=project)
+    supplier_port = free_port()
+    suppliers = [python, "manage.py", "weave_fake_suppliers", "--port", str(supplier_port)]
+    procs.start("suppliers", suppliers, env=env, cwd=project)
+    wait_until(lambda: (fakes / "weave_settings.json").exists() or not push.alive(), timeout=60, message="fake")
+    assert push.alive(), push.log_tail()
+    site = json.loads((fakes / "weave_settings.json").read_text())
+    return {**site, "SUPPLIER_API_URL": f"http://127.0.0.1:{supplier_port}"}
+
+
 @pytest.mark.parametrize("document", DOCUMENTS)
 def test_the_documented_setup_runs_in_a_fresh_startproject(document, quickstart_python, tmp_path):
     steps = blocks(document)
@@ -115,17 +129,8 @@ def test_the_documented_setup_runs_in_a_fresh_startproject(document, quickstart_
 
     with ProcessGroups(tmp_path / "logs") as procs:
         python = str(quickstart_python)
-        fakes = tmp_path / "fakes"
-        push = procs.start("push", [python, "manage.py", "weave_fake_push", "--serve", "webhook", "--port", "0",
-                                    "--dir", str(fakes)], env=env, cwd=tmp_path)  # fmt: skip
-        supplier_port = free_port()
-        procs.start("suppliers", [python, "manage.py", "weave_fake_suppliers", "--port", str(supplier_port)],
-                    env=env, cwd=tmp_path)  # fmt: skip
-        wait_until(lambda: (fakes / "weave_settings.json").exists() or not push.alive(), timeout=60, message="fake")
-        assert push.alive(), push.log_tail()
-        site = json.loads((fakes / "weave_settings.json").read_text())
-        env.update(PUSH_URL=site["PUSH_URL"], PUSH_TOKEN=site["PUSH_TOKEN"])
-        env["SUPPLIER_API_URL"] = f"http://127.0.0.1:{supplier_port}"
+        site = start_fakes(procs, python, tmp_path, env)
+        env.update(PUSH_URL=site["PUSH_URL"], PUSH_TOKEN=site["PUSH_TOKEN"], SUPPLIER_API_URL=site["SUPPLIER_API_URL"])
 
         # Pointed at the fakes, the set-up passes Weave's checks with no warning at all.
         manage("check", "--fail-level", "WARNING")
