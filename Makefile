@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test bench bench-stale bench-ox-venv bench-history chaos hosts lint docs dist mutate venv clean
+.PHONY: run test test-deps reference bench bench-stale bench-ox-venv bench-history chaos hosts lint docs dist mutate venv clean
 
 venv: $(STAMP)
 
@@ -17,9 +17,15 @@ $(STAMP): requirements.txt
 run: $(STAMP)
 	PY=$(PY) bash scripts/run.sh
 
-## make test: the whole suite on SQLite, then on PostgreSQL (see docs/contributing.md)
-test: $(STAMP)
-	PY=$(PY) bash scripts/test.sh $(ARGS)
+## make test: sets up what the tests need (scripts/test-deps.sh: Debian packages, axe-core, Redis; root or
+## sudo), then the whole suite on SQLite and on PostgreSQL with CI=true: a test that misses a tool fails, none
+## is skipped (see docs/contributing.md). CI=false keeps the old local behaviour (skips, SQLite-only fallback).
+test: $(STAMP) test-deps
+	CI=$${CI:-true} PY=$(PY) bash scripts/test.sh $(ARGS)
+
+## make test-deps: only the set-up part of make test
+test-deps:
+	bash scripts/test-deps.sh
 
 ## make bench: the benchmarks on the local PostgreSQL (database weave_bench); ARGS="--quick" for a smoke run
 bench: $(STAMP)
@@ -61,17 +67,23 @@ hosts: $(STAMP)
 		$(PY) -m pytest -m hosts tests/e2e/test_many_hosts.py -s $(ARGS)
 
 ## make lint: ruff (rules and format), mypy (strict on the shipped packages), import-linter (the layers),
-## and the documentation site built with warnings as errors
+## every relative link and anchor in README.md and docs/, the generated reference pages up to date, and the
+## documentation site built with warnings as errors
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	DEBUG=$${DEBUG:-true} $(VENV)/bin/mypy  # the django-stubs plugin loads demo.settings: development mode
 	$(VENV)/bin/lint-imports
+	$(PY) -m tools.check_links
+	$(PY) -m tools.docs_reference --check
 	$(PY) -m mkdocs build --strict --quiet --site-dir .run/site-check
 
-## make docs: the documentation site in site/ (offline; the reference pages are generated from the code)
+## make docs: the documentation site in site/ (offline); `make reference` rewrites the pages generated from the code
 docs: $(STAMP)
 	$(PY) -m mkdocs build --strict
+
+reference: $(STAMP)
+	$(PY) -m tools.docs_reference --write
 
 ## make dist: the sdist and the wheel in dist/, built offline from a clean tree, checked with twine
 dist: $(STAMP)

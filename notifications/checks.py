@@ -1,10 +1,12 @@
 """System checks for push settings that would let a lease run out under a request, or a task be killed mid-batch."""
 
+import re
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, register
 from django.core.checks import Warning as CheckWarning
+from django.core.exceptions import ImproperlyConfigured
 
 from weave.conf import weave_settings
 
@@ -42,20 +44,107 @@ def check_push_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 def check_provider_url(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """Refuse an installed notifications app with nowhere to send, and every misconfigured push backend."""
     from notifications.backends import backend_problems
+    from notifications.backends.registry import backend_configs
 
-    errors = []
-    for alias, problem in backend_problems():
-        errors.append(
-            Error(
-                f"WEAVE push backend {alias!r}: {problem}",
-                hint=(
-                    "Set WEAVE = {'PUSH_URL': 'https://push.example.com/send', 'PUSH_TOKEN': ...}, or configure "
-                    "WEAVE['PUSH_BACKENDS'] = {alias: {'BACKEND': dotted path, 'OPTIONS': {...}}}."
-                ),
-                id="notifications.E003",
+    try:
+        configs = backend_configs()
+    except ImproperlyConfigured:
+        configs = {}
+    return [
+        Error(
+            f"WEAVE push backend {alias!r}: {problem}",
+            hint=backend_hint(alias, str(configs.get(alias, {}).get("BACKEND", "")), problem),
+            id="notifications.E003",
+        )
+        for alias, problem in backend_problems()
+    ]
+
+
+# What each backend's option holds, in words a hint can tell the reader to set it to.
+_OPTION_MEANS = {
+    "project_id": "your Firebase project id",
+    "credentials_file": "the service-account JSON key from the Firebase console (Project settings > Service "
+    "accounts > Generate new private key)",
+    "team_id": "your Apple Developer team id",
+    "key_id": "the id of your APNs signing key",
+    "key_file": "the .p8 APNs signing key downloaded from your Apple Developer account (Keys)",
+    "topic": "your app's bundle id",
+    "vapid_private_key_file": "a PEM file holding your VAPID private key (P-256), e.g. made with "
+    "`openssl ecparam -name prime256v1 -genkey -noout -out vapid-private.pem`",
+    "vapid_subject": "a mailto: or https:// URL where push services can reach you",
+    "url": "your push gateway's http(s):// endpoint",
+    "token": "the bearer token your gateway expects (a string)",
+    "ca_file": "a PEM bundle of the CA certificates to trust (or leave it out to trust the system's)",
+}
+_BACKEND_PAGES = {"fcm": "fcm", "apns": "apns", "webpush": "webpush", "webhook": "webhook"}
+_OPTION_RE = re.compile(r"OPTIONS\['(\w+)'\]")
+
+
+def backend_hint(alias: str, path: str, problem: str) -> str:
+    """A hint that fixes `problem` of backend `alias`: the option to set, to what, and where the page is."""
+    from notifications.backends.registry import WEBHOOK
+
+    if alias == "*" or not path:
+        return (
+            "Set WEAVE['PUSH_BACKENDS'] = {alias: {'BACKEND': dotted path, 'OPTIONS': {...}}} "
+            "(docs/backends/index.md), or leave it out and set WEAVE['PUSH_URL'] for the webhook backend."
+        )
+    if problem.startswith("Cannot import") or "is not a notifications.backends" in problem:
+        return f"Correct WEAVE['PUSH_BACKENDS'][{alias!r}]['BACKEND']: a PushBackend class's dotted path."
+    module = path.rsplit(".", 2)[-2] if "." in path else ""
+    page = f"docs/backends/{_BACKEND_PAGES.get(module, 'index')}.md"
+    if path == WEBHOOK and alias == "default":
+        return (
+            "Set WEAVE['PUSH_URL'] to your push gateway's http(s):// endpoint (and WEAVE['PUSH_TOKEN'] to its "
+            f"bearer token), or configure WEAVE['PUSH_BACKENDS'] instead; see {page}."
+        )
+    found = _OPTION_RE.search(problem)
+    option = found.group(1) if found else ""
+    where = f"WEAVE['PUSH_BACKENDS'][{alias!r}]['OPTIONS'][{option!r}]"
+    if problem.startswith("Unknown OPTIONS") or not option:
+        return f"Use only the options {page} lists for this backend, spelled as there."
+    means = _OPTION_MEANS.get(option, "the value described there")
+    if option.endswith("_file") and "is required" not in problem:
+        return (
+            f"Put {means} at that path, or point {where} at where it is; the file must be readable by the user that "
+            f"runs manage.py and qcluster. See {page}."
+        )
+    return f"Set {where} to {means}; see {page}."
+
+
+@register(Tags.compatibility)
+def check_webhook_token(app_configs: Any = None, **kwargs: Any) -> list[CheckWarning]:
+    """Warn when a webhook backend has a URL but no token: it sends no Authorization header at all."""
+    from notifications.backends.registry import backend_class, backend_configs
+    from notifications.backends.webhook import WebhookBackend
+
+    try:
+        configs = backend_configs()
+    except ImproperlyConfigured:
+        return []  # notifications.E003 reports the malformed setting
+    found = []
+    for alias, config in sorted(configs.items()):
+        try:
+            webhook = issubclass(backend_class(str(config["BACKEND"])), WebhookBackend)
+        except ImproperlyConfigured:
+            continue  # notifications.E003
+        options = config["OPTIONS"]
+        if not webhook or not options.get("url") or options.get("token"):
+            continue
+        setting = f"WEAVE['PUSH_BACKENDS'][{alias!r}]['OPTIONS']['token']"
+        if alias == "default" and "default" not in (weave_settings.PUSH_BACKENDS or {}):
+            setting = "WEAVE['PUSH_TOKEN']"
+        found.append(
+            CheckWarning(
+                f"WEAVE push backend {alias!r} (a webhook) has no token: its requests carry no Authorization "
+                "header, and a gateway that wants one refuses every notification (401).",
+                hint=f"Set {setting} to the bearer token your gateway expects, e.g. from the environment: "
+                "os.environ.get('PUSH_TOKEN', ''). If your gateway takes no token, add 'notifications.W006' to "
+                "SILENCED_SYSTEM_CHECKS.",
+                id="notifications.W006",
             )
         )
-    return errors
+    return found
 
 
 @register(Tags.security)
@@ -117,8 +206,6 @@ def _backend_extra(path: str) -> str | None:
 @register(Tags.compatibility)
 def check_backend_extras(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """Name the missing extra of every configured push backend whose libraries are not installed."""
-    from django.core.exceptions import ImproperlyConfigured
-
     from notifications.backends import backend_configs
     from weave.extras import install_hint, problem
 

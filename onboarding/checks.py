@@ -55,3 +55,21 @@ def check_onboarding_extra(app_configs: Any = None, **kwargs: Any) -> list[Error
 
     found = problem("onboarding", "The onboarding app (its tax id, IBAN, BIC and country checks)")
     return [Error(found, hint=install_hint("onboarding"), id="onboarding.E004")] if found else []
+
+
+@register(Tags.compatibility)
+def check_supplier_api_url(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Refuse the onboarding app without WEAVE['SUPPLIER_API_URL']: every step would fail to call out."""
+    if not weave_settings.valid("SUPPLIER_API_URL") or weave_settings.SUPPLIER_API_URL:
+        return []  # weave.E006 reports a value that is not an http(s) URL
+    return [
+        Error(
+            "WEAVE['SUPPLIER_API_URL'] is not set: every onboarding step calls the supplier services there, so "
+            "every run would fail at its first step.",
+            hint="Set WEAVE['SUPPLIER_API_URL'] to your supplier services' base URL, e.g. "
+            "os.environ.get('SUPPLIER_API_URL', 'https://suppliers.example.com'). For local runs and tests, "
+            'manage.py weave_fake_suppliers serves a fake and prints the URL. Leave "onboarding" out of '
+            "INSTALLED_APPS if you only send notifications.",
+            id="onboarding.E005",
+        )
+    ]

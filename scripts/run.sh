@@ -8,8 +8,13 @@ PY=${PY:-.venv/bin/python}
 export DATABASE_URL=${DATABASE_URL:-sqlite:///$PWD/db.sqlite3}
 # The demo is a local run: development mode unless the caller says otherwise.
 export DEBUG=${DEBUG:-true}
+# Every port can be set (docs/contributing.md, "The demo's ports"): the site, the webhook push fake, the
+# supplier fake, and the FCM, APNs and Web Push fakes.
 PORT=${PORT:-8000}
 PUSH_PORT=${PUSH_PORT:-8100}
+FCM_PORT=${FCM_PORT:-8101}
+APNS_PORT=${APNS_PORT:-8102}
+WEBPUSH_PORT=${WEBPUSH_PORT:-8103}
 SUPPLIER_PORT=${SUPPLIER_PORT:-8200}
 export WEAVE_PUSH_URL=${WEAVE_PUSH_URL:-http://127.0.0.1:$PUSH_PORT/push}
 export WEAVE_SUPPLIER_API_URL=${WEAVE_SUPPLIER_API_URL:-http://127.0.0.1:$SUPPLIER_PORT}
@@ -50,17 +55,19 @@ stop_all() {
 }
 trap stop_all INT TERM EXIT
 
-# Mild faults, so the admin shows retries and `unknown` attempts next to deliveries.
-start fake_push "$PY" manage.py fake_push_provider --port "$PUSH_PORT" --latency-ms 150 \
-  --rate-5xx 0.12 --rate-429 0.06 --retry-after 2 --rate-hang 0.01 --hang-seconds 12
+# The apps' own fake commands (the ones a host site's tests use). Mild faults on the webhook fake, so the
+# admin shows retries and `unknown` attempts next to deliveries.
+start fake_push "$PY" manage.py weave_fake_push --serve webhook --port "$PUSH_PORT" --dir "$LOGS/push-webhook" \
+  --latency-ms 150 --rate-5xx 0.12 --rate-429 0.06 --retry-after 2 --rate-hang 0.01 --hang-seconds 12
 # FCM, APNs and Web Push fakes (HTTP/2 over TLS, keys generated into $LOGS/push-fakes); the site reads
 # the PUSH_BACKENDS they write once they are up.
 rm -f "$LOGS/push-fakes/push_backends.json"
-start fake_providers "$PY" manage.py fake_push_services --dir "$LOGS/push-fakes" --latency-ms 120
+start fake_providers "$PY" manage.py weave_fake_push --serve http2 --dir "$LOGS/push-fakes" --latency-ms 120 \
+  --fcm-port "$FCM_PORT" --apns-port "$APNS_PORT" --webpush-port "$WEBPUSH_PORT"
 for _ in $(seq 1 100); do [ -f "$LOGS/push-fakes/push_backends.json" ] && break; sleep 0.1; done
 export WEAVE_PUSH_BACKENDS_FILE="$PWD/$LOGS/push-fakes/push_backends.json"
 # Faulty Fixtures Co's account is closed (demo/management/commands/weave_demo_data.py: CLOSED_ACCOUNT_IBAN).
-start fake_supplier "$PY" manage.py fake_supplier_services --port "$SUPPLIER_PORT" --latency 0.8 \
+start fake_supplier "$PY" manage.py weave_fake_suppliers --port "$SUPPLIER_PORT" --latency 0.8 \
   --error-rate 0.05 --throttle-rate 0.03 --refused-iban DE91370400440000004242
 start runserver "$PY" manage.py runserver "127.0.0.1:$PORT" --noreload
 start qcluster "$PY" manage.py qcluster
@@ -104,7 +111,9 @@ cat <<MSG
        actions that cannot apply to a row are shown disabled with the reason.
     4. Push notifications > Devices: the admin's devices on FCM, APNs and Web Push; the dead ones
        were deactivated by the provider's answer. Tick some, "Send test notification", press Go.
-  Fake services: http://127.0.0.1:$PUSH_PORT/_stats and http://127.0.0.1:$SUPPLIER_PORT/_stats
+  Fake services: http://127.0.0.1:$PUSH_PORT/_stats and http://127.0.0.1:$SUPPLIER_PORT/_stats; FCM, APNs
+  and Web Push fakes on https://127.0.0.1:$FCM_PORT, :$APNS_PORT and :$WEBPUSH_PORT.
+  Ports: PORT, PUSH_PORT, SUPPLIER_PORT, FCM_PORT, APNS_PORT, WEBPUSH_PORT (e.g. PORT=9000 make run).
   Logs: $LOGS/.  Ctrl-C stops everything.
 
 MSG

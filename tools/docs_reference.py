@@ -1,11 +1,15 @@
-"""The reference pages of the documentation site, written from the code so they cannot go stale.
+"""The reference pages of the documentation, written from the code so they cannot go stale.
 
-`tools/mkdocs_hooks.py` calls `pages()` on every `mkdocs build`, so the site always shows what the
-code holds: the `WEAVE` settings with their defaults and ranges (`weave.conf.KEYS`), every system
-check id with its message and hint (read from the source of the shipped packages), the management
-commands with their arguments, and the apps' public services with their signatures.
+The pages (`docs/reference/settings.md`, `checks.md`, `commands.md`, `services.md`) are files in the
+repository, so they read on GitHub and in a checkout as in the site: the `WEAVE` settings with their
+defaults and ranges (`weave.conf.KEYS`), every system check id with its message and hint (read from the
+source of the shipped packages), the management commands with their arguments, and the apps' public
+services with their signatures. `tools/mkdocs_hooks.py` refuses to build the site while a committed
+page differs from what the code gives, and so does `make lint` (`--check`).
 
-Run it alone to see a page: `python -m tools.docs_reference settings` (or checks, commands, services).
+    python -m tools.docs_reference --write      # rewrite the pages after changing the code
+    python -m tools.docs_reference --check      # exit 1 naming each page that is out of date
+    python -m tools.docs_reference settings     # print one page
 """
 
 import ast
@@ -18,7 +22,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ("weave", "notifications", "onboarding")
-GENERATED = "This page is generated from the code on every documentation build (`tools/docs_reference.py`)."
+GENERATED = (
+    "This page is generated from the code by `python -m tools.docs_reference --write`; `make lint` fails while it "
+    "is out of date."
+)
 
 
 def setup_django() -> None:
@@ -28,7 +35,9 @@ def setup_django() -> None:
 
     if apps.ready:
         return
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "demo.settings")
+    # The demo site's settings, whatever the caller's environment says: the pages describe the shipped apps
+    # as a site installs them, not the extra apps and job types of a test run's settings.
+    os.environ["DJANGO_SETTINGS_MODULE"] = "demo.settings"
     # The demo settings refuse to load without production secrets unless DEBUG is on; a docs build
     # only reads code, so it always runs in development mode.
     os.environ["DEBUG"] = "true"
@@ -91,7 +100,7 @@ def settings_page() -> str:
         "(`weave.E006`), naming the key and what it must be.",
         "",
         "```python",
-        'WEAVE = {"PUSH_URL": "https://push.example.com/send", "PUSH_TOKEN": os.environ["PUSH_TOKEN"]}',
+        'WEAVE = {"PUSH_URL": "https://push.example.com/send", "PUSH_TOKEN": os.environ.get("PUSH_TOKEN", "")}',
         "```",
     ]
     for title, rows in groups.items():
@@ -105,7 +114,8 @@ def settings_page() -> str:
         ]
     lists = [(name, key) for name, key in KEYS.items() if isinstance(key.default, tuple) and len(key.default) > 2]
     for name, key in lists:
-        out += ["", f"The default of `{name}`:", "", "```python", *[f'"{path}",' for path in key.default], "```"]
+        shown = [f"{name} = (", *[f'    "{path}",' for path in key.default], ")"]
+        out += ["", f"The default of `{name}`:", "", "```python", *shown, "```"]
     return "\n".join(out) + "\n"
 
 
@@ -254,7 +264,7 @@ def commands_page() -> str:
         out += ["", f"## {title}"]
         for name in names:
             help_text, rows = _command_arguments(app_of[name], name)
-            out += ["", f"### `{name}`", "", help_text]
+            out += ["", f"### `{name}`", "", _md(help_text)]
             if rows:
                 out += ["", "| argument | meaning |", "| --- | --- |", *rows]
     return "\n".join(out) + "\n"
@@ -346,6 +356,29 @@ def pages() -> dict[str, str]:
     return {path: render() for path, render in PAGES.items()}
 
 
-if __name__ == "__main__":
-    wanted = sys.argv[1] if len(sys.argv) > 1 else "settings"
+def stale() -> list[str]:
+    """The generated pages whose file in docs/ is missing or differs from what the code gives."""
+    return [path for path, page in pages().items() if _read(ROOT / "docs" / path) != page]
+
+
+def _read(path: Path) -> str | None:
+    return path.read_text() if path.exists() else None
+
+
+def main(argv: list[str]) -> int:
+    wanted = argv[0] if argv else "--check"
+    if wanted == "--write":
+        for path, page in pages().items():
+            (ROOT / "docs" / path).write_text(page)
+        return 0
+    if wanted == "--check":
+        out_of_date = stale()
+        for path in out_of_date:
+            print(f"docs/{path} is out of date with the code: run python -m tools.docs_reference --write")
+        return 1 if out_of_date else 0
     print(PAGES[f"reference/{wanted}.md"]())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -55,6 +55,73 @@ def check_q_cluster(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 
 
 @register(Tags.compatibility)
+def check_django_q_installed(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Refuse a site without django-q2's app: nothing would run what Weave enqueues."""
+    from django.apps import apps
+
+    if apps.is_installed("django_q"):
+        return []
+    return [
+        Error(
+            "django_q is not in INSTALLED_APPS: there is no qcluster command and no queue table, so the "
+            "notifications, onboarding runs and jobs Weave stores are never worked on.",
+            hint='Add "django_q" to INSTALLED_APPS (next to "weave"), then run manage.py migrate.',
+            id="weave.E008",
+        )
+    ]
+
+
+# Q_CLUSTER keys that choose one of django-q2's brokers; without any of them it uses Redis on localhost.
+_BROKER_KEYS = ("orm", "redis", "django_redis", "sqs", "iron_mq", "mongo", "disque_nodes")
+_ORM_HINT = (
+    'Keep the queue in your database: Q_CLUSTER["orm"] = "default" with "broker_class": '
+    '"weave.broker.DatabaseClockORM" (docs/getting-started.md shows the whole Q_CLUSTER).'
+)
+
+
+@register(Tags.compatibility)
+def check_q_cluster_broker(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Refuse a Q_CLUSTER that names no broker (django-q2 then falls back to Redis on localhost without a
+    word), or one on Redis without the redis package."""
+    from importlib.util import find_spec
+
+    from weave.extras import install_hint
+
+    conf = getattr(settings, "Q_CLUSTER", None)
+    if not isinstance(conf, dict):
+        return []  # weave.E001 reports it
+    named = [key for key in _BROKER_KEYS if conf.get(key)]
+    if not named and conf.get("broker_class") in {*_ORM_BROKERS, "django_q.brokers.orm.ORM"}:
+        return [
+            Error(
+                f"Q_CLUSTER['broker_class'] is {conf['broker_class']!r}, an ORM broker, but Q_CLUSTER has no 'orm': "
+                "django-q2 does not know which database holds the queue.",
+                hint=_ORM_HINT,
+                id="weave.E009",
+            )
+        ]
+    if named and named != ["redis"]:
+        return []
+    redis_missing = find_spec("redis") is None
+    if named and not redis_missing:
+        return []  # Redis, as the site asked
+    why = "and the redis package is not installed" if redis_missing else "which this site never asked for"
+    if not named:
+        message = (
+            "Q_CLUSTER names no broker (no 'orm', no 'redis'): django-q2 silently falls back to Redis on "
+            f"localhost:6379, {why}."
+        )
+        return [Error(message, hint=_ORM_HINT, id="weave.E009")]
+    return [
+        Error(
+            "Q_CLUSTER['redis'] puts the queue on Redis, and the redis package is not installed.",
+            hint=f"{install_hint('redis')} Or: {_ORM_HINT}",
+            id="weave.E009",
+        )
+    ]
+
+
+@register(Tags.compatibility)
 def check_weave_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """Refuse WEAVE keys that do not exist (a typo would silently fall back to a default) and values
     of the wrong type or out of range."""
@@ -173,6 +240,12 @@ def check_worker_db_limits(app_configs: Any = None, **kwargs: Any) -> list[Warni
             )
     if warnings or shortest is None:
         return warnings
+    return _limits_past_the_ttl(shortest)
+
+
+def _limits_past_the_ttl(shortest: float) -> list[Warning]:
+    """weave.W021 for each WORKER_DB_* bound (or sum of bounds) that is not below the shortest lease TTL."""
+    warnings: list[Warning] = []
     dead_link = (
         weave_settings.WORKER_DB_KEEPALIVES_IDLE
         + weave_settings.WORKER_DB_KEEPALIVES_INTERVAL * weave_settings.WORKER_DB_KEEPALIVES_COUNT

@@ -1,4 +1,4 @@
-"""The chaos run switches the HTTP/2 fakes' faults through a control file (fake_push_services --control):
+"""The chaos run switches the HTTP/2 fakes' faults through a control file (weave_fake_push --control):
 the faults apply, and quiet connections are recycled so the next request meets the wire fault."""
 
 import json
@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from demo.management.commands.fake_push_services import _follow
+from notifications.management.commands.weave_fake_push import follow_control as _follow
 from notifications.testing.push_fakes import PushFakes
 
 

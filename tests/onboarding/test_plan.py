@@ -134,6 +134,7 @@ def test_system_check__a_plan_that_is_not_a_list_of_strings_is_a_settings_error(
 
 def test_system_check__accepts_functions_classes_and_objects(settings):
     settings.WEAVE = {
+        **settings.WEAVE,
         "ONBOARDING_STEPS": [*DEFAULT_PLAN, ERP, "tests.onboarding.test_plan.function_step"],
     }
     assert not [e for e in run_checks() if e.id.startswith("onboarding.")]
