@@ -982,6 +982,7 @@ def notification_retry_now(
         Notification.objects.filter(pk__in=failed).update(
             status=Notification.Status.PENDING,
             attempts=0,
+            finished_at=None,
             next_attempt_at=clock.now(),
             last_error=f"Retry requested{who}; starting over with a fresh attempt count.",
         )
@@ -1002,7 +1003,7 @@ def notification_cancel(
     with transaction.atomic():
         pending = _lock_free(ids, Notification.Status.PENDING, clock)
         Notification.objects.filter(pk__in=pending).update(
-            status=Notification.Status.CANCELLED, last_error=f"Cancelled{who}."
+            status=Notification.Status.CANCELLED, last_error=f"Cancelled{who}.", finished_at=clock.now()
         )
     for pk in pending:
         log_event(logger, "cancelled", job="notification", id=pk, reason=f"cancelled{who}")
