@@ -5,8 +5,8 @@ from typing import Any, cast
 
 from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import ValidationError
 from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import ValidationError
 from django.db.models import DateTimeField, Exists, F, OuterRef, QuerySet, Value
 from django.db.models.functions import Least
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -279,7 +279,7 @@ class _ReadableTimesChangeList(ChangeList):
     """The notifications list, reading the caller-chosen times clamped in SQL (`_LAST_SHOWN`)."""
 
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
-        queryset = super().get_queryset(request, exclude_parameters)
+        queryset: QuerySet[Any] = super().get_queryset(request, exclude_parameters)
         clamped = {
             f"shown_{name}": Least(F(name), Value(_LAST_SHOWN, output_field=DateTimeField())) for name in _CHOSEN_TIMES
         }

@@ -158,7 +158,9 @@ class Notification(LeasedModel):
             # The console's lease counts: held rows only, a handful even on a table of millions.
             models.Index(fields=["lease_expires_at"], condition=Q(owner__isnull=False), name="notif_held_idx"),
             # The purge's pick: finished rows by finish time (a pending row has none and is not in it).
-            models.Index(fields=["finished_at", "id"], condition=Q(finished_at__isnull=False), name="notif_finished_idx"),
+            models.Index(
+                fields=["finished_at", "id"], condition=Q(finished_at__isnull=False), name="notif_finished_idx"
+            ),
         ]
         constraints = [
             models.CheckConstraint(

@@ -229,9 +229,7 @@ class _FanOut:
         out take the same message keywords, so they are read by name here rather than listed twice."""
         return cls(**{f.name: arguments[f.name] for f in fields(cls)})
 
-    def send(
-        self, users: Mapping[Any, Any]
-    ) -> tuple[list[Notification], list["SkippedDevice"], list["SkippedUser"]]:
+    def send(self, users: Mapping[Any, Any]) -> tuple[list[Notification], list["SkippedDevice"], list["SkippedUser"]]:
         """Create the rows for `users` ({pk: user}) in one short transaction (or one statement, see
         `_insert_still_active`); return them, the skipped devices and the skipped users."""
         timing, skipped_users = self._timings(users)

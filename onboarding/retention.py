@@ -2,9 +2,9 @@
 
 - attempts of finished runs (completed, failed, cancelled, held by no worker) that ended before the
   cutoff, the run itself having finished before it too;
-- finished runs (held by no worker) finished before the cutoff, with their attempts and their step receipts (a receipt is
-  kept exactly as long as its run). A run that a business record (vendor record, payment terms, bank
-  account) points to is kept: it is that record's provenance.
+- finished runs (held by no worker) finished before the cutoff, with their attempts and their step
+  receipts (a receipt is kept exactly as long as its run). A run that a business record (vendor
+  record, payment terms, bank account) points to is kept: it is that record's provenance.
 """
 
 from datetime import datetime

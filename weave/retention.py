@@ -421,8 +421,8 @@ def _job_dependants(job_type: str) -> Callable[["models.QuerySet[Any]"], dict[st
         attempts = JobAttempt.objects.filter(job_type=job_type, job_id__in=ids)
         receipts = JobStepReceipt.objects.filter(job_type=job_type, job_id__in=ids)
         counts = {"job_attempts": {"": attempts.count()}, "job_receipts": {"": receipts.count()}}
-        attempts._raw_delete(attempts.db)  # type: ignore[attr-defined]  # nothing refers to them
-        receipts._raw_delete(receipts.db)  # type: ignore[attr-defined]
+        attempts._raw_delete(attempts.db)  # nothing refers to them
+        receipts._raw_delete(receipts.db)
         return counts
 
     return before

@@ -269,10 +269,9 @@ def test_purge__a_sites_finished_jobs_go_with_their_attempts_and_receipts_by_fin
         s = Shipment.objects.create(parcel="p")
         finished = aged(finished_days) if finished_days is not None else None
         Shipment.objects.filter(pk=s.pk).update(state=state, finished_at=finished, created_at=aged(400), owner=owner)
-        JobAttempt.objects.create(job_type="shipment", job_id=str(s.pk), number=1, owner="w", fence=1,
-                                  outcome="done", started_at=aged(400), finished_at=aged(400))  # fmt: skip
-        JobStepReceipt.objects.create(job_type="shipment", job_id=str(s.pk), epoch=0, step="book", attempt=1,
-                                      owner="w", fence=1, idempotency_key=f"k{s.pk}", finished_at=aged(400))  # fmt: skip
+        mine = {"job_type": "shipment", "job_id": str(s.pk), "owner": "w", "fence": 1, "finished_at": aged(400)}
+        JobAttempt.objects.create(**mine, number=1, outcome="done", started_at=aged(400))
+        JobStepReceipt.objects.create(**mine, epoch=0, step="book", attempt=1, idempotency_key=f"k{s.pk}")
         return s
 
     old = shipment("done", 40)
