@@ -56,4 +56,13 @@ def register() -> None:
             lock_of=("self", "run"),  # the run's state decides: it is locked and re-checked too
         )
     )
-    register_purge(PurgeSpec(kind="runs", model=OnboardingRun, order=50, candidates=old_runs, before=_dependants_first))
+    register_purge(
+        PurgeSpec(
+            kind="runs",
+            model=OnboardingRun,
+            order=50,
+            candidates=old_runs,
+            before=_dependants_first,
+            ordering=("finished_at",),
+        )
+    )
