@@ -283,7 +283,8 @@ class _ReadableTimesChangeList(ChangeList):
         clamped = {
             f"shown_{name}": Least(F(name), Value(_LAST_SHOWN, output_field=DateTimeField())) for name in _CHOSEN_TIMES
         }
-        return queryset.defer(*_CHOSEN_TIMES).annotate(**clamped)
+        shown: QuerySet[Any] = queryset.defer(*_CHOSEN_TIMES).annotate(**clamped)
+        return shown
 
 
 def _shown_time(obj: Notification, name: str) -> Any:

@@ -4,24 +4,15 @@ Each child gets its own session (`start_new_session=True`), so a signal to its p
 reaches the child and every process it forked — a qcluster's workers included — like stopping a
 whole host. `ProcessGroups` stops everything it started on every exit path: normal exit, an
 exception, Ctrl-C, or interpreter shutdown.
-
-A process that is killed outright (SIGKILL, the OOM killer) runs none of that, so two more things tie
-the children to it: each child started from the main thread asks the kernel for SIGKILL when its parent
-dies (`PR_SET_PDEATHSIG`), and a small reaper process (`_Reaper`) holds a pipe from this one and
-SIGKILLs every process group still registered once the pipe closes, which it does when this process
-dies however it dies. The reaper reaches the grandchildren too (a qcluster's workers), which the
-parent-death signal cannot.
 """
 
 import atexit
-import ctypes
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -68,61 +59,6 @@ def process_cpu(pid: int | str = "self") -> float:
     if fields is None:
         raise ProcessLookupError(pid)
     return cpu_seconds(fields)
-
-
-PR_SET_PDEATHSIG = 1  # prctl(2)
-# Looked up here, never in a forked child: loading a library there could wait on a lock another thread held.
-_prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-# The reaper: reads "+pgid" / "-pgid" lines while its parent lives; at EOF (the parent is gone, or done)
-# it SIGKILLs every group still listed. It runs in a session of its own, so Ctrl-C to the terminal's
-# foreground group never reaches it.
-_REAPER = """
-import os, signal, sys
-groups = set()
-for line in sys.stdin:
-    sign, pgid = line[:1], int(line[1:])
-    (groups.add if sign == "+" else groups.discard)(pgid)
-for pgid in groups:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except OSError:
-        pass
-"""
-
-
-class _Reaper:
-    """One reaper process per test process, started on first use, told of every group started and stopped."""
-
-    _lock = threading.Lock()
-    _process: "subprocess.Popen[str] | None" = None
-    _owner = 0
-
-    @classmethod
-    def tell(cls, line: str) -> None:
-        with cls._lock:
-            if cls._process is None or cls._owner != os.getpid() or cls._process.poll() is not None:
-                cls._process = subprocess.Popen(
-                    [sys.executable, "-c", _REAPER], stdin=subprocess.PIPE, text=True, start_new_session=True
-                )
-                cls._owner = os.getpid()  # a forked copy of this process starts its own
-            assert cls._process.stdin is not None
-            try:
-                cls._process.stdin.write(line + "\n")
-                cls._process.stdin.flush()
-            except OSError:
-                cls._process = None
-
-
-def _die_with_parent(parent: int) -> Callable[[], None]:
-    """A preexec_fn: SIGKILL this child when the thread that started it dies (Linux `PR_SET_PDEATHSIG`)."""
-
-    def arm() -> None:
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the request took effect
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return arm
 
 
 @dataclass
@@ -187,9 +123,6 @@ class ProcessGroups:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             log_path = self.log_dir / f"{name}.log"
             stdout = log_path.open("ab")
-        # The parent-death signal follows the thread that forks, so only a child of the main thread gets it
-        # (a helper thread that ends would take its child with it); the reaper covers every child.
-        main = threading.current_thread() is threading.main_thread()
         popen = subprocess.Popen(
             list(args),
             cwd=cwd or PROJECT_ROOT,
@@ -197,9 +130,7 @@ class ProcessGroups:
             stdout=stdout,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent(os.getpid()) if main else None,
         )
-        _Reaper.tell(f"+{popen.pid}")
         child = Child(name=name, popen=popen, log_path=log_path)
         self.children.append(child)
         return child
@@ -221,7 +152,11 @@ class ProcessGroups:
         while any(child.alive() for child in children) and time.monotonic() < deadline:
             time.sleep(0.05)
         for child in children:
-            self.kill(child)
+            child.signal(signal.SIGKILL)
+            try:
+                child.popen.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
 
     def kill(self, child: Child) -> None:
         """SIGKILL the whole group at once: a crashed host."""
@@ -229,16 +164,12 @@ class ProcessGroups:
         try:
             child.popen.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            return
-        _Reaper.tell(f"-{child.pgid}")  # gone: its group id may be handed to another process from now on
+            pass
 
     def stop_all(self) -> None:
         running = [child for child in reversed(self.children) if child.alive() or child.descendants()]
         if running:
             self.stop_many(running, grace=5.0)
-        for child in self.children:
-            if child not in running and not child.alive():
-                _Reaper.tell(f"-{child.pgid}")  # ended by itself: nothing of it left for the reaper to kill
         self.children = [c for c in self.children if c.alive()]
 
 
