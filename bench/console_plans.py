@@ -36,7 +36,8 @@ TRUNCATE weave_notifications_deliveryattempt, weave_notifications_notification,
          weave_notifications_breakeropening RESTART IDENTITY CASCADE;
 INSERT INTO weave_notifications_notification
     (device_token, title, body, data, idempotency_key, status, attempts, next_attempt_at, delivered_at,
-     provider_message_id, last_error, created_at, owner, fence, lease_expires_at, backend, collapse_key, priority)
+     provider_message_id, last_error, created_at, owner, fence, lease_expires_at, backend, collapse_key, priority,
+     finished_at, options)
 SELECT 'device-' || g, 'Title', '', '{}', gen_random_uuid(),
        CASE WHEN g % 100 = 0 THEN 'pending' WHEN g % 50 = 1 THEN 'failed' ELSE 'delivered' END,
        1,
@@ -45,7 +46,8 @@ SELECT 'device-' || g, 'Title', '', '{}', gen_random_uuid(),
        '', '', now() - (g % 2592000) * interval '1 second',
        CASE WHEN g % 10000 = 0 THEN 'push:bench:1:x' ELSE NULL END, 1,
        CASE WHEN g % 10000 = 0 THEN now() + interval '20 seconds' ELSE NULL END,
-       CASE WHEN g % 3 = 0 THEN 'apns' ELSE 'fcm' END, '', 'normal'
+       CASE WHEN g % 3 = 0 THEN 'apns' ELSE 'fcm' END, '', 'normal',
+       CASE WHEN g % 100 = 0 THEN NULL ELSE now() - (g % 2592000) * interval '1 second' END, '{}'
 FROM generate_series(1, %(notifications)s) AS g;
 INSERT INTO weave_notifications_deliveryattempt
     (notification_id, owner, fence, started_at, finished_at, http_status, latency_ms, outcome, reason)

@@ -33,10 +33,12 @@ TRUNCATE weave_notifications_deliveryattempt, weave_notifications_notification,
          django_q_ormq, django_q_task RESTART IDENTITY CASCADE;
 INSERT INTO weave_notifications_notification
     (device_token, title, body, data, idempotency_key, status, attempts, next_attempt_at, delivered_at,
-     provider_message_id, last_error, created_at, owner, fence, lease_expires_at, backend, collapse_key, priority)
+     provider_message_id, last_error, created_at, owner, fence, lease_expires_at, backend, collapse_key, priority,
+     finished_at, options)
 SELECT 'history-device-' || g, 'History', 'A finished notification', '{}', gen_random_uuid(), 'delivered', 1,
        NULL, now() - (g %% 2592000) * interval '1 second', 'msg-' || g, '',
-       now() - (g %% 2592000) * interval '1 second' - interval '1 second', NULL, 1, NULL, 'default', '', 'normal'
+       now() - (g %% 2592000) * interval '1 second' - interval '1 second', NULL, 1, NULL, 'default', '', 'normal',
+       now() - (g %% 2592000) * interval '1 second', '{}'
 FROM generate_series(1, %(rows)s) AS g;
 INSERT INTO weave_notifications_deliveryattempt
     (notification_id, owner, fence, started_at, finished_at, http_status, latency_ms, outcome, reason, number)

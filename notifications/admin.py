@@ -1,11 +1,14 @@
 """Admin for notifications: status, lease state by the database clock, attempt history, guarded actions."""
 
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import ValidationError
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import DateTimeField, Exists, F, OuterRef, QuerySet, Value
+from django.db.models.functions import Least
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
@@ -239,6 +242,31 @@ def _unclaimed(pk: int) -> bool:
     return Notification.objects.filter(pk=pk, status=Notification.Status.PENDING, fence=0, owner__isnull=True).exists()
 
 
+# The times a caller chose (send_at, and a TTL from it) as the list reads them: never past this, so a row
+# stored before send_at was bounded, with a time past year 9999 (PostgreSQL keeps it, Python cannot read
+# it), still lists, and a day of room keeps any time zone's local time inside the calendar.
+_LAST_SHOWN = datetime(9999, 12, 30, tzinfo=UTC)
+_CHOSEN_TIMES = ("next_attempt_at", "expires_at")
+
+
+class _ReadableTimesChangeList(ChangeList):
+    """The notifications list, reading the caller-chosen times clamped in SQL (`_LAST_SHOWN`)."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
+        queryset: QuerySet[Any] = super().get_queryset(request, exclude_parameters)
+        clamped = {
+            f"shown_{name}": Least(F(name), Value(_LAST_SHOWN, output_field=DateTimeField())) for name in _CHOSEN_TIMES
+        }
+        shown: QuerySet[Any] = queryset.defer(*_CHOSEN_TIMES).annotate(**clamped)
+        return shown
+
+
+def _shown_time(obj: Notification, name: str) -> Any:
+    """`name` as the list read it (clamped), or the field itself elsewhere."""
+    shown = obj.__dict__.get(f"shown_{name}", _CHOSEN_TIMES)
+    return getattr(obj, name) if shown is _CHOSEN_TIMES else shown
+
+
 @admin.register(Notification)
 class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
     """Add goes through `notification_create`, edits through `notification_edit` (only before the first claim).
@@ -322,11 +350,14 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
             return f"— ({obj.status}: no next attempt)"
         return timestamp(obj.next_attempt_at)
 
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return _ReadableTimesChangeList
+
     @admin.display(description="when", ordering="next_attempt_at")
     def when(self, obj: Notification) -> str:
         """The one time that matters for the row's status: due, delivered, or when it finished."""
         if obj.status == Notification.Status.PENDING:
-            return f"due {timestamp(obj.next_attempt_at)}"
+            return f"due {timestamp(_shown_time(obj, 'next_attempt_at'))}"
         if obj.status == Notification.Status.DELIVERED:
             return f"delivered {timestamp(obj.delivered_at)}"
         return "—"

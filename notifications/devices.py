@@ -77,7 +77,9 @@ def end_unsent(pks: list[Any], *, reason: str, clock: Clock = default_clock) -> 
         return 0
     # A row whose holder's lease lapsed (a killed worker) is settled too, its dead lease cleared with it.
     pending = Notification.objects.filter(pk__in=pks, status=Notification.Status.PENDING)
-    return pending.settle_free(clock=clock, status=Notification.Status.FAILED, last_error=reason)
+    return pending.settle_free(
+        clock=clock, status=Notification.Status.FAILED, last_error=reason, finished_at=clock.now()
+    )
 
 
 def handed_over_reason(*, previous_user: Any, new_user: Any, at: datetime | None) -> str:

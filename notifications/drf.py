@@ -18,15 +18,32 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, ParseError
 from rest_framework.exceptions import ValidationError as APIValidationError
+from rest_framework.parsers import JSONParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 
 from notifications.models import Device
 from notifications.services import device_deactivate, device_register, device_token_canonical
-from notifications.views import REFRESHED, UNREGISTERED, device_json, own_device, token_text
+from notifications.views import BODY_CAP, REFRESHED, UNREGISTERED, device_json, own_device, token_text
+from weave.validation import parse_json_object
+
+
+class StrictJSONParser(JSONParser):
+    """DRF's JSON parser with the plain endpoints' rules (`weave.validation.parse_json_object`): one
+    object, UTF-8, no duplicate keys, no NaN, no deep nesting; a bad body is a 400, never a 500."""
+
+    def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
+        raw = stream.read(BODY_CAP + 1) if stream is not None else b""
+        if len(raw) > BODY_CAP:
+            raise ParseError(f"The request body must be JSON of at most {BODY_CAP} bytes.")
+        try:
+            return parse_json_object(raw)
+        except ValidationError as exc:
+            raise ParseError(" ".join(exc.messages)) from exc
 
 
 class TokenField(serializers.Field):
@@ -60,6 +77,11 @@ class DeviceViewSet(viewsets.ViewSet):
     """The caller's push devices: list, register, refresh a rotated token, unregister."""
 
     permission_classes = [IsAuthenticated]
+    # JSON through the strict parser; the site's other parsers (forms, say) as they are.
+    parser_classes = [
+        StrictJSONParser,
+        *(p for p in api_settings.DEFAULT_PARSER_CLASSES if not issubclass(p, JSONParser)),
+    ]
 
     def list(self, request: Request) -> Response:
         mine = Device.objects.active().filter(user=request.user).order_by("pk")

@@ -141,6 +141,9 @@ class Notification(LeasedModel):
     provider_message_id = models.CharField(max_length=200, blank=True)
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # When the row reached its final status, by the database clock; retention counts from it. Cleared
+    # when an operator's retry makes a failed row pending again.
+    finished_at = models.DateTimeField(null=True, blank=True, editable=False)
     # The lease fields' own, without the base's plain index: `notif_held_idx` (held rows only) is the
     # one every reader uses, and a second index on the column is one more write per insert and claim.
     lease_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -154,6 +157,10 @@ class Notification(LeasedModel):
             models.Index(fields=["status", "next_attempt_at"], name="notif_due_idx"),
             # The console's lease counts: held rows only, a handful even on a table of millions.
             models.Index(fields=["lease_expires_at"], condition=Q(owner__isnull=False), name="notif_held_idx"),
+            # The purge's pick: finished rows by finish time (a pending row has none and is not in it).
+            models.Index(
+                fields=["finished_at", "id"], condition=Q(finished_at__isnull=False), name="notif_finished_idx"
+            ),
         ]
         constraints = [
             models.CheckConstraint(

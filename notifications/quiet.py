@@ -12,6 +12,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
+from notifications.validation import SEND_AT_WINDOW
 from weave.conf import weave_settings
 
 Policy = Callable[[Any, datetime, str], datetime | None]
@@ -32,11 +33,24 @@ def quiet_until(policy: Policy, user: Any, at: datetime, priority: str) -> datet
     later = policy(user, at, priority)
     if later is None:
         return None
-    if not isinstance(later, datetime) or later.tzinfo is None:
+    if not isinstance(later, datetime) or later.tzinfo is None or later.utcoffset() is None:
         raise ImproperlyConfigured(
             f"WEAVE PUSH_QUIET_HOURS ({weave_settings.PUSH_QUIET_HOURS}) must return an aware datetime or None."
         )
-    return later if later > at else None
+    if later <= at:
+        return None
+    if later - at > SEND_AT_WINDOW:
+        # A row due past the window could never be shown or sent (see `check_send_at`).
+        raise ImproperlyConfigured(
+            f"WEAVE PUSH_QUIET_HOURS ({weave_settings.PUSH_QUIET_HOURS}) deferred a push to {later.isoformat()}, "
+            f"more than {SEND_AT_WINDOW.days} days after {at.isoformat()}."
+        )
+    return later
+
+
+def policy_failure(exc: Exception) -> str:
+    """The words for a policy that raised (a site's bug, such as a user's stored zone that does not exist)."""
+    return f"the quiet-hours policy raised {type(exc).__name__}: {exc}"[:300]
 
 
 def deferral_reason(at: datetime, later: datetime, *, when: str = "") -> str:

@@ -1,8 +1,10 @@
 """What retention may delete of the push history (registered with `weave.retention` at startup).
 
-- finished notifications (delivered, failed, cancelled, expired) created before the cutoff, with their
-  attempts; a pending row is never purged, however old;
-- attempts finished before the cutoff, of any notification;
+- finished notifications (delivered, failed, cancelled, expired) that finished before the cutoff and
+  that no worker holds, with their attempts; a pending row is never purged, however old, and a push
+  scheduled far ahead is kept for the whole period after its delivery;
+- attempts finished before the cutoff, of notifications that also finished before it (never the
+  attempts of a pending row, nor of one that finished since);
 - breaker openings before the cutoff.
 
 Attempts are counted by outcome as they go, so `weave_delivery_attempts_total` never goes down.
@@ -20,12 +22,17 @@ FINISHED = ("delivered", "failed", "cancelled", "expired")
 
 
 def old_notifications(cutoff: datetime) -> "QuerySet[Notification]":
-    # Primary keys grow with created_at: bound the scan by the first row created after the cutoff, so
-    # a table with nothing to purge answers from the primary key index instead of a full scan.
-    first_kept = Notification.objects.filter(created_at__gte=cutoff).order_by("pk").values_list("pk", flat=True)[:1]
-    rows = Notification.objects.filter(status__in=FINISHED, created_at__lt=cutoff)
-    boundary = list(first_kept)
-    return rows.filter(pk__lt=boundary[0]) if boundary else rows
+    # By finish time (`notif_finished_idx`): a row still pending has none.
+    return Notification.objects.filter(status__in=FINISHED, owner__isnull=True, finished_at__lt=cutoff)
+
+
+def old_attempts(cutoff: datetime) -> "QuerySet[DeliveryAttempt]":
+    return DeliveryAttempt.objects.filter(
+        finished_at__lt=cutoff,
+        notification__status__in=FINISHED,
+        notification__owner__isnull=True,
+        notification__finished_at__lt=cutoff,
+    )
 
 
 def by_outcome(attempts: "QuerySet[DeliveryAttempt]") -> dict[str, int]:
@@ -46,12 +53,18 @@ def register() -> None:
             model=DeliveryAttempt,
             order=10,
             labels=by_outcome,
-            candidates=lambda c: DeliveryAttempt.objects.filter(finished_at__lt=c),
+            candidates=old_attempts,
+            lock_of=("self", "notification"),  # the parent's state decides: it is locked and re-checked too
         )
     )
     register_purge(
         PurgeSpec(
-            kind="notifications", model=Notification, order=20, candidates=old_notifications, before=_attempts_first
+            kind="notifications",
+            model=Notification,
+            order=20,
+            candidates=old_notifications,
+            before=_attempts_first,
+            ordering=("finished_at",),
         )
     )
     register_purge(

@@ -20,10 +20,10 @@ from notifications.backends.registry import backend_class, backend_path
 from notifications.content import CONDITION_PREFIX, TOPIC_PREFIX, check_options
 from notifications.devices import deactivate_device, end_queued_for_device, fail_queued_for_device, handed_over_reason
 from notifications.models import ContentLocked, Device, Notification
-from notifications.quiet import deferral_reason, quiet_hours_policy, quiet_until
+from notifications.quiet import deferral_reason, policy_failure, quiet_hours_policy, quiet_until
 from notifications.topics import TopicJobs, topic_subscribe, topic_unsubscribe
 from notifications.validation import TITLE_MAX as NOTIFICATION_TITLE_MAX
-from notifications.validation import canonical_device_token, check_payload_size
+from notifications.validation import canonical_device_token, check_payload_size, check_send_at
 from weave.conf import weave_settings
 from weave.edge import check_ids, check_json, check_text
 from weave.events import log_event
@@ -38,6 +38,7 @@ __all__ = [
     "BulkSend",
     "ContentLocked",
     "SkippedDevice",
+    "SkippedUser",
     "TopicJobs",
     "UserNotifications",
     "device_deactivate",
@@ -91,7 +92,10 @@ def notification_create(
             )  # fmt: skip
             # The owner is read only for a quiet-hours policy to judge: without one it is not needed.
             owner = device.user if device.user_id is not None and quiet_hours_policy() is not None else None
-            at, deferral = _quiet_hours(owner, _send_at(send_at), priority, clock)
+            try:
+                at, deferral = _quiet_hours(owner, _send_at(send_at, clock), priority, clock)
+            except _PolicyFailed as failed:
+                raise ValidationError({"device": f"Not created for device {device.pk}: {failed}."}) from failed
             return _insert(fields, device=device, ttl=ttl, send_at=at, clock=clock, deferral=deferral)
     if device_token is None:
         raise ValidationError({"device_token": "A device token (or a device) is required."})
@@ -99,7 +103,7 @@ def notification_create(
         backend=backend or DEFAULT_ALIAS, token=device_token, title=title, body=body, data=data,
         collapse_key=collapse_key, ttl=ttl, priority=priority, options=options,
     )  # fmt: skip
-    at, deferral = _quiet_hours(None, _send_at(send_at), priority, clock)
+    at, deferral = _quiet_hours(None, _send_at(send_at, clock), priority, clock)
     # No transaction of its own: the INSERT is the only statement, so outside a transaction it commits
     # by itself (and the drain is requested right after it), and inside the caller's it needs no savepoint
     # (everything that can refuse the row was checked above, before any statement).
@@ -129,8 +133,8 @@ def notification_send_to_user(
     drain), or elsewhere a short locking read and one INSERT (see `_insert_still_active`).
     """
     user = _saved_user(user, field="user", required=True)
-    created, skipped = _FanOut.of(locals()).send({user.pk: user})
-    return UserNotifications(created, skipped=skipped)
+    created, skipped, skipped_users = _FanOut.of(locals()).send({user.pk: user})
+    return UserNotifications(created, skipped=skipped, skipped_users=skipped_users)
 
 
 def notification_send_to_users(
@@ -149,27 +153,33 @@ def notification_send_to_users(
 ) -> "BulkSend":
     """Send to every active device of every user in `users` (a queryset, or saved users), `chunk` users at a time.
 
-    Each chunk is its own short transaction (outside a caller's, on PostgreSQL: one statement after the
-    device read) with a constant number of statements, and the users are
-    streamed from the database, so a million devices never make one million-row transaction or list.
-    Returns how many notifications were created and which devices were skipped, and why."""
+    All or nothing: every chunk goes in one transaction, so an exception (a database error, a bug) leaves
+    no row behind and the call can simply be repeated; it never sends some users a duplicate. Each chunk
+    takes a constant number of statements and the users are streamed from the database, so a million
+    devices never make a million-row list. A user the site's quiet-hours policy cannot judge (it raised:
+    say, a stored time zone that does not exist) is skipped and named in `.skipped_users` with the
+    reason, and everyone else gets theirs. Returns how many notifications were created, which users and
+    which devices were skipped, and why."""
     if isinstance(chunk, bool) or not isinstance(chunk, int) or not 1 <= chunk <= 10_000:
         raise ValidationError({"chunk": "chunk is a whole number of users from 1 to 10000."})
     message = _FanOut.of(locals())
     result = BulkSend()
-    for batch in _user_chunks(users, chunk):
-        created, skipped = message.send(batch)
-        result.created += len(created)
-        result.skipped += skipped
+    with transaction.atomic(using=router.db_for_write(Notification)):
+        for batch in _user_chunks(users, chunk):
+            created, skipped, skipped_users = message.send(batch)
+            result.created += len(created)
+            result.skipped += skipped
+            result.skipped_users += skipped_users
     return result
 
 
 @dataclass
 class BulkSend:
-    """What `notification_send_to_users` did: notifications created, and the devices left out with why."""
+    """What `notification_send_to_users` did: notifications created, and the users and devices left out with why."""
 
     created: int = 0
     skipped: list["SkippedDevice"] = field(default_factory=list)
+    skipped_users: list["SkippedUser"] = field(default_factory=list)
 
 
 def _user_chunks(users: Iterable[Any], size: int) -> Iterator[dict[Any, Any]]:
@@ -209,7 +219,7 @@ class _FanOut:
     clock: Clock
 
     def __post_init__(self) -> None:
-        _send_at(self.send_at)
+        _send_at(self.send_at, self.clock)
         _check_ttl(self.ttl)  # before the expiry expression is built from it
 
     @classmethod
@@ -218,21 +228,34 @@ class _FanOut:
         out take the same message keywords, so they are read by name here rather than listed twice."""
         return cls(**{f.name: arguments[f.name] for f in fields(cls)})
 
-    def send(self, users: Mapping[Any, Any]) -> tuple[list[Notification], list["SkippedDevice"]]:
+    def send(self, users: Mapping[Any, Any]) -> tuple[list[Notification], list["SkippedDevice"], list["SkippedUser"]]:
         """Create the rows for `users` ({pk: user}) in one short transaction (or one statement, see
-        `_insert_still_active`); return them and the skipped devices."""
-        devices = _active_device_rows(list(users), locking=False)
-        planned, skipped = self._plan(devices, users)
-        created = _insert_still_active(planned, users, skipped)
-        return created, sorted(skipped, key=lambda d: d.device_id)
+        `_insert_still_active`); return them, the skipped devices and the skipped users."""
+        timing, skipped_users = self._timings(users)
+        judged = {pk: user for pk, user in users.items() if pk in timing}
+        devices = _active_device_rows(list(judged), locking=False)
+        planned, skipped = self._plan(devices, timing)
+        created = _insert_still_active(planned, judged, skipped)
+        return created, sorted(skipped, key=lambda d: d.device_id), skipped_users
+
+    def _timings(self, users: Mapping[Any, Any]) -> tuple[dict[Any, tuple[Any, Any, str]], list["SkippedUser"]]:
+        """{user pk: timing} of the users the quiet-hours policy could judge, and the others with why."""
+        timing: dict[Any, tuple[Any, Any, str]] = {}
+        skipped: list[SkippedUser] = []
+        for pk, user in users.items():
+            try:
+                timing[pk] = self._timing(user)
+            except _PolicyFailed as failed:
+                log_event(logger, "quiet_hours_error", job="notification", id="-", reason=f"user {pk}: {failed}")
+                skipped.append(SkippedUser(pk, f"not sent: {failed}"))
+        return timing, skipped
 
     def _plan(
-        self, devices: list[tuple[Any, ...]], users: Mapping[Any, Any]
+        self, devices: list[tuple[Any, ...]], timing: Mapping[Any, tuple[Any, Any, str]]
     ) -> tuple[list[Notification], list["SkippedDevice"]]:
         """The unsaved rows for `devices` (rows of `_DEVICE_COLUMNS`) and the devices skipped, with why."""
         skipped = _over_the_cap(devices)
         over = {d.device_id for d in skipped}
-        timing = {pk: self._timing(user) for pk, user in users.items()}
         messages: dict[str, tuple[type[PushBackend], dict[str, Any]] | str] = {}
         planned: list[Notification] = []
         for pk, alias, token, _used, _created, user_id in devices:
@@ -412,12 +435,28 @@ class SkippedDevice:
     reason: str
 
 
-class UserNotifications(list[Notification]):
-    """The notifications `notification_send_to_user` created (a list), and the devices it `skipped`."""
+@dataclass(frozen=True)
+class SkippedUser:
+    """A user a fan-out left out entirely (none of their devices got a row), and why."""
 
-    def __init__(self, created: Iterable[Notification] = (), *, skipped: Iterable[SkippedDevice] = ()) -> None:
+    user_id: Any
+    reason: str
+
+
+class UserNotifications(list[Notification]):
+    """The notifications `notification_send_to_user` created (a list), the devices it `skipped`, and
+    `skipped_users` (the user, when the quiet-hours policy could not judge them)."""
+
+    def __init__(
+        self,
+        created: Iterable[Notification] = (),
+        *,
+        skipped: Iterable[SkippedDevice] = (),
+        skipped_users: Iterable[SkippedUser] = (),
+    ) -> None:
         super().__init__(created)
         self.skipped: list[SkippedDevice] = list(skipped)
+        self.skipped_users: list[SkippedUser] = list(skipped_users)
 
 
 def _message_for_alias(alias: str, **content: Any) -> tuple[type[PushBackend], dict[str, Any]] | str:
@@ -494,7 +533,7 @@ def notification_send_to_topic(
             backend=backend, token=target, title=title, body=body, data=data,
             collapse_key=collapse_key, ttl=ttl, priority=priority, options=options,
         )  # fmt: skip
-        return _insert(fields, device=None, ttl=ttl, send_at=_send_at(send_at), clock=clock)
+        return _insert(fields, device=None, ttl=ttl, send_at=_send_at(send_at, clock), clock=clock)
 
 
 _TOPIC = re.compile(r"[a-zA-Z0-9\-_.~%]{1,900}")
@@ -659,13 +698,18 @@ def _topical(backend_cls: type[PushBackend], token: Any) -> bool:
     )
 
 
-def _send_at(value: Any) -> datetime | None:
-    """Check a scheduled send time: an aware datetime (compared with the database clock, never this host's)."""
+def _send_at(value: Any, clock: Clock) -> datetime | None:
+    """Check a scheduled send time: an aware datetime within a year of now (`check_send_at`). The row is
+    due by the database clock; only this wide bound is judged by `clock.rough_now()`."""
     if value is None:
         return None
-    if not isinstance(value, datetime) or value.tzinfo is None:
-        raise ValidationError({"send_at": "send_at must be a timezone-aware datetime."})
-    return value
+    if not isinstance(clock, Clock):
+        raise ValidationError({"clock": "clock must be a weave.leases Clock."})
+    return check_send_at(value, now=clock.rough_now())
+
+
+class _PolicyFailed(Exception):
+    """The site's quiet-hours policy raised or answered nonsense for one user (its words are the message)."""
 
 
 def _quiet_hours(user: Any, send_at: datetime | None, priority: str, clock: Clock) -> tuple[datetime | None, str]:
@@ -678,7 +722,10 @@ def _quiet_hours(user: Any, send_at: datetime | None, priority: str, clock: Cloc
     if policy is None or user is None:
         return send_at, ""
     at = send_at or clock.read()
-    later = quiet_until(policy, user, at, priority)
+    try:
+        later = quiet_until(policy, user, at, priority)
+    except Exception as exc:  # noqa: BLE001 - site code, guarded as the worker guards it (see notifications.quiet)
+        raise _PolicyFailed(policy_failure(exc)) from exc
     if later is None:
         return send_at, ""
     return later, deferral_reason(at, later)
@@ -932,6 +979,7 @@ def notification_retry_now(
         Notification.objects.filter(pk__in=failed).update(
             status=Notification.Status.PENDING,
             attempts=0,
+            finished_at=None,
             next_attempt_at=clock.now(),
             last_error=f"Retry requested{who}; starting over with a fresh attempt count.",
         )
@@ -952,7 +1000,7 @@ def notification_cancel(
     with transaction.atomic():
         pending = _lock_free(ids, Notification.Status.PENDING, clock)
         Notification.objects.filter(pk__in=pending).update(
-            status=Notification.Status.CANCELLED, last_error=f"Cancelled{who}."
+            status=Notification.Status.CANCELLED, last_error=f"Cancelled{who}.", finished_at=clock.now()
         )
     for pk in pending:
         log_event(logger, "cancelled", job="notification", id=pk, reason=f"cancelled{who}")

@@ -4,6 +4,7 @@
 `ValidationError` keyed by the field at fault.
 """
 
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
@@ -18,6 +19,30 @@ if TYPE_CHECKING:
 # The model's column widths; kept here so validation needs no model import (and no app registry).
 DEVICE_TOKEN_MAX = 2048
 TITLE_MAX = 200
+# How far from now a send may be scheduled, either way. A year ahead covers any reminder a site plans;
+# beyond it a date is a mistake (a "never" sentinel, a year typed wrong), and at the calendar's end the
+# time plus a TTL, or in another zone, is past what Python and the database can hold. A time in the past
+# is due at once; one more than this far back is refused as a mistake too.
+SEND_AT_WINDOW = timedelta(days=366)
+
+
+def check_send_at(value: Any, *, now: datetime, field: str = "send_at") -> datetime:
+    """Return `value` if it is an aware datetime within SEND_AT_WINDOW of `now`; raise a ValidationError otherwise.
+
+    `now` is a rough now (`Clock.rough_now()`): the bound is a year wide, so a host's skew cannot matter."""
+    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
+        raise ValidationError({field: f"{field} must be a timezone-aware datetime."})
+    days = SEND_AT_WINDOW.days
+    try:
+        distance = abs(value - now)
+    except OverflowError:  # only at the calendar's ends: far outside the window anyway
+        distance = timedelta.max
+    if distance > SEND_AT_WINDOW:
+        raise ValidationError(
+            {field: f"{field} must be within {days} days of now (it is {value.isoformat()}); a scheduled send "
+             f"goes at most {days} days ahead."}
+        )  # fmt: skip
+    return value
 
 
 def check_device_token(value: Any, *, field: str = "device_token") -> str:

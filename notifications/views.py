@@ -30,6 +30,7 @@ from django.views.decorators.csrf import csrf_exempt
 from notifications.models import Device
 from notifications.services import device_deactivate, device_register, device_token_canonical
 from weave.conf import weave_settings
+from weave.validation import parse_json_object
 
 # A registration is a few hundred bytes; a Web Push subscription under 1 KiB. Anything far larger is refused unread.
 BODY_CAP = 16 * 1024
@@ -174,12 +175,9 @@ def _body(request: HttpRequest) -> dict[str, Any]:
     if not length.isdigit() or int(length) > BODY_CAP:
         raise _Refused(413, f"The request body must be JSON of at most {BODY_CAP} bytes.")
     try:
-        body = json.loads(request.body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise _Refused(400, "The request body must be a JSON object.") from exc
-    if not isinstance(body, dict):
-        raise _Refused(400, "The request body must be a JSON object.")
-    return body
+        return parse_json_object(request.body)
+    except ValidationError as exc:
+        raise _Refused(400, " ".join(exc.messages)) from exc
 
 
 def _text(body: dict[str, Any], name: str, *, required: bool = True) -> str:

@@ -173,6 +173,10 @@ class OnboardingRun(LeasedModel):
             # The console: runs by status and step, and lease counts over held rows only.
             models.Index(fields=["status", "phase"], name="onb_run_status_phase_idx"),
             models.Index(fields=["lease_expires_at"], condition=Q(owner__isnull=False), name="onb_run_held_idx"),
+            # Retention's pick and backlog: finished runs by finish time, a range however long the history.
+            models.Index(
+                fields=["finished_at", "id"], condition=Q(finished_at__isnull=False), name="onb_run_finished_idx"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -1,9 +1,10 @@
 """What retention may delete of the onboarding history (registered with `weave.retention` at startup).
 
-- attempts of finished runs (completed, failed, cancelled) that ended before the cutoff;
-- finished runs finished before the cutoff, with their attempts and their step receipts (a receipt is
-  kept exactly as long as its run). A run that a business record (vendor record, payment terms, bank
-  account) points to is kept: it is that record's provenance.
+- attempts of finished runs (completed, failed, cancelled, held by no worker) that ended before the
+  cutoff, the run itself having finished before it too;
+- finished runs (held by no worker) finished before the cutoff, with their attempts and their step
+  receipts (a receipt is kept exactly as long as its run). A run that a business record (vendor
+  record, payment terms, bank account) points to is kept: it is that record's provenance.
 """
 
 from datetime import datetime
@@ -18,7 +19,7 @@ FINISHED = ("completed", "failed", "cancelled")
 
 
 def old_runs(cutoff: datetime) -> "QuerySet[OnboardingRun]":
-    runs = OnboardingRun.objects.filter(status__in=FINISHED, finished_at__lt=cutoff)
+    runs = OnboardingRun.objects.filter(status__in=FINISHED, owner__isnull=True, finished_at__lt=cutoff)
     # Provenance of business records: never purged while a record points at the run.
     runs = runs.exclude(pk__in=VendorRecord.objects.values("run_id"))
     runs = runs.exclude(pk__in=PaymentTerms.objects.values("run_id"))
@@ -26,7 +27,9 @@ def old_runs(cutoff: datetime) -> "QuerySet[OnboardingRun]":
 
 
 def old_run_attempts(cutoff: datetime) -> "QuerySet[RunAttempt]":
-    return RunAttempt.objects.filter(run__status__in=FINISHED, ended_at__lt=cutoff)
+    return RunAttempt.objects.filter(
+        run__status__in=FINISHED, run__owner__isnull=True, run__finished_at__lt=cutoff, ended_at__lt=cutoff
+    )
 
 
 def by_outcome(attempts: "QuerySet[RunAttempt]") -> dict[str, int]:
@@ -44,6 +47,22 @@ def _dependants_first(runs: "QuerySet[Any]") -> dict[str, dict[str, int]]:
 
 def register() -> None:
     register_purge(
-        PurgeSpec(kind="run_attempts", model=RunAttempt, order=40, candidates=old_run_attempts, labels=by_outcome)
+        PurgeSpec(
+            kind="run_attempts",
+            model=RunAttempt,
+            order=40,
+            candidates=old_run_attempts,
+            labels=by_outcome,
+            lock_of=("self", "run"),  # the run's state decides: it is locked and re-checked too
+        )
     )
-    register_purge(PurgeSpec(kind="runs", model=OnboardingRun, order=50, candidates=old_runs, before=_dependants_first))
+    register_purge(
+        PurgeSpec(
+            kind="runs",
+            model=OnboardingRun,
+            order=50,
+            candidates=old_runs,
+            before=_dependants_first,
+            ordering=("finished_at",),
+        )
+    )

@@ -6,7 +6,7 @@ header, or a password from a configured URL, to any user, view-only ones include
 """
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -25,7 +25,10 @@ def timestamp(value: datetime | None) -> str:
     if value is None:
         return "—"
     if timezone.is_aware(value):
-        value = timezone.localtime(value)
+        try:
+            value = timezone.localtime(value)
+        except OverflowError:  # the calendar's last (or first) hours in a zone past them: shown in UTC
+            value = value.astimezone(UTC)
     return value.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
 
 

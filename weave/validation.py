@@ -134,3 +134,48 @@ _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan
 
 def _short(key: str) -> str:
     return key if len(key) <= 40 else key[:39] + "…"
+
+
+def parse_json_object(raw: bytes, *, field: str = "request") -> dict[str, Any]:
+    """Parse a request body that must be one JSON object; raise a ValidationError naming `field` otherwise.
+
+    Strict where `json.loads` is lenient or crashes: UTF-8 only (no BOM, no UTF-16), no duplicate keys
+    (which one wins is a guess), no NaN or Infinity, no number too large for a float, and nesting no
+    deeper than MAX_DEPTH (a deeply nested body is refused, never a RecursionError). The value then
+    passes `check_json`: no NUL, no lone surrogate, text keys only."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _refuse(field, f"The {field} body must be UTF-8 JSON ({exc.reason} at byte {exc.start}).") from exc
+    if text.startswith("\ufeff"):
+        raise _refuse(field, f"The {field} body must be UTF-8 JSON without a byte order mark.")
+    try:
+        value = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError as exc:
+        raise _refuse(field, f"The {field} body is nested deeper than {MAX_DEPTH} levels.") from exc
+    except ValueError as exc:  # JSONDecodeError, and ours below
+        raise _refuse(field, f"The {field} body must be one JSON object: {exc}.") from exc
+    if not isinstance(value, dict):
+        raise _refuse(field, f"The {field} body must be one JSON object, not {_describe(value)}.")
+    result: dict[str, Any] = check_json(value, field=field)
+    return result
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        raise ValueError(f"the key {_short(twice)!r} appears twice")
+    return result
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:20]}… is too large")
+    return value

@@ -148,6 +148,8 @@ class Completer:
             if t.status == policy.DELIVERED:
                 fields["delivered_at"] = now
                 fields["provider_message_id"] = result.provider_message_id
+            if t.status != policy.PENDING:
+                fields["finished_at"] = now
             if t.delay is not None:
                 # The due time comes from the database clock, never from this host's.
                 fields["next_attempt_at"] = self.clock.now(timedelta(seconds=t.delay))
@@ -229,7 +231,10 @@ class Completer:
         Return the pks whose guard landed; `row.sent_at` dates the decision."""
         with transaction.atomic():
             landed = Notification.objects.release_each(
-                [(row.lease, {"status": ending.status, "last_error": ending.reason}) for row, ending in rows],
+                [
+                    (row.lease, {"status": ending.status, "last_error": ending.reason, "finished_at": self.clock.now()})
+                    for row, ending in rows
+                ],
                 clock=self.clock,
             )
             insert_receipts(

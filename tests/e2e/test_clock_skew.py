@@ -67,3 +67,49 @@ def test_a_worker_5_s_behind__takes_a_new_notification_at_once_with_the_database
         # The first new row waits out the skew. Later rows may be served by tasks left over from
         # watchers' asks, so only the first one is the control.
         assert took[0] >= SKEW / 2, f"the control should wait out (most of) the skew: {took}"
+
+
+N = 300
+BEHIND = 300.0  # five minutes
+
+
+# A burst committed at once: the first drain finds a backlog and asks for helpers, so both clusters are
+# offered tasks. Rows created one by one, each its own drain request (no lingering drain that would take
+# the next row itself, by design, whatever the clocks): every request is a task either cluster may take.
+@pytest.mark.parametrize("created", ["in one transaction", "one by one"])
+def test_two_clusters_one_5_minutes_behind__each_does_at_least_a_fifth_of_300(groups, worker_env, created):
+    from collections import Counter
+
+    from django.db import transaction
+
+    from tools.chaos.faults import owner_pid
+
+    no_sweeps()
+    with FakePushProvider(latency_ms=20) as fake:
+        env = {"WEAVE_PUSH_URL": fake.push_url, "WEAVE_PUSH_BATCH_SIZE": "10"}
+        if created == "one by one":
+            env["WEAVE_WAKE_LINGER"] = "0"
+        on_time = start_cluster(groups, worker_env, "on-time-qcluster", **env)
+        behind = start_cluster(groups, worker_env, "behind-qcluster", **env, **skewed_clock.skewed_env(-BEHIND))
+        if created == "in one transaction":
+            with transaction.atomic():
+                ids = [notification_create(device_token=f"share-{i}", title="Hi", body=str(i)).pk for i in range(N)]
+        else:
+            ids = [notification_create(device_token=f"share-{i}", title="Hi", body=str(i)).pk for i in range(N)]
+        wait_until(
+            lambda: Notification.objects.filter(pk__in=ids, status="delivered").count() == N,
+            timeout=180,
+            message=f"every notification to be delivered\n{behind.log_tail(40)}",
+        )
+        clusters = {"on time": on_time, "5 min behind": behind}
+        pids = {pid: name for name, c in clusters.items() for pid in (c.pgid, *c.descendants())}
+        owners = DeliveryAttempt.objects.filter(notification_id__in=ids, outcome="delivered").values_list(
+            "owner", flat=True
+        )
+        by_cluster = Counter(pids.get(owner_pid(o) or -1, "unknown") for o in owners)
+        assert fake.stats()["unique_deliveries"] == N
+    print(f"deliveries by cluster ({created}): {dict(by_cluster)}")
+    for name in clusters:
+        assert by_cluster.get(name, 0) >= N // 5, (
+            f"the cluster {name} did {by_cluster.get(name, 0)} of {N}: {by_cluster}"
+        )

@@ -26,7 +26,8 @@ def aged(days: float):
 
 def finished_notification(days_ago: float, status: str = "delivered", attempts: int = 1) -> Notification:
     n = NotificationFactory(status=status)
-    Notification.objects.filter(pk=n.pk).update(created_at=aged(days_ago))
+    last = aged(days_ago) + timedelta(seconds=max(attempts - 1, 0))
+    Notification.objects.filter(pk=n.pk).update(created_at=aged(days_ago), finished_at=last)
     for i in range(attempts):
         at = aged(days_ago) + timedelta(seconds=i)
         DeliveryAttempt.objects.create(
@@ -164,3 +165,124 @@ def test_purge__wake_request_rows_not_asked_for_within_the_period_go():
     WakeRequest.objects.create(name="notifications.drain@weave", queued_until=aged(0.01))
     assert retention.purge().deleted == {"wake_requests": 1}
     assert list(WakeRequest.objects.values_list("name", flat=True)) == ["notifications.drain@weave"]
+
+
+# --- by finish time, and never a row that changed since it was picked -----------------------------------
+
+
+def test_purge__a_push_scheduled_45_days_ahead_and_delivered_today_is_kept_with_its_attempt(push_settings, fake):
+    from notifications.delivery import deliver_batch
+
+    row = NotificationFactory(status="pending")
+    Notification.objects.filter(pk=row.pk).update(created_at=aged(45), next_attempt_at=aged(0.001))
+    assert deliver_batch(owner="worker-a", ttl=30).delivered == 1  # the real finish writes finished_at
+
+    report = retention.purge()
+
+    row.refresh_from_db()
+    assert row.status == "delivered" and row.finished_at is not None and row.finished_at > aged(0.01)
+    assert DeliveryAttempt.objects.filter(notification=row).count() == 1
+    assert "notifications" not in report.deleted and "attempts" not in report.deleted
+
+
+def test_purge__an_operator_retry_landing_between_pick_and_delete_keeps_the_row_and_its_attempts(monkeypatch):
+    from notifications.services import notification_retry_now
+
+    retried = finished_notification(40, status="failed", attempts=2)
+    gone = finished_notification(40, status="failed", attempts=1)
+    real = retention._delete_batch
+    picked = []
+
+    def retry_lands_first(spec, before, pks, report):
+        picked.append((spec.kind, list(pks)))
+        if len(picked) == 1:  # the first batch was picked; the operator's retry commits before it is deleted
+            assert notification_retry_now(notification_ids=[retried.pk]).changed == [retried.pk]
+        real(spec, before, pks, report)
+
+    monkeypatch.setattr(retention, "_delete_batch", retry_lands_first)
+    report = retention.purge()
+
+    retried_attempts = set(DeliveryAttempt.objects.filter(notification=retried).values_list("pk", flat=True))
+    assert picked[0][0] == "attempts" and retried_attempts < set(picked[0][1])  # picked while it was failed
+    retried.refresh_from_db()
+    assert retried.status == "pending" and retried.finished_at is None
+    assert DeliveryAttempt.objects.filter(notification=retried).count() == 2  # its history stays with it
+    assert not Notification.objects.filter(pk=gone.pk).exists()
+    assert report.deleted == {"attempts": 1, "notifications": 1}
+
+
+def test_purge__a_finished_row_a_worker_still_holds_is_kept():
+    held = finished_notification(40, attempts=1)
+    Notification.objects.filter(pk=held.pk).update(owner="worker-a", fence=1, lease_expires_at=timezone.now() + DAY)
+
+    report = retention.purge()
+
+    assert Notification.objects.filter(pk=held.pk).exists() and DeliveryAttempt.objects.count() == 1
+    assert report.deleted == {}
+
+
+def test_purge__attempts_of_a_pending_row_are_never_purged_however_old():
+    row = finished_notification(400, status="pending", attempts=3)
+    Notification.objects.filter(pk=row.pk).update(finished_at=None)
+
+    retention.purge()
+
+    assert DeliveryAttempt.objects.filter(notification=row).count() == 3
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_purge__a_row_locked_by_a_retry_in_flight_is_skipped_and_the_retry_lands():
+    import threading
+
+    from django.db import connection, transaction
+
+    row = finished_notification(40, status="failed", attempts=1)
+    locked, purged = threading.Event(), threading.Event()
+
+    def operator():
+        try:
+            with transaction.atomic():
+                Notification.objects.select_for_update().filter(pk=row.pk).update(status="pending", finished_at=None)
+                locked.set()
+                purged.wait(30)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=operator)
+    thread.start()
+    assert locked.wait(30)
+    report = retention.purge()
+    purged.set()
+    thread.join(30)
+
+    row.refresh_from_db()
+    assert row.status == "pending" and DeliveryAttempt.objects.filter(notification=row).count() == 1
+    assert report.deleted == {}
+
+
+def test_purge__a_sites_finished_jobs_go_with_their_attempts_and_receipts_by_finish_time():
+    from tests.jobs.shipping.models import Booking, Shipment
+    from weave.models import JobAttempt, JobStepReceipt
+
+    def shipment(state, finished_days, owner=None):
+        s = Shipment.objects.create(parcel="p")
+        finished = aged(finished_days) if finished_days is not None else None
+        Shipment.objects.filter(pk=s.pk).update(state=state, finished_at=finished, created_at=aged(400), owner=owner)
+        mine = {"job_type": "shipment", "job_id": str(s.pk), "owner": "w", "fence": 1, "finished_at": aged(400)}
+        JobAttempt.objects.create(**mine, number=1, outcome="done", started_at=aged(400))
+        JobStepReceipt.objects.create(**mine, epoch=0, step="book", attempt=1, idempotency_key=f"k{s.pk}")
+        return s
+
+    old = shipment("done", 40)
+    recent = shipment("done", 5)
+    pending = shipment("pending", None)
+    booked = shipment("done", 40)
+    Booking.objects.create(shipment=booked, carrier_ref="r", written_by="w")
+
+    report = retention.purge()
+
+    assert set(Shipment.objects.values_list("pk", flat=True)) == {recent.pk, pending.pk, booked.pk}
+    assert not JobAttempt.objects.filter(job_id=str(old.pk)).exists()
+    assert JobAttempt.objects.count() == JobStepReceipt.objects.count() == 3
+    assert report.deleted == {"jobs:shipment": 1, "job_attempts": 1, "job_receipts": 1}

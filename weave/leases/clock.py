@@ -88,6 +88,11 @@ class Clock:
         """Return this clock's 'now' as a value: for windows and ages shown to people, never for validity."""
         raise NotImplementedError
 
+    def rough_now(self) -> datetime:
+        """This clock's now without a query, for bounds a year wide (how far ahead a send may be
+        scheduled): this host's clock, whose few minutes of skew such a bound cannot feel. Never for validity."""
+        return datetime.now(UTC)
+
     def seconds_until(self, when: datetime | None, using: str = "default") -> float | None:
         """Seconds from this clock's now until `when` (negative: overdue); None for None."""
         return None if when is None else (when - self.read(using)).total_seconds()
@@ -146,6 +151,9 @@ class FakeClock(Clock):
         return Value(self._now + offset, output_field=DateTimeField())
 
     def read(self, using: str = "default") -> datetime:
+        return self._now
+
+    def rough_now(self) -> datetime:
         return self._now
 
     def advance(self, seconds: float) -> None:
