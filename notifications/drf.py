@@ -29,11 +29,11 @@ from rest_framework.settings import api_settings
 from notifications.models import Device
 from notifications.services import device_deactivate, device_register, device_token_canonical
 from notifications.views import BODY_CAP, REFRESHED, UNREGISTERED, device_json, own_device, token_text
-from weave.validation import parse_json_object
+from weave.edge import parse_json_object
 
 
 class StrictJSONParser(JSONParser):
-    """DRF's JSON parser with the plain endpoints' rules (`weave.validation.parse_json_object`): one
+    """DRF's JSON parser with the plain endpoints' rules (`weave.edge.parse_json_object`): one
     object, UTF-8, no duplicate keys, no NaN, no deep nesting; a bad body is a 400, never a 500."""
 
     def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:

@@ -30,7 +30,7 @@ from django.views.decorators.csrf import csrf_exempt
 from notifications.models import Device
 from notifications.services import device_deactivate, device_register, device_token_canonical
 from weave.conf import weave_settings
-from weave.validation import parse_json_object
+from weave.edge import parse_json_object
 
 # A registration is a few hundred bytes; a Web Push subscription under 1 KiB. Anything far larger is refused unread.
 BODY_CAP = 16 * 1024

@@ -8,13 +8,14 @@
 - A synchronous client caps the whole exchange with one deadline (`deadline_transport` with
   `whole_request_deadline`) and reads at most `BODY_CAP` bytes of a body.
 - What a caller hands to a public service is checked before anything is stored (`check_text`,
-  `check_json`, `check_ids`); `json_bytes` is the compact UTF-8 JSON whose size the checks measure.
+  `check_json`, `check_ids`); `json_bytes` is the compact UTF-8 JSON whose size the checks measure,
+  and `parse_json_object` reads a request body as one JSON object or says clearly why not.
 """
 
 from weave.http import BODY_CAP, deadline_transport, whole_request_deadline
 from weave.retry import HttpClass, http_class, is_json_content_type, parse_retry_after
 from weave.sanitize import SNIPPET, decode, escape_controls, outside_text, safe_url
-from weave.validation import check_ids, check_json, check_text, json_bytes
+from weave.validation import check_ids, check_json, check_text, json_bytes, parse_json_object
 
 __all__ = [
     "BODY_CAP",
@@ -30,6 +31,7 @@ __all__ = [
     "is_json_content_type",
     "json_bytes",
     "outside_text",
+    "parse_json_object",
     "parse_retry_after",
     "safe_url",
     "whole_request_deadline",
