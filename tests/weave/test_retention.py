@@ -286,3 +286,26 @@ def test_purge__a_sites_finished_jobs_go_with_their_attempts_and_receipts_by_fin
     assert not JobAttempt.objects.filter(job_id=str(old.pk)).exists()
     assert JobAttempt.objects.count() == JobStepReceipt.objects.count() == 3
     assert report.deleted == {"jobs:shipment": 1, "job_attempts": 1, "job_receipts": 1}
+
+
+def test_purge__releases_its_own_lease_when_done_so_the_next_purge_starts_at_once():
+    finished_notification(40)
+    first = retention.purge(owner="purge:first")
+    state = PurgeState.objects.get()
+    assert (state.owner, state.lease_expires_at, state.fence) == (None, None, first.fence)
+    assert state.last_outcome.startswith("finished")
+    second = retention.purge(owner="purge:second")
+    assert second.stopped == "" and second.fence == first.fence + 1
+
+
+def test_purge__a_stale_purges_release_never_frees_the_new_holders_lease():
+    stale = retention._claim("purge:stale", ttl=60)
+    PurgeState.objects.update(lease_expires_at=timezone.now() - DAY)  # its lease ran out while it stalled
+    holder = retention._claim("purge:holder", ttl=60)
+    assert holder == stale + 1
+    before = PurgeState.objects.values("owner", "fence", "lease_expires_at", "last_outcome").get()
+
+    retention._release("purge:stale", stale, "finished; deleted 0 rows")  # it wakes up and finishes
+
+    assert PurgeState.objects.values("owner", "fence", "lease_expires_at", "last_outcome").get() == before
+    assert retention.purge(owner="purge:third").stopped == "another purge holds the lease"
