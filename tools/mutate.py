@@ -209,8 +209,12 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"no such mutation: {', '.join(sorted(unknown))}")
         mutations = [m for m in mutations if m.name in args.only]
     if args.changed:
-        mutations = touched_by_change(mutations, changed_files(args.changed))
-        print(f"{len(mutations)} mutation(s) of files changed since {args.changed}")
+        files = changed_files(args.changed)
+        if files is None:
+            print(f"git does not know {args.changed} here (a shallow clone?): running every mutation")
+        else:
+            mutations = touched_by_change(mutations, files)
+            print(f"{len(mutations)} mutation(s) of files changed since {args.changed}")
     if args.list:
         for m in mutations:
             print(f"{m.name}  [{', '.join(m.databases)}]  {m.file}\n    {m.promise}\n    pytest {shlex.join(m.tests)}")
@@ -244,8 +248,14 @@ def main(argv: list[str] | None = None) -> int:
     return report(results)
 
 
-def changed_files(rev: str) -> set[str]:
-    """The project files (relative paths) that differ between git revision `rev` and the working tree."""
+def changed_files(rev: str) -> set[str] | None:
+    """The project files (relative paths) that differ between git revision `rev` and the working tree.
+
+    None when git does not know `rev` here (a shallow clone): the caller then runs every mutation
+    rather than none."""
+    known = subprocess.run(["git", "cat-file", "-e", f"{rev}^{{commit}}"], cwd=ROOT, capture_output=True, check=False)
+    if known.returncode != 0:
+        return None
     done = subprocess.run(
         ["git", "diff", "--name-only", rev, "--"], cwd=ROOT, capture_output=True, text=True, check=False
     )
