@@ -21,7 +21,7 @@ from notifications.content import CONDITION_PREFIX, TOPIC_PREFIX, check_options
 from notifications.devices import deactivate_device, end_queued_for_device, fail_queued_for_device, handed_over_reason
 from notifications.models import ContentLocked, Device, Notification
 from notifications.quiet import deferral_reason, quiet_hours_policy, quiet_until
-from notifications.topics import TopicJobs, topic_subscribe, topic_unsubscribe
+from notifications.topics import TopicJobs, TopicLookupError, topic_list, topic_subscribe, topic_unsubscribe
 from notifications.validation import TITLE_MAX as NOTIFICATION_TITLE_MAX
 from notifications.validation import canonical_device_token, check_payload_size
 from weave.conf import weave_settings
@@ -40,6 +40,7 @@ __all__ = [
     "ContentLocked",
     "SkippedDevice",
     "TopicJobs",
+    "TopicLookupError",
     "UserNotifications",
     "device_deactivate",
     "device_register",
@@ -52,6 +53,7 @@ __all__ = [
     "notification_send_to_topic",
     "notification_send_to_user",
     "notification_send_to_users",
+    "topic_list",
     "topic_subscribe",
     "topic_unsubscribe",
 ]

@@ -4,7 +4,8 @@
             "OPTIONS": {"project_id": "my-app", "credentials_file": "/etc/secrets/fcm.json",
                         "base_url": "https://fcm.googleapis.com",   # optional: emulators and local fakes
                         "ca_file": None,                            # optional: trust only this CA (fakes)
-                        "iid_url": "https://iid.googleapis.com"}}   # optional: topic subscriptions (fakes)
+                        "topic_api": "v1",                          # optional: "iid" keeps the legacy batch API
+                        "iid_url": "https://iid.googleapis.com"}}   # optional: that API's URL (fakes)
 
 Auth is a service-account OAuth2 access token (see `credentials.GoogleAccessToken`). On a 401 the token
 is replaced once and the message sent again (a 401 means nothing was delivered); a second 401 stops
@@ -44,8 +45,9 @@ from weave.sanitize import outside_text
 FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 BAD_REQUEST_TYPE = "type.googleapis.com/google.rpc.BadRequest"
 RESERVED_KEYS = {"from", "notification", "message_type", "collapse_key", "priority", "time_to_live"}
-# iid_url: Google's Instance ID API for topic subscriptions (notifications.backends.iid); not used to send.
-OPTIONS = {"project_id", "credentials_file", "base_url", "ca_file", "iid_url"}
+# topic_api: "v1" (FCM's topic-subscription API, the default) or "iid" (Google's Instance ID batch API,
+# notifications.backends.iid, while Google still answers it); iid_url: that API's URL. Not used to send.
+OPTIONS = {"project_id", "credentials_file", "base_url", "ca_file", "iid_url", "topic_api"}
 # Real tokens are about 160 characters ("<instance id>:APA91b..."); FCM documents no fixed length.
 _TOKEN = re.compile(r"[A-Za-z0-9_:\-]{16,1024}")
 TOPIC_PREFIX, CONDITION_PREFIX = content.TOPIC_PREFIX, content.CONDITION_PREFIX
@@ -87,6 +89,8 @@ class FCMBackend(PushBackend):
             ]
             if lacking:
                 problems.append(f"OPTIONS['credentials_file'] lacks {', '.join(lacking)}: not a service-account file.")
+        if options.get("topic_api") not in (None, "", "v1", "iid"):
+            problems.append('OPTIONS[\'topic_api\'] must be "v1" (the default) or "iid".')
         for name in ("base_url", "iid_url"):
             url = options.get(name)
             if url and not str(url).startswith(("https://", "http://")):

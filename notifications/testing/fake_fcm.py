@@ -13,6 +13,8 @@ What it checks, like Google does:
   the v1 message schema (unknown fields refused, `data` values strings only, `android.ttl` a duration,
   `android.priority` an enum name, `apns.headers` strings).
 - `POST /iid/v1:batchAdd` and `:batchRemove`: topic subscriptions, as strict as Google (`fake_fcm_iid`).
+- `/v1/projects/{id}/registrations/{registration}/topicSubscriptions[/{topic}]`: the v1 topic-subscription
+  API (create, delete, get, list) over the same subscribers (`fake_fcm_topics`).
 - Errors are FCM's own JSON: `{"error": {"code", "message", "status", "details": [{"@type":
   "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": ...}]}}`.
 
@@ -35,6 +37,8 @@ import jwt
 
 from notifications.testing.asgi_fake import AsgiApp, HypercornFake, Request, Response
 from notifications.testing.fake_fcm_iid import IID_PATHS, FakeInstanceId
+from notifications.testing.fake_fcm_topics import PATH as TOPIC_SUBSCRIPTION_PATH
+from notifications.testing.fake_fcm_topics import FakeTopicSubscriptions
 from notifications.testing.fake_state import (
     Delivery,
     FakeState,
@@ -267,6 +271,8 @@ class FakeFCM(ProviderFake):
             dead=lambda token: token.startswith("dead-") or token in self.dead,
             token_re=_TOKEN_RE,
         )
+        # The v1 topic-subscription API over the same subscribers (fake_fcm_topics).
+        self.topics = FakeTopicSubscriptions(self.iid, project_id=project_id, token_re=_TOKEN_RE)
         self.server = HypercornFake(
             AsgiApp(self._handle),
             host=host,
@@ -285,6 +291,7 @@ class FakeFCM(ProviderFake):
     def reset(self) -> None:
         super().reset()
         self.iid.reset()
+        self.topics.reset()
         with self._token_lock:
             self.token_requests = 0
             self.token_refusals = []
@@ -319,6 +326,8 @@ class FakeFCM(ProviderFake):
             return await self._token(request)
         if request.method == "POST" and request.path in IID_PATHS:
             return await self.iid.handle(request)
+        if topic_call := TOPIC_SUBSCRIPTION_PATH.match(request.path):
+            return await self.topics.handle(request, topic_call)
         match = _SEND_RE.match(request.path)
         if request.method == "POST" and match:
             return await self._send(request, match.group(1))
