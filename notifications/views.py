@@ -3,7 +3,7 @@
     path("push/", include("notifications.urls"))
 
     GET  push/devices/             the caller's devices (and, for a session, the CSRF cookie)
-    POST push/devices/             register {"backend", "token", "platform"}: 201 new, 200 already known
+    POST push/devices/             register {"backend", "token" (or "fid"), "platform"}: 201 new, 200 already known
     POST push/devices/refresh/     {"backend", "old_token", "token"}: the provider rotated the token
     POST push/devices/unregister/  {"backend", "token"}: the app logged out or the user opted out
 
@@ -80,7 +80,7 @@ def devices(request: HttpRequest, user: Any) -> HttpResponse:
         mine = Device.objects.active().filter(user=user).order_by("pk")
         return JsonResponse({"devices": [device_json(device) for device in mine]})
     body = _body(request)
-    backend, token = _text(body, "backend"), _text(body, "token")
+    backend, token = _text(body, "backend"), _token(body)
     canonical = device_token_canonical(backend=backend, token=token)
     known = Device.objects.filter(backend=backend, token=canonical, user=user, active=True).exists()
     device = device_register(user=user, backend=backend, token=token, platform=_text(body, "platform", required=False))
@@ -103,7 +103,7 @@ def refresh(request: HttpRequest, user: Any) -> HttpResponse:
 def unregister(request: HttpRequest, user: Any) -> HttpResponse:
     """Deactivate one of the caller's devices; its queued notifications are not sent."""
     body = _body(request)
-    device = _own_device(user, _text(body, "backend"), _text(body, "token"))
+    device = _own_device(user, _text(body, "backend"), _token(body))
     device = device_deactivate(device=device, reason=UNREGISTERED)
     return JsonResponse(device_json(device))
 
@@ -192,6 +192,13 @@ def _text(body: dict[str, Any], name: str, *, required: bool = True) -> str:
     if required and not value:
         raise _Refused(400, f"{name} is required.", field=name)
     return value
+
+
+def _token(body: dict[str, Any]) -> str:
+    """The registration a body names: `token`, or `fid` (a Firebase installation ID, stored as "fid:<FID>")."""
+    if "fid" in body and "token" not in body:
+        return f"fid:{_text(body, 'fid')}"
+    return _text(body, "token")
 
 
 def token_text(value: Any) -> str:

@@ -50,6 +50,10 @@ RESERVED_KEYS = {"from", "notification", "message_type", "collapse_key", "priori
 OPTIONS = {"project_id", "credentials_file", "base_url", "ca_file", "iid_url", "topic_api"}
 # Real tokens are about 160 characters ("<instance id>:APA91b..."); FCM documents no fixed length.
 _TOKEN = re.compile(r"[A-Za-z0-9_:\-]{16,1024}")
+# A Firebase installation ID: 22 characters of URL-safe base64 whose first four bits are 0111 (c, d, e or f).
+_FID = re.compile(r"[cdef][A-Za-z0-9_\-]{21}")
+# A stored token with this prefix is a Firebase installation ID, sent as the message's `fid` target.
+FID_PREFIX = "fid:"
 TOPIC_PREFIX, CONDITION_PREFIX = content.TOPIC_PREFIX, content.CONDITION_PREFIX
 
 
@@ -99,7 +103,14 @@ class FCMBackend(PushBackend):
 
     @classmethod
     def canonical_token(cls, token: str) -> str:
-        """Return the registration token unchanged if it has FCM's shape: 16 to 1,024 of A-Z a-z 0-9 _ : -."""
+        """Return the registration token unchanged if it has FCM's shape (16 to 1,024 of A-Z a-z 0-9 _ : -),
+        or "fid:" and a Firebase installation ID (22 characters, starting c, d, e or f)."""
+        if token.startswith(FID_PREFIX):
+            if not _FID.fullmatch(token.removeprefix(FID_PREFIX)):
+                raise TokenError(
+                    "A Firebase installation ID is 22 characters of A-Z a-z 0-9 _ -, starting c, d, e or f."
+                )
+            return token
         if not _TOKEN.fullmatch(token):
             raise TokenError("An FCM registration token is 16 to 1024 characters of letters, digits, '_', ':' and '-'.")
         return token
@@ -234,8 +245,9 @@ def fcm_message(message: PushMessage, ttl: int | None) -> dict[str, Any]:
 
 
 def _target(token: str) -> dict[str, str]:
-    """Whom the message goes to: a registration token, or (Weave's own prefixes) a topic or a condition."""
-    for prefix in (TOPIC_PREFIX, CONDITION_PREFIX):
+    """Whom the message goes to: a registration token, or (Weave's own prefixes) an installation ID, a topic
+    or a condition."""
+    for prefix in (FID_PREFIX, TOPIC_PREFIX, CONDITION_PREFIX):
         if token.startswith(prefix):
             return {prefix.rstrip(":"): token.removeprefix(prefix)}
     return {"token": token}
@@ -287,7 +299,7 @@ def classify_fcm(
             token_invalid=True, **base,
         )  # fmt: skip
     if code == "INVALID_ARGUMENT" or (status == 400 and rpc_status == "INVALID_ARGUMENT"):
-        on_token = "message.token" in fields or "registration token" in text.lower()
+        on_token = bool({"message.token", "message.fid"} & set(fields)) or "registration token" in text.lower()
         what = "the device token is not a valid FCM registration token" if on_token else "the message was refused"
         return SendResult(
             outcome=Outcome.PERMANENT, reason=f"FCM {label}: {what}: {said}", token_invalid=on_token, **base

@@ -37,12 +37,12 @@ from notifications.backends.credentials import (
     shared,
     tls_context,
 )
+from notifications.backends.fcm import FID_PREFIX
 from notifications.backends.iid import BODY_CAP, IID_URL, IIDRefused, IIDTemporary, InstanceIdClient, topic_name
 from weave.retry import HttpClass, http_class, parse_retry_after
 from weave.sanitize import outside_text, safe_url
 
 FCM_URL = "https://fcm.googleapis.com"
-FID_PREFIX = "fid:"  # how a device stores a Firebase installation ID beside registration tokens
 TOPIC_APIS = ("v1", "iid")
 PAGE_SIZE = 1000
 MAX_PAGES = 50  # 50,000 topics: far past what one app instance subscribes to

@@ -107,7 +107,9 @@ ERRORS: dict[str, tuple[int, str, str, str | None]] = {
 
 # The v1 schema, as far as the backends use it. Proto JSON accepts lowerCamelCase and the original names.
 _MESSAGE_FIELDS = {"name", "data", "notification", "android", "webpush", "apns", "fcm_options", "token", "topic",
-                   "condition"}  # fmt: skip
+                   "condition", "fid"}  # fmt: skip
+# A Firebase installation ID: 22 characters of URL-safe base64, the first one c, d, e or f.
+_FID_RE = re.compile(r"[cdef][A-Za-z0-9_\-]{21}")
 _NOTIFICATION_FIELDS = {"title", "body", "image"}
 _ANDROID_FIELDS = {"collapse_key", "priority", "ttl", "restricted_package_name", "data", "notification",
                    "fcm_options", "direct_boot_ok"}  # fmt: skip
@@ -188,10 +190,12 @@ def _check_android(value: Any) -> dict[str, Any]:
 
 
 def _check_target(message: dict[str, Any]) -> None:
-    """Exactly one of token, topic and condition, the last two well-formed."""
-    targets = [k for k in ("token", "topic", "condition") if k in message]
+    """Exactly one of fid, token, topic and condition, the last two well-formed."""
+    targets = [k for k in ("fid", "token", "topic", "condition") if k in message]
     if len(targets) != 1:
-        raise SchemaError("message", "Exactly one of message.token, message.topic or message.condition is required.")
+        raise SchemaError(
+            "message", "Exactly one of message.fid, message.token, message.topic or message.condition is required."
+        )
     if "topic" in message and not (isinstance(message["topic"], str) and _TOPIC_RE.fullmatch(message["topic"])):
         raise SchemaError("message.topic", "Invalid value at 'message.topic': not a valid topic name.")
     if "condition" in message and not (
@@ -440,6 +444,12 @@ class FakeFCM(ProviderFake):
         token = message.get("token", "")
         if token and not _TOKEN_RE.match(token):
             return google_error("INVALID_ARGUMENT", field="message.token")
+        if "fid" in message:
+            token = message["fid"] if isinstance(message["fid"], str) else ""
+            if not _FID_RE.fullmatch(token):
+                return google_error(
+                    "INVALID_ARGUMENT", message="Invalid Firebase installation ID.", field="message.fid"
+                )
         if token.startswith("dead-") or token in self.dead:
             return google_error("UNREGISTERED")
         if token.startswith("foreign-"):
