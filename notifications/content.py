@@ -28,6 +28,8 @@ FIELD = "options"
 TOPIC_PREFIX, CONDITION_PREFIX = "topic:", "condition:"
 _TEXT_MAX = 256
 _URL = re.compile(r"https://[^\s\"'<>]{1,2000}")
+# FCM's analytics labels (fcm_options.analytics_label): what firebase-admin and the v1 API accept.
+_ANALYTICS_LABEL = re.compile(r"[a-zA-Z0-9\-_.~%]{1,50}")
 _COLOR = re.compile(r"#[0-9a-fA-F]{6}")
 
 
@@ -52,6 +54,12 @@ def _count(value: Any) -> int:
 def _flag(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError("true or false")
+    return value
+
+
+def _label(value: Any) -> str:
+    if not isinstance(value, str) or not _ANALYTICS_LABEL.fullmatch(value):
+        raise ValueError("1 to 50 of the characters a-z A-Z 0-9 - _ . ~ %")
     return value
 
 
@@ -121,6 +129,7 @@ COMMON: dict[str, Callable[[Any], Any]] = {
     "title_loc_args": _texts,
     "body_loc_key": _text,
     "body_loc_args": _texts,
+    "analytics_label": _label,  # FCM fcm_options.analytics_label (Firebase's delivery data)
 }
 PLATFORMS: dict[str, dict[str, Callable[[Any], Any]]] = {
     "apns": {
@@ -129,6 +138,7 @@ PLATFORMS: dict[str, dict[str, Callable[[Any], Any]]] = {
         "interruption_level": _one_of("passive", "active", "time-sensitive", "critical"),
         "relevance_score": _score,
         "aps": _aps,
+        "analytics_label": _label,  # FCM apns.fcm_options.analytics_label; direct APNs has no such field
     },
     "android": {
         "channel_id": _text,
@@ -139,6 +149,12 @@ PLATFORMS: dict[str, dict[str, Callable[[Any], Any]]] = {
         "icon": _text,
         "tag": _text,
         "visibility": _one_of("PRIVATE", "PUBLIC", "SECRET"),
+        "proxy": _one_of("ALLOW", "DENY", "IF_PRIORITY_LOWERED"),
+        # Message-level Android switches (android.*, not android.notification.*):
+        "direct_boot_ok": _flag,
+        "bandwidth_constrained_ok": _flag,
+        "restricted_satellite_ok": _flag,
+        "analytics_label": _label,  # android.fcm_options.analytics_label
     },
     "webpush": {
         "icon": _url,
@@ -235,6 +251,25 @@ def fcm_notification(*, title: str, body: str, options: Mapping[str, Any]) -> di
     return block
 
 
+# Android options that belong to FCM's AndroidConfig itself, not to its notification block.
+ANDROID_CONFIG = ("direct_boot_ok", "bandwidth_constrained_ok", "restricted_satellite_ok")
+
+
+def fcm_android_config(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The AndroidConfig fields set by options: the delivery switches and `fcm_options.analytics_label`."""
+    mine = options.get("android", {})
+    config: dict[str, Any] = {key: mine[key] for key in ANDROID_CONFIG if key in mine}
+    if "analytics_label" in mine:
+        config["fcm_options"] = {"analytics_label": mine["analytics_label"]}
+    return config
+
+
+def fcm_options(options: Mapping[str, Any], platform: str = "") -> dict[str, Any]:
+    """A v1 `fcm_options` block (the message's, or `platform`'s: "apns"), or {} when no label is set."""
+    mine = options.get(platform, {}) if platform else options
+    return {"analytics_label": mine["analytics_label"]} if "analytics_label" in mine else {}
+
+
 def fcm_android_notification(*, tag: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """FCM v1's `android.notification` (not sent for a data-only message)."""
     block: dict[str, Any] = {"tag": tag}
@@ -249,7 +284,8 @@ def fcm_android_notification(*, tag: str, options: Mapping[str, Any]) -> dict[st
     ):
         if ours in options:
             block[theirs] = options[ours]
-    block.update(options.get("android", {}))
+    skip = {*ANDROID_CONFIG, "analytics_label"}
+    block.update((key, value) for key, value in options.get("android", {}).items() if key not in skip)
     return block
 
 

@@ -16,6 +16,7 @@ import json
 import re
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from notifications import content
@@ -209,7 +210,7 @@ def fcm_message(message: PushMessage, ttl: int | None) -> dict[str, Any]:
     # What replaces on screen: the site's collapse key, else the notification's own key, so a resend
     # after an unknown outcome replaces the first copy instead of showing twice.
     tag = message.collapse_key or message.idempotency_key
-    android: dict[str, Any] = {"priority": "HIGH" if high else "NORMAL"}
+    android: dict[str, Any] = {"priority": "HIGH" if high else "NORMAL", **content.fcm_android_config(message.options)}
     if not silent:
         android["notification"] = content.fcm_android_notification(tag=tag, options=message.options)
     if message.collapse_key:
@@ -231,12 +232,12 @@ def fcm_message(message: PushMessage, ttl: int | None) -> dict[str, Any]:
     webpush: dict[str, Any] = {"headers": webpush_headers}
     if shown := content.webpush_fields(title=message.title, body=message.body, options=message.options):
         webpush["notification"] = {"title": message.title, "body": message.body, **shown}
-    body: dict[str, Any] = {
-        **_target(message.token),
-        "android": android,
-        "apns": {"headers": apns_headers, "payload": {"aps": aps, **content.apns_extra(message.options)}},
-        "webpush": webpush,
-    }
+    apns: dict[str, Any] = {"headers": apns_headers, "payload": {"aps": aps, **content.apns_extra(message.options)}}
+    if label := content.fcm_options(message.options, "apns"):
+        apns["fcm_options"] = label
+    body: dict[str, Any] = {**_target(message.token), "android": android, "apns": apns, "webpush": webpush}
+    if label := content.fcm_options(message.options):
+        body["fcm_options"] = label
     if notification := content.fcm_notification(title=message.title, body=message.body, options=message.options):
         body["notification"] = notification
     if message.data:
@@ -277,6 +278,21 @@ def fcm_error(response: CappedResponse) -> tuple[str, str, str, list[str]]:
     return code, str(error.get("status", "")), str(error.get("message", "")), fields
 
 
+@dataclass(frozen=True)
+class _Refusal:
+    """An FCM error answer as the classification reads it."""
+
+    kind: HttpClass
+    code: str  # FcmError errorCode
+    rpc_status: str
+    text: str
+    fields: list[str]
+    said: str  # what FCM said, sanitized
+    label: str
+    base: dict[str, Any]
+    response: CappedResponse
+
+
 def classify_fcm(
     response: CappedResponse, *, secrets: list[str], where: str = "FCM", after_refresh: bool = False
 ) -> SendResult:
@@ -289,39 +305,62 @@ def classify_fcm(
         return classify.redirect(response, where=where, secrets=secrets)
     code, rpc_status, text, fields = fcm_error(response)
     said = outside_text(text, secrets=secrets) or response.snippet(secrets=secrets)
-    label = code or rpc_status or f"HTTP {status}"
     base: dict[str, Any] = {"http_status": status, "latency_ms": response.latency_ms}
-    if code == "UNREGISTERED" or code == "SENDER_ID_MISMATCH":
-        why = "no longer registered (the app was uninstalled or the token expired)" if code == "UNREGISTERED" else (
-            "registered to another Firebase sender")  # fmt: skip
-        return SendResult(
-            outcome=Outcome.PERMANENT, reason=f"FCM {label}: the device token is {why}. {said}".strip(),
-            token_invalid=True, **base,
-        )  # fmt: skip
-    if code == "INVALID_ARGUMENT" or (status == 400 and rpc_status == "INVALID_ARGUMENT"):
-        on_token = bool({"message.token", "message.fid"} & set(fields)) or "registration token" in text.lower()
-        what = "the device token is not a valid FCM registration token" if on_token else "the message was refused"
-        return SendResult(
-            outcome=Outcome.PERMANENT, reason=f"FCM {label}: {what}: {said}", token_invalid=on_token, **base
-        )
-    if code in ("QUOTA_EXCEEDED", "UNAVAILABLE", "INTERNAL") or kind in (HttpClass.THROTTLED, HttpClass.SERVER):
-        retry_after = response.retry_after()
-        asked = f"Retry-After {retry_after:g} s" if retry_after is not None else "no Retry-After"
-        return SendResult(
-            outcome=Outcome.TEMPORARY, reason=f"FCM {label} ({asked}): {said}", retry_after=retry_after,
-            systemic=True, **base,
-        )  # fmt: skip
+    label = code or rpc_status or f"HTTP {status}"
+    refusal = _Refusal(kind, code, rpc_status, text, fields, said, label, base, response)
+    for judge in (_dead_token, _refused_message, _provider_trouble):
+        if (result := judge(refusal)) is not None:
+            return result
     if kind == HttpClass.AUTH or (status == 404 and not code):
-        if status == 401:
-            what = "refused our access token" + (" even after it was refreshed" if after_refresh else "")
-        elif status == 403:
-            what = "refused the service account for this project (check project_id and its FCM permission)"
-        else:
-            what = "does not know this project or URL (check project_id and base_url)"
-        return _auth_failed(f"FCM {what} ({label}): {said}", None, **base)
+        return _misconfigured(refusal, status, after_refresh)
     if kind == HttpClass.TIMEOUT:
         return SendResult(outcome=Outcome.TEMPORARY, reason=f"FCM timed out reading the request: {said}", **base)
-    return SendResult(outcome=Outcome.PERMANENT, reason=f"FCM refused the message ({label}): {said}", **base)
+    return SendResult(outcome=Outcome.PERMANENT, reason=f"FCM refused the message ({refusal.label}): {said}", **base)
+
+
+def _dead_token(r: _Refusal) -> SendResult | None:
+    if r.code not in ("UNREGISTERED", "SENDER_ID_MISMATCH"):
+        return None
+    why = "no longer registered (the app was uninstalled or the token expired)" if r.code == "UNREGISTERED" else (
+        "registered to another Firebase sender")  # fmt: skip
+    return SendResult(
+        outcome=Outcome.PERMANENT, reason=f"FCM {r.label}: the device token is {why}. {r.said}".strip(),
+        token_invalid=True, **r.base,
+    )  # fmt: skip
+
+
+def _refused_message(r: _Refusal) -> SendResult | None:
+    if not (r.code == "INVALID_ARGUMENT" or (r.base["http_status"] == 400 and r.rpc_status == "INVALID_ARGUMENT")):
+        return None
+    on_token = bool({"message.token", "message.fid"} & set(r.fields)) or "registration token" in r.text.lower()
+    what = "the device token is not a valid FCM registration token" if on_token else "the message was refused"
+    return SendResult(
+        outcome=Outcome.PERMANENT, reason=f"FCM {r.label}: {what}: {r.said}", token_invalid=on_token, **r.base
+    )
+
+
+def _provider_trouble(r: _Refusal) -> SendResult | None:
+    if r.code not in ("QUOTA_EXCEEDED", "UNAVAILABLE", "INTERNAL") and r.kind not in (
+        HttpClass.THROTTLED,
+        HttpClass.SERVER,
+    ):
+        return None
+    retry_after = r.response.retry_after()
+    asked = f"Retry-After {retry_after:g} s" if retry_after is not None else "no Retry-After"
+    return SendResult(
+        outcome=Outcome.TEMPORARY, reason=f"FCM {r.label} ({asked}): {r.said}", retry_after=retry_after,
+        systemic=True, **r.base,
+    )  # fmt: skip
+
+
+def _misconfigured(r: _Refusal, status: int, after_refresh: bool) -> SendResult:
+    if status == 401:
+        what = "refused our access token" + (" even after it was refreshed" if after_refresh else "")
+    elif status == 403:
+        what = "refused the service account for this project (check project_id and its FCM permission)"
+    else:
+        what = "does not know this project or URL (check project_id and base_url)"
+    return _auth_failed(f"FCM {what} ({r.label}): {r.said}", None, **r.base)
 
 
 def _delivered(response: CappedResponse, secrets: list[str]) -> SendResult:
