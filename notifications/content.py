@@ -96,9 +96,13 @@ def _actions(value: Any) -> list[dict[str, str]]:
     checked = []
     for item in value:
         keys = set(item) if isinstance(item, dict) else set()
-        if not isinstance(item, dict) or keys - {"action", "title", "icon"} or not {"action", "title"} <= keys:
-            raise ValueError('actions of {"action", "title"} (and an optional "icon")')
-        checked.append({k: (_url(v) if k == "icon" else _text(v)) for k, v in item.items()})
+        if (
+            not isinstance(item, dict)
+            or keys - {"action", "title", "icon", "navigate"}
+            or not {"action", "title"} <= keys
+        ):
+            raise ValueError('actions of {"action", "title"} (and an optional "icon" and "navigate" URL)')
+        checked.append({k: (_url(v) if k in ("icon", "navigate") else _text(v)) for k, v in item.items()})
     return checked
 
 
@@ -165,8 +169,15 @@ PLATFORMS: dict[str, dict[str, Callable[[Any], Any]]] = {
         "silent": _flag,
         "lang": _text,
         "dir": _one_of("auto", "ltr", "rtl"),
+        # Declarative Web Push (the browser shows it without a service worker, where the subscription can):
+        "navigate": _url,  # where a click goes; required with declarative
+        "declarative": _flag,
+        "app_badge": _count,  # the app's badge, set by the browser
+        "mutable": _flag,  # the service worker may still change the notification first
     },
 }
+# Web Push options that shape the declarative message itself, not the notification a service worker shows.
+DECLARATIVE_ONLY = ("declarative", "app_badge", "mutable")
 
 
 def check_options(value: Any) -> dict[str, Any]:
@@ -183,6 +194,8 @@ def check_options(value: Any) -> dict[str, Any]:
             checked[key] = {name: _checked(PLATFORMS[key], name, v, where=f"{key}.") for name, v in item.items()}
         else:
             checked[key] = _checked(COMMON, key, item)
+    if checked.get("webpush", {}).get("declarative") and "navigate" not in checked["webpush"]:
+        raise ValidationError({FIELD: "options webpush.declarative needs webpush.navigate (where a click goes)."})
     return checked
 
 
@@ -298,5 +311,44 @@ def webpush_fields(*, title: str, body: str, options: Mapping[str, Any]) -> dict
         fields["image"] = options["image"]
     names = {"require_interaction": "requireInteraction"}
     for key, value in options.get("webpush", {}).items():
-        fields[names.get(key, key)] = value
+        if key not in DECLARATIVE_ONLY:
+            fields[names.get(key, key)] = value
     return fields
+
+
+def fcm_webpush(*, title: str, body: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """FCM v1's `webpush` block without its headers: the notification, and the click's link as FCM takes it."""
+    block: dict[str, Any] = {}
+    shown = webpush_fields(title=title, body=body, options=options)
+    if navigate := shown.pop("navigate", None):
+        block["fcm_options"] = {"link": navigate}
+    if shown:
+        block["notification"] = {"title": title, "body": body, **shown}
+    return block
+
+
+def declarative_web_push(
+    *, title: str, body: str, data: Mapping[str, Any], tag: str, options: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """A declarative push message (`"web_push": 8030`) the browser shows itself, or None when the message
+    asks for none (or is silent: a declarative message always shows something)."""
+    mine = options.get("webpush", {})
+    if not mine.get("declarative") or is_silent(title, body):
+        return None
+    navigate = mine["navigate"]
+    notification: dict[str, Any] = {"title": title, "body": body, "navigate": navigate, "tag": tag}
+    if "image" in options:
+        notification["image"] = options["image"]
+    for key in ("lang", "dir", "icon", "badge", "renotify", "silent", "require_interaction"):
+        if key in mine:
+            notification[key] = mine[key]
+    if data:
+        notification["data"] = dict(data)
+    if "actions" in mine:
+        notification["actions"] = [{"navigate": navigate, **action} for action in mine["actions"]]
+    message: dict[str, Any] = {"web_push": 8030, "notification": notification}
+    if "app_badge" in mine:
+        message["app_badge"] = mine["app_badge"]
+    if mine.get("mutable"):
+        message["mutable"] = True
+    return message

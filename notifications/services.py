@@ -825,6 +825,12 @@ def device_register(*, user: Any, backend: str, token: str, platform: str = "", 
 
 def _register(*, user: Any, backend: str, token: str, platform: str, clock: Clock) -> Device:
     device = Device.objects.select_for_update().filter(backend=backend, token=token).first()
+    if device is None and (aliases := _backend_class(backend).token_aliases(token)):
+        # The same install said differently (a Web Push subscription that now says it takes declarative
+        # messages): the device it registered as takes the new spelling.
+        device = Device.objects.select_for_update().filter(backend=backend, token__in=aliases).first()
+        if device is not None:
+            Device.objects.filter(pk=device.pk).update(token=token)
     if device is None:
         _check_device_cap(user, joining=None)
         return Device.objects.create(user=user, backend=backend, token=token, platform=platform)

@@ -21,12 +21,14 @@ from collections.abc import Callable
 from typing import Any
 
 from django.core.cache import cache
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware, get_token
 from django.utils.module_loading import import_string
 from django.views.decorators.csrf import csrf_exempt
 
+from notifications.backends import backend_configs
+from notifications.backends.registry import backend_class
 from notifications.models import Device
 from notifications.services import device_deactivate, device_register, device_token_canonical
 from weave.conf import weave_settings
@@ -217,9 +219,12 @@ def own_device(user: Any, backend: str, token: str) -> Device | None:
     """The caller's device with this token (as `device_register` would store it), or None."""
     try:
         token = device_token_canonical(backend=backend, token=token)
-    except ValidationError:
+        spellings = [token, *backend_class(backend_configs()[backend]["BACKEND"]).token_aliases(token)]
+    except (ValidationError, ImproperlyConfigured, KeyError, ValueError):
         return None
-    return Device.objects.filter(backend=backend, token=token, user=user).first()
+    # The exact spelling first: an install registered under two spellings before they were merged.
+    mine = Device.objects.filter(backend=backend, token__in=spellings, user=user)
+    return min(mine, key=lambda device: device.token != token, default=None)
 
 
 def _own_device(user: Any, backend: str, token: str) -> Device:

@@ -184,6 +184,14 @@ class PushBackend(ABC):
         return token
 
     @classmethod
+    def token_aliases(cls, token: str) -> tuple[str, ...]:
+        """Other canonical spellings of the device `token` names (the same install, said differently).
+
+        A registration finds an existing device under any of them and stores the new spelling. Called on
+        a token `canonical_token` returned. The default: none."""
+        return ()
+
+    @classmethod
     def check_token(cls, token: str) -> str:
         """Return why `token` cannot be sent through this backend, or "" (see `canonical_token`)."""
         try:

@@ -229,9 +229,8 @@ def fcm_message(message: PushMessage, ttl: int | None) -> dict[str, Any]:
         apns_headers["apns-expiration"] = str(int(time.time()) + ttl)
         webpush_headers["TTL"] = str(ttl)
     aps = content.apns_aps(title=message.title, body=message.body, options=message.options)
-    webpush: dict[str, Any] = {"headers": webpush_headers}
-    if shown := content.webpush_fields(title=message.title, body=message.body, options=message.options):
-        webpush["notification"] = {"title": message.title, "body": message.body, **shown}
+    webpush = content.fcm_webpush(title=message.title, body=message.body, options=message.options)
+    webpush["headers"] = webpush_headers
     apns: dict[str, Any] = {"headers": apns_headers, "payload": {"aps": aps, **content.apns_extra(message.options)}}
     if label := content.fcm_options(message.options, "apns"):
         apns["fcm_options"] = label
