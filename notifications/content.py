@@ -23,6 +23,8 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
+from notifications.live_content import LiveActivityError, check_live_activity
+
 FIELD = "options"
 # A notification's device_token with one of these prefixes goes to an FCM topic or condition, never a device.
 TOPIC_PREFIX, CONDITION_PREFIX = "topic:", "condition:"
@@ -110,7 +112,7 @@ def _actions(value: Any) -> list[dict[str, str]]:
 APS_KEYS = frozenset(
     "alert badge sound thread-id category content-available mutable-content target-content-id "
     "interruption-level relevance-score filter-criteria stale-date content-state timestamp event "
-    "dismissal-date attributes-type attributes".split()
+    "dismissal-date attributes-type attributes input-push-token input-push-channel".split()
 )
 
 
@@ -188,7 +190,9 @@ def check_options(value: Any) -> dict[str, Any]:
         raise ValidationError({FIELD: f"options must be a JSON object, not {type(value).__name__}."})
     checked: dict[str, Any] = {}
     for key, item in value.items():
-        if key in PLATFORMS:
+        if key == "live_activity":
+            checked[key] = _live_activity(item)
+        elif key in PLATFORMS:
             if not isinstance(item, Mapping):
                 raise ValidationError({FIELD: f"options[{key!r}] must be a JSON object."})
             checked[key] = {name: _checked(PLATFORMS[key], name, v, where=f"{key}.") for name, v in item.items()}
@@ -197,6 +201,13 @@ def check_options(value: Any) -> dict[str, Any]:
     if checked.get("webpush", {}).get("declarative") and "navigate" not in checked["webpush"]:
         raise ValidationError({FIELD: "options webpush.declarative needs webpush.navigate (where a click goes)."})
     return checked
+
+
+def _live_activity(value: Any) -> dict[str, Any]:
+    try:
+        return check_live_activity(value)
+    except LiveActivityError as exc:
+        raise ValidationError({FIELD: str(exc)}) from None
 
 
 def _checked(table: Mapping[str, Callable[[Any], Any]], name: Any, value: Any, *, where: str = "") -> Any:

@@ -290,6 +290,8 @@ def _planned_row(
         canonical = canonical_device_token(token, backend_cls=backend_cls, field="token")
     except ValidationError as exc:
         return SkippedDevice(pk, f"its token cannot be sent: {' '.join(exc.messages)}")
+    if problem := backend_cls.target_problem(canonical, fields["options"]):
+        return SkippedDevice(pk, problem)  # a Live Activity token and an ordinary alert, say
     due, expires_at, deferral = timing
     return Notification(
         **fields, backend=alias, device_token=canonical, device_id=pk, expires_at=expires_at,
@@ -611,6 +613,8 @@ def _notification_fields(
         backend_cls, title=title, body=body, data=data, collapse_key=collapse_key, ttl=ttl, priority=priority,
         options=options,
     )  # fmt: skip
+    if problem := backend_cls.target_problem(token, fields["options"]):
+        raise ValidationError({"device_token": f"This message cannot go to this token: {problem}."})
     return {"backend": backend, "device_token": token, **fields}
 
 
@@ -628,10 +632,11 @@ def _message_fields(
     """Validate a message's content for `backend_cls` (the same for every device on it); return the fields."""
     title = check_text(title, field="title", max_chars=_field_length("title"))
     body = check_text(body, field="body")
-    if not title and (body or not data):
+    options = check_options(options)
+    # A Live Activity update may change only its content state: no title, no body, no data.
+    if not title and (body or not data) and "live_activity" not in options:
         # An alert needs a title; a silent (background) push is data alone, with neither title nor body.
         raise ValidationError({"title": "A title is required. (A silent push has data and neither title nor body.)"})
-    options = check_options(options)
     data = {} if data is None else data
     if not isinstance(data, Mapping):
         raise ValidationError({"data": f"data must be a JSON object, not {type(data).__name__}."})
@@ -795,6 +800,10 @@ def device_token_canonical(*, backend: str, token: Any) -> str:
     if _topical(backend_cls, token):
         # Stored as a device, it would send that user's pushes to everyone on the topic.
         raise ValidationError({"token": "A device token cannot name a topic or a condition."})
+    if isinstance(token, str) and backend_cls.target_only_prefixes and token.strip().startswith(
+        backend_cls.target_only_prefixes
+    ):
+        raise ValidationError({"token": "A device token cannot name a broadcast channel."})
     return canonical_device_token(token, backend_cls=backend_cls, field="token")
 
 
