@@ -352,3 +352,32 @@ def test_endpoint__an_app_registers_its_live_activity_tokens(site):
         f"liveactivity-start:DeliveryAttributes:{hex_token}",
         f"liveactivity:order-9:{hex_token}",
     }
+
+
+# --- through the worker ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_worker__starts_updates_ends_and_broadcasts_and_prunes_an_ended_activitys_token(rider, apns):
+    from notifications.delivery import deliver_batch
+    from notifications.models import Notification
+
+    user, devices = rider
+    channel = live_activity_channel_create(backend="apns")
+    rows = [
+        *live_activity_start(user=user, attributes_type="DeliveryAttributes", attributes={"order": "1"},
+                             content_state=STATE, title="On its way"),
+        *live_activity_update(user=user, activity="order-1", content_state={"eta": "12:55"}),
+        live_activity_broadcast(backend="apns", channel=channel, event="update", content_state={"s": "1-0"}),
+    ]  # fmt: skip
+    apns.unregister(devices["order-2"].token.rsplit(":", 1)[-1])  # that activity ended on the phone
+    rows += live_activity_update(user=user, activity="order-2", content_state={})
+
+    report = deliver_batch(owner="worker-a")
+
+    assert (report.delivered, report.failed, report.pruned) == (3, 1, 1)
+    statuses = dict(Notification.objects.filter(pk__in=[r.pk for r in rows]).values_list("pk", "status"))
+    assert [statuses[r.pk] for r in rows] == ["delivered", "delivered", "delivered", "failed"]
+    assert not Device.objects.get(pk=devices["order-2"].pk).active
+    events = sorted((d.token.startswith("channel:"), d.message["aps"]["event"]) for d in apns.deliveries())
+    assert events == [(False, "start"), (False, "update"), (True, "update")]
