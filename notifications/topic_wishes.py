@@ -29,25 +29,35 @@ def record_wishes(
 
     Runs in the caller's transaction: the wishes and the jobs commit together, and each job is asked
     for once they did."""
-    for chunk in chunks(registrations):
-        fresh = [
-            TopicIntent(backend=alias, registration=r, topic=topic, subscribed=subscribed, version=0) for r in chunk
-        ]
-        TopicIntent.objects.bulk_create(fresh, ignore_conflicts=True)
-        # Every wish is a new version, even the same wish again: a job that sent an older one sends again.
-        TopicIntent.objects.filter(backend=alias, topic=topic, registration__in=chunk).update(
-            subscribed=subscribed, version=F("version") + 1, updated_at=clock.now()
-        )
     size = MAX_TOKENS if topic_api(alias) == "iid" else MAX_PER_V1_JOB
     action = TopicSubscription.Action.SUBSCRIBE if subscribed else TopicSubscription.Action.UNSUBSCRIBE
     jobs = [
         TopicSubscription(backend=alias, topic=topic, action=action, tokens=registrations[start : start + size])
         for start in range(0, len(registrations), size)
     ]
-    TopicSubscription.objects.bulk_create(jobs)
-    for job in jobs:
-        transaction.on_commit(partial(enqueue_job, JOB_TYPE, job.pk))
+    with transaction.atomic():  # the row locks need one; inside the caller's, a savepoint
+        _bump(alias, topic, registrations, subscribed=subscribed, clock=clock)
+        TopicSubscription.objects.bulk_create(jobs)
+        for job in jobs:
+            transaction.on_commit(partial(enqueue_job, JOB_TYPE, job.pk))
     return jobs
+
+
+def _bump(alias: str, topic: str, registrations: list[str], *, subscribed: bool, clock: Clock) -> None:
+    """Set the wish of each registration and give it a new version."""
+    # In one order whoever calls: two calls wishing for the same registrations at once take their row
+    # locks alike (the insert's and the update's), so one waits for the other instead of deadlocking.
+    for chunk in chunks(sorted(registrations)):
+        fresh = [
+            TopicIntent(backend=alias, registration=r, topic=topic, subscribed=subscribed, version=0) for r in chunk
+        ]
+        TopicIntent.objects.bulk_create(fresh, ignore_conflicts=True)
+        rows = TopicIntent.objects.filter(backend=alias, topic=topic, registration__in=chunk)
+        locked = list(rows.order_by("registration").select_for_update().values_list("pk", flat=True))
+        # Every wish is a new version, even the same wish again: a job that sent an older one sends again.
+        TopicIntent.objects.filter(pk__in=locked).update(
+            subscribed=subscribed, version=F("version") + 1, updated_at=clock.now()
+        )
 
 
 def unsubscribe_registration(*, backend: str, registration: str, clock: Clock = default_clock) -> list[Any]:

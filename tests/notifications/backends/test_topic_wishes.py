@@ -155,10 +155,20 @@ STEPS = st.lists(
 )
 
 
+@pytest.fixture(params=["v1", "iid"])
+def either_api(request, settings, fcm_site, fcm_options):
+    """The site on FCM's v1 topic API, then on the legacy Instance ID batch API (the same fake state)."""
+    options = {**fcm_options, "topic_api": request.param, "iid_url": fcm_site.url}
+    settings.WEAVE = {**settings.WEAVE, "PUSH_BACKENDS": {"fcm": {**settings.WEAVE["PUSH_BACKENDS"]["fcm"],
+                                                                  "OPTIONS": options}}}  # fmt: skip
+    return fcm_site
+
+
 @pytest.mark.django_db
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=STEPS)
-def test_last_wish_wins__in_any_order_of_wishes_runs_retries_and_503s(fcm_site, clock, steps):
+def test_last_wish_wins__in_any_order_of_wishes_runs_retries_and_503s(either_api, clock, steps):
+    fcm_site = either_api
     TopicIntent.objects.all().delete()
     TopicSubscription.objects.all().delete()
     fcm_site.reset()
@@ -284,3 +294,45 @@ def test_fake__create_get_list_and_delete_a_subscription(fcm, keys):
     assert [item["topic_name"] for item in listed.json()["topic_subscriptions"]] == ["news"]
     assert deleted.status_code == 200 and deleted.json() == {}
     assert missing.status_code == 200 and fcm.iid.subscribers("news") == set()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_last_wish_wins__racing_threads_of_wishes_and_jobs_end_where_the_last_wish_says(fcm_site, clock):
+    """Eight threads wish and run jobs at once on the same registrations and topic, on PostgreSQL. Whatever
+    order the statements and calls land in, once every job has run FCM holds what the newest wish says."""
+    import random
+
+    tokens = [TOKEN, OTHER]
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def racer(seed: int) -> None:
+        chooser = random.Random(seed)
+        try:
+            start.wait(10)
+            for _ in range(4):
+                call = topic_subscribe if chooser.random() < 0.5 else topic_unsubscribe
+                for job in call(topic="news", tokens=tokens, backend="fcm", clock=clock):
+                    run_job(JOB_TYPE, job.pk, owner=f"racer-{seed}", clock=clock)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=racer, args=(seed,)) for seed in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert errors == []
+    for _ in range(3):  # what the racers left pending (a job that was busy under another's lease) runs now
+        clock.advance(700)
+        for pk in TopicSubscription.objects.filter(state="pending").values_list("pk", flat=True):
+            run_job(JOB_TYPE, pk, owner="sweeper", clock=clock)
+
+    assert not TopicSubscription.objects.filter(state="pending").exists()
+    for token in tokens:
+        wish = TopicIntent.objects.get(registration=token, topic="news")
+        assert wish.applied_version == wish.version
+        assert subscribed(fcm_site, token) is wish.subscribed
