@@ -336,3 +336,26 @@ def test_last_wish_wins__racing_threads_of_wishes_and_jobs_end_where_the_last_wi
         wish = TopicIntent.objects.get(registration=token, topic="news")
         assert wish.applied_version == wish.version
         assert subscribed(fcm_site, token) is wish.subscribed
+
+
+def test_setting__topic_api_takes_v1_or_iid_only(fcm_options):
+    from notifications.backends.fcm import FCMBackend
+
+    assert FCMBackend.check_options("fcm", {**fcm_options, "topic_api": "iid"}) == []
+    assert FCMBackend.check_options("fcm", {**fcm_options, "topic_api": "v1"}) == []
+    (problem,) = FCMBackend.check_options("fcm", {**fcm_options, "topic_api": "legacy"})
+    assert "topic_api" in problem and '"iid"' in problem
+
+
+@pytest.mark.django_db
+def test_v1__listing_uses_the_v1_api_even_when_topic_jobs_use_iid(fcm_site, settings, fcm_options, clock):
+    options = {**fcm_options, "topic_api": "iid", "iid_url": fcm_site.url}
+    settings.WEAVE = {**settings.WEAVE, "PUSH_BACKENDS": {"fcm": {**settings.WEAVE["PUSH_BACKENDS"]["fcm"],
+                                                                  "OPTIONS": options}}}  # fmt: skip
+    user = get_user_model().objects.create_user("legacy")
+    device = device_register(user=user, backend="fcm", token=TOKEN)
+    (job,) = topic_subscribe(topic="news", devices=[device])
+    run_job(JOB_TYPE, job.pk, owner="w1", clock=clock)
+
+    assert topic_list(device=device) == ["news"]
+    assert [(c.api, c.operation) for c in fcm_site.iid.calls] == [("iid", "add"), ("v1", "list")]
