@@ -7,10 +7,10 @@
 The v1 API names one registration (an FCM registration token, or a Firebase installation ID) and one
 topic per call, under the same OAuth2 access token and base URL as sends:
 
-- subscribe: `POST /v1/projects/{project}/registrations/{registration}/topicSubscriptions?topicName={topic}`
+- subscribe: `POST /v1/projects/{project}/registrations/{registration}/topicSubscriptions?topic_name={topic}`
   with a `TopicSubscription` body (`{}`); `ALREADY_EXISTS` (409) means it was already done;
 - unsubscribe: `DELETE .../topicSubscriptions/{topic}?allowMissing=true` (a subscription that is not there
-  is not an error);
+  is not an error; a `NOT_FOUND` that is not about the registration means the same);
 - list: `GET .../topicSubscriptions?pageSize=...&pageToken=...`, the names in `topic_subscriptions`.
 
 One code per registration, as `notifications.backends.iid` gives for a batch: "" when applied,
@@ -161,7 +161,7 @@ class V1TopicClient:
     def _one(self, client: httpx.Client, topic: str, stored: str, wish: bool) -> str:
         base = f"{self.root}/{_segment(registration_id(stored))}/topicSubscriptions"
         if wish:
-            url = f"{base}?{urlencode({'topicName': topic})}"
+            url = f"{base}?{urlencode({'topic_name': topic})}"
             status, headers, body, token = self._call(client, "POST", url, content=b"{}")
             if status == 409:  # ALREADY_EXISTS: the wish holds
                 return ""
@@ -248,6 +248,8 @@ def _whole_or_code(status: int, headers: Mapping[str, str], body: bytes, token: 
     code, rpc, message = _error(body)
     if dead := _dead_registration(status, code, rpc, message):
         return dead
+    if what == "unsubscribe" and status == 404 and rpc == "NOT_FOUND":
+        return ""  # FCM's own word that no such subscription exists: the wish to be out of the topic holds
     said = outside_text(message or body.strip(), secrets=[token], limit=300) or "an empty body"
     kind = http_class(status)
     if kind in (HttpClass.THROTTLED, HttpClass.SERVER, HttpClass.TIMEOUT):
