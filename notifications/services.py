@@ -800,8 +800,10 @@ def device_token_canonical(*, backend: str, token: Any) -> str:
     if _topical(backend_cls, token):
         # Stored as a device, it would send that user's pushes to everyone on the topic.
         raise ValidationError({"token": "A device token cannot name a topic or a condition."})
-    if isinstance(token, str) and backend_cls.target_only_prefixes and token.strip().startswith(
-        backend_cls.target_only_prefixes
+    if (
+        isinstance(token, str)
+        and backend_cls.target_only_prefixes
+        and token.strip().startswith(backend_cls.target_only_prefixes)
     ):
         raise ValidationError({"token": "A device token cannot name a broadcast channel."})
     return canonical_device_token(token, backend_cls=backend_cls, field="token")

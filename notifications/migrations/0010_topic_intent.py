@@ -24,7 +24,9 @@ class Migration(migrations.Migration):
             ],
             options={
                 'verbose_name': 'FCM topic intent',
-                'constraints': [models.UniqueConstraint(fields=('backend', 'registration', 'topic'), name='topic_intent_unique')],
+                'constraints': [
+                    models.UniqueConstraint(fields=('backend', 'registration', 'topic'), name='topic_intent_unique'),
+                ],
             },
         ),
     ]
