@@ -23,11 +23,15 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
+from notifications.live_content import LiveActivityError, check_live_activity
+
 FIELD = "options"
 # A notification's device_token with one of these prefixes goes to an FCM topic or condition, never a device.
 TOPIC_PREFIX, CONDITION_PREFIX = "topic:", "condition:"
 _TEXT_MAX = 256
 _URL = re.compile(r"https://[^\s\"'<>]{1,2000}")
+# FCM's analytics labels (fcm_options.analytics_label): what firebase-admin and the v1 API accept.
+_ANALYTICS_LABEL = re.compile(r"[a-zA-Z0-9\-_.~%]{1,50}")
 _COLOR = re.compile(r"#[0-9a-fA-F]{6}")
 
 
@@ -52,6 +56,12 @@ def _count(value: Any) -> int:
 def _flag(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError("true or false")
+    return value
+
+
+def _label(value: Any) -> str:
+    if not isinstance(value, str) or not _ANALYTICS_LABEL.fullmatch(value):
+        raise ValueError("1 to 50 of the characters a-z A-Z 0-9 - _ . ~ %")
     return value
 
 
@@ -88,9 +98,13 @@ def _actions(value: Any) -> list[dict[str, str]]:
     checked = []
     for item in value:
         keys = set(item) if isinstance(item, dict) else set()
-        if not isinstance(item, dict) or keys - {"action", "title", "icon"} or not {"action", "title"} <= keys:
-            raise ValueError('actions of {"action", "title"} (and an optional "icon")')
-        checked.append({k: (_url(v) if k == "icon" else _text(v)) for k, v in item.items()})
+        if (
+            not isinstance(item, dict)
+            or keys - {"action", "title", "icon", "navigate"}
+            or not {"action", "title"} <= keys
+        ):
+            raise ValueError('actions of {"action", "title"} (and an optional "icon" and "navigate" URL)')
+        checked.append({k: (_url(v) if k in ("icon", "navigate") else _text(v)) for k, v in item.items()})
     return checked
 
 
@@ -98,7 +112,7 @@ def _actions(value: Any) -> list[dict[str, str]]:
 APS_KEYS = frozenset(
     "alert badge sound thread-id category content-available mutable-content target-content-id "
     "interruption-level relevance-score filter-criteria stale-date content-state timestamp event "
-    "dismissal-date attributes-type attributes".split()
+    "dismissal-date attributes-type attributes input-push-token input-push-channel".split()
 )
 
 
@@ -121,6 +135,7 @@ COMMON: dict[str, Callable[[Any], Any]] = {
     "title_loc_args": _texts,
     "body_loc_key": _text,
     "body_loc_args": _texts,
+    "analytics_label": _label,  # FCM fcm_options.analytics_label (Firebase's delivery data)
 }
 PLATFORMS: dict[str, dict[str, Callable[[Any], Any]]] = {
     "apns": {
@@ -129,6 +144,7 @@ PLATFORMS: dict[str, dict[str, Callable[[Any], Any]]] = {
         "interruption_level": _one_of("passive", "active", "time-sensitive", "critical"),
         "relevance_score": _score,
         "aps": _aps,
+        "analytics_label": _label,  # FCM apns.fcm_options.analytics_label; direct APNs has no such field
     },
     "android": {
         "channel_id": _text,
@@ -139,6 +155,12 @@ PLATFORMS: dict[str, dict[str, Callable[[Any], Any]]] = {
         "icon": _text,
         "tag": _text,
         "visibility": _one_of("PRIVATE", "PUBLIC", "SECRET"),
+        "proxy": _one_of("ALLOW", "DENY", "IF_PRIORITY_LOWERED"),
+        # Message-level Android switches (android.*, not android.notification.*):
+        "direct_boot_ok": _flag,
+        "bandwidth_constrained_ok": _flag,
+        "restricted_satellite_ok": _flag,
+        "analytics_label": _label,  # android.fcm_options.analytics_label
     },
     "webpush": {
         "icon": _url,
@@ -149,8 +171,15 @@ PLATFORMS: dict[str, dict[str, Callable[[Any], Any]]] = {
         "silent": _flag,
         "lang": _text,
         "dir": _one_of("auto", "ltr", "rtl"),
+        # Declarative Web Push (the browser shows it without a service worker, where the subscription can):
+        "navigate": _url,  # where a click goes; required with declarative
+        "declarative": _flag,
+        "app_badge": _count,  # the app's badge, set by the browser
+        "mutable": _flag,  # the service worker may still change the notification first
     },
 }
+# Web Push options that shape the declarative message itself, not the notification a service worker shows.
+DECLARATIVE_ONLY = ("declarative", "app_badge", "mutable")
 
 
 def check_options(value: Any) -> dict[str, Any]:
@@ -161,13 +190,24 @@ def check_options(value: Any) -> dict[str, Any]:
         raise ValidationError({FIELD: f"options must be a JSON object, not {type(value).__name__}."})
     checked: dict[str, Any] = {}
     for key, item in value.items():
-        if key in PLATFORMS:
+        if key == "live_activity":
+            checked[key] = _live_activity(item)
+        elif key in PLATFORMS:
             if not isinstance(item, Mapping):
                 raise ValidationError({FIELD: f"options[{key!r}] must be a JSON object."})
             checked[key] = {name: _checked(PLATFORMS[key], name, v, where=f"{key}.") for name, v in item.items()}
         else:
             checked[key] = _checked(COMMON, key, item)
+    if checked.get("webpush", {}).get("declarative") and "navigate" not in checked["webpush"]:
+        raise ValidationError({FIELD: "options webpush.declarative needs webpush.navigate (where a click goes)."})
     return checked
+
+
+def _live_activity(value: Any) -> dict[str, Any]:
+    try:
+        return check_live_activity(value)
+    except LiveActivityError as exc:
+        raise ValidationError({FIELD: str(exc)}) from None
 
 
 def _checked(table: Mapping[str, Callable[[Any], Any]], name: Any, value: Any, *, where: str = "") -> Any:
@@ -235,6 +275,25 @@ def fcm_notification(*, title: str, body: str, options: Mapping[str, Any]) -> di
     return block
 
 
+# Android options that belong to FCM's AndroidConfig itself, not to its notification block.
+ANDROID_CONFIG = ("direct_boot_ok", "bandwidth_constrained_ok", "restricted_satellite_ok")
+
+
+def fcm_android_config(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The AndroidConfig fields set by options: the delivery switches and `fcm_options.analytics_label`."""
+    mine = options.get("android", {})
+    config: dict[str, Any] = {key: mine[key] for key in ANDROID_CONFIG if key in mine}
+    if "analytics_label" in mine:
+        config["fcm_options"] = {"analytics_label": mine["analytics_label"]}
+    return config
+
+
+def fcm_options(options: Mapping[str, Any], platform: str = "") -> dict[str, Any]:
+    """A v1 `fcm_options` block (the message's, or `platform`'s: "apns"), or {} when no label is set."""
+    mine = options.get(platform, {}) if platform else options
+    return {"analytics_label": mine["analytics_label"]} if "analytics_label" in mine else {}
+
+
 def fcm_android_notification(*, tag: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """FCM v1's `android.notification` (not sent for a data-only message)."""
     block: dict[str, Any] = {"tag": tag}
@@ -249,7 +308,8 @@ def fcm_android_notification(*, tag: str, options: Mapping[str, Any]) -> dict[st
     ):
         if ours in options:
             block[theirs] = options[ours]
-    block.update(options.get("android", {}))
+    skip = {*ANDROID_CONFIG, "analytics_label"}
+    block.update((key, value) for key, value in options.get("android", {}).items() if key not in skip)
     return block
 
 
@@ -262,5 +322,44 @@ def webpush_fields(*, title: str, body: str, options: Mapping[str, Any]) -> dict
         fields["image"] = options["image"]
     names = {"require_interaction": "requireInteraction"}
     for key, value in options.get("webpush", {}).items():
-        fields[names.get(key, key)] = value
+        if key not in DECLARATIVE_ONLY:
+            fields[names.get(key, key)] = value
     return fields
+
+
+def fcm_webpush(*, title: str, body: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """FCM v1's `webpush` block without its headers: the notification, and the click's link as FCM takes it."""
+    block: dict[str, Any] = {}
+    shown = webpush_fields(title=title, body=body, options=options)
+    if navigate := shown.pop("navigate", None):
+        block["fcm_options"] = {"link": navigate}
+    if shown:
+        block["notification"] = {"title": title, "body": body, **shown}
+    return block
+
+
+def declarative_web_push(
+    *, title: str, body: str, data: Mapping[str, Any], tag: str, options: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """A declarative push message (`"web_push": 8030`) the browser shows itself, or None when the message
+    asks for none (or is silent: a declarative message always shows something)."""
+    mine = options.get("webpush", {})
+    if not mine.get("declarative") or is_silent(title, body):
+        return None
+    navigate = mine["navigate"]
+    notification: dict[str, Any] = {"title": title, "body": body, "navigate": navigate, "tag": tag}
+    if "image" in options:
+        notification["image"] = options["image"]
+    for key in ("lang", "dir", "icon", "badge", "renotify", "silent", "require_interaction"):
+        if key in mine:
+            notification[key] = mine[key]
+    if data:
+        notification["data"] = dict(data)
+    if "actions" in mine:
+        notification["actions"] = [{"navigate": navigate, **action} for action in mine["actions"]]
+    message: dict[str, Any] = {"web_push": 8030, "notification": notification}
+    if "app_badge" in mine:
+        message["app_badge"] = mine["app_badge"]
+    if mine.get("mutable"):
+        message["mutable"] = True
+    return message

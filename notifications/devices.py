@@ -15,6 +15,7 @@ from django.db.models import Q
 
 from notifications.models import Device, Notification
 from notifications.signals import announce_device_deactivated, announce_notifications
+from notifications.topic_wishes import unsubscribe_registration
 from weave.events import log_event
 from weave.leases import Clock, default_clock
 
@@ -24,14 +25,25 @@ logger = logging.getLogger("weave.notifications")
 def deactivate_device(*, device_id: Any, reason: str, clock: Clock = default_clock) -> bool:
     """Mark the device inactive with `reason`, at the database's time; return whether this call did it.
 
-    Already inactive: nothing changes (the first reason and time stay)."""
+    A device that leaves also leaves its FCM topics: each topic it was wished into gets an unsubscribe
+    wish and a job, in the caller's transaction. Already inactive: nothing changes (the first reason
+    and time stay)."""
     changed = Device.objects.filter(pk=device_id, active=True).update(
         active=False, deactivated_at=clock.now(), deactivation_reason=reason
     )
     if changed:
         log_event(logger, "device_deactivated", job="device", id=device_id, reason=reason)
         announce_device_deactivated(device_id, reason)
+        leave_topics(device_id=device_id, clock=clock)
     return bool(changed)
+
+
+def leave_topics(*, device_id: Any, clock: Clock = default_clock) -> list[Any]:
+    """Wish the device out of every FCM topic it was wished into; return the keys of the jobs that do it."""
+    row = Device.objects.filter(pk=device_id).values_list("backend", "token").first()
+    if row is None:
+        return []
+    return unsubscribe_registration(backend=row[0], registration=row[1], clock=clock)
 
 
 def fail_queued_for_device(*, device_id: Any, clock: Clock = default_clock) -> list[Any]:
@@ -166,6 +178,7 @@ __all__ = [
     "fail_queued_for_device",
     "handed_over_reason",
     "inactive_devices",
+    "leave_topics",
     "touch_devices",
     "unsendable",
 ]

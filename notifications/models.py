@@ -272,3 +272,37 @@ class TopicSubscription(JobModel):
 
     def __str__(self) -> str:
         return f"{self.action} {len(self.tokens)} token(s) to {self.topic!r} via {self.backend}"
+
+
+class TopicIntent(models.Model):
+    """What the site last asked for one FCM registration and one topic: subscribed or not, with a version.
+
+    Every `topic_subscribe` / `topic_unsubscribe` call (and a device's deactivation) bumps `version`
+    and sets `subscribed`; a topic job sends whatever the row says when it runs, then marks
+    `applied_version` with one guarded update that matches only if `version` did not move during the
+    call. When it moved, the job sends the newer wish again, so the last request wins, whatever order
+    the jobs and their retries run in.
+    """
+
+    backend = models.CharField(max_length=50, help_text='The FCM alias in WEAVE["PUSH_BACKENDS"].')
+    # The registration as a device stores it: an FCM registration token, or "fid:" and a Firebase installation ID.
+    registration = models.CharField(max_length=1024)
+    topic = models.CharField(max_length=900)
+    subscribed = models.BooleanField()
+    version = models.BigIntegerField(default=1)
+    applied_version = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(null=True, blank=True, help_text="Database clock.")
+    applied_at = models.DateTimeField(null=True, blank=True, help_text="Database clock.")
+    # What FCM answered for the applied version: "" when applied, else its code (NOT_FOUND, ...).
+    last_result = models.CharField(max_length=100, blank=True)
+
+    class Meta:
+        verbose_name = "FCM topic intent"
+        constraints = [
+            models.UniqueConstraint(fields=["backend", "registration", "topic"], name="topic_intent_unique"),
+        ]
+
+    def __str__(self) -> str:
+        wish = "subscribed to" if self.subscribed else "unsubscribed from"
+        done = "applied" if self.applied_version == self.version else "pending"
+        return f"Registration {wish} {self.topic!r} via {self.backend} (v{self.version}, {done})"

@@ -21,7 +21,7 @@ from notifications.content import CONDITION_PREFIX, TOPIC_PREFIX, check_options
 from notifications.devices import deactivate_device, end_queued_for_device, fail_queued_for_device, handed_over_reason
 from notifications.models import ContentLocked, Device, Notification
 from notifications.quiet import deferral_reason, policy_failure, quiet_hours_policy, quiet_until
-from notifications.topics import TopicJobs, topic_subscribe, topic_unsubscribe
+from notifications.topics import TopicJobs, TopicLookupError, topic_list, topic_subscribe, topic_unsubscribe
 from notifications.validation import TITLE_MAX as NOTIFICATION_TITLE_MAX
 from notifications.validation import canonical_device_token, check_payload_size, check_send_at
 from weave.conf import weave_settings
@@ -40,6 +40,7 @@ __all__ = [
     "SkippedDevice",
     "SkippedUser",
     "TopicJobs",
+    "TopicLookupError",
     "UserNotifications",
     "device_deactivate",
     "device_register",
@@ -52,6 +53,7 @@ __all__ = [
     "notification_send_to_topic",
     "notification_send_to_user",
     "notification_send_to_users",
+    "topic_list",
     "topic_subscribe",
     "topic_unsubscribe",
 ]
@@ -310,6 +312,8 @@ def _planned_row(
         canonical = canonical_device_token(token, backend_cls=backend_cls, field="token")
     except ValidationError as exc:
         return SkippedDevice(pk, f"its token cannot be sent: {' '.join(exc.messages)}")
+    if problem := backend_cls.target_problem(canonical, fields["options"]):
+        return SkippedDevice(pk, problem)  # a Live Activity token and an ordinary alert, say
     due, expires_at, deferral = timing
     return Notification(
         **fields, backend=alias, device_token=canonical, device_id=pk, expires_at=expires_at,
@@ -647,6 +651,8 @@ def _notification_fields(
         backend_cls, title=title, body=body, data=data, collapse_key=collapse_key, ttl=ttl, priority=priority,
         options=options,
     )  # fmt: skip
+    if problem := backend_cls.target_problem(token, fields["options"]):
+        raise ValidationError({"device_token": f"This message cannot go to this token: {problem}."})
     return {"backend": backend, "device_token": token, **fields}
 
 
@@ -664,10 +670,11 @@ def _message_fields(
     """Validate a message's content for `backend_cls` (the same for every device on it); return the fields."""
     title = check_text(title, field="title", max_chars=_field_length("title"))
     body = check_text(body, field="body")
-    if not title and (body or not data):
+    options = check_options(options)
+    # A Live Activity update may change only its content state: no title, no body, no data.
+    if not title and (body or not data) and "live_activity" not in options:
         # An alert needs a title; a silent (background) push is data alone, with neither title nor body.
         raise ValidationError({"title": "A title is required. (A silent push has data and neither title nor body.)"})
-    options = check_options(options)
     data = {} if data is None else data
     if not isinstance(data, Mapping):
         raise ValidationError({"data": f"data must be a JSON object, not {type(data).__name__}."})
@@ -839,6 +846,12 @@ def device_token_canonical(*, backend: str, token: Any) -> str:
     if _topical(backend_cls, token):
         # Stored as a device, it would send that user's pushes to everyone on the topic.
         raise ValidationError({"token": "A device token cannot name a topic or a condition."})
+    if (
+        isinstance(token, str)
+        and backend_cls.target_only_prefixes
+        and token.strip().startswith(backend_cls.target_only_prefixes)
+    ):
+        raise ValidationError({"token": "A device token cannot name a broadcast channel."})
     return canonical_device_token(token, backend_cls=backend_cls, field="token")
 
 
@@ -869,6 +882,12 @@ def device_register(*, user: Any, backend: str, token: str, platform: str = "", 
 
 def _register(*, user: Any, backend: str, token: str, platform: str, clock: Clock) -> Device:
     device = Device.objects.select_for_update().filter(backend=backend, token=token).first()
+    if device is None and (aliases := _backend_class(backend).token_aliases(token)):
+        # The same install said differently (a Web Push subscription that now says it takes declarative
+        # messages): the device it registered as takes the new spelling.
+        device = Device.objects.select_for_update().filter(backend=backend, token__in=aliases).first()
+        if device is not None:
+            Device.objects.filter(pk=device.pk).update(token=token)
     if device is None:
         _check_device_cap(user, joining=None)
         return Device.objects.create(user=user, backend=backend, token=token, platform=platform)

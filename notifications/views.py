@@ -3,7 +3,7 @@
     path("push/", include("notifications.urls"))
 
     GET  push/devices/             the caller's devices (and, for a session, the CSRF cookie)
-    POST push/devices/             register {"backend", "token", "platform"}: 201 new, 200 already known
+    POST push/devices/             register {"backend", "token" (or "fid"), "platform"}: 201 new, 200 already known
     POST push/devices/refresh/     {"backend", "old_token", "token"}: the provider rotated the token
     POST push/devices/unregister/  {"backend", "token"}: the app logged out or the user opted out
 
@@ -21,12 +21,14 @@ from collections.abc import Callable
 from typing import Any
 
 from django.core.cache import cache
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware, get_token
 from django.utils.module_loading import import_string
 from django.views.decorators.csrf import csrf_exempt
 
+from notifications.backends import backend_configs
+from notifications.backends.registry import backend_class
 from notifications.models import Device
 from notifications.services import device_deactivate, device_register, device_token_canonical
 from weave.conf import weave_settings
@@ -81,7 +83,7 @@ def devices(request: HttpRequest, user: Any) -> HttpResponse:
         mine = Device.objects.active().filter(user=user).order_by("pk")
         return JsonResponse({"devices": [device_json(device) for device in mine]})
     body = _body(request)
-    backend, token = _text(body, "backend"), _text(body, "token")
+    backend, token = _text(body, "backend"), _token(body)
     canonical = device_token_canonical(backend=backend, token=token)
     known = Device.objects.filter(backend=backend, token=canonical, user=user, active=True).exists()
     device = device_register(user=user, backend=backend, token=token, platform=_text(body, "platform", required=False))
@@ -104,7 +106,7 @@ def refresh(request: HttpRequest, user: Any) -> HttpResponse:
 def unregister(request: HttpRequest, user: Any) -> HttpResponse:
     """Deactivate one of the caller's devices; its queued notifications are not sent."""
     body = _body(request)
-    device = _own_device(user, _text(body, "backend"), _text(body, "token"))
+    device = _own_device(user, _text(body, "backend"), _token(body))
     device = device_deactivate(device=device, reason=UNREGISTERED)
     return JsonResponse(device_json(device))
 
@@ -192,6 +194,13 @@ def _text(body: dict[str, Any], name: str, *, required: bool = True) -> str:
     return value
 
 
+def _token(body: dict[str, Any]) -> str:
+    """The registration a body names: `token`, or `fid` (a Firebase installation ID, stored as "fid:<FID>")."""
+    if "fid" in body and "token" not in body:
+        return f"fid:{_text(body, 'fid')}"
+    return _text(body, "token")
+
+
 def token_text(value: Any) -> str:
     """A token as sent by a client: text, or a Web Push subscription object (the browser's `toJSON()`).
 
@@ -208,9 +217,12 @@ def own_device(user: Any, backend: str, token: str) -> Device | None:
     """The caller's device with this token (as `device_register` would store it), or None."""
     try:
         token = device_token_canonical(backend=backend, token=token)
-    except ValidationError:
+        spellings = [token, *backend_class(backend_configs()[backend]["BACKEND"]).token_aliases(token)]
+    except (ValidationError, ImproperlyConfigured, KeyError, ValueError):
         return None
-    return Device.objects.filter(backend=backend, token=token, user=user).first()
+    # The exact spelling first: an install registered under two spellings before they were merged.
+    mine = Device.objects.filter(backend=backend, token__in=spellings, user=user)
+    return min(mine, key=lambda device: device.token != token, default=None)
 
 
 def _own_device(user: Any, backend: str, token: str) -> Device:

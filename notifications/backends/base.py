@@ -132,6 +132,8 @@ class PushBackend(ABC):
     supports_expiry: ClassVar[bool] = False
     # Whether a notification may go to a topic or a condition (`notification_send_to_topic`) instead of a device.
     supports_topics: ClassVar[bool] = False
+    # Token prefixes that name a target a notification may go to but no device may be (an APNs channel).
+    target_only_prefixes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, *, alias: str, options: Mapping[str, Any], timeout: float, concurrency: int) -> None:
         problems = self.check_options(alias, options)
@@ -182,6 +184,21 @@ class PushBackend(ABC):
         if not _VISIBLE_ASCII.fullmatch(token):
             raise TokenError("A device token is 1 to 2048 visible ASCII characters (no spaces or control characters).")
         return token
+
+    @classmethod
+    def target_problem(cls, token: str, options: Mapping[str, Any]) -> str:
+        """Why a message with checked `options` cannot go to the canonical `token` ("" when it can).
+
+        A fan-out skips such a device with the reason; a single send refuses it. The default: none."""
+        return ""
+
+    @classmethod
+    def token_aliases(cls, token: str) -> tuple[str, ...]:
+        """Other canonical spellings of the device `token` names (the same install, said differently).
+
+        A registration finds an existing device under any of them and stores the new spelling. Called on
+        a token `canonical_token` returned. The default: none."""
+        return ()
 
     @classmethod
     def check_token(cls, token: str) -> str:

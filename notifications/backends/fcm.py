@@ -4,7 +4,8 @@
             "OPTIONS": {"project_id": "my-app", "credentials_file": "/etc/secrets/fcm.json",
                         "base_url": "https://fcm.googleapis.com",   # optional: emulators and local fakes
                         "ca_file": None,                            # optional: trust only this CA (fakes)
-                        "iid_url": "https://iid.googleapis.com"}}   # optional: topic subscriptions (fakes)
+                        "topic_api": "v1",                          # optional: "iid" keeps the legacy batch API
+                        "iid_url": "https://iid.googleapis.com"}}   # optional: that API's URL (fakes)
 
 Auth is a service-account OAuth2 access token (see `credentials.GoogleAccessToken`). On a 401 the token
 is replaced once and the message sent again (a 401 means nothing was delivered); a second 401 stops
@@ -15,6 +16,7 @@ import json
 import re
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from notifications import content
@@ -43,10 +45,15 @@ from weave.edge import HttpClass, http_class, outside_text
 FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 BAD_REQUEST_TYPE = "type.googleapis.com/google.rpc.BadRequest"
 RESERVED_KEYS = {"from", "notification", "message_type", "collapse_key", "priority", "time_to_live"}
-# iid_url: Google's Instance ID API for topic subscriptions (notifications.backends.iid); not used to send.
-OPTIONS = {"project_id", "credentials_file", "base_url", "ca_file", "iid_url"}
+# topic_api: "v1" (FCM's topic-subscription API, the default) or "iid" (Google's Instance ID batch API,
+# notifications.backends.iid, while Google still answers it); iid_url: that API's URL. Not used to send.
+OPTIONS = {"project_id", "credentials_file", "base_url", "ca_file", "iid_url", "topic_api"}
 # Real tokens are about 160 characters ("<instance id>:APA91b..."); FCM documents no fixed length.
 _TOKEN = re.compile(r"[A-Za-z0-9_:\-]{16,1024}")
+# A Firebase installation ID: 22 characters of URL-safe base64 whose first four bits are 0111 (c, d, e or f).
+_FID = re.compile(r"[cdef][A-Za-z0-9_\-]{21}")
+# A stored token with this prefix is a Firebase installation ID, sent as the message's `fid` target.
+FID_PREFIX = "fid:"
 TOPIC_PREFIX, CONDITION_PREFIX = content.TOPIC_PREFIX, content.CONDITION_PREFIX
 
 
@@ -86,6 +93,8 @@ class FCMBackend(PushBackend):
             ]
             if lacking:
                 problems.append(f"OPTIONS['credentials_file'] lacks {', '.join(lacking)}: not a service-account file.")
+        if options.get("topic_api") not in (None, "", "v1", "iid"):
+            problems.append('OPTIONS[\'topic_api\'] must be "v1" (the default) or "iid".')
         for name in ("base_url", "iid_url"):
             url = options.get(name)
             if url and not str(url).startswith(("https://", "http://")):
@@ -94,7 +103,14 @@ class FCMBackend(PushBackend):
 
     @classmethod
     def canonical_token(cls, token: str) -> str:
-        """Return the registration token unchanged if it has FCM's shape: 16 to 1,024 of A-Z a-z 0-9 _ : -."""
+        """Return the registration token unchanged if it has FCM's shape (16 to 1,024 of A-Z a-z 0-9 _ : -),
+        or "fid:" and a Firebase installation ID (22 characters, starting c, d, e or f)."""
+        if token.startswith(FID_PREFIX):
+            if not _FID.fullmatch(token.removeprefix(FID_PREFIX)):
+                raise TokenError(
+                    "A Firebase installation ID is 22 characters of A-Z a-z 0-9 _ -, starting c, d, e or f."
+                )
+            return token
         if not _TOKEN.fullmatch(token):
             raise TokenError("An FCM registration token is 16 to 1024 characters of letters, digits, '_', ':' and '-'.")
         return token
@@ -193,7 +209,7 @@ def fcm_message(message: PushMessage, ttl: int | None) -> dict[str, Any]:
     # What replaces on screen: the site's collapse key, else the notification's own key, so a resend
     # after an unknown outcome replaces the first copy instead of showing twice.
     tag = message.collapse_key or message.idempotency_key
-    android: dict[str, Any] = {"priority": "HIGH" if high else "NORMAL"}
+    android: dict[str, Any] = {"priority": "HIGH" if high else "NORMAL", **content.fcm_android_config(message.options)}
     if not silent:
         android["notification"] = content.fcm_android_notification(tag=tag, options=message.options)
     if message.collapse_key:
@@ -212,15 +228,14 @@ def fcm_message(message: PushMessage, ttl: int | None) -> dict[str, Any]:
         apns_headers["apns-expiration"] = str(int(time.time()) + ttl)
         webpush_headers["TTL"] = str(ttl)
     aps = content.apns_aps(title=message.title, body=message.body, options=message.options)
-    webpush: dict[str, Any] = {"headers": webpush_headers}
-    if shown := content.webpush_fields(title=message.title, body=message.body, options=message.options):
-        webpush["notification"] = {"title": message.title, "body": message.body, **shown}
-    body: dict[str, Any] = {
-        **_target(message.token),
-        "android": android,
-        "apns": {"headers": apns_headers, "payload": {"aps": aps, **content.apns_extra(message.options)}},
-        "webpush": webpush,
-    }
+    webpush = content.fcm_webpush(title=message.title, body=message.body, options=message.options)
+    webpush["headers"] = webpush_headers
+    apns: dict[str, Any] = {"headers": apns_headers, "payload": {"aps": aps, **content.apns_extra(message.options)}}
+    if label := content.fcm_options(message.options, "apns"):
+        apns["fcm_options"] = label
+    body: dict[str, Any] = {**_target(message.token), "android": android, "apns": apns, "webpush": webpush}
+    if label := content.fcm_options(message.options):
+        body["fcm_options"] = label
     if notification := content.fcm_notification(title=message.title, body=message.body, options=message.options):
         body["notification"] = notification
     if message.data:
@@ -229,8 +244,9 @@ def fcm_message(message: PushMessage, ttl: int | None) -> dict[str, Any]:
 
 
 def _target(token: str) -> dict[str, str]:
-    """Whom the message goes to: a registration token, or (Weave's own prefixes) a topic or a condition."""
-    for prefix in (TOPIC_PREFIX, CONDITION_PREFIX):
+    """Whom the message goes to: a registration token, or (Weave's own prefixes) an installation ID, a topic
+    or a condition."""
+    for prefix in (FID_PREFIX, TOPIC_PREFIX, CONDITION_PREFIX):
         if token.startswith(prefix):
             return {prefix.rstrip(":"): token.removeprefix(prefix)}
     return {"token": token}
@@ -260,6 +276,21 @@ def fcm_error(response: CappedResponse) -> tuple[str, str, str, list[str]]:
     return code, str(error.get("status", "")), str(error.get("message", "")), fields
 
 
+@dataclass(frozen=True)
+class _Refusal:
+    """An FCM error answer as the classification reads it."""
+
+    kind: HttpClass
+    code: str  # FcmError errorCode
+    rpc_status: str
+    text: str
+    fields: list[str]
+    said: str  # what FCM said, sanitized
+    label: str
+    base: dict[str, Any]
+    response: CappedResponse
+
+
 def classify_fcm(
     response: CappedResponse, *, secrets: list[str], where: str = "FCM", after_refresh: bool = False
 ) -> SendResult:
@@ -272,39 +303,62 @@ def classify_fcm(
         return classify.redirect(response, where=where, secrets=secrets)
     code, rpc_status, text, fields = fcm_error(response)
     said = outside_text(text, secrets=secrets) or response.snippet(secrets=secrets)
-    label = code or rpc_status or f"HTTP {status}"
     base: dict[str, Any] = {"http_status": status, "latency_ms": response.latency_ms}
-    if code == "UNREGISTERED" or code == "SENDER_ID_MISMATCH":
-        why = "no longer registered (the app was uninstalled or the token expired)" if code == "UNREGISTERED" else (
-            "registered to another Firebase sender")  # fmt: skip
-        return SendResult(
-            outcome=Outcome.PERMANENT, reason=f"FCM {label}: the device token is {why}. {said}".strip(),
-            token_invalid=True, **base,
-        )  # fmt: skip
-    if code == "INVALID_ARGUMENT" or (status == 400 and rpc_status == "INVALID_ARGUMENT"):
-        on_token = "message.token" in fields or "registration token" in text.lower()
-        what = "the device token is not a valid FCM registration token" if on_token else "the message was refused"
-        return SendResult(
-            outcome=Outcome.PERMANENT, reason=f"FCM {label}: {what}: {said}", token_invalid=on_token, **base
-        )
-    if code in ("QUOTA_EXCEEDED", "UNAVAILABLE", "INTERNAL") or kind in (HttpClass.THROTTLED, HttpClass.SERVER):
-        retry_after = response.retry_after()
-        asked = f"Retry-After {retry_after:g} s" if retry_after is not None else "no Retry-After"
-        return SendResult(
-            outcome=Outcome.TEMPORARY, reason=f"FCM {label} ({asked}): {said}", retry_after=retry_after,
-            systemic=True, **base,
-        )  # fmt: skip
+    label = code or rpc_status or f"HTTP {status}"
+    refusal = _Refusal(kind, code, rpc_status, text, fields, said, label, base, response)
+    for judge in (_dead_token, _refused_message, _provider_trouble):
+        if (result := judge(refusal)) is not None:
+            return result
     if kind == HttpClass.AUTH or (status == 404 and not code):
-        if status == 401:
-            what = "refused our access token" + (" even after it was refreshed" if after_refresh else "")
-        elif status == 403:
-            what = "refused the service account for this project (check project_id and its FCM permission)"
-        else:
-            what = "does not know this project or URL (check project_id and base_url)"
-        return _auth_failed(f"FCM {what} ({label}): {said}", None, **base)
+        return _misconfigured(refusal, status, after_refresh)
     if kind == HttpClass.TIMEOUT:
         return SendResult(outcome=Outcome.TEMPORARY, reason=f"FCM timed out reading the request: {said}", **base)
-    return SendResult(outcome=Outcome.PERMANENT, reason=f"FCM refused the message ({label}): {said}", **base)
+    return SendResult(outcome=Outcome.PERMANENT, reason=f"FCM refused the message ({refusal.label}): {said}", **base)
+
+
+def _dead_token(r: _Refusal) -> SendResult | None:
+    if r.code not in ("UNREGISTERED", "SENDER_ID_MISMATCH"):
+        return None
+    why = "no longer registered (the app was uninstalled or the token expired)" if r.code == "UNREGISTERED" else (
+        "registered to another Firebase sender")  # fmt: skip
+    return SendResult(
+        outcome=Outcome.PERMANENT, reason=f"FCM {r.label}: the device token is {why}. {r.said}".strip(),
+        token_invalid=True, **r.base,
+    )  # fmt: skip
+
+
+def _refused_message(r: _Refusal) -> SendResult | None:
+    if not (r.code == "INVALID_ARGUMENT" or (r.base["http_status"] == 400 and r.rpc_status == "INVALID_ARGUMENT")):
+        return None
+    on_token = bool({"message.token", "message.fid"} & set(r.fields)) or "registration token" in r.text.lower()
+    what = "the device token is not a valid FCM registration token" if on_token else "the message was refused"
+    return SendResult(
+        outcome=Outcome.PERMANENT, reason=f"FCM {r.label}: {what}: {r.said}", token_invalid=on_token, **r.base
+    )
+
+
+def _provider_trouble(r: _Refusal) -> SendResult | None:
+    if r.code not in ("QUOTA_EXCEEDED", "UNAVAILABLE", "INTERNAL") and r.kind not in (
+        HttpClass.THROTTLED,
+        HttpClass.SERVER,
+    ):
+        return None
+    retry_after = r.response.retry_after()
+    asked = f"Retry-After {retry_after:g} s" if retry_after is not None else "no Retry-After"
+    return SendResult(
+        outcome=Outcome.TEMPORARY, reason=f"FCM {r.label} ({asked}): {r.said}", retry_after=retry_after,
+        systemic=True, **r.base,
+    )  # fmt: skip
+
+
+def _misconfigured(r: _Refusal, status: int, after_refresh: bool) -> SendResult:
+    if status == 401:
+        what = "refused our access token" + (" even after it was refreshed" if after_refresh else "")
+    elif status == 403:
+        what = "refused the service account for this project (check project_id and its FCM permission)"
+    else:
+        what = "does not know this project or URL (check project_id and base_url)"
+    return _auth_failed(f"FCM {what} ({r.label}): {r.said}", None, **r.base)
 
 
 def _delivered(response: CappedResponse, secrets: list[str]) -> SendResult:

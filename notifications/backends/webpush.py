@@ -6,9 +6,12 @@
                             "ca_file": None}}          # optional: trust only this CA (local fakes)
 
 The device token is the browser's subscription as JSON (`PushSubscription.toJSON()`):
-`{"endpoint": "https://...", "keys": {"p256dh": "...", "auth": "..."}}`. The payload is JSON
-`{"title", "body", "data", "tag"}` (`tag` for the service worker's `showNotification`), encrypted
-for that subscription only; the push service cannot read it.
+`{"endpoint": "https://...", "keys": {"p256dh": "...", "auth": "..."}}`, plus `"declarative": true`
+when the page registered it from a browser that shows declarative push messages itself. The payload is
+JSON `{"title", "body", "data", "tag"}` (`tag` for the service worker's `showNotification`), or, for a
+message with the `webpush.declarative` option and a subscription that can take it, a declarative push
+message (`{"web_push": 8030, "notification": {...}}`); either is encrypted for that subscription only,
+and the push service cannot read it.
 
 The token is user input: it is stored as canonical compact JSON (`canonical_token`), its endpoint must
 pass the destination policy (`notifications.backends.destinations`, docs/devices.md) at registration and
@@ -83,11 +86,17 @@ class Subscription:
     endpoint: Endpoint
     p256dh: bytes  # the browser's P-256 public key, an uncompressed point (65 bytes, 0x04 first)
     auth: bytes  # the 16-byte auth secret
+    # The browser said, when it registered, that it shows declarative push messages itself.
+    declarative: bool = False
 
     def as_token(self) -> str:
-        """The canonical token: compact JSON, keys in a fixed order, base64url without padding."""
+        """The canonical token: compact JSON, keys in a fixed order, base64url without padding; then
+        `"declarative": true` when the browser registered the subscription as able to take them."""
         keys = {"p256dh": _b64encode(self.p256dh), "auth": _b64encode(self.auth)}
-        return json.dumps({"endpoint": self.endpoint.url, "keys": keys}, separators=(",", ":"))
+        token: dict[str, Any] = {"endpoint": self.endpoint.url, "keys": keys}
+        if self.declarative:
+            token["declarative"] = True
+        return json.dumps(token, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -122,7 +131,8 @@ def subscription(token: str) -> Subscription:
         checked = check_endpoint(endpoint)
     except DestinationRefused as exc:
         raise EndpointRefused(str(exc)) from exc
-    return Subscription(endpoint=checked, p256dh=p256dh, auth=auth)
+    # Only a literal true counts: anything else a client sends there is dropped, as other members are.
+    return Subscription(endpoint=checked, p256dh=p256dh, auth=auth, declarative=info.get("declarative") is True)
 
 
 def parse_subscription(token: str) -> tuple[str, bytes, bytes]:
@@ -187,6 +197,12 @@ class WebPushBackend(PushBackend):
     def canonical_token(cls, token: str) -> str:
         """Return the subscription as canonical compact JSON; refuse it unless its keys and endpoint check out."""
         return subscription(token).as_token()
+
+    @classmethod
+    def token_aliases(cls, token: str) -> tuple[str, ...]:
+        """The same subscription registered with the other declarative flag: one browser, one device."""
+        checked = subscription(token)
+        return (replace(checked, declarative=not checked.declarative).as_token(),)
 
     def hold_scope(self, message: PushMessage) -> str:
         """The endpoint's origin (scheme://host:port): each push service is held on its own.
@@ -255,7 +271,8 @@ class WebPushBackend(PushBackend):
         checked, where, verbatim = target.subscription, target.where, target.verbatim
         endpoint, p256dh, auth = checked.endpoint.url, checked.p256dh, checked.auth
         key = message.collapse_key or message.idempotency_key
-        content = encrypt(web_push_payload(message, tag=key), p256dh=p256dh, auth=auth)
+        payload = web_push_payload(message, tag=key, declarative=checked.declarative)
+        content = encrypt(payload, p256dh=p256dh, auth=auth)
         headers = {
             "TTL": str(DEFAULT_TTL if ttl is None else ttl),
             "Urgency": "high" if message.priority == Priority.HIGH else "normal",
@@ -321,7 +338,16 @@ def _scope_of(token: str) -> str:
     return origin_of(endpoint) if isinstance(endpoint, str) else ""
 
 
-def web_push_payload(message: PushMessage, *, tag: str) -> bytes:
+def web_push_payload(message: PushMessage, *, tag: str, declarative: bool = False) -> bytes:
+    """The plaintext for one subscription: a declarative push message when the message asks for one and
+    the subscription can take it (`declarative`), else the JSON a site's service worker shows."""
+    if declarative:
+        options = message.options
+        made = content.declarative_web_push(
+            title=message.title, body=message.body, data=message.data, tag=tag, options=options
+        )
+        if made is not None:
+            return json_body(made)
     shown = content.webpush_fields(title=message.title, body=message.body, options=message.options)
     if not shown and content.is_silent(message.title, message.body):
         # A silent push: nothing for the service worker to show, only data for it to act on.

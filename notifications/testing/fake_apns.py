@@ -15,6 +15,8 @@ What it checks, like Apple does (answers carry Apple's own `reason` strings):
   `apns-expiration` (an integer), `apns-collapse-id` (at most 64 bytes), `apns-id` (a lower-case UUID).
 - The payload: JSON with an `aps` dictionary, at most 4 KB (PayloadTooLarge).
 - Success is 200 with an empty body and the `apns-id` echoed.
+- Live Activities: the `liveactivity` push type and its payload, sends on broadcast channels and the
+  channel management API (`fake_apns_live`); `live_refusals` says what its checks refused.
 
 Token behaviour: a token that is not hex is BadDeviceToken; tokens starting `dead` (hex `dead...`) or passed
 to `unregister()` are 410 Unregistered with a timestamp; tokens starting `0ff1ce` belong to another app
@@ -34,6 +36,7 @@ from typing import Any
 import jwt
 
 from notifications.testing.asgi_fake import AsgiApp, HypercornFake, Request, Response
+from notifications.testing.fake_apns_live import BROADCAST, MANAGE, FakeLiveActivities
 from notifications.testing.fake_state import (
     Delivery,
     FakeState,
@@ -108,6 +111,8 @@ class FakeAPNs(ProviderFake):
         self.provider_tokens: dict[str, float] = {}  # JWT -> when first seen
         self.expired: set[str] = set()  # provider tokens to answer ExpiredProviderToken for
         self.dead: dict[str, int] = {}  # token -> unregistered at (ms)
+        # Live Activity payload rules, broadcast channels and their management API (fake_apns_live).
+        self.live = FakeLiveActivities(topic=topic, state=self.state)
         self.server = HypercornFake(
             AsgiApp(self._handle), host=host, port=port, certfile=keys.server_cert, keyfile=keys.server_key,
             alpn=("h2",),
@@ -122,8 +127,15 @@ class FakeAPNs(ProviderFake):
 
     def reset(self) -> None:
         super().reset()
+        self.live.reset()
         with self._lock:
             self.provider_tokens.clear()
+
+    @property
+    def live_refusals(self) -> list[str]:
+        """What the Live Activity checks refused, in words, oldest first."""
+        with self.live.lock:
+            return list(self.live.live_refusals)
 
     def stats(self) -> dict[str, Any]:
         snapshot = self.state.snapshot()
@@ -162,17 +174,10 @@ class FakeAPNs(ProviderFake):
     async def _answer(self, request: Request, faults: Faults, draw: float) -> Response:
         if request.http_version != "2":
             return Response(505, b"", {})  # APNs speaks HTTP/2 only
-        match = _PATH_RE.match(request.path)
-        if not match:
-            return _reason("BadPath")
-        if request.method != "POST":
-            return _reason("MethodNotAllowed")
-        if refused := self._check_provider_token(request.headers.get("authorization", "")):
-            return _reason(refused)
-        if refused := self._check_headers(request.headers):
-            return _reason(refused)
-        payload, refused = _payload(request.body)
-        if refused or (refused := _check_aps(payload["aps"], request.headers)):
+        if (other := await self._other_path(request)) is not None:
+            return other
+        token, payload, refused = self._request_refusal(request)
+        if refused:
             return _reason(refused)
         hang = await apply_latency(faults, draw)
         if error := pick_error(faults, draw, self.state.pop_script()):
@@ -180,17 +185,8 @@ class FakeAPNs(ProviderFake):
             if faults.retry_after and response.status in (429, 503):
                 response.headers["retry-after"] = retry_after_value(faults.retry_after)
             return response
-        token = match.group(1).lower()
-        if not _HEX_RE.match(token):
-            return _reason("BadDeviceToken")
-        with self._lock:
-            dead_at = self.dead.get(token)
-        if dead_at is None and token.startswith("dead"):
-            dead_at = int(time.time() * 1000) - 60_000
-        if dead_at is not None:
-            return _reason("Unregistered", timestamp=dead_at)
-        if token.startswith("0ff1ce"):
-            return _reason("DeviceTokenNotForTopic")
+        if (refusal := self._token_refusal(token)) is not None:
+            return refusal
         apns_id = request.headers.get("apns-id") or str(uuid.uuid4())
         self.state.deliver(
             Delivery(
@@ -203,6 +199,49 @@ class FakeAPNs(ProviderFake):
         if hang:
             await asyncio.sleep(faults.hang_seconds)
         return Response(200, b"", {"apns-id": apns_id, "apns-unique-id": str(uuid.uuid4())})
+
+    def _request_refusal(self, request: Request) -> tuple[str, dict[str, Any], str]:
+        """(the path's token, the payload, the reason APNs refuses the request with, "" when it does not)."""
+        match = _PATH_RE.match(request.path)
+        if not match:
+            return "", {}, "BadPath"
+        if request.method != "POST":
+            return "", {}, "MethodNotAllowed"
+        token = match.group(1).lower()
+        if refused := self._check_provider_token(request.headers.get("authorization", "")):
+            return token, {}, refused
+        if refused := self._check_headers(request.headers):
+            return token, {}, refused
+        payload, refused = _payload(request.body)
+        if refused or (refused := _check_aps(payload["aps"], request.headers)):
+            return token, payload, refused
+        return token, payload, self.live.device_problem(request.headers, payload["aps"])
+
+    def _token_refusal(self, token: str) -> Response | None:
+        """Apple's answer for a token it does not deliver to (malformed, unregistered, another app's), or None."""
+        if not _HEX_RE.match(token):
+            return _reason("BadDeviceToken")
+        with self._lock:
+            dead_at = self.dead.get(token)
+        if dead_at is None and token.startswith("dead"):
+            dead_at = int(time.time() * 1000) - 60_000
+        if dead_at is not None:
+            return _reason("Unregistered", timestamp=dead_at)
+        if token.startswith("0ff1ce"):
+            return _reason("DeviceTokenNotForTopic")
+        return None
+
+    async def _other_path(self, request: Request) -> Response | None:
+        """A broadcast or a channel management call (under the same provider token), or None for a device path."""
+        broadcast, manage = BROADCAST.match(request.path), MANAGE.match(request.path)
+        if broadcast is None and manage is None:
+            return None
+        if refused := self._check_provider_token(request.headers.get("authorization", "")):
+            return _reason(refused)
+        if broadcast is not None:
+            return self.live.broadcast(request, broadcast.group(1))
+        assert manage is not None
+        return self.live.manage(request, manage.group(1), manage.group(2))
 
     def _check_provider_token(self, authorization: str) -> str:
         scheme, _, token = authorization.partition(" ")
@@ -241,8 +280,8 @@ class FakeAPNs(ProviderFake):
         topic = headers.get("apns-topic")
         if not topic:
             return "MissingTopic"
-        if topic != self.topic:
-            return "TopicDisallowed"
+        if topic.removesuffix(".push-type.liveactivity") != self.topic:
+            return "TopicDisallowed"  # the suffix itself is checked against the push type (fake_apns_live)
         if headers.get("apns-push-type", "alert") not in PUSH_TYPES:
             return "InvalidPushType"
         if headers.get("apns-priority", "10") not in ("1", "5", "10"):
@@ -284,7 +323,7 @@ def _payload(body: bytes) -> tuple[dict[str, Any], str]:
 APS_KEYS = frozenset(
     "alert badge sound thread-id category content-available mutable-content target-content-id "
     "interruption-level relevance-score filter-criteria stale-date content-state timestamp event "
-    "dismissal-date attributes-type attributes".split()
+    "dismissal-date attributes-type attributes input-push-token input-push-channel".split()
 )
 
 

@@ -13,6 +13,8 @@ What it checks, like Google does:
   the v1 message schema (unknown fields refused, `data` values strings only, `android.ttl` a duration,
   `android.priority` an enum name, `apns.headers` strings).
 - `POST /iid/v1:batchAdd` and `:batchRemove`: topic subscriptions, as strict as Google (`fake_fcm_iid`).
+- `/v1/projects/{id}/registrations/{registration}/topicSubscriptions[/{topic}]`: the v1 topic-subscription
+  API (create, delete, get, list) over the same subscribers (`fake_fcm_topics`).
 - Errors are FCM's own JSON: `{"error": {"code", "message", "status", "details": [{"@type":
   "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": ...}]}}`.
 
@@ -35,6 +37,8 @@ import jwt
 
 from notifications.testing.asgi_fake import AsgiApp, HypercornFake, Request, Response
 from notifications.testing.fake_fcm_iid import IID_PATHS, FakeInstanceId
+from notifications.testing.fake_fcm_topics import PATH as TOPIC_SUBSCRIPTION_PATH
+from notifications.testing.fake_fcm_topics import FakeTopicSubscriptions
 from notifications.testing.fake_state import (
     Delivery,
     FakeState,
@@ -103,14 +107,19 @@ ERRORS: dict[str, tuple[int, str, str, str | None]] = {
 
 # The v1 schema, as far as the backends use it. Proto JSON accepts lowerCamelCase and the original names.
 _MESSAGE_FIELDS = {"name", "data", "notification", "android", "webpush", "apns", "fcm_options", "token", "topic",
-                   "condition"}  # fmt: skip
+                   "condition", "fid"}  # fmt: skip
+# A Firebase installation ID: 22 characters of URL-safe base64, the first one c, d, e or f.
+_FID_RE = re.compile(r"[cdef][A-Za-z0-9_\-]{21}")
 _NOTIFICATION_FIELDS = {"title", "body", "image"}
 _ANDROID_FIELDS = {"collapse_key", "priority", "ttl", "restricted_package_name", "data", "notification",
-                   "fcm_options", "direct_boot_ok"}  # fmt: skip
+                   "fcm_options", "direct_boot_ok", "bandwidth_constrained_ok", "restricted_satellite_ok"}  # fmt: skip
+_ANDROID_FLAGS = ("direct_boot_ok", "bandwidth_constrained_ok", "restricted_satellite_ok")
+_PROXY = ("PROXY_UNSPECIFIED", "ALLOW", "DENY", "IF_PRIORITY_LOWERED")
+_ANALYTICS_LABEL_RE = re.compile(r"[a-zA-Z0-9\-_.~%]{1,50}")
 _ANDROID_NOTIFICATION_FIELDS = {"title", "body", "icon", "color", "sound", "tag", "click_action", "body_loc_key",
                                 "title_loc_key", "channel_id", "ticker", "sticky", "image", "notification_priority",
                                 "default_sound", "visibility", "notification_count", "body_loc_args",
-                                "title_loc_args"}  # fmt: skip
+                                "title_loc_args", "proxy"}  # fmt: skip
 # FCM's topic names; a condition combines quoted topic names with &&, || and !.
 _TOPIC_RE = re.compile(r"[a-zA-Z0-9\-_.~%]{1,900}")
 _CONDITION_RE = re.compile(r"(\s|'[a-zA-Z0-9\-_.~%]{1,900}'\s+in\s+topics|&&|\|\||!|\(|\))+")
@@ -179,15 +188,36 @@ def _check_android(value: Any) -> dict[str, Any]:
     if "data" in android:
         _check_string_map(android["data"], "message.android.data")
     if "notification" in android:
-        _check_fields(android["notification"], _ANDROID_NOTIFICATION_FIELDS, "message.android.notification")
+        notification = _check_fields(
+            android["notification"], _ANDROID_NOTIFICATION_FIELDS, "message.android.notification"
+        )
+        if "proxy" in notification and notification["proxy"] not in _PROXY:
+            raise SchemaError("message.android.notification.proxy", "Invalid value at "
+                              f"'message.android.notification.proxy' (Proxy), {notification['proxy']!r}")  # fmt: skip
+    for flag in _ANDROID_FLAGS:
+        if flag in android and not isinstance(android[flag], bool):
+            raise SchemaError(f"message.android.{flag}", f"Invalid value at 'message.android.{flag}' (TYPE_BOOL).")
+    if "fcm_options" in android:
+        _check_fcm_options(android["fcm_options"], "message.android.fcm_options", {"analytics_label"})
     return android
 
 
+def _check_fcm_options(value: Any, where: str, allowed: set[str]) -> None:
+    """An fcm_options block: known fields only, an analytics_label of ^[a-zA-Z0-9-_.~%]{1,50}$."""
+    options = _check_fields(value, allowed, where)
+    label = options.get("analytics_label")
+    if label is not None and not (isinstance(label, str) and _ANALYTICS_LABEL_RE.fullmatch(label)):
+        raise SchemaError(f"{where}.analytics_label", f"Invalid value at '{where}.analytics_label': "
+                          "an analytics label matches ^[a-zA-Z0-9-_.~%]{1,50}$.")  # fmt: skip
+
+
 def _check_target(message: dict[str, Any]) -> None:
-    """Exactly one of token, topic and condition, the last two well-formed."""
-    targets = [k for k in ("token", "topic", "condition") if k in message]
+    """Exactly one of fid, token, topic and condition, the last two well-formed."""
+    targets = [k for k in ("fid", "token", "topic", "condition") if k in message]
     if len(targets) != 1:
-        raise SchemaError("message", "Exactly one of message.token, message.topic or message.condition is required.")
+        raise SchemaError(
+            "message", "Exactly one of message.fid, message.token, message.topic or message.condition is required."
+        )
     if "topic" in message and not (isinstance(message["topic"], str) and _TOPIC_RE.fullmatch(message["topic"])):
         raise SchemaError("message.topic", "Invalid value at 'message.topic': not a valid topic name.")
     if "condition" in message and not (
@@ -202,6 +232,8 @@ def _check_apns(value: Any) -> dict[str, Any]:
         _check_string_map(apns["headers"], "message.apns.headers")
     if "payload" in apns and not isinstance(apns["payload"], dict):
         raise SchemaError("message.apns.payload", "Invalid value at 'message.apns.payload': expected an object.")
+    if "fcm_options" in apns:
+        _check_fcm_options(apns["fcm_options"], "message.apns.fcm_options", {"analytics_label", "image"})
     return apns
 
 
@@ -232,6 +264,8 @@ def validate_message(body: Any) -> dict[str, Any]:
         message["apns"] = _check_apns(message["apns"])
     if "webpush" in message:
         message["webpush"] = _check_webpush(message["webpush"])
+    if "fcm_options" in message:
+        _check_fcm_options(message["fcm_options"], "message.fcm_options", {"analytics_label"})
     return message
 
 
@@ -267,6 +301,8 @@ class FakeFCM(ProviderFake):
             dead=lambda token: token.startswith("dead-") or token in self.dead,
             token_re=_TOKEN_RE,
         )
+        # The v1 topic-subscription API over the same subscribers (fake_fcm_topics).
+        self.topics = FakeTopicSubscriptions(self.iid, project_id=project_id, token_re=_TOKEN_RE)
         self.server = HypercornFake(
             AsgiApp(self._handle),
             host=host,
@@ -285,6 +321,7 @@ class FakeFCM(ProviderFake):
     def reset(self) -> None:
         super().reset()
         self.iid.reset()
+        self.topics.reset()
         with self._token_lock:
             self.token_requests = 0
             self.token_refusals = []
@@ -319,6 +356,8 @@ class FakeFCM(ProviderFake):
             return await self._token(request)
         if request.method == "POST" and request.path in IID_PATHS:
             return await self.iid.handle(request)
+        if topic_call := TOPIC_SUBSCRIPTION_PATH.match(request.path):
+            return await self.topics.handle(request, topic_call)
         match = _SEND_RE.match(request.path)
         if request.method == "POST" and match:
             return await self._send(request, match.group(1))
@@ -399,42 +438,55 @@ class FakeFCM(ProviderFake):
         self.state.end(response.status, reason)
         return hostile_body(faults, response, request.headers, f"{self.url}{request.path}")
 
-    async def _answer(self, request: Request, project: str, faults: Faults, draw: float) -> Response:
+    def _target(self, message: dict[str, Any]) -> tuple[str, Response | None]:
+        """The device a message goes to (a token or an installation ID), or FCM's refusal of it."""
+        token = message.get("token", "")
+        if token and not _TOKEN_RE.match(token):
+            return token, google_error("INVALID_ARGUMENT", field="message.token")
+        if "fid" in message:
+            token = message["fid"] if isinstance(message["fid"], str) else ""
+            if not _FID_RE.fullmatch(token):
+                refused = google_error(
+                    "INVALID_ARGUMENT", message="Invalid Firebase installation ID.", field="message.fid"
+                )
+                return token, refused
+        if token.startswith("dead-") or token in self.dead:
+            return token, google_error("UNREGISTERED")
+        if token.startswith("foreign-"):
+            return token, google_error("SENDER_ID_MISMATCH")
+        return token, None
+
+    def _refusal(self, request: Request, project: str) -> tuple[dict[str, Any], Response | None]:
+        """The checked message of a send, or what FCM answers before looking at its target."""
         if not self._authorised(request):
-            return google_error("UNAUTHENTICATED")
+            return {}, google_error("UNAUTHENTICATED")
         if project != self.project_id:
-            return Response.json(
-                403,
-                {
-                    "error": {
-                        "code": 403,
-                        "message": f"Permission denied on project {project}.",
-                        "status": "PERMISSION_DENIED",
-                    }
-                },
-            )
+            denied = {"code": 403, "message": f"Permission denied on project {project}.", "status": "PERMISSION_DENIED"}
+            return {}, Response.json(403, {"error": denied})
         try:
             message = validate_message(request.json())
         except ValueError as exc:  # SchemaError, or a body that is not JSON
             field = getattr(exc, "field", "") or None
-            return google_error("INVALID_ARGUMENT", message=str(exc), field=field)
+            return {}, google_error("INVALID_ARGUMENT", message=str(exc), field=field)
         # FCM's limit: 4 KiB for what the device is sent (notification and data; the platform blocks aside).
         shown = {key: message[key] for key in ("notification", "data") if key in message}
         if len(json.dumps(shown, separators=(",", ":"), ensure_ascii=False).encode()) > 4096:
-            return google_error("INVALID_ARGUMENT", message="Message is too big (more than 4096 bytes).")
+            return {}, google_error("INVALID_ARGUMENT", message="Message is too big (more than 4096 bytes).")
+        return message, None
+
+    async def _answer(self, request: Request, project: str, faults: Faults, draw: float) -> Response:
+        message, refused = self._refusal(request, project)
+        if refused is not None:
+            return refused
         hang = await apply_latency(faults, draw)
         if error := pick_error(faults, draw, self.state.pop_script()):
             response = google_error(error)
             if faults.retry_after and response.status in (429, 503):
                 response.headers["retry-after"] = retry_after_value(faults.retry_after)
             return response
-        token = message.get("token", "")
-        if token and not _TOKEN_RE.match(token):
-            return google_error("INVALID_ARGUMENT", field="message.token")
-        if token.startswith("dead-") or token in self.dead:
-            return google_error("UNREGISTERED")
-        if token.startswith("foreign-"):
-            return google_error("SENDER_ID_MISMATCH")
+        token, refused = self._target(message)
+        if refused is not None:
+            return refused
         android = message.get("android", {})
         collapse = str((android.get("notification") or {}).get("tag", ""))
         self.state.deliver(Delivery(token=token, collapse=collapse, message=message, headers=dict(request.headers)))

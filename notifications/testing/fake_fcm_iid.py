@@ -11,7 +11,8 @@ Google where a client can go wrong:
 
 Test controls: `script` (HTTP statuses to answer next, one per request: 429, 500, 503), `retry_after`,
 `internal` (tokens answered INTERNAL once each), `hold()` (the next request waits inside the server
-until released, so a test can act while a call is in flight), and `subscribers(topic)`.
+until released, so a test can act while a call is in flight), and `subscribers(topic)`. The v1
+topic-subscription endpoints (`fake_fcm_topics`) share this state, these controls and `calls`.
 """
 
 import asyncio
@@ -20,11 +21,12 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from notifications.testing.asgi_fake import Request, Response
 from notifications.testing.fake_state import retry_after_value
 
+T = TypeVar("T")
 IID_PATHS = {"/iid/v1:batchAdd": "add", "/iid/v1:batchRemove": "remove"}
 MAX_TOKENS = 1000
 _TOPIC_RE = re.compile(r"/topics/[a-zA-Z0-9\-_.~%]+")
@@ -35,11 +37,13 @@ _ERROR_WORDS = {429: "QuotaExceeded", 500: "InternalServerError", 503: "Unavaila
 class IidCall:
     """One batch request as the fake saw it."""
 
-    operation: str  # "add" or "remove"
+    operation: str  # "add" or "remove" (and "get" or "list" on the v1 API)
     topic: str
     tokens: int
     status: int
     authorization: str
+    api: str = "iid"  # or "v1"
+    registration: str = ""  # the one registration a v1 call names
 
 
 class FakeInstanceId:
@@ -80,18 +84,36 @@ class FakeInstanceId:
             self.arrived.clear()
         return gate
 
-    async def handle(self, request: Request) -> Response:
-        operation = IID_PATHS[request.path]
+    async def held(self, answer: Callable[[], T]) -> T:
+        """Wait at the gate if `hold()` set one, then answer (the state is read after the wait)."""
         with self.lock:
             gate, self._gate = self._gate, None
         if gate is not None:
             self.arrived.set()
             await asyncio.to_thread(gate.wait, 30.0)  # the server's loop goes on serving others meanwhile
-        response, topic, tokens = self._answer(request, operation)
+        return answer()
+
+    def record(self, operation: str, topic: str, tokens: int, status: int, request: Request, **more: str) -> None:
         with self.lock:
             self.calls.append(
-                IidCall(operation, topic, len(tokens), response.status, request.headers.get("authorization", ""))
+                IidCall(operation, topic, tokens, status, request.headers.get("authorization", ""), **more)
             )
+
+    def authorised(self, request: Request) -> bool:
+        return self._authorised(request)
+
+    def dead(self, token: str) -> bool:
+        return self._dead(token)
+
+    def next_status(self) -> tuple[int, str | None]:
+        """The scripted status for the next call (200 when none is left) and the Retry-After to send."""
+        with self.lock:
+            return (self.script.pop(0) if self.script else 200), self.retry_after
+
+    async def handle(self, request: Request) -> Response:
+        operation = IID_PATHS[request.path]
+        response, topic, tokens = await self.held(lambda: self._answer(request, operation))
+        self.record(operation, topic, len(tokens), response.status, request)
         return response
 
     def _answer(self, request: Request, operation: str) -> tuple[Response, str, list[str]]:
@@ -111,9 +133,7 @@ class FakeInstanceId:
         if not all(isinstance(token, str) for token in tokens):
             return _refused("InvalidParameters: registration_tokens must be strings"), to, []
         topic = to.removeprefix("/topics/")
-        with self.lock:
-            status = self.script.pop(0) if self.script else 200
-            retry_after = self.retry_after
+        status, retry_after = self.next_status()
         if status != 200:
             headers = {"retry-after": retry_after_value(retry_after)} if retry_after else {}
             return Response.json(status, {"error": _ERROR_WORDS.get(status, "Error")}, headers), topic, tokens

@@ -119,6 +119,10 @@ class FakeWebPush(ProviderFake):
     def plaintexts(self) -> list[dict[str, Any]]:
         return [delivery.message for delivery in self.deliveries()]
 
+    def declarative(self) -> list[dict[str, Any]]:
+        """The payloads a browser would show itself (declarative push messages), in arrival order."""
+        return [message for message in self.plaintexts() if "web_push" in message]
+
     def unsubscribe(self, sub_id: str) -> None:
         """The browser dropped this subscription: 410 Gone from now on."""
         with self._lock:
@@ -230,3 +234,47 @@ def _raw_point(public_pem: bytes) -> bytes:
 
 def _error(status: int, message: str) -> Response:
     return Response.json(status, {"code": status, "errno": status, "error": message, "message": message})
+
+
+_DECLARATIVE_STRINGS = ("title", "body", "lang", "tag", "navigate", "image", "icon", "badge")
+_DECLARATIVE_FLAGS = ("renotify", "silent", "require_interaction")
+
+
+def declarative_problem(message: Any) -> str:
+    """Why a browser's declarative push message parser would not take `message` ("" when it would).
+
+    What the Push API's parser asks: `web_push` is 8030, `notification` an object with a `title` string and
+    a `navigate` URL, the other members of their types, `app_badge` an unsigned integer, `mutable` a boolean.
+    A browser falls back to the service worker for a message it cannot parse."""
+    if not isinstance(message, dict) or message.get("web_push") != 8030:
+        return "web_push is not 8030"
+    notification = message.get("notification")
+    if not isinstance(notification, dict):
+        return "notification is not an object"
+    return _notification_problem(notification) or _message_problem(message)
+
+
+def _notification_problem(notification: dict[str, Any]) -> str:
+    if not isinstance(notification.get("title"), str):
+        return "notification.title is not a string"
+    if not str(notification.get("navigate", "")).startswith("https://"):
+        return "notification.navigate is not an https URL"
+    wrong = [key for key in _DECLARATIVE_STRINGS if not isinstance(notification.get(key, ""), str)]
+    wrong += [key for key in _DECLARATIVE_FLAGS if not isinstance(notification.get(key, False), bool)]
+    if wrong:
+        return f"notification.{wrong[0]} is not of its type"
+    if notification.get("dir", "auto") not in ("auto", "ltr", "rtl"):
+        return "notification.dir is not auto, ltr or rtl"
+    actions = notification.get("actions", [])
+    if not all(isinstance(a, dict) and {"action", "title", "navigate"} <= set(a) for a in actions):
+        return "an action lacks action, title or navigate"
+    return ""
+
+
+def _message_problem(message: dict[str, Any]) -> str:
+    badge = message.get("app_badge", 0)
+    if isinstance(badge, bool) or not isinstance(badge, int) or badge < 0:
+        return "app_badge is not an unsigned integer"
+    if not isinstance(message.get("mutable", False), bool):
+        return "mutable is not a boolean"
+    return ""

@@ -52,7 +52,8 @@ class PushFakes:
             "apns": {
                 "BACKEND": "notifications.backends.apns.APNsBackend",
                 "OPTIONS": {"team_id": APNS_TEAM_ID, "key_id": APNS_KEY_ID, "key_file": str(self.keys.apns_key_file),
-                            "topic": APNS_TOPIC, "host": self.apns.host_port, "ca_file": ca},
+                            "topic": APNS_TOPIC, "host": self.apns.host_port, "ca_file": ca,
+                            "manage_host": self.apns.host_port},
             },
             "webpush": {
                 "BACKEND": "notifications.backends.webpush.WebPushBackend",
