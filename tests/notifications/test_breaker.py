@@ -92,6 +92,7 @@ class _Stranger(ThreadingHTTPServer):
     daemon_threads = True
     status = 503
     headers: dict[str, str] = {}
+    by_subscription: dict[str, tuple[int, dict[str, str]]] = {}  # a subscription id in the path -> its answer
     requests = 0
 
     @property
@@ -112,8 +113,12 @@ class _Answer(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.server.requests += 1
-        self.send_response(self.server.status)
-        for name, value in self.server.headers.items():
+        status, headers = self.server.status, self.server.headers
+        for sub_id, answer in self.server.by_subscription.items():
+            if self.path.endswith("/" + sub_id):
+                status, headers = answer
+        self.send_response(status)
+        for name, value in headers.items():
             self.send_header(name.replace("_", "-"), value)
         self.send_header("Content-Length", "0")
         self.end_headers()
@@ -218,6 +223,41 @@ def test_a_strangers_origin_opens_its_own_breaker_with_a_capped_hold(
         "delivered"
     }
     assert list(BreakerOpening.objects.values_list("reason", flat=True)) == [report.breaker]
+
+
+def test_one_subscriptions_429s_and_410s_hold_only_that_subscription(
+    mixed_backends, fake, stranger, webpush_service, clock, settings
+):
+    # A small window, so that counting these answers against the origin would open its breaker at once.
+    settings.WEAVE = {**settings.WEAVE, "PUSH_BREAKER_WINDOW": 10, "PUSH_BREAKER_MIN_ANSWERS": 4}
+    stranger.configure(201)
+    stranger.by_subscription = {"noisy": (429, {"Retry_After": "120"}), "gone": (410, {})}
+    due = clock.current - timedelta(seconds=10)
+
+    def row(sub_id):
+        token = derive_subscription(stranger.url, sub_id).as_token()
+        return NotificationFactory(backend="webpush", device_token=token, next_attempt_at=due)
+
+    noisy = [row("noisy") for _ in range(8)]  # due first: the old rule saw eight failures in a row
+    gone = [row("gone") for _ in range(2)]
+    quiet = [row(f"quiet-{i}") for i in range(12)]
+    report = drain(clock=clock, concurrency=1, enqueue_more=False)
+    assert report.breaker == "" and report.held == 0
+    assert not BreakerOpening.objects.exists()
+    assert stranger.stats()["requests"] == 22
+    # Every other subscription on the same origin was delivered.
+    assert set(Notification.objects.filter(pk__in=[n.pk for n in quiet]).values_list("status", flat=True)) == {
+        "delivered"
+    }
+    # The throttled subscription's rows wait out its own Retry-After, an attempt used, not a breaker hold.
+    waiting = Notification.objects.filter(pk__in=[n.pk for n in noisy])
+    assert set(waiting.values_list("status", "attempts", "next_attempt_at")) == {
+        ("pending", 1, clock.current + timedelta(seconds=120))
+    }
+    assert all("throttling this subscription" in e for e in waiting.values_list("last_error", flat=True))
+    assert set(Notification.objects.filter(pk__in=[n.pk for n in gone]).values_list("status", flat=True)) == {
+        "failed"
+    }
 
 
 def test_a_307_from_one_endpoint_holds_only_that_origin(mixed_backends, fake, stranger, webpush_service, clock):
