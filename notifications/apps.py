@@ -39,7 +39,9 @@ class PushSettings(SettingsGroup):
         fallback=PUSH_BREAKER_THRESHOLD,
     )
     PUSH_BREAKER_RUN = count(
-        20, "failures in a row (in start order) that open a breaker scope before its volume is reached; 0: never", minimum=0
+        20,
+        "failures in a row (in start order) that open a breaker scope before its volume is reached; 0: never",
+        minimum=0,
     )
     PUSH_BREAKER_RATIO = Key(0.5, "share of failures in the window that opens a breaker scope", kind=float, above=0.0)
     PUSH_BREAKER_COOLDOWN = seconds(30.0, "how long rows held back by an open breaker wait", minimum=0.0)

@@ -68,7 +68,9 @@ def _drain_until_done(clock, rounds: int, **kwargs) -> list:
     return reports
 
 
-def test_breaker__a_provider_failing_one_request_in_three_at_random_never_opens_it(push_settings, fake, clock, settings):
+def test_breaker__a_provider_failing_one_request_in_three_at_random_never_opens_it(
+    push_settings, fake, clock, settings
+):
     # Each request (first tries and retries alike) fails with chance 1/3, drawn by the fake; twenty in flight.
     settings.WEAVE = {**push_settings, "PUSH_MAX_ATTEMPTS": 25}
     NotificationFactory.create_batch(600, next_attempt_at=clock.current)
@@ -250,7 +252,10 @@ def test_a_strangers_origin_opens_its_own_breaker_with_a_capped_hold(
     mixed_backends, fake, stranger, webpush_service, clock, settings
 ):
     settings.WEAVE = {
-        **settings.WEAVE, "PUSH_ORIGIN_HOLD_MAX": 120, "PUSH_BREAKER_WINDOW": 20, "PUSH_BREAKER_MIN_ANSWERS": 10
+        **settings.WEAVE,
+        "PUSH_ORIGIN_HOLD_MAX": 120,
+        "PUSH_BREAKER_WINDOW": 20,
+        "PUSH_BREAKER_MIN_ANSWERS": 10,
     }
     stranger.configure(503, Retry_After="3600")
     evil, others = _rows(clock, stranger, webpush_service, strangers=14)
@@ -298,9 +303,7 @@ def test_one_subscriptions_429s_and_410s_hold_only_that_subscription(
         ("pending", 1, clock.current + timedelta(seconds=120))
     }
     assert all("throttling this subscription" in e for e in waiting.values_list("last_error", flat=True))
-    assert set(Notification.objects.filter(pk__in=[n.pk for n in gone]).values_list("status", flat=True)) == {
-        "failed"
-    }
+    assert set(Notification.objects.filter(pk__in=[n.pk for n in gone]).values_list("status", flat=True)) == {"failed"}
 
 
 def test_a_307_from_one_endpoint_holds_only_that_origin(mixed_backends, fake, stranger, webpush_service, clock):
