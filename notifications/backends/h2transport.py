@@ -444,6 +444,7 @@ class _Connection(asyncio.Protocol):
         self.where = where  # host:port, for the one log line a closing connection may write
         self.shut = False  # the transport was closed or aborted, or the peer ended TLS: nothing more is read or written
         self._backlog = b""  # received bytes waiting for the next turn of the loop (reading paused meanwhile)
+        self._paused = False  # reading paused for the backlog
         self._idle_timer: asyncio.TimerHandle | None = None
 
     # --- asyncio.Protocol -----------------------------------------------------------------------------
@@ -467,6 +468,7 @@ class _Connection(asyncio.Protocol):
             data = data[:_READ_SLICE]
             if self.transport is not None:
                 self.transport.pause_reading()
+                self._paused = True
                 asyncio.get_running_loop().call_soon(self._take_backlog)
         self._receive(data)
 
@@ -476,6 +478,7 @@ class _Connection(asyncio.Protocol):
             return
         self._take(data)
         if not self._backlog and not self.shut and self.transport is not None:
+            self._paused = False
             self.transport.resume_reading()
 
     def _receive(self, data: bytes) -> None:
@@ -499,7 +502,7 @@ class _Connection(asyncio.Protocol):
         else:
             why = f"the peer broke the HTTP/2 protocol ({type(failure).__name__}: {failure})"
         logger.warning("Closed the HTTP/2 connection to %s: %s", self.where or "a push service", why)
-        self._lose(why)
+        self._lose(why, graceful=True)
 
     def eof_received(self) -> bool | None:
         self.shut = True  # the peer ended TLS: whatever h2 would still write is dropped by the transport
@@ -619,7 +622,9 @@ class _Connection(asyncio.Protocol):
         if not self.streams:
             self.close()
 
-    def _lose(self, why: str) -> None:
+    def _lose(self, why: str, *, graceful: bool = False) -> None:
+        """End every stream (`_Stream.cut`) and the transport. `graceful`: what h2 framed last (its GOAWAY)
+        is written before the close; nothing the peer sends from now on is read."""
         if not self.closed:
             self.closed = True
             self.why_closed = why
@@ -629,14 +634,22 @@ class _Connection(asyncio.Protocol):
         self.waiters.wake_all()
         self._shut()
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.abort()
+            if graceful:
+                self.transport.close()
+            else:
+                self.transport.abort()
 
     def _shut(self) -> None:
+        """Read and write nothing more. Reading resumes if the backlog paused it: a TLS transport does not
+        flush what is left to write (a GOAWAY) nor finish its close while its reading is paused."""
         self.shut = True
         self._backlog = b""
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
+        if self._paused and self.transport is not None and not self.transport.is_closing():
+            self._paused = False
+            self.transport.resume_reading()
 
     def _stream_closed(self) -> None:
         if not self.streams:
@@ -713,9 +726,9 @@ class _Connection(asyncio.Protocol):
             except h2.exceptions.H2Error:
                 pass
         self.waiters.wake_all()  # no new stream here: those still to open one go to a new connection
+        self._shut()
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
-        self._shut()
 
 
 class H2Client:
