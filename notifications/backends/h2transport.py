@@ -303,6 +303,9 @@ class _H2Connection(h2.connection.H2Connection):
         self.waste = 0  # frames that carried no answer, less the credit of those that did (`_count`)
         self.wasted_frames = 0  # every frame that carried no answer, for the record
         self.events_in: list[h2.events.Event] = []  # what the frames read so far said (kept on a ProtocolError)
+        # Whether a sender waits for the window a WINDOW_UPDATE on this stream (0: the connection) opens:
+        # such an update moves a request on, and is no waste (a peer with a tiny window sends many).
+        self.window_wanted: Callable[[int], bool] = lambda stream_id: False
 
     def _begin_new_stream(self, stream_id: int, allowed_ids: Any) -> h2.stream.H2Stream:
         stream = super()._begin_new_stream(stream_id, allowed_ids)
@@ -327,6 +330,8 @@ class _H2Connection(h2.connection.H2Connection):
             ):
                 self.waste = max(0, self.waste - _ANSWER_CREDIT)
                 return
+            if kind is h2.events.WindowUpdated and self.window_wanted(event.stream_id or 0):  # type: ignore[attr-defined]
+                return  # room a request body was waiting for: neither waste nor an answer
         self.wasted_frames += 1
         self.waste += 1 + getattr(frame, "body_len", 0) // _WASTE_BYTES
         if self.waste > WASTE_LIMIT:
@@ -441,6 +446,7 @@ class _Connection(asyncio.Protocol):
         self.settled = False  # the peer's first SETTINGS frame arrived: its stream limit is known
         # The senders waiting here for a stream slot or for flow-control room, each woken on its own.
         self.waiters = SendWaiters()
+        self.h2.window_wanted = self.waiters.waiting_for_window
         self.where = where  # host:port, for the one log line a closing connection may write
         self.shut = False  # the transport was closed or aborted, or the peer ended TLS: nothing more is read or written
         self._backlog = b""  # received bytes waiting for the next turn of the loop (reading paused meanwhile)

@@ -136,6 +136,24 @@ def test_a_malformed_status_ends_its_request_unknown_and_never_reaches_asyncio(a
     assert not [r for r in caplog.records if r.name == "asyncio" and r.levelno >= logging.WARNING]
 
 
+def test_a_16_byte_window_sends_many_window_updates_and_none_of_them_is_waste(apns, apns_options, caplog):
+    # Each 4 KB body goes out 16 bytes at a time, each piece after a WINDOW_UPDATE the sender waits for:
+    # over a thousand frames that carry no answer, every one of which moves a request on.
+    caplog.set_level(logging.WARNING)
+    apns.configure(wire="tiny_window")
+
+    async def scenario():
+        backend = hostile(apns_options, timeout=20.0)
+        try:
+            return await asyncio.gather(*(backend.send(message(t, body="x" * 4000)) for t in apns_tokens(4)))
+        finally:
+            await backend.aclose()
+
+    results = run(scenario())
+    assert {r.outcome for r in results} == {Outcome.DELIVERED}
+    assert not flood_lines(caplog)
+
+
 def test_a_connection_with_no_stream_is_closed_after_the_keepalive(apns, apns_options, monkeypatch):
     from notifications.backends import h2transport
 
