@@ -375,6 +375,8 @@ class HostileH2:
             length = int.from_bytes(buffer[:3], "big")
             if len(buffer) < 9 + length:
                 break
+            if buffer[3] == 0x1:  # HEADERS: a request that reached the peer (held, like the first)
+                self.log.count(streams=1)
             if buffer[3] == 0x7 and length >= 8:  # GOAWAY: last stream id, then the error code
                 with self.log.lock:
                     self.log.goaway_codes.append(int.from_bytes(buffer[13:17], "big"))

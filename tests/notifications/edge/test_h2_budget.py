@@ -85,8 +85,18 @@ def test_a_flood_on_an_idle_connection_closes_it_with_enhance_your_calm(apns, ap
 def test_a_flood_with_a_request_in_flight__the_request_ends_unknown_and_says_why(apns, apns_options, caplog, mode):
     caplog.set_level(logging.WARNING)
     apns.configure(wire=mode)
+    wire = lambda: apns.stats()["wire"]  # noqa: E731
 
-    result = run(hostile(apns_options).send(message(apns_tokens(1)[0])))
+    async def scenario():
+        backend = hostile(apns_options)
+        try:
+            result = await backend.send(message(apns_tokens(1)[0]))
+            await until(lambda: wire()["goaway_codes"] or wire()["floods_ended"])  # the fake reads the GOAWAY
+            return result
+        finally:
+            await backend.aclose()
+
+    result = run(scenario())
 
     # Its HEADERS went out and the peer took it (the fake recorded the stream): it may have been acted on.
     assert result.outcome == Outcome.UNKNOWN and result.sent
