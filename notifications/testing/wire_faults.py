@@ -28,10 +28,10 @@ misbehave at the frame level:
 - "stream_limit": no fault, only a SETTINGS_MAX_CONCURRENT_STREAMS of `stream_limit` per connection
   from its first SETTINGS frame (FCM's front ends announce 100); a stream over it is refused;
 - "flood_ping", "flood_priority", "flood_settings", "flood_window_update", "flood_unknown",
-  "flood_rst_ended": answer the first request, then flood the connection (with no stream open) with
-  frames that carry no answer: PINGs, PRIORITY frames, empty SETTINGS, 1-byte WINDOW_UPDATEs, frames
-  of an unknown type, or RST_STREAM on the stream that just ended; until the client closes the
-  connection (or `FLOOD_MAX_FRAMES` are written);
+  "flood_rst_ended", "flood_data_ended": answer the first request, then flood the connection (with no
+  stream open) with frames that carry no answer: PINGs, PRIORITY frames, empty SETTINGS, 1-byte
+  WINDOW_UPDATEs, frames of an unknown type, or RST_STREAM or empty DATA on the stream that just
+  ended; until the client closes the connection (or `FLOOD_MAX_FRAMES` are written);
 - "flood_ping_held": hold the first request unanswered and flood PINGs;
 - "flood_empty_data": start the first request's answer (HEADERS, no end) and flood empty DATA frames
   on it;
@@ -58,7 +58,7 @@ import h2.settings
 from notifications.testing.asgi_fake import Request, Response
 
 FLOODS = frozenset({"flood_ping", "flood_priority", "flood_settings", "flood_window_update", "flood_unknown",
-                    "flood_rst_ended", "flood_ping_held", "flood_empty_data"})  # fmt: skip
+                    "flood_rst_ended", "flood_data_ended", "flood_ping_held", "flood_empty_data"})  # fmt: skip
 WIRE_MODES = frozenset({"", "stall_tls", "refuse_streams", "goaway", "goaway_graceful", "max_streams_1", "reset_after",
                         "reset_before", "drop_before", "hang_before", "tiny_window", "shut_window",
                         "stray_stream", "stream_limit", "bad_status", *FLOODS})  # fmt: skip
@@ -466,7 +466,7 @@ def _flood_frame(mode: str, stream_id: int) -> bytes:
         return frames.WindowUpdateFrame(0, window_increment=1).serialize()
     if mode == "flood_rst_ended":
         return frames.RstStreamFrame(stream_id, error_code=0).serialize()
-    if mode == "flood_empty_data":
+    if mode in ("flood_empty_data", "flood_data_ended"):
         return frames.DataFrame(stream_id, data=b"").serialize()
     if mode == "flood_unknown":
         return (8).to_bytes(3, "big") + bytes([0xFA, 0]) + (0).to_bytes(4, "big") + b"\x00" * 8
