@@ -29,14 +29,19 @@ class PushSettings(SettingsGroup):
     PUSH_MAX_PAYLOAD_BYTES = count(4096, "largest JSON payload a notification may carry")
     # Deprecated: before breakers were judged on a ratio this was "failures in a row"; it is now read
     # as PUSH_BREAKER_MIN_ANSWERS when that key is not set.
-    PUSH_BREAKER_THRESHOLD = count(10, "deprecated: read as PUSH_BREAKER_MIN_ANSWERS when that is unset")
-    PUSH_BREAKER_WINDOW = count(20, "answers per breaker scope the failure ratio is taken over")
+    PUSH_BREAKER_THRESHOLD = count(200, "deprecated: read as PUSH_BREAKER_MIN_ANSWERS when that is unset")
+    PUSH_BREAKER_WINDOW = count(400, "answers per breaker scope the failure ratio is taken over")
     PUSH_BREAKER_MIN_ANSWERS = Key(
-        10,
+        200,
         "answers a breaker scope's window must hold before its failure ratio can open it",
         kind=int,
         minimum=1,
         fallback=PUSH_BREAKER_THRESHOLD,
+    )
+    PUSH_BREAKER_RUN = count(
+        20,
+        "failures in a row (in start order) that open a breaker scope before its volume is reached; 0: never",
+        minimum=0,
     )
     PUSH_BREAKER_RATIO = Key(0.5, "share of failures in the window that opens a breaker scope", kind=float, above=0.0)
     PUSH_BREAKER_COOLDOWN = seconds(30.0, "how long rows held back by an open breaker wait", minimum=0.0)

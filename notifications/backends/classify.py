@@ -4,6 +4,8 @@ Pure functions from a `CappedResponse` / `ExchangeFailed` to a `SendResult`; the
 cases (a token-level refusal, an auth error in the provider's own JSON) stay in each backend.
 """
 
+from dataclasses import replace
+
 from notifications.backends.base import Outcome, SendResult
 from notifications.backends.http import CappedResponse, ExchangeFailed
 
@@ -87,3 +89,10 @@ def throttled_or_unavailable(response: CappedResponse, *, what: str, secrets: li
         reason=f"{what} (HTTP {status}{asked}){': ' + body if body else ''}.",
         systemic=status != 408,
     )
+
+
+def throttled_subscription(response: CappedResponse, *, where: str, secrets: list[str]) -> SendResult:
+    """A 429 about one destination (a Web Push subscription): temporary, its Retry-After kept for that row,
+    and not systemic: one heavily pushed subscriber must not hold everyone else on the same service."""
+    result = throttled_or_unavailable(response, what=f"{where} is throttling this subscription", secrets=secrets)
+    return replace(result, systemic=False)

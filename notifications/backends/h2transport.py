@@ -41,6 +41,7 @@ What callers can rely on (`capped_request()` turns the failures into `ExchangeFa
 
 import asyncio
 import itertools
+import logging
 import re
 import ssl
 import time
@@ -59,6 +60,16 @@ import hpack
 from notifications.backends.h2waiters import SendWaiters
 
 KEEPALIVE_SECONDS = 5.0  # like httpx's default: a connection idle this long is closed, not reused
+# A peer's frames that carry no answer (PING, PRIORITY, SETTINGS, WINDOW_UPDATE, 1xx, empty or tiny DATA,
+# frames on streams that ended, unknown types) add to its connection's waste; every frame that moves an
+# answer on (response headers, a body's data, a stream's end or reset) takes `_ANSWER_CREDIT` off it.
+# A connection whose waste passes `WASTE_LIMIT` is closed (GOAWAY ENHANCE_YOUR_CALM): a legitimate
+# server sends a few such frames per answer at most, a flood thousands a second.
+WASTE_LIMIT = 500
+_ANSWER_CREDIT = 8
+_WASTE_BYTES = 4096  # a wasted frame also costs one more unit per this many bytes of payload
+_USEFUL_DATA = 1024  # DATA smaller than this counts as an answer only when it ends its stream
+_READ_SLICE = 16 * 1024  # bytes of frames handled per turn of the event loop; the rest waits its next turn
 _READ_WINDOW = 1 << 20  # the connection receive window we offer (answers are small; this avoids stalls)
 _REFUSED = h2.errors.ErrorCodes.REFUSED_STREAM
 _CANCEL = h2.errors.ErrorCodes.CANCEL
@@ -70,6 +81,7 @@ _MEMO_URLS = 4096  # split URLs a client remembers (Web Push has one per device)
 _POOL_MIN_STREAMS = 100
 _RETRY_EXTRA_SECONDS = 5.0  # after a failed connect for another connection: use the open ones meanwhile
 _serials = itertools.count(1)  # names connections and connect attempts (incidents) within a process
+logger = logging.getLogger(__name__)
 _pending = itertools.count(1)  # keys requests waiting for window room before they have a stream (as -n)
 
 Headers = list[tuple[bytes, bytes]]
@@ -209,6 +221,17 @@ class NoHTTP2(H2Failure):
         super().__init__("unreachable", detail)
 
 
+class _Flood(h2.exceptions.ProtocolError):
+    """The peer sent more frames carrying no answer than `WASTE_LIMIT` allows: h2 answers with GOAWAY
+    (ENHANCE_YOUR_CALM, the code RFC 9113 gives for a peer generating excessive load) and closes."""
+
+    error_code = h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+
+
+_ANSWERING = frozenset({h2.events.ResponseReceived, h2.events.TrailersReceived, h2.events.StreamEnded,
+                        h2.events.StreamReset})  # fmt: skip
+
+
 class _Stream:
     """One request's stream: what came back on it, and the future its sender awaits."""
 
@@ -277,12 +300,42 @@ class _H2Connection(h2.connection.H2Connection):
         # h2's count of our open streams, kept while no call could have closed one (None: count again).
         self._open_out: int | None = None
         self._closing_now = False  # inside such a call: states change as it goes, so nothing is kept
+        self.waste = 0  # frames that carried no answer, less the credit of those that did (`_count`)
+        self.wasted_frames = 0  # every frame that carried no answer, for the record
+        self.events_in: list[h2.events.Event] = []  # what the frames read so far said (kept on a ProtocolError)
+        # Whether a sender waits for the window a WINDOW_UPDATE on this stream (0: the connection) opens:
+        # such an update moves a request on, and is no waste (a peer with a tiny window sends many).
+        self.window_wanted: Callable[[int], bool] = lambda stream_id: False
 
     def _begin_new_stream(self, stream_id: int, allowed_ids: Any) -> h2.stream.H2Stream:
         stream = super()._begin_new_stream(stream_id, allowed_ids)
         stream.__class__ = _CheckedStream  # h2 builds the stream itself: only its class is ours
         stream.checked = self.checked_headers  # type: ignore[attr-defined]
         return stream
+
+    def _receive_frame(self, frame: Any) -> list[h2.events.Event]:
+        """Each frame's events go to `events_in` as they come, so that those of the frames before a
+        protocol error (or a flood) in the same read are still handled; then the frame is counted."""
+        events = super()._receive_frame(frame)
+        self.events_in.extend(events)
+        self._count(frame, events)
+        return []
+
+    def _count(self, frame: Any, events: list[h2.events.Event]) -> None:
+        """Add a frame to the waste unless it moved an answer on; raise `_Flood` past the limit."""
+        for event in events:
+            kind = type(event)
+            if kind in _ANSWERING or (
+                kind is h2.events.DataReceived and len(event.data or b"") >= _USEFUL_DATA  # type: ignore[attr-defined]
+            ):
+                self.waste = max(0, self.waste - _ANSWER_CREDIT)
+                return
+            if kind is h2.events.WindowUpdated and self.window_wanted(event.stream_id or 0):  # type: ignore[attr-defined]
+                return  # room a request body was waiting for: neither waste nor an answer
+        self.wasted_frames += 1
+        self.waste += 1 + getattr(frame, "body_len", 0) // _WASTE_BYTES
+        if self.waste > WASTE_LIMIT:
+            raise _Flood(f"{self.wasted_frames} frames that carried no answer (more than {WASTE_LIMIT} in a row)")
 
     def _receive_goaway_frame(self, frame: Any) -> tuple[list[Any], list[h2.events.Event]]:
         event = h2.events.ConnectionTerminated()
@@ -311,7 +364,11 @@ class _H2Connection(h2.connection.H2Connection):
             self._open_out += 1  # a new stream is open (or half closed) as it leaves, whatever its flags
 
     def receive_data(self, data: Any) -> list[h2.events.Event]:
-        events: list[h2.events.Event] = self._closing(super().receive_data, data)
+        """The events the frames in `data` raised. On a ProtocolError (a flood included), the events of
+        the frames before it are in `events_in`."""
+        self.events_in = []
+        self._closing(super().receive_data, data)
+        events, self.events_in = self.events_in, []
         return events
 
     def send_data(self, *args: Any, **kwargs: Any) -> None:
@@ -361,9 +418,15 @@ class _H2Connection(h2.connection.H2Connection):
 
 
 class _Connection(asyncio.Protocol):
-    """One HTTP/2 connection: the h2 state machine, the transport, and the streams open on it."""
+    """One HTTP/2 connection: the h2 state machine, the transport, and the streams open on it.
 
-    def __init__(self) -> None:
+    Each connection keeps to a budget, so that one peer cannot take the event loop from every other
+    origin and backend: at most `_READ_SLICE` bytes of its frames are handled per turn of the loop
+    (reading pauses until the rest is done), a flood of frames that carry no answer closes it
+    (`WASTE_LIMIT`), it is closed after `KEEPALIVE_SECONDS` with no stream open, and once it is shut
+    nothing more it sends is read or answered."""
+
+    def __init__(self, where: str = "") -> None:
         # Outbound headers are checked by `check_headers` (the client builds them lower-case).
         config = h2.config.H2Configuration(
             client_side=True, header_encoding=None, validate_outbound_headers=False, normalize_outbound_headers=False
@@ -383,6 +446,12 @@ class _Connection(asyncio.Protocol):
         self.settled = False  # the peer's first SETTINGS frame arrived: its stream limit is known
         # The senders waiting here for a stream slot or for flow-control room, each woken on its own.
         self.waiters = SendWaiters()
+        self.h2.window_wanted = self.waiters.waiting_for_window
+        self.where = where  # host:port, for the one log line a closing connection may write
+        self.shut = False  # the transport was closed or aborted, or the peer ended TLS: nothing more is read or written
+        self._backlog = b""  # received bytes waiting for the next turn of the loop (reading paused meanwhile)
+        self._paused = False  # reading paused for the backlog
+        self._idle_timer: asyncio.TimerHandle | None = None
 
     # --- asyncio.Protocol -----------------------------------------------------------------------------
 
@@ -391,18 +460,74 @@ class _Connection(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
+        if self.shut:
+            return  # closed on our side: a peer still writing is neither read nor answered
+        if self._backlog:
+            self._backlog += data  # behind what waits for the next turn
+            return
+        self._take(data)
+
+    def _take(self, data: bytes) -> None:
+        """Handle at most `_READ_SLICE` bytes now; the rest on the loop's next turn, reading paused meanwhile."""
+        if len(data) > _READ_SLICE:
+            self._backlog = data[_READ_SLICE:]
+            data = data[:_READ_SLICE]
+            if self.transport is not None:
+                self.transport.pause_reading()
+                self._paused = True
+                asyncio.get_running_loop().call_soon(self._take_backlog)
+        self._receive(data)
+
+    def _take_backlog(self) -> None:
+        data, self._backlog = self._backlog, b""
+        if self.shut:
+            return
+        self._take(data)
+        if not self._backlog and not self.shut and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def _receive(self, data: bytes) -> None:
+        failure: Exception | None = None
         try:
             events = self.h2.receive_data(data)
         except h2.exceptions.ProtocolError as exc:
-            self._lose(f"the peer broke the HTTP/2 protocol ({type(exc).__name__}: {exc})")
+            failure = exc
+            events, self.h2.events_in = self.h2.events_in, []
+        try:
+            for event in events:  # the frames before a protocol error were fine: their answers stand
+                self._on(event)
+        except Exception as exc:  # noqa: BLE001 - a peer's answer this client cannot read must not reach asyncio
+            failure = failure or exc
+        if failure is None:
+            self.flush()
             return
-        for event in events:
-            self._on(event)
-        self.flush()
+        self.flush()  # h2's GOAWAY (ENHANCE_YOUR_CALM for a flood, PROTOCOL_ERROR otherwise) goes out first
+        if isinstance(failure, _Flood):
+            why = f"the peer flooded the connection with {failure}"
+        else:
+            why = f"the peer broke the HTTP/2 protocol ({type(failure).__name__}: {failure})"
+        logger.warning("Closed the HTTP/2 connection to %s: %s", self.where or "a push service", why)
+        self._lose(why, graceful=True)
+
+    def eof_received(self) -> bool | None:
+        self.shut = True  # the peer ended TLS: whatever h2 would still write is dropped by the transport
+        return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         why = f"the connection was lost ({type(exc).__name__}: {exc})" if exc else "the peer closed the connection"
         self._lose(why)
+
+    def _watch_idle(self) -> None:
+        """Close the connection once no stream was open on it for `KEEPALIVE_SECONDS` (checked that often):
+        a peer may not keep a connection nobody uses, nor use it to talk to a client that is not listening."""
+        self._idle_timer = None
+        if self.shut:
+            return
+        if not self.streams and time.monotonic() - self.idle_since >= KEEPALIVE_SECONDS:
+            self.close()
+            return
+        self._idle_timer = asyncio.get_running_loop().call_later(KEEPALIVE_SECONDS, self._watch_idle)
 
     # --- events ---------------------------------------------------------------------------------------
 
@@ -413,7 +538,7 @@ class _Connection(asyncio.Protocol):
         elif kind is h2.events.ResponseReceived:
             stream = self.streams.get(event.stream_id)  # type: ignore[attr-defined]
             if stream is not None:
-                self._on_headers(stream, event.headers or [])  # type: ignore[attr-defined]
+                self._on_headers(stream, event.stream_id, event.headers or [])  # type: ignore[attr-defined]
         elif kind is h2.events.StreamEnded:
             stream_id = event.stream_id or 0  # type: ignore[attr-defined]
             stream = self.streams.pop(stream_id, None)
@@ -435,14 +560,21 @@ class _Connection(asyncio.Protocol):
             self.settled = True
             self.waiters.wake_all()  # the stream limit or every stream's window may have changed
 
-    def _on_headers(self, stream: _Stream, headers: Headers) -> None:
+    def _on_headers(self, stream: _Stream, stream_id: int, headers: Headers) -> None:
         # An informational (1xx) block may come first; the final one replaces it.
         status, kept = 0, []
         for name, value in headers:
             if name == b":status":
-                status = int(value)
+                status = int(value) if len(value) == 3 and value.isdigit() else -1
             elif not name.startswith(b":"):
                 kept.append((name, value))
+        if status < 100:
+            # Not an answer this client can read (`:status: abc`): the stream is reset (PROTOCOL_ERROR) and
+            # its request may have been acted on.
+            shown = next((v for n, v in headers if n == b":status"), b"")[:20]
+            self.forget(stream_id, code=h2.errors.ErrorCodes.PROTOCOL_ERROR)
+            stream.fail("dropped", f"the peer answered stream {stream_id} with a malformed :status {shown!r}")
+            return
         if status >= 200 or not stream.status:
             stream.status, stream.headers = status, kept
 
@@ -496,7 +628,9 @@ class _Connection(asyncio.Protocol):
         if not self.streams:
             self.close()
 
-    def _lose(self, why: str) -> None:
+    def _lose(self, why: str, *, graceful: bool = False) -> None:
+        """End every stream (`_Stream.cut`) and the transport. `graceful`: what h2 framed last (its GOAWAY)
+        is written before the close; nothing the peer sends from now on is read."""
         if not self.closed:
             self.closed = True
             self.why_closed = why
@@ -504,8 +638,24 @@ class _Connection(asyncio.Protocol):
             stream.cut(why, self.incident)
         self.streams.clear()
         self.waiters.wake_all()
+        self._shut()
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.abort()
+            if graceful:
+                self.transport.close()
+            else:
+                self.transport.abort()
+
+    def _shut(self) -> None:
+        """Read and write nothing more. Reading resumes if the backlog paused it: a TLS transport does not
+        flush what is left to write (a GOAWAY) nor finish its close while its reading is paused."""
+        self.shut = True
+        self._backlog = b""
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        if self._paused and self.transport is not None and not self.transport.is_closing():
+            self._paused = False
+            self.transport.resume_reading()
 
     def _stream_closed(self) -> None:
         if not self.streams:
@@ -539,7 +689,7 @@ class _Connection(asyncio.Protocol):
         asyncio's `write()` on a closing transport drops the bytes without a word, so a request may be
         called sent only when this returned True."""
         out = self.h2.data_to_send()
-        if self.transport is None or self.transport.is_closing():
+        if self.transport is None or self.shut or self.transport.is_closing():
             return False
         if out:
             self.transport.write(out)
@@ -557,14 +707,16 @@ class _Connection(asyncio.Protocol):
             why = self.why_closed or "the connection closed"
             raise H2Failure("unreachable", f"{why} before the request was written", incident=self.incident)
 
-    def forget(self, stream_id: int) -> None:
+    def forget(self, stream_id: int, code: h2.errors.ErrorCodes = _CANCEL) -> None:
         """Give a stream up: reset it (CANCEL) so the peer stops, and drop its state so nothing late binds."""
         if self.streams.pop(stream_id, None) is None:
             return
         self.waiters.stream_gone(stream_id)
+        # The peer may well answer the reset with frames of its own on that stream: allow for them.
+        self.h2.waste = max(0, self.h2.waste - 2)
         if not self.closed:
             try:
-                self.h2.reset_stream(stream_id, error_code=_CANCEL)
+                self.h2.reset_stream(stream_id, error_code=code)
             except h2.exceptions.H2Error:
                 pass  # already closed on the peer's side
             self.flush()
@@ -580,6 +732,7 @@ class _Connection(asyncio.Protocol):
             except h2.exceptions.H2Error:
                 pass
         self.waiters.wake_all()  # no new stream here: those still to open one go to a new connection
+        self._shut()
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
 
@@ -820,7 +973,7 @@ class H2Client:
             async with asyncio.timeout(self._connect_timeout):
                 addresses = [host] if self._resolve is None else [str(a) for a in await self._resolve(host, port)]
                 progress.at("connecting")
-                transport, connection = await _dial(loop, addresses, port)
+                transport, connection = await _dial(loop, addresses, port, where=f"{host}:{port}")
                 progress.at("in the TLS handshake")
                 tls = await loop.start_tls(transport, connection, self._context(), server_hostname=host)
         except Exception as exc:  # noqa: BLE001 - the resolver's refusal too: all of it is "nothing was sent"
@@ -839,6 +992,8 @@ class H2Client:
         connection.h2.initiate_connection()
         connection.h2.increment_flow_control_window(_READ_WINDOW)
         connection.flush()
+        connection.idle_since = time.monotonic()
+        connection._watch_idle()
         self._connections[origin] = [*self._prune(origin, time.monotonic()), connection]
         return connection
 
@@ -891,10 +1046,12 @@ def too_late(deadline_at: float, timeout: float) -> bool:
     return deadline_at - time.monotonic() < max(0.05, timeout / 10)
 
 
-async def _dial(loop: asyncio.AbstractEventLoop, addresses: list[str], port: int) -> tuple[Any, _Connection]:
+async def _dial(
+    loop: asyncio.AbstractEventLoop, addresses: list[str], port: int, *, where: str = ""
+) -> tuple[Any, _Connection]:
     error: Exception | None = None
     for address in addresses:
-        connection = _Connection()
+        connection = _Connection(where)
         try:
             transport, _ = await loop.create_connection(lambda c=connection: c, address, port)  # type: ignore[misc]
         except OSError as exc:

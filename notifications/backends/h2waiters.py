@@ -67,6 +67,12 @@ class SendWaiters:
 
     # --- waking ----------------------------------------------------------------------------------------
 
+    def waiting_for_window(self, stream_id: int) -> bool:
+        """Whether a sender waits for the window a WINDOW_UPDATE on `stream_id` (0: the connection's) opens."""
+        if not stream_id:
+            return bool(self._connection_window)
+        return stream_id in self._stream_window or stream_id in self._connection_window
+
     def slot_freed(self) -> None:
         """One stream ended (or a woken sender did not use its slot): wake the next sender waiting for one."""
         slots = self._slots

@@ -62,7 +62,9 @@ def request_bytes(method: bytes, target: bytes, headers: list[tuple[bytes, bytes
 class Response:
     """One response being read from `reader`: `head()` first, then `chunk()` until it returns b""."""
 
-    __slots__ = ("reader", "status", "reason", "headers", "keep_alive", "complete", "_left", "_chunked", "_to_close")
+    __slots__ = (
+        "reader", "status", "reason", "headers", "keep_alive", "complete", "bound", "_left", "_chunked", "_to_close",
+    )  # fmt: skip
 
     def __init__(self, reader: asyncio.StreamReader) -> None:
         self.reader = reader
@@ -71,6 +73,7 @@ class Response:
         self.headers: list[tuple[bytes, bytes]] = []
         self.keep_alive = False  # the connection may carry another exchange after this body
         self.complete = False  # the body was read to its end
+        self.bound = False  # it echoed its request's Idempotency-Key: provably that request's answer
         self._left = 0  # bytes left of a Content-Length body or of the current chunk
         self._chunked = False
         self._to_close = False  # the body runs until the peer closes
@@ -79,39 +82,59 @@ class Response:
         """Read the status line and headers of the final (non-1xx) response."""
         budget = MAX_HEAD
         while True:
-            line, budget = await self._line(budget)
-            match = _STATUS.fullmatch(line)
-            if match is None:
-                raise ProtocolError(f"not an HTTP/1.x status line: {line[:40]!r}")
-            minor, status = match.group(1), int(match.group(2))
-            if status < 100:
-                # Three digits, but no status class: h11 (httpx's reader) refuses it, and "0xx" is no interim answer.
-                raise ProtocolError(f"status code {status:03d} is below 100")
-            fields: list[tuple[bytes, bytes]] = []
-            while True:
-                line, budget = await self._line(budget)
-                if not line:
-                    break
-                if line[:1] in (b" ", b"\t"):
-                    raise ProtocolError("a folded header line (obsolete line folding)")
-                name, colon, value = line.partition(b":")
-                if not colon or not _TOKEN.fullmatch(name):
-                    raise ProtocolError(f"a malformed header line: {line[:40]!r}")
-                value = value.strip(_OWS)
-                if not _VALUE.fullmatch(value):
-                    raise ProtocolError(f"header {name[:40]!r} holds a control character")
-                fields.append((name, value))
-                if len(fields) > MAX_FIELDS:
-                    raise ProtocolError(f"more than {MAX_FIELDS} header fields")
+            (minor, status, reason), budget = await self._status_line(budget)
+            fields, budget = await self._fields(budget)
             if status == 101:
                 raise ProtocolError("the peer switched protocols")
             framing = _framing(fields)  # checked on interim answers too: they must be readable
             if status >= 200:
                 break
             # 1xx: an interim answer; the final one follows.
-        self.status, self.reason, self.headers = status, match.group(3) or b"", fields
+        self.status, self.reason, self.headers = status, reason, fields
+        self._frame(minor == b"1", status, framing, head_request)
+
+    def field(self, name: bytes) -> bytes | None:
+        """The value of header `name` (lower-case), the first if it repeats; None when absent."""
+        for key, value in self.headers:
+            if key.lower() == name:
+                return value
+        return None
+
+    async def _status_line(self, budget: int) -> tuple[tuple[bytes, int, bytes], int]:
+        """(HTTP minor version, status, reason) of the next status line, and the budget left."""
+        line, budget = await self._line(budget)
+        match = _STATUS.fullmatch(line)
+        if match is None:
+            raise ProtocolError(f"not an HTTP/1.x status line: {line[:40]!r}")
+        status = int(match.group(2))
+        if status < 100:
+            # Three digits, but no status class: h11 (httpx's reader) refuses it, and "0xx" is no interim answer.
+            raise ProtocolError(f"status code {status:03d} is below 100")
+        return (match.group(1), status, match.group(3) or b""), budget
+
+    async def _fields(self, budget: int) -> tuple[list[tuple[bytes, bytes]], int]:
+        """The header fields up to the blank line, and the budget left."""
+        fields: list[tuple[bytes, bytes]] = []
+        while True:
+            line, budget = await self._line(budget)
+            if not line:
+                return fields, budget
+            if line[:1] in (b" ", b"\t"):
+                raise ProtocolError("a folded header line (obsolete line folding)")
+            name, colon, value = line.partition(b":")
+            if not colon or not _TOKEN.fullmatch(name):
+                raise ProtocolError(f"a malformed header line: {line[:40]!r}")
+            value = value.strip(_OWS)
+            if not _VALUE.fullmatch(value):
+                raise ProtocolError(f"header {name[:40]!r} holds a control character")
+            fields.append((name, value))
+            if len(fields) > MAX_FIELDS:
+                raise ProtocolError(f"more than {MAX_FIELDS} header fields")
+
+    def _frame(self, http11: bool, status: int, framing: tuple[list[bytes], bool, bool], head_request: bool) -> None:
+        """How the body is delimited, and whether the connection may carry another exchange after it."""
         lengths, chunked, close = framing
-        self.keep_alive = minor == b"1" and not close
+        self.keep_alive = http11 and not close
         if head_request or status in _NO_BODY:
             self.complete = True
         elif chunked:

@@ -15,12 +15,17 @@ What callers can rely on:
 - After that, failures raise `httpx.ReadError` / `httpx.RemoteProtocolError` (the peer may have it).
 - Just before the first byte is written, the request's `trace` extension (if any) hears
   `http11.send_request_headers.started`, like httpcore's; `exchange()` calls its `on_send`.
-- Every answer belongs to the request it follows, by construction: a connection goes back to the
-  pool only after an exchange read to its framed end with nothing more buffered, and it is reused
-  only if, at that moment, nothing is buffered or readable on it (the probe httpcore does). Any byte
-  the peer sends outside an exchange (an extra copy of an answer, an unsolicited 408, the tail of a
-  body longer than its Content-Length, an answer to half a request) closes the connection, so it can
-  never be read as the next request's answer. An answer that arrives before the request was fully
+- Every answer belongs to the request it follows. HTTP/1.1 has no request ids, and a peer may write
+  a stray answer (a second copy, written a few milliseconds after the first) at any moment after an
+  exchange ended, so a connection is reused only after an answer that proved it was its request's
+  own: the request carried an `Idempotency-Key` and the answer echoed that key back. Otherwise the
+  connection carries nothing more: it is closed after the exchange, and later requests to an origin
+  that does not echo go out with `Connection: close` (the peer then closes first). On a connection
+  whose answers echo the key, an answer echoing another request's key is a stray: it is read to its
+  end and dropped, and the request's own answer is the next one (at most `_MAX_STRAYS` are passed
+  over). Besides that, a connection goes back to the pool only after an exchange read to its framed
+  end with nothing more buffered, and it is reused only if, at that moment, nothing is buffered or
+  readable on it (the probe httpcore does). An answer that arrives before the request was fully
   written is this request's answer, but its connection is not reused either. A cancelled, failed or
   cut-short exchange (a body read only up to a cap) closes the connection, and so does the peer's
   `close`.
@@ -39,17 +44,22 @@ from notifications.backends.tls import client_context
 
 _READ = 65536
 _KEEPALIVE_SECONDS = 5.0  # an idle connection older than this is closed rather than reused
+_ECHO = b"idempotency-key"  # the request header whose echo in an answer binds the answer to it
+_MAX_STRAYS = 4  # answers echoing another request's key passed over before the exchange gives up
+_CLOSE = (b"Connection", b"close")
+_ORIGINS_KEPT = 1024  # origins remembered as not echoing (a webhook has one; the set must stay bounded)
 
 Origin = tuple[bytes, bytes, int]
 
 
 class _Connection:
-    __slots__ = ("reader", "writer", "idle_since")
+    __slots__ = ("reader", "writer", "idle_since", "proved")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
         self.idle_since = 0.0
+        self.proved = False  # an earlier answer on it echoed its request's key (so it was kept)
 
     def reusable(self, now: float) -> bool:
         """Whether the next request may use this idle connection: open, quiet, and not too old."""
@@ -80,6 +90,9 @@ class LeanTransport(httpx.AsyncBaseTransport):
         self._waiters: list[asyncio.Future[None]] = []
         self._verify = verify
         self._ssl: ssl.SSLContext | None = None
+        # Origins whose last answer did not echo its request's key: their connections are used once,
+        # and their requests say `Connection: close` so that the peer ends the connection first.
+        self._unproved: set[Origin] = set()
 
     async def exchange(
         self,
@@ -99,12 +112,14 @@ class LeanTransport(httpx.AsyncBaseTransport):
         async generators cost a push worker about as much CPU as the socket work itself.
         `headers` must carry Host; Content-Length is added from `content`.
         """
-        wire = _framed(method, url, headers, content)
+        key = _key(headers)
+        wire = _framed(method, url, self._closing(url, headers, key), content)
         origin, connection = await self._acquire(url, on_phase)
         reusable = False
         try:
             on_send()
-            response = await _send(connection, wire, head_request=method == b"HEAD")
+            response = await _send(connection, wire, head_request=method == b"HEAD", key=key, cap=cap)
+            self._bind(origin, connection, response, key)
             chunks: list[bytes] = []
             size = 0
             while data := await response.chunk():
@@ -127,13 +142,15 @@ class LeanTransport(httpx.AsyncBaseTransport):
         body = request.content if isinstance(request.stream, httpx.ByteStream) else await request.aread()
         # The body is sent whole, framed by its length (httpx may have announced a chunked stream).
         headers = [(n, v) for n, v in request.headers.raw if n.lower() not in (b"content-length", b"transfer-encoding")]
-        wire = _framed(request.method.encode("ascii"), url, headers, body)
+        key = _key(headers)
+        wire = _framed(request.method.encode("ascii"), url, self._closing(url, headers, key), body)
         origin, connection = await self._acquire(url)
         trace = request.extensions.get("trace")
         try:
             if trace is not None:
                 await trace("http11.send_request_headers.started", {"request": request})
-            response = await _send(connection, wire, head_request=request.method == "HEAD")
+            response = await _send(connection, wire, head_request=request.method == "HEAD", key=key, cap=_READ)
+            self._bind(origin, connection, response, key)
         except (OSError, http11.ProtocolError) as exc:
             self._done(origin, connection, reusable=False)
             raise _read_error(exc) from exc
@@ -153,15 +170,47 @@ class LeanTransport(httpx.AsyncBaseTransport):
                 connection.close()
         self._idle.clear()
 
+    # --- binding answers to requests ------------------------------------------------------------
+
+    def _closing(
+        self, url: httpx.URL, headers: list[tuple[bytes, bytes]], key: bytes | None
+    ) -> list[tuple[bytes, bytes]]:
+        """`headers`, with `Connection: close` when this request's answer cannot prove itself (no key to
+        echo) or its origin's last answer did not: the connection will carry nothing after it."""
+        if key is None or _origin(url) in self._unproved:
+            return [*(field for field in headers if field[0].lower() != b"connection"), _CLOSE]
+        return headers
+
+    def _bind(self, origin: Origin, connection: _Connection, response: http11.Response, key: bytes | None) -> None:
+        """Decide whether `response` is provably its request's answer, and whether its connection may be kept.
+
+        Proved (it echoed the key): kept if nothing else forbids it. Not proved: the connection carries
+        nothing more, and the origin's next requests say `Connection: close`. On a connection whose earlier
+        answers echoed, an answer that does not is not taken as this request's: it may be anything the
+        peer wrote out of turn (an unsolicited 408 racing the request), so the exchange fails."""
+        echoed = response.field(_ECHO)
+        response.bound = key is not None and echoed is not None  # `_send` passed over other keys' answers
+        if response.bound:
+            self._unproved.discard(origin)
+            connection.proved = True
+            return
+        response.keep_alive = False
+        if len(self._unproved) < _ORIGINS_KEPT:
+            self._unproved.add(origin)
+        if connection.proved and key is not None:
+            raise http11.ProtocolError(
+                f"an answer (HTTP {response.status}) without this request's Idempotency-Key on a connection "
+                "whose earlier answers echoed theirs: it may not be this request's"
+            )
+
     # --- the pool ---------------------------------------------------------------------------------
 
     async def _acquire(
         self, url: httpx.URL, on_phase: Callable[[str], None] | None = None
     ) -> tuple[Origin, _Connection]:
-        scheme = url.raw_scheme
-        tls = scheme == b"https"
-        port = url.port or (443 if tls else 80)
-        origin = (scheme, url.raw_host, port)
+        origin = _origin(url)
+        tls = origin[0] == b"https"
+        port = origin[2]
         connection = self._idle_connection(origin)
         while connection is None and self._open >= self._max:
             waiter = asyncio.get_running_loop().create_future()
@@ -232,7 +281,24 @@ def _framed(method: bytes, url: httpx.URL, headers: list[tuple[bytes, bytes]], c
         raise httpx.LocalProtocolError(str(exc)) from exc
 
 
-async def _send(connection: _Connection, wire: bytes, *, head_request: bool) -> http11.Response:
+def _origin(url: httpx.URL) -> Origin:
+    scheme = url.raw_scheme
+    return scheme, url.raw_host, url.port or (443 if scheme == b"https" else 80)
+
+
+def _key(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    """The request's Idempotency-Key, which an answer may echo to prove it is this request's own."""
+    for name, value in headers:
+        if len(name) == 15 and name.lower() == _ECHO:
+            return value.strip(b" \t")
+    return None
+
+
+async def _send(
+    connection: _Connection, wire: bytes, *, head_request: bool, key: bytes | None, cap: int
+) -> http11.Response:
+    """Write the request and read the head of its own answer (the connection kept only if the answer
+    proved it is its own; answers echoing another request's key are read past)."""
     writer = connection.writer
     writer.write(wire)
     early = False
@@ -240,13 +306,30 @@ async def _send(connection: _Connection, wire: bytes, *, head_request: bool) -> 
         # The request did not leave in one go: a peer may answer before reading all of it.
         await writer.drain()
         early = connection.buffered() or _readable(writer)
-    response = http11.Response(connection.reader)
-    await response.head(head_request=head_request)
+    for _ in range(_MAX_STRAYS + 1):
+        response = http11.Response(connection.reader)
+        await response.head(head_request=head_request)
+        echoed = response.field(_ECHO)
+        if key is None or echoed is None or echoed.strip(b" \t") == key:
+            break
+        # An answer to another request (a late copy of an earlier answer): it is none of this request's.
+        await _drop(response, cap)
+    else:
+        raise http11.ProtocolError(f"more than {_MAX_STRAYS} answers to other requests came before this one's")
     if early:
         # An answer to half a request: it is this request's answer, but the peer may read the rest of
         # the request as another one and answer that too, so the connection carries nothing more.
         response.keep_alive = False
     return response
+
+
+async def _drop(response: http11.Response, cap: int) -> None:
+    """Read a stray answer's body to its framed end (at most `cap` bytes, else the exchange fails)."""
+    size = 0
+    while data := await response.chunk():
+        size += len(data)
+        if size > cap:
+            raise http11.ProtocolError("a stray answer to another request longer than the body cap")
 
 
 def _readable(writer: asyncio.StreamWriter) -> bool:

@@ -411,6 +411,8 @@ def classify_webpush(
             f"(the key the subscriptions were created with) and vapid_subject{tail}.",
             systemic=True, fatal=True, **base,
         )  # fmt: skip
+    if status == 429:
+        return classify.throttled_subscription(response, where=where, secrets=secrets)  # this subscription only
     if kind in (HttpClass.THROTTLED, HttpClass.SERVER, HttpClass.TIMEOUT):
         return classify.throttled_or_unavailable(response, what=f"The push service {where} is busy", secrets=secrets)
     return SendResult(outcome=Outcome.PERMANENT, reason=f"{where} refused the message (HTTP {status}){tail}.", **base)

@@ -7,8 +7,11 @@ going to it. Per scope:
 - *closed*: every row may start. Each answer goes into a window of the last `window` answers. A
   failure is a systemic answer (5xx, 429, unreachable, a redirect, refused credentials) or an
   `unknown` one (no answer: the peer may be hanging). It opens when the window holds at least
-  `min_answers` answers and at least `ratio` of them are failures, or at once on a fatal answer
-  (credentials, a redirect). Answers complete in any order (a failure often comes back sooner than a
+  `min_answers` answers and at least `ratio` of them are failures, when the last `run` answers all
+  failed, or at once on a fatal answer (credentials, a redirect). The defaults are sized so that a
+  provider failing one request in three stays closed (docs/breaker.md has the arithmetic, and
+  tests/notifications/test_breaker_rule.py checks it), while one failing nine in ten opens within
+  a few hundred answers at most. Answers complete in any order (a failure often comes back sooner than a
   delivery), so each row allowed to start takes a ticket, and answers enter the window in the order
   their rows started: the window is a fair sample of what was sent, not of what happened to answer
   first. An answer waits for the earlier ones only while fewer than `window` answers wait behind a
@@ -38,9 +41,10 @@ CLOSED, OPEN, HALF_OPEN = "closed", "open", "half-open"
 class BreakerRule:
     """The numbers every scope's breaker follows (WEAVE PUSH_BREAKER_* settings)."""
 
-    window: int = 20
-    min_answers: int = 10
+    window: int = 400
+    min_answers: int = 200
     ratio: float = 0.5
+    run: int = 20  # failures in a row (in start order) that open it whatever the volume; 0: never
     cooldown: float = 30.0
     cap: float = 3600.0  # longest hold a backend's own Retry-After may set
     origin_cap: float = 300.0  # longest hold a user-chosen origin may set
@@ -63,6 +67,8 @@ class CircuitBreaker:
     hold_until: float = 0.0  # monotonic time the current hold ends
     probing: bool = False  # a half-open probe is out
     answers: deque[bool] = field(default_factory=deque)  # True: a failure
+    failures: int = 0  # how many of `answers` are failures
+    streak: int = 0  # failures judged in a row since the last healthy answer
     incidents: deque[str] = field(default_factory=deque)  # incidents already counted (the last `window`)
     issued: int = 0  # tickets handed to rows allowed to start
     judged: int = 0  # the ticket whose answer enters the window next; earlier ones are in (or skipped)
@@ -130,11 +136,15 @@ class CircuitBreaker:
             while len(self.incidents) > self.rule.window:
                 self.incidents.popleft()
         self.answers.append(failed)
+        self.failures += failed
         while len(self.answers) > self.rule.window:
-            self.answers.popleft()
-        failures = sum(self.answers)
-        if len(self.answers) >= self.rule.min_answers and failures >= self.rule.ratio * len(self.answers):
-            return self._open(result, now, f"{failures} of its last {len(self.answers)} answers failed")
+            self.failures -= self.answers.popleft()
+        self.streak = self.streak + 1 if failed else 0
+        rule, failures, seen = self.rule, self.failures, len(self.answers)
+        if seen >= rule.min_answers and failures >= rule.ratio * seen:
+            return self._open(result, now, f"{failures} of its last {seen} answers failed")
+        if rule.run and self.streak >= rule.run:
+            return self._open(result, now, f"its last {self.streak} answers failed, one after another")
         return False
 
     def hold_seconds(self, now: float) -> float:
@@ -157,6 +167,7 @@ class CircuitBreaker:
     def _forget(self) -> None:
         """A fresh window: answers to rows started before now no longer count."""
         self.answers.clear()
+        self.failures = self.streak = 0
         self.incidents.clear()
         self.early.clear()
         self.skipped.clear()

@@ -141,6 +141,7 @@ class PushWorker:
                 window=conf.PUSH_BREAKER_WINDOW,
                 min_answers=conf.PUSH_BREAKER_MIN_ANSWERS,
                 ratio=conf.PUSH_BREAKER_RATIO,
+                run=conf.PUSH_BREAKER_RUN,
                 cooldown=conf.PUSH_BREAKER_COOLDOWN,
                 cap=conf.PUSH_BACKOFF_MAX,
                 origin_cap=conf.PUSH_ORIGIN_HOLD_MAX,

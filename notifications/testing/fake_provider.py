@@ -77,6 +77,9 @@ class FaultConfig:
     # Lost before delivery: hang (then answer 503) or drop the connection BEFORE delivering.
     rate_hang_before: float = 0.0
     rate_drop_before: float = 0.0
+    # Echo each push request's Idempotency-Key in its answer, as a gateway that binds answers to requests
+    # does (the client then keeps the connection); False: a gateway that does not (one exchange each).
+    echo_key: bool = True
 
     def update(self, values: dict[str, Any]) -> None:
         update_settings(self, values)
@@ -299,6 +302,9 @@ class _Handler(FakeHandler):
         config = self.server.state.config
         delta = config.content_length_delta if self.path.rstrip("/") not in _CONTROL else 0
         extra = config.extra_answers if self.path.rstrip("/") not in _CONTROL else 0
+        key = self.headers.get("Idempotency-Key", "")
+        if config.echo_key and key and self.path.rstrip("/") not in _CONTROL:
+            headers = {**headers, "Idempotency-Key": key}
         answer = _answer(status, headers, payload, declared=max(0, len(payload) + delta))
         try:
             self.wfile.write(answer * (1 + max(0, extra)))

@@ -26,7 +26,16 @@ misbehave at the frame level:
 - "stray_stream": deliver each request, then answer it on a stream the client never opened (a raw
   HEADERS frame on the next, even, stream id: a push stream never promised), never on its own;
 - "stream_limit": no fault, only a SETTINGS_MAX_CONCURRENT_STREAMS of `stream_limit` per connection
-  from its first SETTINGS frame (FCM's front ends announce 100); a stream over it is refused.
+  from its first SETTINGS frame (FCM's front ends announce 100); a stream over it is refused;
+- "flood_ping", "flood_priority", "flood_settings", "flood_window_update", "flood_unknown",
+  "flood_rst_ended", "flood_data_ended": answer the first request, then flood the connection (with no
+  stream open) with frames that carry no answer: PINGs, PRIORITY frames, empty SETTINGS, 1-byte
+  WINDOW_UPDATEs, frames of an unknown type, or RST_STREAM or empty DATA on the stream that just
+  ended; until the client closes the connection (or `FLOOD_MAX_FRAMES` are written);
+- "flood_ping_held": hold the first request unanswered and flood PINGs;
+- "flood_empty_data": start the first request's answer (HEADERS, no end) and flood empty DATA frames
+  on it;
+- "bad_status": answer every request with `:status: abc`.
 
 Streams that get past the fault are answered by the fake's own handler, so deliveries are recorded
 as usual. `WireLog` counts what arrived, so a test can tell "sent" from "never left".
@@ -48,9 +57,13 @@ import h2.settings
 
 from notifications.testing.asgi_fake import Request, Response
 
+FLOODS = frozenset({"flood_ping", "flood_priority", "flood_settings", "flood_window_update", "flood_unknown",
+                    "flood_rst_ended", "flood_data_ended", "flood_ping_held", "flood_empty_data"})  # fmt: skip
 WIRE_MODES = frozenset({"", "stall_tls", "refuse_streams", "goaway", "goaway_graceful", "max_streams_1", "reset_after",
                         "reset_before", "drop_before", "hang_before", "tiny_window", "shut_window",
-                        "stray_stream", "stream_limit"})  # fmt: skip
+                        "stray_stream", "stream_limit", "bad_status", *FLOODS})  # fmt: skip
+FLOOD_MAX_FRAMES = 200_000  # a flood stops here if the client never closes the connection
+_FLOOD_BATCH = 256  # frames per write
 
 
 @dataclass
@@ -76,6 +89,9 @@ class WireLog:
     paths: list[str] = field(default_factory=list)  # :path of every stream that arrived and was not refused
     in_flight: int = 0  # processed streams not yet answered, across connections
     peak_in_flight: int = 0
+    flood_frames: int = 0  # frames a flood wrote (some may still be in the socket buffers when it stops)
+    floods_ended: int = 0  # floods that stopped because the client closed the connection
+    goaway_codes: list[int] = field(default_factory=list)  # error codes of the client's GOAWAYs during a flood
 
     def count(self, **deltas: int) -> None:
         with self.lock:
@@ -92,13 +108,17 @@ class WireLog:
                 "handled": self.handled,
                 "paths": list(self.paths),
                 "peak_in_flight": self.peak_in_flight,
+                "flood_frames": self.flood_frames,
+                "floods_ended": self.floods_ended,
+                "goaway_codes": list(self.goaway_codes),
             }
 
     def clear(self) -> None:
         with self.lock:
             self.connections = self.tls_stalled = self.streams = self.refused = self.handled = 0
-            self.in_flight = self.peak_in_flight = 0
+            self.in_flight = self.peak_in_flight = self.flood_frames = self.floods_ended = 0
             self.paths = []
+            self.goaway_codes = []
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -139,6 +159,8 @@ class HostileH2:
         self.tasks: set[asyncio.Task[None]] = set()
         self.writer: asyncio.StreamWriter | None = None
         self.closing = False
+        self.flooding = False  # a flood started: what the client sends is only scanned for its GOAWAY
+        self.scanned = b""
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.log.count(connections=1)
@@ -164,6 +186,9 @@ class HostileH2:
                 self.h2.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 16})
             self._flush()
             while not self.closing and (data := await reader.read(65536)):
+                if self.flooding:
+                    self._scan(data)
+                    continue
                 if self.goaway_said:
                     continue  # a graceful server lets the client read its GOAWAY: frames after it are dropped
                 try:
@@ -251,7 +276,7 @@ class HostileH2:
             elif mode == "max_streams_1":
                 self.busy = True
 
-    def _stray_answer(self, stream_id: int, status: int) -> None:
+    def _stray_answer(self, stream_id: int, status: int | bytes) -> None:
         """A HEADERS frame ending `stream_id`, written raw: h2 would refuse to send on a stream not opened.
 
         The block is encoded without touching any HPACK table (never-indexed literals), so the
@@ -259,7 +284,8 @@ class HostileH2:
         import hpack
         import hyperframe.frame
 
-        block = hpack.Encoder().encode([hpack.NeverIndexedHeaderTuple(b":status", str(status).encode())])
+        value = status if isinstance(status, bytes) else str(status).encode()
+        block = hpack.Encoder().encode([hpack.NeverIndexedHeaderTuple(b":status", value)])
         frame = hyperframe.frame.HeadersFrame(stream_id, data=block, flags=["END_HEADERS", "END_STREAM"])
         self._flush()
         if self.writer is not None:
@@ -291,6 +317,9 @@ class HostileH2:
 
     def _on_request(self, stream_id: int) -> None:
         mode = self.settings.mode
+        if mode in FLOODS:
+            self._spawn(self._flood(stream_id))
+            return
         if mode == "drop_before":
             self.closing = True
             return
@@ -302,6 +331,58 @@ class HostileH2:
             self._spawn(self._hang_then_close())
             return
         self._spawn(self._answer(stream_id))
+
+    # --- floods -------------------------------------------------------------------------------------
+
+    async def _flood(self, stream_id: int) -> None:
+        """Answer (or hold, or start answering) the first request as the mode says, then flood; later
+        requests are answered as usual, unless the mode holds them."""
+        mode = self.settings.mode
+        if self.flooding:
+            if mode not in ("flood_ping_held", "flood_empty_data"):
+                await self._answer(stream_id)
+            return
+        if mode == "flood_empty_data":
+            self.h2.send_headers(stream_id, [(":status", "200")], end_stream=False)
+            self._flush()
+        elif mode != "flood_ping_held":
+            await self._answer(stream_id)
+        frame = _flood_frame(mode, stream_id)
+        self.flooding = True
+        writer = self.writer
+        assert writer is not None
+        written = 0
+        try:
+            while not self.closing and not writer.is_closing() and written < FLOOD_MAX_FRAMES:
+                writer.write(frame * _FLOOD_BATCH)
+                written += _FLOOD_BATCH
+                self.log.count(flood_frames=_FLOOD_BATCH)
+                await writer.drain()
+                # drain() does not yield below the high-water mark, and a bare sleep(0) starved the
+                # reader of this loop: a short pause per batch lets it see the GOAWAY.
+                await asyncio.sleep(0.001)
+        except (OSError, ssl.SSLError):
+            pass
+        finally:
+            if written < FLOOD_MAX_FRAMES:
+                self.log.count(floods_ended=1)  # the client closed the connection (or the fake is stopping)
+
+    def _scan(self, data: bytes) -> None:
+        """Read the client's frames during a flood only for a GOAWAY (h2's state is left behind by the
+        raw frames), and stop serving once it came."""
+        buffer = self.scanned + data
+        while len(buffer) >= 9:
+            length = int.from_bytes(buffer[:3], "big")
+            if len(buffer) < 9 + length:
+                break
+            if buffer[3] == 0x1:  # HEADERS: a request that reached the peer (held, like the first)
+                self.log.count(streams=1)
+            if buffer[3] == 0x7 and length >= 8:  # GOAWAY: last stream id, then the error code
+                with self.log.lock:
+                    self.log.goaway_codes.append(int.from_bytes(buffer[13:17], "big"))
+                self.closing = True
+            buffer = buffer[9 + length :]
+        self.scanned = buffer
 
     # --- answers out ----------------------------------------------------------------------------------
 
@@ -351,6 +432,9 @@ class HostileH2:
             # An even id: a server-initiated stream never promised (push is off), so no request's stream.
             self._stray_answer(stream_id + 1, response.status)
             return
+        if self.settings.mode == "bad_status":
+            self._stray_answer(stream_id, b"abc")  # on its own stream, a status no client can read
+            return
         if self.settings.mode == "reset_after":
             self.h2.reset_stream(stream_id, error_code=h2.errors.ErrorCodes.INTERNAL_ERROR)
             self._flush()
@@ -368,3 +452,22 @@ class HostileH2:
         except (h2.exceptions.ProtocolError, h2.exceptions.FlowControlError, h2.exceptions.StreamClosedError):
             return  # the client reset or left the stream meanwhile, or the connection is going away
         self._flush()
+
+
+def _flood_frame(mode: str, stream_id: int) -> bytes:
+    """One frame of the flood `mode` sends, serialized; `stream_id` is the first request's stream."""
+    import hyperframe.frame as frames
+
+    if mode == "flood_priority":
+        return frames.PriorityFrame(stream_id, depends_on=0, stream_weight=15).serialize()
+    if mode == "flood_settings":
+        return frames.SettingsFrame(0).serialize()
+    if mode == "flood_window_update":
+        return frames.WindowUpdateFrame(0, window_increment=1).serialize()
+    if mode == "flood_rst_ended":
+        return frames.RstStreamFrame(stream_id, error_code=0).serialize()
+    if mode in ("flood_empty_data", "flood_data_ended"):
+        return frames.DataFrame(stream_id, data=b"").serialize()
+    if mode == "flood_unknown":
+        return (8).to_bytes(3, "big") + bytes([0xFA, 0]) + (0).to_bytes(4, "big") + b"\x00" * 8
+    return frames.PingFrame(0, opaque_data=b"\x00" * 8).serialize()  # flood_ping, flood_ping_held

@@ -41,12 +41,55 @@ def test_breaker__a_run_of_5xx_holds_the_rest_of_its_backend_back(push_settings,
     assert opening.opened_at == clock.current
 
 
-def test_breaker__by_default_opens_at_half_of_the_window_once_ten_answers_are_in(push_settings, fake, clock):
+def test_breaker__by_default_twenty_failures_in_a_row_open_it(push_settings, fake, clock):
+    NotificationFactory.create_batch(30, next_attempt_at=clock.current)
+    fake.configure(force_status=503)
+    report = deliver_batch(clock=clock, concurrency=1)
+    assert "its last 20 answers failed, one after another" in report.breaker
+    assert (report.sent, report.held) == (20, 10)
+
+
+def test_breaker__opens_at_the_configured_ratio_once_the_minimum_volume_is_in(push_settings, fake, clock, settings):
+    settings.WEAVE = {**push_settings, "PUSH_BREAKER_WINDOW": 20, "PUSH_BREAKER_MIN_ANSWERS": 10}
     NotificationFactory.create_batch(20, next_attempt_at=clock.current)
     fake.configure(force_status=503)
     report = deliver_batch(clock=clock, concurrency=1)
     assert "10 of its last 10 answers failed" in report.breaker
     assert (report.sent, report.held) == (10, 10)
+
+
+def _drain_until_done(clock, rounds: int, **kwargs) -> list:
+    reports = []
+    for _ in range(rounds):
+        reports.append(drain(clock=clock, enqueue_more=False, **kwargs))
+        if not Notification.objects.filter(status="pending").exists():
+            break
+        clock.advance(3600)  # past every retry's backoff
+    return reports
+
+
+def test_breaker__a_provider_failing_one_request_in_three_at_random_never_opens_it(
+    push_settings, fake, clock, settings
+):
+    # Each request (first tries and retries alike) fails with chance 1/3, drawn by the fake; twenty in flight.
+    settings.WEAVE = {**push_settings, "PUSH_MAX_ATTEMPTS": 25}
+    NotificationFactory.create_batch(600, next_attempt_at=clock.current)
+    fake.configure(rate_5xx=1 / 3, seed=5)
+    reports = _drain_until_done(clock, 12, concurrency=20, batch_size=200)
+    assert all(report.breaker == "" and report.held == 0 for report in reports)
+    assert not BreakerOpening.objects.exists()
+    assert Notification.objects.filter(status="delivered").count() == 600
+    assert fake.stats()["requests"] > 800  # about 900: a third of them failed and were retried
+
+
+def test_breaker__a_provider_failing_nine_requests_in_ten_opens_it_quickly(push_settings, fake, clock):
+    NotificationFactory.create_batch(600, next_attempt_at=clock.current)
+    fake.configure(rate_5xx=0.9, seed=5)
+    report = drain(clock=clock, concurrency=20, batch_size=200, enqueue_more=False)
+    assert report.breaker.startswith("Circuit breaker opened for backend 'default'")
+    # Open by the minimum volume at the latest (plus what was in flight), and the rest held.
+    assert fake.stats()["requests"] <= 200 + 20
+    assert report.held >= 380 and BreakerOpening.objects.count() == 1
 
 
 def test_breaker__bad_credentials_stop_the_backend_after_one_request(push_settings, fake, clock):
@@ -92,6 +135,7 @@ class _Stranger(ThreadingHTTPServer):
     daemon_threads = True
     status = 503
     headers: dict[str, str] = {}
+    by_subscription: dict[str, tuple[int, dict[str, str]]] = {}  # a subscription id in the path -> its answer
     requests = 0
 
     @property
@@ -112,8 +156,12 @@ class _Answer(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.server.requests += 1
-        self.send_response(self.server.status)
-        for name, value in self.server.headers.items():
+        status, headers = self.server.status, self.server.headers
+        for sub_id, answer in self.server.by_subscription.items():
+            if self.path.endswith("/" + sub_id):
+                status, headers = answer
+        self.send_response(status)
+        for name, value in headers.items():
             self.send_header(name.replace("_", "-"), value)
         self.send_header("Content-Length", "0")
         self.end_headers()
@@ -203,7 +251,12 @@ def test_a_strangers_endpoints_answering_503_retry_after_an_hour_hold_nobody_els
 def test_a_strangers_origin_opens_its_own_breaker_with_a_capped_hold(
     mixed_backends, fake, stranger, webpush_service, clock, settings
 ):
-    settings.WEAVE = {**settings.WEAVE, "PUSH_ORIGIN_HOLD_MAX": 120}
+    settings.WEAVE = {
+        **settings.WEAVE,
+        "PUSH_ORIGIN_HOLD_MAX": 120,
+        "PUSH_BREAKER_WINDOW": 20,
+        "PUSH_BREAKER_MIN_ANSWERS": 10,
+    }
     stranger.configure(503, Retry_After="3600")
     evil, others = _rows(clock, stranger, webpush_service, strangers=14)
     report = drain(clock=clock, concurrency=1, enqueue_more=False)
@@ -218,6 +271,39 @@ def test_a_strangers_origin_opens_its_own_breaker_with_a_capped_hold(
         "delivered"
     }
     assert list(BreakerOpening.objects.values_list("reason", flat=True)) == [report.breaker]
+
+
+def test_one_subscriptions_429s_and_410s_hold_only_that_subscription(
+    mixed_backends, fake, stranger, webpush_service, clock, settings
+):
+    # A small window, so that counting these answers against the origin would open its breaker at once.
+    settings.WEAVE = {**settings.WEAVE, "PUSH_BREAKER_WINDOW": 10, "PUSH_BREAKER_MIN_ANSWERS": 4}
+    stranger.configure(201)
+    stranger.by_subscription = {"noisy": (429, {"Retry_After": "120"}), "gone": (410, {})}
+    due = clock.current - timedelta(seconds=10)
+
+    def row(sub_id):
+        token = derive_subscription(stranger.url, sub_id).as_token()
+        return NotificationFactory(backend="webpush", device_token=token, next_attempt_at=due)
+
+    noisy = [row("noisy") for _ in range(8)]  # due first: the old rule saw eight failures in a row
+    gone = [row("gone") for _ in range(2)]
+    quiet = [row(f"quiet-{i}") for i in range(12)]
+    report = drain(clock=clock, concurrency=1, enqueue_more=False)
+    assert report.breaker == "" and report.held == 0
+    assert not BreakerOpening.objects.exists()
+    assert stranger.stats()["requests"] == 22
+    # Every other subscription on the same origin was delivered.
+    assert set(Notification.objects.filter(pk__in=[n.pk for n in quiet]).values_list("status", flat=True)) == {
+        "delivered"
+    }
+    # The throttled subscription's rows wait out its own Retry-After, an attempt used, not a breaker hold.
+    waiting = Notification.objects.filter(pk__in=[n.pk for n in noisy])
+    assert set(waiting.values_list("status", "attempts", "next_attempt_at")) == {
+        ("pending", 1, clock.current + timedelta(seconds=120))
+    }
+    assert all("throttling this subscription" in e for e in waiting.values_list("last_error", flat=True))
+    assert set(Notification.objects.filter(pk__in=[n.pk for n in gone]).values_list("status", flat=True)) == {"failed"}
 
 
 def test_a_307_from_one_endpoint_holds_only_that_origin(mixed_backends, fake, stranger, webpush_service, clock):

@@ -62,19 +62,37 @@ class Server:
 
 
 OK = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{"id":"m1"}'
+ECHOING = OK.replace(b"Content-Length", b"Idempotency-Key: k1\r\nContent-Length")  # for requests keyed k1
 
 
 def run(coro):  # noqa: ANN001, ANN201
     return asyncio.run(coro)
 
 
-async def send(client: httpx.AsyncClient, url: str, deadline: float = 2.0):  # noqa: ANN201
-    return await capped_request(client, "POST", url, deadline=deadline, content=b"{}", headers={"A": "b"})
+async def send(client: httpx.AsyncClient, url: str, deadline: float = 2.0, **headers: str):  # noqa: ANN201
+    return await capped_request(client, "POST", url, deadline=deadline, content=b"{}", headers={"A": "b", **headers})
 
 
-def test_keep_alive__sequential_sends_share_one_connection():
+def test_keep_alive__sequential_sends_share_one_connection_when_answers_echo_their_key():
     async def go() -> Server:
-        server = Server(OK)
+        server = Server(ECHOING)
+        async with server as url:
+            client = make_client(timeout=2, concurrency=4)
+            for _ in range(5):
+                response = await capped_request(
+                    client, "POST", url, deadline=2.0, content=b"{}", headers={"Idempotency-Key": "k1"}
+                )
+                assert (response.status, response.body) == (200, b'{"id":"m1"}')
+            await client.aclose()
+        return server
+
+    server = run(go())
+    assert (server.requests, server.connections) == (5, 1)
+
+
+def test_keep_alive__an_answer_that_cannot_prove_it_is_its_requests_own_ends_its_connection():
+    async def go() -> Server:
+        server = Server(OK)  # no key to echo, and no echo
         async with server as url:
             client = make_client(timeout=2, concurrency=4)
             for _ in range(5):
@@ -84,7 +102,8 @@ def test_keep_alive__sequential_sends_share_one_connection():
         return server
 
     server = run(go())
-    assert (server.requests, server.connections) == (5, 1)
+    assert (server.requests, server.connections) == (5, 5)
+    assert all(b"\r\nConnection: close\r\n" in head for head in server.heads)
 
 
 def test_pool__never_more_connections_than_the_concurrency():
@@ -103,11 +122,11 @@ def test_pool__never_more_connections_than_the_concurrency():
 
 def test_peer_closing_an_idle_connection__next_send_opens_a_new_one():
     async def go() -> Server:
-        server = Server(OK, close_after=1)
+        server = Server(ECHOING, close_after=1)  # answers that would keep the connection, but for the close
         async with server as url:
             client = make_client(timeout=2, concurrency=2)
             for _ in range(3):
-                await send(client, url)
+                await send(client, url, **{"Idempotency-Key": "k1"})
                 await asyncio.sleep(0.05)  # the peer's close reaches us before the next send
             await client.aclose()
         return server
@@ -187,7 +206,7 @@ def test_lean_path__sends_what_httpx_itself_would_send():
 
 def test_lean_path__a_body_past_the_cap_is_cut_and_its_connection_not_reused():
     big = b"x" * 5000
-    answer = b"HTTP/1.1 500 Oops\r\nContent-Length: %d\r\n\r\n%s" % (len(big), big)
+    answer = b"HTTP/1.1 500 Oops\r\nIdempotency-Key: k1\r\nContent-Length: %d\r\n\r\n%s" % (len(big), big)
 
     async def go() -> tuple[Server, list[tuple[int, bool, int]]]:
         server = Server(answer)
@@ -195,7 +214,9 @@ def test_lean_path__a_body_past_the_cap_is_cut_and_its_connection_not_reused():
         async with server as url:
             client = make_client(timeout=2, concurrency=1)
             for cap in (100, 100_000):
-                response = await capped_request(client, "POST", url, deadline=2, content=b"{}", cap=cap)
+                response = await capped_request(
+                    client, "POST", url, deadline=2, content=b"{}", cap=cap, headers={"Idempotency-Key": "k1"}
+                )
                 seen.append((response.status, response.truncated, len(response.body)))
             await client.aclose()
         return server, seen

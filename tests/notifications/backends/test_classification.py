@@ -181,7 +181,7 @@ def webpush_send(handler, webpush_options, token):
         (404, Outcome.PERMANENT, True, False, False),
         (410, Outcome.PERMANENT, True, False, False),
         (413, Outcome.PERMANENT, False, False, False),
-        (429, Outcome.TEMPORARY, False, True, False),
+        (429, Outcome.TEMPORARY, False, False, False),  # about one subscription: never the origin's breaker
         (503, Outcome.TEMPORARY, False, True, False),
         (401, Outcome.TEMPORARY, False, True, True),
         (403, Outcome.TEMPORARY, False, True, True),

@@ -28,8 +28,11 @@ class TLSPeer:
                 fields = dict(line.split(": ", 1) for line in head.decode("latin-1").split("\r\n")[1:] if ": " in line)
                 fields = {k.lower(): v for k, v in fields.items()}
                 await reader.readexactly(int(fields.get("content-length", "0")))
-                body = json.dumps({"id": fields.get("idempotency-key", "")}).encode()
-                answer = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+                key = fields.get("idempotency-key", "")
+                body = json.dumps({"id": key}).encode()
+                # The key echoed in a header too: the proof that lets the client keep the connection.
+                head = b"HTTP/1.1 200 OK\r\nIdempotency-Key: %s\r\n" % key.encode()
+                answer = head + b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
                 writer.write(answer * (2 if self.extra else 1))
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):

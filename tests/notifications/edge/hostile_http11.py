@@ -15,7 +15,13 @@ its own Idempotency-Key in the body (`{"id": <key>}`), so a test can tell whose 
 - "drop": the connection closed without an answer;
 - "hang": no answer for ten seconds, then a close;
 - "huge": a 200 whose body is 1 MiB of filler after the JSON;
-- "cookie": the answer with a `Set-Cookie` header.
+- "cookie": the answer with a `Set-Cookie` header;
+- "late": the answer, then the same answer again `late_ms` (5 ms) later, as a gateway that writes its
+  reply twice does: the copy comes after the client may already have sent its next request.
+
+`echo=True` puts each request's Idempotency-Key in its own answer's `Idempotency-Key` header too
+(copies included; never in the 400 to a body or an unsolicited 408), the echo a client may check to
+prove an answer is its request's own.
 
 `heads` keeps every request's headers (lower-cased names), so a test can see what the client sent.
 - "408": the answer, then an unsolicited 408 and a close.
@@ -33,19 +39,26 @@ from typing import Any
 GARBAGE = "garbage"
 
 
-def answer(status: int, key: str, *, length: int | None = None, extra_headers: str = "") -> bytes:
+def answer(status: int, key: str, *, length: int | None = None, extra_headers: str = "", echo: bool = False) -> bytes:
     body = json.dumps({"id": key}).encode()
     size = len(body) if length is None else length
     reason = {200: "OK", 202: "Accepted", 400: "Bad Request", 408: "Request Timeout", 410: "Gone"}.get(status, "X")
     head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+    if echo:
+        head += f"Idempotency-Key: {key}\r\n"
     head += f"Content-Length: {size}\r\n{extra_headers}\r\n"
     return head.encode() + body
 
 
 class HostilePeer:
-    def __init__(self, *, plan: list[str] | None = None, default: str = "ok") -> None:
+    def __init__(
+        self, *, plan: list[str] | None = None, default: str = "ok", echo: bool = False, late_ms: float = 5
+    ) -> None:
         self.plan = list(plan or [])
         self.default = default
+        self.echo = echo
+        self.late_ms = late_ms
+        self.late_copies = 0  # copies written by "late" (the connection may be gone by then)
         self.lock = threading.Lock()
         self.received: list[str] = []  # idempotency keys, in arrival order
         self.heads: list[dict[str, str]] = []
@@ -100,51 +113,64 @@ class HostilePeer:
             self.received.append(key)
         if length > 65536:
             # A body too big to have left the client yet: the answer goes out before it did.
-            writer.write(answer(200, key))
+            writer.write(answer(200, key, echo=self.echo))
             await writer.drain()
             await reader.readexactly(length)
             writer.write(answer(400, GARBAGE))
         else:
             body = json.loads(await reader.readexactly(length))
             status = 410 if str(body.get("to", "")).startswith("gone-") else 200
-            writer.write(answer(status, key) + answer(400, GARBAGE))
+            writer.write(answer(status, key, echo=self.echo) + answer(400, GARBAGE))
         await writer.drain()
 
     async def _answer(self, writer: asyncio.StreamWriter, action: str, status: int, key: str) -> bool:
         """Write this request's answer as `action` says; False when the connection is to be closed."""
         if action == "drop":
             return False
+        if action == "late":
+            once = answer(status, key, echo=self.echo)
+            writer.write(once)
+            await writer.drain()
+            await asyncio.sleep(self.late_ms / 1000)
+            if not writer.is_closing():
+                writer.write(once)
+                with self.lock:
+                    self.late_copies += 1
+            await writer.drain()
+            return True
         if action == "huge":
             body = json.dumps({"id": key}).encode() + b" " * (1 << 20)
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
             await writer.drain()
             return True
         if action == "cookie":
-            writer.write(answer(status, key, extra_headers="Set-Cookie: session=planted; Path=/\r\n"))
+            writer.write(answer(status, key, extra_headers="Set-Cookie: session=planted; Path=/\r\n", echo=self.echo))
             await writer.drain()
             return True
         if action == "hang":
             await asyncio.sleep(10)
             return False
         if action == "extra":
-            writer.write(answer(status, key) + answer(status, key))
+            writer.write(answer(status, key, echo=self.echo) + answer(status, key, echo=self.echo))
         elif action == "short":
-            writer.write(answer(status, key, length=4))
+            writer.write(answer(status, key, length=4, echo=self.echo))
         elif action == "long":
-            writer.write(answer(status, key, length=1000))
+            writer.write(answer(status, key, length=1000, echo=self.echo))
             await writer.drain()
             return False
         elif action == "split":
-            for byte in answer(status, key):
+            for byte in answer(status, key, echo=self.echo):
                 writer.write(bytes([byte]))
                 await writer.drain()
                 await asyncio.sleep(0)
         elif action == "408":
-            writer.write(answer(status, key) + answer(408, "unsolicited", extra_headers="Connection: close\r\n"))
+            writer.write(
+                answer(status, key, echo=self.echo) + answer(408, "unsolicited", extra_headers="Connection: close\r\n")
+            )
             await writer.drain()
             return False
         else:
-            writer.write(answer(status, key))
+            writer.write(answer(status, key, echo=self.echo))
         await writer.drain()
         return True
 

@@ -53,11 +53,13 @@ def tokens(n: int) -> list[PushMessage]:
     return [message(f"gone-{i}" if i % 4 == 3 else f"tok-{i}") for i in range(n)]
 
 
+@pytest.mark.parametrize("echo", [False, True])
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("action", ["extra", "early", "short", "408", "split", "long", "drop"])
-def test_a_hostile_answer_never_lands_on_the_next_row(path: str, action: str) -> None:
+def test_a_hostile_answer_never_lands_on_the_next_row(path: str, action: str, echo: bool) -> None:
+    # echo: answers prove their key, so only the stray bytes themselves stop a connection's reuse.
     messages = tokens(12)
-    with HostilePeer(default=action) as peer:
+    with HostilePeer(default=action, echo=echo) as peer:
         results = asyncio.run(send_in_turn(backend(peer, path), messages))
     assert_each_answer_is_its_own(messages, results)
     if action in ("extra", "early", "split", "408"):
@@ -73,12 +75,53 @@ def test_a_hostile_answer_never_lands_on_the_next_row(path: str, action: str) ->
         assert {r.outcome for r in results} == {Outcome.UNKNOWN}
 
 
-def test_a_well_behaved_peer_keeps_one_connection() -> None:
+@pytest.mark.parametrize("path", PATHS)
+def test_a_well_behaved_peer_that_echoes_the_key_keeps_one_connection(path: str) -> None:
     messages = tokens(12)
-    with HostilePeer() as peer:
-        results = asyncio.run(send_in_turn(backend(peer, "lean"), messages))
+    with HostilePeer(echo=True) as peer:
+        results = asyncio.run(send_in_turn(backend(peer, path), messages))
     assert_each_answer_is_its_own(messages, results)
     assert peer.connections == 1
+    assert all(head.get("connection") != "close" for head in peer.heads)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_peer_that_does_not_echo_gets_one_connection_per_exchange_and_is_told_so(path: str) -> None:
+    # Nothing proves that what follows an answer on such a connection is the next request's answer.
+    messages = tokens(6)
+    with HostilePeer() as peer:
+        results = asyncio.run(send_in_turn(backend(peer, path), messages))
+    assert_each_answer_is_its_own(messages, results)
+    assert peer.connections == 6
+    # The first request could not know; the next ones ask the peer to close after its answer.
+    assert [head.get("connection") == "close" for head in peer.heads] == [False] + [True] * 5
+
+
+async def send_together(hook: WebhookBackend, messages: list[PushMessage]) -> list[SendResult]:
+    try:
+        return list(await asyncio.gather(*(hook.send(m) for m in messages)))
+    finally:
+        await hook.aclose()
+
+
+@pytest.mark.parametrize("echo", [True, False])
+@pytest.mark.parametrize("path", PATHS)
+def test_a_gateway_writing_every_answer_twice_5_ms_apart_never_answers_another_row(path: str, echo: bool) -> None:
+    # The copy comes after the client may have sent its next request on the same connection: only an
+    # answer that echoes its key (or a connection that carries nothing more) keeps the rows apart.
+    messages = tokens(40)
+    with HostilePeer(default="late", echo=echo) as peer:
+        results = asyncio.run(send_together(backend(peer, path, concurrency=4), messages))
+    assert_each_answer_is_its_own(messages, results)
+    assert [r.outcome for r in results] == [
+        Outcome.PERMANENT if m.token.startswith("gone-") else Outcome.DELIVERED for m in messages
+    ]
+    assert [r.token_invalid for r in results] == [m.token.startswith("gone-") for m in messages]
+    assert sorted(peer.received) == sorted(m.idempotency_key for m in messages)  # each sent once
+    if echo:
+        assert peer.connections < 40 and peer.late_copies > 0  # connections were reused, and copies met
+    else:
+        assert peer.connections == 40
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -96,7 +139,7 @@ def test_an_unsolicited_408_on_an_idle_connection_is_not_read_by_the_next_row(pa
         finally:
             await hook.aclose()
 
-    with HostilePeer() as peer:
+    with HostilePeer(echo=True) as peer:  # answers that prove their key: the connection is kept and goes idle
         results = asyncio.run(scenario(peer))
     assert_each_answer_is_its_own([first, second], results)
     assert [r.outcome for r in results] == [Outcome.DELIVERED, Outcome.DELIVERED]
@@ -114,14 +157,19 @@ def test_an_answer_before_the_whole_request_was_written__its_connection_is_not_r
     assert peer.connections == 2
 
 
-ACTIONS = st.sampled_from(["ok", "ok", "extra", "early", "short", "long", "split", "drop", "408"])
+ACTIONS = st.sampled_from(["ok", "ok", "extra", "early", "short", "long", "split", "drop", "408", "late"])
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    plan=st.lists(ACTIONS, min_size=1, max_size=10), path=st.sampled_from(PATHS), concurrency=st.sampled_from([1, 3])
+    plan=st.lists(ACTIONS, min_size=1, max_size=10),
+    path=st.sampled_from(PATHS),
+    concurrency=st.sampled_from([1, 3]),
+    echo=st.booleans(),
 )
-def test_generated_answer_streams__every_stored_answer_is_its_own(plan: list[str], path: str, concurrency: int) -> None:
+def test_generated_answer_streams__every_stored_answer_is_its_own(
+    plan: list[str], path: str, concurrency: int, echo: bool
+) -> None:
     messages = tokens(len(plan))
 
     async def scenario(peer: HostilePeer) -> list[SendResult]:
@@ -133,7 +181,7 @@ def test_generated_answer_streams__every_stored_answer_is_its_own(plan: list[str
         finally:
             await hook.aclose()
 
-    with HostilePeer(plan=plan) as peer:
+    with HostilePeer(plan=plan, echo=echo) as peer:
         results = asyncio.run(scenario(peer))
     assert_each_answer_is_its_own(messages, results)
     for m, result in zip(messages, results, strict=True):

@@ -39,11 +39,12 @@ def check_rows(rows: list[Notification]) -> None:
         assert "garbage" not in row.last_error and "unsolicited" not in row.last_error
 
 
+@pytest.mark.parametrize("echo", [False, True])
 @pytest.mark.parametrize("action", ["extra", "early", "408", "split"])
 @pytest.mark.parametrize("concurrency", [1, 4])
-def test_deliver_batch__each_row_stores_its_own_answer(push_settings, clock, action, concurrency):
+def test_deliver_batch__each_row_stores_its_own_answer(push_settings, clock, action, concurrency, echo):
     rows = make_rows(clock)
-    with HostilePeer(default=action) as peer:
+    with HostilePeer(default=action, echo=echo) as peer:
         push_settings["PUSH_URL"] = peer.url
         deliver_batch(clock=clock, concurrency=concurrency)
     check_rows(rows)
@@ -62,3 +63,13 @@ def test_drain_over_several_batches__a_short_content_length_never_fails_the_next
         others = {str(r.idempotency_key) for r in rows} - {str(row.idempotency_key)}
         assert not any(key in row.last_error + row.provider_message_id for key in others)
         assert device.active == (not row.device_token.startswith("gone-") or row.status != Notification.Status.FAILED)
+
+
+@pytest.mark.parametrize("echo", [True, False])
+def test_a_gateway_writing_every_answer_twice_5_ms_apart__each_of_40_rows_stores_its_own(push_settings, clock, echo):
+    rows = make_rows(clock, 40)
+    with HostilePeer(default="late", echo=echo) as peer:
+        push_settings["PUSH_URL"] = peer.url
+        deliver_batch(clock=clock, concurrency=4)
+    check_rows(rows)
+    assert len(peer.received) == 40  # one request a row: no row needed a retry to find its own answer
