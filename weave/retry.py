@@ -29,7 +29,8 @@ def parse_retry_after(value: str | None, date_header: str | None = None) -> floa
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    # ASCII digits only: str.isdigit() also accepts "²" and other digits float() refuses.
+    if value.isascii() and value.isdigit():
         return float(value)
     try:
         when = parsedate_to_datetime(value)

@@ -2,6 +2,7 @@
 
 import random
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -58,3 +59,8 @@ def test_retry_after__delta_seconds_are_read_as_given(seconds):
 def test_retry_after__any_text_is_a_delay_of_zero_or_more_or_none(text):
     value = parse_retry_after(text)
     assert value is None or value >= 0
+
+
+@pytest.mark.parametrize("header", ["²", "١٢", "３", "½"])
+def test_retry_after__digits_outside_ascii_are_not_a_delay_and_never_raise(header):
+    assert parse_retry_after(header) is None
