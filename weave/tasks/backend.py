@@ -24,7 +24,7 @@ from weave.tasks.compat import (
     task_enqueued,
 )
 from weave.tasks.definition import WeaveTask
-from weave.tasks.options import backend_options, validate
+from weave.tasks.options import TaskOptions, backend_options, validate
 from weave.tasks.results import enqueued_result, task_result
 from weave.tasks.worker import enqueue_drain, ensure_registered
 
@@ -40,6 +40,7 @@ class WeaveBackend(BaseTaskBackend):
         super().__init__(alias, params)
         # Defaults for Weave's task options (OPTIONS: MAX_ATTEMPTS, BACKOFF, RETRY_ON, TIMEOUT, LEASE_TTL).
         self.task_defaults = backend_options(params, alias=alias)
+        self.resolved_options: dict[str, TaskOptions] = {}  # by stored options (weave.tasks.worker.options_of)
         ensure_registered()
 
     def validate_task(self, task: Task[Any, Any]) -> None:
