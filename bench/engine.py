@@ -8,9 +8,12 @@ Systems, two worker processes each, started before and stopped after each of the
 
 - `weave`: trivial `django.tasks` tasks on `weave.tasks.WeaveBackend`, run by `manage.py qcluster`
   with 2 workers (the engine's batch drain);
-- `weave-jobs`: a site's own no-op job type (`@job(Invoice)`, tests/jobs/invoices) on the same qcluster;
+- `weave-jobs`: a site's own no-op job type (`@job(NoopJob)`, bench/noop_jobs) on the same qcluster;
 - `django-tasks-db`: `manage.py db_worker --backend db` twice (poll interval 0.1 s);
 - `django-ox`: `ox_worker` twice (poll interval 0.1 s), in its own venv and database (bench/ox_side.py).
+
+The anchors' workers run with `--verbosity 0`: by default both log two lines per task, which
+Weave's qcluster does not (the framework's `django_tasks` logger is left at WARNING there).
 
 A round enqueues N in one transaction in the caller's process (the hand-over, timed per item), then
 waits for all N to finish. Throughput is N over the time from the commit to the last finish, both
@@ -55,8 +58,8 @@ from django_q.models import OrmQ  # noqa: E402
 from django_tasks_db.models import DBTaskResult  # noqa: E402
 
 from bench import stale_tasks  # noqa: E402
+from bench.noop_jobs.models import NoopJob  # noqa: E402
 from bench.stale_writes import OX_PYTHON, OX_SIDE, ox_database_url  # noqa: E402
-from tests.jobs.invoices.models import Invoice  # noqa: E402
 from tools.processes import Child, ProcessGroups, stat_fields  # noqa: E402
 from weave.jobs import enqueue_job  # noqa: E402
 from weave.models import JobAttempt, TaskRow  # noqa: E402
@@ -181,16 +184,16 @@ class WeaveJobs(Weave):
     name = "weave-jobs"
 
     def round(self, n: int, children: list[Child]) -> dict[str, Any]:
-        Invoice.objects.all().delete()
-        JobAttempt.objects.filter(job_type="invoice").delete()
+        NoopJob.objects.all().delete()
+        JobAttempt.objects.filter(job_type="noopjob").delete()
         started = time.perf_counter()
         with transaction.atomic():
-            made = Invoice.objects.bulk_create(Invoice(number=f"N{i}", email="a@example.com") for i in range(n))
+            made = NoopJob.objects.bulk_create(NoopJob() for _ in range(n))
             enqueued = time.perf_counter() - started
-            transaction.on_commit(lambda: enqueue_job("invoice", made[0].pk))  # "start at once", as documented
+            transaction.on_commit(lambda: enqueue_job("noopjob", made[0].pk))  # "start at once", as documented
         committed_at = _db_now()
-        _wait(lambda: Invoice.objects.filter(state="done").count() >= n, "the jobs", children)
-        last = Invoice.objects.aggregate(last=Max("finished_at"))["last"].timestamp()
+        _wait(lambda: NoopJob.objects.filter(state="done").count() >= n, "the jobs", children)
+        last = NoopJob.objects.aggregate(last=Max("finished_at"))["last"].timestamp()
         return {"enqueue_seconds": enqueued, "seconds": last - committed_at}
 
 
@@ -199,10 +202,8 @@ class TasksDb:
     database = property(lambda self: connection.settings_dict["NAME"])
 
     def start(self, groups: ProcessGroups) -> list[Child]:
-        command = ["db_worker", "--backend", "db", "--interval", "0.1", "--no-startup-delay"]
-        return [
-            groups.manage(f"db-worker-{i}", *command, "--worker-id", f"w{i}", env=_bench_env()) for i in range(2)
-        ]
+        command = ["db_worker", "--backend", "db", "--interval", "0.1", "--no-startup-delay", "--verbosity", "0"]
+        return [groups.manage(f"db-worker-{i}", *command, "--worker-id", f"w{i}", env=_bench_env()) for i in range(2)]
 
     def round(self, n: int, children: list[Child]) -> dict[str, Any]:
         DBTaskResult.objects.all().delete()
@@ -240,7 +241,7 @@ class Ox:
         return out
 
     def start(self, groups: ProcessGroups) -> list[Child]:
-        command = [str(OX_PYTHON), "-m", "django", "ox_worker", "--interval", "0.1"]
+        command = [str(OX_PYTHON), "-m", "django", "ox_worker", "--interval", "0.1", "--verbosity", "0"]
         return [groups.start(f"ox-worker-{i}", command, env=self.env) for i in range(2)]
 
     def round(self, n: int, children: list[Child]) -> dict[str, Any]:
@@ -281,7 +282,11 @@ def stall_story() -> dict[str, Any]:
     stale_tasks.weave_stall_write.enqueue("batch")
     here = Path(tempfile.mkdtemp(prefix="bench-stall-"))
     env = {**_bench_env(), "STALE_LEASE_TTL": "1.0", "BENCH_STALL_DIR": str(here)}
-    drain = [sys.executable, "-c", "import django; django.setup(); from weave.tasks.worker import drain; print(drain())"]
+    drain = [
+        sys.executable,
+        "-c",
+        "import django; django.setup(); from weave.tasks.worker import drain; print(drain())",
+    ]
     with ProcessGroups(log_dir=LOGS) as groups:
         stale = groups.start("stall-stale", drain, env={**env, "BENCH_WRITER": "stale"})
         _wait(lambda: (here / "stalled").exists(), "the stale drain to enter its task", [stale], timeout=60)

@@ -136,3 +136,27 @@ def test_batch__the_heartbeat_renews_every_row_waiting_or_finished_but_not_the_o
     clock.advance(2)
     live = set(Invoice.objects.live(clock).values_list("pk", flat=True))
     assert live == set(others)
+
+
+def test_batch__rows_not_started_when_the_budget_ends_are_given_back_as_they_were(clock):
+    results = [look_around.enqueue(f"t{i}") for i in range(3)]
+    pks = [TaskRow.objects.get(result_id=r.id).pk for r in results]
+    while_running.append(lambda context: clock.advance(11))  # the first task spends the drain's budget
+    due = TaskRow.objects.due(clock).order_by("pk")
+    report = run_batches("task", due, budget=10, owner="me", clock=clock)
+    assert report.outcomes == {"done": 1} and report.more
+    for pk in pks[1:]:
+        row = TaskRow.objects.get(pk=pk)
+        # Free again, its claim undone: no attempt counted, no start time, no record.
+        assert (row.owner, row.state, row.attempts, row.started_at, row.last_attempted_at) == (
+            None,
+            "pending",
+            0,
+            None,
+            None,
+        )
+        assert not JobAttempt.objects.filter(job_type="task", job_id=str(pk)).exists()
+    while_running.clear()
+    due = TaskRow.objects.due(clock).order_by("pk")
+    assert run_batches("task", due, budget=10, owner="next", clock=clock).outcomes == {"done": 2}
+    assert [TaskRow.objects.get(pk=pk).attempts for pk in pks] == [1, 1, 1]

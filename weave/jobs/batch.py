@@ -57,7 +57,7 @@ class Report:
 
     outcomes: dict[str, int] = field(default_factory=dict)
     claims: int = 0
-    full: bool = False  # the last claim took a whole batch: more may be due
+    more: bool = False  # work may be left: the last claim took a whole batch, or the budget ended first
 
     def count(self, outcome: str, n: int = 1) -> None:
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + n
@@ -126,7 +126,7 @@ class Completer:
 
     def _write(self, items: list[Finished]) -> set[Any]:
         with transaction.atomic(using=router.db_for_write(self.jt.model)):
-            landed = self.rows.release_each(
+            landed: set[Any] = self.rows.release_each(
                 [(item.ctx.lease, item.ending.fields) for item in items], clock=self.clock
             )
             receipts = [item.ending.receipt(item.ctx, item.started) for item in items if item.ctx.lease.pk in landed]
@@ -139,7 +139,9 @@ class Completer:
         return landed
 
 
-def blocked_receipts(jt: JobType, rows: Any, items: Sequence[Finished], *, clock: Clock, where: str) -> list[dict[str, Any]]:
+def blocked_receipts(
+    jt: JobType, rows: Any, items: Sequence[Finished], *, clock: Clock, where: str
+) -> list[dict[str, Any]]:
     """The `blocked` records of attempts whose rows were taken over: each names who holds its row now.
 
     An attempt the taking-over worker already recorded (a task's takeover does) is not recorded twice.
@@ -256,18 +258,18 @@ class BatchDrain:
 
     def run(self, budget: float) -> Report:
         """Claim and run batches until a claim finds fewer rows than it may take, or `budget` seconds pass."""
-        ends = time.monotonic() + budget
+        ends = self.clock.monotonic() + budget
         asked = False
         with self.heartbeat:
             try:
-                while time.monotonic() < ends:
+                while self.clock.monotonic() < ends:
                     claimed = self._claim()
-                    self.report.full = len(claimed) >= self.limit
-                    if self.report.full and not asked and self.on_full is not None:
+                    self.report.more = len(claimed) >= self.limit
+                    if self.report.more and not asked and self.on_full is not None:
                         self.on_full()
                         asked = True
                     self._run_rows(claimed, ends)
-                    if not self.report.full:
+                    if not self.report.more:
                         break
             finally:
                 self.completer.flush()
@@ -296,8 +298,9 @@ class BatchDrain:
 
     def _run_rows(self, contexts: list[JobContext], ends: float) -> None:
         for index, ctx in enumerate(contexts):
-            if time.monotonic() >= ends:
+            if self.clock.monotonic() >= ends:
                 self._give_back(contexts[index:])
+                self.report.more = True
                 return
             self._run_one(ctx)
             self.completer.tell()
@@ -314,7 +317,9 @@ class BatchDrain:
             ctx.attempt = ctx.job.attempts
             rows = self.model._default_manager
             waiting = [Finished(ctx, started, Ending(JobAttempt.Outcome.BLOCKED))]
-            insert_receipts(JobAttempt, blocked_receipts(self.jt, rows, waiting, clock=self.clock, where="before it started"))
+            insert_receipts(
+                JobAttempt, blocked_receipts(self.jt, rows, waiting, clock=self.clock, where="before it started")
+            )
             self.report.count("blocked")
             return
         self.heartbeat.start(ctx.lease, budget=self.jt.budget)

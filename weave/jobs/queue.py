@@ -67,7 +67,7 @@ def enqueue_drain(job_type: str) -> bool:
 
 
 def enqueue_job(job_type: str, pk: Any) -> bool:
-    """Ask for an attempt at job `pk` of `job_type` now: a drain of its type, which runs every due job (this one too)."""
+    """Ask for an attempt at job `pk` of `job_type` now: a drain of its type, which runs every due job of it."""
     return enqueue_drain(job_type)
 
 

@@ -167,7 +167,9 @@ def _receipt(ctx: JobContext, started: Any, outcome: str, reason: str, **extra: 
     }
 
 
-def _finish_fields(ctx: JobContext, reason: str, *, state: str, retry_in: float | None = None, **more: Any) -> dict[str, Any]:
+def _finish_fields(
+    ctx: JobContext, reason: str, *, state: str, retry_in: float | None = None, **more: Any
+) -> dict[str, Any]:
     """The fields a finish writes to the job's row (with the release of its lease): state, error, due time."""
     clock = ctx.clock
     fields: dict[str, Any] = {"state": state, "last_error": outside_text(reason, limit=2000), **more.pop("fields", {})}

@@ -74,9 +74,10 @@ class BatchHeartbeat:
         """Keep the rows just claimed as `batch` (their claim was their first renewal)."""
         now = self.clock.monotonic()
         with self._lock:
+            # Rows still held keep the batch's earlier deadline; a batch that held none starts afresh.
+            self._live_until = min(self._live_until, now + self.ttl) if self._held else now + self.ttl
             for pk, fence in batch.fences.items():
                 self._held[pk] = (fence, self.ttl)
-            self._live_until = min(self._live_until, now + self.ttl) if self._held else now + self.ttl
 
     def keep(self, leases: Iterable[Lease]) -> None:
         """Renew `leases` again (a write of them failed and will be tried again)."""

@@ -5,6 +5,7 @@ order (the worker of an attempt that lost its lease included), so `TaskResult.at
 `TaskContext.attempt` count from 1, as Django's documentation says.
 """
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -139,19 +140,19 @@ def task_result(
     return result
 
 
-def enqueued_result(task: Task[Any, Any], row: TaskRow) -> TaskResult[Any]:
-    """The result of a task just inserted as `row`: READY, built from what was inserted (nothing read back)."""
+def enqueued_result(task: Task[Any, Any], row: Mapping[str, Any]) -> TaskResult[Any]:
+    """The result of a task just inserted with the values `row`: READY, built from them (nothing read back)."""
     return TaskResult(
         task=task,
-        id=row.result_id,
+        id=row["result_id"],
         status=TaskResultStatus.READY,
-        enqueued_at=row.created_at,
+        enqueued_at=row["created_at"],
         started_at=None,
         last_attempted_at=None,
         finished_at=None,
-        args=list(row.args),
-        kwargs=dict(row.kwargs),
-        backend=row.backend,
+        args=list(row["args"]),
+        kwargs=dict(row["kwargs"]),
+        backend=row["backend"],
         errors=[],
         worker_ids=[],
     )

@@ -12,7 +12,6 @@ stops being renewed, loses its lease, and the attempts a takeover may start are 
 """
 
 import threading
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -63,7 +62,7 @@ def drain(queue_name: str = "default", *, budget: float = DRAIN_BUDGET) -> dict[
         report = run_batches(JOB_TYPE, _due(queue_name), budget=budget, on_full=lambda: enqueue_drain(queue_name))
     finally:
         jobs.settled()
-    if report.full and _due(queue_name).exists():
+    if report.more and _due(queue_name).exists():
         enqueue_drain(queue_name)  # the budget ran out with work left: the next drain (maybe elsewhere) goes on
     return report.outcomes
 
@@ -92,7 +91,7 @@ def task_options(row: TaskRow) -> TaskOptions:
 def options_of(task: Any, row: TaskRow) -> TaskOptions:
     """The options of `row`, whose stored task is `task` (resolved once per backend and stored options)."""
     backend = task.get_backend()
-    cache = getattr(backend, "resolved_options", None)
+    cache: dict[str, TaskOptions] | None = getattr(backend, "resolved_options", None)
     if cache is None:
         return resolve(row.options, getattr(backend, "task_defaults", {}))
     key = options_key(row.options)
@@ -135,7 +134,7 @@ def run_task(ctx: JobContext) -> Any:
 def _call(ctx: JobContext, row: TaskRow, task: Any, options: TaskOptions, heartbeat: Any) -> Any:
     """Call the task's function (signalling its start), and fail it if it returned after its timeout."""
     backend = type(task.get_backend())
-    result = None
+    result: Any = None  # built only for a receiver or the task's context
     if row.takes_context or task_started.has_listeners(backend):
         result = task_result(row, clock=ctx.clock, running=True, task=task)
         task_started.send(backend, task_result=result)
@@ -252,10 +251,16 @@ def _backend_class(row: TaskRow) -> type:
 
 
 def _unclaim(row: TaskRow) -> dict[str, Any] | None:
-    """What giving back a claimed, never started task restores; None for a takeover (its lost attempt is recorded by running it)."""
+    """What giving back a claimed, never started task restores (its claim's times).
+
+    None for a takeover: running it records the attempt that lost its lease, which giving it back would forget.
+    """
     if row.previous_owner is not None:
         return None
-    return {"started_at": row.started_at if row.previous_attempted_at else None, "last_attempted_at": row.previous_attempted_at}
+    return {
+        "started_at": row.started_at if row.previous_attempted_at else None,
+        "last_attempted_at": row.previous_attempted_at,
+    }
 
 
 def ensure_registered() -> None:
