@@ -34,6 +34,7 @@ from weave.jobs.declaration import JobType, get
 from weave.jobs.runner import Ending, record_blocked, work
 from weave.leases import Clock, Lease, LeaseLost, default_clock, insert_receipts, new_owner
 from weave.leases.batch_heartbeat import BatchHeartbeat
+from weave.leases.receipts import insert_receipts_returning
 from weave.models import JobAttempt
 
 logger = logging.getLogger("weave.jobs")
@@ -49,6 +50,7 @@ class Finished:
     ctx: JobContext
     started: Any
     ending: Ending
+    record: dict[str, Any] | None = None  # its attempt record as stored (with the database's finish time)
 
 
 @dataclass
@@ -119,7 +121,7 @@ class Completer:
         for item in landed:
             self.report.count(item.ending.outcome)
         if landed and self.jt.finished_many is not None:
-            self.jt.finished_many([(item.ctx, item.ending.outcome) for item in landed])
+            self.jt.finished_many([(item.ctx, item.ending.outcome, item.record) for item in landed])
         elif self.jt.finished is not None:
             for item in landed:
                 self.jt.finished(item.ctx, item.ending.outcome)
@@ -129,10 +131,14 @@ class Completer:
             landed: set[Any] = self.rows.release_each(
                 [(item.ctx.lease, item.ending.fields) for item in items], clock=self.clock
             )
-            receipts = [item.ending.receipt(item.ctx, item.started) for item in items if item.ctx.lease.pk in landed]
+            done = [item for item in items if item.ctx.lease.pk in landed]
+            receipts = [item.ending.receipt(item.ctx, item.started) for item in done]
             refused = [item for item in items if item.ctx.lease.pk not in landed]
             receipts += blocked_receipts(self.jt, self.rows, refused, clock=self.clock, where="at the finish")
-            insert_receipts(JobAttempt, receipts)
+            stored = insert_receipts_returning(JobAttempt, receipts, ["job_id", "fence", "finished_at"])
+            finished_at = {(row["job_id"], row["fence"]): row["finished_at"] for row in stored}
+            for item, receipt in zip(done, receipts, strict=False):
+                item.record = {**receipt, "finished_at": finished_at[(receipt["job_id"], receipt["fence"])]}
         if refused:
             self.report.count("blocked", len(refused))
             logger.warning("event=lease_lost job_type=%s rows=%s where=finish", self.jt.name, len(refused))
@@ -220,7 +226,6 @@ class BatchDrain:
         flush_rows: int = BATCH_SIZE,
         flush_seconds: float = FLUSH_SECONDS,
         on_full: Callable[[], object] | None = None,
-        before_row: Callable[[JobContext, BatchHeartbeat], None] | None = None,
     ) -> None:
         self.jt = get(job_type)
         self.rows = rows
@@ -230,7 +235,6 @@ class BatchDrain:
         self.flush_rows = flush_rows
         self.flush_seconds = flush_seconds
         self.on_full = on_full  # asked once, when a claim takes a whole batch (e.g. for a second drain)
-        self.before_row = before_row
         self.report = Report()
         model: Any = self.jt.model
         self.model = model
@@ -284,13 +288,12 @@ class BatchDrain:
         self.heartbeat.add(batch)
         if self.order is not None:
             found.sort(key=self.order)
-        budget_ends = None if self.jt.budget is None else self.clock.monotonic() + self.jt.budget
         contexts = []
         for row in found:
             pk = row["pk"]
             job = self.model.from_db(self.alias, self.attnames, [row[name] for name in self.names])
             lease = Lease(pk=pk, owner=self.owner, fence=batch.fences[pk], expires_at=batch.expires_at)
-            ctx = JobContext(self.jt.name, job, lease, 0, 0, self.ttl, self.clock, budget_ends=budget_ends)
+            ctx = JobContext(self.jt.name, job, lease, 0, 0, self.ttl, self.clock)
             ctx.job_model = self.model
             ctx.batch = self.heartbeat
             contexts.append(ctx)
@@ -322,6 +325,8 @@ class BatchDrain:
             )
             self.report.count("blocked")
             return
+        if self.jt.budget is not None:
+            ctx.budget_ends = self.clock.monotonic() + self.jt.budget  # an attempt's budget runs from its start
         self.heartbeat.start(ctx.lease, budget=self.jt.budget)
         try:
             ending = work(self.jt, ctx)

@@ -55,6 +55,7 @@ class BatchHeartbeat:
         self.poll = poll
         self.while_running = while_running
         self._held: dict[Any, tuple[int, float]] = {}  # pk -> (fence, ttl)
+        self._shortest = ttl  # the shortest lease any row was given (a task's own `lease_ttl` may be shorter)
         self.lost: set[Any] = set()  # rows a renewal found lost before they were finished
         self._running: Any = None
         self._running_since = 0.0
@@ -111,6 +112,7 @@ class BatchHeartbeat:
             with self._lock:
                 if lease.pk in self._held:
                     self._held[lease.pk] = (lease.fence, ttl)
+                    self._shortest = min(self._shortest, ttl)
 
     def stop_running(self) -> None:
         with self._lock:
@@ -125,7 +127,7 @@ class BatchHeartbeat:
 
     def ensure_live(self) -> None:
         """Renew at once when the batch's lease may have run out since the last renewal (a stall)."""
-        margin = min(self._interval(), self.ttl) / 3
+        margin = min(self._interval(), self._shortest) / 3
         if self.clock.monotonic() >= self._live_until - margin:
             self.beat()
 
@@ -178,9 +180,7 @@ class BatchHeartbeat:
         logger.warning("event=batch_rows_lost owner=%s rows=%s", self.owner, len(lost))
 
     def _interval(self) -> float:
-        with self._lock:
-            ttls = {ttl for _, ttl in self._held.values()} or {self.ttl}
-        return min(heartbeat_interval(ttl) for ttl in ttls)
+        return heartbeat_interval(self._shortest)
 
     # --- the background thread -------------------------------------------------------------------
 

@@ -226,19 +226,27 @@ def _policy(row: TaskRow) -> RetryPolicy:
 
 def _finished(ctx: JobContext, outcome: str) -> None:
     """Tell `task_finished` receivers how the attempt ended (the row is not read again: the drain's reads stay one)."""
-    _finished_many([(ctx, outcome)])
+    _finished_many([(ctx, outcome, None)])
 
 
-def _finished_many(ended: list[tuple[JobContext, str]]) -> None:
-    """Tell `task_finished` receivers how each attempt of a written group ended: one read of their records."""
-    listening = [(ctx, outcome) for ctx, outcome in ended if task_finished.has_listeners(_backend_class(ctx.job))]
+def _finished_many(ended: list[tuple[JobContext, str, dict[str, Any] | None]]) -> None:
+    """Tell `task_finished` receivers how each attempt of a written group ended.
+
+    A first attempt's only record is the one just written (`record`, as stored); the records of a
+    task with earlier attempts are read, all in one statement.
+    """
+    listening = [item for item in ended if task_finished.has_listeners(_backend_class(item[0].job))]
     if not listening:
         return
-    ids = [str(ctx.job.pk) for ctx, _ in listening]
     attempts: dict[str, list[JobAttempt]] = {}
-    for attempt in JobAttempt.objects.filter(job_type=JOB_TYPE, job_id__in=ids).order_by("number", "pk"):
-        attempts.setdefault(attempt.job_id, []).append(attempt)
-    for ctx, outcome in listening:
+    for ctx, _, record in listening:
+        if record is not None and ctx.attempt == 1:
+            attempts[str(ctx.job.pk)] = [JobAttempt(**record)]
+    earlier = [str(ctx.job.pk) for ctx, _, _ in listening if str(ctx.job.pk) not in attempts]
+    if earlier:
+        for attempt in JobAttempt.objects.filter(job_type=JOB_TYPE, job_id__in=earlier).order_by("number", "pk"):
+            attempts.setdefault(attempt.job_id, []).append(attempt)
+    for ctx, outcome, _ in listening:
         row: TaskRow = ctx.job
         if outcome == "done":
             row.return_value = ctx.results.get("run")
