@@ -1,5 +1,7 @@
 """The engine's batch mode: one claim per batch, guarded group finishes, and a takeover in the middle of a batch."""
 
+from datetime import timedelta
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -160,3 +162,19 @@ def test_batch__rows_not_started_when_the_budget_ends_are_given_back_as_they_wer
     due = TaskRow.objects.due(clock).order_by("pk")
     assert run_batches("task", due, budget=10, owner="next", clock=clock).outcomes == {"done": 2}
     assert [TaskRow.objects.get(pk=pk).attempts for pk in pks] == [1, 1, 1]
+
+
+def test_batch__a_row_with_a_shorter_lease_of_its_own_is_renewed_at_a_third_of_it(clock):
+    from weave.leases.batch_heartbeat import BatchHeartbeat
+
+    Invoice.objects.bulk_create([Invoice(number=f"N{i}", email="a@example.com") for i in range(2)])
+    batch, _ = Invoice.objects.due(clock).claim_rows(owner="me", ttl=TTL, limit=10, fields=(), clock=clock)
+    heartbeat = BatchHeartbeat(Invoice.objects, owner="me", ttl=TTL, clock=clock, background=False)
+    heartbeat.add(batch)
+    first = min(batch.fences)
+    heartbeat.start(batch.lease(first), ttl=6)  # renewed to its own 6 s before it starts
+    assert Invoice.objects.get(pk=first).lease_expires_at == clock.current + timedelta(seconds=6)
+    clock.advance(2)
+    assert heartbeat.tick()  # due at 6 / 3, not at the batch's 30 / 3
+    clock.advance(5)  # 7 s after the start: the 6 s lease stands only thanks to that renewal
+    assert first in set(Invoice.objects.live(clock).values_list("pk", flat=True))

@@ -113,6 +113,8 @@ class BatchHeartbeat:
                 if lease.pk in self._held:
                     self._held[lease.pk] = (lease.fence, ttl)
                     self._shortest = min(self._shortest, ttl)
+            # Renewed just now, under its own lease: the next renewal is due within a third of it.
+            self._next_due = min(self._next_due, self.clock.monotonic() + self._interval())
 
     def stop_running(self) -> None:
         with self._lock:

@@ -119,17 +119,12 @@ def task_result(
     if attempts is None:
         attempts = [] if running and row.attempts == 1 else attempts_of(row)
     status = TaskResultStatus.RUNNING if running else _AFTER[finished] if finished else _status(row)
-    finished_at = row.finished_at
-    if finished and status != TaskResultStatus.READY:
-        finished_at = attempts[-1].finished_at if attempts else None
     result: TaskResult[Any] = TaskResult(
         task=task or stored_task(row),
         id=row.result_id,
         status=status,
         enqueued_at=row.created_at,
-        started_at=row.started_at or (attempts[0].started_at if attempts else None),
-        last_attempted_at=row.last_attempted_at or (attempts[-1].started_at if attempts else None),
-        finished_at=finished_at,
+        **_times(row, attempts, finished_now=bool(finished) and status != TaskResultStatus.READY),
         args=list(row.args),
         kwargs=dict(row.kwargs),
         backend=row.backend,
@@ -138,6 +133,22 @@ def task_result(
     )
     object.__setattr__(result, "_return_value", row.return_value)
     return result
+
+
+def _times(row: TaskRow, attempts: list[JobAttempt], *, finished_now: bool) -> dict[str, Any]:
+    """The result's start, latest attempt and finish times: the row's, else its attempts' records'.
+
+    `finished_now`: the attempt that just recorded its finish ended the task; its record has the time.
+    """
+    first, last = (attempts[0], attempts[-1]) if attempts else (None, None)
+    finished_at = row.finished_at
+    if finished_now:
+        finished_at = last.finished_at if last is not None else None
+    return {
+        "started_at": row.started_at or (first.started_at if first is not None else None),
+        "last_attempted_at": row.last_attempted_at or (last.started_at if last is not None else None),
+        "finished_at": finished_at,
+    }
 
 
 def enqueued_result(task: Task[Any, Any], row: Mapping[str, Any]) -> TaskResult[Any]:
