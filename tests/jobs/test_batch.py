@@ -178,3 +178,20 @@ def test_batch__a_row_with_a_shorter_lease_of_its_own_is_renewed_at_a_third_of_i
     assert heartbeat.tick()  # due at 6 / 3, not at the batch's 30 / 3
     clock.advance(5)  # 7 s after the start: the 6 s lease stands only thanks to that renewal
     assert first in set(Invoice.objects.live(clock).values_list("pk", flat=True))
+
+
+def test_jobs_drain__a_step_style_type_walks_its_steps_per_row_inside_the_batch():
+    from tests.jobs.shipping.models import Booking, Shipment
+    from weave.models import JobStepReceipt
+
+    shipments = [Shipment.objects.create(parcel=f"p{i}") for i in range(3)] + [Shipment.objects.create(parcel="")]
+    assert drain_jobs("shipment") == {"done": 3, "failed": 1}
+    for shipment in shipments[:3]:
+        shipment.refresh_from_db()
+        assert (shipment.state, shipment.owner, shipment.attempts) == ("done", None, 1)
+        (booking,) = Booking.objects.filter(shipment=shipment)
+        assert booking.written_by.startswith("shipment:")  # written under the batch's lease, by its owner
+        steps = JobStepReceipt.objects.filter(job_type="shipment", job_id=str(shipment.pk))
+        assert sorted(steps.values_list("step", flat=True)) == ["book", "quote"]
+    refused = Shipment.objects.get(pk=shipments[3].pk)
+    assert refused.state == "failed" and "no parcel to ship" in refused.last_error
