@@ -83,6 +83,7 @@ class Completer:
         self._pending: list[Finished] = []
         self._oldest = 0.0
         self._landed: list[Finished] = []  # written, their hooks not yet told
+        self._refused = 0  # refused by their guard since the last `tell()`
         self._lock = threading.Lock()
         self._writing = threading.Lock()
 
@@ -120,6 +121,9 @@ class Completer:
         """Run the type's `finished` hook for the attempts written so far (on the drain's thread)."""
         with self._lock:
             landed, self._landed = self._landed, []
+            refused, self._refused = self._refused, 0
+        if refused:
+            self.report.count("blocked", refused)
         for item in landed:
             self.report.count(item.ending.outcome)
         if landed and self.jt.finished_many is not None:
@@ -142,7 +146,8 @@ class Completer:
             for item, receipt in zip(done, receipts, strict=False):
                 item.record = {**receipt, "finished_at": finished_at[(receipt["job_id"], receipt["fence"])]}
         if refused:
-            self.report.count("blocked", len(refused))
+            with self._lock:
+                self._refused += len(refused)
             logger.warning("event=lease_lost job_type=%s rows=%s where=finish", self.jt.name, len(refused))
         return landed
 
