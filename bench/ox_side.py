@@ -13,6 +13,9 @@ effect: their stalled worker renews nothing either. django-ox renews every lease
 its own whatever the task body does, so a stall of the body alone never lets its lease lapse:
 `stall body` shows that (no takeover) instead.
 
+`round N` (bench/engine.py): N trivial tasks enqueued in one transaction (timed) and run by the
+`ox_worker` processes the harness started; `reset` migrates and empties the tables first.
+
 `throughput N`: N trivial tasks through one django-ox worker (`Worker(batch=True)`, concurrency 1,
 the package's loop as `manage.py ox_worker --batch` runs it), timed in this process.
 """
@@ -130,10 +133,40 @@ def throughput(n: int) -> dict[str, Any]:
     return {"n": n, "seconds": elapsed, "cpu_ms_per_task": cpu * 1000 / n, "statements_per_task": statements / n}
 
 
+def engine_round(n: int) -> dict[str, Any]:
+    """bench/engine.py's round: N trivial tasks enqueued in one transaction, run by the `ox_worker`
+    processes the harness started; wait until all finished. The enqueue is timed in this process."""
+    from django.db import transaction
+    from django.db.models import Max
+
+    OxTask.objects.all().delete()
+    started = time.perf_counter()
+    with transaction.atomic():
+        for _ in range(n):
+            ox_tasks.ox_noop.enqueue()
+        enqueued = time.perf_counter() - started
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT extract(epoch FROM clock_timestamp())")
+        committed_at = float(cursor.fetchone()[0])
+    ends = time.monotonic() + 600
+    while OxTask.objects.filter(status=OxTask.Status.SUCCESSFUL).count() < n:
+        assert time.monotonic() < ends, "the ox workers did not finish the round"
+        time.sleep(0.05)
+    last = OxTask.objects.aggregate(last=Max("finished_at"))["last"].timestamp()
+    return {"n": n, "enqueue_seconds": enqueued, "seconds": last - committed_at}
+
+
 def main() -> None:
     command = sys.argv[1]
     if command == "worker":
         Worker(batch=True, concurrency=1).run()
+        return
+    if command == "reset":
+        reset()
+        print(json.dumps({}))
+        return
+    if command == "round":
+        print(json.dumps(engine_round(int(sys.argv[2]))))
         return
     out = stall(sys.argv[2]) if command == "stall" else throughput(int(sys.argv[2]))
     print(json.dumps(out))

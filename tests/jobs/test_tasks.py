@@ -93,15 +93,28 @@ def test_a_stalled_worker_is_taken_over_and_its_late_write_is_refused(clock):
     assert lost.exception_class_path == "weave.leases.errors.LeaseLost" and "fence 2" in lost.traceback
 
 
-def test_drain__each_task_is_picked_claimed_and_read_in_one_statement():
-    for n in range(3):
-        add.enqueue(n, 1)
+def _drain_statements(n):
+    TaskRow.objects.all().delete()
+    for i in range(n):
+        add.enqueue(i, 1)
     with CaptureQueriesContext(connection) as queries:
-        assert drain() == {"done": 3}
-    on_tasks = [q["sql"].lstrip().upper() for q in queries if '"WEAVE_TASKROW"' in q["sql"].upper()]
+        assert drain() == {"done": n}
+    return [q["sql"].lstrip() for q in queries if not q["sql"].lstrip().upper().startswith(("SAVEPOINT", "RELEASE"))]
+
+
+def test_drain__a_batch_of_tasks_takes_the_same_statements_whatever_its_size():
+    """One claim picks, claims and reads the whole batch; one guarded statement and one INSERT finish it."""
+    few, many = _drain_statements(3), _drain_statements(40)
+    assert len(few) == len(many)
+    on_tasks = [sql.upper() for sql in many if '"WEAVE_TASKROW"' in sql.upper()]
     claims = [sql for sql in on_tasks if sql.startswith("UPDATE") and "ATTEMPTS" in sql.split("WHERE")[0]]
-    assert len(claims) == 4  # one per task, and the one that found none left
-    assert sum(sql.startswith("SELECT") for sql in on_tasks) == 1  # only the closing "anything left?" check
+    assert len(claims) == 1  # fewer rows than a batch: the queue was empty, no second claim
+    finishes = [sql for sql in on_tasks if "UPDATE" in sql.split("SET")[0] and '"OWNER" = NULL' in sql]
+    assert len(finishes) == 1
+    inserts = [sql for sql in many if sql.upper().startswith("INSERT") and "WEAVE_JOBATTEMPT" in sql.upper()]
+    assert len(inserts) == 1
+    assert sum(sql.startswith("SELECT") for sql in on_tasks) == 0
+    assert TaskRow.objects.filter(state="done").count() == 40
 
 
 def test_run_next__passes_over_a_task_held_under_a_live_lease_and_says_when_none_is_left(clock):

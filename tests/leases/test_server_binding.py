@@ -188,13 +188,13 @@ def test_insert_receipts__server_bound_stores_what_client_side_quoting_stores(cl
     assert _stored(ours)[0] == (None, None, *ADVERSARIAL[0].values())
 
 
-def test_insert_receipts__a_json_column_takes_the_client_bound_values_form():
+def test_insert_receipts__a_json_column_travels_as_a_server_bound_jsonb_array():
     rows = [
         {"data": {"quote": "it's", "list": [1, None, "\\"]}, "name": "x", "fence": 0},
         {"data": None, "name": None, "fence": 1},
     ]
     [statement] = insert_sql(Sample, connection, "default", rows, ["data", "name", "fence"])
-    assert not statement.server_bound and "VALUES" in statement.sql
+    assert statement.server_bound and "jsonb[]" in statement.sql and "VALUES" not in statement.sql
     assert insert_receipts(Sample, rows) == 2
     assert list(Sample.objects.order_by("pk").values_list("data", "name")) == [
         ({"quote": "it's", "list": [1, None, "\\"]}, "x"),

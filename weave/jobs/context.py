@@ -40,6 +40,8 @@ class JobContext:
     results: dict[str, Any] = field(default_factory=dict)
     # The leased model, for an attempt whose row is read only after its first guarded write.
     job_model: type[models.Model] | None = None
+    # In batch mode, the `weave.leases.BatchHeartbeat` keeping this attempt's lease (and its batch's).
+    batch: Any = None
 
     @property
     def model(self) -> type[models.Model]:

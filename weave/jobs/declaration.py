@@ -90,6 +90,11 @@ class JobType:
     claim_fields: Callable[[Any], Mapping[str, Any]] | None = None
     # Called after an attempt's finish landed (done, retry or failed), with its context and outcome.
     finished: Callable[[Any, str], None] | None = None
+    # In batch mode, told once per written group instead: (context, outcome, its attempt record as stored).
+    finished_many: Callable[[list[tuple[Any, str, dict[str, Any] | None]]], None] | None = None
+    # What giving back a claimed row that was never started writes besides the attempt counter (the
+    # claim's own `claim_fields` undone), or None when the row must run rather than be given back.
+    unclaim_fields: Callable[[Any], Mapping[str, Any] | None] | None = None
 
     def policy(self, job: Any) -> RetryPolicy:
         """The retry policy of `job`: its own (`retry_for`) when the type gives one, else the type's."""

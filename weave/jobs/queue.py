@@ -54,21 +54,23 @@ def settled() -> None:
     wake.tell_watchers()
 
 
-# --- the core's own runner: one task per job ------------------------------------------------------------
-
-DUE_PER_WAKE = 500  # requests one wake-up makes at most; the next wake (or the sweep) asks for the rest
+# --- the core's own runner: one drain per job type ---------------------------------------------------
 
 
-def job_request_name(job_type: str, pk: Any) -> str:
-    return request_name(f"weave.jobs:{job_type}:{pk}")
+def drain_request_name(job_type: str) -> str:
+    return request_name(f"weave.jobs.drain:{job_type}")
+
+
+def enqueue_drain(job_type: str) -> bool:
+    """Ask for a drain of `job_type` (it runs every due job of the type), unless one is already waiting."""
+    return request(drain_request_name(job_type), "weave.jobs.tasks.drain", job_type, group=job_type)
 
 
 def enqueue_job(job_type: str, pk: Any) -> bool:
-    """Ask for one attempt at job `pk` of `job_type`, unless one is already waiting to start."""
-    return request(job_request_name(job_type, pk), "weave.jobs.tasks.run", job_type, pk, group=job_type)
+    """Ask for an attempt at job `pk` of `job_type` now: a drain of its type, which runs every due job of it."""
+    return enqueue_drain(job_type)
 
 
 def enqueue_due(job_type: str, model: Any) -> int:
-    """Ask for an attempt at every due job of `job_type` (coalesced per job); return how many were asked for."""
-    pks = list(model.objects.due().order_by("next_attempt_at", "pk").values_list("pk", flat=True)[:DUE_PER_WAKE])
-    return sum(1 for pk in pks if enqueue_job(job_type, pk))
+    """Ask for a drain of `job_type` when a job of it is due; return how many drains were asked for (0 or 1)."""
+    return int(model.objects.due().exists() and enqueue_drain(job_type))

@@ -6,6 +6,7 @@ ends the attempt as `blocked` with the reason and writes nothing else; it is nev
 """
 
 import logging
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -58,6 +59,42 @@ def run_next(job_type: str, rows: Any, *, owner: str | None = None, clock: Clock
 def _attempt(jt: JobType, ctx: JobContext) -> str:
     """Run the claimed attempt `ctx` (its `job` read after the claim) to its guarded finish; return how it ended."""
     started = ctx.claimed_at or ctx.clock.read()
+    ending = work(jt, ctx)
+    if ending.lost is not None:
+        record_blocked(ctx, started, ending.lost)
+        return "blocked"
+    try:
+        with transaction.atomic(using=router.db_for_write(ctx.model)):
+            ctx.release(**ending.fields)
+            insert_receipts(JobAttempt, [ending.receipt(ctx, started)])
+    except LeaseLost as lost:
+        record_blocked(ctx, started, lost)
+        return "blocked"
+    if jt.finished is not None:
+        jt.finished(ctx, ending.outcome)
+    return ending.outcome
+
+
+@dataclass
+class Ending:
+    """How an attempt's work ended, before its finish is written: the outcome, the row's fields, the receipt's.
+
+    `lost`: the work itself met a lost lease (a guarded write or a renewal refused): nothing is
+    finished, the attempt is recorded as blocked.
+    """
+
+    outcome: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+    lost: LeaseLost | None = None
+
+    def receipt(self, ctx: JobContext, started: Any) -> dict[str, Any]:
+        return _receipt(ctx, started, self.outcome, self.reason, **self.extra)
+
+
+def work(jt: JobType, ctx: JobContext) -> Ending:
+    """Run the claimed attempt's handler or steps and say how it ended; the finish is the caller's to write."""
     ctx.attempt, ctx.epoch = ctx.job.attempts, ctx.job.epoch
     try:
         if jt.handler is not None:
@@ -65,18 +102,14 @@ def _attempt(jt: JobType, ctx: JobContext) -> str:
             ctx.results["run"] = jt.handler(ctx)
         else:
             _walk(jt, ctx)
-        value = ctx.results.get("run")
-        saved = {jt.result_field: value} if jt.result_field else {}
-        _finish(ctx, started, JobAttempt.Outcome.DONE, "", state=JobState.DONE, result=value, fields=saved)
-        outcome = "done"
     except LeaseLost as lost:
-        _blocked(ctx, started, lost)
-        return "blocked"
+        return Ending("blocked", lost=lost)
     except Exception as error:  # noqa: BLE001  (the job's own failure: recorded, classified, never raised)
-        outcome = _failed(jt, ctx, started, error)
-    if jt.finished is not None and outcome != "blocked":
-        jt.finished(ctx, outcome)
-    return outcome
+        return _failure(jt, ctx, error)
+    value = ctx.results.get("run")
+    saved = {jt.result_field: value} if jt.result_field else {}
+    fields = _finish_fields(ctx, "", state=JobState.DONE, fields=saved)
+    return Ending(JobAttempt.Outcome.DONE, fields, extra={"result": value})
 
 
 def _walk(jt: JobType, ctx: JobContext) -> None:
@@ -134,19 +167,19 @@ def _receipt(ctx: JobContext, started: Any, outcome: str, reason: str, **extra: 
     }
 
 
-def _finish(ctx: JobContext, started: Any, outcome: str, reason: str, *, state: str, **extra: Any) -> None:
-    """Release the job under its lease with its new state, and write the attempt's receipt in the same transaction."""
+def _finish_fields(
+    ctx: JobContext, reason: str, *, state: str, retry_in: float | None = None, **more: Any
+) -> dict[str, Any]:
+    """The fields a finish writes to the job's row (with the release of its lease): state, error, due time."""
     clock = ctx.clock
-    fields: dict[str, Any] = {"state": state, "last_error": outside_text(reason, limit=2000), **extra.pop("fields", {})}
-    retry_in = extra.pop("retry_in", None)
+    fields: dict[str, Any] = {"state": state, "last_error": outside_text(reason, limit=2000), **more.pop("fields", {})}
     fields["next_attempt_at"] = None if retry_in is None else clock.now(timedelta(seconds=retry_in))
     fields["finished_at"] = clock.now() if state != JobState.PENDING else None
-    with transaction.atomic(using=router.db_for_write(ctx.model)):
-        ctx.release(**fields)
-        insert_receipts(JobAttempt, [_receipt(ctx, started, outcome, reason, **extra)])
+    return fields
 
 
-def _blocked(ctx: JobContext, started: Any, lost: LeaseLost) -> None:
+def record_blocked(ctx: JobContext, started: Any, lost: LeaseLost) -> None:
+    """Record the attempt `ctx` as blocked by `lost` (unless the worker that took the job over already did)."""
     # Our own history, not the job's row: the attempt says it lost the lease, to whom, and stops.
     attempt = JobAttempt.objects.filter(job_type=ctx.job_type, job_id=str(ctx.lease.pk), number=ctx.attempt)
     if attempt.filter(fence=ctx.lease.fence).exists():
@@ -158,7 +191,7 @@ def _blocked(ctx: JobContext, started: Any, lost: LeaseLost) -> None:
     )
 
 
-def _failed(jt: JobType, ctx: JobContext, started: Any, error: Exception) -> str:
+def _failure(jt: JobType, ctx: JobContext, error: Exception) -> Ending:
     import traceback
 
     reason = f"{type(error).__name__}: {error}" + (f" (at step {ctx.step})" if ctx.step else "")
@@ -167,13 +200,8 @@ def _failed(jt: JobType, ctx: JobContext, started: Any, error: Exception) -> str
         "traceback": multiline_text("".join(traceback.format_exception(error))),
     }
     retry_in = 0.0 if isinstance(error, BudgetSpent) else jt.policy(ctx.job).retry_in(ctx.attempt, error)
-    try:
-        if retry_in is None:
-            _finish(ctx, started, JobAttempt.Outcome.FAILED, reason, state=JobState.FAILED, **details)
-            return "failed"
-        outcome = JobAttempt.Outcome.RETRY
-        _finish(ctx, started, outcome, reason, state=JobState.PENDING, retry_in=retry_in, **details)
-        return "retry"
-    except LeaseLost as lost:
-        _blocked(ctx, started, lost)
-        return "blocked"
+    if retry_in is None:
+        fields = _finish_fields(ctx, reason, state=JobState.FAILED)
+        return Ending(JobAttempt.Outcome.FAILED, fields, reason, details)
+    fields = _finish_fields(ctx, reason, state=JobState.PENDING, retry_in=retry_in)
+    return Ending(JobAttempt.Outcome.RETRY, fields, reason, details)

@@ -17,6 +17,7 @@ reuses its parsed form and the worker builds no per-row SQL. The clock's "now" g
 (`Statement.server_bound`, `weave.leases.binding`): quoting them into it cost the worker more.
 """
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeAlias, cast
@@ -81,8 +82,9 @@ class Column:
     field: Field
     values: list[Any]  # a constant, a clock expression (DbNow / a FakeClock's Value) or _ABSENT
 
-    @property
+    @functools.cached_property
     def partial(self) -> bool:
+        # Asked once per cell by the values renderer: computed once per column.
         return any(value is _ABSENT for value in self.values)
 
 
@@ -97,6 +99,7 @@ _ARRAY_TYPES = frozenset(
         "DateTimeField",
         "FloatField",
         "IntegerField",
+        "JSONField",  # each value a psycopg Jsonb, sent as an element of a jsonb[]
         "PositiveBigIntegerField",
         "PositiveIntegerField",
         "PositiveSmallIntegerField",

@@ -8,7 +8,7 @@ literal) fills it in when the statement runs.
 """
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from django.db import connections, models, router
 
@@ -34,3 +34,40 @@ def insert_receipts(model: type[models.Model], rows: Sequence[Mapping[str, Any]]
         with statement_cursor(connection, server_bound=statement.server_bound) as cursor:
             cursor.execute(statement.sql, statement.params)
     return len(rows)
+
+
+def insert_receipts_returning(
+    model: type[models.Model], rows: Sequence[Mapping[str, Any]], returning: Sequence[str], *, using: str | None = None
+) -> list[dict[str, Any]]:
+    """`insert_receipts`, returning the inserted rows' `returning` fields as stored (a clock time's value, say).
+
+    The same statements, each with a `RETURNING` clause; the values are converted as a query's would be.
+    """
+    if not rows:
+        return []
+    names = list(rows[0])
+    if any(list(row) != names for row in rows):
+        raise ValueError("insert_receipts: every row must name the same fields, in the same order.")
+    alias = using or router.db_for_write(model)
+    connection = connections[alias]
+    meta = model._meta
+    fields = [cast("models.Field[Any, Any]", meta.get_field(name)) for name in returning]
+    qn = connection.ops.quote_name
+    clause = " RETURNING " + ", ".join(qn(cast(str, field.column)) for field in fields)
+    converters = []
+    for field in fields:
+        col = field.get_col(meta.db_table)
+        converters.append((col, connection.ops.get_db_converters(col) + col.get_db_converters(connection)))
+    stored: list[dict[str, Any]] = []
+    for statement in insert_sql(model, connection, alias, rows, names):
+        with statement_cursor(connection, server_bound=statement.server_bound) as cursor:
+            cursor.execute(statement.sql + clause, statement.params)
+            raw = cursor.fetchall()
+        for values in raw:
+            row = {}
+            for name, value, (col, convert_all) in zip(returning, values, converters, strict=True):
+                for convert in convert_all:
+                    value = convert(value, col, connection)
+                row[name] = value
+            stored.append(row)
+    return stored

@@ -6,6 +6,7 @@ backend's `OPTIONS` in `TASKS`, else from the default below. Pure policy: no dat
     TASKS = {"default": {"BACKEND": "weave.tasks.WeaveBackend", "OPTIONS": {"TIMEOUT": 300}}}
 """
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +59,11 @@ def validate(options: Mapping[str, Any], *, where: str) -> dict[str, Any]:
         else:
             checked[name] = _seconds(name, value, where)
     return checked
+
+
+def options_key(stored: Mapping[str, Any]) -> str:
+    """A hashable key of stored options (as `validate` returns them), for caches of what they resolve to."""
+    return json.dumps(stored, sort_keys=True) if stored else ""
 
 
 def _seconds(name: str, value: Any, where: str) -> float:

@@ -5,13 +5,17 @@ order (the worker of an attempt that lost its lease included), so `TaskResult.at
 `TaskContext.attempt` count from 1, as Django's documentation says.
 """
 
+from collections.abc import Mapping
 from typing import Any
 
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 from weave.leases import Clock, default_clock
 from weave.models import JobAttempt, JobState, TaskRow
 from weave.tasks.compat import Task, TaskError, TaskResult, TaskResultStatus
+from weave.tasks.options import options_key
 
 JOB_TYPE = "task"
 LOST_LEASE = "weave.leases.errors.LeaseLost"
@@ -25,15 +29,39 @@ def load_task(path: str) -> Task[Any, Any]:
     return found
 
 
+# Tasks as enqueued, by (path, priority, queue, backend, options): a drain runs many rows of one task,
+# and `using()` validates against the backend each time. Tasks are frozen, so one copy serves all.
+# Emptied when TASKS changes (the backends, and so their validation, change with it).
+_stored: dict[tuple[Any, ...], Task[Any, Any]] = {}
+_STORED_MAX = 1024
+
+
 def stored_task(row: TaskRow) -> Task[Any, Any]:
     """The task of `row` as it was enqueued: its priority, queue, backend, defer time and Weave options."""
+    deferred = row.next_attempt_at is not None and row.attempts == 0
+    key = (row.task_path, row.priority, row.queue_name, row.backend, options_key(row.options))
+    if not deferred:
+        found = _stored.get(key)
+        if found is not None:
+            return found
     task = load_task(row.task_path)
     changes: dict[str, Any] = {"priority": row.priority, "queue_name": row.queue_name, "backend": row.backend}
-    if row.next_attempt_at is not None and row.attempts == 0:
+    if deferred:
         changes["run_after"] = row.next_attempt_at
     if row.options and hasattr(task, "weave_options"):
         changes.update(row.options)
-    return task.using(**changes)
+    stored = task.using(**changes)
+    if not deferred:
+        if len(_stored) >= _STORED_MAX:
+            _stored.clear()
+        _stored[key] = stored
+    return stored
+
+
+@receiver(setting_changed)
+def _forget_stored_tasks(*, setting: str, **kwargs: Any) -> None:
+    if setting == "TASKS":
+        _stored.clear()
 
 
 def _status(row: Any) -> TaskResultStatus:
@@ -70,30 +98,33 @@ _AFTER = {"done": TaskResultStatus.SUCCESSFUL, "failed": TaskResultStatus.FAILED
 
 
 def task_result(
-    row: TaskRow, *, clock: Clock = default_clock, running: bool = False, finished: str = ""
+    row: TaskRow,
+    *,
+    clock: Clock = default_clock,
+    running: bool = False,
+    finished: str = "",
+    task: Task[Any, Any] | None = None,
+    attempts: list[JobAttempt] | None = None,
 ) -> TaskResult[Any]:
     """Build the `TaskResult` of `row` from the row and its attempts (one error per attempt that did not succeed).
 
     `running`: the result as the worker holding the row sees it (RUNNING, its own attempt counted).
     `finished`: the outcome of the attempt that just recorded its finish, `row` being the row as that
     attempt claimed it (its finish time is its attempt's record's; nothing of the row is read again).
+    `task` (the row's stored task) and `attempts` (its records, in order), when the caller has them.
     """
     if not (running or finished or hasattr(row, "lease_live")):
         row = TaskRow.objects.with_lease_state(clock).get(pk=row.pk)
     # A first attempt that is running has nothing recorded before it: no need to look.
-    attempts = [] if running and row.attempts == 1 else attempts_of(row)
+    if attempts is None:
+        attempts = [] if running and row.attempts == 1 else attempts_of(row)
     status = TaskResultStatus.RUNNING if running else _AFTER[finished] if finished else _status(row)
-    finished_at = row.finished_at
-    if finished and status != TaskResultStatus.READY:
-        finished_at = attempts[-1].finished_at if attempts else None
     result: TaskResult[Any] = TaskResult(
-        task=stored_task(row),
+        task=task or stored_task(row),
         id=row.result_id,
         status=status,
         enqueued_at=row.created_at,
-        started_at=row.started_at or (attempts[0].started_at if attempts else None),
-        last_attempted_at=row.last_attempted_at or (attempts[-1].started_at if attempts else None),
-        finished_at=finished_at,
+        **_times(row, attempts, finished_now=bool(finished) and status != TaskResultStatus.READY),
         args=list(row.args),
         kwargs=dict(row.kwargs),
         backend=row.backend,
@@ -104,19 +135,35 @@ def task_result(
     return result
 
 
-def enqueued_result(task: Task[Any, Any], row: TaskRow) -> TaskResult[Any]:
-    """The result of a task just inserted as `row`: READY, built from what was inserted (nothing read back)."""
+def _times(row: TaskRow, attempts: list[JobAttempt], *, finished_now: bool) -> dict[str, Any]:
+    """The result's start, latest attempt and finish times: the row's, else its attempts' records'.
+
+    `finished_now`: the attempt that just recorded its finish ended the task; its record has the time.
+    """
+    first, last = (attempts[0], attempts[-1]) if attempts else (None, None)
+    finished_at = row.finished_at
+    if finished_now:
+        finished_at = last.finished_at if last is not None else None
+    return {
+        "started_at": row.started_at or (first.started_at if first is not None else None),
+        "last_attempted_at": row.last_attempted_at or (last.started_at if last is not None else None),
+        "finished_at": finished_at,
+    }
+
+
+def enqueued_result(task: Task[Any, Any], row: Mapping[str, Any]) -> TaskResult[Any]:
+    """The result of a task just inserted with the values `row`: READY, built from them (nothing read back)."""
     return TaskResult(
         task=task,
-        id=row.result_id,
+        id=row["result_id"],
         status=TaskResultStatus.READY,
-        enqueued_at=row.created_at,
+        enqueued_at=row["created_at"],
         started_at=None,
         last_attempted_at=None,
         finished_at=None,
-        args=list(row.args),
-        kwargs=dict(row.kwargs),
-        backend=row.backend,
+        args=list(row["args"]),
+        kwargs=dict(row["kwargs"]),
+        backend=row["backend"],
         errors=[],
         worker_ids=[],
     )

@@ -12,7 +12,6 @@ stops being renewed, loses its lease, and the attempts a takeover may start are 
 """
 
 import threading
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,14 +20,14 @@ from django.db.models.functions import Coalesce
 
 from weave import jobs
 from weave.jobs import JobContext, JobType, RetryPolicy, get, register
-from weave.jobs.runner import run_next
+from weave.jobs.batch import run_batches
 from weave.leases import Clock, FakeClock, Heartbeat, insert_receipts
 from weave.leases.heartbeat import heartbeat_interval
 from weave.models import JobAttempt, TaskRow
 from weave.schedules import ScheduleSpec
 from weave.tasks.compat import TaskContext, normalize_json, task_finished, task_started
 from weave.tasks.context import WeaveTaskContext
-from weave.tasks.options import TaskOptions, TaskTimedOut, TooManyAttempts, resolve
+from weave.tasks.options import TaskOptions, TaskTimedOut, TooManyAttempts, options_key, resolve
 from weave.tasks.results import JOB_TYPE, stored_task, task_result
 from weave.timeline import clock_time
 
@@ -51,24 +50,21 @@ def _due(queue_name: str) -> Any:
 
 
 def drain(queue_name: str = "default", *, budget: float = DRAIN_BUDGET) -> dict[str, int]:
-    """Run due tasks of `queue_name`, highest priority first, until none is due or the budget is spent."""
+    """Run due tasks of `queue_name`, highest priority first, until none is due or the budget is spent.
+
+    Batch by batch (`weave.jobs.batch`): one statement claims up to a batch of due tasks, each runs as
+    its own fenced attempt, and their finishes are written in groups.
+    """
     ensure_registered()
     jobs.started(drain_request_name(queue_name))
-    outcomes: dict[str, int] = {}
-    ends = time.monotonic() + budget
     try:
-        while time.monotonic() < ends:
-            # One statement picks the next due task, claims it and reads it back (a task another
-            # worker is claiming right now is passed over, not waited for).
-            outcome = run_next(JOB_TYPE, _due(queue_name))
-            if outcome is None:
-                break
-            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        # A whole batch claimed: more may be due, so another worker is asked to drain beside this one.
+        report = run_batches(JOB_TYPE, _due(queue_name), budget=budget, on_full=lambda: enqueue_drain(queue_name))
     finally:
         jobs.settled()
-    if _due(queue_name).exists():
+    if report.more and _due(queue_name).exists():
         enqueue_drain(queue_name)  # the budget ran out with work left: the next drain (maybe elsewhere) goes on
-    return outcomes
+    return report.outcomes
 
 
 def sweep() -> int:
@@ -89,15 +85,28 @@ def running_heartbeat() -> Heartbeat | None:
 
 def task_options(row: TaskRow) -> TaskOptions:
     """The options `row` runs with: its own, then its backend's OPTIONS, then Weave's defaults."""
-    backend = stored_task(row).get_backend()
-    return resolve(row.options, getattr(backend, "task_defaults", {}))
+    return options_of(stored_task(row), row)
+
+
+def options_of(task: Any, row: TaskRow) -> TaskOptions:
+    """The options of `row`, whose stored task is `task` (resolved once per backend and stored options)."""
+    backend = task.get_backend()
+    cache: dict[str, TaskOptions] | None = getattr(backend, "resolved_options", None)
+    if cache is None:
+        return resolve(row.options, getattr(backend, "task_defaults", {}))
+    key = options_key(row.options)
+    found = cache.get(key)
+    if found is None:
+        found = cache[key] = resolve(row.options, getattr(backend, "task_defaults", {}))
+    return found
 
 
 def run_task(ctx: JobContext) -> Any:
     """The job handler of a stored task: call the function under the engine's heartbeat, keep its value."""
     row: TaskRow = ctx.job
-    options = task_options(row)
-    overran = _record_lost_attempt(ctx, row, options)
+    task = stored_task(row)
+    options = options_of(task, row)
+    overran = _record_lost_attempt(ctx, row, options) if row.previous_owner is not None else ""
     if overran:
         raise TaskTimedOut(overran)  # a timeout is the task's failure, as if the attempt had returned late
     if ctx.attempt > options.max_attempts:
@@ -106,30 +115,42 @@ def run_task(ctx: JobContext) -> Any:
         )
     if options.lease_ttl is not None:
         ctx.ttl = options.lease_ttl  # the heartbeat's first renewal, before the function starts, sets it
-    task = stored_task(row)
-    result = task_result(row, clock=ctx.clock, running=True)
+    if ctx.batch is not None:
+        # Batch mode: the batch's heartbeat renews this row with the others, up to the task's timeout.
+        ctx.batch.start(ctx.lease, ttl=options.lease_ttl, budget=options.timeout)
+        return _call(ctx, row, task, options, ctx.batch)
     # On a fake clock time moves only when a test moves it, so the test renews by hand
     # (`running_heartbeat().tick()`): the same renewals, without a thread racing the test.
     background = not isinstance(ctx.clock, FakeClock)
     heartbeat = Heartbeat(
         ctx.rows, ctx.lease, ttl=ctx.ttl, clock=ctx.clock, budget=options.timeout, background=background
     )
-    began = ctx.clock.monotonic()
     with heartbeat:
-        task_started.send(type(task.get_backend()), task_result=result)
-        _running.heartbeat = heartbeat
-        try:
-            if row.takes_context:
-                context: TaskContext = WeaveTaskContext(task_result=result, job=ctx)
-                value = task.call(context, *row.args, **row.kwargs)
-            else:
-                value = task.call(*row.args, **row.kwargs)
-        finally:
-            _running.heartbeat = None
-        took = ctx.clock.monotonic() - began
-        if took > options.timeout:
-            raise TaskTimedOut(f"ran past its timeout of {options.timeout:g} s (took {took:.1f} s)")
+        value = _call(ctx, row, task, options, heartbeat)
         heartbeat.before_save()  # renew right before the finish; a renewal that failed wins
+    return value
+
+
+def _call(ctx: JobContext, row: TaskRow, task: Any, options: TaskOptions, heartbeat: Any) -> Any:
+    """Call the task's function (signalling its start), and fail it if it returned after its timeout."""
+    backend = type(task.get_backend())
+    result: Any = None  # built only for a receiver or the task's context
+    if row.takes_context or task_started.has_listeners(backend):
+        result = task_result(row, clock=ctx.clock, running=True, task=task)
+        task_started.send(backend, task_result=result)
+    began = ctx.clock.monotonic()
+    _running.heartbeat = heartbeat
+    try:
+        if row.takes_context:
+            context: TaskContext = WeaveTaskContext(task_result=result, job=ctx)
+            value = task.call(context, *row.args, **row.kwargs)
+        else:
+            value = task.call(*row.args, **row.kwargs)
+    finally:
+        _running.heartbeat = None
+    took = ctx.clock.monotonic() - began
+    if took > options.timeout:
+        raise TaskTimedOut(f"ran past its timeout of {options.timeout:g} s (took {took:.1f} s)")
     # Saved by the guarded finish (result_field): it lands only under the lease, like every write.
     return normalize_json(value)
 
@@ -205,11 +226,49 @@ def _policy(row: TaskRow) -> RetryPolicy:
 
 def _finished(ctx: JobContext, outcome: str) -> None:
     """Tell `task_finished` receivers how the attempt ended (the row is not read again: the drain's reads stay one)."""
-    row: TaskRow = ctx.job
-    if outcome == "done":
-        row.return_value = ctx.results.get("run")
-    result = task_result(row, clock=ctx.clock, finished=outcome)
-    task_finished.send(type(result.task.get_backend()), task_result=result)
+    _finished_many([(ctx, outcome, None)])
+
+
+def _finished_many(ended: list[tuple[JobContext, str, dict[str, Any] | None]]) -> None:
+    """Tell `task_finished` receivers how each attempt of a written group ended.
+
+    A first attempt's only record is the one just written (`record`, as stored); the records of a
+    task with earlier attempts are read, all in one statement.
+    """
+    listening = [item for item in ended if task_finished.has_listeners(_backend_class(item[0].job))]
+    if not listening:
+        return
+    attempts: dict[str, list[JobAttempt]] = {}
+    for ctx, _, record in listening:
+        if record is not None and ctx.attempt == 1:
+            attempts[str(ctx.job.pk)] = [JobAttempt(**record)]
+    earlier = [str(ctx.job.pk) for ctx, _, _ in listening if str(ctx.job.pk) not in attempts]
+    if earlier:
+        for attempt in JobAttempt.objects.filter(job_type=JOB_TYPE, job_id__in=earlier).order_by("number", "pk"):
+            attempts.setdefault(attempt.job_id, []).append(attempt)
+    for ctx, outcome, _ in listening:
+        row: TaskRow = ctx.job
+        if outcome == "done":
+            row.return_value = ctx.results.get("run")
+        result = task_result(row, clock=ctx.clock, finished=outcome, attempts=attempts.get(str(row.pk), []))
+        task_finished.send(type(result.task.get_backend()), task_result=result)
+
+
+def _backend_class(row: TaskRow) -> type:
+    return type(stored_task(row).get_backend())
+
+
+def _unclaim(row: TaskRow) -> dict[str, Any] | None:
+    """What giving back a claimed, never started task restores (its claim's times).
+
+    None for a takeover: running it records the attempt that lost its lease, which giving it back would forget.
+    """
+    if row.previous_owner is not None:
+        return None
+    return {
+        "started_at": row.started_at if row.previous_attempted_at else None,
+        "last_attempted_at": row.previous_attempted_at,
+    }
 
 
 def ensure_registered() -> None:
@@ -228,6 +287,8 @@ def ensure_registered() -> None:
                 retry_for=_policy,
                 claim_fields=_claim_fields,
                 finished=_finished,
+                finished_many=_finished_many,
+                unclaim_fields=_unclaim,
                 schedule=ScheduleSpec(name="weave.tasks.sweep", func="weave.tasks.worker.sweep", minutes=1),
                 next_due=TaskRow.objects.next_due_at,
                 wake=_wake,

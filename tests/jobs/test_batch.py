@@ -1,0 +1,197 @@
+"""The engine's batch mode: one claim per batch, guarded group finishes, and a takeover in the middle of a batch."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from tests.jobs.invoices.models import Invoice
+from tests.jobs.shipping.contract import look_around, while_running
+from weave.jobs.batch import run_batches
+from weave.jobs.tasks import drain as drain_jobs
+from weave.models import JobAttempt, TaskRow
+
+pytestmark = pytest.mark.django_db
+TTL = 30.0
+
+
+@pytest.fixture(autouse=True)
+def no_hooks():
+    while_running.clear()
+    yield
+    while_running.clear()
+
+
+def _statements(queries):
+    skipped = ("SAVEPOINT", "RELEASE", "BEGIN", "COMMIT")
+    return [q["sql"].lstrip() for q in queries if not q["sql"].lstrip().upper().startswith(skipped)]
+
+
+def _drain_invoices(n):
+    Invoice.objects.all().delete()
+    JobAttempt.objects.all().delete()
+    Invoice.objects.bulk_create([Invoice(number=f"N{i}", email=f"a{i}@example.com") for i in range(n)])
+    with CaptureQueriesContext(connection) as queries:
+        assert drain_jobs("invoice") == {"done": n}
+    return _statements(queries)
+
+
+def test_jobs_drain__finishes_n_rows_with_the_same_statements_whatever_n():
+    few, many = _drain_invoices(2), _drain_invoices(40)  # 40: inside one INSERT on SQLite too
+    assert len(few) == len(many)
+    on_rows = [sql.upper() for sql in many if "TESTS_INVOICES_INVOICE" in sql.upper() or "INVOICE" in sql.upper()]
+    claims = [sql for sql in on_rows if "UPDATE" in sql.split("SET")[0] and '"ATTEMPTS" + 1' in sql.replace("(", "")]
+    finishes = [sql for sql in on_rows if "UPDATE" in sql.split("SET")[0] and '"OWNER" = NULL' in sql]
+    assert len(claims) == 1 and len(finishes) == 1
+    inserts = [sql for sql in many if sql.upper().startswith("INSERT") and "WEAVE_JOBATTEMPT" in sql.upper()]
+    assert len(inserts) == 1
+    assert Invoice.objects.filter(state="done", fence=1, owner__isnull=True).count() == 40
+    assert JobAttempt.objects.filter(job_type="invoice", outcome="done").count() == 40
+
+
+def test_batch__a_claim_never_takes_a_row_held_under_a_live_lease(clock):
+    Invoice.objects.bulk_create([Invoice(number=f"N{i}", email="a@example.com") for i in range(3)])
+    held = Invoice.objects.order_by("pk").first()
+    Invoice.objects.claim(held.pk, owner="other", ttl=TTL, clock=clock)
+    due = Invoice.objects.due(clock).order_by("next_attempt_at", "pk")
+    report = run_batches("invoice", due, budget=60, owner="me", clock=clock)
+    assert report.outcomes == {"done": 2} and report.claims == 1
+    held.refresh_from_db()
+    assert (held.owner, held.fence, held.state) == ("other", 1, "pending")  # untouched: still the holder's
+
+
+def test_batch__a_takeover_mid_batch_finishes_none_of_the_taken_rows_and_records_them_blocked(clock):
+    """Five tasks in one batch. While the third runs, the batch's lease lapses (a stall: nobody renews)
+    and another worker takes over rows 1-2 (finished, not yet written), 3 (running) and 5 (not started),
+    and writes its own value to each. The stale batch must write nothing to them. Row 4, not taken but
+    its lease lapsed too, is not started either: a lapsed lease is never renewed."""
+    results = [look_around.enqueue(f"t{i}") for i in range(5)]
+    pks = [TaskRow.objects.get(result_id=r.id).pk for r in results]
+    taken = [pks[0], pks[1], pks[2], pks[4]]
+    seen = []
+
+    def stall_and_take_over(context):
+        seen.append(context.task_result.id)
+        if len(seen) != 3:
+            return
+        clock.advance(TTL + 1)  # stalled past the batch's lease
+        for pk in taken:
+            lease = TaskRow.objects.claim(pk, owner="fresh", ttl=TTL, clock=clock)
+            TaskRow.objects.guarded_update(lease, clock=clock, return_value="fresh's")
+
+    while_running.append(stall_and_take_over)
+    due = TaskRow.objects.due(clock).order_by("-priority", "next_attempt_at", "pk")
+    report = run_batches("task", due, budget=60, owner="stale", clock=clock, flush_seconds=3600)
+
+    # Rows 1, 2 (written late) and 3 (finished after the takeover) were refused; 4 and 5 never started.
+    assert report.outcomes == {"blocked": 5}
+    assert seen == [r.id for r in results[:3]]
+    for pk in taken:
+        row = TaskRow.objects.get(pk=pk)
+        # 0 rows changed: the new owner's lease and value stand, nothing of the stale batch landed.
+        assert (row.owner, row.fence, row.return_value, row.state) == ("fresh", 2, "fresh's", "pending")
+        (attempt,) = JobAttempt.objects.filter(job_type="task", job_id=str(pk))
+        assert (attempt.owner, attempt.fence, attempt.outcome) == ("stale", 1, "blocked")
+        assert "fresh at fence 2" in attempt.reason
+    lapsed = TaskRow.objects.get(pk=pks[3])
+    assert (lapsed.state, lapsed.return_value, lapsed.fence) == ("pending", None, 1)
+    assert "before it started" in JobAttempt.objects.get(job_type="task", job_id=str(pks[3])).reason
+    # The next drain runs it (a takeover: a new attempt), and its stale attempt is recorded once.
+    while_running.clear()
+    due = TaskRow.objects.due(clock).order_by("pk")  # a fake clock's "now" is fixed in the queryset
+    assert run_batches("task", due, budget=60, owner="next", clock=clock).outcomes == {"done": 1}
+    lapsed = TaskRow.objects.get(pk=pks[3])
+    assert (lapsed.state, lapsed.attempts, lapsed.return_value["tag"]) == ("done", 2, "t3")
+    outcomes = JobAttempt.objects.filter(job_type="task", job_id=str(pks[3])).order_by("number")
+    assert [(a.owner, a.outcome) for a in outcomes] == [("stale", "blocked"), ("next", "done")]
+
+
+def test_batch__a_takeover_refused_at_the_finish_says_where(clock):
+    result = look_around.enqueue("only")
+    pk = TaskRow.objects.get(result_id=result.id).pk
+
+    def take_over(context):
+        clock.advance(TTL + 1)
+        TaskRow.objects.claim(pk, owner="fresh", ttl=TTL, clock=clock)
+
+    while_running.append(take_over)
+    due = TaskRow.objects.due(clock).order_by("pk")
+    assert run_batches("task", due, budget=60, owner="stale", clock=clock).outcomes == {"blocked": 1}
+    attempt = JobAttempt.objects.get(job_type="task", job_id=str(pk))
+    assert attempt.reason.startswith("Lease lost at the finish:") and "fresh" in attempt.reason
+
+
+def test_batch__the_heartbeat_renews_every_row_waiting_or_finished_but_not_the_one_past_its_budget(clock):
+    from weave.leases.batch_heartbeat import BatchHeartbeat
+
+    Invoice.objects.bulk_create([Invoice(number=f"N{i}", email="a@example.com") for i in range(3)])
+    batch, rows = Invoice.objects.due(clock).claim_rows(owner="me", ttl=TTL, limit=10, fields=(), clock=clock)
+    heartbeat = BatchHeartbeat(Invoice.objects, owner="me", ttl=TTL, clock=clock, background=False)
+    heartbeat.add(batch)
+    first, *others = sorted(batch.fences)
+    heartbeat.start(batch.lease(first), budget=5)
+    clock.advance(TTL / 3)
+    assert heartbeat.tick()
+    clock.advance(TTL - 1)  # the first row's budget is spent: it alone is no longer renewed
+    assert heartbeat.tick()
+    clock.advance(2)
+    live = set(Invoice.objects.live(clock).values_list("pk", flat=True))
+    assert live == set(others)
+
+
+def test_batch__rows_not_started_when_the_budget_ends_are_given_back_as_they_were(clock):
+    results = [look_around.enqueue(f"t{i}") for i in range(3)]
+    pks = [TaskRow.objects.get(result_id=r.id).pk for r in results]
+    while_running.append(lambda context: clock.advance(11))  # the first task spends the drain's budget
+    due = TaskRow.objects.due(clock).order_by("pk")
+    report = run_batches("task", due, budget=10, owner="me", clock=clock)
+    assert report.outcomes == {"done": 1} and report.more
+    for pk in pks[1:]:
+        row = TaskRow.objects.get(pk=pk)
+        # Free again, its claim undone: no attempt counted, no start time, no record.
+        assert (row.owner, row.state, row.attempts, row.started_at, row.last_attempted_at) == (
+            None,
+            "pending",
+            0,
+            None,
+            None,
+        )
+        assert not JobAttempt.objects.filter(job_type="task", job_id=str(pk)).exists()
+    while_running.clear()
+    due = TaskRow.objects.due(clock).order_by("pk")
+    assert run_batches("task", due, budget=10, owner="next", clock=clock).outcomes == {"done": 2}
+    assert [TaskRow.objects.get(pk=pk).attempts for pk in pks] == [1, 1, 1]
+
+
+def test_batch__a_row_with_a_shorter_lease_of_its_own_is_renewed_at_a_third_of_it(clock):
+    from weave.leases.batch_heartbeat import BatchHeartbeat
+
+    Invoice.objects.bulk_create([Invoice(number=f"N{i}", email="a@example.com") for i in range(2)])
+    batch, _ = Invoice.objects.due(clock).claim_rows(owner="me", ttl=TTL, limit=10, fields=(), clock=clock)
+    heartbeat = BatchHeartbeat(Invoice.objects, owner="me", ttl=TTL, clock=clock, background=False)
+    heartbeat.add(batch)
+    first = min(batch.fences)
+    heartbeat.start(batch.lease(first), ttl=6)  # renewed to its own 6 s before it starts
+    assert Invoice.objects.get(pk=first).lease_expires_at == clock.current + timedelta(seconds=6)
+    clock.advance(2)
+    assert heartbeat.tick()  # due at 6 / 3, not at the batch's 30 / 3
+    clock.advance(5)  # 7 s after the start: the 6 s lease stands only thanks to that renewal
+    assert first in set(Invoice.objects.live(clock).values_list("pk", flat=True))
+
+
+def test_jobs_drain__a_step_style_type_walks_its_steps_per_row_inside_the_batch():
+    from tests.jobs.shipping.models import Booking, Shipment
+    from weave.models import JobStepReceipt
+
+    shipments = [Shipment.objects.create(parcel=f"p{i}") for i in range(3)] + [Shipment.objects.create(parcel="")]
+    assert drain_jobs("shipment") == {"done": 3, "failed": 1}
+    for shipment in shipments[:3]:
+        shipment.refresh_from_db()
+        assert (shipment.state, shipment.owner, shipment.attempts) == ("done", None, 1)
+        (booking,) = Booking.objects.filter(shipment=shipment)
+        assert booking.written_by.startswith("shipment:")  # written under the batch's lease, by its owner
+        steps = JobStepReceipt.objects.filter(job_type="shipment", job_id=str(shipment.pk))
+        assert sorted(steps.values_list("step", flat=True)) == ["book", "quote"]
+    refused = Shipment.objects.get(pk=shipments[3].pk)
+    assert refused.state == "failed" and "no parcel to ship" in refused.last_error

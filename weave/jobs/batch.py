@@ -1,0 +1,377 @@
+"""The engine's batch mode: claim many due jobs in one statement, run each, finish them in groups.
+
+    run_batches("invoice", Invoice.objects.due().order_by("next_attempt_at", "pk"))
+
+One drain of a job type loops:
+
+1. **claim**: one `UPDATE ... RETURNING` takes up to `limit` due rows (`FOR UPDATE SKIP LOCKED` on
+   PostgreSQL: two drains never share or wait for a row) and reads them back; each row gets its own
+   fence and its attempt counted, as a single claim does;
+2. **run**: each row's handler (or steps) in the queryset's order, each under its own `JobContext`,
+   so guarded writes, heartbeats and idempotency keys work as in a single attempt. A
+   `BatchHeartbeat` renews every row not yet written every ttl/3; a row it finds lost is not started;
+3. **finish**: the finished rows are written together, at least every `flush_rows` rows or
+   `flush_seconds`: one `release_each` statement (each row under its own guard) and one INSERT of
+   their attempt records, in one transaction. A row the guard refuses was taken over: it is
+   recorded as `blocked`, naming who holds it now, and nothing of it is written.
+
+A row that runs long does not hold back the finished rows before it: the heartbeat's thread writes
+them once the row has run for `flush_seconds`.
+"""
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import router, transaction
+from django.db.models import F
+
+from weave import wake
+from weave.conf import weave_settings
+from weave.jobs.context import JobContext
+from weave.jobs.declaration import JobType, get
+from weave.jobs.runner import Ending, record_blocked, work
+from weave.leases import Clock, Lease, LeaseLost, default_clock, insert_receipts, new_owner
+from weave.leases.batch_heartbeat import BatchHeartbeat
+from weave.leases.receipts import insert_receipts_returning
+from weave.models import JobAttempt
+
+logger = logging.getLogger("weave.jobs")
+
+BATCH_SIZE = 100  # rows one claim takes at most
+FLUSH_SECONDS = 0.2  # finished rows wait at most this long to be written (longer only behind a failing write)
+
+
+@dataclass
+class Finished:
+    """One attempt whose work ended, waiting for its finish to be written."""
+
+    ctx: JobContext
+    started: Any
+    ending: Ending
+    record: dict[str, Any] | None = None  # its attempt record as stored (with the database's finish time)
+
+
+@dataclass
+class Report:
+    """What a drain did: how each attempt ended, and how many claims it made."""
+
+    outcomes: dict[str, int] = field(default_factory=dict)
+    claims: int = 0
+    more: bool = False  # work may be left: the last claim took a whole batch, or the budget ended first
+
+    def count(self, outcome: str, n: int = 1) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + n
+
+
+class Completer:
+    """Write finished attempts in groups: one guarded release of all their rows, one INSERT of their records.
+
+    Used by the drain's thread and, while a row runs long, by the heartbeat's thread: one write at a
+    time. `task_finished`-style hooks (`JobType.finished`) run on the drain's thread, after the write.
+    """
+
+    def __init__(self, jt: JobType, clock: Clock, heartbeat: BatchHeartbeat, report: Report) -> None:
+        self.jt = jt
+        self.clock = clock
+        self.heartbeat = heartbeat
+        self.report = report
+        self.rows: Any = jt.model._default_manager
+        self._pending: list[Finished] = []
+        self._oldest = 0.0
+        self._landed: list[Finished] = []  # written, their hooks not yet told
+        self._refused = 0  # refused by their guard since the last `tell()`
+        self._lock = threading.Lock()
+        self._writing = threading.Lock()
+
+    def add(self, item: Finished) -> None:
+        with self._lock:
+            if not self._pending:
+                self._oldest = time.monotonic()
+            self._pending.append(item)
+
+    def due(self, rows: int, seconds: float) -> bool:
+        with self._lock:
+            return bool(self._pending) and (len(self._pending) >= rows or time.monotonic() - self._oldest >= seconds)
+
+    def flush(self) -> None:
+        """Write every finished attempt waiting (on the calling thread's connection)."""
+        with self._writing:
+            with self._lock:
+                items, self._pending = self._pending, []
+            if not items:
+                return
+            # Not renewed from here on: the write comes now, and a renewal would wait on its row locks.
+            self.heartbeat.forget(item.ctx.lease.pk for item in items)
+            try:
+                landed = self._write(items)
+            except BaseException:
+                # Nothing was written (one transaction): keep them for the next write, still renewed.
+                self.heartbeat.keep(item.ctx.lease for item in items)
+                with self._lock:
+                    self._pending[:0] = items
+                raise
+            with self._lock:
+                self._landed.extend(item for item in items if item.ctx.lease.pk in landed)
+
+    def tell(self) -> None:
+        """Run the type's `finished` hook for the attempts written so far (on the drain's thread)."""
+        with self._lock:
+            landed, self._landed = self._landed, []
+            refused, self._refused = self._refused, 0
+        if refused:
+            self.report.count("blocked", refused)
+        for item in landed:
+            self.report.count(item.ending.outcome)
+        if landed and self.jt.finished_many is not None:
+            self.jt.finished_many([(item.ctx, item.ending.outcome, item.record) for item in landed])
+        elif self.jt.finished is not None:
+            for item in landed:
+                self.jt.finished(item.ctx, item.ending.outcome)
+
+    def _write(self, items: list[Finished]) -> set[Any]:
+        with transaction.atomic(using=router.db_for_write(self.jt.model)):
+            landed: set[Any] = self.rows.release_each(
+                [(item.ctx.lease, item.ending.fields) for item in items], clock=self.clock
+            )
+            done = [item for item in items if item.ctx.lease.pk in landed]
+            receipts = [item.ending.receipt(item.ctx, item.started) for item in done]
+            refused = [item for item in items if item.ctx.lease.pk not in landed]
+            receipts += blocked_receipts(self.jt, self.rows, refused, clock=self.clock, where="at the finish")
+            stored = insert_receipts_returning(JobAttempt, receipts, ["job_id", "fence", "finished_at"])
+            finished_at = {(row["job_id"], row["fence"]): row["finished_at"] for row in stored}
+            for item, receipt in zip(done, receipts, strict=False):
+                item.record = {**receipt, "finished_at": finished_at[(receipt["job_id"], receipt["fence"])]}
+        if refused:
+            with self._lock:
+                self._refused += len(refused)
+            logger.warning("event=lease_lost job_type=%s rows=%s where=finish", self.jt.name, len(refused))
+        return landed
+
+
+def blocked_receipts(
+    jt: JobType, rows: Any, items: Sequence[Finished], *, clock: Clock, where: str
+) -> list[dict[str, Any]]:
+    """The `blocked` records of attempts whose rows were taken over: each names who holds its row now.
+
+    An attempt the taking-over worker already recorded (a task's takeover does) is not recorded twice.
+    """
+    if not items:
+        return []
+    recorded = set(
+        JobAttempt.objects.filter(job_type=jt.name, job_id__in=[str(item.ctx.lease.pk) for item in items]).values_list(
+            "job_id", "number", "fence"
+        )
+    )
+    receipts = []
+    for item in items:
+        ctx = item.ctx
+        if (str(ctx.lease.pk), ctx.attempt, ctx.lease.fence) in recorded:
+            continue
+        lost = rows.refusal(ctx.lease, clock=clock)
+        blocked = Ending(JobAttempt.Outcome.BLOCKED, reason=ctx.blocked_reason(lost, where))
+        receipts.append(blocked.receipt(ctx, item.started))
+    return receipts
+
+
+def order_key(order_by: Sequence[str]) -> Callable[[dict[str, Any]], tuple[Any, ...]] | None:
+    """A sort key putting claimed rows back in the queryset's order (`RETURNING` keeps none); None if unknown."""
+    if not order_by or not all(isinstance(name, str) for name in order_by):
+        return None
+    names = [(name.lstrip("-"), name.startswith("-")) for name in order_by]
+
+    def key(row: dict[str, Any]) -> tuple[Any, ...]:
+        parts: list[Any] = []
+        for name, descending in names:
+            value = row[name if name != "id" else "pk"] if name in row or name == "id" else None
+            parts.append(_Desc(value) if descending else _Asc(value))
+        return tuple(parts)
+
+    return key
+
+
+class _Asc:
+    """Ascending, nulls last (PostgreSQL's default)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __lt__(self, other: "_Asc") -> bool:
+        if self.value is None or other.value is None:
+            return self.value is not None and other.value is None
+        return bool(self.value < other.value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Asc) and self.value == other.value
+
+
+class _Desc(_Asc):
+    """Descending, nulls first (PostgreSQL's default)."""
+
+    def __lt__(self, other: "_Asc") -> bool:
+        if self.value is None or other.value is None:
+            return self.value is None and other.value is not None
+        return bool(self.value > other.value)
+
+
+class BatchDrain:
+    """One drain of job type `jt` over the due rows `rows`, batch by batch, until none is due or the budget ends."""
+
+    def __init__(
+        self,
+        job_type: str,
+        rows: Any,
+        *,
+        owner: str | None = None,
+        clock: Clock = default_clock,
+        limit: int = BATCH_SIZE,
+        flush_rows: int = BATCH_SIZE,
+        flush_seconds: float = FLUSH_SECONDS,
+        on_full: Callable[[], object] | None = None,
+    ) -> None:
+        self.jt = get(job_type)
+        self.rows = rows
+        self.owner = owner or new_owner(f"{job_type}:")
+        self.clock = clock
+        self.limit = limit
+        self.flush_rows = flush_rows
+        self.flush_seconds = flush_seconds
+        self.on_full = on_full  # asked once, when a claim takes a whole batch (e.g. for a second drain)
+        self.report = Report()
+        model: Any = self.jt.model
+        self.model = model
+        self.ttl = self.jt.lease_ttl()
+        concrete = model._meta.concrete_fields
+        self.names = [f.name for f in concrete]
+        self.attnames = [f.attname for f in concrete]
+        self.alias = router.db_for_write(model)
+        self.order = order_key(list(rows.query.order_by))
+        also = self.jt.claim_writes(clock)
+        self.statement = rows.claim_statement(
+            owner=self.owner, ttl=self.ttl, limit=limit, fields=self.names, clock=clock, also=also
+        )
+        # On a fake clock time moves only when a test moves it: the test renews (`heartbeat.tick()`).
+        self.heartbeat = BatchHeartbeat(
+            model._default_manager,
+            owner=self.owner,
+            ttl=self.ttl,
+            clock=clock,
+            background=clock.constant_sql,
+            poll=flush_seconds,
+            while_running=self._while_running,
+        )
+        self.completer = Completer(self.jt, clock, self.heartbeat, self.report)
+
+    def run(self, budget: float) -> Report:
+        """Claim and run batches until a claim finds fewer rows than it may take, or `budget` seconds pass."""
+        ends = self.clock.monotonic() + budget
+        asked = False
+        with self.heartbeat:
+            try:
+                while self.clock.monotonic() < ends:
+                    claimed = self._claim()
+                    self.report.more = len(claimed) >= self.limit
+                    if self.report.more:
+                        # A backlog: this drain takes every due row, so this process's watcher need not look.
+                        wake.pause_watch(self.jt.registry_key, float(weave_settings.WAKE_POLL_MAX))
+                    if self.report.more and not asked and self.on_full is not None:
+                        self.on_full()
+                        asked = True
+                    self._run_rows(claimed, ends)
+                    if not self.report.more:
+                        break
+            finally:
+                self.completer.flush()
+                self.completer.tell()
+        return self.report
+
+    def _claim(self) -> list[JobContext]:
+        batch, found = self.statement.run()
+        self.report.claims += 1
+        if not found:
+            return []
+        self.heartbeat.add(batch)
+        if self.order is not None:
+            found.sort(key=self.order)
+        contexts = []
+        for row in found:
+            pk = row["pk"]
+            job = self.model.from_db(self.alias, self.attnames, [row[name] for name in self.names])
+            lease = Lease(pk=pk, owner=self.owner, fence=batch.fences[pk], expires_at=batch.expires_at)
+            ctx = JobContext(self.jt.name, job, lease, 0, 0, self.ttl, self.clock)
+            ctx.job_model = self.model
+            ctx.batch = self.heartbeat
+            contexts.append(ctx)
+        return contexts
+
+    def _run_rows(self, contexts: list[JobContext], ends: float) -> None:
+        for index, ctx in enumerate(contexts):
+            if self.clock.monotonic() >= ends:
+                self._give_back(contexts[index:])
+                self.report.more = True
+                return
+            self._run_one(ctx)
+            self.completer.tell()
+            if self.completer.due(self.flush_rows, self.flush_seconds):
+                self.completer.flush()
+                self.completer.tell()
+
+    def _run_one(self, ctx: JobContext) -> None:
+        started = ctx.claimed_at or ctx.clock.read()
+        pk = ctx.lease.pk
+        self.heartbeat.ensure_live()
+        if not self.heartbeat.holds(pk):
+            # A renewal found it taken over before it started: nothing ran, nothing of it is written.
+            ctx.attempt = ctx.job.attempts
+            rows = self.model._default_manager
+            waiting = [Finished(ctx, started, Ending(JobAttempt.Outcome.BLOCKED))]
+            insert_receipts(
+                JobAttempt, blocked_receipts(self.jt, rows, waiting, clock=self.clock, where="before it started")
+            )
+            self.report.count("blocked")
+            return
+        if self.jt.budget is not None:
+            ctx.budget_ends = self.clock.monotonic() + self.jt.budget  # an attempt's budget runs from its start
+        self.heartbeat.start(ctx.lease, budget=self.jt.budget)
+        try:
+            ending = work(self.jt, ctx)
+        finally:
+            self.heartbeat.stop_running()
+        if ending.lost is not None:
+            self.heartbeat.forget([pk])
+            record_blocked(ctx, started, ending.lost)
+            self.report.count("blocked")
+            return
+        self.completer.add(Finished(ctx, started, ending))
+
+    def _give_back(self, contexts: list[JobContext]) -> None:
+        """The budget ended: release the rows not started, their claim undone (the attempt it counted too)."""
+        rows = self.model._default_manager
+        for ctx in contexts:
+            undo = {} if self.jt.unclaim_fields is None else self.jt.unclaim_fields(ctx.job)
+            if undo is None:
+                self._run_one(ctx)  # a row the type will not have given back (e.g. a takeover to record)
+                continue
+            self.heartbeat.forget([ctx.lease.pk])
+            try:
+                rows.release(ctx.lease, clock=self.clock, attempts=F("attempts") - 1, **undo)
+            except LeaseLost:
+                continue
+
+    def _while_running(self, seconds: float) -> None:
+        # On the heartbeat's thread: a row has run a while; write the rows finished before it.
+        if seconds >= self.flush_seconds and self.completer.due(1, 0.0):
+            try:
+                self.completer.flush()
+            except Exception:  # noqa: BLE001  (the drain's own thread writes them at the next flush)
+                logger.exception("event=batch_flush_failed job_type=%s", self.jt.name)
+
+
+def run_batches(job_type: str, rows: Any, *, budget: float, **options: Any) -> Report:
+    """Run one drain of `job_type` over the due rows `rows` (see `BatchDrain`); return its report."""
+    return BatchDrain(job_type, rows, **options).run(budget)
