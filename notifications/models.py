@@ -267,7 +267,7 @@ class TopicSubscription(JobModel):
     # The registration tokens of this batch (at most 1,000, IID's limit), in the order IID answers them.
     tokens = models.JSONField(default=list)
 
-    class Meta:
+    class Meta(JobModel.Meta):
         verbose_name = "FCM topic subscription"
 
     def __str__(self) -> str:
