@@ -49,10 +49,10 @@ SELECT 'history-device-' || g, 'History', 'A finished notification', '{}', gen_r
        now() - (g %% 2592000) * interval '1 second', '{}'
 FROM generate_series(1, %(rows)s) AS g;
 INSERT INTO weave_notifications_deliveryattempt
-    (notification_id, owner, fence, started_at, finished_at, http_status, latency_ms, outcome, reason, number)
+    (notification_id, owner, fence, started_at, finished_at, http_status, latency_ms, outcome, reason, number, backend)
 SELECT g, 'push:history:1:x', 1,
        now() - (g %% 2592000) * interval '1 second' - interval '150 milliseconds',
-       now() - (g %% 2592000) * interval '1 second', 200, 50 + (g %% 400)::int, 'delivered', '', 1
+       now() - (g %% 2592000) * interval '1 second', 200, 50 + (g %% 400)::int, 'delivered', '', 1, 'default'
 FROM generate_series(1, %(rows)s) AS g;
 """
 

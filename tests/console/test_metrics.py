@@ -128,6 +128,25 @@ def test_large_table__finished_states_from_planner_statistics_pending_exact(admi
     assert counts == {**dict.fromkeys(Notification.Status.values, 0), "pending": 10, "delivered": 40}
 
 
+def test_latency__a_receipt_that_names_its_backend_is_grouped_by_it_without_its_notification(admin_client):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from notifications.models import DeliveryAttempt
+
+    apns = add_attempts(2, latency_ms=80)
+    DeliveryAttempt.objects.filter(pk__in=[a.pk for a in apns]).update(backend="apns")
+    with CaptureQueriesContext(connection) as queries:
+        got = samples(admin_client.get(URL).content.decode())
+    assert got[("weave_provider_latency_seconds_count", (("backend", "apns"),))] == 2
+    latency = [q["sql"] for q in queries.captured_queries if "latency_ms" in q["sql"] and "SUM(" in q["sql"]]
+    assert latency and all("weave_notifications_notification" not in sql for sql in latency)
+    add_attempts(1, latency_ms=80)  # written before receipts named their backend: read through its notification
+    notification_console._latency.reset()  # a new process: its first scrape counts every stored attempt
+    got = samples(admin_client.get(URL).content.decode())
+    assert got[("weave_provider_latency_seconds_count", (("backend", "default"),))] == 1
+
+
 def test_latency_is_grouped_by_the_notifications_backend_alias(admin_client):
     from notifications.models import DeliveryAttempt, Notification
 
