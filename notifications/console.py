@@ -65,10 +65,11 @@ def with_backend(attempts: QuerySet[DeliveryAttempt]) -> QuerySet[Any]:
     """`attempts` annotated with `backend_alias`, the backend each went to: the alias on its receipt.
 
     Receipts carry their backend, so a window of attempts is read from the attempts alone. A receipt
-    written before that field existed has it empty; when the window holds any (a range of the small
-    partial index `notif_attempt_unlabelled_idx`), those look their notification up instead.
+    written before that field existed has it empty; when the window holds any, those look their
+    notification up instead. Whether it does is the first entry of a range of the partial index
+    `notif_attempt_unlabelled_idx` (ordered by finish time, so no plan reads more than the window).
     """
-    if not attempts.filter(backend="").exists():
+    if not attempts.filter(backend="").order_by("finished_at").values_list("pk")[:1]:
         return attempts.annotate(backend_alias=F("backend"))
     notification_backend = Subquery(Notification.objects.filter(pk=OuterRef("notification_id")).values("backend")[:1])
     return attempts.annotate(
