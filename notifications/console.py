@@ -446,8 +446,8 @@ def recent_latencies(window: timedelta, limit: int) -> dict[str, list[float]]:
 
 # --- Prometheus -------------------------------------------------------------------------------------
 
-_attempts = RunningCounts()
-_latency = RunningCounts()
+_attempts = RunningCounts("notifications.attempts")
+_latency = RunningCounts("notifications.latency")
 
 
 def _attempts_between(after: datetime | None, upto: datetime) -> dict[tuple[str, ...], float]:

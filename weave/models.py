@@ -281,6 +281,24 @@ class PurgedCount(models.Model):
         return f"{self.count} purged {self.kind} {self.label}".strip()
 
 
+class MetricCheckpoint(models.Model):
+    """A named running count's totals up to a database time, shared by every process that serves metrics.
+
+    `weave.metrics.RunningCounts` starts from the newest checkpoint instead of counting every stored
+    row, so a process's first scrape costs what a later one does however long the history is.
+    """
+
+    name = models.CharField(max_length=100, primary_key=True)
+    upto = models.DateTimeField(help_text="Rows that ended at or before this database time are counted.")
+    totals = models.JSONField(default=list, help_text="[[labels...], count] pairs.")
+
+    class Meta:
+        verbose_name = "metric checkpoint"
+
+    def __str__(self) -> str:
+        return f"{self.name} up to {self.upto}"
+
+
 class WatcherProbe(models.Model):
     """What one worker process's due-time watcher found when it probed its LISTEN connection.
 
