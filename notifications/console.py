@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db.models import Count, F, Min, Q, Sum, Value
-from django.db.models.functions import TruncMinute
+from django.db.models import Count, F, Min, OuterRef, Q, Subquery, Sum, Value
+from django.db.models.functions import Coalesce, NullIf, TruncMinute
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
@@ -44,6 +44,7 @@ from weave.operations import (
 )
 
 if TYPE_CHECKING:
+    from django.db.models import QuerySet
     from prometheus_client.metrics_core import Metric
 
 HOUR = timedelta(hours=1)
@@ -60,14 +61,20 @@ RECENT_BREAKER = timedelta(minutes=15)
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
-def backend_expression() -> Any:
-    """The backend an attempt went to: the notification's backend alias where the model has one."""
-    names = {f.name for f in DeliveryAttempt._meta.get_fields()}
-    if "backend" in names:
-        return F("backend")
-    if "backend" in {f.name for f in Notification._meta.get_fields()}:
-        return F("notification__backend")
-    return Value("default")
+def with_backend(attempts: QuerySet[DeliveryAttempt]) -> QuerySet[Any]:
+    """`attempts` annotated with `backend_alias`, the backend each went to: the alias on its receipt.
+
+    Receipts carry their backend, so a window of attempts is read from the attempts alone. A receipt
+    written before that field existed has it empty; when the window holds any, those look their
+    notification up instead. Whether it does is the first entry of a range of the partial index
+    `notif_attempt_unlabelled_idx` (ordered by finish time, so no plan reads more than the window).
+    """
+    if not attempts.filter(backend="").order_by("finished_at").values_list("pk")[:1]:
+        return attempts.annotate(backend_alias=F("backend"))
+    notification_backend = Subquery(Notification.objects.filter(pk=OuterRef("notification_id")).values("backend")[:1])
+    return attempts.annotate(
+        backend_alias=Coalesce(NullIf(F("backend"), Value("")), notification_backend, Value("default"))
+    )
 
 
 # --- figures ---------------------------------------------------------------------------------------
@@ -125,9 +132,9 @@ def latency_by_backend(now: datetime) -> tuple[list[datetime], dict[str, dict[st
     """Per backend, per minute of the last hour: p50/p95/p99 of latency in milliseconds."""
     minutes = minute_buckets(now, 60)
     index = {m: i for i, m in enumerate(minutes)}
-    qs = DeliveryAttempt.objects.filter(
-        finished_at__gt=now - HOUR, finished_at__lte=now, latency_ms__isnull=False
-    ).annotate(minute=TruncMinute("finished_at"), backend_alias=backend_expression())
+    qs = with_backend(
+        DeliveryAttempt.objects.filter(finished_at__gt=now - HOUR, finished_at__lte=now, latency_ms__isnull=False)
+    ).annotate(minute=TruncMinute("finished_at"))
     result: dict[str, dict[str, list[float | None]]] = {}
     for (backend, minute), (p50, p95, p99) in percentiles_by(qs, ["backend_alias", "minute"], "latency_ms").items():
         lines = result.setdefault(str(backend), {name: [None] * len(minutes) for name in ("p50", "p95", "p99")})
@@ -426,8 +433,7 @@ def recent_latencies(window: timedelta, limit: int) -> dict[str, list[float]]:
     """The newest `limit` send latencies (seconds) finished within `window`, by backend."""
     now = db_now()
     rows = (
-        DeliveryAttempt.objects.filter(finished_at__gt=now - window, latency_ms__isnull=False)
-        .annotate(backend_alias=backend_expression())
+        with_backend(DeliveryAttempt.objects.filter(finished_at__gt=now - window, latency_ms__isnull=False))
         .order_by("-finished_at")
         .values_list("backend_alias", "latency_ms")[:limit]
     )
@@ -440,8 +446,8 @@ def recent_latencies(window: timedelta, limit: int) -> dict[str, list[float]]:
 
 # --- Prometheus -------------------------------------------------------------------------------------
 
-_attempts = RunningCounts()
-_latency = RunningCounts()
+_attempts = RunningCounts("notifications.attempts")
+_latency = RunningCounts("notifications.latency")
 
 
 def _attempts_between(after: datetime | None, upto: datetime) -> dict[tuple[str, ...], float]:
@@ -465,10 +471,7 @@ def _latency_between(after: datetime | None, upto: datetime) -> dict[tuple[str, 
         qs = qs.filter(finished_at__gt=after)
     buckets = {f"b{i}": Count("pk", filter=Q(latency_ms__lte=b * 1000)) for i, b in enumerate(LATENCY_BUCKETS)}
     rows = (
-        qs.annotate(backend_alias=backend_expression())
-        .values("backend_alias")
-        .annotate(total=Count("pk"), ms=Sum("latency_ms"), **buckets)
-        .order_by()
+        with_backend(qs).values("backend_alias").annotate(total=Count("pk"), ms=Sum("latency_ms"), **buckets).order_by()
     )
     result: dict[tuple[str, ...], float] = {}
     for row in rows:

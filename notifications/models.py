@@ -219,6 +219,10 @@ class DeliveryAttempt(models.Model):
     number = models.PositiveIntegerField(null=True, blank=True)
     # When the next try was made due (database clock), for an answer that is retried; else null.
     retry_at = models.DateTimeField(null=True, blank=True)
+    # The backend alias it was sent through (the notification's), kept on the receipt so the console's
+    # latency by backend reads the attempts alone. "" on receipts written before the field existed:
+    # those are read through their notification (`notifications.console.backend_expression`).
+    backend = models.CharField(max_length=50, blank=True, default="", db_default="")
 
     class Meta:
         ordering = ["started_at", "pk"]
@@ -228,6 +232,9 @@ class DeliveryAttempt(models.Model):
             # attempts by finish time; outcome and latency ride along so the index alone can answer
             # (a composite key, not INCLUDE: SQLite, the demo database, has no INCLUDE).
             models.Index(fields=["finished_at", "outcome", "latency_ms"], name="notif_attempt_finished_idx"),
+            # Receipts written before they carried their backend: whether a window holds any is a range
+            # of this (new receipts never enter it), so the console looks notifications up only then.
+            models.Index(fields=["finished_at"], condition=models.Q(backend=""), name="notif_attempt_unlabelled_idx"),
         ]
 
     def __str__(self) -> str:
@@ -267,7 +274,7 @@ class TopicSubscription(JobModel):
     # The registration tokens of this batch (at most 1,000, IID's limit), in the order IID answers them.
     tokens = models.JSONField(default=list)
 
-    class Meta:
+    class Meta(JobModel.Meta):
         verbose_name = "FCM topic subscription"
 
     def __str__(self) -> str:

@@ -292,7 +292,7 @@ def recent_step_durations(window: timedelta, limit: int) -> dict[str, list[float
 
 # --- Prometheus -------------------------------------------------------------------------------------
 
-_attempts = RunningCounts()
+_attempts = RunningCounts("onboarding.attempts")
 
 
 def _attempts_between(after: datetime | None, upto: datetime) -> dict[tuple[str, ...], float]:

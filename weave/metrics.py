@@ -6,10 +6,11 @@ apps register functions (`weave.telemetry.register_metrics`) that yield metric f
 collector merges families of the same name (both apps report `weave_leases`, for instance).
 
 Counters (`*_total`) over insert-only rows (attempts) are kept exact and cheap with `RunningCounts`:
-the first scrape counts everything once, every later scrape counts only the rows that finished since
-the previous one (an index range scan on the finish time). Rows are counted once they are `LAG`
-seconds old by the database clock, so a transaction that commits a little after its rows' finish
-time is never missed.
+a scrape counts only the rows that finished since the previous one (an index range scan on the
+finish time). Rows are counted once they are `LAG` seconds old by the database clock, so a
+transaction that commits a little after its rows' finish time is never missed. A named count keeps
+its totals in the database (`MetricCheckpoint`), and every process starts from the newest one: only
+the very first scrape of a site counts every stored row, not the first scrape of each process.
 
 Only this process's own work is counted in memory (`weave_metrics_*`), where it is exact.
 
@@ -46,10 +47,13 @@ class RunningCounts:
     """Exact running totals of insert-only rows, grouped by labels, advanced with delta queries.
 
     `fetch(after, upto)` returns {labels: count} for rows whose time is in (after, upto]; `after` is
-    None on the first call (count everything up to `upto`).
+    None on the first call (count everything up to `upto`). With a `name`, the totals are also kept
+    in the database (`weave.models.MetricCheckpoint`): a process starts from, and catches up to, the
+    newest checkpoint any process wrote, so none of them counts the whole history again.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "") -> None:
+        self.name = name
         self._lock = threading.Lock()
         self._upto: datetime | None = None
         self._totals: dict[Labels, float] = {}
@@ -59,13 +63,45 @@ class RunningCounts:
     ) -> dict[Labels, float]:
         with self._lock:
             upto = now - LAG
+            if self.name:
+                self._catch_up(upto)
             if self._upto is None or upto > self._upto:
                 for labels, count in fetch(self._upto, upto).items():
                     self._totals[labels] = self._totals.get(labels, 0) + count
                 self._upto = upto
+                if self.name:
+                    self._store()
             return dict(self._totals)
 
+    def _catch_up(self, upto: datetime) -> None:
+        """Take the stored checkpoint when it is ahead of this process's own (and not past `upto`)."""
+        from weave.models import MetricCheckpoint
+
+        stored = MetricCheckpoint.objects.filter(name=self.name, upto__lte=upto).first()
+        if stored is not None and (self._upto is None or stored.upto > self._upto):
+            self._upto = stored.upto
+            self._totals = {tuple(labels): count for labels, count in stored.totals}
+
+    def _store(self) -> None:
+        """Write this process's totals as the checkpoint, unless another process stored a later one."""
+        from django.db import IntegrityError, transaction
+
+        from weave.models import MetricCheckpoint
+
+        if self._upto is None:
+            return
+        totals = [[list(labels), count] for labels, count in sorted(self._totals.items())]
+        rows = MetricCheckpoint.objects.filter(name=self.name, upto__lt=self._upto)
+        if rows.update(upto=self._upto, totals=totals):
+            return
+        try:
+            with transaction.atomic():
+                MetricCheckpoint.objects.get_or_create(name=self.name, defaults={"upto": self._upto, "totals": totals})
+        except IntegrityError:  # another process created it in between: a later scrape catches up
+            pass
+
     def reset(self) -> None:
+        """Forget this process's totals (as a new process would); a stored checkpoint stays."""
         with self._lock:
             self._upto = None
             self._totals = {}
@@ -210,7 +246,7 @@ def collect_wake_metrics() -> Iterable[Metric]:
     yield watchers
 
 
-_job_attempts = RunningCounts()
+_job_attempts = RunningCounts("weave.job_attempts")
 
 
 def _job_attempts_between(after: datetime | None, upto: datetime) -> dict[Labels, float]:

@@ -109,6 +109,11 @@ class JobModel(LeasedModel):
 
     class Meta:
         abstract = True
+        # Unnamed, so each job model gets its own names. The pending rows (the drain, the console's
+        # counts) and the oldest finished ones (the retention purge) are index ranges however much
+        # finished history the table holds. A subclass that declares its own Meta inherits these
+        # with `class Meta(JobModel.Meta)`.
+        indexes = [models.Index(fields=["state", "next_attempt_at"]), models.Index(fields=["finished_at"])]
 
 
 class JobAttempt(models.Model):
@@ -134,7 +139,11 @@ class JobAttempt(models.Model):
     finished_at = models.DateTimeField()
 
     class Meta:
-        indexes = [models.Index(fields=["job_type", "job_id", "number"], name="weave_jobattempt_job")]
+        indexes = [
+            models.Index(fields=["job_type", "job_id", "number"], name="weave_jobattempt_job"),
+            # The console's windows (attempts of the last hour, the counters' deltas): a range of this.
+            models.Index(fields=["finished_at", "job_type", "outcome"], name="weave_jobattempt_finished"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.job_type} {self.job_id} attempt {self.number}: {self.outcome}"
@@ -199,7 +208,8 @@ class TaskRow(JobModel):
         # In the drain's order (queue, highest priority first, then due time, then id): the next due task
         # is the first match of an index walk, not a sort of the whole pending backlog per task.
         indexes = [
-            models.Index(fields=["state", "queue_name", "-priority", "next_attempt_at", "id"], name="weave_task_drain")
+            models.Index(fields=["state", "queue_name", "-priority", "next_attempt_at", "id"], name="weave_task_drain"),
+            models.Index(fields=["finished_at"], name="weave_task_finished"),
         ]
 
     def __str__(self) -> str:
@@ -269,6 +279,24 @@ class PurgedCount(models.Model):
 
     def __str__(self) -> str:
         return f"{self.count} purged {self.kind} {self.label}".strip()
+
+
+class MetricCheckpoint(models.Model):
+    """A named running count's totals up to a database time, shared by every process that serves metrics.
+
+    `weave.metrics.RunningCounts` starts from the newest checkpoint instead of counting every stored
+    row, so a process's first scrape costs what a later one does however long the history is.
+    """
+
+    name = models.CharField(max_length=100, primary_key=True)
+    upto = models.DateTimeField(help_text="Rows that ended at or before this database time are counted.")
+    totals = models.JSONField(default=list, help_text="[[labels...], count] pairs.")
+
+    class Meta:
+        verbose_name = "metric checkpoint"
+
+    def __str__(self) -> str:
+        return f"{self.name} up to {self.upto}"
 
 
 class WatcherProbe(models.Model):

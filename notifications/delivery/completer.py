@@ -284,6 +284,7 @@ def _receipt(
         reason=reason,
         number=number,
         retry_in=retry_in,
+        backend=row.message.backend,
     )
 
 

@@ -28,6 +28,7 @@ class Receipt:
     reason: str
     number: int | None = None
     retry_in: float | None = None
+    backend: str = ""
 
 
 def insert_receipts(receipts: list[Receipt], *, clock: Clock) -> None:
@@ -49,4 +50,5 @@ def _row(r: Receipt, clock: Clock) -> dict[str, Any]:
         "reason": r.reason,
         "number": r.number,
         "retry_at": None if r.retry_in is None else clock.now(timedelta(seconds=r.retry_in)),
+        "backend": r.backend,
     }

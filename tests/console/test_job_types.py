@@ -109,6 +109,39 @@ def test_metrics__jobs_by_state_attempts_by_outcome_and_leases_per_job_type(admi
     assert JobAttempt.objects.get(job_id=str(shipment.pk)).outcome == "blocked"
 
 
+@pytest.mark.postgres
+def test_jobs_by_state__finished_states_from_planner_statistics_pending_exact(admin_client, monkeypatch):
+    from django.db import connection
+
+    from weave.jobs import get
+    from weave.jobs.console import counted_states
+
+    Shipment.objects.bulk_create([Shipment(parcel="old", state="done") for _ in range(40)])
+    Shipment.objects.bulk_create([Shipment(parcel="new") for _ in range(10)])
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {Shipment._meta.db_table}")
+    Shipment.objects.bulk_create([Shipment(parcel="newer") for _ in range(3)])  # after the statistics
+    monkeypatch.setattr("weave.telemetry.EXACT_BELOW", 0)  # stand-in for a table of millions
+    counts, estimated = counted_states(get("shipment"))
+    assert estimated
+    assert counts["pending"] == 13  # counted exactly, whatever the statistics say
+    assert counts["done"] == 40  # the planner's estimate: exact here, as ANALYZE read every row
+    assert "≈ 40" in admin_client.get(DASHBOARD).content.decode()
+    monkeypatch.setattr("weave.telemetry.EXACT_BELOW", 10**9)
+    assert counted_states(get("shipment")) == ({"pending": 13, "done": 40, "failed": 0, "cancelled": 0}, False)
+
+
+def test_leases__a_held_row_is_counted_live_or_expired_by_its_expiry(clock):
+    from weave.telemetry import lease_counts
+
+    held, lapsed, free = (Shipment.objects.create(parcel=p) for p in ("held", "lapsed", "free"))
+    Shipment.objects.claim(held.pk, owner="a", ttl=TTL, clock=clock)
+    Shipment.objects.claim(lapsed.pk, owner="b", ttl=1, clock=clock)
+    clock.advance(2)
+    assert lease_counts(clock)["shipment"] == {"live": 1, "expired": 1}
+    assert Shipment.objects.get(pk=free.pk).owner is None
+
+
 # --- the admin -----------------------------------------------------------------------------------------------
 
 

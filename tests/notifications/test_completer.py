@@ -91,6 +91,19 @@ def test_finish__a_group_in_one_update_and_one_insert_each_row_as_its_answer_say
 
 
 @pytest.mark.django_db
+def test_finish__each_receipt_names_the_backend_its_notification_went_through(clock):
+    NotificationFactory(next_attempt_at=clock.current - timedelta(seconds=2), backend="fcm")
+    NotificationFactory(next_attempt_at=clock.current - timedelta(seconds=1), backend="default")
+    fcm, default = _claimed(clock)
+    ok = SendResult(outcome=Outcome.DELIVERED, http_status=200, provider_message_id="m")
+    _completer(clock).finish([(fcm, ok), (default, ok)])
+    assert dict(DeliveryAttempt.objects.values_list("notification_id", "backend")) == {
+        fcm.pk: "fcm",
+        default.pk: "default",
+    }
+
+
+@pytest.mark.django_db
 def test_finish__a_row_taken_over_changes_nothing_and_gets_a_lease_lost_receipt(clock):
     NotificationFactory.create_batch(2, next_attempt_at=clock.current)
     kept, taken = _claimed(clock)

@@ -22,7 +22,7 @@ from weave.charts import stats, table, when
 from weave.display import change_url, changelist_url, clipped, said_once, state_word
 from weave.jobs.declaration import JobType, job_types
 from weave.models import JobAttempt, JobModel, JobState
-from weave.telemetry import DEGRADED, Finding, Panel, lease_counts
+from weave.telemetry import DEGRADED, Finding, Panel, lease_counts, planner_counts
 
 RECENT = timedelta(hours=1)  # the window of the verdict and of the panel's attempt counts
 TROUBLE = (JobAttempt.Outcome.BLOCKED, JobAttempt.Outcome.FAILED, JobAttempt.Outcome.RETRY)
@@ -49,10 +49,25 @@ def plural_name(job: JobType) -> str:
 
 
 def state_counts(job: JobType) -> dict[str, int]:
-    """Rows of `job` per state, every state named (0 when none)."""
-    rows = job.model._default_manager.order_by().values_list("state").annotate(n=Count("pk"))
-    found = dict(rows)
-    return {state: found.get(state, 0) for state in JobState.values}
+    """Rows of `job` per state, every state named (0 when none); see `counted_states`."""
+    return counted_states(job)[0]
+
+
+def counted_states(job: JobType) -> tuple[dict[str, int], bool]:
+    """Rows of `job` per state, and whether the finished states' counts are estimates.
+
+    Pending is always exact (a range of the job model's state index: the rows an operator acts on).
+    On a large PostgreSQL table the finished states come from the planner's statistics instead of a
+    scan of every row (weave.telemetry.planner_counts); below that size everything is counted exactly.
+    """
+    manager = job.model._default_manager
+    estimates = planner_counts(job.model, "state")
+    if estimates is None:
+        found = dict(manager.order_by().values_list("state").annotate(n=Count("pk")))
+        return {state: found.get(state, 0) for state in JobState.values}, False
+    counts = {state: estimates.get(state, 0) for state in JobState.values}
+    counts[JobState.PENDING] = manager.filter(state=JobState.PENDING).count()
+    return counts, True
 
 
 def outcome_counts(job: JobType, since: datetime) -> dict[str, int]:
@@ -80,9 +95,14 @@ def render_panel(job: JobType, now: datetime) -> SafeString:
     model = job.model
     leases = lease_counts().get(job.name, {"live": 0, "expired": 0})
     outcomes = outcome_counts(job, now - RECENT)
+    states, estimated = counted_states(job)
     tiles: list[tuple[str, object, str | None]] = [
-        (state_word(state), f"{n:,}", changelist_url(model, state__exact=state))
-        for state, n in state_counts(job).items()
+        (
+            state_word(state),
+            f"≈ {n:,}" if estimated and state != JobState.PENDING else f"{n:,}",
+            changelist_url(model, state__exact=state),
+        )
+        for state, n in states.items()
     ]
     tiles += [(f"{kind} leases", leases[kind], changelist_url(model, lease=kind)) for kind in ("live", "expired")]
     tiles += [(f"{_TILE[o]} attempts (1 h)", outcomes[o], None) for o in (*TROUBLE, JobAttempt.Outcome.DONE)]
