@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('weave_notifications', '0010_notification_finished_at'),
+        ("weave_notifications", "0011_topic_intent"),
     ]
 
     operations = [

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('weave_notifications', '0011_job_history_indexes'),
+        ('weave_notifications', '0012_job_history_indexes'),
     ]
 
     operations = [
