@@ -1,29 +1,38 @@
 """The tasks framework's names, from Django itself (6.0 and later) or from the `django-tasks` backport.
 
-The API is the same, so upgrading Django is a dependency change: this module picks whichever exists.
+The API is the same, so upgrading Django is a dependency change. The choice follows Django's version,
+not what happens to import: on Django 6 the built-in framework is used even when the backport is also
+installed (a task declared with the backport's `@task` is not a task here), and a name missing from
+Django's framework is an error of its own rather than a silent fall back to the backport.
 """
 
 from typing import TYPE_CHECKING
 
+import django
+
 if TYPE_CHECKING:
-    from django_tasks import TaskContext, TaskResult, TaskResultStatus
+    from django_tasks import TaskContext, TaskResult, TaskResultStatus, task, task_backends
     from django_tasks.backends.base import BaseTaskBackend
     from django_tasks.base import Task, TaskError
     from django_tasks.exceptions import TaskResultDoesNotExist
     from django_tasks.utils import get_random_id, normalize_json
+elif django.VERSION >= (6, 0):
+    from django.tasks import TaskContext, TaskResult, TaskResultStatus, task, task_backends
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import Task, TaskError
+    from django.tasks.exceptions import TaskResultDoesNotExist
+    from django.utils.crypto import get_random_string
+    from django.utils.json import normalize_json
+
+    def get_random_id() -> str:
+        """A result id as Django's own backends make them (the backport's helper is not in Django)."""
+        return get_random_string(32)
 else:
-    try:
-        from django.tasks import TaskContext, TaskResult, TaskResultStatus
-        from django.tasks.backends.base import BaseTaskBackend
-        from django.tasks.base import Task, TaskError
-        from django.tasks.exceptions import TaskResultDoesNotExist
-        from django.tasks.utils import get_random_id, normalize_json
-    except ImportError:
-        from django_tasks import TaskContext, TaskResult, TaskResultStatus
-        from django_tasks.backends.base import BaseTaskBackend
-        from django_tasks.base import Task, TaskError
-        from django_tasks.exceptions import TaskResultDoesNotExist
-        from django_tasks.utils import get_random_id, normalize_json
+    from django_tasks import TaskContext, TaskResult, TaskResultStatus, task, task_backends
+    from django_tasks.backends.base import BaseTaskBackend
+    from django_tasks.base import Task, TaskError
+    from django_tasks.exceptions import TaskResultDoesNotExist
+    from django_tasks.utils import get_random_id, normalize_json
 
 __all__ = [
     "BaseTaskBackend",
@@ -35,4 +44,6 @@ __all__ = [
     "TaskResultStatus",
     "get_random_id",
     "normalize_json",
+    "task",
+    "task_backends",
 ]
