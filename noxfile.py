@@ -110,6 +110,8 @@ def _combination(django: str, python: str):
     def run(session: nox.Session) -> None:
         session.install(*_requirements(session, django))
         installed = session.run("python", "-c", "import django; print(django.__version__)", silent=True)
+        if installed is None:
+            return  # nox --install-only
         assert isinstance(installed, str) and installed.strip().startswith(django + "."), installed
         warnings = _django_deprecations_as_errors(session)
         # SQLite, whatever DATABASE_URL the caller has: the test database is test_db.sqlite3 in the checkout,
