@@ -24,6 +24,9 @@ import nox
 
 ROOT = Path(__file__).resolve().parent
 
+# A session's environment is kept between runs (pip brings its pins up to date each time).
+nox.options.reuse_venv = "yes"
+
 # Django line -> Python versions. Django 6 needs Python 3.12 or later.
 MATRIX = {"5.2": ("3.11", "3.12", "3.13"), "6.0": ("3.12", "3.13"), "6.1": ("3.12", "3.13")}
 # `make test` runs the whole suite on this one, on SQLite and PostgreSQL: its session is not a default.

@@ -6,6 +6,9 @@
 transaction commits; `get_result` reads the row and its attempts back.
 """
 
+# Django 6's Task and TaskResult are not generic at run time (the backport's are): annotations stay unevaluated.
+from __future__ import annotations
+
 from typing import Any
 
 from django.db import transaction

@@ -1,5 +1,8 @@
 """A stored task, read back as the tasks framework's `TaskResult`: its status, value, errors and workers."""
 
+# Django 6's Task and TaskResult are not generic at run time (the backport's are): annotations stay unevaluated.
+from __future__ import annotations
+
 from typing import Any
 
 from django.utils.module_loading import import_string
