@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import nox
@@ -109,7 +110,7 @@ def _django_deprecations_as_errors(session: nox.Session) -> list[str]:
     return [f"-Werror::django.utils.deprecation.{name}" for name in names.split()]
 
 
-def _combination(django: str, python: str):
+def _combination(django: str, python: str) -> Callable[[nox.Session], None]:
     def run(session: nox.Session) -> None:
         session.install(*_requirements(session, django))
         installed = session.run("python", "-c", "import django; print(django.__version__)", silent=True)
