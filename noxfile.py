@@ -10,7 +10,7 @@ combination runs here: the unit suite on SQLite (UNIT below), then one end-to-en
 functions on a real qcluster (E2E), with any deprecation warning from Django raised as an error.
 
 Each session installs from the package index with pip: requirements.txt's pins, less the tooling the
-unit suite never runs (LINT_ONLY), with the Django line's own pins from requirements/django<line>.txt
+unit suite never runs (TOOLING), with the Django line's own pins from requirements/django<line>.txt
 in place of requirements.txt's Django and django-tasks (5.2 keeps requirements.txt's).
 """
 
@@ -40,8 +40,8 @@ UNIT = ("-m", "not e2e and not browser and not hosts", "--ignore=tests/tools", "
 # The end-to-end run: `@task` functions through weave.tasks.WeaveBackend on a real qcluster.
 E2E = ("-m", "e2e", "tests/e2e/test_tasks_qcluster.py")
 
-# requirements.txt lines a unit run never uses: lint, types, the browser driver (names as pip spells them).
-LINT_ONLY = {"mypy", "django-stubs", "types-pyyaml", "import-linter", "ruff", "playwright", "mkdocs", "twine"}
+# requirements.txt lines a unit run never uses: lint, types, docs, the browser driver and nox itself.
+TOOLING = {"mypy", "django-stubs", "types-pyyaml", "import-linter", "ruff", "playwright", "mkdocs", "twine", "nox"}
 # Replaced by a Django line's own requirements file.
 DJANGO_PINS = {"django", "django-tasks"}
 
@@ -92,7 +92,7 @@ def _requirement_name(line: str) -> str | None:
 def _requirements(session: nox.Session, django: str) -> list[str]:
     """pip arguments: requirements.txt's pins for the unit suite, with the Django line's own in place."""
     own = ROOT / "requirements" / f"django{django.replace('.', '')}.txt"
-    leave_out = LINT_ONLY | (DJANGO_PINS if own.exists() else set())
+    leave_out = TOOLING | (DJANGO_PINS if own.exists() else set())
     kept = [
         line
         for line in (ROOT / "requirements.txt").read_text().splitlines()
