@@ -552,7 +552,9 @@ def test_bodies_past_the_window_of_several_connections__every_one_goes_out(apns,
     sender woken for room in one connection's window and then sent to another must pass that room on:
     otherwise the senders behind it on the first sleep until their deadline, with nothing in flight there
     to bring another WINDOW_UPDATE."""
-    apns.configure(wire="stream_limit", stream_limit=100, latency_ms=300)
+    # Each answer waits 2 s: a connection fills its 100 streams (300 KB through a 64 KiB window, several
+    # WINDOW_UPDATE round trips) before any is answered, however slow a loaded machine makes those trips.
+    apns.configure(wire="stream_limit", stream_limit=100, latency_ms=2000)
     tokens = apns_tokens(600)
     backend = apns_backend(apns_options, timeout=20.0, concurrency=300)
 
