@@ -147,7 +147,7 @@ class Response:
 
     async def _next_chunk(self) -> bool:
         """Read the next chunk's size line; False after the last chunk (and its trailers)."""
-        line, _ = await self._line(MAX_HEAD)
+        line, _ = await self._line(MAX_HEAD, crlf=True)
         match = _CHUNK_SIZE.fullmatch(line)
         if match is None:
             raise ProtocolError(f"a malformed chunk size line: {line[:40]!r}")
@@ -161,8 +161,11 @@ class Response:
             self.complete = True
         return not self.complete
 
-    async def _line(self, budget: int) -> tuple[bytes, int]:
-        """One line without its CRLF (or bare LF), counted against `budget` bytes."""
+    async def _line(self, budget: int, *, crlf: bool = False) -> tuple[bytes, int]:
+        """One line without its CRLF (or bare LF, unless `crlf`), counted against `budget` bytes.
+
+        A chunk size line must end in CRLF: h11 (httpx's reader) reads up to the first CRLF, so a bare
+        LF there would make the two parsers disagree on where the chunk starts."""
         try:
             line = await self.reader.readuntil(b"\n")
         except asyncio.IncompleteReadError as exc:
@@ -172,6 +175,8 @@ class Response:
         budget -= len(line)
         if budget < 0:
             raise ProtocolError(f"an answer head longer than {MAX_HEAD // 1024} KiB")
+        if crlf and not line.endswith(b"\r\n"):
+            raise ProtocolError(f"a line not ended by CRLF: {line[:40]!r}")
         return line.rstrip(b"\n").removesuffix(b"\r"), budget
 
     async def _exactly(self, n: int) -> bytes:
