@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -112,6 +113,7 @@ def _django_deprecations_as_errors(session: nox.Session) -> list[str]:
 
 def _combination(django: str, python: str) -> Callable[[nox.Session], None]:
     def run(session: nox.Session) -> None:
+        started = time.monotonic()
         session.install(*_requirements(session, django))
         installed = session.run("python", "-c", "import django; print(django.__version__)", silent=True)
         if installed is None:
@@ -123,6 +125,7 @@ def _combination(django: str, python: str) -> Callable[[nox.Session], None]:
         env = {"DATABASE_URL": f"sqlite:///{Path(session.create_tmp()) / 'db.sqlite3'}", "PYTHONDONTWRITEBYTECODE": "1"}
         session.run("python", "-m", "pytest", "-p", "no:cacheprovider", *UNIT, *warnings, *session.posargs, env=env)
         session.run("python", "-m", "pytest", "-p", "no:cacheprovider", *E2E, *warnings, env=env)
+        session.log(f"Django {installed.strip()} on Python {python}: {time.monotonic() - started:.0f} s")
 
     run.__doc__ = f"Django {django} on Python {python}: the unit suite on SQLite and a task on a real qcluster."
     return run
