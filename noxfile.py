@@ -28,6 +28,8 @@ ROOT = Path(__file__).resolve().parent
 
 # A session's environment is kept between runs (pip brings its pins up to date each time).
 nox.options.reuse_venv = "yes"
+# A combination whose Python is missing fails the run: never a silent skip.
+nox.options.error_on_missing_interpreters = True
 
 # Django line -> Python versions. Django 6 needs Python 3.12 or later.
 MATRIX = {"5.2": ("3.11", "3.12", "3.13"), "6.0": ("3.12", "3.13"), "6.1": ("3.12", "3.13")}
