@@ -28,11 +28,20 @@ elif django.VERSION >= (6, 0):
         """A result id as Django's own backends make them (the backport's helper is not in Django)."""
         return get_random_string(32)
 else:
-    from django_tasks import TaskContext, TaskResult, TaskResultStatus, task, task_backends
-    from django_tasks.backends.base import BaseTaskBackend
-    from django_tasks.base import Task, TaskError
-    from django_tasks.exceptions import TaskResultDoesNotExist
-    from django_tasks.utils import get_random_id, normalize_json
+    try:
+        from django_tasks import TaskContext, TaskResult, TaskResultStatus, task, task_backends
+        from django_tasks.backends.base import BaseTaskBackend
+        from django_tasks.base import Task, TaskError
+        from django_tasks.exceptions import TaskResultDoesNotExist
+        from django_tasks.utils import get_random_id, normalize_json
+    except ModuleNotFoundError as exc:
+        if exc.name != "django_tasks":
+            raise
+        raise ModuleNotFoundError(
+            f"weave.tasks on Django {django.get_version()} needs the django-tasks backport of Django 6's "
+            'django.tasks: pip install "weave-jobs[tasks]".',
+            name=exc.name,
+        ) from exc
 
 __all__ = [
     "BaseTaskBackend",
