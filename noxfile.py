@@ -1,4 +1,4 @@
-"""The supported Django and Python combinations, one nox session each (docs/contributing.md, "The matrix").
+"""The supported Django and Python combinations, one nox session each (docs/contributing.md).
 
     nox -l                          # the sessions
     nox                             # every combination but the one `make test` runs whole
@@ -37,8 +37,8 @@ MATRIX = {"5.2": ("3.11", "3.12", "3.13"), "6.0": ("3.12", "3.13"), "6.1": ("3.1
 WHOLE_SUITE = ("5.2", "3.11")
 
 # The unit suite: every test but those that start qcluster/HTTP server processes (e2e), drive a browser
-# or simulate hosts, and but the tests of the tooling itself (tests/tools: docs build, mutation runner,
-# benchmark scripts; tests/hostsite: the wheel build), which do not depend on Django's version.
+# or simulate hosts, and but the tooling's own tests (tests/tools: the docs build, the mutation runner,
+# the benchmarks' scripts; tests/hostsite: the wheel build), which do not depend on Django's version.
 UNIT = ("-m", "not e2e and not browser and not hosts", "--ignore=tests/tools", "--ignore=tests/hostsite")
 # The end-to-end run: `@task` functions through weave.tasks.WeaveBackend on a real qcluster.
 E2E = ("-m", "e2e", "tests/e2e/test_tasks_qcluster.py")
