@@ -36,8 +36,8 @@ MATRIX = {"5.2": ("3.11", "3.12", "3.13"), "6.0": ("3.12", "3.13"), "6.1": ("3.1
 # `make test` runs the whole suite on this one, on SQLite and PostgreSQL: its session is not a default.
 WHOLE_SUITE = ("5.2", "3.11")
 
-# The unit suite: every test but those that start qcluster/HTTP server processes (e2e), drive a browser
-# or simulate hosts, and but the tooling's own tests (tests/tools: the docs build, the mutation runner,
+# The unit suite: every test except those that start qcluster/HTTP server processes (e2e), drive a browser
+# or simulate hosts, and except the tooling's own tests (tests/tools: the docs build, the mutation runner,
 # the benchmarks' scripts; tests/hostsite: the wheel build), which do not depend on Django's version.
 UNIT = ("-m", "not e2e and not browser and not hosts", "--ignore=tests/tools", "--ignore=tests/hostsite")
 # The end-to-end run: `@task` functions through weave.tasks.WeaveBackend on a real qcluster.
