@@ -468,7 +468,15 @@ def test_a_connect_every_sender_gave_up_on_leaves_no_exception_unretrieved():
         loop = asyncio.get_running_loop()
         reported: list[dict] = []
         loop.set_exception_handler(lambda _, context: reported.append(context))
-        server = await asyncio.start_server(lambda r, w: r.read(), "127.0.0.1", 0)  # TCP, never any TLS
+        held = []
+
+        async def silent(reader, writer):  # TCP, never any TLS, and never closed by the server
+            # The writer is kept: from Python 3.13 a collected StreamWriter closes its connection, which
+            # would fail the handshake at once instead of leaving it to time out.
+            held.append(writer)
+            await reader.read()
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         client = H2Client(connect_timeout=0.3)
         try:
@@ -480,6 +488,8 @@ def test_a_connect_every_sender_gave_up_on_leaves_no_exception_unretrieved():
             await asyncio.sleep(0)
         finally:
             await client.aclose()
+            for writer in held:
+                writer.close()
             server.close()
         return reported
 
