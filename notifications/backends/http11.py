@@ -92,15 +92,7 @@ class Response:
                 line, budget = await self._line(budget)
                 if not line:
                     break
-                if line[:1] in (b" ", b"\t"):
-                    raise ProtocolError("a folded header line (obsolete line folding)")
-                name, colon, value = line.partition(b":")
-                if not colon or not _TOKEN.fullmatch(name):
-                    raise ProtocolError(f"a malformed header line: {line[:40]!r}")
-                value = value.strip(_OWS)
-                if not _VALUE.fullmatch(value):
-                    raise ProtocolError(f"header {name[:40]!r} holds a control character")
-                fields.append((name, value))
+                fields.append(_field(line))
                 if len(fields) > MAX_FIELDS:
                     raise ProtocolError(f"more than {MAX_FIELDS} header fields")
             if status == 101:
@@ -154,10 +146,11 @@ class Response:
         self._left = int(match.group(1), 16)
         if self._left == 0:
             budget = MAX_HEAD
-            while True:  # trailer fields, read and dropped
+            while True:  # trailer fields, checked as header lines are (h11 refuses a malformed one) and dropped
                 trailer, budget = await self._line(budget)
                 if not trailer:
                     break
+                _field(trailer)
             self.complete = True
         return not self.complete
 
@@ -184,6 +177,19 @@ class Response:
             return await self.reader.readexactly(n)
         except asyncio.IncompleteReadError as exc:
             raise ProtocolError("the peer closed the connection in the middle of the body") from exc
+
+
+def _field(line: bytes) -> tuple[bytes, bytes]:
+    """(name, value) of a header or trailer line; refuse folding, a malformed name or a control character."""
+    if line[:1] in (b" ", b"\t"):
+        raise ProtocolError("a folded header line (obsolete line folding)")
+    name, colon, value = line.partition(b":")
+    if not colon or not _TOKEN.fullmatch(name):
+        raise ProtocolError(f"a malformed header line: {line[:40]!r}")
+    value = value.strip(_OWS)
+    if not _VALUE.fullmatch(value):
+        raise ProtocolError(f"header {name[:40]!r} holds a control character")
+    return name, value
 
 
 def _framing(fields: list[tuple[bytes, bytes]]) -> tuple[list[bytes], bool, bool]:
