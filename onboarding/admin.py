@@ -475,9 +475,9 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         extra = {"weave_refresh": ACTIVE_REFRESH if active else 0}
         return super().changelist_view(request, {**(extra_context or {}), **extra})
 
-    def get_actions(self, request: HttpRequest) -> dict:
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict:
         # Offered only while some run is in a state the action applies to (RUN_ACTIONS, weave.admin).
-        actions = super().get_actions(request)
+        actions = super().get_actions(request, action_location)
         # Domain rows point at their run with PROTECT: a bulk delete of runs could only ever fail.
         actions.pop("delete_selected", None)
         return actions

@@ -93,6 +93,14 @@ class RowAction:
     reason: str
 
 
+def action_location_kwargs(action_location: Any) -> dict[str, Any]:
+    """What an overriding `get_actions(request, action_location=None)` hands on to Django's own.
+
+    Django 6.1 tells `get_actions` where the actions are offered (the list or a row's page) and deprecates
+    overrides without that argument; Django 5.2 has no such argument and never passes one."""
+    return {} if action_location is None else {"action_location": action_location}
+
+
 class ActionsWhereTheyApply:
     """Admin actions offered only where they apply; elsewhere disabled with the reason.
 
@@ -108,13 +116,13 @@ class ActionsWhereTheyApply:
     action_rules: ClassVar[dict[str, ActionRule]] = {}
     model: type[Model]
 
-    def permitted_actions(self, request: HttpRequest) -> dict[str, Any]:
+    def permitted_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
         """The actions this user may take (Django's permission check), whatever the rows' states."""
-        found: dict[str, Any] = super().get_actions(request)  # type: ignore[misc]
+        found: dict[str, Any] = super().get_actions(request, **action_location_kwargs(action_location))  # type: ignore[misc]
         return found
 
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        actions = self.permitted_actions(request)
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
+        actions = self.permitted_actions(request, action_location)
         everything = self.model._default_manager.all()
         for name, rule in self.action_rules.items():
             if name in actions and not rule.rows(everything).exists():

@@ -57,7 +57,9 @@ _ENDPOINT = re.compile(
     r"https://(?P<host>[a-z0-9.\-]+)(?::(?P<port>[0-9]{1,5}))?(?P<rest>[/?][A-Za-z0-9\-._~!$&'()*+,;=:%/?]*)?"
 )
 
-# Refused whatever Python's own `is_global` says (its lists changed between 3.11 patch releases).
+# The policy is these lists, never Python's `is_global` / `is_private`: those follow IANA's registries as
+# each Python release reads them (3.13 calls every 6to4 address private, and ORCHIDv2 global), so a
+# destination would pass or fail with the interpreter. IPv4: every block IANA marks not globally reachable.
 _REFUSED_V4 = tuple(
     ipaddress.IPv4Network(n)
     for n in (
@@ -74,6 +76,10 @@ _REFUSED_V6 = tuple(
     )
 )  # fmt: skip
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+# IPv6: only global unicast (RFC 4291) less the blocks above (2001::/23 whole, Teredo and ORCHIDv2 in it)...
+_GLOBAL_UNICAST_V6 = ipaddress.IPv6Network("2000::/3")
+# ... or a form that stands for the IPv4 address it carries, judged by that address (6to4 is in 2000::/3).
+_CARRIERS_V6 = (ipaddress.IPv6Network("::ffff:0:0/96"), _NAT64)
 
 
 class DestinationRefused(ValueError):
@@ -161,14 +167,19 @@ def is_known_host(host: str) -> bool:
 def address_problem(address: Address) -> str:
     """Why a connection to `address` is refused ("" if it is a public address)."""
     if isinstance(address, ipaddress.IPv6Address):
-        embedded = _embedded_v4(address)
-        if embedded is not None and (problem := address_problem(embedded)):
-            return f"{address} embeds {embedded}: {problem}"
-        if any(address in network for network in _REFUSED_V6):
-            return f"{address} is a special-purpose IPv6 address"
-    elif any(address in network for network in _REFUSED_V4):
+        return _v6_problem(address)
+    if any(address in network for network in _REFUSED_V4):
         return f"{address} is a private, loopback, link-local, shared, multicast or reserved address"
-    if address.is_multicast or not address.is_global:
+    return ""
+
+
+def _v6_problem(address: ipaddress.IPv6Address) -> str:
+    embedded = _embedded_v4(address)
+    if embedded is not None and (problem := address_problem(embedded)):
+        return f"{address} embeds {embedded}: {problem}"
+    if any(address in network for network in _REFUSED_V6):
+        return f"{address} is a special-purpose IPv6 address"
+    if address not in _GLOBAL_UNICAST_V6 and not any(address in network for network in _CARRIERS_V6):
         return f"{address} is not a public address"
     return ""
 

@@ -119,15 +119,7 @@ class Response:
             line, budget = await self._line(budget)
             if not line:
                 return fields, budget
-            if line[:1] in (b" ", b"\t"):
-                raise ProtocolError("a folded header line (obsolete line folding)")
-            name, colon, value = line.partition(b":")
-            if not colon or not _TOKEN.fullmatch(name):
-                raise ProtocolError(f"a malformed header line: {line[:40]!r}")
-            value = value.strip(_OWS)
-            if not _VALUE.fullmatch(value):
-                raise ProtocolError(f"header {name[:40]!r} holds a control character")
-            fields.append((name, value))
+            fields.append(_field(line))
             if len(fields) > MAX_FIELDS:
                 raise ProtocolError(f"more than {MAX_FIELDS} header fields")
 
@@ -170,22 +162,26 @@ class Response:
 
     async def _next_chunk(self) -> bool:
         """Read the next chunk's size line; False after the last chunk (and its trailers)."""
-        line, _ = await self._line(MAX_HEAD)
+        line, _ = await self._line(MAX_HEAD, crlf=True)
         match = _CHUNK_SIZE.fullmatch(line)
         if match is None:
             raise ProtocolError(f"a malformed chunk size line: {line[:40]!r}")
         self._left = int(match.group(1), 16)
         if self._left == 0:
             budget = MAX_HEAD
-            while True:  # trailer fields, read and dropped
+            while True:  # trailer fields, checked as header lines are (h11 refuses a malformed one) and dropped
                 trailer, budget = await self._line(budget)
                 if not trailer:
                     break
+                _field(trailer)
             self.complete = True
         return not self.complete
 
-    async def _line(self, budget: int) -> tuple[bytes, int]:
-        """One line without its CRLF (or bare LF), counted against `budget` bytes."""
+    async def _line(self, budget: int, *, crlf: bool = False) -> tuple[bytes, int]:
+        """One line without its CRLF (or bare LF, unless `crlf`), counted against `budget` bytes.
+
+        A chunk size line must end in CRLF: h11 (httpx's reader) reads up to the first CRLF, so a bare
+        LF there would make the two parsers disagree on where the chunk starts."""
         try:
             line = await self.reader.readuntil(b"\n")
         except asyncio.IncompleteReadError as exc:
@@ -195,6 +191,8 @@ class Response:
         budget -= len(line)
         if budget < 0:
             raise ProtocolError(f"an answer head longer than {MAX_HEAD // 1024} KiB")
+        if crlf and not line.endswith(b"\r\n"):
+            raise ProtocolError(f"a line not ended by CRLF: {line[:40]!r}")
         return line.rstrip(b"\n").removesuffix(b"\r"), budget
 
     async def _exactly(self, n: int) -> bytes:
@@ -202,6 +200,19 @@ class Response:
             return await self.reader.readexactly(n)
         except asyncio.IncompleteReadError as exc:
             raise ProtocolError("the peer closed the connection in the middle of the body") from exc
+
+
+def _field(line: bytes) -> tuple[bytes, bytes]:
+    """(name, value) of a header or trailer line; refuse folding, a malformed name or a control character."""
+    if line[:1] in (b" ", b"\t"):
+        raise ProtocolError("a folded header line (obsolete line folding)")
+    name, colon, value = line.partition(b":")
+    if not colon or not _TOKEN.fullmatch(name):
+        raise ProtocolError(f"a malformed header line: {line[:40]!r}")
+    value = value.strip(_OWS)
+    if not _VALUE.fullmatch(value):
+        raise ProtocolError(f"header {name[:40]!r} holds a control character")
+    return name, value
 
 
 def _framing(fields: list[tuple[bytes, bytes]]) -> tuple[list[bytes], bool, bool]:

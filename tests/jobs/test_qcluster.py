@@ -1,12 +1,12 @@
 """The same qcluster workers run a site's own job types and its `@task` functions: no new process type."""
 
 import pytest
-from django_tasks import TaskResultStatus
 
 from tests.e2e.conftest import database_url
 from tests.jobs.shipping.background import add
 from tests.jobs.shipping.models import Booking, Shipment
 from tools.processes import ProcessGroups, wait_until
+from weave.tasks.compat import TaskResultStatus
 
 pytestmark = [pytest.mark.postgres, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

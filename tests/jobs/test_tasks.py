@@ -5,8 +5,6 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from django_tasks import TaskResultStatus, task_backends
-from django_tasks.exceptions import TaskResultDoesNotExist
 
 from tests.jobs.shipping.background import add, charge_and_book, explode
 from tests.jobs.shipping.carrier import carrier, during_booking
@@ -14,6 +12,7 @@ from tests.jobs.shipping.models import Booking, Shipment
 from weave.jobs.runner import run_job, run_next
 from weave.models import JobAttempt, TaskRow
 from weave.tasks import WeaveBackend
+from weave.tasks.compat import TaskResultDoesNotExist, TaskResultStatus, task_backends
 from weave.tasks.worker import drain
 
 pytestmark = pytest.mark.django_db

@@ -162,6 +162,10 @@ def test_well_formed_answers__read_exactly_as_h11_reads_them(data: bytes) -> Non
 @example(b"HTTP/1.1 200 OK\r\nX: \x00\r\nContent-Length: 0\r\n\r\n")
 @example(b"HTTP/2 200\r\n\r\n")
 @example(b"HTTP/1.1 000 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+@example(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\n\n\r\n")  # a bare LF after the size
+@example(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\nabc\r\n0\r\n\r\n")
+@example(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\r\n\n")  # a trailer line that is no field
+@example(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: \x01\r\n\r\n")
 def test_hostile_answers__ours_accepts_only_what_h11_reads_the_same_way(data: bytes) -> None:
     mine = ours(data)
     if mine is not None:

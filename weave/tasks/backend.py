@@ -7,6 +7,9 @@ result from what it inserted, and asks for a drain of the task's queue once the 
 queue per transaction, however many tasks it enqueued); `get_result` reads the row and its attempts.
 """
 
+# Django 6's Task and TaskResult are not generic at run time (the backport's are): annotations stay unevaluated.
+from __future__ import annotations
+
 import uuid
 from typing import Any
 

@@ -5,6 +5,9 @@ order (the worker of an attempt that lost its lease included), so `TaskResult.at
 `TaskContext.attempt` count from 1, as Django's documentation says.
 """
 
+# Django 6's Task and TaskResult are not generic at run time (the backport's are): annotations stay unevaluated.
+from __future__ import annotations
+
 from collections.abc import Mapping
 from typing import Any
 

@@ -1,9 +1,8 @@
 """`@task` functions of the example site: they write to its own models and charge the fake carrier."""
 
-from django_tasks import task
-
 from tests.jobs.shipping.carrier import carrier, during_booking
 from tests.jobs.shipping.models import Booking, Shipment
+from weave.tasks.compat import task
 
 
 @task()

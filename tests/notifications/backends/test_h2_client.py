@@ -468,7 +468,15 @@ def test_a_connect_every_sender_gave_up_on_leaves_no_exception_unretrieved():
         loop = asyncio.get_running_loop()
         reported: list[dict] = []
         loop.set_exception_handler(lambda _, context: reported.append(context))
-        server = await asyncio.start_server(lambda r, w: r.read(), "127.0.0.1", 0)  # TCP, never any TLS
+        held = []
+
+        async def silent(reader, writer):  # TCP, never any TLS, and never closed by the server
+            # The writer is kept: from Python 3.13 a collected StreamWriter closes its connection, which
+            # would fail the handshake at once instead of leaving it to time out.
+            held.append(writer)
+            await reader.read()
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         client = H2Client(connect_timeout=0.3)
         try:
@@ -480,6 +488,8 @@ def test_a_connect_every_sender_gave_up_on_leaves_no_exception_unretrieved():
             await asyncio.sleep(0)
         finally:
             await client.aclose()
+            for writer in held:
+                writer.close()
             server.close()
         return reported
 
@@ -552,7 +562,9 @@ def test_bodies_past_the_window_of_several_connections__every_one_goes_out(apns,
     sender woken for room in one connection's window and then sent to another must pass that room on:
     otherwise the senders behind it on the first sleep until their deadline, with nothing in flight there
     to bring another WINDOW_UPDATE."""
-    apns.configure(wire="stream_limit", stream_limit=100, latency_ms=300)
+    # Each answer waits 2 s: a connection fills its 100 streams (300 KB through a 64 KiB window, several
+    # WINDOW_UPDATE round trips) before any is answered, however slow a loaded machine makes those trips.
+    apns.configure(wire="stream_limit", stream_limit=100, latency_ms=2000)
     tokens = apns_tokens(600)
     backend = apns_backend(apns_options, timeout=20.0, concurrency=300)
 
