@@ -11,15 +11,22 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
-from django_tasks import TaskResultStatus, task_backends
-from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist, TaskResultMismatch
-from django_tasks.signals import task_enqueued, task_finished, task_started
 
 from tests.jobs.shipping.background import add, explode
 from tests.jobs.shipping.contract import add_later, flaky, look_around, while_running
 from weave.jobs.runner import run_job
 from weave.models import JobAttempt, TaskRow
 from weave.tasks import WeaveBackend
+from weave.tasks.compat import (
+    InvalidTaskError,
+    TaskResultDoesNotExist,
+    TaskResultMismatch,
+    TaskResultStatus,
+    task_backends,
+    task_enqueued,
+    task_finished,
+    task_started,
+)
 from weave.tasks.worker import drain
 
 pytestmark = pytest.mark.django_db

@@ -3,14 +3,13 @@
 from datetime import timedelta
 
 import pytest
-from django_tasks import TaskResultStatus, task_backends
-from django_tasks.exceptions import InvalidTaskError
 
 from tests.jobs.shipping.background import add
 from tests.jobs.shipping.contract import at_most_twice, busy, while_running
 from weave.jobs import get
 from weave.jobs.runner import run_job
 from weave.models import JobAttempt, TaskRow
+from weave.tasks.compat import InvalidTaskError, TaskResultStatus, task_backends
 from weave.tasks.options import DEFAULTS
 from weave.tasks.worker import running_heartbeat
 

@@ -4,7 +4,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from django_tasks import task
+from weave.tasks.compat import task
 
 # A test adds callables here to act while a task runs (advance the fake clock, take the lease over).
 while_running: list = []
