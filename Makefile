@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test test-deps reference bench bench-stale bench-ox-venv bench-history chaos hosts lint docs dist mutate venv clean
+.PHONY: run test matrix test-deps reference bench bench-stale bench-ox-venv bench-history chaos hosts lint docs dist mutate venv clean
 
 venv: $(STAMP)
 
@@ -91,6 +91,10 @@ dist: $(STAMP)
 	$(PY) -m build --no-isolation --outdir dist .
 	rm -rf build *.egg-info
 	$(VENV)/bin/twine check --strict dist/*
+
+## make matrix: every other supported Django and Python combination (noxfile.py): the unit suite and a task on qcluster
+matrix: $(STAMP)
+	PY=$(PY) bash scripts/matrix.sh $(ARGS)
 
 ## make mutate: break each promise in tools/mutations.toml in turn; fails if a test suite misses one (before a release)
 mutate: $(STAMP)

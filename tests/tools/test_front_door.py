@@ -79,5 +79,6 @@ def test_make_test_sets_up_what_the_tests_need_and_ci_calls_it_without_repeating
         assert tool in deps, f"scripts/test-deps.sh does not install {tool}"
     ci = (PROJECT_ROOT / ".ci" / "run").read_text()
     assert "apt-get" not in ci and "npm" not in ci and "initdb" not in ci
-    # Lint, the tests (with their set-up), then the mutations of the change: no step of its own set-up.
-    assert re.findall(r"^make (\w+)", ci, flags=re.M) == ["lint", "test", "mutate"]
+    # Lint, the tests (with their set-up), the mutations of the change, the other Django and Python
+    # combinations: no step of its own set-up.
+    assert re.findall(r"^make (\w+)", ci, flags=re.M) == ["lint", "test", "mutate", "matrix"]
