@@ -87,27 +87,35 @@ def check_json(value: Any, *, field: str, max_depth: int = MAX_DEPTH, object_onl
         item, depth, where = stack.pop()
         if depth > max_depth:
             raise _refuse(field, f"{field} is nested deeper than {max_depth} levels (at {where}).")
-        if item is None or isinstance(item, bool | int):
-            continue
-        if isinstance(item, float):
-            if not math.isfinite(item):
-                raise _refuse(field, f"{field} holds {item!r} at {where}: NaN and Infinity are not JSON.")
-        elif isinstance(item, str):
-            if problem := text_problem(item):
-                raise _refuse(field, f"{field} text at {where} {problem}.")
-        elif isinstance(item, dict):
-            for key, child in item.items():
-                if not isinstance(key, str):
-                    raise _refuse(field, f"{field} keys must be text; {key!r} at {where} is {_describe(key)}.")
-                if problem := text_problem(key):
-                    raise _refuse(field, f"{field} key at {where} {problem}.")
-                stack.append((child, depth + 1, f"{where}.{_short(key)}"))
-        elif isinstance(item, list):
-            for index, child in enumerate(item):
-                stack.append((child, depth + 1, f"{where}[{index}]"))
-        else:
-            raise _refuse(field, f"{field} is not JSON-serialisable: it holds a {_describe(item)} at {where}.")
+        stack.extend(_json_children(item, depth, where, field))
     return value
+
+
+def _json_children(item: Any, depth: int, where: str, field: str) -> list[tuple[Any, int, str]]:
+    """Check one JSON value (not what it holds) and return what it holds, one level deeper."""
+    if item is None or isinstance(item, bool | int):
+        return []
+    if isinstance(item, float):
+        if not math.isfinite(item):
+            raise _refuse(field, f"{field} holds {item!r} at {where}: NaN and Infinity are not JSON.")
+        return []
+    if isinstance(item, str):
+        if problem := text_problem(item):
+            raise _refuse(field, f"{field} text at {where} {problem}.")
+        return []
+    if isinstance(item, dict):
+        return [(child, depth + 1, f"{where}.{_short(_checked_key(key, where, field))}") for key, child in item.items()]
+    if isinstance(item, list):
+        return [(child, depth + 1, f"{where}[{index}]") for index, child in enumerate(item)]
+    raise _refuse(field, f"{field} is not JSON-serialisable: it holds a {_describe(item)} at {where}.")
+
+
+def _checked_key(key: Any, where: str, field: str) -> str:
+    if not isinstance(key, str):
+        raise _refuse(field, f"{field} keys must be text; {key!r} at {where} is {_describe(key)}.")
+    if problem := text_problem(key):
+        raise _refuse(field, f"{field} key at {where} {problem}.")
+    return key
 
 
 def check_ids(value: Any, *, field: str, most: int = 10_000) -> list[int]:
