@@ -24,7 +24,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypedDict, Unpack
 
@@ -374,15 +374,7 @@ class _Pump:
                 self.lingering.turn(self._in_hand() < worker.concurrency)
         self._start()
         if self.in_flight or self.finishing:
-            timeout = max(0.05, min(1.0, worker.buffer.seconds_to_renewal()))
-            # Look again when the recheck is due, but only if a claim could run then: while the rows in
-            # hand fill every window, the next answer (which wakes this wait) is what makes room, and a
-            # recheck already due would otherwise turn this wait into a spin.
-            if self.more_claims and self.nothing_due_at is not None:
-                due_in = max(0.0, self.nothing_due_at + self._recheck() - time.monotonic())
-                if due_in < timeout and self._room_to_claim():
-                    timeout = due_in
-            self._take(timeout)
+            self._take(self._answer_wait())
             return True
         if self.waiting:
             return True
@@ -391,13 +383,29 @@ class _Pump:
             return False
         if self.nothing_due_at is None:
             return True
-        # ... or the drain lingers a little for rows still to come, looking again when one is requested
+        return self._linger(self.nothing_due_at)
+
+    def _answer_wait(self) -> float:
+        """How long to wait for the next answer while requests are out."""
+        timeout = max(0.05, min(1.0, self.worker.buffer.seconds_to_renewal()))
+        # Look again when the recheck is due, but only if a claim could run then: while the rows in
+        # hand fill every window, the next answer (which wakes this wait) is what makes room, and a
+        # recheck already due would otherwise turn this wait into a spin.
+        if self.more_claims and self.nothing_due_at is not None:
+            due_in = max(0.0, self.nothing_due_at + self._recheck() - time.monotonic())
+            if due_in < timeout and self._room_to_claim():
+                timeout = due_in
+        return timeout
+
+    def _linger(self, nothing_due_at: float) -> bool:
+        """With nothing out or waiting: wait a little for rows still to come; False when the drain ends."""
+        # The drain lingers a little for rows still to come, looking again when one is requested
         # (or at the next poll): a row created meanwhile goes out on this loop, its sender's open
         # connections and its completer, without waiting for the broker to hand out a new drain. A
         # drain whose breaker opened stops here: its rows are held, the next drain starts afresh.
         if time.monotonic() - self.found_at >= self.lingering.seconds or self.worker.first_opening:
             return False
-        self._take(max(0.0, self.nothing_due_at + self.recheck - time.monotonic()))
+        self._take(max(0.0, nothing_due_at + self.recheck - time.monotonic()))
         return True
 
     def _check_stop(self) -> bool:
@@ -474,10 +482,7 @@ class _Pump:
     def _start(self) -> None:
         """Hand rows to the sender while a slot is free, each after the budget, breaker and lease checks."""
         worker = self.worker
-        starting: list[tuple[Any, PushMessage]] = []
-        unsent: list[tuple[Row, Unsendable]] = []
-        held: list[Row] = []
-        quiet: list[tuple[Row, datetime, str]] = []
+        turn = _Turn()
         while self.waiting and len(self.in_flight) < worker.concurrency:
             alias = self.waiting[0].message.backend
             if self.out.get(alias, 0) >= worker.window_of(alias):
@@ -492,46 +497,58 @@ class _Pump:
             if not worker.budget_spent:
                 worker.buffer.keep_alive()
             row = self.waiting.popleft()
-            if row.pk not in row.claim.batch:
-                # Our renewal was refused for this row (someone else holds it): it must not be sent.
-                self.report.skipped += 1
-                row.claim.settle("skipped")
-                log_lost(row.pk, row.owner, "skipped before sending: the lease renewal was refused for this row")
-                continue
-            if ending := worker.unsendable(row):
-                row.sent_at = row.claim.database_time(worker.clock.monotonic())
-                unsent.append((row, ending))  # expired, or its device is inactive: ends without a send
-                continue
-            if (deferral := worker.deferred(row)) is not None:
-                quiet.append((row, *deferral))  # inside its user's quiet hours: back, due when they end
-                continue
-            verdict = worker.may_start(row)
-            if verdict == "hold":
-                held.append(row)  # its scope's breaker is open: back, due when the hold ends
-                continue
-            if verdict == "wait":
-                self.parked.append(row)  # kept (and kept alive) until the probe's answer decides
+            if self._judged_unsendable(row, turn):
                 continue
             if worker.hooks.before_send:
                 worker.hooks.before_send(row.pk)
             row.sent_at = row.claim.database_time(worker.clock.monotonic())
             self.in_flight[row.pk] = row
             self.out[alias] = self.out.get(alias, 0) + 1
-            starting.append((row.pk, row.message))
+            turn.starting.append((row.pk, row.message))
             self.report.sent += 1
-        if unsent:
-            for row, _ in unsent:
+        self._settle(turn)
+        worker.sender.submit(turn.starting)
+
+    def _judged_unsendable(self, row: Row, turn: "_Turn") -> bool:
+        """Whether `row` must not be sent now (kept in `turn` or parked, with why); False: send it."""
+        worker = self.worker
+        if row.pk not in row.claim.batch:
+            # Our renewal was refused for this row (someone else holds it): it must not be sent.
+            self.report.skipped += 1
+            row.claim.settle("skipped")
+            log_lost(row.pk, row.owner, "skipped before sending: the lease renewal was refused for this row")
+            return True
+        if ending := worker.unsendable(row):
+            row.sent_at = row.claim.database_time(worker.clock.monotonic())
+            turn.unsent.append((row, ending))  # expired, or its device is inactive: ends without a send
+            return True
+        if (deferral := worker.deferred(row)) is not None:
+            turn.quiet.append((row, *deferral))  # inside its user's quiet hours: back, due when they end
+            return True
+        verdict = worker.may_start(row)
+        if verdict == "hold":
+            turn.held.append(row)  # its scope's breaker is open: back, due when the hold ends
+            return True
+        if verdict == "wait":
+            self.parked.append(row)  # kept (and kept alive) until the probe's answer decides
+            return True
+        return False
+
+    def _settle(self, turn: "_Turn") -> None:
+        """End, hold back or defer the rows this turn judged unsendable, a statement per kind."""
+        worker = self.worker
+        if turn.unsent:
+            for row, _ in turn.unsent:
                 row.claim.batch.drop(row.pk)
-            count_unsent(unsent, worker.completer.end_unsent(unsent), self.report)
-        if held:
-            landed = worker.hold(held)
+            count_unsent(turn.unsent, worker.completer.end_unsent(turn.unsent), self.report)
+        if turn.held:
+            landed = worker.hold(turn.held)
             self.report.released += landed
             self.report.held += landed
-        if quiet:
-            landed = worker.defer(quiet)
+        if turn.quiet:
+            landed = worker.defer(turn.quiet)
             self.report.released += landed
             self.report.deferred += landed
-        worker.sender.submit(starting)
 
     def _take(self, timeout: float) -> None:
         """Wait up to `timeout` for answers or finished groups, and act on everything that came in."""
@@ -631,3 +648,13 @@ def drain(*, enqueue_more: bool = True, **options: Unpack[WorkerOptions]) -> Del
         reason=report.breaker,
     )
     return report
+
+
+@dataclass
+class _Turn:
+    """What one turn of `_start` decided for the rows it judged: sent, ended unsent, held back, deferred."""
+
+    starting: list[tuple[Any, PushMessage]] = field(default_factory=list)
+    unsent: list[tuple[Row, Unsendable]] = field(default_factory=list)
+    held: list[Row] = field(default_factory=list)
+    quiet: list[tuple[Row, datetime, str]] = field(default_factory=list)
