@@ -153,47 +153,50 @@ class FakeWebPush(ProviderFake):
         if refused := self._check_vapid(request.headers.get("authorization", "")):
             return _error(403 if "key" in refused else 401, refused)
         headers = request.headers
-        if not re.fullmatch(r"\d{1,10}", headers.get("ttl", "")):
-            return _error(400, "The TTL header is required (RFC 8030 section 5.2).")
-        if headers.get("urgency", "normal") not in URGENCIES:
-            return _error(400, f"Urgency must be one of {', '.join(URGENCIES)}.")
-        if "topic" in headers and not _TOPIC_RE.match(headers["topic"]):
-            return _error(400, "Topic must be at most 32 characters of the URL-safe base64 alphabet.")
-        if len(request.body) > 4096:
-            return _error(413, "Payload too large (at most 4096 bytes).")
-        if request.body and headers.get("content-encoding") != "aes128gcm":
-            return _error(415, "Content-Encoding must be aes128gcm (RFC 8188).")
+        if bad_request := _refused_headers(request):
+            return bad_request
         hang = await apply_latency(faults, draw)
         if error := pick_error(faults, draw, self.state.pop_script()):
             response = _error(ERRORS.get(error, 500), error)
             if faults.retry_after and response.status in (429, 503):
                 response.headers["retry-after"] = retry_after_value(faults.retry_after)
             return response
-        with self._lock:
-            gone = sub_id in self.gone
-        if gone or sub_id.startswith("gone-"):
-            return _error(410, "The subscription has been unsubscribed.")
-        if sub_id.startswith("expired-"):
-            return _error(404, "The subscription has expired.")
-        subscription = self.subscription(sub_id)
-        message: dict[str, Any] = {}
-        if request.body:
-            try:
-                plaintext = http_ece.decrypt(
-                    request.body,
-                    private_key=subscription.private_key,
-                    auth_secret=b64url_decode(subscription.auth),
-                    version="aes128gcm",
-                )
-                message = json.loads(plaintext)
-            except Exception as exc:  # noqa: BLE001  any failure to decrypt is the client's encryption bug
-                return _error(400, f"The payload does not decrypt with the subscription's keys: {exc!r}")
+        if ended := self._ended(sub_id):
+            return ended
+        try:
+            message = self._decrypted(sub_id, request.body)
+        except Exception as exc:  # noqa: BLE001  any failure to decrypt is the client's encryption bug
+            return _error(400, f"The payload does not decrypt with the subscription's keys: {exc!r}")
         self.state.deliver(
             Delivery(token=sub_id, collapse=headers.get("topic", ""), message=message, headers=dict(headers))
         )
         if hang:
             await asyncio.sleep(faults.hang_seconds)
         return Response(201, b"", {"location": f"{self.url}/m/{uuid.uuid4().hex}"})
+
+    def _ended(self, sub_id: str) -> Response | None:
+        """The answer for a subscription that was unsubscribed (410) or has expired (404), else None."""
+        with self._lock:
+            gone = sub_id in self.gone
+        if gone or sub_id.startswith("gone-"):
+            return _error(410, "The subscription has been unsubscribed.")
+        if sub_id.startswith("expired-"):
+            return _error(404, "The subscription has expired.")
+        return None
+
+    def _decrypted(self, sub_id: str, body: bytes) -> dict[str, Any]:
+        """The message a body carries, decrypted with the subscription's keys ({} for an empty body)."""
+        subscription = self.subscription(sub_id)
+        if not body:
+            return {}
+        plaintext = http_ece.decrypt(
+            body,
+            private_key=subscription.private_key,
+            auth_secret=b64url_decode(subscription.auth),
+            version="aes128gcm",
+        )
+        message: dict[str, Any] = json.loads(plaintext)
+        return message
 
     def _check_vapid(self, authorization: str) -> str:
         scheme, _, rest = authorization.partition(" ")
@@ -278,3 +281,19 @@ def _message_problem(message: dict[str, Any]) -> str:
     if not isinstance(message.get("mutable", False), bool):
         return "mutable is not a boolean"
     return ""
+
+
+def _refused_headers(request: Request) -> Response | None:
+    """The 4xx a push service gives a request whose headers or body size break RFC 8030, else None."""
+    headers = request.headers
+    if not re.fullmatch(r"\d{1,10}", headers.get("ttl", "")):
+        return _error(400, "The TTL header is required (RFC 8030 section 5.2).")
+    if headers.get("urgency", "normal") not in URGENCIES:
+        return _error(400, f"Urgency must be one of {', '.join(URGENCIES)}.")
+    if "topic" in headers and not _TOPIC_RE.match(headers["topic"]):
+        return _error(400, "Topic must be at most 32 characters of the URL-safe base64 alphabet.")
+    if len(request.body) > 4096:
+        return _error(413, "Payload too large (at most 4096 bytes).")
+    if request.body and headers.get("content-encoding") != "aes128gcm":
+        return _error(415, "Content-Encoding must be aes128gcm (RFC 8188).")
+    return None
