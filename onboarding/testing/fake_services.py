@@ -356,50 +356,71 @@ class _Handler(FakeHandler):
         return True
 
     def _hostile(self, mode: str, endpoint: str) -> None:
-        config = self.server.state.config
-        stopping = self.server.state.stopping
         self.close_connection = True  # never reuse a connection after a hostile answer
-        if mode == "nul_json":
-            refusals: dict[str, tuple[int, dict[str, Any]]] = {
-                "/tax-ids/verify": (200, {"valid": False, "reason": POISON}),
-                "/sanctions/screen": (200, {"hit": True, "list": POISON, "reason": POISON}),
-                "/bank-accounts": (422, {"error": POISON}),
-            }
-            self._send(*refusals[endpoint])
-        elif mode == "binary":
-            self._send_bytes(200, b'\x00\xff\xfe{"valid": \x00true\xc3\x28}\x00', "application/json")
-        elif mode == "html":
-            page = b"<html><body><h1>Down for maintenance</h1><p>Back soon.</p></body></html>"
-            self._send_bytes(200, page, "text/html; charset=utf-8")
-        elif mode == "redirect":
-            self._send_bytes(302, b"", "text/plain", {"Location": config.redirect_to})
-        elif mode == "echo":
-            # Credentials first, as a careless error page would print them.
-            ordered = sorted(self.headers.items(), key=lambda item: item[0].lower() != "authorization")
-            echoed = "".join(f"{name}: {value}\n" for name, value in ordered)
-            self._send_bytes(401, f"unauthorized; you sent:\n{echoed}".encode(), "text/plain")
-        elif mode == "huge":
-            self._raw(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n")
-            chunk = b" " * 65536
-            left = config.huge_bytes
-            while left > 0 and not stopping.is_set() and self._raw(chunk[: min(left, len(chunk))]):
-                left -= len(chunk)
-        elif mode == "trickle_headers":
-            if not self._raw(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Slow: "):
-                return
-            ends = time.monotonic() + config.trickle_seconds
-            while time.monotonic() < ends and not stopping.wait(config.trickle_interval) and self._raw(b"a"):
-                pass
-        elif mode == "trickle_body":
-            body = b'{"valid": true, "reason": ""}' + b" " * 2000
-            self._raw(
-                f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-                "Connection: close\r\n\r\n".encode()
-            )
-            ends = time.monotonic() + config.trickle_seconds
-            for i in range(len(body)):
-                if time.monotonic() >= ends or stopping.wait(config.trickle_interval) or not self._raw(body[i : i + 1]):
-                    break
+        answer = {
+            "nul_json": self._nul_json,
+            "binary": self._binary,
+            "html": self._html,
+            "redirect": self._redirect,
+            "echo": self._echo,
+            "huge": self._huge,
+            "trickle_headers": self._trickle_headers,
+            "trickle_body": self._trickle_body,
+        }.get(mode)
+        if answer is not None:
+            answer(endpoint)
+
+    def _nul_json(self, endpoint: str) -> None:
+        refusals: dict[str, tuple[int, dict[str, Any]]] = {
+            "/tax-ids/verify": (200, {"valid": False, "reason": POISON}),
+            "/sanctions/screen": (200, {"hit": True, "list": POISON, "reason": POISON}),
+            "/bank-accounts": (422, {"error": POISON}),
+        }
+        self._send(*refusals[endpoint])
+
+    def _binary(self, endpoint: str) -> None:
+        self._send_bytes(200, b'\x00\xff\xfe{"valid": \x00true\xc3\x28}\x00', "application/json")
+
+    def _html(self, endpoint: str) -> None:
+        page = b"<html><body><h1>Down for maintenance</h1><p>Back soon.</p></body></html>"
+        self._send_bytes(200, page, "text/html; charset=utf-8")
+
+    def _redirect(self, endpoint: str) -> None:
+        self._send_bytes(302, b"", "text/plain", {"Location": self.server.state.config.redirect_to})
+
+    def _echo(self, endpoint: str) -> None:
+        # Credentials first, as a careless error page would print them.
+        ordered = sorted(self.headers.items(), key=lambda item: item[0].lower() != "authorization")
+        echoed = "".join(f"{name}: {value}\n" for name, value in ordered)
+        self._send_bytes(401, f"unauthorized; you sent:\n{echoed}".encode(), "text/plain")
+
+    def _huge(self, endpoint: str) -> None:
+        config, stopping = self.server.state.config, self.server.state.stopping
+        self._raw(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n")
+        chunk = b" " * 65536
+        left = config.huge_bytes
+        while left > 0 and not stopping.is_set() and self._raw(chunk[: min(left, len(chunk))]):
+            left -= len(chunk)
+
+    def _trickle_headers(self, endpoint: str) -> None:
+        config, stopping = self.server.state.config, self.server.state.stopping
+        if not self._raw(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Slow: "):
+            return
+        ends = time.monotonic() + config.trickle_seconds
+        while time.monotonic() < ends and not stopping.wait(config.trickle_interval) and self._raw(b"a"):
+            pass
+
+    def _trickle_body(self, endpoint: str) -> None:
+        config, stopping = self.server.state.config, self.server.state.stopping
+        body = b'{"valid": true, "reason": ""}' + b" " * 2000
+        self._raw(
+            f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n".encode()
+        )
+        ends = time.monotonic() + config.trickle_seconds
+        for i in range(len(body)):
+            if time.monotonic() >= ends or stopping.wait(config.trickle_interval) or not self._raw(body[i : i + 1]):
+                break
 
     def _send_bytes(self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
         try:
