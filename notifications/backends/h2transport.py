@@ -154,8 +154,8 @@ class _Decoder(hpack.Decoder):
     """HPACK decoding that remembers the blocks that left the dynamic table as it was.
 
     A provider's answers repeat their headers, and after the first answer most blocks are only indexes
-    into the table (FCM's dozen headers: 12 bytes); decoding one through hpack took about 20 µs, a
-    twentieth of a push's CPU. Such a block decodes to the same headers for as long as the table is
+    into the table (FCM's dozen headers: 12 bytes), yet hpack decodes each one again in full, a visible
+    share of a push's CPU. Such a block decodes to the same headers for as long as the table is
     unchanged, so it is looked up instead. Any change to the table (an insertion, an eviction, a size
     update) empties the memo, so a block that changed it is forgotten before it could be looked up."""
 
@@ -395,9 +395,9 @@ class _H2Connection(h2.connection.H2Connection):
     def _open_streams(self, remainder: int) -> int:
         """h2's count of open streams of one parity (pruning the closed ones as it goes), its properties inlined.
 
-        h2 counts on every new stream (and `has_slot` asks first), walking every stream it holds: with
-        100 in flight that walk, through two properties a stream, was 10 µs a count here; this one does
-        the same walk reading the state once (tests/notifications/backends/test_h2_streams.py compares them).
+        h2 counts on every new stream (and `has_slot` asks first), walking every stream it holds through
+        two properties a stream, so with many in flight each count grows with them; this one does the
+        same walk reading the state once (tests/notifications/backends/test_h2_streams.py compares them).
         Our own streams' count is kept until a call may have closed one (above): with several full
         connections, senders asked it about twice per request, and each ask walked every stream."""
         if remainder == 1 and self._open_out is not None:

@@ -1,7 +1,7 @@
 """A lean HTTP/1.1 transport for `httpx.AsyncClient`: keep-alive connections on asyncio streams.
 
-httpx's default async transport (httpcore over anyio) spent about 2 ms of CPU per request in a push
-worker's profile, more than the rest of the worker together: per-request lock setup, a readability
+httpx's default async transport (httpcore over anyio) cost a push worker more CPU per request than the
+rest of the worker together (bench/results keeps the profiles): per-request lock setup, a readability
 probe of every pooled socket, and a pool scan per state change. A push backend needs far less: one
 origin, keep-alive, a bound on open connections, and no surprises. This transport does that and no
 more, with the strict framing of `notifications.backends.http11`. It serves httpx clients (request
