@@ -4,7 +4,25 @@ import asyncio
 import time
 from pathlib import Path
 
+import django
+
 from weave.tasks.compat import task
+
+# Django 6.0's @task takes no extra keywords; 6.1 and the backport hand them to the backend's task class.
+DECORATOR_TAKES_OPTIONS = django.VERSION[:2] != (6, 0)
+
+
+def task_with(*, takes_context: bool = False, **options):
+    """@task with Weave's options: in the decorator where Django passes them on, else through .using()."""
+
+    def declare(func):
+        if DECORATOR_TAKES_OPTIONS:
+            return task(takes_context=takes_context, **options)(func)
+        # The module attribute keeps the function's name, so the task's path still finds this copy.
+        return task(takes_context=takes_context)(func).using(**options)
+
+    return declare
+
 
 # A test adds callables here to act while a task runs (advance the fake clock, take the lease over).
 while_running: list = []
@@ -25,7 +43,7 @@ def look_around(context, tag: str) -> dict:
     }
 
 
-@task(takes_context=True, max_attempts=3, retry_on=[ConnectionError], backoff=1)
+@task_with(takes_context=True, max_attempts=3, retry_on=[ConnectionError], backoff=1)
 def flaky(context) -> int:
     """Fail the first attempt with an error the task retries, succeed the next."""
     if context.attempt == 1:
@@ -39,7 +57,7 @@ async def add_later(a: int, b: int) -> int:
     return a + b
 
 
-@task(lease_ttl=6, timeout=20)
+@task_with(lease_ttl=6, timeout=20)
 def busy(label: str) -> str:
     """A task without a context that works for a while (the hooks move the fake clock)."""
     for hook in list(while_running):
@@ -47,14 +65,14 @@ def busy(label: str) -> str:
     return label
 
 
-@task(max_attempts=2)
+@task_with(max_attempts=2)
 def at_most_twice() -> str:
     for hook in list(while_running):
         hook("at_most_twice")
     return "ran"
 
 
-@task(lease_ttl=2, timeout=30)
+@task_with(lease_ttl=2, timeout=30)
 def sleep_then_note(path: str, seconds: float) -> str:
     """Longer than its lease: note each start in `path` (another process reads it), then sleep."""
     with Path(path).open("a") as notes:
