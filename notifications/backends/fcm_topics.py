@@ -38,7 +38,14 @@ from notifications.backends.credentials import (
     tls_context,
 )
 from notifications.backends.fcm import FID_PREFIX
-from notifications.backends.iid import BODY_CAP, IID_URL, IIDRefused, IIDTemporary, InstanceIdClient, topic_name
+from notifications.backends.iid import (
+    IID_URL,
+    IIDRefused,
+    IIDTemporary,
+    InstanceIdClient,
+    read_capped,
+    topic_name,
+)
 from weave.edge import HttpClass, http_class, outside_text, parse_retry_after, safe_url
 
 FCM_URL = "https://fcm.googleapis.com"
@@ -271,13 +278,7 @@ def _exchange(
     deadline = time.monotonic() + timeout  # httpx bounds each read, not the exchange
     try:
         with client.stream(method, url, content=content, headers=headers) as response:
-            body = b""
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > BODY_CAP:
-                    raise IIDTemporary(f"{where} answered with more than {BODY_CAP} bytes; not an FCM answer.")
-                if time.monotonic() > deadline:
-                    raise httpx.ReadTimeout(f"the answer took more than {timeout:g} s")
+            body = read_capped(response, where=where, what="an FCM", deadline=deadline, timeout=timeout)
             return response.status_code, response.headers, body
     except httpx.ConnectError as exc:
         raise IIDTemporary(f"{where} is unreachable ({type(exc).__name__}); nothing was sent.") from None

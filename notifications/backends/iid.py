@@ -201,13 +201,7 @@ class InstanceIdClient:
                 ) as client,
                 client.stream("POST", url, content=content, headers=headers) as response,
             ):
-                body = b""
-                for chunk in response.iter_bytes():
-                    body += chunk
-                    if len(body) > BODY_CAP:
-                        raise IIDTemporary(f"{where} answered with more than {BODY_CAP} bytes; not an IID answer.")
-                    if time.monotonic() > deadline:
-                        raise httpx.ReadTimeout(f"the answer took more than {self.timeout:g} s")
+                body = read_capped(response, where=where, what="an IID", deadline=deadline, timeout=self.timeout)
                 return response.status_code, response.headers, body
         except httpx.ConnectError as exc:
             raise IIDTemporary(f"{where} is unreachable ({type(exc).__name__}); nothing was sent.") from None
@@ -218,3 +212,16 @@ class InstanceIdClient:
                 f"{where} gave no answer ({type(exc).__name__}: {said}); the batch may have been applied, "
                 "and is sent again (it is idempotent)."
             ) from None
+
+
+def read_capped(response: httpx.Response, *, where: str, what: str, deadline: float, timeout: float) -> bytes:
+    """The body of a streamed answer, refused past BODY_CAP bytes or past `deadline` (httpx bounds each read,
+    not the whole answer: a peer that trickles it is cut off here)."""
+    body = b""
+    for chunk in response.iter_bytes():
+        body += chunk
+        if len(body) > BODY_CAP:
+            raise IIDTemporary(f"{where} answered with more than {BODY_CAP} bytes; not {what} answer.")
+        if time.monotonic() > deadline:
+            raise httpx.ReadTimeout(f"the answer took more than {timeout:g} s")
+    return body
