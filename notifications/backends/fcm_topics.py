@@ -33,8 +33,6 @@ import httpx
 from notifications.backends.credentials import (
     CredentialsRefused,
     CredentialsUnreachable,
-    GoogleAccessToken,
-    shared,
     tls_context,
 )
 from notifications.backends.fcm import FID_PREFIX
@@ -43,6 +41,7 @@ from notifications.backends.iid import (
     IIDRefused,
     IIDTemporary,
     InstanceIdClient,
+    fcm_topic_access,
     read_capped,
     topic_name,
 )
@@ -76,20 +75,8 @@ def topic_api_name(options: Mapping[str, Any]) -> str:
 
 def topic_client(alias: str, *, timeout: float, api: str | None = None) -> Any:
     """A topic client for FCM backend `alias`: its credentials, trust, URL and topic API (`api`, else its OPTIONS')."""
-    from notifications.backends import backend_configs
-    from notifications.backends.fcm import FCMBackend
-    from notifications.backends.registry import backend_class
-
-    config = backend_configs().get(alias)
-    if config is None or not issubclass(backend_class(config["BACKEND"]), FCMBackend):
-        raise IIDRefused(f"Backend {alias!r} is not an FCM backend in WEAVE PUSH_BACKENDS (any more).")
-    options = config.get("OPTIONS") or {}
-    credentials_file, ca_file = str(options["credentials_file"]), options.get("ca_file")
-    # The same cache key as the FCM backend's: one access token serves sends and topic calls.
-    credentials = shared(
-        ("fcm", credentials_file, ca_file),
-        lambda: GoogleAccessToken(credentials_file, ca_file=ca_file, timeout=timeout),
-    )
+    options, credentials = fcm_topic_access(alias, timeout=timeout)
+    ca_file = options.get("ca_file")
     verify = tls_context(ca_file)
     if (api or topic_api_name(options)) == "iid":
         iid = InstanceIdClient(

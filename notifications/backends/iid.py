@@ -145,22 +145,11 @@ class InstanceIdClient:
     @classmethod
     def for_backend(cls, alias: str, *, timeout: float) -> "InstanceIdClient":
         """A client with the service account, trust and IID URL of FCM backend `alias` (IIDRefused if not FCM)."""
-        from notifications.backends import backend_configs
-        from notifications.backends.fcm import FCMBackend
-        from notifications.backends.registry import backend_class
-
-        config = backend_configs().get(alias)
-        if config is None or not issubclass(backend_class(config["BACKEND"]), FCMBackend):
-            raise IIDRefused(f"Backend {alias!r} is not an FCM backend in WEAVE PUSH_BACKENDS (any more).")
-        options = config.get("OPTIONS") or {}
-        credentials_file, ca_file = str(options["credentials_file"]), options.get("ca_file")
-        # The same cache key as the FCM backend's: one access token serves sends and topic calls.
-        credentials = shared(
-            ("fcm", credentials_file, ca_file),
-            lambda: GoogleAccessToken(credentials_file, ca_file=ca_file, timeout=timeout),
-        )
+        options, credentials = fcm_topic_access(alias, timeout=timeout)
         base_url = options.get("iid_url") or IID_URL
-        return cls(credentials=credentials, base_url=base_url, verify=tls_context(ca_file), timeout=timeout)
+        return cls(
+            credentials=credentials, base_url=base_url, verify=tls_context(options.get("ca_file")), timeout=timeout
+        )
 
     def batch(self, action: str, topic: str, tokens: Sequence[str]) -> list[str]:
         """Subscribe (`action="subscribe"`) or unsubscribe `tokens` to or from `topic`; one code per token."""
@@ -225,3 +214,22 @@ def read_capped(response: httpx.Response, *, where: str, what: str, deadline: fl
         if time.monotonic() > deadline:
             raise httpx.ReadTimeout(f"the answer took more than {timeout:g} s")
     return body
+
+
+def fcm_topic_access(alias: str, *, timeout: float) -> tuple[dict[str, Any], Any]:
+    """(OPTIONS, shared access token) of FCM backend `alias`, for topic calls (IIDRefused if it is not FCM)."""
+    from notifications.backends import backend_configs
+    from notifications.backends.fcm import FCMBackend
+    from notifications.backends.registry import backend_class
+
+    config = backend_configs().get(alias)
+    if config is None or not issubclass(backend_class(config["BACKEND"]), FCMBackend):
+        raise IIDRefused(f"Backend {alias!r} is not an FCM backend in WEAVE PUSH_BACKENDS (any more).")
+    options: dict[str, Any] = config.get("OPTIONS") or {}
+    credentials_file, ca_file = str(options["credentials_file"]), options.get("ca_file")
+    # The same cache key as the FCM backend's: one access token serves sends and topic calls.
+    credentials = shared(
+        ("fcm", credentials_file, ca_file),
+        lambda: GoogleAccessToken(credentials_file, ca_file=ca_file, timeout=timeout),
+    )
+    return options, credentials
