@@ -9,6 +9,7 @@ read past a small cap.
 """
 
 import re
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -166,14 +167,25 @@ class PushBackend(ABC):
         runs in the background, and a failure is the first drain's to report. The default does nothing."""
         return None
 
-    def hold_scope(self, message: PushMessage) -> str:
-        """Return the part of this backend a failure of `message` may hold, beyond the alias itself.
+    def breaker_scope(self, message: PushMessage) -> str:
+        """Return the part of this backend a failure of `message` may stop, beyond the alias itself.
 
         "" means the whole alias (one provider, one set of credentials). A backend whose destinations
         are chosen by users (Web Push endpoints) returns the destination's origin, so a failing push
-        service holds only the rows bound for it.
+        service stops only the rows bound for it.
         """
+        if type(self).hold_scope is not PushBackend.hold_scope:
+            warnings.warn(
+                f"{type(self).__name__}.hold_scope() is deprecated: override breaker_scope() instead.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return type(self).hold_scope(self, message)
         return ""
+
+    def hold_scope(self, message: PushMessage) -> str:
+        """Deprecated name of `breaker_scope()`."""
+        return self.breaker_scope(message)
 
     @classmethod
     def canonical_token(cls, token: str) -> str:

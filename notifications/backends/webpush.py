@@ -176,7 +176,7 @@ class WebPushBackend(PushBackend):
         super().__init__(alias=alias, options=options, timeout=timeout, concurrency=concurrency)
         self.ca_file: str | None = options.get("ca_file")
         self._targets: dict[tuple[str, bool, tuple[str, ...]], _Target] = {}
-        self._scopes: dict[str, str] = {}  # token -> its hold scope (see hold_scope)
+        self._scopes: dict[str, str] = {}  # token -> its breaker scope (see breaker_scope)
         self.vapid = _vapid_signer(options)
 
     @classmethod
@@ -204,8 +204,8 @@ class WebPushBackend(PushBackend):
         checked = subscription(token)
         return (replace(checked, declarative=not checked.declarative).as_token(),)
 
-    def hold_scope(self, message: PushMessage) -> str:
-        """The endpoint's origin (scheme://host:port): each push service is held on its own.
+    def breaker_scope(self, message: PushMessage) -> str:
+        """The endpoint's origin (scheme://host:port): each push service is stopped on its own.
 
         Read from the stored subscription as it is, without the destination policy: a refused endpoint
         ends its own row before any send, and its scope must still be its own."""
