@@ -586,10 +586,10 @@ class _Connection(asyncio.Protocol):
         if stream is None:
             return
         data = event.data or b""
-        room = stream.cap - stream.size
-        if len(data) > room:
+        left = stream.cap - stream.size
+        if len(data) > left:
             # The cap: keep what fits, stop the stream, and answer with what was kept.
-            stream.chunks.append(data[:room])
+            stream.chunks.append(data[:left])
             stream.size = stream.cap
             stream.truncated = True
             self.forget(stream_id)
@@ -1074,16 +1074,16 @@ async def _send_body(connection: _Connection, stream_id: int, stream: _Stream, c
         while view:
             if connection.closed or stream_id not in connection.streams:
                 return  # the stream ended (answered early, reset, or the connection went): its future says how
-            room = min(h2c.local_flow_control_window(stream_id), h2c.max_outbound_frame_size, len(view))
-            if room <= 0:
+            sendable = min(h2c.local_flow_control_window(stream_id), h2c.max_outbound_frame_size, len(view))
+            if sendable <= 0:
                 connection.hand_over(stream, progress)  # the HEADERS (and what DATA fit) leave while the window is shut
                 shut = h2c.outbound_flow_control_window <= 0
                 if not shut:
                     connection.waiters.connection_window_opened()  # only this stream's window is shut
                 await connection.waiters.window(stream_id, connection_shut=shut)
                 continue
-            h2c.send_data(stream_id, bytes(view[:room]), end_stream=room == len(view))
-            view = view[room:]
+            h2c.send_data(stream_id, bytes(view[:sendable]), end_stream=sendable == len(view))
+            view = view[sendable:]
             connection.hand_over(stream, progress)
     finally:
         # What this sender leaves of the connection window goes to the next sender waiting for it.

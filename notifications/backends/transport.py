@@ -123,10 +123,10 @@ class LeanTransport(httpx.AsyncBaseTransport):
             chunks: list[bytes] = []
             size = 0
             while data := await response.chunk():
-                room = cap - size
-                if len(data) > room:
+                left = cap - size
+                if len(data) > left:
                     # Stop reading here: the rest stays unread and the connection is closed below.
-                    chunks.append(data[:room])
+                    chunks.append(data[:left])
                     return response.status, response.headers, b"".join(chunks), True
                 chunks.append(data)
                 size += len(data)

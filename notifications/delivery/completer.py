@@ -245,7 +245,9 @@ class Completer:
                 ],
                 clock=self.clock,
             )
-            send_notification_signals((row.pk, ending.status, ending.reason) for row, ending in rows if row.pk in landed)
+            send_notification_signals(
+                (row.pk, ending.status, ending.reason) for row, ending in rows if row.pk in landed
+            )
         return landed
 
     # --- devices ---------------------------------------------------------------------------------
