@@ -390,7 +390,7 @@ def _active_device_rows(user_ids: list[Any], *, locking: bool) -> list[tuple[Any
 
     On PostgreSQL the statement's text is made once per process and takes the users as one array, or one
     user as a plain parameter: a send makes two of these reads, and building and compiling each as a
-    queryset cost more of this process's time than the round trip; PostgreSQL plans the one-user text once
+    queryset would take more of this process's time than the round trip; PostgreSQL plans the one-user text once
     per connection, where it plans the array's again on every run (`locked_insert._locked_sql` says why).
     The columns come back as the ORM would give them there (ints, UUIDs, aware datetimes, text); elsewhere
     the queryset runs as it is."""

@@ -342,7 +342,7 @@ class VapidSigner:
     """VAPID `Authorization` headers, one per push-service origin, re-signed an hour before they expire.
 
     Origins come from users' subscriptions, so the cache is bounded: at most `max_origins` headers
-    are kept, the least recently used dropped first (re-signing one costs a millisecond).
+    are kept, the least recently used dropped first (signed again when it is next needed).
     """
 
     MAX_ORIGINS = 1024

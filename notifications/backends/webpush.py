@@ -236,9 +236,10 @@ class WebPushBackend(PushBackend):
 
     def _target(self, token: str) -> _Target:
         """`subscription(token)` and what a send derives from it, remembered per token and destination
-        policy: a drain sends to the same subscriptions again and again, and parsing and checking one
-        cost a sixth of a send's CPU. The policy's settings are part of the key, so a changed host list
-        is applied at the next send (to the check and to whether answers are kept verbatim)."""
+        policy: a drain sends to the same subscriptions again and again, and what parsing and checking
+        one finds depends on the token and the policy alone. The policy's settings are part of the key,
+        so a changed host list is applied at the next send (to the check and to whether answers are kept
+        verbatim)."""
         key = (token, loopback_allowed(), allowed_hosts())
         target = self._targets.get(key)
         if target is None:
