@@ -212,15 +212,6 @@ class PushBackend(ABC):
         a token `canonical_token` returned. The default: none."""
         return ()
 
-    @classmethod
-    def check_token(cls, token: str) -> str:
-        """Return why `token` cannot be sent through this backend, or "" (see `canonical_token`)."""
-        try:
-            cls.canonical_token(token)
-        except TokenError as exc:
-            return str(exc)
-        return ""
-
     def secrets(self) -> list[str]:
         """Return every secret value this backend holds (tokens, keys), so reasons and logs can redact them."""
         return []

@@ -48,7 +48,6 @@ from notifications.backends.iid import (
 from weave.edge import HttpClass, http_class, outside_text, parse_retry_after, safe_url
 
 FCM_URL = "https://fcm.googleapis.com"
-TOPIC_APIS = ("v1", "iid")
 PAGE_SIZE = 1000
 MAX_PAGES = 50  # 50,000 topics: far past what one app instance subscribes to
 

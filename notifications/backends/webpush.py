@@ -135,12 +135,6 @@ def subscription(token: str) -> Subscription:
     return Subscription(endpoint=checked, p256dh=p256dh, auth=auth, declarative=info.get("declarative") is True)
 
 
-def parse_subscription(token: str) -> tuple[str, bytes, bytes]:
-    """Return (endpoint, p256dh public key, auth secret) from a subscription JSON, or raise SubscriptionError."""
-    checked = subscription(token)
-    return checked.endpoint.url, checked.p256dh, checked.auth
-
-
 def origin_of(url: str) -> str:
     """Return `scheme://host:port` of `url`, the port spelled out, the host lower-case, no userinfo."""
     parts = urlsplit(url)
