@@ -13,7 +13,7 @@ import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -61,16 +61,9 @@ class PushMessage:
     collapse_key: str = ""
     priority: str = Priority.NORMAL
     # After this instant the message must not be shown any more. The backend computes the remaining
-    # TTL at send time (`remaining_ttl()`), so a message that waited in the queue gets a shorter one.
+    # TTL at send time (`options.ttl_to_send()`), so a message that waited in the queue gets a shorter one.
     expires_at: datetime | None = None
     backend: str = "default"  # the alias in WEAVE["PUSH_BACKENDS"] that sends it
-
-    def remaining_ttl(self, now: datetime | None = None) -> int | None:
-        """Return the whole seconds left before `expires_at` (at least 0), or None when it never expires."""
-        if self.expires_at is None:
-            return None
-        left = (self.expires_at - (now or datetime.now(UTC))).total_seconds()
-        return max(0, int(left))
 
 
 @dataclass(frozen=True)
