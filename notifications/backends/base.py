@@ -118,12 +118,6 @@ class PushBackend(ABC):
 
     # Whether the provider speaks HTTP/2 (one connection multiplexes a batch's concurrency).
     supports_http2: ClassVar[bool] = False
-    # Whether the provider honours an Idempotency-Key (at most one delivery per key).
-    supports_idempotency_key: ClassVar[bool] = False
-    # Whether the provider can replace an earlier message with the same collapse key.
-    supports_collapse: ClassVar[bool] = False
-    # Whether `send()` passes the remaining TTL on to the provider.
-    supports_expiry: ClassVar[bool] = False
     # Whether a notification may go to a topic or a condition (`notification_send_to_topic`) instead of a device.
     supports_topics: ClassVar[bool] = False
     # Token prefixes that name a target a notification may go to but no device may be (an APNs channel).

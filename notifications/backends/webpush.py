@@ -163,8 +163,6 @@ class WebPushBackend(PushBackend):
     """Encrypt each message for its subscription and POST it to the subscription's push service."""
 
     supports_http2: ClassVar[bool] = True
-    supports_collapse: ClassVar[bool] = True
-    supports_expiry: ClassVar[bool] = True
 
     def __init__(self, *, alias: str, options: Mapping[str, Any], timeout: float, concurrency: int) -> None:
         super().__init__(alias=alias, options=options, timeout=timeout, concurrency=concurrency)
