@@ -45,7 +45,7 @@ class PushSettings(SettingsGroup):
     )
     PUSH_BREAKER_RATIO = Key(0.5, "share of failures in the window that opens a breaker scope", kind=float, above=0.0)
     PUSH_BREAKER_COOLDOWN = seconds(30.0, "how long rows held back by an open breaker wait", minimum=0.0)
-    PUSH_ORIGIN_HOLD_MAX = seconds(300.0, "longest hold a user-chosen origin (a Web Push endpoint) may set")
+    PUSH_ORIGIN_HOLD_MAX = seconds(300.0, "longest pause a user-chosen origin (a Web Push endpoint) may ask for")
     # --- devices: what end users may register (docs/devices.md) ---
     PUSH_MAX_DEVICES_PER_USER = count(100, "active devices one user may have; registration beyond it is refused")
     PUSH_WEBPUSH_HOSTS: Key[tuple[str, ...]] = Key(

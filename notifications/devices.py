@@ -14,7 +14,7 @@ from typing import Any
 from django.db.models import Q
 
 from notifications.models import Device, Notification
-from notifications.signals import announce_device_deactivated, announce_notifications
+from notifications.signals import send_device_deactivated_signal, send_notification_signals
 from notifications.topic_wishes import unsubscribe_registration
 from weave.events import log_event
 from weave.leases import Clock, default_clock
@@ -33,7 +33,7 @@ def deactivate_device(*, device_id: Any, reason: str, clock: Clock = default_clo
     )
     if changed:
         log_event(logger, "device_deactivated", job="device", id=device_id, reason=reason)
-        announce_device_deactivated(device_id, reason)
+        send_device_deactivated_signal(device_id, reason)
         leave_topics(device_id=device_id, clock=clock)
     return bool(changed)
 
@@ -75,7 +75,7 @@ def end_queued_for_device(*, device_id: Any, reason: str, clock: Clock = default
                    .values_list("pk", flat=True))  # fmt: skip
     for pk in pks:
         log_event(logger, "failed", job="notification", id=pk, reason=why)
-    announce_notifications((pk, Notification.Status.FAILED, reason) for pk in pks)
+    send_notification_signals((pk, Notification.Status.FAILED, reason) for pk in pks)
     return pks
 
 

@@ -74,7 +74,7 @@ def _locked_sql(db: str, few: int | None) -> str:
 
     With the devices as plain parameters, PostgreSQL plans the prepared statement once per connection.
     For a parameter compared with `= ANY(...)` it estimates an array of several elements in the plan it
-    would keep, finds the plan made for each run's own values cheaper, and so planned the statement
+    would keep, finds the plan made for each run's own values cheaper, and so plans the statement
     again on every run; planning then outweighs running the statement for a send to one user."""
     connection = connections[db]
     qn = connection.ops.quote_name

@@ -360,7 +360,7 @@ def _insert_locked(
     passed (`notifications.locked_insert`); None elsewhere (nothing was run).
 
     Outside a transaction the statement also claims the drain request and commits by itself: one round
-    trip where a transaction of its own and the request took five. Inside a caller's transaction the
+    trip instead of a transaction of its own and a separate request. Inside a caller's transaction the
     claim cannot ride in it (the request row would stay locked until the caller commits, and every
     other sender would wait for it): the request is made once, after the commit, and the device locks
     are held until then, as a locking read's would be."""
@@ -390,10 +390,10 @@ def _active_device_rows(user_ids: list[Any], *, locking: bool) -> list[tuple[Any
 
     On PostgreSQL the statement's text is made once per process and takes the users as one array, or one
     user as a plain parameter: a send makes two of these reads, and building and compiling each as a
-    queryset cost more of this process's time than the round trip; PostgreSQL plans the one-user text once
-    per connection, where it plans the array's again on every run (`locked_insert._locked_sql` says why).
-    The columns come back as the ORM would give them there (ints, UUIDs, aware datetimes, text); elsewhere
-    the queryset runs as it is."""
+    queryset would take more of this process's time than the round trip; PostgreSQL plans the one-user
+    text once per connection, where it plans the array's again on every run (`locked_insert._locked_sql`
+    says why). The columns come back as the ORM would give them there (ints, UUIDs, aware datetimes,
+    text); elsewhere the queryset runs as it is."""
     db = router.db_for_write(Device) if locking else router.db_for_read(Device)
     connection = connections[db]
     if connection.vendor != "postgresql":

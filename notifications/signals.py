@@ -6,7 +6,7 @@
     def tell_support(sender, notification, reason, **kwargs): ...
 
 Each is sent once the transaction that recorded the change has committed, never inside the guarded
-write: a receiver sees only what is stored for good, a rolled-back finish announces nothing, and a
+write: a receiver sees only what is stored for good, a rolled-back finish sends nothing, and a
 receiver's own queries cannot hold a row lock of the worker's. A receiver that raises is logged and
 ignored: delivery never depends on a site's receiver. With no receiver connected nothing is read.
 """
@@ -33,7 +33,7 @@ device_deactivated = Signal()
 _BY_STATUS = {"delivered": notification_delivered, "failed": notification_failed, "expired": notification_expired}
 
 
-def announce_notifications(changes: Iterable[tuple[Any, str, str]]) -> None:
+def send_notification_signals(changes: Iterable[tuple[Any, str, str]]) -> None:
     """After commit, send the signal of each (notification id, new status, reason) whose status has one."""
     from notifications.models import Notification
 
@@ -51,7 +51,7 @@ def announce_notifications(changes: Iterable[tuple[Any, str, str]]) -> None:
     transaction.on_commit(send)
 
 
-def announce_device_deactivated(device_id: Any, reason: str) -> None:
+def send_device_deactivated_signal(device_id: Any, reason: str) -> None:
     """After commit, send `device_deactivated` for the device."""
     from notifications.models import Device
 

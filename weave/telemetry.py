@@ -13,7 +13,7 @@ and the TTL system check all read these registries and nothing else.
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, models
@@ -230,11 +230,6 @@ def minute_buckets(now: datetime, minutes: int, step: int = 1) -> list[datetime]
     end = now.replace(second=0, microsecond=0)
     end -= timedelta(minutes=end.minute % step)
     return [end - timedelta(minutes=m) for m in range(minutes - step, -1, -step)]
-
-
-def bucket_of(at: datetime, step: int) -> datetime:
-    at = at.astimezone(UTC).replace(second=0, microsecond=0)
-    return at - timedelta(minutes=at.minute % step)
 
 
 EXACT_BELOW = 200_000  # rows; above this, whole-table counts of finished states come from the planner

@@ -79,18 +79,16 @@ def recommend_ttl(
     configured: float,
     heartbeat_interval: float | None = None,
     timeout: float | None = None,
-    pct: float = PERCENTILE,
-    min_samples: int = MIN_SAMPLES,
 ) -> TtlAdvice:
     """Return the lease TTL that `latencies` (seconds, one per request) call for, rounded up to a second."""
     if any(v < 0 or math.isnan(v) for v in latencies):
         raise ValueError("latencies must be non-negative numbers of seconds")
     count = len(latencies)
-    if count < min_samples:
+    if count < MIN_SAMPLES:
         p = {q: percentile(latencies, q) if latencies else None for q in (50, 95, 99)}
         return TtlAdvice(count, p[50], p[95], p[99], None, None, None, None, configured, timeout)
     p50, p95, p99 = (percentile(latencies, q) for q in (50, 95, 99))
-    slow = percentile(latencies, pct)
+    slow = percentile(latencies, PERCENTILE)
     if timeout is not None:
         slow = min(slow, timeout)
     margin = max(MARGIN_FLOOR, MARGIN_SHARE * slow)

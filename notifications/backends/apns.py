@@ -59,8 +59,6 @@ class APNsBackend(PushBackend):
     (`channel:<id>`) through `/4/broadcasts/apps/<topic>`; see `notifications.live_content`."""
 
     supports_http2: ClassVar[bool] = True
-    supports_collapse: ClassVar[bool] = True
-    supports_expiry: ClassVar[bool] = True
     target_only_prefixes: ClassVar[tuple[str, ...]] = (live_content.CHANNEL_PREFIX,)
 
     def __init__(self, *, alias: str, options: Mapping[str, Any], timeout: float, concurrency: int) -> None:

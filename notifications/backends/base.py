@@ -9,10 +9,11 @@ read past a small cap.
 """
 
 import re
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -60,16 +61,9 @@ class PushMessage:
     collapse_key: str = ""
     priority: str = Priority.NORMAL
     # After this instant the message must not be shown any more. The backend computes the remaining
-    # TTL at send time (`remaining_ttl()`), so a message that waited in the queue gets a shorter one.
+    # TTL at send time (`options.ttl_to_send()`), so a message that waited in the queue gets a shorter one.
     expires_at: datetime | None = None
     backend: str = "default"  # the alias in WEAVE["PUSH_BACKENDS"] that sends it
-
-    def remaining_ttl(self, now: datetime | None = None) -> int | None:
-        """Return the whole seconds left before `expires_at` (at least 0), or None when it never expires."""
-        if self.expires_at is None:
-            return None
-        left = (self.expires_at - (now or datetime.now(UTC))).total_seconds()
-        return max(0, int(left))
 
 
 @dataclass(frozen=True)
@@ -124,12 +118,6 @@ class PushBackend(ABC):
 
     # Whether the provider speaks HTTP/2 (one connection multiplexes a batch's concurrency).
     supports_http2: ClassVar[bool] = False
-    # Whether the provider honours an Idempotency-Key (at most one delivery per key).
-    supports_idempotency_key: ClassVar[bool] = False
-    # Whether the provider can replace an earlier message with the same collapse key.
-    supports_collapse: ClassVar[bool] = False
-    # Whether `send()` passes the remaining TTL on to the provider.
-    supports_expiry: ClassVar[bool] = False
     # Whether a notification may go to a topic or a condition (`notification_send_to_topic`) instead of a device.
     supports_topics: ClassVar[bool] = False
     # Token prefixes that name a target a notification may go to but no device may be (an APNs channel).
@@ -166,14 +154,25 @@ class PushBackend(ABC):
         runs in the background, and a failure is the first drain's to report. The default does nothing."""
         return None
 
-    def hold_scope(self, message: PushMessage) -> str:
-        """Return the part of this backend a failure of `message` may hold, beyond the alias itself.
+    def breaker_scope(self, message: PushMessage) -> str:
+        """Return the part of this backend a failure of `message` may stop, beyond the alias itself.
 
         "" means the whole alias (one provider, one set of credentials). A backend whose destinations
         are chosen by users (Web Push endpoints) returns the destination's origin, so a failing push
-        service holds only the rows bound for it.
+        service stops only the rows bound for it.
         """
+        if type(self).hold_scope is not PushBackend.hold_scope:
+            warnings.warn(
+                f"{type(self).__name__}.hold_scope() is deprecated: override breaker_scope() instead.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return type(self).hold_scope(self, message)
         return ""
+
+    def hold_scope(self, message: PushMessage) -> str:
+        """Deprecated name of `breaker_scope()`."""
+        return self.breaker_scope(message)
 
     @classmethod
     def canonical_token(cls, token: str) -> str:
@@ -199,15 +198,6 @@ class PushBackend(ABC):
         A registration finds an existing device under any of them and stores the new spelling. Called on
         a token `canonical_token` returned. The default: none."""
         return ()
-
-    @classmethod
-    def check_token(cls, token: str) -> str:
-        """Return why `token` cannot be sent through this backend, or "" (see `canonical_token`)."""
-        try:
-            cls.canonical_token(token)
-        except TokenError as exc:
-            return str(exc)
-        return ""
 
     def secrets(self) -> list[str]:
         """Return every secret value this backend holds (tokens, keys), so reasons and logs can redact them."""

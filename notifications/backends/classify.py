@@ -14,34 +14,19 @@ def failed_exchange(exc: ExchangeFailed, *, where: str) -> SendResult:
     """Classify an exchange with no complete answer: nothing sent is temporary, maybe sent is unknown."""
     if exc.kind == "refused":
         # HTTP/2 guarantees the stream was not processed: nothing can have been delivered.
-        return SendResult(
-            outcome=Outcome.TEMPORARY,
-            reason=f"The provider at {where} did not process the request: {exc.detail}; nothing was delivered.",
-            latency_ms=exc.latency_ms,
-            systemic=True,
-            sent=False,
-            incident=exc.incident,
+        return _unsent(
+            exc, f"The provider at {where} did not process the request: {exc.detail}; nothing was delivered."
         )
     if not exc.sent and exc.kind == "stalled":
         # The deadline passed before the request could leave: a slow or saturated provider.
-        return SendResult(
-            outcome=Outcome.TEMPORARY,
-            reason=f"No request left for {where} within {exc.deadline:g} s (still {exc.phase}); nothing was sent.",
-            latency_ms=exc.latency_ms,
-            systemic=True,
-            sent=False,
-            incident=exc.incident,
+        return _unsent(
+            exc, f"No request left for {where} within {exc.deadline:g} s (still {exc.phase}); nothing was sent."
         )
     if not exc.sent:
         # Failed before a byte of the request left: nothing can have been delivered, and the provider
         # (or the network to it) is down for everyone.
-        return SendResult(
-            outcome=Outcome.TEMPORARY,
-            reason=f"Could not reach the provider at {where}, stopped {exc.phase} ({exc.detail}); nothing was sent.",
-            latency_ms=exc.latency_ms,
-            systemic=True,
-            sent=False,
-            incident=exc.incident,
+        return _unsent(
+            exc, f"Could not reach the provider at {where}, stopped {exc.phase} ({exc.detail}); nothing was sent."
         )
     if exc.kind == "timeout":
         why = f"No response within {exc.deadline:g} s after the request was sent ({exc.detail})"
@@ -51,6 +36,18 @@ def failed_exchange(exc: ExchangeFailed, *, where: str) -> SendResult:
         outcome=Outcome.UNKNOWN,
         reason=f"{why}; the provider may have delivered it. Retried with the same idempotency key.",
         latency_ms=exc.latency_ms,
+        incident=exc.incident,
+    )
+
+
+def _unsent(exc: ExchangeFailed, reason: str) -> SendResult:
+    """A temporary failure that counts against the provider, with nothing delivered."""
+    return SendResult(
+        outcome=Outcome.TEMPORARY,
+        reason=reason,
+        latency_ms=exc.latency_ms,
+        systemic=True,
+        sent=False,
         incident=exc.incident,
     )
 

@@ -81,8 +81,8 @@ class GoogleAccessToken:
     - A token is kept until `expires_in` minus a margin, but at least `floor` seconds: an endpoint
       that hands out 0 or 60 second tokens does not cost one fetch per message. A token the provider
       refuses (401) is replaced on the next call that names it as refused.
-    - A failed fetch is remembered for `failure_hold` seconds (or the endpoint's Retry-After, within
-      reason), so a dead endpoint is asked once per hold, not once per message.
+    - A failed fetch is remembered for `failure_ttl` seconds (or the endpoint's Retry-After, within
+      reason), so a dead endpoint is asked once per that time, not once per message.
     - What the endpoint did decides the exception: 5xx, 429, timeouts, unreachable, and answers that
       are not a token (HTML, non-JSON, no access_token) raise `CredentialsUnreachable`; 4xx (an
       unknown or disabled service account, a bad signature) raise `CredentialsRefused`.
@@ -90,8 +90,8 @@ class GoogleAccessToken:
 
     MARGIN = 60.0  # refresh this long before the token's stated expiry
     FLOOR = 300.0  # ...but keep every token at least this long (or until refused)
-    FAILURE_HOLD = 5.0
-    MAX_HOLD = 60.0
+    FAILURE_TTL = 5.0
+    MAX_FAILURE_TTL = 60.0
 
     def __init__(self, credentials_file: str, *, ca_file: str | None = None, timeout: float = 10.0) -> None:
         info = json.loads(Path(credentials_file).read_text(encoding="utf-8"))
@@ -103,7 +103,7 @@ class GoogleAccessToken:
         self._verify: ssl.SSLContext | bool = tls_context(ca_file)
         self._timeout = timeout
         self.floor = self.FLOOR
-        self.failure_hold = self.FAILURE_HOLD
+        self.failure_ttl = self.FAILURE_TTL
         self._lock = threading.Lock()
         self._token: str | None = None
         self._good_until = 0.0  # time.monotonic()
@@ -170,9 +170,9 @@ class GoogleAccessToken:
         try:
             token, lifetime = self._request_token()
         except (CredentialsRefused, CredentialsUnreachable) as exc:
-            hold = getattr(exc, "retry_after", None) or self.failure_hold
+            remembered = getattr(exc, "retry_after", None) or self.failure_ttl
             with self._lock:
-                self._failure = (time.monotonic() + min(self.MAX_HOLD, hold), exc)
+                self._failure = (time.monotonic() + min(self.MAX_FAILURE_TTL, remembered), exc)
                 self._inflight = None
             flight.set_exception(exc)
             return
@@ -342,7 +342,7 @@ class VapidSigner:
     """VAPID `Authorization` headers, one per push-service origin, re-signed an hour before they expire.
 
     Origins come from users' subscriptions, so the cache is bounded: at most `max_origins` headers
-    are kept, the least recently used dropped first (re-signing one costs a millisecond).
+    are kept, the least recently used dropped first (signed again when it is next needed).
     """
 
     MAX_ORIGINS = 1024

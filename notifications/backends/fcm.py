@@ -61,8 +61,6 @@ class FCMBackend(PushBackend):
     """Send through FCM HTTP v1 (`projects/{id}/messages:send`) with a service account's access token."""
 
     supports_http2: ClassVar[bool] = True
-    supports_collapse: ClassVar[bool] = True
-    supports_expiry: ClassVar[bool] = True
     supports_topics: ClassVar[bool] = True
 
     def __init__(self, *, alias: str, options: Mapping[str, Any], timeout: float, concurrency: int) -> None:

@@ -31,8 +31,6 @@ from urllib.parse import quote, urlencode
 import httpx
 
 from notifications.backends.credentials import (
-    CredentialsRefused,
-    CredentialsUnreachable,
     tls_context,
 )
 from notifications.backends.fcm import FID_PREFIX
@@ -44,11 +42,11 @@ from notifications.backends.iid import (
     fcm_topic_access,
     read_capped,
     topic_name,
+    with_access_token,
 )
 from weave.edge import HttpClass, http_class, outside_text, parse_retry_after, safe_url
 
 FCM_URL = "https://fcm.googleapis.com"
-TOPIC_APIS = ("v1", "iid")
 PAGE_SIZE = 1000
 MAX_PAGES = 50  # 50,000 topics: far past what one app instance subscribes to
 
@@ -171,23 +169,9 @@ class V1TopicClient:
     def _call(
         self, client: httpx.Client, method: str, url: str, *, content: bytes | None = None
     ) -> tuple[int, httpx.Headers, bytes, str]:
-        refused: str | None = None
-        for attempt in (1, 2):
-            token = self._access_token(refused)
-            status, headers, body = _exchange(client, method, url, token, content, self.timeout)
-            if status == 401 and attempt == 1:
-                refused = token  # nothing was applied: replace the token once and ask again
-                continue
-            return status, headers, body, token
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _access_token(self, refused: str | None) -> str:
-        try:
-            return self.credentials.get(refused=refused)
-        except CredentialsRefused as exc:
-            raise IIDRefused(f"Not sent: {exc}. Check the FCM backend's credentials_file.") from None
-        except CredentialsUnreachable as exc:
-            raise IIDTemporary(f"Could not get an access token: {exc}; nothing was sent.") from None
+        return with_access_token(
+            self.credentials, lambda token: _exchange(client, method, url, token, content, self.timeout)
+        )
 
 
 def _segment(value: str) -> str:

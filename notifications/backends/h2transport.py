@@ -1,11 +1,10 @@
 """A lean HTTP/2 client for the push backends (FCM, APNs, Web Push): multiplexed connections on `h2`.
 
-httpx's HTTP/2 path (httpx -> httpcore -> anyio -> h2) cost the FCM and APNs backends about 1.7 s of
-CPU per 1,000 pushes in a worker's profile, three quarters of it in the client layers around h2
-rather than in h2, TLS or JSON. A push backend needs one origin, one multiplexed connection and a
-truthful account of what left. This module is that and no more: `h2.connection.H2Connection` (the
-maintained state machine, which does the framing, HPACK and flow-control accounting) on an asyncio
-protocol, TLS from `ssl` with ALPN `h2`.
+Why not httpx's HTTP/2 path (httpx -> httpcore -> anyio -> h2): a push worker spent most of its CPU in
+the client layers around h2 rather than in h2, TLS or JSON (bench/results keeps the profiles). A push
+backend needs one origin, one multiplexed connection and a truthful account of what left. This module is
+that and no more: `h2.connection.H2Connection` (the maintained state machine, which does the framing,
+HPACK and flow-control accounting) on an asyncio protocol, TLS from `ssl` with ALPN `h2`.
 
 What callers can rely on (`capped_request()` turns the failures into `ExchangeFailed`):
 
@@ -87,9 +86,9 @@ _pending = itertools.count(1)  # keys requests waiting for window room before th
 Headers = list[tuple[bytes, bytes]]
 _STREAM_OPEN = h2.stream.STREAM_OPEN  # by stream state: whether it counts against the concurrency limit
 _CLOSED = h2.stream.StreamState.CLOSED
-# What h2's outbound validation would refuse, checked here once per header instead (h2's own pass, a
-# chain of generators per header, was a seventh of the client's CPU): lower-case token names, and
-# values without NUL, CR, LF or surrounding whitespace.
+# What h2's outbound validation would refuse, checked here once per header instead of through h2's
+# chain of generators per header: lower-case token names, and values without NUL, CR, LF or
+# surrounding whitespace.
 _NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9a-z]+")
 _VALUE = re.compile(rb"(?:[^\x00\r\n\t ][^\x00\r\n]*[^\x00\r\n\t ]|[^\x00\r\n\t ])?")
 
@@ -100,7 +99,7 @@ class _Encoder(hpack.Encoder):
     Every field is indexable, the bearer token included: a push request's fields are the backend's
     own (the token, the topic, ids it derived), a compression oracle would need an attacker's field
     in the same context and the whole secret guessed at once (HPACK indexes whole values, RFC 7541
-    section 7.1), and re-encoding the token on every request was the largest single cost here.
+    section 7.1), and re-encoding the token on every request is work for nothing.
 
     A field's encoding depends only on the dynamic table, so while the table is unchanged a field
     seen before encodes to the same bytes: the fields that repeat on every request (method, scheme,
@@ -154,10 +153,10 @@ class _Decoder(hpack.Decoder):
     """HPACK decoding that remembers the blocks that left the dynamic table as it was.
 
     A provider's answers repeat their headers, and after the first answer most blocks are only indexes
-    into the table (FCM's dozen headers: 12 bytes), yet hpack decodes each one again in full, a visible
-    share of a push's CPU. Such a block decodes to the same headers for as long as the table is
-    unchanged, so it is looked up instead. Any change to the table (an insertion, an eviction, a size
-    update) empties the memo, so a block that changed it is forgotten before it could be looked up."""
+    into the table (FCM's dozen headers: 12 bytes), yet hpack decodes each one again in full. Such a
+    block decodes to the same headers for as long as the table is unchanged, so it is looked up instead.
+    Any change to the table (an insertion, an eviction, a size update) empties the memo, so a block that
+    changed it is forgotten before it could be looked up."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -267,8 +266,8 @@ class _CheckedStream(h2.stream.H2Stream):
     """h2's stream, except that a header list h2 already checked (and normalized) on this connection,
     under the same flags, is looked up rather than put through h2's chain of checks again.
 
-    An answer's dozen header fields went through seven generators each, about a fifteenth of a push's
-    CPU, and a provider's answers repeat the same fields (the decoder hands back the same objects). The
+    A provider's answers repeat the same fields (the decoder hands back the same objects), so checking
+    them again on every answer is work for nothing. The
     checks themselves stay h2's: a list seen for the first time, or one h2 refused, goes through them."""
 
     checked: dict[tuple[Any, ...], list[Any]]
@@ -398,8 +397,8 @@ class _H2Connection(h2.connection.H2Connection):
         h2 counts on every new stream (and `has_slot` asks first), walking every stream it holds through
         two properties a stream, so with many in flight each count grows with them; this one does the
         same walk reading the state once (tests/notifications/backends/test_h2_streams.py compares them).
-        Our own streams' count is kept until a call may have closed one (above): with several full
-        connections, senders asked it about twice per request, and each ask walked every stream."""
+        Our own streams' count is kept until a call may have closed one (above): senders ask for it on
+        every request, and each ask would walk every stream."""
         if remainder == 1 and self._open_out is not None:
             return self._open_out
         count = 0
@@ -586,10 +585,10 @@ class _Connection(asyncio.Protocol):
         if stream is None:
             return
         data = event.data or b""
-        room = stream.cap - stream.size
-        if len(data) > room:
+        left = stream.cap - stream.size
+        if len(data) > left:
             # The cap: keep what fits, stop the stream, and answer with what was kept.
-            stream.chunks.append(data[:room])
+            stream.chunks.append(data[:left])
             stream.size = stream.cap
             stream.truncated = True
             self.forget(stream_id)
@@ -1074,16 +1073,16 @@ async def _send_body(connection: _Connection, stream_id: int, stream: _Stream, c
         while view:
             if connection.closed or stream_id not in connection.streams:
                 return  # the stream ended (answered early, reset, or the connection went): its future says how
-            room = min(h2c.local_flow_control_window(stream_id), h2c.max_outbound_frame_size, len(view))
-            if room <= 0:
+            sendable = min(h2c.local_flow_control_window(stream_id), h2c.max_outbound_frame_size, len(view))
+            if sendable <= 0:
                 connection.hand_over(stream, progress)  # the HEADERS (and what DATA fit) leave while the window is shut
                 shut = h2c.outbound_flow_control_window <= 0
                 if not shut:
                     connection.waiters.connection_window_opened()  # only this stream's window is shut
                 await connection.waiters.window(stream_id, connection_shut=shut)
                 continue
-            h2c.send_data(stream_id, bytes(view[:room]), end_stream=room == len(view))
-            view = view[room:]
+            h2c.send_data(stream_id, bytes(view[:sendable]), end_stream=sendable == len(view))
+            view = view[sendable:]
             connection.hand_over(stream, progress)
     finally:
         # What this sender leaves of the connection window goes to the next sender waiting for it.

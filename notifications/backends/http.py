@@ -394,9 +394,9 @@ async def _read_capped(response: httpx.Response, cap: int) -> tuple[bytes, bool]
     chunks: list[bytes] = []
     size = 0
     async for chunk in response.aiter_raw():
-        room = cap - size
-        if len(chunk) > room:
-            chunks.append(chunk[:room])
+        left = cap - size
+        if len(chunk) > left:
+            chunks.append(chunk[:left])
             return b"".join(chunks), True
         chunks.append(chunk)
         size += len(chunk)

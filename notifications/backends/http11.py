@@ -1,7 +1,7 @@
 """HTTP/1.1 framing for the lean transport: a request's bytes out, one response's head and body in.
 
-Why not h11 (which httpx uses): in a push worker's profile h11 was a fifth of all CPU, mostly
-re-validating every header of every request and response through its event and state machinery.
+Why not h11 (which httpx uses): it re-validates every header of every request and response through
+its event and state machinery, work a push worker would pay on every send.
 A push client needs a small, strict subset of the protocol, written here:
 
 - requests: method, target and headers checked once (no CR, LF or NUL can reach the wire, so a

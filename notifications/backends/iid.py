@@ -20,7 +20,7 @@ No database here: the job that uses it (`notifications.topics`) keeps the lease 
 import json
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import httpx
@@ -155,23 +155,10 @@ class InstanceIdClient:
         """Subscribe (`action="subscribe"`) or unsubscribe `tokens` to or from `topic`; one code per token."""
         url = f"{self.base_url}{PATHS[action]}"
         content = json.dumps(request_body(topic, tokens), separators=(",", ":")).encode()
-        refused: str | None = None
-        for attempt in (1, 2):
-            token = self._access_token(refused)
-            status, headers, body = self._post(url, content, token)
-            if status == 401 and attempt == 1:
-                refused = token  # nothing was applied: replace the token once and ask again
-                continue
-            return read_answer(status, headers, body, tokens=len(tokens), secrets=[token])
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _access_token(self, refused: str | None) -> str:
-        try:
-            return self.credentials.get(refused=refused)
-        except CredentialsRefused as exc:
-            raise IIDRefused(f"Not sent: {exc}. Check the FCM backend's credentials_file.") from None
-        except CredentialsUnreachable as exc:
-            raise IIDTemporary(f"Could not get an access token: {exc}; nothing was sent.") from None
+        status, headers, body, token = with_access_token(
+            self.credentials, lambda token: self._post(url, content, token)
+        )
+        return read_answer(status, headers, body, tokens=len(tokens), secrets=[token])
 
     def _post(self, url: str, content: bytes, token: str) -> tuple[int, httpx.Headers, bytes]:
         headers = {
@@ -201,6 +188,27 @@ class InstanceIdClient:
                 f"{where} gave no answer ({type(exc).__name__}: {said}); the batch may have been applied, "
                 "and is sent again (it is idempotent)."
             ) from None
+
+
+def with_access_token(
+    credentials: TokenSource, exchange: Callable[[str], tuple[int, httpx.Headers, bytes]]
+) -> tuple[int, httpx.Headers, bytes, str]:
+    """`exchange(access_token)`, once more with a fresh token after a 401 (which applied nothing)."""
+    token = _access_token(credentials, refused=None)
+    status, headers, body = exchange(token)
+    if status == 401:
+        token = _access_token(credentials, refused=token)
+        status, headers, body = exchange(token)
+    return status, headers, body, token
+
+
+def _access_token(credentials: TokenSource, *, refused: str | None) -> str:
+    try:
+        return credentials.get(refused=refused)
+    except CredentialsRefused as exc:
+        raise IIDRefused(f"Not sent: {exc}. Check the FCM backend's credentials_file.") from None
+    except CredentialsUnreachable as exc:
+        raise IIDTemporary(f"Could not get an access token: {exc}; nothing was sent.") from None
 
 
 def read_capped(response: httpx.Response, *, where: str, what: str, deadline: float, timeout: float) -> bytes:

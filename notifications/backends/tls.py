@@ -1,9 +1,9 @@
 """TLS client contexts, made once per process for each trust setting and use.
 
 Making a context loads and parses the whole trust store (certifi's bundle, or SSL_CERT_FILE /
-SSL_CERT_DIR). A drain builds its backends afresh, and each HTTP client made its own
-context at its first connection (Web Push's fallback pool two more at its construction), so every
-new drain paid that again before its first push. A context holds no connection state, and CPython
+SSL_CERT_DIR). A drain builds its backends afresh: if each HTTP client made its own context at its
+first connection (Web Push's fallback pool two more at its construction), every new drain would
+pay that again before its first push. A context holds no connection state, and CPython
 changes and reads one only while holding the interpreter lock, so drains on other threads may share it.
 
 `use` keeps apart contexts that their users configure differently: httpcore sets its ALPN list on

@@ -1,8 +1,8 @@
 """A lean HTTP/1.1 transport for `httpx.AsyncClient`: keep-alive connections on asyncio streams.
 
-httpx's default async transport (httpcore over anyio) cost a push worker more CPU per request than the
-rest of the worker together (bench/results keeps the profiles): per-request lock setup, a readability
-probe of every pooled socket, and a pool scan per state change. A push backend needs far less: one
+httpx's default async transport (httpcore over anyio) does work per request that a push worker does
+not need (bench/results keeps the profiles): lock setup, a readability probe of every pooled socket,
+and a pool scan per state change. A push backend needs far less: one
 origin, keep-alive, a bound on open connections, and no surprises. This transport does that and no
 more, with the strict framing of `notifications.backends.http11`. It serves httpx clients (request
 building, `MockTransport` in tests) and, through `exchange()`, `capped_request()`'s hot path, which
@@ -109,7 +109,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
 
         The push hot path (`capped_request` takes it for clients built on this transport): building an
         httpx Request and Response, the client's auth, redirect and hook layers and the streamed body's
-        async generators cost a push worker about as much CPU as the socket work itself.
+        async generators are work a push needs none of.
         `headers` must carry Host; Content-Length is added from `content`.
         """
         key = _key(headers)
@@ -123,10 +123,10 @@ class LeanTransport(httpx.AsyncBaseTransport):
             chunks: list[bytes] = []
             size = 0
             while data := await response.chunk():
-                room = cap - size
-                if len(data) > room:
+                left = cap - size
+                if len(data) > left:
                     # Stop reading here: the rest stays unread and the connection is closed below.
-                    chunks.append(data[:room])
+                    chunks.append(data[:left])
                     return response.status, response.headers, b"".join(chunks), True
                 chunks.append(data)
                 size += len(data)

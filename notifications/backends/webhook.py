@@ -8,7 +8,7 @@ id is read from the JSON body's `id`), 401/403 refuses our credentials, 429/408/
 """
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -21,8 +21,6 @@ from weave.edge import HttpClass, http_class, outside_text, safe_url
 
 class WebhookBackend(PushBackend):
     """POST each message as JSON to OPTIONS["url"] with a bearer token and the message's Idempotency-Key."""
-
-    supports_idempotency_key: ClassVar[bool] = True
 
     def __init__(self, *, alias: str, options: Mapping[str, Any], timeout: float, concurrency: int) -> None:
         super().__init__(alias=alias, options=options, timeout=timeout, concurrency=concurrency)

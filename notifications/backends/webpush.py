@@ -135,12 +135,6 @@ def subscription(token: str) -> Subscription:
     return Subscription(endpoint=checked, p256dh=p256dh, auth=auth, declarative=info.get("declarative") is True)
 
 
-def parse_subscription(token: str) -> tuple[str, bytes, bytes]:
-    """Return (endpoint, p256dh public key, auth secret) from a subscription JSON, or raise SubscriptionError."""
-    checked = subscription(token)
-    return checked.endpoint.url, checked.p256dh, checked.auth
-
-
 def origin_of(url: str) -> str:
     """Return `scheme://host:port` of `url`, the port spelled out, the host lower-case, no userinfo."""
     parts = urlsplit(url)
@@ -169,14 +163,12 @@ class WebPushBackend(PushBackend):
     """Encrypt each message for its subscription and POST it to the subscription's push service."""
 
     supports_http2: ClassVar[bool] = True
-    supports_collapse: ClassVar[bool] = True
-    supports_expiry: ClassVar[bool] = True
 
     def __init__(self, *, alias: str, options: Mapping[str, Any], timeout: float, concurrency: int) -> None:
         super().__init__(alias=alias, options=options, timeout=timeout, concurrency=concurrency)
         self.ca_file: str | None = options.get("ca_file")
         self._targets: dict[tuple[str, bool, tuple[str, ...]], _Target] = {}
-        self._scopes: dict[str, str] = {}  # token -> its hold scope (see hold_scope)
+        self._scopes: dict[str, str] = {}  # token -> its breaker scope (see breaker_scope)
         self.vapid = _vapid_signer(options)
 
     @classmethod
@@ -204,8 +196,8 @@ class WebPushBackend(PushBackend):
         checked = subscription(token)
         return (replace(checked, declarative=not checked.declarative).as_token(),)
 
-    def hold_scope(self, message: PushMessage) -> str:
-        """The endpoint's origin (scheme://host:port): each push service is held on its own.
+    def breaker_scope(self, message: PushMessage) -> str:
+        """The endpoint's origin (scheme://host:port): each push service is stopped on its own.
 
         Read from the stored subscription as it is, without the destination policy: a refused endpoint
         ends its own row before any send, and its scope must still be its own."""
@@ -236,9 +228,10 @@ class WebPushBackend(PushBackend):
 
     def _target(self, token: str) -> _Target:
         """`subscription(token)` and what a send derives from it, remembered per token and destination
-        policy: a drain sends to the same subscriptions again and again, and parsing and checking one
-        cost a sixth of a send's CPU. The policy's settings are part of the key, so a changed host list
-        is applied at the next send (to the check and to whether answers are kept verbatim)."""
+        policy: a drain sends to the same subscriptions again and again, and what parsing and checking
+        one finds depends on the token and the policy alone. The policy's settings are part of the key,
+        so a changed host list is applied at the next send (to the check and to whether answers are kept
+        verbatim)."""
         key = (token, loopback_allowed(), allowed_hosts())
         target = self._targets.get(key)
         if target is None:

@@ -1,7 +1,7 @@
 """Circuit breakers, one per scope: a failure holds back only the rows that would hit the same failure.
 
 A scope is a backend alias, and for destinations a user chooses (Web Push endpoints) the alias plus
-the endpoint's origin (`PushBackend.hold_scope()`), so a stranger's push service holds only the rows
+the endpoint's origin (`PushBackend.breaker_scope()`), so a stranger's push service stops only the rows
 going to it. Per scope:
 
 - *closed*: every row may start. Each answer goes into a window of the last `window` answers. A
@@ -19,12 +19,12 @@ going to it. Per scope:
   judgment of the rest.
   Failures that share one incident (`SendResult.incident`: an HTTP/2 connection that went down with
   a hundred streams on it) count once: they are one event, and one dropped connection must not
-  outweigh the answers around it and hold every row of the scope.
-- *open*: rows of the scope are not started; they are handed back due at the hold's end, without
-  using an attempt. The hold is the cooldown, or the provider's Retry-After when longer, capped by
+  outweigh the answers around it and stop every row of the scope.
+- *open*: rows of the scope are not started; they are handed back due when the pause ends, without
+  using an attempt. The pause is the cooldown, or the provider's Retry-After when longer, capped by
   `cap` for a backend and by `origin_cap` for a user-chosen origin.
-- *half-open*: once the hold is over, one row goes out as a probe. A good answer closes the scope
-  (with a fresh window); a failure opens it again for another hold.
+- *half-open*: once the pause is over, one row goes out as a probe. A good answer closes the scope
+  (with a fresh window); a failure opens it again for another pause.
 
 Pure: no database, no clock of its own (callers pass `now`, a monotonic reading).
 """
@@ -46,8 +46,8 @@ class BreakerRule:
     ratio: float = 0.5
     run: int = 20  # failures in a row (in start order) that open it whatever the volume; 0: never
     cooldown: float = 30.0
-    cap: float = 3600.0  # longest hold a backend's own Retry-After may set
-    origin_cap: float = 300.0  # longest hold a user-chosen origin may set
+    cap: float = 3600.0  # longest pause a backend's own Retry-After may set
+    origin_cap: float = 300.0  # longest pause a user-chosen origin may set
 
 
 def is_failure(result: SendResult) -> bool:
@@ -60,11 +60,11 @@ class CircuitBreaker:
     """One scope's breaker."""
 
     rule: BreakerRule = field(default_factory=BreakerRule)
-    user_chosen: bool = False  # an origin a user picked: its holds are capped by `origin_cap`
+    user_chosen: bool = False  # an origin a user picked: its pauses are capped by `origin_cap`
     name: str = ""
     state: str = CLOSED
     reason: str = ""  # why it last opened
-    hold_until: float = 0.0  # monotonic time the current hold ends
+    open_until: float = 0.0  # monotonic time the current pause ends
     probing: bool = False  # a half-open probe is out
     answers: deque[bool] = field(default_factory=deque)  # True: a failure
     failures: int = 0  # how many of `answers` are failures
@@ -77,7 +77,7 @@ class CircuitBreaker:
 
     def allows(self, now: float) -> str:
         """Whether a row of this scope may start now: "go", "probe" (the one a half-open scope lets through) or ""."""
-        if self.state == OPEN and now >= self.hold_until:
+        if self.state == OPEN and now >= self.open_until:
             self.state = HALF_OPEN
         if self.state == CLOSED:
             return "go"
@@ -104,7 +104,7 @@ class CircuitBreaker:
                 return False
             return self._open(result, now, "its half-open probe failed")
         if self.state != CLOSED:
-            return False  # answers to rows started before it opened: the hold already stands
+            return False  # answers to rows started before it opened: the pause already stands
         if result.fatal:
             return self._open(result, now, "")
         if ticket is None:
@@ -147,18 +147,20 @@ class CircuitBreaker:
             return self._open(result, now, f"its last {self.streak} answers failed, one after another")
         return False
 
-    def hold_seconds(self, now: float) -> float:
+    def seconds_open(self, now: float) -> float:
         """How long from `now` rows of this scope are held back (0 when it is closed)."""
-        return 0.0 if self.state == CLOSED else max(0.0, self.hold_until - now)
+        return 0.0 if self.state == CLOSED else max(0.0, self.open_until - now)
+
+    hold_seconds = seconds_open  # the old name, still called by delivery/worker.py
 
     def _open(self, result: SendResult, now: float, why: str) -> bool:
         cap = self.rule.origin_cap if self.user_chosen else self.rule.cap
-        hold = self.rule.cooldown
+        pause = self.rule.cooldown
         if result.retry_after is not None:
-            hold = max(hold, result.retry_after)
-        hold = min(hold, cap)
+            pause = max(pause, result.retry_after)
+        pause = min(pause, cap)
         self.state, self.probing = OPEN, False
-        self.hold_until = now + hold
+        self.open_until = now + pause
         self._forget()
         cause = f"{why} (last: {result.reason})" if why else result.reason
         self.reason = f"Circuit breaker opened for {self.name or 'this scope'}: {cause}"

@@ -96,7 +96,7 @@ class ClaimBuffer:
     def release(self, rows: Iterable[Row], reason: str, **fields: Any) -> int:
         """Hand back rows never sent, through the guard, without using an attempt; return how many were ours.
 
-        `fields` are written with the release (a hold's `next_attempt_at` and `last_error`); without
+        `fields` are written with the release (an open breaker's `next_attempt_at` and `last_error`); without
         them a row is claimable at once with its due time unchanged.
         """
         by_claim: dict[int, tuple[Claim, list[Row]]] = {}

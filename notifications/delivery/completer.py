@@ -39,7 +39,7 @@ from notifications.devices import (
     touch_devices,
 )
 from notifications.models import DeliveryAttempt, Notification
-from notifications.signals import announce_notifications
+from notifications.signals import send_notification_signals
 from weave.edge import outside_text
 from weave.events import log_event
 from weave.jobs import RetryPolicy
@@ -174,8 +174,8 @@ class Completer:
                 receipts.append(_receipt(row, result, outcome=DeliveryAttempt.Outcome.LEASE_LOST, reason=reason))
             written.append((plan, False))
         insert_receipts(receipts, clock=self.clock)
-        # Signals go out once this transaction commits (a rolled-back finish announces nothing).
-        announce_notifications(
+        # Signals go out once this transaction commits (a rolled-back finish sends none).
+        send_notification_signals(
             (plan.row.pk, plan.transition.status, stories.get(plan.row.pk, plan.transition.last_error))
             for plan, ok in written
             if ok
@@ -245,7 +245,9 @@ class Completer:
                 ],
                 clock=self.clock,
             )
-            announce_notifications((row.pk, ending.status, ending.reason) for row, ending in rows if row.pk in landed)
+            send_notification_signals(
+                (row.pk, ending.status, ending.reason) for row, ending in rows if row.pk in landed
+            )
         return landed
 
     # --- devices ---------------------------------------------------------------------------------

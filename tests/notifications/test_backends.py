@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -9,6 +10,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from notifications.backends import Outcome, PushMessage, SendResult, backend_configs, backend_problems, get_backend
+from notifications.backends.options import ttl_to_send
 from notifications.backends.registry import backend_path
 from notifications.backends.webhook import WebhookBackend
 
@@ -87,11 +89,12 @@ def test_send_result__a_dead_token_is_never_systemic():
 
 
 def test_message__remaining_ttl_is_computed_at_send_time():
-    now = datetime(2030, 1, 1, tzinfo=UTC)
+    now = datetime.now(UTC)
     message = PushMessage(idempotency_key="k", token="t", title="x", body="", expires_at=now + timedelta(seconds=90))
-    assert message.remaining_ttl(now) == 90
-    assert message.remaining_ttl(now + timedelta(seconds=200)) == 0
-    assert MESSAGE.remaining_ttl(now) is None
+    assert ttl_to_send(message) in (89, 90)
+    assert ttl_to_send(replace(message, expires_at=now - timedelta(seconds=200))) == 0  # expired: not sent
+    assert ttl_to_send(replace(message, expires_at=now + timedelta(seconds=0.5))) == 1  # never "now or never"
+    assert ttl_to_send(MESSAGE) is None
 
 
 def test_registry__default_is_the_webhook_from_push_url(settings):

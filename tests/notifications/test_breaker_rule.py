@@ -48,14 +48,14 @@ def test_a_fatal_answer_opens_at_once_and_retry_after_sets_the_hold_within_its_c
     rule = BreakerRule(cooldown=30, cap=3600, origin_cap=300)
     redirect = SendResult(outcome=Outcome.TEMPORARY, reason="HTTP 307", systemic=True, fatal=True)
     backend = CircuitBreaker(rule)
-    assert backend.record(redirect, 0.0) is True and backend.hold_seconds(0.0) == 30
+    assert backend.record(redirect, 0.0) is True and backend.seconds_open(0.0) == 30
     slow = SendResult(outcome=Outcome.TEMPORARY, reason="503", systemic=True, fatal=True, retry_after=3600)
     provider = CircuitBreaker(rule)
     provider.record(slow, 0.0)
-    assert provider.hold_seconds(0.0) == 3600  # the provider's own ask, up to the backend's cap
+    assert provider.seconds_open(0.0) == 3600  # the provider's own ask, up to the backend's cap
     stranger = Breakers(rule).get(Breakers.scope("webpush", "https://evil.example"))
     stranger.record(slow, 0.0)
-    assert stranger.user_chosen and stranger.hold_seconds(0.0) == 300  # a user-chosen origin: capped
+    assert stranger.user_chosen and stranger.seconds_open(0.0) == 300  # a user-chosen origin: capped
 
 
 def test_half_open__one_probe_then_closed_on_success_or_open_again_on_failure():
@@ -65,7 +65,7 @@ def test_half_open__one_probe_then_closed_on_success_or_open_again_on_failure():
     assert breaker.allows(30.0) == "probe"
     assert breaker.allows(30.0) == ""  # one probe at a time
     assert breaker.record(OK, 31.0) is False and breaker.state == "half-open"  # not the probe's answer
-    assert breaker.record(FAIL, 31.0, probe=True) is True and breaker.hold_seconds(31.0) == 30
+    assert breaker.record(FAIL, 31.0, probe=True) is True and breaker.seconds_open(31.0) == 30
     assert "half-open probe failed" in breaker.reason
     assert breaker.allows(61.0) == "probe"
     breaker.record(OK, 62.0, probe=True)

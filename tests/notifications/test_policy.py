@@ -93,7 +93,7 @@ def test_breaker__holds_rows_back_as_long_as_the_provider_asked():
     throttled = answer(httpx.Response(429, headers={"Retry-After": "120"}))
     breaker.record(throttled, now=0.0)
     assert breaker.record(throttled, now=0.0) is True
-    assert breaker.hold_seconds(now=0.0) == 120
+    assert breaker.seconds_open(now=0.0) == 120
 
 
 def test_safe_result__a_careless_backend_cannot_store_nul_or_a_secret():

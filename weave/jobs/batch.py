@@ -325,7 +325,7 @@ class BatchDrain:
         started = ctx.claimed_at or ctx.clock.read()
         pk = ctx.lease.pk
         self.heartbeat.ensure_live()
-        if not self.heartbeat.holds(pk):
+        if not self.heartbeat.renews(pk):
             # A renewal found it taken over before it started: nothing ran, nothing of it is written.
             ctx.attempt = ctx.job.attempts
             rows = self.model._default_manager

@@ -54,7 +54,7 @@ class BatchHeartbeat:
         # How often the thread looks at the running row (for `while_running`), between renewals.
         self.poll = poll
         self.while_running = while_running
-        self._held: dict[Any, tuple[int, float]] = {}  # pk -> (fence, ttl)
+        self._renewing: dict[Any, tuple[int, float]] = {}  # pk -> (fence, ttl)
         self._shortest = ttl  # the shortest lease any row was given (a task's own `lease_ttl` may be shorter)
         self.lost: set[Any] = set()  # rows a renewal found lost before they were finished
         self._running: Any = None
@@ -76,25 +76,26 @@ class BatchHeartbeat:
         now = self.clock.monotonic()
         with self._lock:
             # Rows still held keep the batch's earlier deadline; a batch that held none starts afresh.
-            self._live_until = min(self._live_until, now + self.ttl) if self._held else now + self.ttl
+            self._live_until = min(self._live_until, now + self.ttl) if self._renewing else now + self.ttl
             for pk, fence in batch.fences.items():
-                self._held[pk] = (fence, self.ttl)
+                self._renewing[pk] = (fence, self.ttl)
 
     def keep(self, leases: Iterable[Lease]) -> None:
         """Renew `leases` again (a write of them failed and will be tried again)."""
         with self._lock:
             for lease in leases:
-                self._held.setdefault(lease.pk, (lease.fence, self.ttl))
+                self._renewing.setdefault(lease.pk, (lease.fence, self.ttl))
 
-    def holds(self, pk: Any) -> bool:
+    def renews(self, pk: Any) -> bool:
+        """Whether `pk` is still among the leases this heartbeat renews."""
         with self._lock:
-            return pk in self._held
+            return pk in self._renewing
 
     def forget(self, pks: Iterable[Any]) -> None:
         """Stop renewing `pks` (their finish is being written, or they were given up)."""
         with self._lock:
             for pk in pks:
-                self._held.pop(pk, None)
+                self._renewing.pop(pk, None)
 
     def start(self, lease: Lease, *, ttl: float | None = None, budget: float | None = None) -> None:
         """Row `lease.pk` is running now: renewed up to `budget` seconds, under `ttl` (renewed now) if given.
@@ -110,8 +111,8 @@ class BatchHeartbeat:
         if ttl is not None and ttl != self.ttl:
             self.queryset.renew(lease, ttl=timedelta(seconds=ttl), clock=self.clock)
             with self._lock:
-                if lease.pk in self._held:
-                    self._held[lease.pk] = (lease.fence, ttl)
+                if lease.pk in self._renewing:
+                    self._renewing[lease.pk] = (lease.fence, ttl)
                     self._shortest = min(self._shortest, ttl)
             # Renewed just now, under its own lease: the next renewal is due within a third of it.
             self._next_due = min(self._next_due, self.clock.monotonic() + self._interval())
@@ -166,7 +167,7 @@ class BatchHeartbeat:
         with self._lock:
             skip = self._running if self.running_budget_spent else None
             groups: dict[float, dict[Any, int]] = {}
-            for pk, (fence, ttl) in self._held.items():
+            for pk, (fence, ttl) in self._renewing.items():
                 if pk != skip:
                     groups.setdefault(ttl, {})[pk] = fence
             return groups
@@ -176,8 +177,8 @@ class BatchHeartbeat:
             return
         with self._lock:
             for pk in lost:
-                if self._held.get(pk, (None,))[0] == fences[pk]:
-                    del self._held[pk]
+                if self._renewing.get(pk, (None,))[0] == fences[pk]:
+                    del self._renewing[pk]
                     self.lost.add(pk)
         logger.warning("event=batch_rows_lost owner=%s rows=%s", self.owner, len(lost))
 

@@ -137,8 +137,8 @@ def _cursor_class(prepare: bool) -> Any:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             # Lists go as binary arrays (on this cursor only). psycopg's default for a list is the text
-            # form, quoted element by element in Python: sent apart in text, the arrays would have cost
-            # nearly what quoting them into the SQL did. A list of only NULLs, or an empty one, still
+            # form, quoted element by element in Python: sent apart in text, the arrays would cost
+            # nearly what quoting them into the SQL does. A list of only NULLs, or an empty one, still
             # goes as text of unknown type; the SQL's cast types it.
             self.adapters.register_dumper(list, ListBinaryDumper)
 

@@ -14,7 +14,7 @@ and rendered by one of two renderers:
 The arrays form's SQL text depends only on which fields are written, never on how many rows: psycopg
 reuses its parsed form and the worker builds no per-row SQL. The clock's "now" goes into the same SQL
 (the database clock, or a FakeClock's literal). Its arrays are sent apart from the text, in binary
-(`Statement.server_bound`, `weave.leases.binding`): quoting them into it cost the worker more.
+(`Statement.server_bound`, `weave.leases.binding`): quoting them into it costs the worker more.
 """
 
 import functools

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from functools import reduce
 from operator import or_
-from typing import Any, Self, TypeVar, cast
+from typing import Any, Self, TypeVar
 
 from django.db import OperationalError, connections, models, router, transaction
 from django.db.models import BooleanField, ExpressionWrapper, F, Q
@@ -284,11 +284,6 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
     def _update_returning(self, names: list[str], **values: Any) -> list[dict[str, Any]]:
         """Run this queryset's UPDATE with `RETURNING` the columns of `names` (see `ReturningUpdate`)."""
         return ReturningUpdate(self, names, values, using=self._write_db).run()
-
-    def _column(self, name: str) -> str:
-        column = cast("models.Field[Any, Any]", self.model._meta.get_field(name)).column
-        assert column is not None, f"{name} is a concrete column"
-        return column
 
     def _fresh(self) -> Self:
         return type(self)(model=self.model, using=self._db)

@@ -77,7 +77,7 @@ class Command(BaseCommand):
             if fakes is not None:
                 fakes.start()
                 fakes.write_backends()
-            self._announce(directory, webhook, fakes, o["token"])
+            self._print_addresses(directory, webhook, fakes, o["token"])
             if fakes is not None and o["control"]:
                 threading.Thread(target=follow_control, args=(fakes, Path(o["control"]), stop), daemon=True).start()
             while not stop.wait(3600):
@@ -123,7 +123,7 @@ class Command(BaseCommand):
             fcm_max_streams=o["fcm_max_streams"],
         )  # fmt: skip
 
-    def _announce(
+    def _print_addresses(
         self, directory: Path, webhook: FakePushProvider | None, fakes: "PushFakes | None", token: str | None
     ) -> None:
         """Print where each fake listens and the settings that reach them; write the same as JSON."""

@@ -57,8 +57,8 @@ class Command(BaseCommand):
             f"For settings that read the environment, as the README's quickstart does:\n"
             f"  export SUPPLIER_API_URL={server.url}"
         )
-        server.serve_until_interrupted(banner, self._announce)
+        server.serve_until_interrupted(banner, self._print_line)
 
-    def _announce(self, line: str) -> None:
+    def _print_line(self, line: str) -> None:
         self.stdout.write(line)
         self.stdout.flush()  # a parent process waits for this line to know the port is open

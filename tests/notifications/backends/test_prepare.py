@@ -54,7 +54,7 @@ def test_a_failed_warm_up_fetch__is_held_then_the_first_drain_after_the_hold_fet
     assert held[0].outcome == Outcome.TEMPORARY and not held[0].sent and "HTTP 500" in held[0].reason
     assert fcm.stats()["token_requests"] == 1  # held: the drain reports the warm-up's failure, asks nobody
     fcm.configure(token_fault="")
-    backend.credentials.failure_hold = 0.0
+    backend.credentials.failure_ttl = 0.0
     backend.credentials._failure = None  # the hold lapsed
     later = run(send_all(backend, [message(TOKENS[1])]))
     assert later[0].outcome == Outcome.DELIVERED and fcm.stats()["token_requests"] == 2

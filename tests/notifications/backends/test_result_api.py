@@ -1,4 +1,4 @@
-"""The small contract the pipeline builds on: `SendResult.sent` and `PushBackend.hold_scope()`."""
+"""The small contract the pipeline builds on: `SendResult.sent` and `PushBackend.breaker_scope()`."""
 
 import json
 
@@ -37,11 +37,26 @@ def test_origin_of(url: str, origin: str) -> None:
     assert origin_of(url) == origin
 
 
-def test_hold_scope(webpush_backend) -> None:  # type: ignore[no-untyped-def]
+def test_breaker_scope(webpush_backend) -> None:  # type: ignore[no-untyped-def]
     webhook_backend = WebhookBackend(alias="w", options={"url": "http://127.0.0.1:9/"}, timeout=1, concurrency=1)
     keys = {"p256dh": "B" + "A" * 86, "auth": "A" * 22}
     token = json.dumps({"endpoint": "https://push.example.net/sub/1", "keys": keys})
     message = PushMessage(idempotency_key="k", token=token, title="t", body="b")
+    assert webpush_backend.breaker_scope(message) == "https://push.example.net:443"
+    assert webpush_backend.breaker_scope(PushMessage(idempotency_key="k", token="junk", title="t", body="b")) == ""
+    assert webhook_backend.breaker_scope(message) == ""
+
+
+def test_hold_scope_is_the_deprecated_name_of_breaker_scope(webpush_backend) -> None:  # type: ignore[no-untyped-def]
+    keys = {"p256dh": "B" + "A" * 86, "auth": "A" * 22}
+    token = json.dumps({"endpoint": "https://push.example.net/sub/1", "keys": keys})
+    message = PushMessage(idempotency_key="k", token=token, title="t", body="b")
     assert webpush_backend.hold_scope(message) == "https://push.example.net:443"
-    assert webpush_backend.hold_scope(PushMessage(idempotency_key="k", token="junk", title="t", body="b")) == ""
-    assert webhook_backend.hold_scope(message) == ""
+
+    class OldStyle(WebhookBackend):
+        def hold_scope(self, message: PushMessage) -> str:
+            return "its own"
+
+    old = OldStyle(alias="w", options={"url": "http://127.0.0.1:9/"}, timeout=1, concurrency=1)
+    with pytest.warns(DeprecationWarning, match="breaker_scope"):
+        assert old.breaker_scope(message) == "its own"

@@ -104,7 +104,7 @@ def test_a_refused_short_lived_token_is_replaced_once(fcm, fcm_options):
 def test_the_endpoint_recovers__the_next_send_after_the_hold_fetches_again(fcm, fcm_options):
     fcm.configure(token_fault="500")
     hook = backend(fcm_options, concurrency=1)
-    hook.credentials.failure_hold = 0.0  # no hold: the next send asks again
+    hook.credentials.failure_ttl = 0.0  # failures are not remembered: the next send asks again
 
     async def scenario():
         try:

@@ -196,7 +196,6 @@ def test_webpush__a_pretty_printed_subscription_is_stored_compact_and_can_be_sen
 def test_canonical_token__each_backend_refuses_what_it_cannot_send(backend_cls, token):
     with pytest.raises(TokenError):
         backend_cls.canonical_token(token)
-    assert backend_cls.check_token(token)
 
 
 def test_canonical_token__good_tokens_come_back_canonical():
