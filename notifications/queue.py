@@ -37,8 +37,13 @@ def drain_claim_sql(*, only_if: str = "TRUE") -> workers.SlotClaimSQL:
     return workers.slot_claim_sql(drain_request_name(), only_if=only_if)
 
 
-def drain_claimed(taken: bool, covered: bool) -> bool:
+def drain_claimed(taken: bool, already_taken: bool) -> bool:
     """Finish a drain request whose claim (`drain_claim_sql`) was committed; return whether a drain was enqueued."""
     return workers.finish_claimed_request(
-        drain_request_name(), _DRAIN_TASK, taken=taken, covered=covered, task_name=DRAIN, group="notifications"
+        drain_request_name(),
+        _DRAIN_TASK,
+        taken=taken,
+        already_taken=already_taken,
+        task_name=DRAIN,
+        group="notifications",
     )

@@ -29,11 +29,11 @@ def request(name: str, func: str, *args: Any, group: str, task_name: str | None 
 
 
 def request_claimed(
-    name: str, func: str, *args: Any, taken: bool, covered: bool, group: str, task_name: str | None = None
+    name: str, func: str, *args: Any, taken: bool, already_taken: bool, group: str, task_name: str | None = None
 ) -> bool:
     """`request`, for a caller whose own committed statement carried the slot claim (`wake.slot_claim_sql`)."""
     enqueue = _enqueuer(func, *args, group=group, task_name=task_name)
-    return wake.finish_claim(name, taken, covered, enqueue=enqueue)
+    return wake.finish_claim(name, taken, already_taken, enqueue=enqueue)
 
 
 def _enqueuer(func: str, *args: Any, group: str, task_name: str | None) -> Callable[[], None]:
