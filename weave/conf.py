@@ -310,7 +310,7 @@ class WeaveSettings(SettingsGroup):
     )
     WAKE_LINGER = seconds(
         2.0,
-        "a drain with nothing left keeps looking for new rows this long, holding the slot; 0: end at once",
+        "a drain with nothing left keeps looking for new rows this long, its request slot taken; 0: end at once",
         minimum=0.0,
     )
     # --- retention (weave.retention) ---
