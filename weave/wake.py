@@ -470,18 +470,13 @@ class TaskRequestWait:
 
     def close(self) -> None:
         raw, self._raw = self._raw, None
-        if raw is not None:
-            try:
-                raw.close()
-            except Exception:
-                logger.debug("closing the task-request wait's LISTEN connection failed", exc_info=True)
+        _close_quietly(raw)
 
 
 # --- the watcher thread --------------------------------------------------------------------------------
 
 
-# A timer round wakes the kind whose time it was a hair late or early (the wait's own granularity).
-_TIMER_SLACK = 0.005
+_TIMER_SLACK = 0.005  # a timer round wakes a kind whose time is this close (the wait's granularity)
 
 
 class Watcher:
@@ -555,9 +550,8 @@ class Watcher:
         if left > 0:
             self._overdue_seen.discard(spec.name)
             return min(sleep, left)
-        # Due now. Reached by our own timer, or seen due twice in a row: nobody is on it, ask for a task.
-        # Asked again every round (at most POLL_MAX apart) while it stays due: a request whose
-        # task was lost or sits behind a busy cluster lapses after REQUEST_LAPSE, and the next ask wins.
+        # Due, reached by our timer or seen due twice: nobody is on it. Asked again every round while it
+        # stays due, so a lost task's request lapses (REQUEST_LAPSE) and the next ask wins.
         if timer_expired or spec.name in self._overdue_seen:
             self.wakes += 1
             spec.wake()
@@ -595,8 +589,7 @@ class Watcher:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            # Everything one read brought in, taken whole: leaving the generator at the first change of
-            # due times would drop the rest of its packet, an arrival among them.
+            # One read taken whole: leaving the generator early would drop the rest, an arrival among them.
             heard = [n.payload for n in raw.notifies(timeout=min(left, 1.0), stop_after=1)]
             if ARRIVAL in heard:
                 _arrived()  # for a task lingering in this process; due times did not change
@@ -626,19 +619,21 @@ class Watcher:
 
     def _close_listener(self) -> None:
         raw, self._listener, self._hears = self._listener, None, False
-        if raw is not None:
-            try:
-                raw.close()
-            except Exception:
-                logger.debug("closing the watcher's LISTEN connection failed", exc_info=True)
+        _close_quietly(raw)
 
     def _reset_connection(self) -> None:
         self._close_listener()
         self._polling = False
+        _close_quietly(connection)  # reopened by the next round
+
+
+def _close_quietly(conn: Any) -> None:
+    """Close `conn` if there is one; closing a broken connection may fail too, and it is dropped either way."""
+    if conn is not None:
         try:
-            connection.close()
-        except Exception:  # closing a broken connection may fail too; the next round reconnects
-            logger.debug("closing the watcher's connection failed", exc_info=True)
+            conn.close()
+        except Exception:
+            logger.debug("closing a connection failed", exc_info=True)
 
 
 _started: Watcher | None = None
