@@ -32,24 +32,14 @@ def drain() -> dict[str, Any]:
 
 
 def warm_up(**_signal: Any) -> None:
-    """Import what a drain needs, once per worker process (a django-q2 `post_spawn` receiver).
-
-    The first drain of a freshly spawned or recycled worker would otherwise import the delivery modules and
-    every configured backend's module (tens of milliseconds on a loaded host), load the backends' keys and
-    wait for an access token, all while its rows wait. No backend is built or connected here: backends
-    belong to the drain's own event loop.
-    """
-    # Imports each configured backend class, and readies its credentials (a token fetch runs in the
-    # background); a problem is the drain's (and the checks') to report.
-    prepare_backends()
-    # What these imports made lives as long as the process: out of the collector's way too. No collection
-    # here: the process's start (`weave.heap.settle_after_spawn`) makes the one collection.
+    """Import and ready what a drain needs, once per worker process (a `post_spawn` receiver), so a new
+    worker's first drain does not import backends or wait for a token while its rows wait. No backend
+    is built here: backends belong to the drain's own event loop."""
+    prepare_backends()  # a problem is the drain's (and the checks') to report
+    # Out of the collector's way; the one collection is the process start's (`weave.heap`).
     workers.settle_heap(collect=False)
 
 
 def sweep() -> dict[str, Any]:
-    """Pick up expired leases and due retries even when nothing new arrives (scheduled every minute).
-
-    A safety net: the watchers normally wake a drain at each due time within a second.
-    """
+    """Pick up expired leases and due retries (scheduled every minute): a safety net for the watchers."""
     return drain()

@@ -34,10 +34,8 @@ def registered_schedules() -> list[ScheduleSpec]:
 
 
 def ensure_schedules(using: str = "default") -> list[tuple[str, str]]:
-    """Create or update a Schedule row for every registered spec.
-
-    Returns (name, what) per spec, `what` being "created", "unchanged" or "updated (field old -> new, ...)".
-    """
+    """Create or update a Schedule row for every registered spec; return (name, "created", "unchanged" or
+    "updated (field old -> new, ...)") per spec."""
     from django_q.models import Schedule
 
     results = []

@@ -83,11 +83,8 @@ def enter_worker_mode(**signal_kwargs: Any) -> None:
 
 
 def session_limits(using: str = "default") -> dict[str, Any]:
-    """Return the limits in effect on this thread's connection to `using`, as the server and libpq see them.
-
-    A diagnostic: enqueue it as a django-q2 task with `save=True` (the documented Q_CLUSTER keeps no
-    successes otherwise) to see what a worker's sessions really run with.
-    """
+    """The limits in effect on this thread's connection to `using`, as the server and libpq see them (a
+    diagnostic: enqueue it as a task with `save=True` to see a worker's)."""
     conn = connections[using]
     if conn.vendor != "postgresql":
         return {}
