@@ -1,8 +1,4 @@
-"""Ask for a drain. A leaf: it knows the broker API, the task's dotted name and Weave's wake-up rows.
-
-The worker (`delivery`), the services and the due-time watcher all ask for a drain through here, so
-none of them imports the task module that imports the worker.
-"""
+"""Ask for a drain: a leaf that the worker, the services and the watcher import instead of the tasks."""
 
 from weave import workers
 
@@ -20,14 +16,8 @@ _DRAIN_TASK = "notifications.tasks.drain"
 
 
 def enqueue_drain() -> bool:
-    """Ask the workers to drain due notifications, unless a drain is already waiting to start.
-
-    One drain delivers every due row it can within its budget, so a second waiting drain would only
-    find the work done. The coalescing is Weave's own row (`weave.workers.request_task`), one guarded
-    statement, whatever the broker. A running drain does not block a new request: work that arrives
-    while it runs gets another drain, which is how a backlog spreads over every worker.
-    Returns whether a task was enqueued.
-    """
+    """Ask for a drain unless one is already waiting to start (`weave.workers.request_task`); return
+    whether a task was enqueued. A running drain does not block a new request: a backlog spreads."""
     return workers.request_task(drain_request_name(), _DRAIN_TASK, task_name=DRAIN, group="notifications")
 
 
@@ -37,8 +27,13 @@ def drain_claim_sql(*, only_if: str = "TRUE") -> workers.SlotClaimSQL:
     return workers.slot_claim_sql(drain_request_name(), only_if=only_if)
 
 
-def drain_claimed(taken: bool, covered: bool) -> bool:
+def drain_claimed(taken: bool, already_taken: bool) -> bool:
     """Finish a drain request whose claim (`drain_claim_sql`) was committed; return whether a drain was enqueued."""
     return workers.finish_claimed_request(
-        drain_request_name(), _DRAIN_TASK, taken=taken, covered=covered, task_name=DRAIN, group="notifications"
+        drain_request_name(),
+        _DRAIN_TASK,
+        taken=taken,
+        already_taken=already_taken,
+        task_name=DRAIN,
+        group="notifications",
     )

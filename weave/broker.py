@@ -1,20 +1,10 @@
-"""django-q2 brokers for Weave sites, named in `Q_CLUSTER['broker_class']`.
+"""django-q2 brokers for `Q_CLUSTER['broker_class']`, and worker recycling spread out.
 
-- `DatabaseClockORM`: django-q2's ORM broker with every task lock stamped and compared by the
-  database's clock. The stock ORM broker stamps a new task's `lock` with the enqueuing host's clock and
-  a worker only takes tasks whose lock lies in *its own* past, so a worker host whose clock is 3 s behind
-  the web host's waits 3 s for every new task (and one minutes behind starves). Here both sides read
-  the same clock, the database's, so host clocks never decide when work starts. Between polls of an
-  empty queue it waits on `weave.wake.TaskRequestWait`, so on PostgreSQL a coalesced request's task is
-  taken as soon as it is enqueued, not at the next poll.
-- `weave.broker_redis.PooledRedis` (its own module: `redis` is an optional dependency): django-q2's
-  Redis broker with one connection pool per process. The stock broker
-  builds a new client (a new TCP connection) for every `async_task`; under steady traffic that is one
-  socket per enqueue left in TIME_WAIT. It also bounds connect and read times, so an unreachable Redis
-  fails an enqueue in seconds instead of blocking the caller.
-
-`stagger_recycle` (a `post_spawn` receiver) spreads worker recycling: django-q2 recycles a worker after
-exactly `recycle` tasks, so workers started together all recycle together.
+`DatabaseClockORM` is django-q2's ORM broker with every task lock written and compared by the
+database's clock (the stock one uses host clocks, so a worker host behind the web host waits out the
+difference for every task), riding out a database restart (`ReconnectOnDequeue`), and waking for a
+task request between polls of an empty queue (`weave.wake.TaskRequestWait`). The Redis broker is in
+`weave.broker_redis` (`redis` is optional).
 """
 
 import logging
@@ -54,37 +44,27 @@ class DatabaseClockLocks(ORM):  # type: ignore[misc]  # django-q2 ships no type 
     def dequeue(self) -> list[tuple[Any, Any]] | None:
         tasks = list(self.get_connection().filter(key=self.list_key, lock__lt=DbNow())[0 : Conf.BULK])
         if not tasks:
-            # An empty queue: spare the CPU as the stock broker does, but wake for a request at once (a
-            # new row's drain must not wait out the poll). Opened here, in the process that dequeues.
+            # An empty queue: sleep as the stock broker does, but wake for a task request at once.
             if self._request_wait is None:
                 self._request_wait = TaskRequestWait()
             self._request_wait.wait(Conf.POLL)
             return None
         taken = []
         for task in tasks:
-            # Guarded on the lock still being in the database's past: a cluster that took the task
-            # first moved it `retry` seconds ahead, so only one taker's UPDATE matches.
+            # Guarded on the lock still being past: only one taker's UPDATE matches.
             if self.get_connection().filter(id=task.id, lock__lt=DbNow()).update(lock=self.timeout(task)):
                 taken.append((task.pk, task.payload))
         return taken
 
 
 class DatabaseClockORM(ReconnectOnDequeue, DatabaseClockLocks):
-    """The database-clock broker that rides out a PostgreSQL restart or failover (the documented default).
-
-    `ReconnectOnDequeue` must come first in the MRO, above the class that defines `dequeue`: a dequeue
-    defined in this class itself would override the mixin's, and a cut-off dequeue would stop the
-    cluster's pusher for 10 seconds again.
-    """
+    """The database-clock broker that rides out a PostgreSQL restart (the documented default); the mixin
+    comes first, above the class that defines `dequeue`."""
 
 
 def stagger_recycle(**_signal: Any) -> None:
-    """Give this worker process its own recycle count, between `recycle` and 1.5 x `recycle`.
-
-    django-q2 compares each worker's task count with `Conf.RECYCLE`; set per process after the fork,
-    the workers of one cluster (and of several clusters started together) recycle at different times
-    instead of all stopping at once.
-    """
+    """Give this worker process its own recycle count, between `recycle` and 1.5 x `recycle` (a
+    `post_spawn` receiver), so workers started together do not all recycle at once."""
     base = int(Conf.RECYCLE or 0)
     if base <= 0:
         return

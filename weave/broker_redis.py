@@ -1,9 +1,8 @@
-"""`PooledRedis`: django-q2's Redis broker on one connection pool per process (`Q_CLUSTER['broker_class']`).
+"""`PooledRedis`: django-q2's Redis broker on one bounded connection pool per process.
 
-The stock broker builds a new client, and so a new TCP connection, for every `async_task`; under steady
-traffic that is one socket per enqueue left in TIME_WAIT. This one shares one client per process and
-bounds connect and read times, so an unreachable Redis fails an enqueue in seconds instead of blocking
-the caller. Its own module because `redis` is an optional dependency (`weave[redis]`).
+The stock broker opens a TCP connection for every `async_task`; this one shares a client per process,
+with connect and read timeouts, so an unreachable Redis fails an enqueue in seconds. Its own module:
+`redis` is an optional dependency (`weave[redis]`).
 """
 
 import os
@@ -22,11 +21,8 @@ _pool_lock = threading.Lock()
 
 
 def shared_redis() -> redis.Redis:
-    """This process's Redis client (one connection pool), built from Q_CLUSTER['redis'] on first use.
-
-    Keyed by process id (a forked worker builds its own instead of sharing its parent's sockets) and
-    by the configuration (a test that points django-q2 at another Redis gets a client for it).
-    """
+    """This process's Redis client, built from Q_CLUSTER['redis'] on first use; keyed by process id (a
+    forked worker builds its own) and by the configuration."""
     key = (os.getpid(), repr(Conf.REDIS))
     client = _pools.get(key)
     if client is not None:

@@ -4,9 +4,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import Error, Tags, Warning, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
-from weave.conf import KEYS, weave_settings
+from weave.conf import KEYS, RETIRED, weave_settings
 from weave.jobs import ttl_settings
 
 
@@ -122,9 +122,9 @@ def check_q_cluster_broker(app_configs: Any = None, **kwargs: Any) -> list[Error
 
 
 @register(Tags.compatibility)
-def check_weave_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+def check_weave_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Refuse WEAVE keys that do not exist (a typo would silently fall back to a default) and values
-    of the wrong type or out of range."""
+    of the wrong type or out of range; warn about retired keys, which are ignored."""
     raw = getattr(settings, "WEAVE", None)
     if raw is not None and not isinstance(raw, Mapping):
         return [
@@ -134,7 +134,7 @@ def check_weave_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                 id="weave.E006",
             )
         ]
-    errors: list[Error] = []
+    errors: list[CheckMessage] = []
     unknown = weave_settings.unknown_keys()
     if unknown:
         errors.append(
@@ -142,6 +142,15 @@ def check_weave_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                 f"Unknown WEAVE setting(s): {', '.join(unknown)}.",
                 hint="The core's settings are in weave/conf.py; each app declares its own next to its job type.",
                 id="weave.E005",
+            )
+        )
+    retired = weave_settings.retired_keys()
+    if retired:
+        errors.append(
+            Warning(
+                f"WEAVE setting(s) no longer read, ignored: {', '.join(retired)}.",
+                hint="Remove them from WEAVE: " + "; ".join(f"{name}: {RETIRED[name]}" for name in retired) + ".",
+                id="weave.W047",
             )
         )
     for name, value, problem in weave_settings.problems():
@@ -376,14 +385,13 @@ def check_wake_listen(app_configs: Any = None, databases: Any = None, **kwargs: 
 
 
 def _listen_warning(why: str) -> Warning:
-    from weave.wake import listen_target
+    from weave.wake import POLL_MAX, listen_target
 
     kind, target = listen_target()
     # A DSN may carry a password: it is never echoed.
     where = "the DSN in WAKE_LISTEN_DB" if kind == "dsn" else f"database alias {target!r}"
     return Warning(
-        f"The due-time watchers cannot listen on {where}: {why}. They fall back to polling "
-        f"every WAKE_POLL_MAX ({weave_settings.WAKE_POLL_MAX:g} s).",
+        f"The due-time watchers cannot listen on {where}: {why}. They fall back to polling every {POLL_MAX:g} s.",
         hint="Behind a transaction pooler (pgbouncer), set WEAVE['WAKE_LISTEN_DB'] to a direct connection's "
         "database alias or DSN.",
         id="weave.W043",

@@ -305,17 +305,12 @@ class WeaveSettings(SettingsGroup):
     DASHBOARD_REFRESH = count(10, "seconds between the dashboard's automatic reloads; 0 turns it off", minimum=0)
     # --- waking workers for due work (weave.wake) ---
     WAKE_WATCHER = flag(True, "run a due-time watcher thread in every django-q2 worker process")
-    WAKE_HOLD = seconds(3.0, "how long a queued task holds its request slot if it never starts", minimum=0.0)
-    WAKE_GRACE = seconds(0.2, "how long work found due after a notification is left to the task that sent it")
-    WAKE_POLL_MAX = seconds(1.0, "longest poll on SQLite, and the longest backoff while work stays overdue")
-    WAKE_IDLE = seconds(30.0, "longest LISTEN on PostgreSQL with nothing due (NOTIFY wakes it sooner)")
     WAKE_LISTEN_DB = text(
         "", "database alias or DSN of a direct session connection the watchers LISTEN on; empty: 'default'"
     )
-    WAKE_PROBE_TIMEOUT = seconds(2.0, "how long a watcher waits for its probe NOTIFY before it falls back to polling")
     WAKE_LINGER = seconds(
         2.0,
-        "a drain with nothing left keeps looking for new rows this long, holding the slot; 0: end at once",
+        "a drain with nothing left keeps looking for new rows this long, its request slot taken; 0: end at once",
         minimum=0.0,
     )
     # --- retention (weave.retention) ---
@@ -336,7 +331,11 @@ class WeaveSettings(SettingsGroup):
         return key.read(_overrides())
 
     def unknown_keys(self) -> list[str]:
-        return sorted(set(_overrides()) - set(KEYS))
+        return sorted(set(_overrides()) - set(KEYS) - set(RETIRED))
+
+    def retired_keys(self) -> list[str]:
+        """Keys the site still sets that Weave no longer reads (accepted, ignored; a check warns)."""
+        return sorted(set(_overrides()) & set(RETIRED))
 
     def problems(self) -> list[tuple[str, object, str]]:
         """Return (key, value, what is wrong) for every key the site set to a value of the wrong type or range."""
@@ -347,5 +346,14 @@ class WeaveSettings(SettingsGroup):
                 found.append((name, overrides[name], problem))
         return found
 
+
+# Settings that became fixed timings (`weave.wake`): a site that still sets them keeps working.
+RETIRED = {
+    "WAKE_HOLD": "a lost task's request lapses after weave.wake.REQUEST_LAPSE (3 s)",
+    "WAKE_GRACE": "fixed at 0.2 s",
+    "WAKE_POLL_MAX": "fixed at 1 s",
+    "WAKE_IDLE": "fixed at 30 s",
+    "WAKE_PROBE_TIMEOUT": "fixed at 2 s",
+}
 
 weave_settings = WeaveSettings()

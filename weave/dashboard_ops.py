@@ -7,7 +7,7 @@ Each is a panel and, where it changes what an operator should do, a finding in t
   see `weave.reports.Link`);
 - retention is "degraded" when rows are past their retention and no purge finished for two periods
   (the schedule is not running, or every run fails), not merely because a backlog exists;
-- watchers that poll instead of LISTEN are "degraded": due work is picked up up to WAKE_POLL_MAX late
+- watchers that poll instead of LISTEN are "degraded": due work is picked up up to a second late
   and every worker queries once per poll, which a direct LISTEN connection avoids.
 """
 
@@ -202,7 +202,7 @@ def render_retention(now: datetime) -> SafeString:
 
 
 def wake_findings(now: datetime) -> list[Finding]:
-    from weave.wake import listen_report
+    from weave.wake import POLL_MAX, listen_report
 
     report = listen_report()
     if not report["polling"]:
@@ -217,7 +217,7 @@ def wake_findings(now: datetime) -> list[Finding]:
                 "direct (not pooled) connection.",
                 report["polling"],
                 report["polling"] + report["listening"],
-                f"{float(weave_settings.WAKE_POLL_MAX):g}",
+                f"{POLL_MAX:g}",
                 "; ".join(reasons),
             ),
         )
@@ -225,7 +225,7 @@ def wake_findings(now: datetime) -> list[Finding]:
 
 
 def render_wake(now: datetime) -> SafeString:
-    from weave.wake import listen_report
+    from weave.wake import POLL_MAX, listen_report
 
     report = listen_report()
     rows = [(w["process"], w["reason"], when(w["probed_at"])) for w in report["polling_watchers"]]
@@ -235,7 +235,7 @@ def render_wake(now: datetime) -> SafeString:
         report["listening"],
         "" if report["listening"] == 1 else "s",
         report["polling"],
-        f"{float(weave_settings.WAKE_POLL_MAX):g}",
+        f"{POLL_MAX:g}",
         table(["polling watcher", "why", "probed (database clock)"], rows, empty="No watcher polls."),
     )
 

@@ -1,21 +1,10 @@
 """Keep a django-q2 cluster taking tasks through a PostgreSQL restart or failover.
 
-django-q2's pusher process treats any error from `broker.dequeue()` as a crashed broker: it logs it,
-sleeps 10 seconds and exits, and its sentinel starts a new pusher. With the ORM broker the broker is
-PostgreSQL itself, so every restart of the server (or a failover to another address) costs every
-cluster at least 10 seconds without new tasks, on top of the outage.
-
-`ReconnectOnDequeue` turns a dequeue that failed because the link to the database is gone into "no
-task this time": the broken connection is closed, the pusher waits a short, growing pause (0.25 s
-doubling up to 2 s) and asks again, so it takes tasks again a
-moment after the server answers. Any other error is raised as before. Mix it into the broker class
-in `Q_CLUSTER["broker_class"]` (`ReconnectingORM` is the stock ORM broker with it).
-
-The monitor process acknowledges each finished task through the same broker. An acknowledgement
-that fails kills the monitor (django-q2 catches a failed result save, not a failed ack): the sentinel
-starts another, but the results it was handling are lost and the task, never deleted from the queue,
-runs again once its lock lapses. So a cut-off acknowledgement is tried again with the same backoff for
-up to ACK_PATIENCE seconds; only then is it given up, with a warning (the task runs again later).
+django-q2's pusher treats any error from `broker.dequeue()` as a crashed broker and is restarted after
+10 s; with the ORM broker every database restart would cost that. `ReconnectOnDequeue` turns a dequeue
+cut off from the database into "no task this time" after a short, growing pause (0.25 s doubling to
+2 s). A cut-off acknowledgement (which would kill the monitor) is retried for up to ACK_PATIENCE
+seconds, then given up with a warning: the task runs again once its lock lapses.
 """
 
 import logging
@@ -42,8 +31,7 @@ class ReconnectOnDequeue:
     _outage_since: float | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        # A class that lists the mixin and defines its own dequeue or acknowledge shadows the mixin's: it
-        # would look protected and stall the pusher (or kill the monitor) at every restart. Refuse it.
+        # Its own dequeue or acknowledge would shadow the mixin's and look protected: refuse it.
         super().__init_subclass__(**kwargs)
         for name in ("dequeue", "acknowledge"):
             if name in cls.__dict__:

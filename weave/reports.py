@@ -1,16 +1,9 @@
-"""Worker reports: each django-q2 worker process writes what it runs with, every REPORT_EVERY seconds.
+"""Worker reports: each django-q2 worker process writes what it runs with every REPORT_EVERY seconds.
 
-The dashboard and `weave_tune` read the reports to show the configuration as the workers run it, and
-to tell a live worker (reported within REPORT_STALE seconds, by the database clock) from a dead one.
-Only numbers and flags are reported: never a URL, a token or a path.
-
-A report also says when the process lost its database link (`LINK`). A worker cut off from the
-database cannot write that down while it lasts, so the outage is written by the first report after
-it: the end is the database clock at that reconnection, the length is what the worker measured on its
-own monotonic clock from the first failure it saw, and the start is the end minus that length (a
-database-clock time, not the worker host's wall clock). The due-time watcher notices a dropped
-connection within a second; while cut off the report thread tries again every second, so the end is
-late by about a second at most.
+The dashboard and `weave_tune` read them (numbers and flags only, never a secret) and tell a live worker
+(reported within REPORT_STALE by the database clock) from a dead one. A report also carries the
+process's database outages (`LINK`): written by the first report after the link is back, timed by the
+database clock at the reconnection minus the length the worker measured on its monotonic clock.
 """
 
 import logging

@@ -1,11 +1,7 @@
-"""A registry of django-q2 schedules, created on `post_migrate` and repaired by `manage.py weave_schedules`.
-
-Apps register their schedules in `AppConfig.ready()`:
+"""django-q2 schedules that apps register in `AppConfig.ready()`, created after every `migrate`
+(and repaired by `manage.py weave_schedules`):
 
     register_schedule(ScheduleSpec(name="notifications.sweep", func="notifications.tasks.sweep", minutes=1))
-
-`weave.apps` calls `ensure_schedules()` after every `migrate`, so the sweeps exist on any site that
-migrated; the command stays for repairs and says what it changed.
 """
 
 from dataclasses import dataclass
@@ -38,10 +34,8 @@ def registered_schedules() -> list[ScheduleSpec]:
 
 
 def ensure_schedules(using: str = "default") -> list[tuple[str, str]]:
-    """Create or update a Schedule row for every registered spec.
-
-    Returns (name, what) per spec, `what` being "created", "unchanged" or "updated (field old -> new, ...)".
-    """
+    """Create or update a Schedule row for every registered spec; return (name, "created", "unchanged" or
+    "updated (field old -> new, ...)") per spec."""
     from django_q.models import Schedule
 
     results = []

@@ -1,27 +1,17 @@
 """Wake the workers when work becomes due: coalesced task requests and the due-time watcher.
 
-Two parts, both owned by Weave rather than by the task queue:
+- `request_once(name, enqueue=...)` enqueues a task unless one is already waiting: one guarded UPDATE
+  of the `WakeRequest` row takes its slot, and only the caller whose UPDATE changed the row enqueues.
+  The task frees the slot when it starts (`task_started`), so new work asks for another task. Nothing
+  here reads the broker: it works the same on django-q2's ORM and Redis brokers.
+- A `Watcher` thread in every worker process (django-q2's `post_spawn`) sleeps until the earliest due
+  time of every registered kind (by the database clock) and then asks for a task. On PostgreSQL it
+  sleeps in `LISTEN weave_wake` on its own connection (WAKE_LISTEN_DB), so `tell_watchers()` and new
+  requests wake it at once; when a probe NOTIFY does not arrive (a transaction pooler) it polls every
+  POLL_MAX, as it does on SQLite. While work stays due it asks again every round, so a lost task is
+  replaced once its request lapses (REQUEST_LAPSE).
 
-- `request_once(name, enqueue=...)` coalesces requests for one kind of task. It moves the
-  `WakeRequest` row's `queued_until` forward in one guarded statement; only the caller whose statement
-  changed the row enqueues. The task calls `task_started(name)` first thing, which frees the slot, so
-  work that arrives while it runs asks for (and gets) another task. Nothing here reads the broker, so
-  it works the same with django-q2's ORM and Redis brokers (or any other queue).
-
-- A `Watcher` thread runs inside every django-q2 worker process (started on django-q2's `post_spawn`
-  signal). It never does the work: it sleeps until the earliest time any registered kind of work becomes
-  due by the database clock (a retry's due time, a lapsed lease) and then asks for a task through the
-  app's coalesced request. The worker process stays free for tasks while its watcher sleeps. On
-  PostgreSQL it sleeps in `LISTEN weave_wake` on a connection of its own (WAKE_LISTEN_DB), so a task
-  that changes due times (`tell_watchers()`) or a new request (`request_once`) wakes it at once. A probe
-  NOTIFY checks that notifications arrive there; behind a transaction pooler they don't, and the
-  watcher polls every WAKE_POLL_MAX instead, saying so once. On SQLite it polls with backoff.
-  While due work stays undone it asks again every round, so a lost or stuck task is replaced once its
-  request's hold lapses.
-
-Apps register what they watch in `AppConfig.ready()`:
-
-    register_watch(WatchSpec(name="notifications", next_due=..., wake=enqueue_drain))
+Apps register what they watch in `AppConfig.ready()`: `register_watch(WatchSpec(name, next_due, wake))`.
 """
 
 import functools
@@ -45,15 +35,18 @@ from weave.worker_db import is_cut_off
 
 logger = logging.getLogger("weave.wake")
 
-CHANNEL = "weave_wake"  # the PostgreSQL NOTIFY channel
-# Told only when a request enqueued a task: a broker's idle wait listens here (`TaskRequestWait`), so it is
-# not woken by every arrival and due-time change the watchers hear.
-TASK_CHANNEL = "weave_tasks"
-# The payload of a request that a waiting or running task already covers: new work for a task that is
-# lingering in some worker process. A watcher hands it to its own process (`on_arrival`) and does not
-# treat it as a change of due times, so a stream of such requests costs the watchers no queries.
+# Timings with no setting: read at each use (module globals), so a test may patch them.
+REQUEST_LAPSE = 3.0  # seconds a request's slot stays taken when its task never starts (a lost task)
+GRACE = 0.2  # seconds work found due after a notification is left to the task that sent it
+POLL_MAX = 1.0  # longest poll (SQLite, a pooler), and the longest backoff while work stays overdue
+IDLE = 30.0  # longest LISTEN on PostgreSQL with nothing due (a NOTIFY ends it sooner)
+PROBE_TIMEOUT = 2.0  # how long a probe NOTIFY may take before the watcher polls instead
+
+CHANNEL = "weave_wake"  # due times changed, or new work arrived
+TASK_CHANNEL = "weave_tasks"  # a task was enqueued: the brokers' idle waits (`TaskRequestWait`) listen here
+# The payload of a request whose slot was already taken: new work for a task that is queued or
+# lingering. A watcher hands it to its process's subscribers (`on_arrival`), not a change of due times.
 ARRIVAL = "arrived"
-# Called (on the watcher's thread) each time this process's watcher hears ARRIVAL.
 _arrival_callbacks: list[Callable[[], None]] = []
 _arrival_lock = threading.Lock()
 
@@ -61,45 +54,39 @@ _arrival_lock = threading.Lock()
 # --- coalesced task requests ---------------------------------------------------------------------------
 
 
-def request_once(name: str, *, enqueue: Callable[[], None], hold: float | None = None) -> bool:
-    """Enqueue the task named `name` unless one is already waiting; return whether this call enqueued it.
+def request_once(name: str, *, enqueue: Callable[[], None], lapse: float | None = None) -> bool:
+    """Enqueue the task of request `name` unless one is already waiting; return whether this call enqueued.
 
-    The decision is one guarded UPDATE (`queued_until` empty or in the past, by the database clock), so
-    of any number of concurrent callers exactly one enqueues. The slot is held for `hold` seconds
-    (WEAVE WAKE_HOLD) or until the task starts, whichever comes first.
-
-    This never raises for the broker. It runs after the caller's row is committed (`on_commit`), and
-    that commit is the promise: an enqueue that fails is logged, its slot freed, and the watchers are
-    told, so one of them (in a worker process, which can reach the broker) asks again within a second.
-    A caller that saw an error would retry and store its row twice.
+    The slot stays taken for `lapse` seconds (REQUEST_LAPSE) or until the task starts. This never
+    raises for the broker: the caller's row is committed, so a failed enqueue is logged, its slot freed
+    and the watchers told (they ask again from a worker process).
     """
     from weave.models import WakeRequest
 
-    hold = _hold(hold)
-    won, covered = _claim_slot(name, hold)
-    if not won:
-        if covered:
+    lapse = _lapse(lapse)
+    taken, already_taken = _claim_slot(name, lapse)
+    if not taken:
+        if already_taken:
             return False
         try:
             with transaction.atomic():
-                WakeRequest.objects.create(name=name, queued_until=DbNow(timedelta(seconds=hold)), requests=1)
+                WakeRequest.objects.create(name=name, queued_until=DbNow(timedelta(seconds=lapse)), requests=1)
         except IntegrityError:
             return False  # a concurrent first request created the row: it enqueues, not us
-    return _enqueue_won(name, enqueue)
+    return _enqueue_taken(name, enqueue)
 
 
-def _hold(hold: float | None) -> float:
-    return float(weave_settings.WAKE_HOLD if hold is None else hold)
+def _lapse(lapse: float | None) -> float:
+    return float(REQUEST_LAPSE if lapse is None else lapse)
 
 
-def _enqueue_won(name: str, enqueue: Callable[[], None]) -> bool:
-    """This caller took the slot of `name`, and the statement that took it has committed: enqueue."""
+def _enqueue_taken(name: str, enqueue: Callable[[], None]) -> bool:
     from weave.models import WakeRequest
 
     try:
         enqueue()
     except Exception as error:
-        # Nothing was queued: free the slot, or every request would be swallowed until `hold` passed.
+        # Nothing was queued: free the slot, or every request would be swallowed until it lapsed.
         logger.warning(
             "event=enqueue_failed name=%s error=%s: the work is stored; the watchers will ask again",
             name,
@@ -109,47 +96,34 @@ def _enqueue_won(name: str, enqueue: Callable[[], None]) -> bool:
         WakeRequest.objects.filter(name=name).update(queued_until=None)
         _tell_watchers_quietly()
         return False
-    # The watchers sleep until the next due time they know of; this work is due now. Told, they
-    # look again within the grace, and keep asking while it stays due (a lost or stuck task). The
-    # broker's idle wait is told in the same statement: the task is there to be taken.
+    # The watchers look again (and ask again while the work stays due); the brokers' idle waits wake.
     _tell_watchers_quietly(task=True)
     return True
 
 
-def _claim_slot(name: str, hold: float) -> tuple[bool, bool]:
-    """Take the request slot of `name` if it is free: (taken, covered). Covered: the row exists and its
-    slot is held, so a queued or lingering task already covers the new work (and was told, on PostgreSQL).
-    Neither: there is no row yet.
-
-    On PostgreSQL this is one statement: the guarded UPDATE, and, when it took nothing, the existence
-    check that carries the NOTIFY for a lingering task (it hears it through its process's watcher,
-    `on_arrival`). The hand-over of every push makes this call, so the round trip it saves is per push."""
+def _claim_slot(name: str, lapse: float) -> tuple[bool, bool]:
+    """Take the slot of `name` if free: (taken, already_taken). Already taken: a queued or lingering task
+    takes the new work (told by NOTIFY on PostgreSQL, in the same statement). Neither: no row yet."""
     from weave.models import WakeRequest
 
     if connection.vendor != "postgresql":
-        until = DbNow(timedelta(seconds=hold))
         free = Q(queued_until__isnull=True) | Q(queued_until__lte=DbNow())
         rows = WakeRequest.objects.filter(name=name)
-        if rows.filter(free).update(queued_until=until, requests=F("requests") + 1) == 1:
+        if rows.filter(free).update(queued_until=DbNow(timedelta(seconds=lapse)), requests=F("requests") + 1):
             return True, False
         return False, rows.exists()
-    claim = slot_claim_sql(name, hold=hold)
+    claim = slot_claim_sql(name, lapse=lapse)
     with connection.cursor() as cursor:
         cursor.execute(f"WITH {claim.with_sql} SELECT {claim.select_sql}", [*claim.with_params, *claim.select_params])
-        won, covered = cursor.fetchone()
-    return bool(won), bool(covered)
+        taken, already_taken = cursor.fetchone()
+    return bool(taken), bool(already_taken)
 
 
 @dataclass(frozen=True)
 class SlotClaimSQL:
-    """The slot claim of `request_once` as two pieces of PostgreSQL, for a caller that puts it in a statement
-    of its own (an INSERT of the work, say) so that the work and its request commit together, in one trip.
-
-    `with_sql` is one element of a WITH list (it names the CTE `alias`); `select_sql` is two boolean
-    select-list columns, (taken, covered) as `_claim_slot` returns them. Their parameters go in the order
-    the pieces stand in the statement. The statement must end in its own commit (autocommit): the UPDATE
-    holds the request row's lock until then, and every other request for `name` waits for it.
-    """
+    """The slot claim as PostgreSQL pieces for a statement of the caller's own (an INSERT of the work), so
+    the work and its request commit together in one trip: `with_sql` is one WITH element, `select_sql`
+    two boolean columns (taken, already_taken). The statement must commit at once (autocommit)."""
 
     with_sql: str
     with_params: tuple[Any, ...]
@@ -157,26 +131,15 @@ class SlotClaimSQL:
     select_params: tuple[Any, ...]
 
 
-def slot_claim_sql(name: str, *, hold: float | None = None, alias: str = "won", only_if: str = "TRUE") -> SlotClaimSQL:
-    """The PostgreSQL pieces that claim the request slot of `name` inside another statement (`SlotClaimSQL`).
-
-    `only_if` is a further condition of the claim, SQL without parameters (the statement's INSERT made a
-    row, say: a slot taken for no work would hold off every request until it lapsed). The request row
-    lives on the default database: the statement must run there. After it committed, hand its two
-    columns to `finish_claim`."""
+def slot_claim_sql(name: str, *, lapse: float | None = None, alias: str = "won", only_if: str = "TRUE") -> SlotClaimSQL:
+    """The pieces that claim the slot of `name` inside another statement on the default database;
+    `only_if`: a further condition (SQL, no parameters). Hand the two columns to `finish_claim`."""
     with_sql, select_sql = _slot_claim_text(alias, only_if)
-    return SlotClaimSQL(
-        with_sql=with_sql,
-        with_params=(_hold(hold), name),
-        select_sql=select_sql,
-        select_params=(CHANNEL, ARRIVAL, name),
-    )
+    return SlotClaimSQL(with_sql, (_lapse(lapse), name), select_sql, (CHANNEL, ARRIVAL, name))
 
 
 @functools.cache
 def _slot_claim_text(alias: str, only_if: str) -> tuple[str, str]:
-    # Made once per process: the hand-over asks for it on every push, and the text never changes (the
-    # table's quoted name through the connection proxy, two formats).
     from weave.models import WakeRequest
 
     table = connection.ops.quote_name(WakeRequest._meta.db_table)
@@ -187,22 +150,18 @@ def _slot_claim_text(alias: str, only_if: str) -> tuple[str, str]:
 
 
 def finish_claim(
-    name: str, taken: bool, covered: bool, *, enqueue: Callable[[], None], hold: float | None = None
+    name: str, taken: bool, already_taken: bool, *, enqueue: Callable[[], None], lapse: float | None = None
 ) -> bool:
-    """Finish a request whose slot claim (`slot_claim_sql`) ran in a statement that has committed; return
-    whether this call enqueued. Taken: enqueue, as `request_once` does. Covered: nothing more. Neither
-    (no request row yet, the first request ever): `request_once`, which makes the row."""
+    """Finish a request whose slot claim (`slot_claim_sql`) has committed; return whether it enqueued."""
     if taken:
-        return _enqueue_won(name, enqueue)
-    if covered:
+        return _enqueue_taken(name, enqueue)
+    if already_taken:
         return False
-    return request_once(name, enqueue=enqueue, hold=hold)
+    return request_once(name, enqueue=enqueue, lapse=lapse)  # no row yet: the first request makes it
 
 
-# The UPDATE runs to completion whatever the SELECT reads (a data-modifying WITH always does); the
-# SELECT sees the row as it was before it, so a held row is found and told. pg_notify runs once per
-# matching row: only when the row exists and the UPDATE took nothing, so a winner or a first request
-# is not told "arrived" (the winner announces its new task instead).
+# A data-modifying WITH runs whatever the SELECT reads; the SELECT sees the row as before it. pg_notify
+# runs only when the row exists and the UPDATE took nothing: the queued or lingering task hears ARRIVAL.
 _CLAIM_SLOT_WITH = (
     "{alias} AS ("
     " UPDATE {table} SET queued_until = " + postgres_now_plus("%s") + ", requests = requests + 1"
@@ -215,14 +174,9 @@ _CLAIM_SLOT_COLUMNS = (
 
 
 def on_arrival(callback: Callable[[], None]) -> Callable[[], None]:
-    """Call `callback` each time this process's watcher hears that new work was requested; return the
-    function that stops it.
-
-    A callback, not a flag to clear and wait on: nothing is cleared, so an arrival heard while the
-    subscriber is busy (claiming, or between two waits) is never lost. The subscriber posts it to
-    whatever it waits on (a lingering drain: its inbox, which keeps it until taken). Callbacks run on
-    the watcher's thread and must not block.
-    """
+    """Call `callback` (on the watcher's thread; it must not block) each time this process's watcher hears
+    that new work was requested; return the function that stops it. A callback, not a flag: nothing is
+    cleared, so no arrival is lost."""
     with _arrival_lock:
         _arrival_callbacks.append(callback)
 
@@ -245,11 +199,8 @@ def _arrived() -> None:
 
 
 def keep_slot_taken(name: str, seconds: float) -> None:
-    """Hold the request slot of `name` for `seconds` more: a running task covers new work meanwhile.
-
-    A task that renews its hold while it runs (and looks for new rows) keeps a steady arrival rate
-    from enqueueing one task per row; if it dies, the hold lapses and the watchers ask again.
-    """
+    """Keep the slot of `name` taken `seconds` more: a running task takes the new work meanwhile (if it
+    dies, the slot lapses and the watchers ask again)."""
     from weave.models import WakeRequest
 
     until = DbNow(timedelta(seconds=seconds))
@@ -263,7 +214,7 @@ def keep_slot_taken(name: str, seconds: float) -> None:
 
 
 def free_slot(name: str) -> None:
-    """Free the request slot of `name`: its running task stops covering new work (it is ending)."""
+    """Free the slot of `name`: its running task no longer takes new work (it is ending)."""
     from weave.models import WakeRequest
 
     WakeRequest.objects.filter(name=name).update(queued_until=None)
@@ -277,8 +228,7 @@ def _tell_watchers_quietly(*, task: bool = False) -> None:
 
 
 def task_started(name: str, *, forget: bool = False) -> None:
-    """Free the request slot of `name`: the queued task is running now. `forget` deletes the row instead
-    (for per-job names that would otherwise pile up)."""
+    """Free the slot of `name`: its task is running. `forget` deletes the row (per-job names)."""
     from weave.models import WakeRequest
 
     rows = WakeRequest.objects.filter(name=name)
@@ -289,11 +239,8 @@ def task_started(name: str, *, forget: bool = False) -> None:
 
 
 def tell_watchers(*, task: bool = False) -> None:
-    """Tell the watchers that due times changed (a task ended, a job was released). PostgreSQL only.
-
-    `task`: a task was just enqueued; the brokers' idle waits (`TaskRequestWait`) are told too, in the same
-    statement. Inside a transaction the notifications are delivered when it commits, never before.
-    """
+    """Tell the watchers that due times changed (PostgreSQL; delivered at commit). `task`: a task was
+    enqueued, so the brokers' idle waits are told too."""
     if connection.vendor != "postgresql":
         return
     with connection.cursor() as cursor:
@@ -308,17 +255,55 @@ def seconds_until(when: datetime | None) -> float | None:
     return default_clock.seconds_until(when, connection.alias)
 
 
+class LingeringTask:
+    """The wake-up side of a task that lingers for new work (the push drain) while its loop runs.
+
+    It keeps the request slot taken while the loop can take more (`turn`), so new requests reach it as
+    arrivals (`listen`) instead of new tasks; says when rows are leased again (`claimed`); and pauses
+    this process's watch of its kind while it works through a backlog (`backlog`).
+    """
+
+    def __init__(self, name: str, watch: str, seconds: float) -> None:
+        self.name, self.watch, self.seconds = name, watch, seconds
+        # How often a lingering loop looks for new rows: a safety net where arrivals are heard.
+        self.poll = max(0.02, GRACE / 2)
+        self._renewed = time.monotonic()
+
+    def begin(self, *, backlog: bool) -> None:
+        """The task starts: keep the slot taken (or, with a backlog, free it for a helper); tell the watchers."""
+        if backlog or not self.seconds:
+            free_slot(self.name)
+        else:
+            keep_slot_taken(self.name, self.seconds + GRACE)
+        tell_watchers()  # rows are about to be leased: the watchers learn when those leases would lapse
+
+    def listen(self, callback: Callable[[], None]) -> Callable[[], None]:
+        return on_arrival(callback)
+
+    def hears(self) -> bool:
+        """Whether every new request reaches this process as an arrival (its watcher listens)."""
+        return bool(weave_settings.WAKE_WATCHER) and _state.mode == "listen"
+
+    def turn(self, has_space: bool) -> None:
+        """Renew the slot every half linger while the loop can take new rows; a full loop lets it lapse."""
+        if has_space and self.seconds and time.monotonic() - self._renewed >= self.seconds / 2:
+            keep_slot_taken(self.name, self.seconds + GRACE)
+            self._renewed = time.monotonic()
+
+    def claimed(self) -> None:
+        tell_watchers()
+
+    def backlog(self) -> None:
+        pause_watch(self.watch, POLL_MAX)
+
+
 # --- what is watched -----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class WatchSpec:
-    """One kind of work the watcher keeps an eye on.
-
-    `next_due()` returns the earliest database time at which some job of this kind becomes claimable
-    (due time reached, or its lease lapsed), or None when there is none; `wake()` asks for a task to do
-    the due work and must be coalesced (cheap to call often).
-    """
+    """One kind of work the watcher keeps an eye on: `next_due()` is the earliest database time a job of
+    it becomes claimable (or None); `wake()` asks for a task, coalesced (cheap to call often)."""
 
     name: str
     next_due: Callable[[], datetime | None]
@@ -341,20 +326,12 @@ _paused: dict[str, float] = {}
 
 
 def pause_watch(name: str, seconds: float) -> None:
-    """Say that a task in this process claims the due work of the watched kind `name` as fast as it has
-    room, for the next `seconds`: it has a backlog, so it will take every due row, lapsed leases included.
-
-    This process's watcher does not look at that kind meanwhile. Its look is an aggregate over every
-    pending row, and during a backlog it found the kind overdue every round (up to once a second, in
-    every worker) and asked for a task the busy cluster could not start. A drain renews this at each
-    claim that finds more due than it took; when it stops, the kind is looked at again within `seconds`.
-    Other processes' watchers are not told: they go on looking, and asking for helpers.
-    """
+    """A task here claims every due row of kind `name` as fast as it can for `seconds` (a backlog): this
+    process's watcher skips its aggregate look meanwhile. Other processes' watchers go on looking."""
     _paused[name] = time.monotonic() + seconds
 
 
 def _paused_for(name: str) -> float:
-    """Seconds the watch of `name` stays paused in this process (0 or less: not paused)."""
     return _paused.get(name, 0.0) - time.monotonic()
 
 
@@ -363,9 +340,9 @@ def _paused_for(name: str) -> float:
 
 @dataclass
 class ListenState:
-    """Whether this process's watcher hears NOTIFY, as its last probe found (for checks and the dashboard)."""
+    """Whether this process's watcher hears NOTIFY, as its last probe found (checks, dashboard)."""
 
-    mode: str = "unknown"  # "listen": notifications arrive; "poll": they don't, the watcher polls
+    mode: str = "unknown"  # "listen", or "poll": notifications do not arrive
     reason: str = ""
     since: float = 0.0  # time.time() of the probe
 
@@ -379,7 +356,7 @@ def listen_state() -> ListenState:
 
 
 def listen_target() -> tuple[str, str]:
-    """("dsn", text) or ("alias", name) for the session connection the watchers LISTEN on (WAKE_LISTEN_DB)."""
+    """("dsn", text) or ("alias", name) of the session connection the watchers LISTEN on (WAKE_LISTEN_DB)."""
     target = str(weave_settings.WAKE_LISTEN_DB or "").strip()
     if "=" in target or "://" in target:
         return "dsn", target
@@ -387,12 +364,8 @@ def listen_target() -> tuple[str, str]:
 
 
 def open_listener(channel: str = CHANNEL) -> Any:
-    """A new psycopg connection in autocommit, LISTENing on `channel`, used for nothing else.
-
-    Its own connection, not the thread's Django one: notifications are then only ever read through
-    `notifies()`, one psycopg API per connection, and queries never swallow them. Behind a
-    transaction pooler, name a direct connection in WAKE_LISTEN_DB (an alias or a DSN).
-    """
+    """A new autocommit psycopg connection LISTENing on `channel`, used for nothing else (so no query
+    ever swallows a notification)."""
     import psycopg
     from django.db import connections
 
@@ -400,22 +373,18 @@ def open_listener(channel: str = CHANNEL) -> Any:
     if kind == "dsn":
         raw = psycopg.connect(target, autocommit=True)
     else:
-        params = connections[target].get_connection_params()
-        raw = psycopg.connect(**params, autocommit=True)
+        raw = psycopg.connect(**connections[target].get_connection_params(), autocommit=True)
     raw.execute(f"LISTEN {channel}")
     return raw
 
 
 def probe_listener(raw: Any, *, timeout: float | None = None, channel: str = CHANNEL) -> bool:
-    """Send a NOTIFY through the site's own connection and say whether `raw` hears it within `timeout`.
-
-    Through a transaction pooler the LISTEN lands on a server session the pooler hands to others, so the
-    probe never arrives: that is how the watchers find out they must poll.
-    """
+    """NOTIFY through the site's connection; whether `raw` hears it within `timeout`. Behind a
+    transaction pooler it never does: that is how the watchers learn to poll."""
     token = f"probe:{uuid.uuid4().hex}"
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_notify(%s, %s)", [channel, token])
-    deadline = time.monotonic() + float(weave_settings.WAKE_PROBE_TIMEOUT if timeout is None else timeout)
+    deadline = time.monotonic() + float(PROBE_TIMEOUT if timeout is None else timeout)
     while (left := deadline - time.monotonic()) > 0:
         heard = [notify.payload for notify in raw.notifies(timeout=left, stop_after=1)]
         if ARRIVAL in heard:
@@ -435,12 +404,12 @@ def _record(mode: str, reason: str) -> None:
             "event=wake_polling reason=%s: the watchers poll due times every %g s instead of listening. "
             "Behind a transaction pooler, set WEAVE['WAKE_LISTEN_DB'] to a direct connection.",
             reason,
-            float(weave_settings.WAKE_POLL_MAX),
+            POLL_MAX,
         )
 
 
 def _store_probe(mode: str, reason: str) -> None:
-    """Keep this process's probe result where the dashboard and the metrics read it (best effort)."""
+    """Keep this process's probe result for the dashboard and the metrics (best effort)."""
     import os
     import socket
 
@@ -456,7 +425,7 @@ def _store_probe(mode: str, reason: str) -> None:
 
 
 def listen_report(max_age: float = 3600.0) -> dict[str, Any]:
-    """Watchers that probed within `max_age` seconds: how many listen, how many poll, and why (dashboard)."""
+    """Watchers that probed within `max_age` seconds: how many listen, how many poll, and why."""
     from weave.models import WatcherProbe
 
     recent = WatcherProbe.objects.filter(probed_at__gte=DbNow(timedelta(seconds=-max_age)))
@@ -465,41 +434,35 @@ def listen_report(max_age: float = 3600.0) -> dict[str, Any]:
 
 
 class TaskRequestWait:
-    """Sleep until a task is requested (a NOTIFY on `weave_tasks`), at most a given time: a broker's idle wait.
+    """A broker's idle wait: sleep up to a given time, cut short by a task request (NOTIFY `weave_tasks`).
 
-    django-q2's ORM broker polls for new tasks; in between it sleeps `poll` seconds, and the first drain
-    after a quiet spell waited that sleep out. Every coalesced request that enqueues says so on
-    `weave_tasks` (`request_once`), so a broker that waits here takes the task as soon as its row is in.
-    The LISTEN connection stays open between waits: a request made while the broker was querying is
-    heard at the next wait, none is lost. Only the first wait after (re)opening returns at once, since
-    a request just before the LISTEN was not heard. Arrivals (covered requests) and due-time changes go
-    to `weave_wake` and ring nothing here.
-    On SQLite, or when the connection fails, it sleeps the whole time. A LISTEN that does not hear its
-    own probe (a transaction pooler) is closed at once, never left on a pooled session, and the wait
-    only sleeps from then on: the broker polls as before.
+    The LISTEN stays open between waits, so a request made while the broker queried is heard at the
+    next wait. The first wait after (re)opening returns at once (a request before the LISTEN was not
+    heard). On SQLite, after a failure, or when the probe is not heard (a transaction pooler: the LISTEN
+    is closed at once), it only sleeps and the broker polls as before.
     """
 
     def __init__(self) -> None:
         self._raw: Any = None
-        self._deaf = False
+        self._unheard = False
 
     def wait(self, seconds: float) -> bool:
-        """Sleep up to `seconds`; return True if a request (or the (re)opening of the LISTEN) cut it short."""
+        """Sleep up to `seconds`; True if a request (or the (re)opening of the LISTEN) cut it short."""
         deadline = time.monotonic() + seconds
-        if connection.vendor != "postgresql" or self._deaf:
+        if connection.vendor != "postgresql" or self._unheard:
             time.sleep(seconds)
             return False
         try:
             if self._raw is None:
                 self._raw = open_listener(TASK_CHANNEL)
                 if not probe_listener(self._raw, channel=TASK_CHANNEL):
-                    self._deaf = True
+                    self._unheard = True
                     self.close()
-                    logger.warning("event=request_bell_deaf: the broker polls its queue (a transaction pooler?)")
-                return True  # look again first: a request made before the LISTEN was not heard
+                    logger.warning("event=task_requests_unheard: the broker polls its queue (a transaction pooler?)")
+                return True
             if any(True for _ in self._raw.notifies(timeout=seconds, stop_after=1)):
                 return True
-        except Exception:  # the broker's own queries report a database outage; here, sleep and reopen
+        except Exception:  # the broker's own queries report an outage; here, sleep and reopen
             logger.debug("the task-request wait's LISTEN failed; sleeping instead", exc_info=True)
             self.close()
             time.sleep(max(0.0, deadline - time.monotonic()))
@@ -507,26 +470,20 @@ class TaskRequestWait:
 
     def close(self) -> None:
         raw, self._raw = self._raw, None
-        if raw is not None:
-            try:
-                raw.close()
-            except Exception:
-                logger.debug("closing the task-request wait's LISTEN connection failed", exc_info=True)
+        _close_quietly(raw)
 
 
 # --- the watcher thread --------------------------------------------------------------------------------
 
 
-# A timer round wakes the kind whose time it was a hair late or early (the wait's own granularity).
-_TIMER_SLACK = 0.005
+_TIMER_SLACK = 0.005  # a timer round wakes a kind whose time is this close (the wait's granularity)
 
 
 class Watcher:
-    """Sleep until the earliest due time of every watched kind of work, then ask for a task.
+    """Sleep until the earliest due time of the watched kinds, then ask for a task (`run()` until `stop()`).
 
-    `step()` does one round and returns how long to sleep; `run()` loops until `stop()`. A due time
-    reached by waiting for it is acted on at once; work found due right after a notification gets a short
-    grace first (WEAVE WAKE_GRACE), because the task that sent the notification is usually claiming it.
+    A due time reached by the timer is acted on at once; work found due right after a notification gets
+    GRACE first, since the task that sent the notification is usually claiming it.
     """
 
     def __init__(self, specs: list[WatchSpec] | None = None) -> None:
@@ -537,7 +494,7 @@ class Watcher:
         self._polling = False  # the last probe did not: poll until a reconnect probes again
         self._overdue_seen: set[str] = set()
         self._looked: dict[str, tuple[float, float]] = {}  # kind -> (monotonic time of its last look, its sleep then)
-        self._poll = float(weave_settings.WAKE_GRACE)
+        self._poll = GRACE
         self.rounds = 0
         self.wakes = 0
 
@@ -545,21 +502,16 @@ class Watcher:
         self._stop.set()
 
     def longest_sleep(self) -> float:
-        """WAKE_IDLE while notifications are heard; otherwise (SQLite, a pooler) WAKE_POLL_MAX."""
+        """IDLE while notifications are heard; otherwise (SQLite, a pooler) POLL_MAX."""
         if connection.vendor == "postgresql" and self._hears:
-            return float(weave_settings.WAKE_IDLE)
-        return float(weave_settings.WAKE_POLL_MAX)
+            return IDLE
+        return POLL_MAX
 
     def step(self, *, timer_expired: bool) -> float:
-        """Look at the watched kinds, wake those due; return seconds to sleep (bounded).
-
-        After a notification (due times changed) every kind is looked at. When the round was reached by
-        the timer, only the kinds whose own time came are: the others' due times did not change (nothing
-        said so), and looking at them again cost one aggregate query each, every round that another kind
-        (an overdue one, or one covered by a drain here) kept short. Each kind is still looked at within
-        the longest sleep, as a lone kind would be."""
+        """Look at the watched kinds, wake those due; return seconds to sleep (bounded). A timer round
+        looks only at the kinds whose own time came (nothing said the others' due times changed)."""
         self.rounds += 1
-        grace = float(weave_settings.WAKE_GRACE)
+        grace = GRACE
         longest = self.longest_sleep()
         now = time.monotonic()
         sleep = longest
@@ -577,7 +529,7 @@ class Watcher:
                 # One kind's failure (its table not migrated yet, a bad query, a failed enqueue) must not
                 # blind the watcher to the others: log it, look again soon, go on with the rest.
                 logger.exception("event=watch_failed name=%s: its due times are unknown this round", spec.name)
-                own = min(longest, float(weave_settings.WAKE_POLL_MAX))
+                own = min(longest, POLL_MAX)
             self._looked[spec.name] = (now, own)
             sleep = min(sleep, own)
         if not self._overdue_seen and sleep > grace:
@@ -598,14 +550,13 @@ class Watcher:
         if left > 0:
             self._overdue_seen.discard(spec.name)
             return min(sleep, left)
-        # Due now. Reached by our own timer, or seen due twice in a row: nobody is on it, ask for a task.
-        # Asked again every round (at most WAKE_POLL_MAX apart) while it stays due: a request whose
-        # task was lost or sits behind a busy cluster lapses after WAKE_HOLD, and the next ask wins.
+        # Due, reached by our timer or seen due twice: nobody is on it. Asked again every round while it
+        # stays due, so a lost task's request lapses (REQUEST_LAPSE) and the next ask wins.
         if timer_expired or spec.name in self._overdue_seen:
             self.wakes += 1
             spec.wake()
             self._overdue_seen.discard(spec.name)
-            pause, self._poll = self._poll, min(self._poll * 2, float(weave_settings.WAKE_POLL_MAX))
+            pause, self._poll = self._poll, min(self._poll * 2, POLL_MAX)
             return min(sleep, pause)
         self._overdue_seen.add(spec.name)
         return min(sleep, grace)
@@ -622,7 +573,7 @@ class Watcher:
                 logger.exception("wake watcher round failed; retrying")
                 self._reset_connection()
                 timer_expired = False
-                self._stop.wait(float(weave_settings.WAKE_POLL_MAX))
+                self._stop.wait(POLL_MAX)
         self._reset_connection()
 
     def _wait(self, seconds: float) -> bool:
@@ -638,8 +589,7 @@ class Watcher:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            # Everything one read brought in, taken whole: leaving the generator at the first change of
-            # due times would drop the rest of its packet, an arrival among them.
+            # One read taken whole: leaving the generator early would drop the rest, an arrival among them.
             heard = [n.payload for n in raw.notifies(timeout=min(left, 1.0), stop_after=1)]
             if ARRIVAL in heard:
                 _arrived()  # for a task lingering in this process; due times did not change
@@ -669,19 +619,21 @@ class Watcher:
 
     def _close_listener(self) -> None:
         raw, self._listener, self._hears = self._listener, None, False
-        if raw is not None:
-            try:
-                raw.close()
-            except Exception:
-                logger.debug("closing the watcher's LISTEN connection failed", exc_info=True)
+        _close_quietly(raw)
 
     def _reset_connection(self) -> None:
         self._close_listener()
         self._polling = False
+        _close_quietly(connection)  # reopened by the next round
+
+
+def _close_quietly(conn: Any) -> None:
+    """Close `conn` if there is one; closing a broken connection may fail too, and it is dropped either way."""
+    if conn is not None:
         try:
-            connection.close()
-        except Exception:  # closing a broken connection may fail too; the next round reconnects
-            logger.debug("closing the watcher's connection failed", exc_info=True)
+            conn.close()
+        except Exception:
+            logger.debug("closing a connection failed", exc_info=True)
 
 
 _started: Watcher | None = None

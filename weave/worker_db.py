@@ -1,23 +1,10 @@
-"""Session limits for the PostgreSQL connections of django-q2 worker processes (issue 17).
+"""Session limits for the PostgreSQL connections of django-q2 worker processes.
 
-A worker cut off from PostgreSQL in the middle of a transaction keeps its row locks for as long as
-the server believes the session is alive: with default TCP settings, hours. So worker connections run
-with limits on both ends, all read from the `WORKER_DB_*` WEAVE settings:
-
-- on the server (`-c name=value` in libpq's `options` startup parameter): `statement_timeout`,
-  `idle_in_transaction_session_timeout`, and `tcp_keepalives_*` / `tcp_user_timeout` for the
-  server's socket. The server then aborts a cut-off worker's transaction and frees its locks;
-- on the client (libpq parameters): `connect_timeout`, `keepalives*` and `tcp_user_timeout`, so the
-  worker's own calls fail instead of waiting on a dead link.
-
-Only worker processes get them. django-q2 sends `post_spawn` in each worker process as it starts
-(before it opens any connection: the sentinel closes them all before forking) and `pre_execute`
-before each task. The first of the two turns on worker mode: the limits are added to the OPTIONS of
-every PostgreSQL alias in this process's copy of the settings, and this thread's idle connections
-are closed, so every connection the worker opens from then on (its own and its heartbeat threads')
-is born with them. A web process never receives those signals, so the site's requests keep the
-site's own settings. Startup parameters rather than a `SET` on `connection_created`: no extra round
-trip, and no statement can run on a connection before its limits apply.
+A worker cut off mid-transaction keeps its row locks as long as the server believes its session is
+alive. Worker connections therefore carry the `WORKER_DB_*` limits on both ends: server settings in
+libpq's `options` (`statement_timeout`, `idle_in_transaction_session_timeout`, TCP keepalives) and
+client parameters (`connect_timeout`, keepalives). Worker mode starts at django-q2's `post_spawn` or
+`pre_execute` in a worker process; a web process never gets them.
 """
 
 import logging
@@ -96,11 +83,8 @@ def enter_worker_mode(**signal_kwargs: Any) -> None:
 
 
 def session_limits(using: str = "default") -> dict[str, Any]:
-    """Return the limits in effect on this thread's connection to `using`, as the server and libpq see them.
-
-    A diagnostic: enqueue it as a django-q2 task with `save=True` (the documented Q_CLUSTER keeps no
-    successes otherwise) to see what a worker's sessions really run with.
-    """
+    """The limits in effect on this thread's connection to `using`, as the server and libpq see them (a
+    diagnostic: enqueue it as a task with `save=True` to see a worker's)."""
     conn = connections[using]
     if conn.vendor != "postgresql":
         return {}

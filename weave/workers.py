@@ -7,10 +7,9 @@ it here, once per request name whatever the broker:
     request_task(request_name("myapp.drain"), "myapp.tasks.drain", group="myapp")
 
 and the task says when it starts (`request_started`) and when due times changed (`tell_watchers`).
-A task that lingers for new work keeps its request slot taken while it can take more
-(`keep_slot_taken`, then `free_slot` as it ends), hears new requests as they arrive (`on_arrival`,
-while `listen_state().mode == "listen"`), and pauses this process's watch of its kind while it works
-through a backlog (`pause_watch`). `settle_heap` and `is_cut_off` belong to the worker process itself.
+A task that lingers for new work uses a `LingeringTask`: it keeps the request slot taken while the
+task can take more, hears new requests as they arrive, and pauses this process's watch of its kind
+through a backlog (its parts stay public too). `settle_heap` and `is_cut_off` belong to the worker process.
 """
 
 from weave.heap import settle as settle_heap
@@ -19,6 +18,7 @@ from weave.jobs.queue import request_claimed as finish_claimed_request
 from weave.jobs.queue import request_name
 from weave.jobs.queue import started as request_started
 from weave.wake import (
+    LingeringTask,
     ListenState,
     SlotClaimSQL,
     free_slot,
@@ -32,6 +32,7 @@ from weave.wake import (
 from weave.worker_db import is_cut_off
 
 __all__ = [
+    "LingeringTask",
     "ListenState",
     "SlotClaimSQL",
     "finish_claimed_request",

@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypedDict, Unpack
+from typing import Any, Protocol, TypedDict, Unpack
 
 from django.db import connection
 
@@ -71,32 +71,24 @@ _BACKLOG_GATHER_SECONDS = 0.010
 ARRIVED = "arrived"
 
 
+class LingerTask(Protocol):
+    """What a lingering drain's task does beside the loop (`weave.workers.LingeringTask`)."""
+
+    def listen(self, callback: Callable[[], None]) -> Callable[[], None]: ...  # call on each new request
+    def hears(self) -> bool: ...  # whether each new request reaches this process (look at arrivals only)
+    def turn(self, has_space: bool) -> None: ...  # every turn: whether the loop can take more rows
+    def claimed(self) -> None: ...  # rows were claimed after the loop was idle
+    def backlog(self) -> None: ...  # a claim took a whole batch: more rows are due
+
+
 @dataclass(frozen=True)
 class Lingering:
-    """How a drain that ran dry goes on looking for new rows, and what its task does meanwhile.
-
-    The loop stays as it is (its sender, completer and backends with their open connections) and claims
-    new rows as they come. Each hook is optional:
-
-    - `listen(callback)` calls `callback` whenever new rows are requested (`weave.wake.on_arrival`) and
-      returns the function that stops it: the loop then looks at once instead of at its next poll;
-    - `heard()` says whether those calls reach this process (its watcher hears NOTIFY): while they do,
-      a busy loop stops looking every few milliseconds between answers and looks at each arrival;
-    - `turn(room)` runs every turn of the loop, saying whether it has room for more rows (the task keeps
-      its request slot held then, so new rows ask for no other task);
-    - `claimed()` runs when rows are claimed after the loop was idle (the task tells the watchers that
-      rows are leased again, so they know when those leases would lapse);
-    - `backlog()` runs after each claim that took a whole batch: more rows are due, and this loop claims
-      them as it has room (the task tells its own process's watcher, `weave.workers.pause_watch`).
-    """
+    """How a drain that ran dry goes on claiming new rows on the same loop, sender, completer and
+    backends (with their open connections), and the task it tells (`task`, optional)."""
 
     seconds: float = 0.0  # real seconds to go on after the last claim that found rows (0: end when idle)
     poll: float = _RECHECK_SECONDS[1]  # the longest gap between two looks while nothing is out
-    listen: Callable[[Callable[[], None]], Callable[[], None]] | None = None
-    heard: Callable[[], bool] | None = None
-    turn: Callable[[bool], None] | None = None
-    claimed: Callable[[], None] | None = None
-    backlog: Callable[[], None] | None = None
+    task: LingerTask | None = None
 
 
 class PushWorker:
@@ -290,20 +282,20 @@ class PushWorker:
         reason = "execution budget spent before this row was sent; released for the next drain"
         return self.buffer.release(rows, reason)
 
-    def hold(self, rows: list[Row]) -> int:
+    def release_for_breaker(self, rows: list[Row]) -> int:
         """Hand back rows whose scope's breaker is open, due when its hold ends, without using an attempt."""
         by_scope: dict[str, list[Row]] = {}
         for row in rows:
             by_scope.setdefault(row.scope, []).append(row)
-        held = 0
+        released = 0
         now = self.clock.monotonic()
         for scope, mine in by_scope.items():
             breaker = self.breakers.get(scope)
             seconds = breaker.hold_seconds(now)
             reason = f"{breaker.reason}. Held back for {seconds:.1f} s without using an attempt."
             until = self.clock.now(timedelta(seconds=seconds))
-            held += self.buffer.release(mine, reason, next_attempt_at=until, last_error=reason)
-        return held
+            released += self.buffer.release(mine, reason, next_attempt_at=until, last_error=reason)
+        return released
 
     def learn(self, done: Finished) -> None:
         self._dead_devices.update(done.dead)
@@ -345,8 +337,8 @@ class _Pump:
         stop_listening: Callable[[], None] | None = None
         try:
             # Subscribed before the first claim: a row requested after any look of ours is heard, none is lost.
-            if self.lingering.listen is not None and self.lingering.seconds:
-                stop_listening = self.lingering.listen(worker.arrived)
+            if self.lingering.task is not None and self.lingering.seconds:
+                stop_listening = self.lingering.task.listen(worker.arrived)
             while self.step():
                 pass
         finally:
@@ -370,8 +362,8 @@ class _Pump:
         self._check_stop()
         if self.more_claims:
             self._refill()
-            if self.lingering.turn is not None:
-                self.lingering.turn(self._in_hand() < worker.concurrency)
+            if self.lingering.task is not None:
+                self.lingering.task.turn(self._in_hand() < worker.concurrency)
         self._start()
         if self.in_flight or self.finishing:
             self._take(self._answer_wait())
@@ -393,7 +385,7 @@ class _Pump:
         # recheck already due would otherwise turn this wait into a spin.
         if self.more_claims and self.nothing_due_at is not None:
             due_in = max(0.0, self.nothing_due_at + self._recheck() - time.monotonic())
-            if due_in < timeout and self._room_to_claim():
+            if due_in < timeout and self._may_claim():
                 timeout = due_in
         return timeout
 
@@ -442,7 +434,7 @@ class _Pump:
         worker = self.worker
         while (
             self.nothing_due_at is None or time.monotonic() - self.nothing_due_at >= self._recheck()
-        ) and self._room_to_claim():
+        ) and self._may_claim():
             idle = not (self.waiting or self.in_flight or self.finishing)
             _, rows = worker.buffer.claim(worker.batch_size)
             if not rows:
@@ -451,8 +443,8 @@ class _Pump:
                     self.recheck = min(self.lingering.poll, self.recheck * 2)
                 self.nothing_due_at = time.monotonic()
                 return
-            if idle and self.report.batches and self.lingering.claimed is not None:
-                self.lingering.claimed()  # leased again after an idle spell (the first claim: the task said so)
+            if idle and self.report.batches and self.lingering.task is not None:
+                self.lingering.task.claimed()  # leased again after an idle spell (the first claim: the task said so)
             self.report.batches += 1
             self.report.claimed += len(rows)
             self.recheck = _RECHECK_SECONDS[0]
@@ -463,18 +455,18 @@ class _Pump:
             self.nothing_due_at = self.found_at if len(rows) < worker.batch_size else None
             if self.nothing_due_at is not None:
                 return
-            if self.lingering.backlog is not None:
-                self.lingering.backlog()
+            if self.lingering.task is not None:
+                self.lingering.task.backlog()
 
-    def _room_to_claim(self) -> bool:
+    def _may_claim(self) -> bool:
         """Whether a claim may run now, timing aside: not stopping, and no backend with more than a round in hand.
         The look at every waiting row's backend goes last: most turns stop at the cheaper tests."""
         return not self.stop and self._in_hand() <= self.worker.concurrency and self._rounds_left()
 
     def _recheck(self) -> float:
         """How long after a claim that found nothing (or less than asked) to look again."""
-        heard = self.lingering.heard
-        if self.in_flight and heard is not None and heard():
+        task = self.lingering.task
+        if self.in_flight and task is not None and task.hears():
             # Busy, and every new row's request reaches this loop as an arrival, which looks at once.
             return self.lingering.poll
         return self.recheck
@@ -527,7 +519,7 @@ class _Pump:
             return True
         verdict = worker.may_start(row)
         if verdict == "hold":
-            turn.held.append(row)  # its scope's breaker is open: back, due when the hold ends
+            turn.breaker_open.append(row)  # its scope's breaker is open: back, due when the hold ends
             return True
         if verdict == "wait":
             self.parked.append(row)  # kept (and kept alive) until the probe's answer decides
@@ -541,8 +533,8 @@ class _Pump:
             for row, _ in turn.unsent:
                 row.claim.batch.drop(row.pk)
             count_unsent(turn.unsent, worker.completer.end_unsent(turn.unsent), self.report)
-        if turn.held:
-            landed = worker.hold(turn.held)
+        if turn.breaker_open:
+            landed = worker.release_for_breaker(turn.breaker_open)
             self.report.released += landed
             self.report.held += landed
         if turn.quiet:
@@ -656,5 +648,5 @@ class _Turn:
 
     starting: list[tuple[Any, PushMessage]] = field(default_factory=list)
     unsent: list[tuple[Row, Unsendable]] = field(default_factory=list)
-    held: list[Row] = field(default_factory=list)
+    breaker_open: list[Row] = field(default_factory=list)
     quiet: list[tuple[Row, datetime, str]] = field(default_factory=list)

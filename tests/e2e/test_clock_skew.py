@@ -31,8 +31,14 @@ pytestmark = [
 def test_a_worker_5_s_behind__takes_a_new_notification_at_once_with_the_database_clock_broker(
     groups, worker_env, monkeypatch, broker
 ):
+    from weave import wake
+
     no_sweeps()
     monkeypatch.setattr(Conf, "BROKER_CLASS", broker or None)  # this (web) process enqueues with the same broker
+    # A watcher re-asks once a request's slot lapses (from the skewed host, so its task is takeable at
+    # once): the requests made here keep their slots 10 s, which keeps that rescue out of the control's
+    # first row.
+    monkeypatch.setattr(wake, "REQUEST_LAPSE", 10.0)
     with FakePushProvider(latency_ms=10) as fake:
         start_cluster(
             groups,
@@ -45,9 +51,6 @@ def test_a_worker_5_s_behind__takes_a_new_notification_at_once_with_the_database
             # Every notification its own broker task: the hand-over is what is measured, not a drain
             # that lingers and picks up the next row itself.
             WEAVE_WAKE_LINGER="0",
-            # A watcher re-asks once a request's hold lapses (from the skewed host, so its task is
-            # takeable at once): a long hold keeps that rescue out of the control's first row.
-            WEAVE_WAKE_HOLD="10",
         )
         took = []
         for i in range(3):

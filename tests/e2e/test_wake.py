@@ -137,10 +137,11 @@ def test_a_lost_drain__is_asked_for_again_once_its_hold_lapses_while_the_row_is_
     groups, worker_env, monkeypatch, settings, broker
 ):
     from notifications import queue as notification_queue
+    from weave import wake
     from weave.models import WakeRequest
 
     no_sweeps()
-    settings.WEAVE = {**settings.WEAVE, "WAKE_HOLD": 4.0}
+    monkeypatch.setattr(wake, "REQUEST_LAPSE", 4.0)
     env: dict[str, str] = {}
     if broker == "redis":
         name = f"lost-{uuid.uuid4().hex[:8]}"

@@ -73,8 +73,8 @@ def test_enqueue_drain__coalesces_on_weaves_own_row_until_the_drain_starts():
     assert WakeRequest.objects.get().requests == 2
 
 
-def test_enqueue_drain__a_lost_task_holds_the_slot_only_until_its_time_passes(settings):
-    settings.WEAVE = {"WAKE_HOLD": 0.0}  # as if the queued drain had been lost long ago
+def test_enqueue_drain__a_lost_task_holds_the_slot_only_until_its_time_passes(monkeypatch, settings):
+    monkeypatch.setattr(wake, "REQUEST_LAPSE", 0.0)  # as if the queued drain had been lost long ago
     assert enqueue_drain() is True
     assert enqueue_drain() is True
     assert OrmQ.objects.count() == 2

@@ -10,6 +10,7 @@ from notifications.models import DeliveryAttempt, Notification
 from notifications.services import notification_create
 from notifications.signals import notification_delivered
 from tests.factories import NotificationFactory
+from weave import wake
 from weave.leases import DatabaseClock
 from weave.wake import Watcher
 
@@ -63,11 +64,10 @@ def test_drain__a_row_created_during_the_linger_goes_out_on_the_same_pipeline(pu
 def test_drain__with_a_backlog_pauses_this_process_s_watch_of_its_kind(push_settings, fake, settings, monkeypatch):
     """A drain whose claims take whole batches says so (`weave.workers.pause_watch`): its own watcher then skips the
     aggregate over every pending row that found the kind overdue each round; with less than a batch it does not."""
-    from weave import workers
-
     covers: list[tuple[str, float]] = []
-    monkeypatch.setattr(workers, "pause_watch", lambda name, seconds: covers.append((name, seconds)))
-    settings.WEAVE = {**settings.WEAVE, "PUSH_BATCH_SIZE": 5, "WAKE_LINGER": 0, "WAKE_POLL_MAX": 0.7}
+    monkeypatch.setattr(wake, "pause_watch", lambda name, seconds: covers.append((name, seconds)))
+    settings.WEAVE = {**settings.WEAVE, "PUSH_BATCH_SIZE": 5, "WAKE_LINGER": 0}
+    monkeypatch.setattr(wake, "POLL_MAX", 0.7)
     NotificationFactory.create_batch(3)
     Notification.objects.update(next_attempt_at=DatabaseClock().now())
 

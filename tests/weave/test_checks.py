@@ -63,6 +63,20 @@ def test_unknown_weave_key_is_refused(settings):
     assert ids(errors) == ["weave.E005"] and "PUSH_URLL" in errors[0].msg
 
 
+def test_retired_wake_keys_are_ignored_with_a_warning_naming_them(settings):
+    """An existing site's WEAVE that still sets the timings that became fixed keeps working."""
+    from weave.conf import weave_settings
+    from weave.wake import Watcher
+
+    settings.WEAVE = {**settings.WEAVE, "WAKE_HOLD": 10.0, "WAKE_POLL_MAX": 5.0, "WAKE_LINGER": 1.0}
+    errors = check_weave_settings()
+    assert ids(errors) == ["weave.W047"] and errors[0].level < 40  # a warning: `check` still passes
+    assert "WAKE_HOLD" in errors[0].msg and "WAKE_POLL_MAX" in errors[0].msg and "WAKE_LINGER" not in errors[0].msg
+    assert weave_settings.WAKE_LINGER == 1.0
+    assert Watcher([]).longest_sleep() == 1.0  # the fixed poll, not the retired setting's 5 s
+    call_command("check")
+
+
 @pytest.mark.parametrize(
     ("key", "value", "words"),
     [

@@ -38,8 +38,9 @@ def in_seconds(seconds: float) -> datetime:
     return timezone.now() + timedelta(seconds=seconds)
 
 
-def test_watcher__with_nothing_pending_sleeps_its_longest_and_wakes_nobody(settings):
-    settings.WEAVE = {"WAKE_POLL_MAX": 1.5, "WAKE_IDLE": 1.5}  # SQLite polls, PostgreSQL listens
+def test_watcher__with_nothing_pending_sleeps_its_longest_and_wakes_nobody(monkeypatch, settings):
+    monkeypatch.setattr(wake, "POLL_MAX", 1.5)
+    monkeypatch.setattr(wake, "IDLE", 1.5)  # SQLite polls, PostgreSQL listens
     kind = Spec()
     assert Watcher([kind.spec()]).step(timer_expired=False) == 1.5
     assert kind.wakes == 0
@@ -60,8 +61,8 @@ def test_watcher__a_due_time_reached_by_its_own_timer_wakes_at_once():
     assert kind.wakes == 1
 
 
-def test_watcher__work_found_due_after_a_notification_gets_a_grace_then_a_wake(settings):
-    settings.WEAVE = {"WAKE_GRACE": 0.2}
+def test_watcher__work_found_due_after_a_notification_gets_a_grace_then_a_wake(monkeypatch, settings):
+    monkeypatch.setattr(wake, "GRACE", 0.2)
     kind = Spec()
     kind.due = in_seconds(-0.01)
     watcher = Watcher([kind.spec()])
@@ -219,8 +220,10 @@ def no_paused_watch():
     wake._paused.clear()
 
 
-def test_watcher__a_kind_a_task_here_paused_is_not_looked_at_and_the_others_are(settings, no_paused_watch):
-    settings.WEAVE = {"WAKE_GRACE": 0.2, "WAKE_POLL_MAX": 1.0, "WAKE_IDLE": 30.0}
+def test_watcher__a_kind_a_task_here_paused_is_not_looked_at_and_the_others_are(monkeypatch, settings, no_paused_watch):
+    monkeypatch.setattr(wake, "GRACE", 0.2)
+    monkeypatch.setattr(wake, "POLL_MAX", 1.0)
+    monkeypatch.setattr(wake, "IDLE", 30.0)
     busy, other = CountingSpec(), CountingSpec()
     busy.due = other.due = in_seconds(-0.01)  # a backlog, and another kind's work that is due too
     watcher = Watcher([busy.spec("busy"), other.spec("other")])
@@ -233,8 +236,9 @@ def test_watcher__a_kind_a_task_here_paused_is_not_looked_at_and_the_others_are(
     assert all(0 < sleep <= 0.6 for sleep in sleeps)  # it looks again when the pause ends
 
 
-def test_watcher__when_the_pause_ends_the_kind_is_looked_at_with_a_grace_first(settings, no_paused_watch):
-    settings.WEAVE = {"WAKE_GRACE": 0.2, "WAKE_POLL_MAX": 1.0}
+def test_watcher__when_the_pause_ends_the_kind_is_looked_at_with_a_grace_first(monkeypatch, settings, no_paused_watch):
+    monkeypatch.setattr(wake, "GRACE", 0.2)
+    monkeypatch.setattr(wake, "POLL_MAX", 1.0)
     busy = CountingSpec()
     busy.due = in_seconds(-0.01)
     watcher = Watcher([busy.spec("busy")])
@@ -250,9 +254,9 @@ def test_watcher__when_the_pause_ends_the_kind_is_looked_at_with_a_grace_first(s
     assert (busy.looks, busy.wakes) == (3, 1)  # still due, nobody on it: a task is asked for
 
 
-def test_watcher__a_pause_is_this_process_s_own(settings, no_paused_watch):
+def test_watcher__a_pause_is_this_process_s_own(monkeypatch, settings, no_paused_watch):
     """Another process's watcher (here: one told nothing) looks, and asks for helpers, as before."""
-    settings.WEAVE = {"WAKE_GRACE": 0.2}
+    monkeypatch.setattr(wake, "GRACE", 0.2)
     busy = CountingSpec()
     busy.due = in_seconds(-0.01)
     wake.pause_watch("busy", 5.0)
@@ -264,10 +268,12 @@ def test_watcher__a_pause_is_this_process_s_own(settings, no_paused_watch):
     assert (busy.looks, busy.wakes) == (1, 1)
 
 
-def test_watcher__a_timer_round_looks_only_at_the_kinds_whose_time_came(settings, no_paused_watch):
+def test_watcher__a_timer_round_looks_only_at_the_kinds_whose_time_came(monkeypatch, settings, no_paused_watch):
     """A kind kept short (overdue, or paused) no longer costs the other kinds a query every round; each
     is still looked at when its own sleep runs out, and every kind after a notification."""
-    settings.WEAVE = {"WAKE_GRACE": 0.05, "WAKE_POLL_MAX": 1.0, "WAKE_IDLE": 30.0}
+    monkeypatch.setattr(wake, "GRACE", 0.05)
+    monkeypatch.setattr(wake, "POLL_MAX", 1.0)
+    monkeypatch.setattr(wake, "IDLE", 30.0)
     busy, quiet = CountingSpec(), CountingSpec()
     quiet.due = in_seconds(1.0)  # a retry due soon
     wake.pause_watch("busy", 0.05)

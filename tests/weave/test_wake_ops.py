@@ -63,7 +63,8 @@ def test_watcher__a_notify_cuts_its_sleep_short_with_no_psycopg_warning():
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_watcher__hears_nothing_after_a_failed_probe_so_it_polls_and_says_so_once(monkeypatch, caplog, settings):
-    settings.WEAVE = {"WAKE_POLL_MAX": 0.5, "WAKE_IDLE": 30.0}
+    monkeypatch.setattr(wake, "POLL_MAX", 0.5)
+    monkeypatch.setattr(wake, "IDLE", 30.0)
     # A transaction pooler swallows the probe: the same as a probe that never arrives.
     monkeypatch.setattr(wake, "probe_listener", lambda raw, timeout=None: False)
     monkeypatch.setattr(wake, "_poll_warned", False)
@@ -198,8 +199,11 @@ def test_a_failed_enqueue__tells_the_watchers_too(monkeypatch):
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_a_running_drain__delivers_rows_that_arrive_while_it_runs_with_no_new_task(push_settings, fake, settings):
-    settings.WEAVE = {**settings.WEAVE, "WAKE_LINGER": 1.5, "WAKE_GRACE": 0.1}
+def test_a_running_drain__delivers_rows_that_arrive_while_it_runs_with_no_new_task(
+    monkeypatch, push_settings, fake, settings
+):
+    settings.WEAVE = {**settings.WEAVE, "WAKE_LINGER": 1.5}
+    monkeypatch.setattr(wake, "GRACE", 0.1)
     NotificationFactory(next_attempt_at=timezone.now())
     result: dict = {}
 

@@ -154,10 +154,4 @@ class ChaosConfig:
             "WEAVE_WORKER_DB_KEEPALIVES_INTERVAL": "1",
             "WEAVE_WORKER_DB_KEEPALIVES_COUNT": "1",
             **({"WEAVE_PUSH_BACKENDS_FILE": str(self.push_backends_file.resolve())} if self.devices else {}),
-            **self.restart_env(),
         }
-
-    def restart_env(self) -> dict[str, str]:
-        """With pg_restart faults: a wake request whose task was lost with the server blocks the next request
-        for WAKE_HOLD (10 s by default); scaled to the short lease like the other limits."""
-        return {"WEAVE_WAKE_HOLD": str(self.lease_ttl)} if self.pg_restarts else {}

@@ -116,8 +116,6 @@ class ChaosRunner:
         try:
             # Runs record the plan of the process that starts them: this one (the load thread).
             plan = {**(getattr(settings, "WEAVE", None) or {}), "ONBOARDING_STEPS": list(self.config.steps)}
-            if self.config.pg_restarts:  # the same hold as the workers' (see ChaosConfig.restart_env)
-                plan["WAKE_HOLD"] = self.config.lease_ttl
             with self.groups, override_settings(WEAVE=plan):
                 return self._run()
         finally:

@@ -30,7 +30,6 @@ from django.db import router, transaction
 from django.db.models import F
 
 from weave import wake
-from weave.conf import weave_settings
 from weave.jobs.context import JobContext
 from weave.jobs.declaration import JobType, get
 from weave.jobs.runner import Ending, record_blocked, work
@@ -278,7 +277,7 @@ class BatchDrain:
                     self.report.more = len(claimed) >= self.limit
                     if self.report.more:
                         # A backlog: this drain takes every due row, so this process's watcher need not look.
-                        wake.pause_watch(self.jt.registry_key, float(weave_settings.WAKE_POLL_MAX))
+                        wake.pause_watch(self.jt.registry_key, wake.POLL_MAX)
                     if self.report.more and not asked and self.on_full is not None:
                         self.on_full()
                         asked = True

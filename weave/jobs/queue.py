@@ -1,13 +1,6 @@
-"""Coalesced task requests for a job type: ask for a django-q2 task once, and say when it starts.
-
-Every job type's tasks follow the same three beats, kept here once:
-
-1. `request(name, func, ...)`: enqueue the task unless one with the same request name is already
-   waiting (`weave.wake.request_once`, one guarded statement, whatever the broker);
-2. `started(name)`, first thing in the task: free the request slot (so work that arrives while the
-   task runs asks for another) and wake the watchers (rows are about to be leased);
-3. `settled()`, when the task ends: due times changed, the watchers sleep until the new earliest.
-"""
+"""Coalesced task requests for a job type (`weave.wake.request_once`, whatever the broker): `request`
+asks for a task once, `started` (first thing in the task) frees the slot and tells the watchers,
+`settled` (as it ends) tells them due times changed."""
 
 from collections.abc import Callable
 from typing import Any
@@ -29,11 +22,11 @@ def request(name: str, func: str, *args: Any, group: str, task_name: str | None 
 
 
 def request_claimed(
-    name: str, func: str, *args: Any, taken: bool, covered: bool, group: str, task_name: str | None = None
+    name: str, func: str, *args: Any, taken: bool, already_taken: bool, group: str, task_name: str | None = None
 ) -> bool:
     """`request`, for a caller whose own committed statement carried the slot claim (`wake.slot_claim_sql`)."""
     enqueue = _enqueuer(func, *args, group=group, task_name=task_name)
-    return wake.finish_claim(name, taken, covered, enqueue=enqueue)
+    return wake.finish_claim(name, taken, already_taken, enqueue=enqueue)
 
 
 def _enqueuer(func: str, *args: Any, group: str, task_name: str | None) -> Callable[[], None]:
