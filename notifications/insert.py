@@ -155,7 +155,7 @@ def insert(notification: Notification, db: str, *, claim: SlotClaimSQL | None = 
     """Insert `notification` on `db` with the text made once (`insert_sql`), and set its key and clock times.
 
     With `claim`, the same statement claims a request slot (it must run in autocommit, where it commits
-    by itself) and its (taken, covered) columns are returned; without, (False, False). None: nothing was
+    by itself) and its (taken, already_taken) columns are returned; without, (False, False). None: nothing was
     run, the caller inserts through the ORM."""
     built = insert_sql(notification, db)
     if built is None:

@@ -177,7 +177,7 @@ def insert_locked(
     request in the same statement (autocommit only; PostgreSQL).
 
     Sets the key and clock times of each row inserted (the others stay unsaved) and returns the claim's
-    (taken, covered), both False when no row was inserted (made with `only_if=INSERTED`, the claim then
+    (taken, already_taken), both False when no row was inserted (made with `only_if=INSERTED`, the claim then
     touches no slot) or without `claim`. None: nothing was run, the caller takes the ORM's path."""
     if not rows or connections[db].vendor != "postgresql":
         return None

@@ -212,7 +212,7 @@ class PushWorker:
         """The breaker of the scope `row` goes to: its backend, and the origin when a user chose the destination."""
         if not row.scope:
             backend = self.backends.get(row.message.backend)
-            origin = backend.hold_scope(row.message) if backend is not None else ""
+            origin = backend.breaker_scope(row.message) if backend is not None else ""
             row.scope = Breakers.scope(row.message.backend, origin)
         return self.breakers.get(row.scope)
 
@@ -291,7 +291,7 @@ class PushWorker:
         now = self.clock.monotonic()
         for scope, mine in by_scope.items():
             breaker = self.breakers.get(scope)
-            seconds = breaker.hold_seconds(now)
+            seconds = breaker.seconds_open(now)
             reason = f"{breaker.reason}. Held back for {seconds:.1f} s without using an attempt."
             until = self.clock.now(timedelta(seconds=seconds))
             released += self.buffer.release(mine, reason, next_attempt_at=until, last_error=reason)
