@@ -22,7 +22,7 @@ def slow_step(during=None, after=None):
     def work(ctx: StepContext):
         if during:
             during(ctx)
-        output = verify_tax_id.work(ctx)
+        output = verify_tax_id.run(ctx)
         if after:
             after(ctx)
         return output

@@ -11,7 +11,7 @@ An app that asks for its own django-q2 tasks (rather than a job per row) does so
 """
 
 from weave.jobs.context import JobContext, claim
-from weave.jobs.declaration import JobType, Step, get, job, job_types, register, ttl_settings
+from weave.jobs.declaration import JobType, get, job, job_types, register, ttl_settings
 from weave.jobs.policy import Fail, RetryPolicy
 from weave.jobs.queue import enqueue_job
 
@@ -21,20 +21,39 @@ from weave.jobs.queue import request as request
 from weave.jobs.queue import request_name as request_name
 from weave.jobs.queue import settled as settled
 from weave.jobs.queue import started as started
+from weave.jobs.steps import (
+    PhaseError,
+    Step,
+    UndoWalk,
+    check_steps,
+    phase_before,
+    saved_result,
+    steps_after,
+    undo_steps,
+    working,
+)
 from weave.retry import backoff_seconds
 
 __all__ = [
     "Fail",
     "JobContext",
     "JobType",
+    "PhaseError",
     "RetryPolicy",
     "Step",
+    "UndoWalk",
     "backoff_seconds",
+    "check_steps",
     "claim",
     "enqueue_job",
     "get",
     "job",
     "job_types",
+    "phase_before",
     "register",
+    "saved_result",
+    "steps_after",
     "ttl_settings",
+    "undo_steps",
+    "working",
 ]

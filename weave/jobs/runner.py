@@ -13,7 +13,8 @@ from typing import Any
 from django.db import router, transaction
 
 from weave.jobs.context import JobContext, claim, claim_next
-from weave.jobs.declaration import JobType, Step, get
+from weave.jobs.declaration import JobType, get
+from weave.jobs.steps import Step, check_steps, saved_result
 from weave.leases import Clock, LeaseBusy, LeaseLost, NotClaimable, default_clock, insert_receipts, new_owner
 from weave.models import JobAttempt, JobState, JobStepReceipt
 from weave.sanitize import multiline_text, outside_text
@@ -119,10 +120,15 @@ def _walk(jt: JobType, ctx: JobContext) -> None:
             "step", "result"
         )
     )
-    for step in jt.plan():
-        ctx.step = step.name
+    plan = jt.plan()
+    for step in plan:
         if step.name in done:
             ctx.results[step.name] = done[step.name]
+    # Before any step's work: a step that can tell now that it would fail says so.
+    check_steps(ctx, [step for step in plan if step.name not in done], lambda step: ctx)
+    for step in plan:
+        ctx.step = step.name
+        if step.name in done:
             continue
         if ctx.budget_ends is not None and ctx.clock.monotonic() >= ctx.budget_ends:
             raise BudgetSpent(f"budget spent before step {step.name}; the job resumes there")
@@ -132,8 +138,7 @@ def _walk(jt: JobType, ctx: JobContext) -> None:
 def _run_step(jt: JobType, ctx: JobContext, step: Step) -> None:
     result = step.run(ctx)
     with ctx.guarded():
-        if step.save is not None:
-            step.save(ctx, result)
+        result = saved_result(step, ctx, result)
         row = {
             "job_type": jt.name,
             "job_id": str(ctx.lease.pk),
