@@ -4,8 +4,10 @@
 
 The attempt runs on the `weave.jobs` API: `weave.jobs.claim()` takes the run by the database clock
 and opens the attempt's `JobContext`, and every write under the lease goes through it (its
-`guarded()` transactions, `release()`, `heartbeat()`, the lost-lease reason). What is onboarding's
-own is the run's shape: phases, its receipt and attempt tables, cancel-and-undo, the cut-off handling.
+`guarded()` transactions, `release()`, `heartbeat()`, the lost-lease reason). Its steps are
+`weave.jobs.Step`s, walked with the core's step helpers (the steps after the run's phase, the phase a
+save expects, the checks, the heartbeat around a step's work, the undo walk). What is onboarding's
+own is the records of a run: its receipt and attempt tables, and the cut-off handling.
 
 `claim_attempt()` claims the run (a new fence), marks it running, marks older attempts that died as
 crashed, opens this attempt's row, and loads the plan the run recorded when it started. Only then
