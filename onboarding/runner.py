@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypedDict, Unpack
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, transaction
 
 from onboarding import queue
 from onboarding.client import SupplierServices
@@ -53,7 +53,11 @@ from weave.jobs import (
     Step,
     backoff_seconds,
     check_steps,
+    claim_landed,
+    cut_reason,
+    first_line,
     phase_before,
+    reconnect,
     steps_after,
     undo_steps,
     working,
@@ -157,9 +161,9 @@ class Claim:
             id=self.run_id,
             owner=self.lease.owner,
             fence=self.lease.fence,
-            reason=_first_line(cut),
+            reason=first_line(cut),
         )
-        connection.close()  # the broken one; the next query opens a fresh connection
+        reconnect(OnboardingRun)  # the broken one; the next query opens a fresh connection
         attempt_id = self.attempt_id
         opened = attempt_id is not None and RunAttempt.objects.filter(pk=attempt_id).exists()
         if attempt_id is None or not opened:
@@ -167,7 +171,7 @@ class Claim:
         elif self._ending_landed(attempt_id):
             return
         landed = self._what_landed(stage, opened=opened)
-        reason = f"Cut off from the database {where} ({_first_line(cut)}); {landed}."
+        reason = cut_reason(cut, where, landed)
         row = OnboardingRun.objects.filter(pk=self.run_id).values("owner", "fence", "status").first()
         if row and self.job.still_held():
             # Still ours: give it back (a cancelled run stays cancelled; the cut may have undone "running").
@@ -325,15 +329,14 @@ def _claim_cut_off(run_id: Any, owner: str, ttl: float, clock: Clock, cut: Datab
     """The claim itself was cut off. Usually its transaction never committed (the server aborts it) and
     nothing of ours exists to end: log it, the run stays claimable. If the COMMIT landed and only its
     reply was lost, the row names us: give it back under that lease and say so in our own attempt."""
-    connection.close()
-    row = OnboardingRun.objects.filter(pk=run_id, owner=owner).values("fence").first()
+    row = claim_landed(OnboardingRun.objects, owner, pk=run_id)
     if row is None:
-        reason = f"during the claim: {_first_line(cut)}"
+        reason = f"during the claim: {first_line(cut)}"
         log_event(logger, "cut_off", job=JOB, id=run_id, owner=owner, reason=reason)
         return AttemptEnded("cut_off", reason)
     lease = Lease(pk=run_id, owner=owner, fence=row["fence"])
     claim = Claim(run_id, JobContext(JOB, None, lease, 0, 0, ttl, clock, job_model=OnboardingRun))
-    reason = f"The claim landed but its reply was cut off ({_first_line(cut)})"
+    reason = f"The claim landed but its reply was cut off ({first_line(cut)})"
     try:
         with transaction.atomic():
             claim.release(expect={})
@@ -342,11 +345,6 @@ def _claim_cut_off(run_id: Any, owner: str, ttl: float, clock: Clock, cut: Datab
     except LeaseLost as lost:
         claim.end(Outcome.BLOCKED, f"{reason}; {lost}")
     return AttemptEnded(claim.outcome, claim.reason)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 @dataclass

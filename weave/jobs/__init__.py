@@ -11,6 +11,7 @@ An app that asks for its own django-q2 tasks (rather than a job per row) does so
 """
 
 from weave.jobs.context import JobContext, claim
+from weave.jobs.cutoff import claim_landed, cut_reason, first_line, reconnect
 from weave.jobs.declaration import JobType, get, job, job_types, register, ttl_settings
 from weave.jobs.policy import Fail, RetryPolicy
 from weave.jobs.queue import enqueue_job
@@ -45,11 +46,15 @@ __all__ = [
     "backoff_seconds",
     "check_steps",
     "claim",
+    "claim_landed",
+    "cut_reason",
     "enqueue_job",
+    "first_line",
     "get",
     "job",
     "job_types",
     "phase_before",
+    "reconnect",
     "register",
     "saved_result",
     "steps_after",

@@ -1,0 +1,82 @@
+"""A worker cut off from the database mid-attempt: read back what landed, and end its own attempt only.
+
+A cut (a network partition, a server-side session timeout, a killed connection) leaves a worker
+not knowing what reached the database: the server aborts the open transaction, but a COMMIT may
+have landed with only its reply lost. So the worker never assumes: on a fresh connection it reads
+back whether its claim, its step's save or its finish landed, and then writes one thing, its own
+attempt's ending, naming where it was cut off. A lease still ours is given back in one guarded
+statement; a lease lost meanwhile is never written under.
+
+The core runner (`weave.jobs.runner.settle_cut_off`, for single attempts and each row of a batch
+drain) reads back with the helpers below into `JobAttempt`; the onboarding app's runner reads back
+with the same helpers (`reconnect`, `claim_landed`, `cut_reason`) into its own attempt table.
+"""
+
+from typing import Any
+
+from django.db import DatabaseError, connections, router
+
+from weave.jobs.context import JobContext
+from weave.leases import LeaseLost
+from weave.models import JobAttempt, JobStepReceipt
+
+CUT_OFF = "cut off"  # what a runner returns when its claim never landed: nothing of the attempt exists
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of `error`'s message (a driver's message runs on), else its class name."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def reconnect(model: Any) -> None:
+    """Drop the broken connection `model` writes through; the next query opens a fresh one."""
+    connections[router.db_for_write(model)].close()
+
+
+def cut_reason(cut: DatabaseError, where: str, landed: str) -> str:
+    """A cut-off attempt's reason: where the link failed, the driver's words, and what was read back."""
+    return f"Cut off from the database {where} ({first_line(cut)}); {landed}."
+
+
+def claim_landed(rows: Any, owner: str, *, pk: Any = None, fields: tuple[str, ...] = ()) -> dict[str, Any] | None:
+    """Read back, on a fresh connection, whether a cut-off claim by `owner` (of `pk`, if known) landed.
+
+    The owner is new for every attempt, so a row naming it is our claim: its pk and fence (and `fields`)."""
+    reconnect(rows.model)
+    mine = rows.filter(owner=owner) if pk is None else rows.filter(pk=pk, owner=owner)
+    found: dict[str, Any] | None = mine.values("pk", "fence", *fields).first()
+    return found
+
+
+def recorded_outcome(ctx: JobContext) -> str | None:
+    """The outcome this attempt already has on record, if its finish (or a takeover's record of it) landed."""
+    mine = JobAttempt.objects.filter(job_type=ctx.job_type, job_id=str(ctx.lease.pk), fence=ctx.lease.fence)
+    outcome: str | None = mine.values_list("outcome", flat=True).first()
+    return outcome
+
+
+def what_landed(ctx: JobContext, where: str) -> str:
+    if where.startswith("at the claim"):
+        return "the claim had landed, only its reply was lost"
+    if not ctx.step or not where.startswith("at step"):
+        return "nothing of the finish landed"
+    saved = JobStepReceipt.objects.filter(
+        job_type=ctx.job_type, job_id=str(ctx.lease.pk), step=ctx.step, fence=ctx.lease.fence
+    ).exists()
+    return f"the save of step {ctx.step} had landed" if saved else f"nothing of step {ctx.step}'s save landed"
+
+
+def taken_over(ctx: JobContext, lost: LeaseLost) -> str:
+    """Who took the job over meanwhile: the holder now, else the owner of the attempt at the row's fence."""
+    fence = ctx.rows.filter(pk=ctx.lease.pk).values_list("fence", flat=True).first()
+    if fence is not None and fence != ctx.lease.fence:
+        # The job may be finished and free by now: its attempt at that fence names who took it over.
+        taker = lost.holder or (
+            JobAttempt.objects.filter(job_type=ctx.job_type, job_id=str(ctx.lease.pk), fence=fence)
+            .values_list("owner", flat=True)
+            .first()
+        )
+        if taker:
+            return f"Taken over meanwhile by {taker} at fence {fence}."
+    return ctx.blocked_reason(lost, "meanwhile")
