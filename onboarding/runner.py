@@ -7,7 +7,8 @@ and opens the attempt's `JobContext`, and every write under the lease goes throu
 `guarded()` transactions, `release()`, `heartbeat()`, the lost-lease reason). Its steps are
 `weave.jobs.Step`s, walked with the core's step helpers (the steps after the run's phase, the phase a
 save expects, the checks, the heartbeat around a step's work, the undo walk). What is onboarding's
-own is the records of a run: its receipt and attempt tables, and the cut-off handling.
+own is the records of a run: its receipt and attempt tables, where a cut-off attempt's ending goes (it
+reads back with the core's helpers: `reconnect`, `claim_landed`, `cut_reason`).
 
 `claim_attempt()` claims the run (a new fence), marks it running, marks older attempts that died as
 crashed, opens this attempt's row, and loads the plan the run recorded when it started. Only then
