@@ -8,7 +8,7 @@ and opens the attempt's `JobContext`, and every write under the lease goes throu
 `weave.jobs.Step`s, walked with the core's step helpers (the steps after the run's phase, the phase a
 save expects, the checks, the heartbeat around a step's work, the undo walk). What is onboarding's
 own is the records of a run: its receipt and attempt tables, where a cut-off attempt's ending goes (it
-reads back with the core's helpers: `reconnect`, `claim_landed`, `cut_reason`).
+reads back with the core's helpers: `reconnect`, `claim_landed`, `cut_reason`, `taken_over_by`).
 
 `claim_attempt()` claims the run (a new fence), marks it running, marks older attempts that died as
 crashed, opens this attempt's row, and loads the plan the run recorded when it started. Only then
@@ -60,6 +60,7 @@ from weave.jobs import (
     phase_before,
     reconnect,
     steps_after,
+    taken_over_by,
     undo_steps,
     working,
 )
@@ -173,7 +174,7 @@ class Claim:
             return
         landed = self._what_landed(stage, opened=opened)
         reason = cut_reason(cut, where, landed)
-        row = OnboardingRun.objects.filter(pk=self.run_id).values("owner", "fence", "status").first()
+        row = OnboardingRun.objects.filter(pk=self.run_id).values("status").first()
         if row and self.job.still_held():
             # Still ours: give it back (a cancelled run stays cancelled; the cut may have undone "running").
             fields = {} if row["status"] == Status.CANCELLED else {"status": Status.PENDING, "reason": reason}
@@ -185,19 +186,17 @@ class Claim:
                 return
             except LeaseLost as lost:
                 reason = f"{reason} {lost}"
-        elif row and row["fence"] != self.lease.fence:
-            # The run may be finished and free by now: its newest attempt names who took it over.
-            taker = (
-                row["owner"]
-                or RunAttempt.objects.filter(run_id=self.run_id, fence=row["fence"])
-                .values_list("owner", flat=True)
-                .first()
-            )
-            holder = f"{taker} at fence {row['fence']}" if taker else f"fence {row['fence']}"
-            reason = f"{reason} Taken over meanwhile by {holder}."
         else:
-            reason = f"{reason} Our lease ran out meanwhile."
+            taken = row and taken_over_by(OnboardingRun.objects, self.lease, self._attempt_owner)
+            reason = f"{reason} {taken or 'Our lease ran out meanwhile.'}"
         self.end(Outcome.BLOCKED, reason)
+
+    def _attempt_owner(self, fence: int) -> str | None:
+        """The owner of this run's attempt at `fence` (who took the run over, once it is free again)."""
+        owner: str | None = (
+            RunAttempt.objects.filter(run_id=self.run_id, fence=fence).values_list("owner", flat=True).first()
+        )
+        return owner
 
     def _ending_landed(self, attempt_id: int) -> bool:
         """Whether our attempt already says how it ended, and take its outcome and reason if so.

@@ -11,7 +11,7 @@ An app that asks for its own django-q2 tasks (rather than a job per row) does so
 """
 
 from weave.jobs.context import JobContext, claim
-from weave.jobs.cutoff import claim_landed, cut_reason, first_line, reconnect
+from weave.jobs.cutoff import claim_landed, cut_reason, first_line, reconnect, taken_over_by
 from weave.jobs.declaration import JobType, get, job, job_types, register, ttl_settings
 from weave.jobs.policy import Fail, RetryPolicy
 from weave.jobs.queue import enqueue_job
@@ -58,6 +58,7 @@ __all__ = [
     "register",
     "saved_result",
     "steps_after",
+    "taken_over_by",
     "ttl_settings",
     "undo_steps",
     "working",

@@ -9,9 +9,11 @@ statement; a lease lost meanwhile is never written under.
 
 The core runner (`weave.jobs.runner.settle_cut_off`, for single attempts and each row of a batch
 drain) reads back with the helpers below into `JobAttempt`; the onboarding app's runner reads back
-with the same helpers (`reconnect`, `claim_landed`, `cut_reason`) into its own attempt table.
+with the same helpers (`reconnect`, `claim_landed`, `cut_reason`, `taken_over_by`) into its own
+attempt table.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db import DatabaseError, connections, router
@@ -67,16 +69,25 @@ def what_landed(ctx: JobContext, where: str) -> str:
     return f"the save of step {ctx.step} had landed" if saved else f"nothing of step {ctx.step}'s save landed"
 
 
+def taken_over_by(rows: Any, lease: Any, attempt_owner: Callable[[int], str | None]) -> str | None:
+    """ "Taken over meanwhile by worker-b at fence 2." when the row's fence moved past `lease`'s, else None.
+
+    The job may be finished and free by now: then `attempt_owner(fence)` (the owner of the attempt at
+    that fence, from the caller's attempt table) names who took it over."""
+    row = rows.filter(pk=lease.pk).values("owner", "fence").first()
+    if row is None or row["fence"] == lease.fence:
+        return None
+    taker = row["owner"] or attempt_owner(row["fence"])
+    holder = f"{taker} at fence {row['fence']}" if taker else f"fence {row['fence']}"
+    return f"Taken over meanwhile by {holder}."
+
+
 def taken_over(ctx: JobContext, lost: LeaseLost) -> str:
-    """Who took the job over meanwhile: the holder now, else the owner of the attempt at the row's fence."""
-    fence = ctx.rows.filter(pk=ctx.lease.pk).values_list("fence", flat=True).first()
-    if fence is not None and fence != ctx.lease.fence:
-        # The job may be finished and free by now: its attempt at that fence names who took it over.
-        taker = lost.holder or (
-            JobAttempt.objects.filter(job_type=ctx.job_type, job_id=str(ctx.lease.pk), fence=fence)
-            .values_list("owner", flat=True)
-            .first()
-        )
-        if taker:
-            return f"Taken over meanwhile by {taker} at fence {fence}."
-    return ctx.blocked_reason(lost, "meanwhile")
+    """Who took the job over meanwhile (named from its `JobAttempt` record), else why the lease was lost."""
+
+    def attempt_owner(fence: int) -> str | None:
+        mine = JobAttempt.objects.filter(job_type=ctx.job_type, job_id=str(ctx.lease.pk), fence=fence)
+        owner: str | None = mine.values_list("owner", flat=True).first()
+        return owner
+
+    return taken_over_by(ctx.rows, ctx.lease, attempt_owner) or ctx.blocked_reason(lost, "meanwhile")
