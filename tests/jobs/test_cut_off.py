@@ -6,14 +6,14 @@ another worker taking over) are in tests/partitions/test_job_partitions.py.
 """
 
 import pytest
-from django.db import OperationalError
+from django.db import OperationalError, connection
 
 from tests.jobs.invoices.mailer import mailer
 from tests.jobs.invoices.models import Invoice
 from tests.jobs.shipping.carrier import during_booking
 from tests.jobs.shipping.models import Booking, Shipment
 from weave.jobs.batch import run_batches
-from weave.jobs.runner import run_job
+from weave.jobs.runner import run_job, run_next
 from weave.models import JobAttempt, JobStepReceipt
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -81,3 +81,21 @@ def test_a_cut_off_batch_drain_writes_no_waiting_finish_and_ends_each_open_attem
 
     # The rows are left for the next claim, which finishes them.
     assert run_batches("invoice", due, budget=30).outcomes == {"done": 3}
+
+
+def _claim_cut_off(execute, sql, params, many, context):
+    # The link fails as the claim is sent: the server never sees it.
+    if 'SET "attempts"' in sql:
+        raise OperationalError(LINK_DOWN)
+    return execute(sql, params, many, context)
+
+
+def test_a_claim_cut_off_before_it_landed_leaves_nothing_to_end():
+    shipment = Shipment.objects.create(parcel="box")
+    with connection.execute_wrapper(_claim_cut_off):
+        assert run_job("shipment", shipment.pk, owner="worker-a") == "cut off"
+        assert run_next("shipment", Shipment.objects.due().order_by("pk"), owner="worker-a") == "cut off"
+    assert not JobAttempt.objects.exists()
+    shipment.refresh_from_db()
+    assert (shipment.state, shipment.owner, shipment.fence, shipment.attempts) == ("pending", None, 0, 0)
+    assert run_job("shipment", shipment.pk, owner="worker-b") == "done"
