@@ -59,10 +59,13 @@ def recorded_outcome(ctx: JobContext) -> str | None:
 
 
 def what_landed(ctx: JobContext, where: str) -> str:
-    if where.startswith("at the claim"):
+    """What a cut-off attempt read back of its own writes, `where` it was cut off ("at step book", ...)."""
+    if where == "at the claim":
         return "the claim had landed, only its reply was lost"
-    if not ctx.step or not where.startswith("at step"):
+    if where == "at the finish":
         return "nothing of the finish landed"
+    if not where.startswith("at step"):
+        return "none of its steps had saved anything yet"
     saved = JobStepReceipt.objects.filter(
         job_type=ctx.job_type, job_id=str(ctx.lease.pk), step=ctx.step, fence=ctx.lease.fence
     ).exists()
@@ -70,7 +73,7 @@ def what_landed(ctx: JobContext, where: str) -> str:
 
 
 def taken_over_by(rows: Any, lease: Any, attempt_owner: Callable[[int], str | None]) -> str | None:
-    """ "Taken over meanwhile by worker-b at fence 2." when the row's fence moved past `lease`'s, else None.
+    """Say "Taken over meanwhile by worker-b at fence 2." when the row's fence moved past `lease`'s, else None.
 
     The job may be finished and free by now: then `attempt_owner(fence)` (the owner of the attempt at
     that fence, from the caller's attempt table) names who took it over."""
