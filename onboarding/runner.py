@@ -4,8 +4,11 @@
 
 The attempt runs on the `weave.jobs` API: `weave.jobs.claim()` takes the run by the database clock
 and opens the attempt's `JobContext`, and every write under the lease goes through it (its
-`guarded()` transactions, `release()`, `heartbeat()`, the lost-lease reason). What is onboarding's
-own is the run's shape: phases, its receipt and attempt tables, cancel-and-undo, the cut-off handling.
+`guarded()` transactions, `release()`, `heartbeat()`, the lost-lease reason). Its steps are
+`weave.jobs.Step`s, walked with the core's step helpers (the steps after the run's phase, the phase a
+save expects, the checks, the heartbeat around a step's work, the undo walk). What is onboarding's
+own is the records of a run: its receipt and attempt tables, where a cut-off attempt's ending goes (it
+reads back with the core's helpers: `reconnect`, `claim_landed`, `cut_reason`, `taken_over_by`).
 
 `claim_attempt()` claims the run (a new fence), marks it running, marks older attempts that died as
 crashed, opens this attempt's row, and loads the plan the run recorded when it started. Only then
@@ -33,19 +36,34 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypedDict, Unpack
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, transaction
 
 from onboarding import queue
 from onboarding.client import SupplierServices
 from onboarding.errors import PermanentFailure, StepFailure, TemporaryFailure
 from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
 from onboarding.steps.plan import DEFAULT_PLAN, PlanError, load_plan
-from onboarding.steps.protocol import Output, Step, StepContext, commit_output
+from onboarding.steps.protocol import Output, StepContext, receipt_output
 from weave import jobs
 from weave.conf import weave_settings
 from weave.edge import decode
 from weave.events import log_event
-from weave.jobs import JobContext, backoff_seconds
+from weave.jobs import (
+    JobContext,
+    PhaseError,
+    Step,
+    backoff_seconds,
+    check_steps,
+    claim_landed,
+    cut_reason,
+    first_line,
+    phase_before,
+    reconnect,
+    steps_after,
+    taken_over_by,
+    undo_steps,
+    working,
+)
 from weave.leases import Clock, Heartbeat, Lease, LeaseBusy, LeaseLost, NotClaimable, default_clock, new_owner
 from weave.operations import clock_time
 from weave.workers import is_cut_off, tell_watchers
@@ -145,9 +163,9 @@ class Claim:
             id=self.run_id,
             owner=self.lease.owner,
             fence=self.lease.fence,
-            reason=_first_line(cut),
+            reason=first_line(cut),
         )
-        connection.close()  # the broken one; the next query opens a fresh connection
+        reconnect(OnboardingRun)  # the broken one; the next query opens a fresh connection
         attempt_id = self.attempt_id
         opened = attempt_id is not None and RunAttempt.objects.filter(pk=attempt_id).exists()
         if attempt_id is None or not opened:
@@ -155,8 +173,8 @@ class Claim:
         elif self._ending_landed(attempt_id):
             return
         landed = self._what_landed(stage, opened=opened)
-        reason = f"Cut off from the database {where} ({_first_line(cut)}); {landed}."
-        row = OnboardingRun.objects.filter(pk=self.run_id).values("owner", "fence", "status").first()
+        reason = cut_reason(cut, where, landed)
+        row = OnboardingRun.objects.filter(pk=self.run_id).values("status").first()
         if row and self.job.still_held():
             # Still ours: give it back (a cancelled run stays cancelled; the cut may have undone "running").
             fields = {} if row["status"] == Status.CANCELLED else {"status": Status.PENDING, "reason": reason}
@@ -168,19 +186,17 @@ class Claim:
                 return
             except LeaseLost as lost:
                 reason = f"{reason} {lost}"
-        elif row and row["fence"] != self.lease.fence:
-            # The run may be finished and free by now: its newest attempt names who took it over.
-            taker = (
-                row["owner"]
-                or RunAttempt.objects.filter(run_id=self.run_id, fence=row["fence"])
-                .values_list("owner", flat=True)
-                .first()
-            )
-            holder = f"{taker} at fence {row['fence']}" if taker else f"fence {row['fence']}"
-            reason = f"{reason} Taken over meanwhile by {holder}."
         else:
-            reason = f"{reason} Our lease ran out meanwhile."
+            taken = row and taken_over_by(OnboardingRun.objects, self.lease, self._attempt_owner)
+            reason = f"{reason} {taken or 'Our lease ran out meanwhile.'}"
         self.end(Outcome.BLOCKED, reason)
+
+    def _attempt_owner(self, fence: int) -> str | None:
+        """The owner of this run's attempt at `fence` (who took the run over, once it is free again)."""
+        owner: str | None = (
+            RunAttempt.objects.filter(run_id=self.run_id, fence=fence).values_list("owner", flat=True).first()
+        )
+        return owner
 
     def _ending_landed(self, attempt_id: int) -> bool:
         """Whether our attempt already says how it ended, and take its outcome and reason if so.
@@ -313,15 +329,14 @@ def _claim_cut_off(run_id: Any, owner: str, ttl: float, clock: Clock, cut: Datab
     """The claim itself was cut off. Usually its transaction never committed (the server aborts it) and
     nothing of ours exists to end: log it, the run stays claimable. If the COMMIT landed and only its
     reply was lost, the row names us: give it back under that lease and say so in our own attempt."""
-    connection.close()
-    row = OnboardingRun.objects.filter(pk=run_id, owner=owner).values("fence").first()
+    row = claim_landed(OnboardingRun.objects, owner, pk=run_id)
     if row is None:
-        reason = f"during the claim: {_first_line(cut)}"
+        reason = f"during the claim: {first_line(cut)}"
         log_event(logger, "cut_off", job=JOB, id=run_id, owner=owner, reason=reason)
         return AttemptEnded("cut_off", reason)
     lease = Lease(pk=run_id, owner=owner, fence=row["fence"])
     claim = Claim(run_id, JobContext(JOB, None, lease, 0, 0, ttl, clock, job_model=OnboardingRun))
-    reason = f"The claim landed but its reply was cut off ({_first_line(cut)})"
+    reason = f"The claim landed but its reply was cut off ({first_line(cut)})"
     try:
         with transaction.atomic():
             claim.release(expect={})
@@ -330,11 +345,6 @@ def _claim_cut_off(run_id: Any, owner: str, ttl: float, clock: Clock, cut: Datab
     except LeaseLost as lost:
         claim.end(Outcome.BLOCKED, f"{reason}; {lost}")
     return AttemptEnded(claim.outcome, claim.reason)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 @dataclass
@@ -402,7 +412,8 @@ class Attempt:
             self.claim.cut_off(cut, where, stage="undo")
 
     def _work_through(self) -> None:
-        stage = "resume"  # where we are, for the reasons a person reads
+        job = self.job
+        job.step = "resume"  # where we are, for the reasons a person reads
         try:
             try:
                 try:
@@ -411,51 +422,45 @@ class Attempt:
                     remaining = self.remaining_steps()
                     # Before any outside call or domain write: a step that can tell now that its commit
                     # part would fail says so, so a run never fails halfway for a reason known at the start.
+                    check_steps(job, remaining, self.context)
+                    job.step = "resume"
                     for step in remaining:
-                        if step.check is not None:
-                            stage = step.name
-                            step.check(self.context(step))
-                    stage = "resume"
-                    for step in remaining:
-                        stage = step.name
+                        job.step = step.name
                         if self.budget_left() <= 0:
                             self.give_back(
                                 f"Attempt budget of {self.budget:g} s spent before {step.name}.", requeue=True
                             )
                             return
                         self.run_step(step)
-                    stage = "completion"
+                    job.step = "completion"
                     self.complete()
                 except TemporaryFailure as exc:
-                    self.release_for_retry(exc, stage)
+                    self.release_for_retry(exc, job.step)
                 except PermanentFailure as exc:
-                    self.fail(f"{stage}: {exc.reason}", step=stage, fixable=exc.fixable)
+                    self.fail(f"{job.step}: {exc.reason}", step=job.step, fixable=exc.fixable)
             except LeaseLost as lost:
-                self.claim.lost(lost, f"at {stage}")
+                self.claim.lost(lost, f"at {job.step}")
         except DatabaseError as cut:
             if not is_cut_off(cut):
                 raise
             # The link to the database failed (a partition, a server-side timeout): say so on a fresh one.
-            self.claim.cut_off(cut, f"at {stage}", stage=stage)
+            self.claim.cut_off(cut, f"at {job.step}", stage=job.step)
 
     # --- the parts ----------------------------------------------------------------------------------
 
     def remaining_steps(self) -> list[Step]:
         """The steps after the run's phase (the last step whose save landed)."""
-        names = [step.name for step in self.steps]
-        if not self.run.phase:
-            return list(self.steps)
-        if self.run.phase not in names:
-            raise PermanentFailure(f"The run is at phase {self.run.phase!r}, which its plan does not have.")
-        return list(self.steps[names.index(self.run.phase) + 1 :])
+        try:
+            return steps_after(self.steps, self.run.phase, noun="run")
+        except PhaseError as exc:
+            raise PermanentFailure(str(exc)) from exc
 
     def previous_phase(self, step: Step) -> str:
         """The phase the guarded save of `step` expects: the step before it in the plan ("" for the first)."""
-        names = [s.name for s in self.steps]
-        if step.name not in names:
-            raise PermanentFailure(f"Step {step.name} is not in the run's plan.")
-        index = names.index(step.name)
-        return names[index - 1] if index else ""
+        try:
+            return phase_before(self.steps, step.name, noun="run")
+        except PhaseError as exc:
+            raise PermanentFailure(str(exc)) from exc
 
     def budget_left(self) -> float:
         left = self.job.budget_left()
@@ -475,21 +480,15 @@ class Attempt:
         """Do `step`'s slow part under the heartbeat, then its guarded save, writes and receipt."""
         lease = self.lease
         ctx = self.context(step)
-        heartbeat = self.job.heartbeat(background=self.background)
-        self.heartbeats[step.name] = heartbeat
-        with heartbeat:
+        keep = partial(self.heartbeats.__setitem__, step.name)
+        with working(self.job, background=self.background, lost_wins_over=(StepFailure,), made=keep) as heartbeat:
             ctx.heartbeat = heartbeat
-            try:
-                output = step.work(ctx)
-            except StepFailure:
-                heartbeat.check()  # a lost lease wins over whatever the work found
-                raise
-            heartbeat.before_save()
-        # The heartbeat has stopped; the renewal just above left the transaction a whole ttl.
+            output = step.run(ctx)
+        # The heartbeat has stopped; its renewal right before the save left the transaction a whole ttl.
         ctx.committing = True
         expect = {"phase": self.previous_phase(step), "status": Status.RUNNING}
         with self.job.guarded(expect=expect, renew=False, phase=step.name):
-            output = commit_output(step, ctx, dict(output or {}))
+            output = receipt_output(step, ctx, dict(output or {}))
             StepReceipt.objects.create(
                 run_id=self.run_id,
                 step=step.name,
@@ -566,32 +565,30 @@ class Attempt:
 
     def undo_committed(self) -> None:
         """Run the undo of every committed step that declares one, newest first, each under the guard."""
-        by_name = {step.name: step for step in self.steps}
         receipts = StepReceipt.objects.filter(run_id=self.run_id, undone_at__isnull=True).order_by(
             "-completed_at", "-pk"
         )
-        undone: list[str] = []
-        left: list[str] = []
-        for receipt in receipts:
-            step = by_name.get(receipt.step)
-            if step is None or step.undo is None:
-                left.append(receipt.step)
-                continue
-            if self.budget_left() <= 0:
-                self._end_undo(Undo.REQUESTED, f"Attempt budget spent while undoing; undone so far: {_names(undone)}.")
-                transaction.on_commit(partial(queue.enqueue_run, self.run_id))
-                return
-            try:
-                self.undo_step(step, receipt)
-            except StepFailure as exc:
-                self._end_undo(
-                    Undo.FAILED, f"Undo of {step.name} failed: {exc.reason} Undone before it: {_names(undone)}."
-                )
-                return
-            undone.append(step.name)
-        reason = f"Cancelled and undone: {_names(undone)}."
-        if left:
-            reason += f" Left in place (no undo): {_names(left)}."
+        walk = undo_steps(
+            self.steps,
+            receipts,
+            self.undo_step,
+            name_of=lambda receipt: receipt.step,
+            budget_left=self.budget_left,
+            failures=(StepFailure,),
+        )
+        undone = _names(walk.undone)
+        if walk.stopped == "budget":
+            self._end_undo(Undo.REQUESTED, f"Attempt budget spent while undoing; undone so far: {undone}.")
+            transaction.on_commit(partial(queue.enqueue_run, self.run_id))
+            return
+        if isinstance(walk.error, StepFailure):
+            self._end_undo(
+                Undo.FAILED, f"Undo of {walk.failed_step} failed: {walk.error.reason} Undone before it: {undone}."
+            )
+            return
+        reason = f"Cancelled and undone: {undone}."
+        if walk.left:
+            reason += f" Left in place (no undo): {_names(walk.left)}."
         self._end_undo(Undo.DONE, reason)
 
     def undo_step(self, step: Step, receipt: StepReceipt) -> None:

@@ -15,8 +15,9 @@ from django.db import models
 from notifications.services import NOTIFICATION_TITLE_MAX, notification_check, notification_create
 from onboarding.errors import BusinessRefusal, PermanentFailure
 from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, Supplier, VendorRecord
-from onboarding.steps.protocol import Output, Step, StepContext
+from onboarding.steps.protocol import Output, StepContext
 from onboarding.validation import validate_supplier
+from weave.jobs import Step
 
 
 def _recheck(ctx: StepContext, *fields: str) -> None:
@@ -181,25 +182,30 @@ def _send_welcome(ctx: StepContext, output: Output) -> Output:
     return {"notification_id": notification.pk}
 
 
-# No undo for the welcome: a sent message cannot be taken back; the run's page says so.
-verify_tax_id = Step("verify_tax_id", "Verify tax id", work=_verify_tax_id)
-screen_sanctions = Step("screen_sanctions", "Sanctions screening", work=_screen_sanctions)
+# Each step is the core's `weave.jobs.Step`: `run` is the slow part (its outside call), `save` the writes
+# inside the guarded transaction. No undo for the welcome: a sent message cannot be taken back; the run's
+# page says so.
+verify_tax_id = Step("verify_tax_id", run=_verify_tax_id, title="Verify tax id")
+screen_sanctions = Step("screen_sanctions", run=_screen_sanctions, title="Sanctions screening")
 create_vendor_record = Step(
-    "create_vendor_record", "Create vendor record", commit=_create_vendor_record, undo=_delete_if_created(VendorRecord)
+    "create_vendor_record",
+    save=_create_vendor_record,
+    undo=_delete_if_created(VendorRecord),
+    title="Create vendor record",
 )
 set_payment_terms = Step(
-    "set_payment_terms", "Set payment terms", commit=_set_payment_terms, undo=_delete_if_created(PaymentTerms)
+    "set_payment_terms", save=_set_payment_terms, undo=_delete_if_created(PaymentTerms), title="Set payment terms"
 )
 register_bank_account = Step(
     "register_bank_account",
-    "Register bank account",
-    work=_verify_bank_account,
-    commit=_store_bank_account,
+    run=_verify_bank_account,
+    save=_store_bank_account,
     undo=_delete_if_created(BankAccount),
     check=_check_bank_account,
+    title="Register bank account",
 )
 send_welcome_notification = Step(
-    "send_welcome_notification", "Send welcome notification", commit=_send_welcome, check=_check_welcome
+    "send_welcome_notification", save=_send_welcome, check=_check_welcome, title="Send welcome notification"
 )
 
 STEPS: tuple[Step, ...] = (

@@ -9,8 +9,9 @@ from functools import lru_cache
 
 from django.utils.module_loading import import_string
 
-from onboarding.steps.protocol import STEP_NAME_MAX, Step, as_step
+from onboarding.steps.protocol import STEP_NAME_MAX, as_step
 from weave.conf import DEFAULTS, weave_settings
+from weave.jobs import Step
 
 # The six built-in steps; runs from before plans were recorded took these too.
 DEFAULT_PLAN: tuple[str, ...] = tuple(DEFAULTS["ONBOARDING_STEPS"])

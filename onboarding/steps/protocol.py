@@ -1,16 +1,19 @@
-"""The step protocol: what one onboarding step is, and what it is given.
+"""What an onboarding step is given, and how a plan entry becomes the core's `weave.jobs.Step`.
 
-A step is any object with these attributes (`Step` below is a ready-made one; subclassing
-`BaseStep` is another way):
+An onboarding step is the core's one step protocol (`weave.jobs.Step`: `run`, `save`, `undo`,
+`check`), run by the onboarding runner with a `StepContext`. A plan entry may also be any object with
+onboarding's own names for the same parts (`BaseStep` is a base class for one); `as_step()` turns it
+into a `weave.jobs.Step`:
 
 - `name: str` — unique within a plan, at most 40 characters; the receipt and the phase use it.
 - `title: str` (optional) — what a person reads; defaults to the name.
-- `work(ctx) -> dict` (optional) — the slow part. It runs under the heartbeat, may call outside
-  services through `ctx.http` / `ctx.post()` with `ctx.idempotency_key`, and writes nothing to the
-  database: a worker that loses its lease mid-step must leave no trace.
-- `commit(ctx, output) -> dict` — runs inside the one transaction that begins with the guarded phase
-  save, after it landed; it does the step's domain writes and returns the receipt's output. A refused
-  save rolls all of it back. No outside calls here: the transaction holds the run's row lock.
+- `work(ctx) -> dict` (optional; the step's `run`) — the slow part. It runs under the heartbeat, may
+  call outside services through `ctx.http` / `ctx.post()` with `ctx.idempotency_key`, and writes
+  nothing to the database: a worker that loses its lease mid-step must leave no trace.
+- `commit(ctx, output) -> dict` (the step's `save`) — runs inside the one transaction that begins with
+  the guarded phase save, after it landed; it does the step's domain writes and returns the receipt's
+  output. A refused save rolls all of it back. No outside calls here: the transaction holds the run's
+  row lock.
 - `undo(ctx, output) -> None` (optional) — the compensation "Cancel and undo" runs for a committed
   step of a cancelled run, in its own guarded transaction, newest step first. `output` is the
   step's receipt output.
@@ -26,6 +29,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from django.db.models import Expression
 
 from onboarding.errors import PermanentFailure
+from weave.jobs import Step as CoreStep
+from weave.jobs import saved_result
 from weave.leases import Clock, Heartbeat, Lease
 
 if TYPE_CHECKING:
@@ -105,29 +110,21 @@ class StepLike(Protocol):
     def commit(self, ctx: StepContext, output: Output) -> Output | None: ...
 
 
+def Step(  # noqa: N802  (named as the class it builds, which it once was)
+    name: str,
+    title: str = "",
+    *,
+    work: Callable[[StepContext], Output] | None = None,
+    commit: Callable[[StepContext, Output], Output | None] | None = None,
+    undo: Callable[[StepContext, Output], None] | None = None,
+    check: Callable[[StepContext], None] | None = None,
+) -> CoreStep:
+    """Build the core's `weave.jobs.Step` from onboarding's names: `work` is its `run`, `commit` its `save`."""
+    return CoreStep(name, run=work or _no_work, save=commit, undo=undo, check=check, title=title)
+
+
 def _no_work(ctx: StepContext) -> Output:
     return {}
-
-
-def _keep_output(ctx: StepContext, output: Output) -> Output:
-    return output
-
-
-@dataclass(frozen=True)
-class Step:
-    """A step built from functions: `Step("name", "Title", work=..., commit=..., undo=...)`."""
-
-    name: str
-    title: str = ""
-    work: Callable[[StepContext], Output] = _no_work
-    commit: Callable[[StepContext, Output], Output | None] = _keep_output
-    undo: Callable[[StepContext, Output], None] | None = None
-    path: str = ""  # the dotted path it was loaded from, when it came from a plan
-    check: Callable[[StepContext], None] | None = None  # before any step's work: could commit succeed?
-
-    @property
-    def label(self) -> str:
-        return self.title or self.name
 
 
 class BaseStep:
@@ -144,15 +141,13 @@ class BaseStep:
         return output
 
 
-def as_step(obj: Any, path: str = "") -> Step:
-    """Return `obj` (a `Step`, a `BaseStep`, a class of either, or any object with the protocol's
-    attributes) as a `Step`. Raise `TypeError` saying what is missing."""
+def as_step(obj: Any, path: str = "") -> CoreStep:
+    """Return `obj` (a `weave.jobs.Step`, a `BaseStep`, a class of either, or any object with the protocol's
+    attributes) as a `weave.jobs.Step`. Raise `TypeError` saying what is missing."""
     if isinstance(obj, type):
         obj = obj()
-    if isinstance(obj, Step):
-        return (
-            obj if obj.path or not path else Step(obj.name, obj.title, obj.work, obj.commit, obj.undo, path, obj.check)
-        )
+    if isinstance(obj, CoreStep):
+        return obj
     where = path or repr(obj)
     name = getattr(obj, "name", None)
     if not isinstance(name, str) or not name:
@@ -166,14 +161,12 @@ def as_step(obj: Any, path: str = "") -> Step:
     for attr, value in (("work", work), ("undo", undo), ("check", check)):
         if value is not None and not callable(value):
             raise TypeError(f"{where}: `{attr}` must be callable or absent.")
-    return Step(name, str(getattr(obj, "title", "") or ""), work, commit, undo, path, check)
+    return CoreStep(name, run=work, save=commit, undo=undo, check=check, title=str(getattr(obj, "title", "") or ""))
 
 
-def commit_output(step: Step, ctx: StepContext, output: Output) -> Output:
-    """Run `step.commit` and return the receipt's output (the work's output when commit returns None)."""
-    result = step.commit(ctx, output)
-    if result is None:
-        return output
+def receipt_output(step: CoreStep, ctx: StepContext, output: Output) -> Output:
+    """Run the step's save (its `commit`) and return the receipt's output, which must be a dict."""
+    result = saved_result(step, ctx, output)
     if not isinstance(result, dict):
         raise PermanentFailure(f"Step {step.name}: commit() returned {type(result).__name__}, not a dict.")
     return result

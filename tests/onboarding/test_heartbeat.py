@@ -5,6 +5,7 @@ from datetime import timedelta
 import pytest
 from django.db.models import F
 
+from onboarding.errors import TemporaryFailure
 from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
 from onboarding.runner import claim_attempt
 from onboarding.steps import Step, StepContext
@@ -22,7 +23,7 @@ def slow_step(during=None, after=None):
     def work(ctx: StepContext):
         if during:
             during(ctx)
-        output = verify_tax_id.work(ctx)
+        output = verify_tax_id.run(ctx)
         if after:
             after(ctx)
         return output
@@ -73,6 +74,26 @@ def test_step__failed_renewal_mid_step_ends_blocked_though_the_work_returned(fak
     blocked = RunAttempt.objects.get(run=run)
     assert blocked.outcome == "blocked"
     assert "thief at fence 2" in blocked.reason and "verify_tax_id" in blocked.reason
+
+
+def test_step__failed_renewal_mid_step_wins_over_the_works_own_temporary_failure(fake_services, clock):
+    def after(ctx):
+        OnboardingRun.objects.filter(pk=ctx.run.pk).update(
+            owner="thief", fence=F("fence") + 1, lease_expires_at=clock.current + timedelta(hours=1)
+        )
+        clock.advance(TTL / 3)
+        ctx.heartbeat.tick()  # refused: the thief holds the run
+        raise TemporaryFailure("the service went away")
+
+    run = OnboardingRunFactory()
+    worker = claim_attempt(run.pk, ttl=TTL, clock=clock, background=False, steps=slow_step(after=after))
+
+    # Not "released" for a retry: the stale worker lost the run, so it writes nothing but its own ending.
+    assert worker.execute() == "blocked"
+    row = OnboardingRun.objects.get(pk=run.pk)
+    assert (row.owner, row.fence, row.status, row.reason, row.next_attempt_at) == ("thief", 2, "running", "", None)
+    blocked = RunAttempt.objects.get(run=run)
+    assert blocked.outcome == "blocked" and "thief at fence 2" in blocked.reason
 
 
 def test_lease__lapsed_cannot_be_renewed_and_a_new_claim_gets_the_next_fence(fake_services, clock):

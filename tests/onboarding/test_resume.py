@@ -44,7 +44,7 @@ def test_resume__killed_after_step_3_resumes_at_step_4(fake_services, clock):
 
 def test_resume__step_repeated_after_a_kill_calls_again_with_the_same_key(fake_services, clock):
     def work_then_die(ctx):
-        register_bank_account.work(ctx)
+        register_bank_account.run(ctx)
         raise Killed  # the service registered the account; the worker died before its save
 
     dying = (*STEPS[:4], Step("register_bank_account", "dies", work=work_then_die), *STEPS[5:])

@@ -48,7 +48,7 @@ def test_cancel__a_running_worker_stops_at_its_next_save_and_gives_the_lease_bac
         assert onboarding_cancel(run=ctx.run) is True
         return {}
 
-    steps = (*STEPS[:2], Step("create_vendor_record", "cancelled here", work=cancel_midway, commit=STEPS[2].commit))
+    steps = (*STEPS[:2], Step("create_vendor_record", "cancelled here", work=cancel_midway, commit=STEPS[2].save))
     run = OnboardingRunFactory()
     worker = claim_attempt(run.pk, ttl=TTL, clock=clock, background=False, steps=(*steps, *STEPS[3:]))
 

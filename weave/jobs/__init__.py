@@ -11,7 +11,8 @@ An app that asks for its own django-q2 tasks (rather than a job per row) does so
 """
 
 from weave.jobs.context import JobContext, claim
-from weave.jobs.declaration import JobType, Step, get, job, job_types, register, ttl_settings
+from weave.jobs.cutoff import claim_landed, cut_reason, first_line, reconnect, taken_over_by
+from weave.jobs.declaration import JobType, get, job, job_types, register, ttl_settings
 from weave.jobs.policy import Fail, RetryPolicy
 from weave.jobs.queue import enqueue_job
 
@@ -21,20 +22,44 @@ from weave.jobs.queue import request as request
 from weave.jobs.queue import request_name as request_name
 from weave.jobs.queue import settled as settled
 from weave.jobs.queue import started as started
+from weave.jobs.steps import (
+    PhaseError,
+    Step,
+    UndoWalk,
+    check_steps,
+    phase_before,
+    saved_result,
+    steps_after,
+    undo_steps,
+    working,
+)
 from weave.retry import backoff_seconds
 
 __all__ = [
     "Fail",
     "JobContext",
     "JobType",
+    "PhaseError",
     "RetryPolicy",
     "Step",
+    "UndoWalk",
     "backoff_seconds",
+    "check_steps",
     "claim",
+    "claim_landed",
+    "cut_reason",
     "enqueue_job",
+    "first_line",
     "get",
     "job",
     "job_types",
+    "phase_before",
+    "reconnect",
     "register",
+    "saved_result",
+    "steps_after",
+    "taken_over_by",
     "ttl_settings",
+    "undo_steps",
+    "working",
 ]

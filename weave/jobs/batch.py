@@ -15,6 +15,9 @@ One drain of a job type loops:
    their attempt records, in one transaction. A row the guard refuses was taken over: it is
    recorded as `blocked`, naming who holds it now, and nothing of it is written.
 
+Cut off from the database, a drain writes no finish it was holding: each attempt it still had open
+is ended from what it reads back on a fresh connection, and its row is given back if still ours.
+
 A row that runs long does not hold back the finished rows before it: the heartbeat's thread writes
 them once the row has run for `flush_seconds`.
 """
@@ -26,17 +29,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import router, transaction
+from django.db import DatabaseError, router, transaction
 from django.db.models import F
 
 from weave import wake
 from weave.jobs.context import JobContext
 from weave.jobs.declaration import JobType, get
-from weave.jobs.runner import Ending, record_blocked, work
+from weave.jobs.runner import Ending, record_blocked, settle_cut_off, work
 from weave.leases import Clock, Lease, LeaseLost, default_clock, insert_receipts, new_owner
 from weave.leases.batch_heartbeat import BatchHeartbeat
 from weave.leases.receipts import insert_receipts_returning
 from weave.models import JobAttempt
+from weave.worker_db import is_cut_off
 
 logger = logging.getLogger("weave.jobs")
 
@@ -115,6 +119,17 @@ class Completer:
                 raise
             with self._lock:
                 self._landed.extend(item for item in items if item.ctx.lease.pk in landed)
+
+    def waiting(self) -> set[Any]:
+        """The pks of the finished attempts not yet written."""
+        with self._lock:
+            return {item.ctx.lease.pk for item in self._pending}
+
+    def drop(self) -> list[Finished]:
+        """Take the finished attempts waiting to be written, so that none is written (a cut-off drain)."""
+        with self._lock:
+            items, self._pending = self._pending, []
+        return items
 
     def tell(self) -> None:
         """Run the type's `finished` hook for the attempts written so far (on the drain's thread)."""
@@ -265,31 +280,71 @@ class BatchDrain:
             while_running=self._while_running,
         )
         self.completer = Completer(self.jt, clock, self.heartbeat, self.report)
+        # Every row claimed and not given back, by pk: whose attempts a cut-off drain ends from what it reads.
+        self._open: dict[Any, JobContext] = {}
 
     def run(self, budget: float) -> Report:
-        """Claim and run batches until a claim finds fewer rows than it may take, or `budget` seconds pass."""
-        ends = self.clock.monotonic() + budget
-        asked = False
+        """Claim and run batches until a claim finds fewer rows than it may take, or `budget` seconds pass.
+
+        Cut off from the database, the drain stops and ends each attempt it still had open from what it
+        reads back on a fresh connection (`weave.jobs.cutoff`): no finish waiting to be written is written.
+        """
+        try:
+            return self._drain(budget)
+        except DatabaseError as cut:
+            if not is_cut_off(cut):
+                raise
+            self._settle_cut_off(cut)
+            return self.report
+
+    def _settle_cut_off(self, cut: DatabaseError) -> None:
+        waiting = {item.ctx.lease.pk for item in self.completer.drop()}
+        for ctx in self._open.values():
+            if ctx.lease.pk in waiting:
+                where = "at the finish"
+            else:
+                where = f"at step {ctx.step}" if ctx.step else "before it started"
+            outcome = settle_cut_off(ctx, ctx.claimed_at or self.clock.read(), cut, where)
+            if outcome is not None:
+                self.report.count(outcome)
+        self._open.clear()
+        self.completer.tell()  # the attempts whose finish landed before the cut
+
+    def _drain(self, budget: float) -> Report:
         with self.heartbeat:
             try:
-                while self.clock.monotonic() < ends:
-                    claimed = self._claim()
-                    self.report.more = len(claimed) >= self.limit
-                    if self.report.more:
-                        # A backlog: this drain takes every due row, so this process's watcher need not look.
-                        wake.pause_watch(self.jt.registry_key, wake.POLL_MAX)
-                    if self.report.more and not asked and self.on_full is not None:
-                        self.on_full()
-                        asked = True
-                    self._run_rows(claimed, ends)
-                    if not self.report.more:
-                        break
-            finally:
-                self.completer.flush()
-                self.completer.tell()
+                self._batches(self.clock.monotonic() + budget)
+            except BaseException as error:
+                # Cut off, nothing waiting is written: `run()` reads back and ends every open attempt.
+                if not (isinstance(error, DatabaseError) and is_cut_off(error)):
+                    self._write_waiting()
+                raise
+            self._write_waiting()
         return self.report
 
+    def _batches(self, ends: float) -> None:
+        asked = False
+        while self.clock.monotonic() < ends:
+            claimed = self._claim()
+            self.report.more = len(claimed) >= self.limit
+            if self.report.more:
+                # A backlog: this drain takes every due row, so this process's watcher need not look.
+                wake.pause_watch(self.jt.registry_key, wake.POLL_MAX)
+            if self.report.more and not asked and self.on_full is not None:
+                self.on_full()
+                asked = True
+            self._run_rows(claimed, ends)
+            if not self.report.more:
+                break
+
+    def _write_waiting(self) -> None:
+        self.completer.flush()
+        self.completer.tell()
+
     def _claim(self) -> list[JobContext]:
+        # The rows of earlier batches are written by now, or still waiting in the completer.
+        waiting = self.completer.waiting()
+        self._open = {pk: ctx for pk, ctx in self._open.items() if pk in waiting}
         batch, found = self.statement.run()
         self.report.claims += 1
         if not found:
@@ -305,7 +360,9 @@ class BatchDrain:
             ctx = JobContext(self.jt.name, job, lease, 0, 0, self.ttl, self.clock)
             ctx.job_model = self.model
             ctx.batch = self.heartbeat
+            ctx.attempt = job.attempts  # as counted by the claim (the work reads it again)
             contexts.append(ctx)
+            self._open[pk] = ctx
         return contexts
 
     def _run_rows(self, contexts: list[JobContext], ends: float) -> None:
@@ -341,6 +398,8 @@ class BatchDrain:
             ending = work(self.jt, ctx)
         finally:
             self.heartbeat.stop_running()
+        if ending.cut is not None:
+            raise ending.cut  # the drain stops: `run()` ends every attempt it still has open
         if ending.lost is not None:
             self.heartbeat.forget([pk])
             record_blocked(ctx, started, ending.lost)
@@ -357,6 +416,7 @@ class BatchDrain:
                 self._run_one(ctx)  # a row the type will not have given back (e.g. a takeover to record)
                 continue
             self.heartbeat.forget([ctx.lease.pk])
+            self._open.pop(ctx.lease.pk, None)
             try:
                 rows.release(ctx.lease, clock=self.clock, attempts=F("attempts") - 1, **undo)
             except LeaseLost:

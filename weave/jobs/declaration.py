@@ -21,23 +21,13 @@ from django.utils.safestring import SafeString
 from weave.conf import KEYS, SettingsGroup, setting
 from weave.explain import Explainer, register_explainer
 from weave.jobs.policy import RetryPolicy
+from weave.jobs.steps import Step
 from weave.schedules import ScheduleSpec, register_schedule
 from weave.telemetry import LatencySource, Panel, register_latency_source, register_lease_job, register_metrics
 from weave.telemetry import register_panel as _register_panel
 from weave.wake import WatchSpec, register_watch
 
 LatencyFetch = Callable[[timedelta, int], dict[str, list[float]]]
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step of a job. `run(ctx)` does the work (external calls carry `ctx.idempotency_key`) and
-    returns a JSON-able result; `save(ctx, result)`, if given, makes the step's own writes, inside the
-    same guarded transaction as the step's receipt, so a step's writes and its receipt land together."""
-
-    name: str
-    run: Callable[[Any], Any]
-    save: Callable[[Any, Any], None] | None = None
 
 
 @dataclass(frozen=True)

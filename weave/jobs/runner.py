@@ -3,6 +3,9 @@
 Every write goes through the lease: the claim by the database clock, each step's receipt (and the
 step's own writes) in a guarded transaction, the finish as a guarded release. A lost lease anywhere
 ends the attempt as `blocked` with the reason and writes nothing else; it is never `failed`.
+
+Cut off from the database mid-attempt, the attempt reads back what landed on a fresh connection and
+records its own ending only (`weave.jobs.cutoff`); "cut off" means its claim never landed.
 """
 
 import logging
@@ -10,13 +13,25 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from django.db import router, transaction
+from django.db import DatabaseError, router, transaction
 
 from weave.jobs.context import JobContext, claim, claim_next
-from weave.jobs.declaration import JobType, Step, get
-from weave.leases import Clock, LeaseBusy, LeaseLost, NotClaimable, default_clock, insert_receipts, new_owner
+from weave.jobs.cutoff import (
+    CUT_OFF,
+    claim_landed,
+    cut_reason,
+    first_line,
+    reconnect,
+    recorded_outcome,
+    taken_over,
+    what_landed,
+)
+from weave.jobs.declaration import JobType, get
+from weave.jobs.steps import Step, check_steps, saved_result
+from weave.leases import Clock, Lease, LeaseBusy, LeaseLost, NotClaimable, default_clock, insert_receipts, new_owner
 from weave.models import JobAttempt, JobState, JobStepReceipt
 from weave.sanitize import multiline_text, outside_text
+from weave.worker_db import is_cut_off
 
 logger = logging.getLogger("weave.jobs")
 
@@ -31,16 +46,21 @@ def run_job(job_type: str, pk: Any, *, owner: str | None = None, clock: Clock = 
     model: Any = jt.model
     ttl = jt.lease_ttl()
     owner = owner or new_owner(f"{job_type}:")
+    rows = model.objects.due(clock)
     try:
         # The claim counts the attempt in the same statement: a crash mid-attempt still uses one up.
-        rows, also = model.objects.due(clock), jt.claim_writes(clock)
-        ctx = claim(job_type, rows, pk, owner=owner, ttl=ttl, clock=clock, budget=jt.budget, also=also)
+        ctx = claim(
+            job_type, rows, pk, owner=owner, ttl=ttl, clock=clock, budget=jt.budget, also=jt.claim_writes(clock)
+        )
     except LeaseBusy:
         return "busy"
     except NotClaimable:
         return "not due"
-    ctx.job = model.objects.get(pk=pk)
-    return _attempt(jt, ctx)
+    except DatabaseError as cut:
+        if not is_cut_off(cut):
+            raise
+        return _claim_cut_off(jt, rows, pk, owner, clock, cut)
+    return _attempt(jt, ctx, read_job=True)
 
 
 def run_next(job_type: str, rows: Any, *, owner: str | None = None, clock: Clock = default_clock) -> str | None:
@@ -52,17 +72,60 @@ def run_next(job_type: str, rows: Any, *, owner: str | None = None, clock: Clock
     jt = get(job_type)
     owner = owner or new_owner(f"{job_type}:")
     also = jt.claim_writes(clock)
-    ctx = claim_next(job_type, rows, owner=owner, ttl=jt.lease_ttl(), clock=clock, budget=jt.budget, also=also)
+    try:
+        ctx = claim_next(job_type, rows, owner=owner, ttl=jt.lease_ttl(), clock=clock, budget=jt.budget, also=also)
+    except DatabaseError as cut:
+        if not is_cut_off(cut):
+            raise
+        # The claim picks its row in the statement: a landed claim is found by its owner alone.
+        return _claim_cut_off(jt, rows, None, owner, clock, cut)
     return None if ctx is None else _attempt(jt, ctx)
 
 
-def _attempt(jt: JobType, ctx: JobContext) -> str:
-    """Run the claimed attempt `ctx` (its `job` read after the claim) to its guarded finish; return how it ended."""
+def _claim_cut_off(jt: JobType, rows: Any, pk: Any, owner: str, clock: Clock, cut: DatabaseError) -> str:
+    """The claim was cut off: usually it never landed (nothing of ours to end). If it did and only its
+    reply was lost, the attempt it counted is ended like any other cut-off attempt."""
+    found = claim_landed(rows.model._default_manager, owner, pk=pk, fields=("attempts",))
+    if found is None:
+        logger.warning(
+            "event=cut_off job_type=%s id=%s owner=%s where=claim reason=%s", jt.name, pk, owner, first_line(cut)
+        )
+        return CUT_OFF
+    lease = Lease(pk=found["pk"], owner=owner, fence=found["fence"])
+    ctx = JobContext(jt.name, None, lease, found["attempts"], 0, jt.lease_ttl(), clock, job_model=rows.model)
+    return settle_cut_off(ctx, clock.read(), cut, "at the claim") or CUT_OFF
+
+
+def _attempt(jt: JobType, ctx: JobContext, *, read_job: bool = False) -> str:
+    """Run the claimed attempt `ctx` to its guarded finish (reading its `job` first if asked); return how it ended.
+
+    Cut off from the database anywhere on the way, it ends its own attempt from what it reads back.
+    """
     started = ctx.claimed_at or ctx.clock.read()
-    ending = work(jt, ctx)
-    if ending.lost is not None:
-        record_blocked(ctx, started, ending.lost)
-        return "blocked"
+    try:
+        if read_job:
+            ctx.job = ctx.model._default_manager.get(pk=ctx.lease.pk)
+        ending = work(jt, ctx)
+        if ending.cut is not None:
+            raise ending.cut
+        if ending.lost is not None:
+            record_blocked(ctx, started, ending.lost)
+            return "blocked"
+    except DatabaseError as cut:
+        if not is_cut_off(cut):
+            raise
+        where = f"at step {ctx.step}" if ctx.step else "right after the claim"
+        return settle_cut_off(ctx, started, cut, where) or recorded_outcome(ctx) or CUT_OFF
+    try:
+        return _finish(jt, ctx, started, ending)
+    except DatabaseError as cut:
+        if not is_cut_off(cut):
+            raise
+        return settle_cut_off(ctx, started, cut, "at the finish") or recorded_outcome(ctx) or CUT_OFF
+
+
+def _finish(jt: JobType, ctx: JobContext, started: Any, ending: "Ending") -> str:
+    """Write the attempt's finish: one guarded release of the job with its attempt record."""
     try:
         with transaction.atomic(using=router.db_for_write(ctx.model)):
             ctx.release(**ending.fields)
@@ -80,7 +143,7 @@ class Ending:
     """How an attempt's work ended, before its finish is written: the outcome, the row's fields, the receipt's.
 
     `lost`: the work itself met a lost lease (a guarded write or a renewal refused): nothing is
-    finished, the attempt is recorded as blocked.
+    finished, the attempt is recorded as blocked. `cut`: the work was cut off from the database.
     """
 
     outcome: str
@@ -88,6 +151,7 @@ class Ending:
     reason: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     lost: LeaseLost | None = None
+    cut: DatabaseError | None = None  # the link to the database failed (see `weave.jobs.cutoff`)
 
     def receipt(self, ctx: JobContext, started: Any) -> dict[str, Any]:
         return _receipt(ctx, started, self.outcome, self.reason, **self.extra)
@@ -104,6 +168,10 @@ def work(jt: JobType, ctx: JobContext) -> Ending:
             _walk(jt, ctx)
     except LeaseLost as lost:
         return Ending("blocked", lost=lost)
+    except DatabaseError as error:
+        if is_cut_off(error):
+            return Ending(CUT_OFF, cut=error)  # not the job's failure: nothing is known to have landed
+        return _failure(jt, ctx, error)
     except Exception as error:  # noqa: BLE001  (the job's own failure: recorded, classified, never raised)
         return _failure(jt, ctx, error)
     value = ctx.results.get("run")
@@ -119,10 +187,15 @@ def _walk(jt: JobType, ctx: JobContext) -> None:
             "step", "result"
         )
     )
-    for step in jt.plan():
-        ctx.step = step.name
+    plan = jt.plan()
+    for step in plan:
         if step.name in done:
             ctx.results[step.name] = done[step.name]
+    # Before any step's work: a step that can tell now that it would fail says so.
+    check_steps(ctx, [step for step in plan if step.name not in done], lambda step: ctx)
+    for step in plan:
+        ctx.step = step.name
+        if step.name in done:
             continue
         if ctx.budget_ends is not None and ctx.clock.monotonic() >= ctx.budget_ends:
             raise BudgetSpent(f"budget spent before step {step.name}; the job resumes there")
@@ -132,8 +205,7 @@ def _walk(jt: JobType, ctx: JobContext) -> None:
 def _run_step(jt: JobType, ctx: JobContext, step: Step) -> None:
     result = step.run(ctx)
     with ctx.guarded():
-        if step.save is not None:
-            step.save(ctx, result)
+        result = saved_result(step, ctx, result)
         row = {
             "job_type": jt.name,
             "job_id": str(ctx.lease.pk),
@@ -176,6 +248,44 @@ def _finish_fields(
     fields["next_attempt_at"] = None if retry_in is None else clock.now(timedelta(seconds=retry_in))
     fields["finished_at"] = clock.now() if state != JobState.PENDING else None
     return fields
+
+
+def settle_cut_off(ctx: JobContext, started: Any, cut: DatabaseError, where: str) -> str | None:
+    """End attempt `ctx`, cut off `where` ("at step book", "at the finish"), truthfully; return its outcome.
+
+    On a fresh connection: an ending already on record (a finish whose reply was lost) is left as it
+    is and None is returned. Otherwise the lease, if still ours, is given back (the job pending, due
+    now) with a `retry` record; if it was lost meanwhile, only a `blocked` record is written, naming
+    who holds the job now. Every time is the database's.
+    """
+    logger.warning(
+        "event=cut_off job_type=%s id=%s fence=%s where=%r reason=%s",
+        ctx.job_type,
+        ctx.lease.pk,
+        ctx.lease.fence,
+        where,
+        first_line(cut),
+    )
+    reconnect(ctx.model)
+    if recorded_outcome(ctx) is not None:
+        return None
+    reason = cut_reason(cut, where, what_landed(ctx, where))
+    try:
+        with transaction.atomic(using=router.db_for_write(ctx.model)):
+            ctx.release(
+                state=JobState.PENDING,
+                last_error=outside_text(reason, limit=2000),
+                next_attempt_at=None,
+                finished_at=None,
+            )
+            insert_receipts(
+                JobAttempt, [_receipt(ctx, started, JobAttempt.Outcome.RETRY, f"{reason} Gave the job back.")]
+            )
+        return str(JobAttempt.Outcome.RETRY)
+    except LeaseLost as lost:
+        blocked = f"{reason} {taken_over(ctx, lost)}"
+        insert_receipts(JobAttempt, [_receipt(ctx, started, JobAttempt.Outcome.BLOCKED, blocked)])
+        return str(JobAttempt.Outcome.BLOCKED)
 
 
 def record_blocked(ctx: JobContext, started: Any, lost: LeaseLost) -> None:

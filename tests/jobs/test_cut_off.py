@@ -1,0 +1,106 @@
+"""A site's job type cut off from the database while its lease is still its own (both databases).
+
+The link failure is the driver's own error class, raised where the database would raise it: inside
+a step's work or a handler. The real partitions (a silent link, the server aborting the transaction,
+another worker taking over) are in tests/partitions/test_job_partitions.py.
+"""
+
+import pytest
+from django.db import OperationalError, connection
+
+from tests.jobs.invoices.mailer import mailer
+from tests.jobs.invoices.models import Invoice
+from tests.jobs.shipping.carrier import during_booking
+from tests.jobs.shipping.models import Booking, Shipment
+from weave.jobs.batch import run_batches
+from weave.jobs.runner import run_job, run_next
+from weave.models import JobAttempt, JobStepReceipt
+
+pytestmark = pytest.mark.django_db(transaction=True)
+LINK_DOWN = "server closed the connection unexpectedly"
+
+
+def _cut_once():
+    """A hook that fails like a lost link the first time it is called, and does nothing after."""
+    calls = []
+
+    def cut(*args, **kwargs):
+        if not calls:
+            calls.append(1)
+            raise OperationalError(LINK_DOWN)
+
+    return cut
+
+
+def test_a_step_cut_off_under_a_lease_still_ours_gives_the_job_back_and_says_where():
+    shipment = Shipment.objects.create(parcel="box")
+    during_booking.append(_cut_once())
+
+    assert run_job("shipment", shipment.pk, owner="worker-a") == "retry"
+    (attempt,) = JobAttempt.objects.filter(job_type="shipment", job_id=str(shipment.pk))
+    assert attempt.outcome == "retry" and attempt.owner == "worker-a"
+    assert attempt.reason == (
+        f"Cut off from the database at step book ({LINK_DOWN}); nothing of step book's save landed. Gave the job back."
+    )
+    assert attempt.error_class == "" and attempt.started_at <= attempt.finished_at
+    shipment.refresh_from_db()
+    # Given back in one guarded statement: pending, due now, no lease; quote's save stays, book never saved.
+    assert (shipment.state, shipment.owner, shipment.next_attempt_at) == ("pending", None, None)
+    assert "Cut off from the database at step book" in shipment.last_error
+    receipts = JobStepReceipt.objects.filter(job_type="shipment", job_id=str(shipment.pk))
+    assert list(receipts.values_list("step", flat=True)) == ["quote"]
+    assert not Booking.objects.exists()
+
+    assert run_job("shipment", shipment.pk, owner="worker-b") == "done"
+    shipment.refresh_from_db()
+    assert shipment.state == "done" and Booking.objects.get().written_by == "worker-b"
+
+
+def test_a_cut_off_batch_drain_writes_no_waiting_finish_and_ends_each_open_attempt(monkeypatch):
+    invoices = [Invoice.objects.create(number=f"N{i}", email=f"a{i}@example.com") for i in range(3)]
+    sent = mailer.send
+    cut = _cut_once()
+
+    def send(to, subject, *, key):
+        if to == "a1@example.com":
+            cut()
+        return sent(to, subject, key=key)
+
+    monkeypatch.setattr(mailer, "send", send)
+    due = Invoice.objects.due().order_by("pk")
+    report = run_batches("invoice", due, owner="worker-a", budget=30, flush_seconds=60)
+
+    assert report.outcomes == {"retry": 3}
+    reasons = dict(JobAttempt.objects.filter(job_type="invoice").values_list("job_id", "reason"))
+    # The first row's finish was waiting to be written: it is not written, and its attempt says so.
+    assert reasons[str(invoices[0].pk)].startswith("Cut off from the database at the finish")
+    assert reasons[str(invoices[1].pk)].startswith("Cut off from the database at step run")
+    assert reasons[str(invoices[2].pk)] == (
+        f"Cut off from the database before it started ({LINK_DOWN}); none of its steps had saved anything yet."
+        " Gave the job back."
+    )
+    assert not JobAttempt.objects.filter(outcome="done").exists()
+    for invoice in invoices:
+        invoice.refresh_from_db()
+        assert (invoice.state, invoice.owner, invoice.finished_at) == ("pending", None, None)
+
+    # The rows are left for the next claim, which finishes them.
+    assert run_batches("invoice", due, budget=30).outcomes == {"done": 3}
+
+
+def _claim_cut_off(execute, sql, params, many, context):
+    # The link fails as the claim is sent: the server never sees it.
+    if 'SET "attempts"' in sql:
+        raise OperationalError(LINK_DOWN)
+    return execute(sql, params, many, context)
+
+
+def test_a_claim_cut_off_before_it_landed_leaves_nothing_to_end():
+    shipment = Shipment.objects.create(parcel="box")
+    with connection.execute_wrapper(_claim_cut_off):
+        assert run_job("shipment", shipment.pk, owner="worker-a") == "cut off"
+        assert run_next("shipment", Shipment.objects.due().order_by("pk"), owner="worker-a") == "cut off"
+    assert not JobAttempt.objects.exists()
+    shipment.refresh_from_db()
+    assert (shipment.state, shipment.owner, shipment.fence, shipment.attempts) == ("pending", None, 0, 0)
+    assert run_job("shipment", shipment.pk, owner="worker-b") == "done"
