@@ -151,7 +151,6 @@ class CircuitBreaker:
         """How long from `now` rows of this scope are held back (0 when it is closed)."""
         return 0.0 if self.state == CLOSED else max(0.0, self.open_until - now)
 
-
     def _open(self, result: SendResult, now: float, why: str) -> bool:
         cap = self.rule.origin_cap if self.user_chosen else self.rule.cap
         pause = self.rule.cooldown
