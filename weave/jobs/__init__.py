@@ -15,13 +15,6 @@ from weave.jobs.cutoff import claim_landed, cut_reason, first_line, reconnect, t
 from weave.jobs.declaration import JobType, get, job, job_types, register, ttl_settings
 from weave.jobs.policy import Fail, RetryPolicy
 from weave.jobs.queue import enqueue_job
-
-# Not public (not in __all__): the core's own django-q2 task (`weave.tasks.worker`) still reaches its
-# request plumbing through this package. Import it from `weave.jobs.queue`; apps use `weave.workers`.
-from weave.jobs.queue import request as request
-from weave.jobs.queue import request_name as request_name
-from weave.jobs.queue import settled as settled
-from weave.jobs.queue import started as started
 from weave.jobs.steps import (
     PhaseError,
     Step,

@@ -19,7 +19,7 @@ from django.db.models import F
 from django.db.models.functions import Coalesce
 
 from weave import jobs
-from weave.jobs import JobContext, JobType, RetryPolicy, get, register
+from weave.jobs import JobContext, JobType, RetryPolicy, get, queue, register
 from weave.jobs.batch import run_batches
 from weave.leases import Clock, FakeClock, Heartbeat, insert_receipts
 from weave.leases.heartbeat import heartbeat_interval
@@ -37,12 +37,12 @@ _running = threading.local()
 
 
 def drain_request_name(queue_name: str) -> str:
-    return jobs.request_name(f"{DRAIN}:{queue_name}")
+    return queue.request_name(f"{DRAIN}:{queue_name}")
 
 
 def enqueue_drain(queue_name: str = "default") -> bool:
     """Ask the workers to drain `queue_name`, unless a drain for it is already waiting to start."""
-    return jobs.request(drain_request_name(queue_name), "weave.tasks.worker.drain", queue_name, group=DRAIN)
+    return queue.request(drain_request_name(queue_name), "weave.tasks.worker.drain", queue_name, group=DRAIN)
 
 
 def _due(queue_name: str) -> Any:
@@ -56,12 +56,12 @@ def drain(queue_name: str = "default", *, budget: float = DRAIN_BUDGET) -> dict[
     its own fenced attempt, and their finishes are written in groups.
     """
     ensure_registered()
-    jobs.started(drain_request_name(queue_name))
+    queue.started(drain_request_name(queue_name))
     try:
         # A whole batch claimed: more may be due, so another worker is asked to drain beside this one.
         report = run_batches(JOB_TYPE, _due(queue_name), budget=budget, on_full=lambda: enqueue_drain(queue_name))
     finally:
-        jobs.settled()
+        queue.settled()
     if report.more and _due(queue_name).exists():
         enqueue_drain(queue_name)  # the budget ran out with work left: the next drain (maybe elsewhere) goes on
     return report.outcomes
