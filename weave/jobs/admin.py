@@ -161,6 +161,16 @@ class JobAdminMixin(OperatorLogMixin):
 
     # --- the actions -------------------------------------------------------------------------------------
 
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        user: Any = self
+        if request.method == "POST" and request.POST.get("action") in self.actions:
+            if not user.has_change_permission(request):
+                # Django hides the actions from a viewer and drops a posted one without a word: say so.
+                message = "Nothing was changed: starting, retrying or cancelling jobs needs change permission."
+                user.message_user(request, message, messages.ERROR)
+        response: HttpResponse = super().changelist_view(request, extra_context)  # type: ignore[misc]
+        return response
+
     def _act(self, request: HttpRequest, queryset: QuerySet[Any], verb: str, report: ActionReport) -> None:
         for row in queryset.filter(pk__in=report.changed):
             record_operator_action(user_id=int(request.user.pk or 0), obj=row, message=f"{verb} in the admin.")
@@ -211,3 +221,19 @@ class TaskAdmin(JobAdminMixin, admin.ModelAdmin):  # type: ignore[misc,type-arg]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # the row is the task's result: its caller may still ask for it
+
+
+def register_job_admins() -> None:
+    """Give every job type declared so far whose model has no admin of its own the job admin.
+
+    Called from `WeaveConfig.ready()`, after the apps' jobs.py: a `@job` type is in the admin with no
+    admin.py. The admin modules are found first, so a site's own `ModelAdmin` for the model always wins,
+    wherever the admin stands in `INSTALLED_APPS`.
+    """
+    admin.autodiscover()
+    for declared in job_types():
+        if not admin.site.is_registered(declared.model):
+            attrs = {"job_type": declared.name, "__module__": declared.model.__module__}
+            admin.site.register(
+                declared.model, type(f"{declared.model.__name__}Admin", (JobAdminMixin, admin.ModelAdmin), attrs)
+            )
