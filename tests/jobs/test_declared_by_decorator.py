@@ -70,3 +70,17 @@ def test_declaring_again__the_same_function_is_a_no_op_and_a_clash_is_refused():
     with pytest.raises(ImproperlyConfigured, match="declared twice"):
         job(Job, name="invoice")(send_invoice)
     assert jobs.get("invoice").handler is send_invoice
+
+
+def test_declaration__a_model_without_the_job_fields_or_a_missing_result_field_is_refused_at_start():
+    from django.contrib.auth.models import Group
+
+    def handler(ctx):
+        return None
+
+    with pytest.raises(ImproperlyConfigured, match="Group is not a weave.models.JobModel"):
+        job(Group, name="group_job")(handler)
+    with pytest.raises(ImproperlyConfigured, match="result_field 'no_such' is not a field of Invoice"):
+        job(Invoice, name="invoice_result", result_field="no_such")(handler)
+    with pytest.raises(LookupError):
+        jobs.get("group_job")

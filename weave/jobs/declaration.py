@@ -125,8 +125,19 @@ class JobType:
             for what in ("ttl_setting", "timeout_setting")
             if (name := getattr(self, what)) is not None and name not in KEYS
         ]
+        from weave.models import JobModel
+
         names = [step.name for step in self.steps]
+        field_names = {f.name for f in self.model._meta.get_fields()}
         broken_rules = (
+            (
+                self.runnable and not issubclass(self.model, JobModel),
+                f"{self.model.__name__} is not a weave.models.JobModel (the core keeps its lease and state there)",
+            ),
+            (
+                bool(self.result_field) and self.result_field not in field_names,
+                f"result_field {self.result_field!r} is not a field of {self.model.__name__}",
+            ),
             ((self.next_due is None) != (self.wake is None), "next_due and wake go together (the watcher needs both)"),
             (
                 self.latency is not None and (self.ttl_setting is None or not self.latency_group),
