@@ -125,19 +125,8 @@ class JobType:
             for what in ("ttl_setting", "timeout_setting")
             if (name := getattr(self, what)) is not None and name not in KEYS
         ]
-        from weave.models import JobModel
-
         names = [step.name for step in self.steps]
-        field_names = {f.name for f in self.model._meta.get_fields()}
         broken_rules = (
-            (
-                self.runnable and not issubclass(self.model, JobModel),
-                f"{self.model.__name__} is not a weave.models.JobModel (the core keeps its lease and state there)",
-            ),
-            (
-                bool(self.result_field) and self.result_field not in field_names,
-                f"result_field {self.result_field!r} is not a field of {self.model.__name__}",
-            ),
             ((self.next_due is None) != (self.wake is None), "next_due and wake go together (the watcher needs both)"),
             (
                 self.latency is not None and (self.ttl_setting is None or not self.latency_group),
@@ -149,7 +138,20 @@ class JobType:
             (self.ttl is not None and self.ttl <= 0, "ttl must be above 0 seconds"),
             (len(set(names)) != len(names), "step names must be unique (receipts are kept per step)"),
         )
-        return found + [message for broken, message in broken_rules if broken]
+        return found + self._model_problems() + [message for broken, message in broken_rules if broken]
+
+    def _model_problems(self) -> list[str]:
+        """What the core-run model lacks: the job fields, or the field that keeps the result."""
+        from weave.models import JobModel
+
+        found = []
+        if self.runnable and not issubclass(self.model, JobModel):
+            found.append(
+                f"{self.model.__name__} is not a weave.models.JobModel (the core keeps its lease and state there)"
+            )
+        if self.result_field and self.result_field not in {f.name for f in self.model._meta.get_fields()}:
+            found.append(f"result_field {self.result_field!r} is not a field of {self.model.__name__}")
+        return found
 
 
 _registry: dict[str, JobType] = {}
