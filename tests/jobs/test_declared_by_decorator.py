@@ -84,3 +84,20 @@ def test_declaration__a_model_without_the_job_fields_or_a_missing_result_field_i
         job(Invoice, name="invoice_result", result_field="no_such")(handler)
     with pytest.raises(LookupError):
         jobs.get("group_job")
+
+
+def test_run__a_stale_finish_is_blocked_and_names_the_worker_that_took_the_job_over(clock, monkeypatch):
+    invoice = Invoice.objects.create(number="2026-020", email="buyer@example.com")
+    real_send = mailer.send
+
+    def stall_then_send(to, subject, *, key):
+        monkeypatch.setattr(mailer, "send", real_send)  # once: the rival sends undisturbed
+        clock.advance(TTL * 10)  # the stale worker stalls past its lease, heartbeat and all
+        assert run_job("invoice", invoice.pk, owner="rival", clock=clock) == "done"
+        return real_send(to, subject, key=key)
+
+    monkeypatch.setattr(mailer, "send", stall_then_send)
+    assert run_job("invoice", invoice.pk, owner="stale", clock=clock) == "blocked"
+    blocked = JobAttempt.objects.get(job_type="invoice", job_id=str(invoice.pk), owner="stale")
+    assert blocked.outcome == "blocked"
+    assert "fence 2 took the row over" in blocked.reason and "taken over by rival" in blocked.reason
