@@ -101,3 +101,17 @@ def test_run__a_stale_finish_is_blocked_and_names_the_worker_that_took_the_job_o
     blocked = JobAttempt.objects.get(job_type="invoice", job_id=str(invoice.pk), owner="stale")
     assert blocked.outcome == "blocked"
     assert "fence 2 took the row over" in blocked.reason and "taken over by rival" in blocked.reason
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_create__tells_the_sleeping_watchers_at_commit_so_the_job_runs_within_a_second():
+    from weave import wake
+
+    raw = wake.open_listener()
+    try:
+        Invoice.objects.create(number="2026-030", email="buyer@example.com")
+        heard = [n.payload for n in raw.notifies(timeout=5.0, stop_after=1)]
+    finally:
+        raw.close()
+    assert heard == [""]

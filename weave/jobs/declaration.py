@@ -16,6 +16,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.db import models
 from django.db.models import F
+from django.db.models.signals import post_save
 from django.utils.safestring import SafeString
 
 from weave.conf import KEYS, SettingsGroup, setting
@@ -25,7 +26,7 @@ from weave.jobs.steps import Step
 from weave.schedules import ScheduleSpec, register_schedule
 from weave.telemetry import LatencySource, Panel, register_latency_source, register_lease_job, register_metrics
 from weave.telemetry import register_panel as _register_panel
-from weave.wake import WatchSpec, register_watch
+from weave.wake import WatchSpec, register_watch, tell_watchers
 
 LatencyFetch = Callable[[timedelta, int], dict[str, list[float]]]
 
@@ -203,9 +204,17 @@ def _with_core_runner(job: JobType) -> JobType:
     if job.next_due is None:
         defaults["next_due"] = lambda: model.objects.next_due_at()
         defaults["wake"] = lambda: queue.enqueue_due(job.name, model)
+        post_save.connect(_tell_watchers_of_new_job, sender=model, dispatch_uid=f"weave.jobs.new:{job.name}")
     if job.explainer is None:
         defaults["explainer"] = explainer_for(job.name, model)
     return replace(job, **defaults)
+
+
+def _tell_watchers_of_new_job(sender: Any, created: bool = False, **kwargs: Any) -> None:
+    """A created row is new due work: the watchers, asleep in LISTEN on PostgreSQL, look at commit, not at their
+    next idle wake-up up to half a minute later."""
+    if created:
+        tell_watchers()
 
 
 def get(name: str) -> JobType:
