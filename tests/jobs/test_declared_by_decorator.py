@@ -56,6 +56,7 @@ def test_explain__tells_the_story_of_a_decorated_job(clock, capsys):
     call_command("weave_explain", "invoice", str(invoice.pk))
     out = capsys.readouterr().out
     assert "w1" in out and "done" in out
+    assert "attempt 1, ended done." in out and "no reason given" not in out  # a success needs no reason
 
 
 def test_declaring_again__the_same_function_is_a_no_op_and_a_clash_is_refused():
