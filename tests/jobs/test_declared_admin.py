@@ -46,3 +46,25 @@ def test_actions__a_viewer_changes_nothing_and_is_told_so(viewer_client):
     said = [str(m) for m in response.context["messages"]]
     assert any("needs change permission" in m for m in said)
     assert Invoice.objects.get(pk=invoice.pk).state == "failed"
+
+
+def test_a_job_type_declared_after_the_start_gets_the_admin_unless_its_model_has_one():
+    from django.contrib import admin
+
+    from weave.jobs import JobType
+    from weave.jobs.admin import give_job_admin
+
+    own = admin.site._registry[Invoice]
+    late = JobType(name="invoice_late", model=Invoice, handler=lambda ctx: None)
+    give_job_admin(late)
+    assert admin.site._registry[Invoice] is own  # an admin already there wins
+    admin.site.unregister(Invoice)
+    try:
+        give_job_admin(JobType(name="invoice_unrun", model=Invoice))  # not run by the core: no job admin
+        assert not admin.site.is_registered(Invoice)
+        give_job_admin(late)
+        assert admin.site._registry[Invoice].job_type == "invoice_late"
+    finally:
+        if admin.site.is_registered(Invoice):
+            admin.site.unregister(Invoice)
+        admin.site._registry[Invoice] = own

@@ -29,7 +29,7 @@ from weave.admin import (
     story_form_templates,
 )
 from weave.display import clipped, said_once, shown, state_word, timestamp
-from weave.jobs.declaration import JobType, get, job_types
+from weave.jobs.declaration import JobType, get, job_types, on_register
 from weave.jobs.services import ActionReport, job_cancel, job_retry, job_start
 from weave.leases import LeaseQuerySet
 from weave.models import JobState, TaskRow
@@ -224,16 +224,23 @@ class TaskAdmin(JobAdminMixin, admin.ModelAdmin):  # type: ignore[misc,type-arg]
 
 
 def register_job_admins() -> None:
-    """Give every job type declared so far whose model has no admin of its own the job admin.
+    """Give every core-run job type declared so far whose model has no admin of its own the job admin.
 
     Called from `WeaveConfig.ready()`, after the apps' jobs.py: a `@job` type is in the admin with no
     admin.py. The admin modules are found first, so a site's own `ModelAdmin` for the model always wins,
-    wherever the admin stands in `INSTALLED_APPS`.
+    wherever the admin stands in `INSTALLED_APPS`. A job type registered later (from the `ready()` of an
+    app listed after Weave) gets it as it registers (`give_job_admin`).
     """
     admin.autodiscover()
     for declared in job_types():
-        if not admin.site.is_registered(declared.model):
-            attrs = {"job_type": declared.name, "__module__": declared.model.__module__}
-            admin.site.register(
-                declared.model, type(f"{declared.model.__name__}Admin", (JobAdminMixin, admin.ModelAdmin), attrs)
-            )
+        give_job_admin(declared)
+    on_register(give_job_admin)
+
+
+def give_job_admin(declared: JobType) -> None:
+    """Register the job admin for `declared`'s model when the core runs it and no admin took the model."""
+    if not declared.runnable or admin.site.is_registered(declared.model):
+        return
+    attrs = {"job_type": declared.name, "__module__": declared.model.__module__}
+    job_admin = type(f"{declared.model.__name__}Admin", (JobAdminMixin, admin.ModelAdmin), attrs)
+    admin.site.register(declared.model, job_admin)

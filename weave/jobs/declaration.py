@@ -188,7 +188,18 @@ def register(job: JobType) -> JobType:
         )
     if job.metrics is not None:
         register_metrics(key, job.metrics)
+    for hook in _on_register:
+        hook(job)
     return job
+
+
+_on_register: list[Callable[[JobType], None]] = []
+
+
+def on_register(hook: Callable[[JobType], None]) -> None:
+    """Call `hook(job)` for each job type registered from now on (the admin gives late ones its job admin)."""
+    if hook not in _on_register:
+        _on_register.append(hook)
 
 
 def _with_core_runner(job: JobType) -> JobType:
