@@ -58,6 +58,10 @@ class WeaveConfig(AppConfig):
 
         # A site's `@job` declarations live in its apps' jobs.py, found the way the admin finds admin.py.
         discover()
+        if apps.is_installed("django.contrib.admin"):
+            from weave.jobs.admin import register_job_admins
+
+            register_job_admins()
 
         # The sweeps exist as soon as the site has migrated: a site that only ran `migrate` and
         # started `qcluster` gets retries and recovery without remembering `weave_schedules`.

@@ -195,3 +195,20 @@ def test_jobs_drain__a_step_style_type_walks_its_steps_per_row_inside_the_batch(
         assert sorted(steps.values_list("step", flat=True)) == ["book", "quote"]
     refused = Shipment.objects.get(pk=shipments[3].pk)
     assert refused.state == "failed" and "no parcel to ship" in refused.last_error
+
+
+def test_jobs_drain__a_result_no_json_can_keep_fails_its_own_attempt_and_the_batch_finishes(monkeypatch):
+    from tests.jobs.invoices.mailer import mailer
+
+    Invoice.objects.bulk_create([Invoice(number=f"J{i}", email=f"j{i}@example.com") for i in range(3)])
+    real_send = mailer.send
+    monkeypatch.setattr(
+        mailer,
+        "send",
+        lambda to, subject, *, key: object() if to == "j1@example.com" else real_send(to, subject, key=key),
+    )
+    assert drain_jobs("invoice") == {"done": 2, "retry": 1}
+    junk = Invoice.objects.get(email="j1@example.com")
+    assert (junk.state, junk.owner) == ("pending", None)
+    assert "not JSON-able" in junk.last_error
+    assert set(Invoice.objects.exclude(pk=junk.pk).values_list("state", flat=True)) == {"done"}

@@ -56,6 +56,7 @@ def test_explain__tells_the_story_of_a_decorated_job(clock, capsys):
     call_command("weave_explain", "invoice", str(invoice.pk))
     out = capsys.readouterr().out
     assert "w1" in out and "done" in out
+    assert "attempt 1, ended done." in out and "no reason given" not in out  # a success needs no reason
 
 
 def test_declaring_again__the_same_function_is_a_no_op_and_a_clash_is_refused():
@@ -70,3 +71,48 @@ def test_declaring_again__the_same_function_is_a_no_op_and_a_clash_is_refused():
     with pytest.raises(ImproperlyConfigured, match="declared twice"):
         job(Job, name="invoice")(send_invoice)
     assert jobs.get("invoice").handler is send_invoice
+
+
+def test_declaration__a_model_without_the_job_fields_or_a_missing_result_field_is_refused_at_start():
+    from django.contrib.auth.models import Group
+
+    def handler(ctx):
+        return None
+
+    with pytest.raises(ImproperlyConfigured, match="Group is not a weave.models.JobModel"):
+        job(Group, name="group_job")(handler)
+    with pytest.raises(ImproperlyConfigured, match="result_field 'no_such' is not a field of Invoice"):
+        job(Invoice, name="invoice_result", result_field="no_such")(handler)
+    with pytest.raises(LookupError):
+        jobs.get("group_job")
+
+
+def test_run__a_stale_finish_is_blocked_and_names_the_worker_that_took_the_job_over(clock, monkeypatch):
+    invoice = Invoice.objects.create(number="2026-020", email="buyer@example.com")
+    real_send = mailer.send
+
+    def stall_then_send(to, subject, *, key):
+        monkeypatch.setattr(mailer, "send", real_send)  # once: the rival sends undisturbed
+        clock.advance(TTL * 10)  # the stale worker stalls past its lease, heartbeat and all
+        assert run_job("invoice", invoice.pk, owner="rival", clock=clock) == "done"
+        return real_send(to, subject, key=key)
+
+    monkeypatch.setattr(mailer, "send", stall_then_send)
+    assert run_job("invoice", invoice.pk, owner="stale", clock=clock) == "blocked"
+    blocked = JobAttempt.objects.get(job_type="invoice", job_id=str(invoice.pk), owner="stale")
+    assert blocked.outcome == "blocked"
+    assert "fence 2 took the row over" in blocked.reason and "taken over by rival" in blocked.reason
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_create__tells_the_sleeping_watchers_at_commit_so_the_job_runs_within_a_second():
+    from weave import wake
+
+    raw = wake.open_listener()
+    try:
+        Invoice.objects.create(number="2026-030", email="buyer@example.com")
+        heard = [n.payload for n in raw.notifies(timeout=5.0, stop_after=1)]
+    finally:
+        raw.close()
+    assert heard == [""]

@@ -78,6 +78,7 @@ def test_run__a_lease_stolen_mid_step_refuses_the_stale_write_and_keeps_the_new_
     assert steps_of(shipment) == [("quote", 1), ("book", 2)]  # the stale attempt's quote, the rival's booking
     blocked = JobAttempt.objects.get(job_id=str(shipment.pk), owner="stale")
     assert blocked.outcome == "blocked" and "fence 2 took the row over" in blocked.reason
+    assert blocked.reason.endswith("It was taken over by rival.")  # the job is free by now: its taker is named
     assert outcomes(shipment) == ["blocked", "done"]
     assert len(carrier.charges) == 1  # both asked the carrier under one key
 

@@ -29,7 +29,7 @@ from weave.admin import (
     story_form_templates,
 )
 from weave.display import clipped, said_once, shown, state_word, timestamp
-from weave.jobs.declaration import JobType, get, job_types
+from weave.jobs.declaration import JobType, get, job_types, on_register
 from weave.jobs.services import ActionReport, job_cancel, job_retry, job_start
 from weave.leases import LeaseQuerySet
 from weave.models import JobState, TaskRow
@@ -161,6 +161,16 @@ class JobAdminMixin(OperatorLogMixin):
 
     # --- the actions -------------------------------------------------------------------------------------
 
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        user: Any = self
+        if request.method == "POST" and request.POST.get("action") in self.actions:
+            if not user.has_change_permission(request):
+                # Django hides the actions from a viewer and drops a posted one without a word: say so.
+                message = "Nothing was changed: starting, retrying or cancelling jobs needs change permission."
+                user.message_user(request, message, messages.ERROR)
+        response: HttpResponse = super().changelist_view(request, extra_context)  # type: ignore[misc]
+        return response
+
     def _act(self, request: HttpRequest, queryset: QuerySet[Any], verb: str, report: ActionReport) -> None:
         for row in queryset.filter(pk__in=report.changed):
             record_operator_action(user_id=int(request.user.pk or 0), obj=row, message=f"{verb} in the admin.")
@@ -211,3 +221,26 @@ class TaskAdmin(JobAdminMixin, admin.ModelAdmin):  # type: ignore[misc,type-arg]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # the row is the task's result: its caller may still ask for it
+
+
+def register_job_admins() -> None:
+    """Give every core-run job type declared so far whose model has no admin of its own the job admin.
+
+    Called from `WeaveConfig.ready()`, after the apps' jobs.py: a `@job` type is in the admin with no
+    admin.py. The admin modules are found first, so a site's own `ModelAdmin` for the model always wins,
+    wherever the admin stands in `INSTALLED_APPS`. A job type registered later (from the `ready()` of an
+    app listed after Weave) gets it as it registers (`give_job_admin`).
+    """
+    admin.autodiscover()
+    for declared in job_types():
+        give_job_admin(declared)
+    on_register(give_job_admin)
+
+
+def give_job_admin(declared: JobType) -> None:
+    """Register the job admin for `declared`'s model when the core runs it and no admin took the model."""
+    if not declared.runnable or admin.site.is_registered(declared.model):
+        return
+    attrs = {"job_type": declared.name, "__module__": declared.model.__module__}
+    job_admin = type(f"{declared.model.__name__}Admin", (JobAdminMixin, admin.ModelAdmin), attrs)
+    admin.site.register(declared.model, job_admin)

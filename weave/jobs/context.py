@@ -114,7 +114,17 @@ class JobContext:
         someone_else = (lost.holder, lost.holder_fence) != (self.lease.owner, self.lease.fence)
         if lost.holder is not None and someone_else and not lost.names_holder:
             holder = f" The {noun} is now held by {lost.holder} at fence {lost.holder_fence}."
+        elif lost.holder is None and lost.holder_fence not in (None, self.lease.fence):
+            holder = self._taken_by(lost.holder_fence)
         return f"Lease lost {where}: {lost}{holder}"
+
+    def _taken_by(self, fence: int) -> str:
+        """Name the worker whose attempt at `fence` took the job over, from its record (its lease is gone by now)."""
+        from weave.models import JobAttempt
+
+        attempts = JobAttempt.objects.filter(job_type=self.job_type, job_id=str(self.lease.pk), fence=fence)
+        taker = attempts.values_list("owner", flat=True).first()
+        return f" It was taken over by {taker}." if taker else ""
 
 
 def claim(

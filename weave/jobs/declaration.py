@@ -16,6 +16,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.db import models
 from django.db.models import F
+from django.db.models.signals import post_save
 from django.utils.safestring import SafeString
 
 from weave.conf import KEYS, SettingsGroup, setting
@@ -25,7 +26,7 @@ from weave.jobs.steps import Step
 from weave.schedules import ScheduleSpec, register_schedule
 from weave.telemetry import LatencySource, Panel, register_latency_source, register_lease_job, register_metrics
 from weave.telemetry import register_panel as _register_panel
-from weave.wake import WatchSpec, register_watch
+from weave.wake import WatchSpec, register_watch, tell_watchers
 
 LatencyFetch = Callable[[timedelta, int], dict[str, list[float]]]
 
@@ -138,7 +139,20 @@ class JobType:
             (self.ttl is not None and self.ttl <= 0, "ttl must be above 0 seconds"),
             (len(set(names)) != len(names), "step names must be unique (receipts are kept per step)"),
         )
-        return found + [message for broken, message in broken_rules if broken]
+        return found + self._model_problems() + [message for broken, message in broken_rules if broken]
+
+    def _model_problems(self) -> list[str]:
+        """What the core-run model lacks: the job fields, or the field that keeps the result."""
+        from weave.models import JobModel
+
+        found = []
+        if self.runnable and not issubclass(self.model, JobModel):
+            found.append(
+                f"{self.model.__name__} is not a weave.models.JobModel (the core keeps its lease and state there)"
+            )
+        if self.result_field and self.result_field not in {f.name for f in self.model._meta.get_fields()}:
+            found.append(f"result_field {self.result_field!r} is not a field of {self.model.__name__}")
+        return found
 
 
 _registry: dict[str, JobType] = {}
@@ -174,7 +188,18 @@ def register(job: JobType) -> JobType:
         )
     if job.metrics is not None:
         register_metrics(key, job.metrics)
+    for hook in _on_register:
+        hook(job)
     return job
+
+
+_on_register: list[Callable[[JobType], None]] = []
+
+
+def on_register(hook: Callable[[JobType], None]) -> None:
+    """Call `hook(job)` for each job type registered from now on (the admin gives late ones its job admin)."""
+    if hook not in _on_register:
+        _on_register.append(hook)
 
 
 def _with_core_runner(job: JobType) -> JobType:
@@ -190,9 +215,17 @@ def _with_core_runner(job: JobType) -> JobType:
     if job.next_due is None:
         defaults["next_due"] = lambda: model.objects.next_due_at()
         defaults["wake"] = lambda: queue.enqueue_due(job.name, model)
+        post_save.connect(_tell_watchers_of_new_job, sender=model, dispatch_uid=f"weave.jobs.new:{job.name}")
     if job.explainer is None:
         defaults["explainer"] = explainer_for(job.name, model)
     return replace(job, **defaults)
+
+
+def _tell_watchers_of_new_job(sender: Any, created: bool = False, **kwargs: Any) -> None:
+    """A created row is new due work: the watchers, asleep in LISTEN on PostgreSQL, look at commit, not at their
+    next idle wake-up up to half a minute later."""
+    if created:
+        tell_watchers()
 
 
 def get(name: str) -> JobType:

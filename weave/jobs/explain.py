@@ -61,8 +61,8 @@ def _summary(job: Any, attempts: list[JobAttempt]) -> str:
         else ""
     )
     ended = f"the last one that ended, attempt {last.number}, ended {last.outcome}"
-    reason = last.reason.rstrip(".") or "no reason given"
-    return f"{count}; {ended}: {reason}.{lost}{when}{running}"
+    reason = last.reason.rstrip(".") or ("" if last.outcome == JobAttempt.Outcome.DONE else "no reason given")
+    return f"{count}; {ended}{': ' if reason else ''}{reason}.{lost}{when}{running}"
 
 
 def explainer_for(job_type: str, model: Any) -> Callable[[int], Timeline]:

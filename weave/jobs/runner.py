@@ -8,6 +8,7 @@ Cut off from the database mid-attempt, the attempt reads back what landed on a f
 records its own ending only (`weave.jobs.cutoff`); "cut off" means its claim never landed.
 """
 
+import json
 import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -163,7 +164,7 @@ def work(jt: JobType, ctx: JobContext) -> Ending:
     try:
         if jt.handler is not None:
             ctx.step = "run"
-            ctx.results["run"] = jt.handler(ctx)
+            ctx.results["run"] = _json_able(jt.handler(ctx), jt)
         else:
             _walk(jt, ctx)
     except LeaseLost as lost:
@@ -178,6 +179,18 @@ def work(jt: JobType, ctx: JobContext) -> Ending:
     saved = {jt.result_field: value} if jt.result_field else {}
     fields = _finish_fields(ctx, "", state=JobState.DONE, fields=saved)
     return Ending(JobAttempt.Outcome.DONE, fields, extra={"result": value})
+
+
+def _json_able(value: Any, jt: JobType) -> Any:
+    """The handler's return value, refused here (a failure of this attempt) when no JSON column could keep it.
+
+    Checked before the finish: a batch writes its finishes together, and one job's junk must not undo the others'.
+    """
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{jt.name}'s handler returned {type(value).__name__}, not JSON-able: {error}") from None
+    return value
 
 
 def _walk(jt: JobType, ctx: JobContext) -> None:

@@ -1,0 +1,70 @@
+"""A `@job` type's admin comes from its declaration alone: the list, the story-first page, guarded actions."""
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.urls import reverse
+
+from tests.jobs.invoices.models import Invoice
+from weave.jobs.runner import run_job
+
+pytestmark = pytest.mark.django_db
+
+
+def test_list__has_the_job_columns_with_no_admin_py(admin_client, clock):
+    invoice = Invoice.objects.create(number="2026-010", email="buyer@example.com")
+    run_job("invoice", invoice.pk, owner="w1", clock=clock)
+    response = admin_client.get(reverse("admin:invoices_invoice_changelist"))
+    assert response.status_code == 200
+    page = response.content.decode()
+    for column in ("job_state", "attempts", "lease", "next_attempt", "last_error_line"):
+        assert f"column-{column}" in page
+    assert "free · fence 1" in page and "Retry (failed or cancelled jobs" in page
+
+
+def test_change_page__opens_with_the_story(admin_client, clock):
+    invoice = Invoice.objects.create(number="2026-011", email="buyer@example.com")
+    run_job("invoice", invoice.pk, owner="w1", clock=clock)
+    page = admin_client.get(reverse("admin:invoices_invoice_change", args=[invoice.pk])).content.decode()
+    assert "What happened" in page
+    assert page.index("What happened") < page.index('name="number"')
+
+
+@pytest.fixture
+def viewer_client(client):
+    user = User.objects.create_user("viewer", password="pw", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename="view_invoice"))
+    client.force_login(user)
+    return client
+
+
+def test_actions__a_viewer_changes_nothing_and_is_told_so(viewer_client):
+    invoice = Invoice.objects.create(number="2026-012", email="buyer@example.com")
+    Invoice.objects.filter(pk=invoice.pk).update(state="failed")
+    url = reverse("admin:invoices_invoice_changelist")
+    assert "Retry (failed" not in viewer_client.get(url).content.decode()
+    response = viewer_client.post(url, {"action": "retry_jobs", "_selected_action": [str(invoice.pk)]}, follow=True)
+    said = [str(m) for m in response.context["messages"]]
+    assert any("needs change permission" in m for m in said)
+    assert Invoice.objects.get(pk=invoice.pk).state == "failed"
+
+
+def test_a_job_type_declared_after_the_start_gets_the_admin_unless_its_model_has_one():
+    from django.contrib import admin
+
+    from weave.jobs import JobType
+    from weave.jobs.admin import give_job_admin
+
+    own = admin.site._registry[Invoice]
+    late = JobType(name="invoice_late", model=Invoice, handler=lambda ctx: None)
+    give_job_admin(late)
+    assert admin.site._registry[Invoice] is own  # an admin already there wins
+    admin.site.unregister(Invoice)
+    try:
+        give_job_admin(JobType(name="invoice_unrun", model=Invoice))  # not run by the core: no job admin
+        assert not admin.site.is_registered(Invoice)
+        give_job_admin(late)
+        assert admin.site._registry[Invoice].job_type == "invoice_late"
+    finally:
+        if admin.site.is_registered(Invoice):
+            admin.site.unregister(Invoice)
+        admin.site._registry[Invoice] = own
