@@ -7,8 +7,9 @@ collector merges families of the same name (both apps report `weave_leases`, for
 
 Counters (`*_total`) over insert-only rows (attempts) are kept exact and cheap with `RunningCounts`:
 a scrape counts only the rows that finished since the previous one (an index range scan on the
-finish time). Rows are counted once they are `LAG` seconds old by the database clock, so a
-transaction that commits a little after its rows' finish time is never missed. A named count keeps
+finish time). Rows are added to the kept totals once they are `LAG` seconds old by the database
+clock, so a transaction that commits a little after its rows' finish time is never missed; younger
+rows are counted afresh at every scrape on top of them. A named count keeps
 its totals in the database (`MetricCheckpoint`), and every process starts from the newest one: only
 the very first scrape of a site counts every stored row, not the first scrape of each process.
 
@@ -71,7 +72,13 @@ class RunningCounts:
                 self._upto = upto
                 if self.name:
                     self._store()
-            return dict(self._totals)
+            totals, kept_upto = dict(self._totals), self._upto
+        # The rows younger than the lag are counted afresh at every scrape and never kept: a scrape
+        # shows a refusal at once, and a row that commits late is counted when it does (insert-only
+        # rows, so the sum never goes down).
+        for labels, count in fetch(kept_upto, now).items():
+            totals[labels] = totals.get(labels, 0) + count
+        return totals
 
     def _catch_up(self, upto: datetime) -> None:
         """Take the stored checkpoint when it is ahead of this process's own (and not past `upto`)."""
