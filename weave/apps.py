@@ -58,7 +58,7 @@ class WeaveConfig(AppConfig):
 
         # A site's `@job` declarations live in its apps' jobs.py, found the way the admin finds admin.py.
         discover()
-        if apps.is_installed("django.contrib.admin"):
+        if _admin_autodiscovers():
             from weave.jobs.admin import register_job_admins
 
             register_job_admins()
@@ -107,3 +107,13 @@ def _ensure_schedules_after_migrate(sender: AppConfig, using: str = "default", *
     if stdout is not None and kwargs.get("verbosity", 1) >= 1:
         for name, what in changes:
             stdout.write(f"  Weave schedule {name}: {what}\n")
+
+
+def _admin_autodiscovers() -> bool:
+    """Whether the site uses the admin with autodiscovery: a site on `SimpleAdminConfig` registers its
+    admin classes by hand, and a job admin registered for it first would collide with its own."""
+    if not apps.is_installed("django.contrib.admin"):
+        return False
+    from django.contrib.admin.apps import AdminConfig
+
+    return isinstance(apps.get_app_config("admin"), AdminConfig)

@@ -68,3 +68,17 @@ def test_a_job_type_declared_after_the_start_gets_the_admin_unless_its_model_has
         if admin.site.is_registered(Invoice):
             admin.site.unregister(Invoice)
         admin.site._registry[Invoice] = own
+
+
+def test_a_site_on_simple_admin_config_gets_no_job_admin_registered_for_it(monkeypatch):
+    # Such a site registers its admin classes by hand: a job admin registered first would collide with them.
+    import django.contrib.admin
+    from django.apps import apps
+    from django.contrib.admin.apps import SimpleAdminConfig
+
+    from weave.apps import _admin_autodiscovers
+
+    assert _admin_autodiscovers()  # this suite's admin autodiscovers
+    simple = SimpleAdminConfig("django.contrib.admin", django.contrib.admin)
+    monkeypatch.setattr(apps, "get_app_config", lambda label: simple)
+    assert not _admin_autodiscovers()
