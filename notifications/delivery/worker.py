@@ -217,7 +217,8 @@ class PushWorker:
         return self.breakers.get(row.scope)
 
     def may_start(self, row: Row) -> str:
-        """ "go" (marked as the probe when its scope is half-open), "wait" (its scope's probe is out) or "hold"."""
+        """ "go" (marked as the probe when its scope is half-open), "wait" (its scope's probe is out) or
+        "paused" (its scope's breaker is open)."""
         breaker = self.breaker_for(row)
         verdict = breaker.allows(self.clock.monotonic())
         row.probe = verdict == "probe"
@@ -225,7 +226,7 @@ class PushWorker:
         row.ticket = breaker.take_ticket() if verdict == "go" else None
         if verdict:
             return "go"
-        return "wait" if breaker.state == HALF_OPEN else "hold"
+        return "wait" if breaker.state == HALF_OPEN else "paused"
 
     def unsendable(self, row: Row) -> Unsendable | None:
         """Whether `row` must end without a send (expired; device inactive), judged at the send's database time."""
@@ -283,7 +284,7 @@ class PushWorker:
         return self.buffer.release(rows, reason)
 
     def release_for_breaker(self, rows: list[Row]) -> int:
-        """Hand back rows whose scope's breaker is open, due when its hold ends, without using an attempt."""
+        """Hand back rows whose scope's breaker is open, due when its pause ends, without using an attempt."""
         by_scope: dict[str, list[Row]] = {}
         for row in rows:
             by_scope.setdefault(row.scope, []).append(row)
@@ -518,8 +519,8 @@ class _Pump:
             turn.quiet.append((row, *deferral))  # inside its user's quiet hours: back, due when they end
             return True
         verdict = worker.may_start(row)
-        if verdict == "hold":
-            turn.breaker_open.append(row)  # its scope's breaker is open: back, due when the hold ends
+        if verdict == "paused":
+            turn.breaker_open.append(row)  # its scope's breaker is open: back, due when the pause ends
             return True
         if verdict == "wait":
             self.parked.append(row)  # kept (and kept alive) until the probe's answer decides
