@@ -74,6 +74,9 @@ def test_a_worker_5_s_behind__takes_a_new_notification_at_once_with_the_database
 
 N = 300
 BEHIND = 300.0  # five minutes
+# Slow enough that the work outlasts the start of the helper drains: at 20 ms one drain sent all 300
+# before a task reached the other cluster, whatever the clocks (one cluster did every row in some runs).
+PROVIDER_MS = 100
 
 
 # A burst committed at once: the first drain finds a backlog and asks for helpers, so both clusters are
@@ -88,8 +91,10 @@ def test_two_clusters_one_5_minutes_behind__each_does_at_least_a_fifth_of_300(gr
     from tools.chaos.faults import owner_pid
 
     no_sweeps()
-    with FakePushProvider(latency_ms=20) as fake:
-        env = {"WEAVE_PUSH_URL": fake.push_url, "WEAVE_PUSH_BATCH_SIZE": "10"}
+    with FakePushProvider(latency_ms=PROVIDER_MS) as fake:
+        # Two sends at a time per drain: no single drain can take the whole burst before the helpers it
+        # asks for have started on the other cluster.
+        env = {"WEAVE_PUSH_URL": fake.push_url, "WEAVE_PUSH_BATCH_SIZE": "10", "WEAVE_PUSH_CONCURRENCY": "2"}
         if created == "one by one":
             env["WEAVE_WAKE_LINGER"] = "0"
         on_time = start_cluster(groups, worker_env, "on-time-qcluster", **env)
@@ -98,7 +103,14 @@ def test_two_clusters_one_5_minutes_behind__each_does_at_least_a_fifth_of_300(gr
             with transaction.atomic():
                 ids = [notification_create(device_token=f"share-{i}", title="Hi", body=str(i)).pk for i in range(N)]
         else:
-            ids = [notification_create(device_token=f"share-{i}", title="Hi", body=str(i)).pk for i in range(N)]
+            # Each row waits for the one before it to be delivered: a drain still sending would take the
+            # next row itself, and every row is meant to be a task of its own that either cluster may take.
+            ids = []
+            for i in range(N):
+                ids.append(notification_create(device_token=f"share-{i}", title="Hi", body=str(i)).pk)
+                wait_until(
+                    lambda pk=ids[-1]: Notification.objects.filter(pk=pk, status="delivered").exists(), timeout=30
+                )
         wait_until(
             lambda: Notification.objects.filter(pk__in=ids, status="delivered").count() == N,
             timeout=180,
