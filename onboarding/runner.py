@@ -25,7 +25,7 @@ next save, and the worker gives its lease back. "Cancel and undo" also sets `und
 requested`: the next attempt claims the cancelled run and runs each committed step's `undo`, newest
 first, each in its own guarded transaction.
 
-Cut off from the database mid-attempt (a partition, a server-side session timeout: issue 17), the
+Cut off from the database mid-attempt (a partition, a server-side session timeout), the
 worker reads back on a fresh connection what landed and writes only its own attempt's ending;
 "cut_off" means the claim itself never landed, so there is nothing of ours to end.
 """

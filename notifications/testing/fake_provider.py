@@ -49,7 +49,7 @@ class FaultConfig:
     malformed: bool = False  # answer 200 with a body that is not JSON
     token: str | None = None  # when set, any other bearer token gets 401
     seed: int | None = None
-    # --- hostile answers (issue 10): whatever status is answered, the body/headers can be made hostile ---
+    # --- hostile answers: whatever status is answered, the body/headers can be made hostile ---
     # "nul": NUL bytes, control characters and a forged log line; "binary": bytes that are not UTF-8;
     # "huge": `huge_bytes` of filler, streamed; "echo": the request's headers (Authorization included)
     # and the URL it was sent to, as a careless gateway's error page would.
