@@ -17,7 +17,7 @@ from weave.jobs.runner import run_job
 from weave.leases import FakeClock
 from weave.models import JobAttempt, TaskRow
 from weave.telemetry import db_now
-from weave.timeline import clock_time
+from weave.timeline import stamp
 
 ATTEMPT = {"attempts": F("attempts") + 1}  # a rival's claim counts its attempt, as the runner's does
 pytestmark = pytest.mark.django_db
@@ -276,7 +276,7 @@ def test_explain__a_deleted_job_is_told_from_its_records_and_said_to_be_gone(clo
     assert text.startswith(f"shipment {shipment.pk}: the job row is gone, 1 attempt record(s)")
     assert "attempt 1 (fence 1)" in text and "step quote saved by fence 1 (w1)" in text
     assert "the newest attempt that ended, attempt 1, ended done" in text
-    assert f"The job row is gone (deleted); its last attempt record is from {clock_time(last)}" in text
+    assert f"The job row is gone (deleted); its last attempt record is from {stamp(last)} (database time)" in text
 
 
 def test_explain__a_deleted_task_is_told_from_its_records_by_its_number(clock):

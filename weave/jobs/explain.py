@@ -9,7 +9,7 @@ from typing import Any
 
 from weave.leases import Clock, default_clock
 from weave.models import JobAttempt, JobStepReceipt
-from weave.timeline import Timeline, add_operator_events, clock_time
+from weave.timeline import Timeline, add_operator_events, clock_time, stamp
 
 
 def explain_job(job_type: str, model: Any, pk: Any, *, clock: Clock = default_clock) -> Timeline:
@@ -50,10 +50,10 @@ def _explain_gone(
     deleted = [e for e in add_operator_events(t, model, pk) if e.action == "deleted"]
     t.add(None, "holder", "nobody: the job row is gone")
     last = max([a.finished_at for a in attempts] + [r.finished_at for r in receipts])
-    by = f" {deleted[-1].who} deleted it in the admin at {clock_time(deleted[-1].at)}." if deleted else ""
+    by = f" {deleted[-1].who} deleted it in the admin at {stamp(deleted[-1].at)}." if deleted else ""
     gone = (
-        f"The job row is gone (deleted); its last attempt record is from {clock_time(last)}, and this story "
-        f"is told from the records left of it.{by}"
+        f"The job row is gone (deleted); its last attempt record is from {stamp(last)} (database time), "
+        f"and this story is told from the records left of it.{by}"
     )
     if not attempts:
         t.summary = f"{gone} No attempt ended; {len(receipts)} step receipt(s) are left."
