@@ -80,19 +80,19 @@ class LeaseGuardedDeleteMixin:
         """Django's "Delete selected", for the selected rows not held under a live lease; the others are named."""
         from django.contrib.admin.actions import delete_selected
 
+        admin_: Any = self
         if not isinstance(queryset, LeaseQuerySet):
-            return delete_selected(self, request, queryset)  # type: ignore[no-any-return]
+            response: HttpResponse | None = delete_selected(admin_, request, queryset)
+            return response
         if request.POST.get("post"):  # confirmed: lock what may go, delete it under that lock
             with transaction.atomic(using=router.db_for_write(self.model)):
                 locked = queryset.lock_free()
                 self.say_held(request, queryset.exclude(pk__in=locked), final=not locked)
-                if not locked:
-                    return None
-                return delete_selected(self, request, queryset.filter(pk__in=locked))  # type: ignore[no-any-return]
+                return delete_selected(admin_, request, queryset.filter(pk__in=locked)) if locked else None
         free = queryset.free_or_expired()
         self.say_held(request, queryset.live(), final=not free.exists())
         # The confirmation page lists, and posts back, only the rows that may go.
-        return delete_selected(self, request, free) if free.exists() else None
+        return delete_selected(admin_, request, free) if free.exists() else None
 
     def delete_view(
         self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
