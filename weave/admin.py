@@ -9,16 +9,18 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 from django.contrib import admin, messages
-from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
+from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
+from django.contrib.admin.utils import quote, unquote
 from django.contrib.contenttypes.models import ContentType
+from django.db import router, transaction
 from django.db.models import Model, Q, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html
 
 from weave.display import shown
 from weave.explain import explainers
-from weave.leases import LeaseQuerySet, default_clock
+from weave.leases import LeaseBusy, LeaseQuerySet, default_clock
 from weave.telemetry import db_now
 
 CONSOLE_CSS = "weave/console.css"
@@ -47,6 +49,106 @@ class OperatorLogMixin:
 
     def log_addition(self, request: HttpRequest, obj: Any, message: Any) -> Any:
         return self._log_entry(request, obj, ADDITION, message)
+
+    def log_deletions(self, request: HttpRequest, queryset: Any) -> Any:
+        return [self._log_entry(request, obj, DELETION, "") for obj in queryset]
+
+
+HELD_ROWS_LISTED = 20  # rows named in one refusal; the rest are counted
+
+
+class LeaseGuardedDeleteMixin:
+    """The admin's deletes of a leased model ("Delete selected" and a row's "Delete") keep every row held under
+    a live lease, by the database clock, and say so, naming the holder and when its lease ends.
+
+    A row deleted under its worker leaves that worker writing to nothing: its attempt ends `blocked`, "the row
+    is gone". Once the lease is over, the row is deleted as any other. The lease test and the row lock are one
+    statement (`LeaseQuerySet.lock_free`), and the delete follows in the same transaction: a worker's claim
+    waits for it, and then finds the row gone.
+    """
+
+    model: type[Model]
+
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
+        actions: dict[str, Any] = super().get_actions(request, **action_location_kwargs(action_location))  # type: ignore[misc]
+        if "delete_selected" in actions:
+            _, name, description = actions["delete_selected"]
+            actions["delete_selected"] = (_delete_selected_free, name, description)
+        return actions
+
+    def delete_selected_free(self, request: HttpRequest, queryset: QuerySet[Any]) -> HttpResponse | None:
+        """Django's "Delete selected", for the selected rows not held under a live lease; the others are named."""
+        from django.contrib.admin.actions import delete_selected
+
+        admin_: Any = self
+        if not isinstance(queryset, LeaseQuerySet):
+            response: HttpResponse | None = delete_selected(admin_, request, queryset)
+            return response
+        if request.POST.get("post"):  # confirmed: lock what may go, delete it under that lock
+            with transaction.atomic(using=router.db_for_write(self.model)):
+                locked = queryset.lock_free()
+                self.say_held(request, queryset.exclude(pk__in=locked), final=not locked)
+                return delete_selected(admin_, request, queryset.filter(pk__in=locked)) if locked else None
+        free = queryset.free_or_expired()
+        self.say_held(request, queryset.live(), final=not free.exists())
+        # The confirmation page lists, and posts back, only the rows that may go.
+        return delete_selected(admin_, request, free) if free.exists() else None
+
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        admin_: Any = self
+        obj = admin_.get_object(request, unquote(object_id))
+        rows = self.model._default_manager.filter(pk=obj.pk) if obj is not None else None
+        if not isinstance(rows, LeaseQuerySet) or not admin_.has_delete_permission(request, obj):
+            return super().delete_view(request, object_id, extra_context)  # type: ignore[misc,no-any-return]
+        with transaction.atomic(using=router.db_for_write(self.model)):
+            free = rows.lock_free() if request.method == "POST" else rows.free_or_expired().exists()
+            if not free:
+                self.say_held(request, rows, final=True)
+                meta = self.model._meta
+                page = f"admin:{meta.app_label}_{meta.model_name}_change"
+                return HttpResponseRedirect(reverse(page, args=[quote(obj.pk)], current_app=admin_.admin_site.name))
+            return super().delete_view(request, object_id, extra_context)  # type: ignore[misc,no-any-return]
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        rows = self.model._default_manager.filter(pk=obj.pk)
+        with transaction.atomic(using=router.db_for_write(self.model)):
+            if isinstance(rows, LeaseQuerySet) and not rows.lock_free():
+                raise LeaseBusy(f"{obj} is held under a live lease: not deleted.")
+            super().delete_model(request, obj)  # type: ignore[misc]
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        with transaction.atomic(using=router.db_for_write(self.model)):
+            if isinstance(queryset, LeaseQuerySet):
+                queryset = queryset.filter(pk__in=queryset.lock_free())
+            super().delete_queryset(request, queryset)  # type: ignore[misc]
+
+    def say_held(self, request: HttpRequest, rows: QuerySet[Any], *, final: bool) -> None:
+        """Name the rows kept because a worker holds them under a live lease (none: say nothing)."""
+        held = list(rows.filter(owner__isnull=False).order_by("pk")[: HELD_ROWS_LISTED + 1])
+        if not held:
+            return
+        from weave.timeline import stamp
+
+        named = "; ".join(
+            f"{shown(str(row))}: held by {row.owner} under a live lease until {stamp(row.lease_expires_at)}"
+            for row in held[:HELD_ROWS_LISTED]
+        )
+        more = f"; and more ({rows.count() - HELD_ROWS_LISTED})" if len(held) > HELD_ROWS_LISTED else ""
+        message = (
+            f"Not deleted: {named}{more} (database time). Its worker would find the row gone: cancel the job "
+            "instead, or delete it once the lease is over."
+        )
+        self.message_user(request, message, messages.ERROR if final else messages.WARNING)  # type: ignore[attr-defined]
+
+
+def _delete_selected_free(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Any]) -> HttpResponse | None:
+    response: HttpResponse | None = modeladmin.delete_selected_free(request, queryset)
+    return response
+
+
+_delete_selected_free.allowed_permissions = ("delete",)  # type: ignore[attr-defined]
 
 
 def record_operator_action(*, user_id: int, obj: Model, message: Any, flag: int = CHANGE) -> LogEntry:
@@ -278,11 +380,12 @@ class ReadOnlyAdminMixin:
         return False
 
 
-class LeasedModelAdmin(OperatorLogMixin, admin.ModelAdmin):
+class LeasedModelAdmin(LeaseGuardedDeleteMixin, OperatorLogMixin, admin.ModelAdmin):
     """Admin of a leased job: a `lease_state` column judged by the database clock and a `timeline` field.
 
     Set `explain_kind` to the kind the app registered with `weave.explain.register_explainer`. The lease
-    fields themselves stay read-only: only `weave.leases` writes them.
+    fields themselves stay read-only: only `weave.leases` writes them. A row under a live lease is never
+    deleted (`LeaseGuardedDeleteMixin`).
     """
 
     explain_kind = ""

@@ -59,7 +59,18 @@ class Timeline:
 
 _RANK = {"created": 0, "claim": 1, "send": 2, "receipt": 2}
 # Events a person caused in the admin: highlighted in the change page's timeline.
-OPERATOR_WORDS = {"started", "retried", "reopened", "cancelled", "resumed", "edited", "send-test", "operator", "undo"}
+OPERATOR_WORDS = {
+    "started",
+    "retried",
+    "reopened",
+    "cancelled",
+    "resumed",
+    "edited",
+    "send-test",
+    "operator",
+    "undo",
+    "deleted",
+}
 
 
 @dataclass(frozen=True)

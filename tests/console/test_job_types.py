@@ -17,6 +17,7 @@ from weave.jobs.runner import run_job
 from weave.leases import FakeClock
 from weave.models import JobAttempt, TaskRow
 from weave.telemetry import db_now
+from weave.timeline import stamp
 
 ATTEMPT = {"attempts": F("attempts") + 1}  # a rival's claim counts its attempt, as the runner's does
 pytestmark = pytest.mark.django_db
@@ -170,7 +171,7 @@ def test_admin_change_page__the_story_comes_before_the_fields_which_are_read_onl
     shipment = blocked_shipment(clock)
     page = admin_client.get(f"/admin/shipping/shipment/{shipment.pk}/change/").content.decode()
     story = page.index('id="weave-story"')
-    summary = page.index("2 attempt(s): 1 ended, 1 running; the last one that ended, attempt 1, ended blocked")
+    summary = page.index("2 attempt(s): 1 ended, 1 running; the newest attempt that ended, attempt 1, ended blocked")
     timeline = page.index('class="weave-timeline"')
     assert story < summary < timeline < page.index("field-parcel") < page.index("field-fence")
     assert 'name="fence"' not in page and 'name="owner"' not in page, "lease fields are never a form input"
@@ -216,7 +217,7 @@ def test_explain__a_sites_job_type_from_the_command(clock):
     text = out.getvalue()
     # The rival's attempt is running (counted by its claim, no history row yet): title and summary agree.
     assert text.startswith(f"shipment {shipment.pk}: pending, 2 attempt(s): 1 ended, 1 running")
-    assert "2 attempt(s): 1 ended, 1 running; the last one that ended, attempt 1, ended blocked" in text
+    assert "2 attempt(s): 1 ended, 1 running; the newest attempt that ended, attempt 1, ended blocked" in text
     assert "rival holds it under fence 2 now." in text
 
 
@@ -235,3 +236,65 @@ def test_actions__the_shipped_topic_admin_refuses_a_view_only_user_too(client):
     assert list(TopicSubscription.objects.values_list("state", flat=True)) == ["pending", "pending"]
     page = client.get(f"{url}{rows[0].pk}/change/").content.decode()
     assert page.index('id="weave-story"') < page.index("field-topic") < page.index("field-fence")
+
+
+def explain_text(kind: str, key: object) -> str:
+    out = StringIO()
+    call_command("weave_explain", kind, str(key), stdout=out)
+    return out.getvalue()
+
+
+def test_explain__the_summary_names_the_newest_attempt_even_when_an_older_one_ended_after_it(clock):
+    """The stale worker's attempt 1 ends (blocked) after the rival's attempt 2 finished the job: the summary
+    speaks of attempt 2, the one that decided the job's state, and says which it picked."""
+    shipment = Shipment.objects.create(parcel="books")
+
+    def stall_while_a_rival_finishes(ctx, hb):
+        during_booking.remove(stall_while_a_rival_finishes)
+        hb.stop()
+        clock.advance(TTL + 1)
+        assert run_job("shipment", shipment.pk, owner="rival", clock=clock) == "done"
+        clock.advance(1)
+
+    during_booking.append(stall_while_a_rival_finishes)
+    assert run_job("shipment", shipment.pk, owner="stale", clock=clock) == "blocked"
+    ended = dict(JobAttempt.objects.filter(job_id=str(shipment.pk)).values_list("number", "finished_at"))
+    assert ended[1] > ended[2], "attempt 1 ended last"
+
+    text = explain_text("shipment", shipment.pk)
+    assert "2 attempt(s); the newest attempt that ended, attempt 2, ended done." in text
+    assert "last one that ended" not in text, "attempt 2 is not the one that ended last"
+
+
+def test_explain__a_deleted_job_is_told_from_its_records_and_said_to_be_gone(clock):
+    shipment = Shipment.objects.create(parcel="books")
+    assert run_job("shipment", shipment.pk, owner="w1", clock=clock) == "done"
+    last = JobAttempt.objects.get(job_id=str(shipment.pk)).finished_at
+    Shipment.objects.filter(pk=shipment.pk).delete()
+
+    text = explain_text("shipment", shipment.pk)
+    assert text.startswith(f"shipment {shipment.pk}: the job row is gone, 1 attempt record(s)")
+    assert "attempt 1 (fence 1)" in text and "step quote saved by fence 1 (w1)" in text
+    assert "the newest attempt that ended, attempt 1, ended done" in text
+    assert f"The job row is gone (deleted); its last attempt record is from {stamp(last)} (database time)" in text
+
+
+def test_explain__a_deleted_task_is_told_from_its_records_by_its_number(clock):
+    from tests.jobs.shipping.background import add
+    from weave.tasks.results import JOB_TYPE
+
+    result = add.enqueue(2, 3)
+    row = TaskRow.objects.get(result_id=str(result.id))
+    assert run_job(JOB_TYPE, row.pk, owner="w1", clock=clock) == "done"
+    TaskRow.objects.filter(pk=row.pk).delete()
+
+    text = explain_text("task", row.pk)
+    assert text.startswith(f"task {row.pk}: the job row is gone, 1 attempt record(s)")
+    assert "The job row is gone (deleted)" in text
+
+
+def test_explain__no_row_and_no_records_is_still_no_such_job():
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="No shipment with id 987654"):
+        explain_text("shipment", 987654)

@@ -423,6 +423,15 @@ def test_operator_screens_at_1440_1280_and_390_px(live_server, chromium, monkeyp
         assert "2 attempt(s): 1 ended, 1 running" in page.locator("#weave-story-summary").inner_text()
         page.screenshot(path=str(SHOTS / "19-job-story-1440.png"), full_page=True)
 
+        # Deleting a job a worker holds is refused on its own page, naming the holder and the lease's end.
+        with page.expect_navigation():
+            page.locator("a.deletelink").click()
+        assert page.url.endswith(story_pages[2]), page.url
+        refusal = page.locator("ul.messagelist li.error").inner_text()
+        assert "held by shipping:host-b:202:bbbb under a live lease until" in refusal, refusal
+        assert shipment.__class__.objects.filter(pk=shipment.pk).exists()
+        assert not axe_violations(page), axe_violations(page)
+
         # The dashboard: a verdict first, naming the expired lease; tiles link to the rows they count.
         page.goto(f"{live_server.url}/admin/weave/dashboard/")
         verdict = page.locator("#weave-verdict")

@@ -116,3 +116,60 @@ def test_create__tells_the_sleeping_watchers_at_commit_so_the_job_runs_within_a_
     finally:
         raw.close()
     assert heard == [""]
+
+
+def notify_statements(queries) -> list[str]:
+    return [q["sql"] for q in queries.captured_queries if "notify" in q["sql"].lower()]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_create__a_hundred_rows_in_one_transaction_send_one_wake_up_after_commit():
+    from django.db import connection, transaction
+    from django.test.utils import CaptureQueriesContext
+
+    from weave import wake
+
+    raw = wake.open_listener()
+    try:
+        with CaptureQueriesContext(connection) as queries:
+            with transaction.atomic():
+                for n in range(100):
+                    Invoice.objects.create(number=f"2026-{n:03}", email="buyer@example.com")
+                inside = notify_statements(queries)
+            after = notify_statements(queries)
+        heard = [n.payload for n in raw.notifies(timeout=5.0, stop_after=1)]
+    finally:
+        raw.close()
+    assert inside == [], "nothing is said before the rows are committed"
+    assert len(after) == 1, after
+    assert heard == [""]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_create__a_rolled_back_transaction_says_nothing_and_the_next_one_still_wakes():
+    from django.db import connection, transaction
+    from django.test.utils import CaptureQueriesContext
+
+    class Undo(Exception):
+        pass
+
+    with CaptureQueriesContext(connection) as queries:
+        with pytest.raises(Undo), transaction.atomic():
+            Invoice.objects.create(number="2026-100", email="buyer@example.com")
+            raise Undo
+        assert notify_statements(queries) == []
+        with transaction.atomic():
+            try:
+                with transaction.atomic():  # a savepoint rolled back: its wake-up goes with its row
+                    Invoice.objects.create(number="2026-101", email="buyer@example.com")
+                    raise Undo
+            except Undo:
+                pass
+            Invoice.objects.create(number="2026-102", email="buyer@example.com")
+            Invoice.objects.create(number="2026-103", email="buyer@example.com")
+        assert len(notify_statements(queries)) == 1
+        Invoice.objects.create(number="2026-104", email="buyer@example.com")  # autocommit: at once
+        Invoice.objects.create(number="2026-105", email="buyer@example.com")
+        assert len(notify_statements(queries)) == 3

@@ -52,3 +52,33 @@ def test_a_task_longer_than_its_lease_finishes_once_on_a_real_qcluster(tmp_path)
     assert row.fence == 1 and row.attempts == 1
     (attempt,) = JobAttempt.objects.filter(job_type="task", job_id=str(row.pk))
     assert attempt.outcome == "done"
+
+
+def test_new_jobs_run_within_about_a_second_of_their_commit_on_a_real_qcluster(tmp_path):
+    """The watchers sleep in LISTEN; one created row (autocommit), then twenty made one by one in one
+    transaction (one wake-up, after the commit), each run about a second after its commit at most."""
+    import time
+
+    from django.db import transaction
+
+    with ProcessGroups(log_dir=tmp_path / "logs") as groups:
+        cluster = groups.manage("qcluster", "qcluster", env={"DATABASE_URL": database_url(), "WEAVE_Q_WORKERS": "2"})
+        wait_until(lambda: "running." in cluster.log_tail(200), timeout=60, message="qcluster to start")
+        time.sleep(3)  # past the start-up sweep: the watchers are asleep, waiting for a wake-up
+
+        def all_done(pks: list[int]) -> bool:
+            assert cluster.alive(), cluster.log_tail()
+            return Shipment.objects.filter(pk__in=pks, state="done").count() == len(pks)
+
+        began = time.monotonic()
+        one = Shipment.objects.create(parcel="books")
+        wait_until(lambda: all_done([one.pk]), timeout=30, interval=0.02, message="the new job to run")
+        single = time.monotonic() - began
+
+        with transaction.atomic():
+            many = [Shipment.objects.create(parcel=f"box {n}").pk for n in range(20)]
+        began = time.monotonic()
+        wait_until(lambda: all_done(many), timeout=30, interval=0.02, message="the twenty new jobs to run")
+        twenty = time.monotonic() - began
+    print(f"new job done {single:.2f} s after its commit; twenty in one transaction {twenty:.2f} s")
+    assert single < 2.0 and twenty < 2.5, (single, twenty)

@@ -9,6 +9,7 @@ Every such admin gets:
 - a list with state, attempts, the lease (live or expired, holder, fence), the next attempt and the
   last error, filters by state and lease, narrow enough for a 1280 px screen;
 - start, retry and cancel actions that need change permission, each written to the job's history;
+- deletes that keep a job held under a live lease, naming its holder and the lease's end (database time);
 - a change page that opens with the job's story (a plain-language summary and its timeline), then
   the job's own fields, then the job and lease fields, read-only (only workers write them).
 """
@@ -21,6 +22,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html
 
 from weave.admin import (
+    LeaseGuardedDeleteMixin,
     LeaseStateFilter,
     OperatorLogMixin,
     record_operator_action,
@@ -48,7 +50,7 @@ _SHOWN_BY_MIXIN = {
 }
 
 
-class JobAdminMixin(OperatorLogMixin):
+class JobAdminMixin(LeaseGuardedDeleteMixin, OperatorLogMixin):
     """Mix into a `ModelAdmin` of a `JobModel`: the job columns, filters, actions and the story-first page.
 
     `job_type` defaults to the job type declared on the admin's model; set it where one model serves two.

@@ -21,12 +21,13 @@ from django.utils.safestring import SafeString
 
 from weave.conf import KEYS, SettingsGroup, setting
 from weave.explain import Explainer, register_explainer
+from weave.jobs.new_work import tell_watchers_of_new_row
 from weave.jobs.policy import RetryPolicy
 from weave.jobs.steps import Step
 from weave.schedules import ScheduleSpec, register_schedule
 from weave.telemetry import LatencySource, Panel, register_latency_source, register_lease_job, register_metrics
 from weave.telemetry import register_panel as _register_panel
-from weave.wake import WatchSpec, register_watch, tell_watchers
+from weave.wake import WatchSpec, register_watch
 
 LatencyFetch = Callable[[timedelta, int], dict[str, list[float]]]
 
@@ -221,11 +222,11 @@ def _with_core_runner(job: JobType) -> JobType:
     return replace(job, **defaults)
 
 
-def _tell_watchers_of_new_job(sender: Any, created: bool = False, **kwargs: Any) -> None:
-    """A created row is new due work: the watchers, asleep in LISTEN on PostgreSQL, look at commit, not at their
-    next idle wake-up up to half a minute later."""
+def _tell_watchers_of_new_job(sender: Any, created: bool = False, using: str = "default", **kwargs: Any) -> None:
+    """A created row is new due work: the watchers, asleep in LISTEN on PostgreSQL, look after its transaction
+    commits (one wake-up per transaction), not at their next idle wake-up up to half a minute later."""
     if created:
-        tell_watchers()
+        tell_watchers_of_new_row(using)
 
 
 def get(name: str) -> JobType:

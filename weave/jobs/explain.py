@@ -1,28 +1,64 @@
-"""The story of one job of a core-run job type: its attempts, step receipts, what people did and who holds it now."""
+"""The story of one job of a core-run job type: its attempts, step receipts, what people did and who holds it now.
+
+A job whose row was deleted keeps its attempt records and receipts (they name the job by type and id, not by a
+foreign key): its story is told from them, and says plainly that the row is gone.
+"""
 
 from collections.abc import Callable
 from typing import Any
 
 from weave.leases import Clock, default_clock
 from weave.models import JobAttempt, JobStepReceipt
-from weave.timeline import Timeline, add_operator_events, clock_time
+from weave.timeline import Timeline, add_operator_events, clock_time, stamp
 
 
 def explain_job(job_type: str, model: Any, pk: Any, *, clock: Clock = default_clock) -> Timeline:
-    """Return the timeline of job `pk` of `job_type`, ending with a plain-language summary."""
-    job = model.objects.with_lease_state(clock).get(pk=pk)
+    """Return the timeline of job `pk` of `job_type`, ending with a plain-language summary.
+
+    Raises `model.DoesNotExist` only when neither the row nor any record of it is left.
+    """
     attempts = list(JobAttempt.objects.filter(job_type=job_type, job_id=str(pk)).order_by("number", "pk"))
     receipts = list(JobStepReceipt.objects.filter(job_type=job_type, job_id=str(pk)).order_by("finished_at", "pk"))
+    job = model.objects.with_lease_state(clock).filter(pk=pk).first()
+    if job is None:
+        if not attempts and not receipts:
+            raise model.DoesNotExist(f"No {job_type} with id {pk}, and no attempt record of one.")
+        return _explain_gone(job_type, model, pk, attempts, receipts)
     t = Timeline(f"{job_type} {pk}: {job.state}, {attempt_count(job, attempts)}")
     t.add(job.created_at, "created", f"{job_type} {pk}")
+    _add_records(t, attempts, receipts)
+    add_operator_events(t, model, pk)
+    t.add(None, "holder", _holder(job))
+    t.summary = _summary(job, attempts)
+    return t
+
+
+def _add_records(t: Timeline, attempts: list[JobAttempt], receipts: list[JobStepReceipt]) -> None:
     for a in attempts:
         t.add(a.started_at, "claim", f"attempt {a.number}: fence {a.fence} claimed by {a.owner}")
         t.add(a.finished_at, a.outcome, f"attempt {a.number} (fence {a.fence}): {a.reason}".rstrip(": "))
     for r in receipts:
         t.add(r.finished_at, "receipt", f"step {r.step} saved by fence {r.fence} ({r.owner}), key {r.idempotency_key}")
-    add_operator_events(t, model, pk)
-    t.add(None, "holder", _holder(job))
-    t.summary = _summary(job, attempts)
+
+
+def _explain_gone(
+    job_type: str, model: Any, pk: Any, attempts: list[JobAttempt], receipts: list[JobStepReceipt]
+) -> Timeline:
+    """The story of a job whose row is gone, from the attempt records and receipts left of it."""
+    t = Timeline(f"{job_type} {pk}: the job row is gone, {len(attempts)} attempt record(s)")
+    _add_records(t, attempts, receipts)
+    deleted = [e for e in add_operator_events(t, model, pk) if e.action == "deleted"]
+    t.add(None, "holder", "nobody: the job row is gone")
+    last = max([a.finished_at for a in attempts] + [r.finished_at for r in receipts])
+    by = f" {deleted[-1].who} deleted it in the admin at {stamp(deleted[-1].at)}." if deleted else ""
+    gone = (
+        f"The job row is gone (deleted); its last attempt record is from {stamp(last)} (database time), "
+        f"and this story is told from the records left of it.{by}"
+    )
+    if not attempts:
+        t.summary = f"{gone} No attempt ended; {len(receipts)} step receipt(s) are left."
+        return t
+    t.summary = f"{gone} {len(attempts)} attempt(s) recorded; {_newest_ended(attempts)}{_lost(attempts)}"
     return t
 
 
@@ -47,22 +83,34 @@ def _holder(job: Any) -> str:
     return f"{job.owner} at fence {job.fence}, lease {state} until {clock_time(job.lease_expires_at)}"
 
 
+def _newest_ended(attempts: list[JobAttempt]) -> str:
+    """How the newest attempt with a record ended (the highest-numbered: the one whose claim came last).
+
+    An older attempt can end after a newer one (a stalled worker records its lost lease late), but the
+    newest claim is the one that decided the job's state, so that is the attempt an operator is told of.
+    """
+    newest = attempts[-1]
+    reason = newest.reason.rstrip(".") or ("" if newest.outcome == JobAttempt.Outcome.DONE else "no reason given")
+    said = f"the newest attempt that ended, attempt {newest.number}, ended {newest.outcome}"
+    return f"{said}{': ' if reason else ''}{reason}."
+
+
+def _lost(attempts: list[JobAttempt]) -> str:
+    blocked = sum(1 for a in attempts if a.outcome == JobAttempt.Outcome.BLOCKED)
+    return f" {blocked} attempt(s) lost their lease and wrote nothing after it." if blocked else ""
+
+
 def _summary(job: Any, attempts: list[JobAttempt]) -> str:
     count = attempt_count(job, attempts)
     running = f" {job.owner} holds it under fence {job.fence} now." if job.owner is not None and job.lease_live else ""
     if not attempts:
         return f"{count}; no attempt has ended yet; it is {job.state}.{running}"
-    last = attempts[-1]
-    blocked = sum(1 for a in attempts if a.outcome == JobAttempt.Outcome.BLOCKED)
-    lost = f" {blocked} attempt(s) lost their lease and wrote nothing after it." if blocked else ""
     when = (
         f" Next attempt due at {clock_time(job.next_attempt_at)}."
         if job.state == "pending" and job.next_attempt_at
         else ""
     )
-    ended = f"the last one that ended, attempt {last.number}, ended {last.outcome}"
-    reason = last.reason.rstrip(".") or ("" if last.outcome == JobAttempt.Outcome.DONE else "no reason given")
-    return f"{count}; {ended}{': ' if reason else ''}{reason}.{lost}{when}{running}"
+    return f"{count}; {_newest_ended(attempts)}{_lost(attempts)}{when}{running}"
 
 
 def explainer_for(job_type: str, model: Any) -> Callable[[int], Timeline]:

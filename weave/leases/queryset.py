@@ -188,6 +188,34 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
         ((row),) = reopened
         return int(row["fence"])
 
+    # --- deletes ------------------------------------------------------------------------------
+
+    def lock_free(self, clock: Clock = default_clock) -> list[Any]:
+        """Lock the rows of this queryset nobody holds under a live lease; return their pks.
+
+        The lease test and the lock are one UPDATE (writing nothing new), judged by the database clock. Call
+        it inside a transaction: until that transaction ends, no claim can take the rows it returned. A row
+        held under a live lease is neither locked nor returned.
+        """
+        pks = list(self.values_list("pk", flat=True))
+        if not pks:
+            return []
+        rows = self._fresh().filter(pk__in=pks).free_or_expired(clock)._update_returning(["pk"], fence=F("fence"))
+        return [row["pk"] for row in rows]
+
+    def delete_free(self, clock: Clock = default_clock) -> list[Any]:
+        """Delete the rows of this queryset nobody holds under a live lease; return the pks deleted.
+
+        A row deleted under a live lease leaves its worker writing to nothing (its attempt ends `blocked`,
+        "the row is gone"), so such rows are kept. The rest are locked by `lock_free` and deleted in the same
+        transaction, with Django's cascades and signals: no claim lands between the test and the delete.
+        """
+        with transaction.atomic(using=self._write_db):
+            pks = self.lock_free(clock)
+            if pks:
+                self._fresh().filter(pk__in=pks).delete()
+        return pks
+
     # --- writes under a lease -------------------------------------------------------------------
 
     def guarded_update(
