@@ -131,11 +131,15 @@ def report_once(name: str, started_at: datetime | None = None) -> None:
 
     now = db_now()
     LINK.reconnected(now)
-    link = LINK.as_report()
-    WorkerReport.objects.update_or_create(
-        name=name,
-        defaults={"seen_at": now, "config": reported_config(), "link": link},
-        create_defaults={"started_at": started_at or now, "seen_at": now, "config": reported_config(), "link": link},
+    report = WorkerReport(
+        name=name, started_at=started_at or now, seen_at=now, config=reported_config(), link=LINK.as_report()
+    )
+    # One INSERT ... ON CONFLICT, in autocommit, that keeps the first report's started_at. A read followed by
+    # a write in one transaction (update_or_create) is refused at once on SQLite in its default deferred
+    # mode when another process writes meanwhile ("database is locked": its busy timeout is not waited for
+    # a read lock's upgrade), which every worker of a cluster starting together ran into.
+    WorkerReport.objects.bulk_create(
+        [report], update_conflicts=True, unique_fields=["name"], update_fields=["seen_at", "config", "link"]
     )
     WorkerReport.objects.filter(seen_at__lt=now - KEEP).delete()
 
