@@ -5,6 +5,7 @@ errors with their tracebacks, the four times, the result API (sync and async), q
 deferral, async task functions and the three signals.
 """
 
+import logging
 from datetime import timedelta
 
 import pytest
@@ -262,6 +263,34 @@ def test_signals__a_failed_task_finishes_failed(signals):
         ("started", TaskResultStatus.RUNNING),
         ("finished", TaskResultStatus.FAILED),
     ]
+
+
+def test_signals__a_failed_tasks_finish_is_sent_while_its_exception_is_handled(caplog):
+    """Django's own receiver logs a failed task with `logger.exception`, as its workers send the signal while
+    handling the task's exception: the log (and an error tracker reading it) gets the real traceback."""
+    import sys
+
+    handled = []
+
+    def record(sender, task_result, **kwargs):
+        handled.append((task_result.status, sys.exc_info()[1]))
+
+    task_finished.connect(record, weak=False)
+    try:
+        with caplog.at_level(logging.INFO):
+            result = explode.enqueue()
+            ok = add.enqueue(1, 1)
+            drain()
+    finally:
+        task_finished.disconnect(record)
+    (failed,) = [error for status, error in handled if status == TaskResultStatus.FAILED]
+    assert isinstance(failed, ValueError) and str(failed) == "no such parcel"
+    assert [error for status, error in handled if status != TaskResultStatus.FAILED] == [None]
+    (logged,) = [r for r in caplog.records if result.id in r.getMessage() and "FAILED" in r.getMessage()]
+    assert logged.exc_info and logged.exc_info[1] is failed
+    assert "NoneType: None" not in caplog.text
+    ok.refresh()
+    assert ok.status == TaskResultStatus.SUCCESSFUL
 
 
 # --- enqueue's cost -------------------------------------------------------------------------------------

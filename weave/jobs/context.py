@@ -42,6 +42,8 @@ class JobContext:
     job_model: type[models.Model] | None = None
     # In batch mode, the `weave.leases.BatchHeartbeat` keeping this attempt's lease (and its batch's).
     batch: Any = None
+    # The exception the attempt failed with, once it has (for the job type's `finished` hooks).
+    error: BaseException | None = None
 
     @property
     def model(self) -> type[models.Model]:

@@ -317,6 +317,7 @@ def record_blocked(ctx: JobContext, started: Any, lost: LeaseLost) -> None:
 def _failure(jt: JobType, ctx: JobContext, error: Exception) -> Ending:
     import traceback
 
+    ctx.error = error
     reason = f"{type(error).__name__}: {error}" + (f" (at step {ctx.step})" if ctx.step else "")
     details = {
         "error_class": f"{type(error).__module__}.{type(error).__qualname__}",

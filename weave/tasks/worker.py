@@ -25,7 +25,7 @@ from weave.leases import Clock, FakeClock, Heartbeat, insert_receipts
 from weave.leases.heartbeat import heartbeat_interval
 from weave.models import JobAttempt, TaskRow
 from weave.schedules import ScheduleSpec
-from weave.tasks.compat import TaskContext, normalize_json, task_finished, task_started
+from weave.tasks.compat import TaskContext, TaskResultStatus, normalize_json, task_finished, task_started
 from weave.tasks.context import WeaveTaskContext
 from weave.tasks.options import TaskOptions, TaskTimedOut, TooManyAttempts, options_key, resolve
 from weave.tasks.results import JOB_TYPE, stored_task, task_result
@@ -251,6 +251,23 @@ def _finished_many(ended: list[tuple[JobContext, str, dict[str, Any] | None]]) -
         if outcome == "done":
             row.return_value = ctx.results.get("run")
         result = task_result(row, clock=ctx.clock, finished=outcome, attempts=attempts.get(str(row.pk), []))
+        _send_finished(result, ctx.error if result.status == TaskResultStatus.FAILED else None)
+
+
+def _send_finished(result: Any, error: BaseException | None) -> None:
+    """Send `task_finished`; for a failed task, while its exception is being handled.
+
+    Django's own receiver logs a failed task with `logger.exception`, as its workers send the signal from
+    the task's `except` block: sent anywhere else, the log shows "NoneType: None" instead of the traceback
+    and error trackers get no exception. The finish was written by then; the exception is raised again
+    only to be the one handled.
+    """
+    if error is None:
+        task_finished.send(type(result.task.get_backend()), task_result=result)
+        return
+    try:
+        raise error
+    except BaseException:  # noqa: BLE001  (exactly the one raised above)
         task_finished.send(type(result.task.get_backend()), task_result=result)
 
 
