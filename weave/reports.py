@@ -101,7 +101,9 @@ def report_once(name: str, started_at: datetime | None = None) -> None:
 
     now = db_now()
     LINK.reconnected(now)
-    config = {key: value for key in KEYS if isinstance(value := getattr(weave_settings, key), bool | int | float | None)}
+    config = {
+        key: value for key in KEYS if isinstance(value := getattr(weave_settings, key), bool | int | float | None)
+    }
     fields = {"seen_at": now, "config": config, "link": LINK.as_report()}
     if not WorkerReport.objects.filter(name=name).update(**fields):
         WorkerReport.objects.create(name=name, started_at=started_at or now, **fields)  # one reporter per name
