@@ -16,7 +16,8 @@ DRAIN_BUDGET = 30.0
 def drain(job_type: str, *, budget: float = DRAIN_BUDGET) -> dict[str, int]:
     """Run due jobs of `job_type` in batches until none is due or the budget is spent; return their outcomes."""
     request_started(queue.drain_request_name(job_type))
-    due = get(job_type).model._default_manager.due().order_by("next_attempt_at", "pk")
+    model: Any = get(job_type).model
+    due = model._default_manager.due().order_by("next_attempt_at", "pk")
     try:
         # A whole batch claimed: more may be due, so another worker is asked to drain beside this one.
         report = run_batches(job_type, due, budget=budget, on_full=lambda: queue.enqueue_drain(job_type))
