@@ -1,4 +1,4 @@
-"""Thin django-q2 entry points for the notifications app: the work lives in `delivery`."""
+"""django-q2 entry points for the notifications app: the work lives in `delivery`."""
 
 from typing import Any
 
@@ -12,9 +12,8 @@ from weave.conf import weave_settings
 
 
 def drain() -> dict[str, Any]:
-    """Deliver due notifications (the task a coalesced request enqueues), then linger WAKE_LINGER seconds
-    for new rows on the same loop and provider connections: steady traffic needs about one task per
-    PUSH_BUDGET, not one per notification."""
+    """Deliver due notifications, then linger WAKE_LINGER seconds for new rows on the same loop and
+    provider connections: steady traffic needs one task per PUSH_BUDGET, not one per notification."""
     task = workers.LingeringTask(queue.drain_request_name(), queue.JOB_KEY, float(weave_settings.WAKE_LINGER))
     backlog = Notification.objects.claimable()[weave_settings.PUSH_BATCH_SIZE :].exists()
     task.begin(backlog=backlog)  # a backlog frees the slot, so the next request asks for a helper
@@ -32,12 +31,10 @@ def drain() -> dict[str, Any]:
 
 
 def warm_up(**_signal: Any) -> None:
-    """Import and ready what a drain needs, once per worker process (a `post_spawn` receiver), so a new
-    worker's first drain does not import backends or wait for a token while its rows wait. No backend
-    is built here: backends belong to the drain's own event loop."""
+    """Import and ready what a drain needs once per worker process (`post_spawn`), so a new worker's first
+    drain does not wait; no backend is built here: backends belong to the drain's own event loop."""
     prepare_backends()  # a problem is the drain's (and the checks') to report
-    # Out of the collector's way; the one collection is the process start's (`weave.heap`).
-    workers.settle_heap(collect=False)
+    workers.settle_heap(collect=False)  # the one collection is the process start's (`weave.heap`)
 
 
 def sweep() -> dict[str, Any]:

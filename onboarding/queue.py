@@ -9,6 +9,5 @@ def request_name(run_id: int) -> str:
 
 
 def enqueue_run(run_id: int) -> bool:
-    """Ask for one attempt at run `run_id` unless one is already waiting (coalesced per run); return
-    whether a task was enqueued."""
+    """Ask for one attempt at run `run_id` unless one is already waiting; return whether it was enqueued."""
     return request_task(request_name(run_id), "onboarding.tasks.run_onboarding", run_id, group="onboarding")

@@ -1,11 +1,6 @@
-"""django-q2 brokers for `Q_CLUSTER['broker_class']`, and worker recycling spread out.
-
-`DatabaseClockORM` is django-q2's ORM broker with every task lock written and compared by the
-database's clock (the stock one uses host clocks, so a worker host behind the web host waits out the
-difference for every task), riding out a database restart (`ReconnectOnDequeue`), and waking for a
-task request between polls of an empty queue (`weave.wake.TaskRequestWait`). The Redis broker is in
-`weave.broker_redis` (`redis` is optional).
-"""
+"""`DatabaseClockORM`: django-q2's ORM broker with task locks judged by the database clock (with host
+clocks a skewed worker host waits out the skew on every task), riding out a database restart, and
+woken by a task request while its queue is empty. The Redis broker is `weave.broker_redis`."""
 
 import logging
 import os
@@ -43,8 +38,7 @@ class DatabaseClockLocks(ORM):  # type: ignore[misc]  # django-q2 ships no type 
 
     def dequeue(self) -> list[tuple[Any, Any]] | None:
         tasks = list(self.get_connection().filter(key=self.list_key, lock__lt=DbNow())[0 : Conf.BULK])
-        if not tasks:
-            # An empty queue: sleep as the stock broker does, but wake for a task request at once.
+        if not tasks:  # sleep as the stock broker does, but wake for a task request at once
             if self._request_wait is None:
                 self._request_wait = TaskRequestWait()
             self._request_wait.wait(Conf.POLL)
@@ -58,13 +52,12 @@ class DatabaseClockLocks(ORM):  # type: ignore[misc]  # django-q2 ships no type 
 
 
 class DatabaseClockORM(ReconnectOnDequeue, DatabaseClockLocks):
-    """The database-clock broker that rides out a PostgreSQL restart (the documented default); the mixin
-    comes first, above the class that defines `dequeue`."""
+    """The documented default: the mixin first, above the class that defines `dequeue`."""
 
 
 def stagger_recycle(**_signal: Any) -> None:
-    """Give this worker process its own recycle count, between `recycle` and 1.5 x `recycle` (a
-    `post_spawn` receiver), so workers started together do not all recycle at once."""
+    """Give this worker its own recycle count in [recycle, 1.5 x recycle] (`post_spawn`): workers started
+    together do not all recycle at once."""
     base = int(Conf.RECYCLE or 0)
     if base <= 0:
         return

@@ -1,9 +1,5 @@
-"""`PooledRedis`: django-q2's Redis broker on one bounded connection pool per process.
-
-The stock broker opens a TCP connection for every `async_task`; this one shares a client per process,
-with connect and read timeouts, so an unreachable Redis fails an enqueue in seconds. Its own module:
-`redis` is an optional dependency (`weave[redis]`).
-"""
+"""`PooledRedis`: django-q2's Redis broker on one client per process with connect and read timeouts (the
+stock one connects per `async_task`), so an unreachable Redis fails an enqueue in seconds. `redis` is optional."""
 
 import os
 import threading
@@ -21,8 +17,7 @@ _pool_lock = threading.Lock()
 
 
 def shared_redis() -> redis.Redis:
-    """This process's Redis client, built from Q_CLUSTER['redis'] on first use; keyed by process id (a
-    forked worker builds its own) and by the configuration."""
+    """This process's Redis client from Q_CLUSTER['redis'], per process id (a forked worker builds its own)."""
     key = (os.getpid(), repr(Conf.REDIS))
     client = _pools.get(key)
     if client is not None:

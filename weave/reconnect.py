@@ -1,11 +1,6 @@
-"""Keep a django-q2 cluster taking tasks through a PostgreSQL restart or failover.
-
-django-q2's pusher treats any error from `broker.dequeue()` as a crashed broker and is restarted after
-10 s; with the ORM broker every database restart would cost that. `ReconnectOnDequeue` turns a dequeue
-cut off from the database into "no task this time" after a short, growing pause (0.25 s doubling to
-2 s). A cut-off acknowledgement (which would kill the monitor) is retried for up to ACK_PATIENCE
-seconds, then given up with a warning: the task runs again once its lock lapses.
-"""
+"""Keep a django-q2 cluster taking tasks through a database restart: its pusher treats a failed dequeue as
+a crash and restarts 10 s later. A cut-off dequeue here is "no task" after a pause (0.25 s doubling to
+2 s); a cut-off acknowledgement is retried for ACK_PATIENCE s, then given up (the task runs again)."""
 
 import logging
 import time

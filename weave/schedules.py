@@ -1,8 +1,5 @@
-"""django-q2 schedules that apps register in `AppConfig.ready()`, created after every `migrate`
-(and repaired by `manage.py weave_schedules`):
-
-    register_schedule(ScheduleSpec(name="notifications.sweep", func="notifications.tasks.sweep", minutes=1))
-"""
+"""django-q2 Schedules that apps register in `AppConfig.ready()`, made after every `migrate` and by
+`manage.py weave_schedules`."""
 
 from dataclasses import dataclass
 
@@ -34,8 +31,7 @@ def registered_schedules() -> list[ScheduleSpec]:
 
 
 def ensure_schedules(using: str = "default") -> list[tuple[str, str]]:
-    """Create or update a Schedule row for every registered spec; return (name, "created", "unchanged" or
-    "updated (field old -> new, ...)") per spec."""
+    """Create or update a Schedule per registered spec; return (name, what was done) per spec."""
     from django_q.models import Schedule
 
     results = []

@@ -1,21 +1,17 @@
 """Wake the workers when work becomes due: coalesced task requests and the due-time watcher.
 
-- `request_once(name, enqueue=...)` enqueues a task unless one is already waiting: one guarded UPDATE
-  of the `WakeRequest` row takes its slot, and only the caller whose UPDATE changed the row enqueues.
-  The task frees the slot when it starts (`task_started`), so new work asks for another task. Nothing
-  here reads the broker: it works the same on django-q2's ORM and Redis brokers.
-- A `Watcher` thread in every worker process (django-q2's `post_spawn`) sleeps until the earliest due
-  time of every registered kind (by the database clock) and then asks for a task. On PostgreSQL it
-  sleeps in `LISTEN weave_wake` on its own connection (WAKE_LISTEN_DB), so `tell_watchers()` and new
-  requests wake it at once; when a probe NOTIFY does not arrive (a transaction pooler) it polls every
-  POLL_MAX, as it does on SQLite. While work stays due it asks again every round, so a lost task is
-  replaced once its request lapses (REQUEST_LAPSE).
-
-Apps register what they watch in `AppConfig.ready()`: `register_watch(WatchSpec(name, next_due, wake))`.
+A request takes its `WakeRequest` slot in one guarded UPDATE and only the winner enqueues, so the
+broker is never read (ORM and Redis alike); the task frees the slot when it starts. A `Watcher` thread
+per worker process sleeps until the earliest due time (database clock) and then asks for a task. On
+PostgreSQL it LISTENs (WAKE_LISTEN_DB); where a probe NOTIFY does not arrive (a pooler) it polls every
+POLL_MAX, as on SQLite. While work stays due it asks every round, so a lost task's request lapses and
+is replaced.
 """
 
 import functools
 import logging
+import os
+import socket
 import threading
 import time
 import uuid
@@ -26,6 +22,8 @@ from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
+from django_q.conf import Conf
+from django_q.tasks import async_task
 
 from weave.conf import weave_settings
 from weave.leases import DbNow, default_clock
@@ -35,18 +33,15 @@ from weave.worker_db import is_cut_off
 
 logger = logging.getLogger("weave.wake")
 
-# Timings with no setting: read at each use (module globals), so a test may patch them.
-REQUEST_LAPSE = 3.0  # seconds a request's slot stays taken when its task never starts (a lost task)
+# Read at each use, so a test may patch them.
+REQUEST_LAPSE = 3.0  # seconds a slot stays taken when its task never starts (a lost task)
 GRACE = 0.2  # seconds work found due after a notification is left to the task that sent it
 POLL_MAX = 1.0  # longest poll (SQLite, a pooler), and the longest backoff while work stays overdue
-IDLE = 30.0  # longest LISTEN on PostgreSQL with nothing due (a NOTIFY ends it sooner)
+IDLE = 30.0  # longest LISTEN with nothing due
 PROBE_TIMEOUT = 2.0  # how long a probe NOTIFY may take before the watcher polls instead
-
 CHANNEL = "weave_wake"  # due times changed, or new work arrived
-TASK_CHANNEL = "weave_tasks"  # a task was enqueued: the brokers' idle waits (`TaskRequestWait`) listen here
-# The payload of a request whose slot was already taken: new work for a task that is queued or
-# lingering. A watcher hands it to its process's subscribers (`on_arrival`), not a change of due times.
-ARRIVAL = "arrived"
+TASK_CHANNEL = "weave_tasks"  # a task was enqueued: the brokers' idle waits listen here
+ARRIVAL = "arrived"  # new work for a queued or lingering task, not a change of due times
 _arrival_callbacks: list[Callable[[], None]] = []
 _arrival_lock = threading.Lock()
 
@@ -54,76 +49,82 @@ _arrival_lock = threading.Lock()
 # --- coalesced task requests ---------------------------------------------------------------------------
 
 
-def request_once(name: str, *, enqueue: Callable[[], None], lapse: float | None = None) -> bool:
-    """Enqueue the task of request `name` unless one is already waiting; return whether this call enqueued.
+def request_name(base: str) -> str:
+    """The request row of `base` on this broker queue: clusters on other queues get their own."""
+    return f"{base}@{Conf.CLUSTER_NAME}"
 
-    The slot stays taken for `lapse` seconds (REQUEST_LAPSE) or until the task starts. This never
-    raises for the broker: the caller's row is committed, so a failed enqueue is logged, its slot freed
-    and the watchers told (they ask again from a worker process).
-    """
+
+def request_task(name: str, func: str, *args: Any, group: str, task_name: str | None = None) -> bool:
+    """Enqueue `func(*args)` unless a task under request `name` is already waiting; return whether it was."""
+    return request_once(name, enqueue=_enqueuer(func, args, group, task_name))
+
+
+def finish_claimed_request(
+    name: str, func: str, *args: Any, taken: bool, already_taken: bool, group: str, task_name: str | None = None
+) -> bool:
+    """`request_task`, for a caller whose own committed statement carried the slot claim (`slot_claim_sql`)."""
+    return finish_claim(name, taken, already_taken, enqueue=_enqueuer(func, args, group, task_name))
+
+
+def _enqueuer(func: str, args: tuple[Any, ...], group: str, task_name: str | None) -> Callable[[], None]:
+    options = {"group": group} if task_name is None else {"group": group, "task_name": task_name}
+    return lambda: async_task(func, *args, **options)
+
+
+def request_once(name: str, *, enqueue: Callable[[], None], lapse: float | None = None) -> bool:
+    """Call `enqueue` unless a task of request `name` is already waiting; return whether this call did.
+
+    Never raises for the broker: the caller's work is committed, so a failed enqueue frees the slot
+    and the watchers ask again."""
     from weave.models import WakeRequest
 
-    lapse = _lapse(lapse)
-    taken, already_taken = _claim_slot(name, lapse)
-    if not taken:
-        if already_taken:
-            return False
+    lapse = float(REQUEST_LAPSE if lapse is None else lapse)
+    if connection.vendor == "postgresql":
+        claim = slot_claim_sql(name, lapse=lapse)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"WITH {claim.with_sql} SELECT {claim.select_sql}", [*claim.with_params, *claim.select_params]
+            )
+            taken, already_taken = cursor.fetchone()
+    else:
+        rows = WakeRequest.objects.filter(name=name)
+        free = Q(queued_until__isnull=True) | Q(queued_until__lte=DbNow())
+        taken = rows.filter(free).update(queued_until=DbNow(timedelta(seconds=lapse)), requests=F("requests") + 1)
+        already_taken = not taken and rows.exists()
+    if not taken and not already_taken:
         try:
             with transaction.atomic():
                 WakeRequest.objects.create(name=name, queued_until=DbNow(timedelta(seconds=lapse)), requests=1)
         except IntegrityError:
-            return False  # a concurrent first request created the row: it enqueues, not us
-    return _enqueue_taken(name, enqueue)
+            return False  # a concurrent first request created the row: it enqueues
+        taken = True
+    return finish_claim(name, bool(taken), bool(already_taken), enqueue=enqueue, lapse=lapse)
 
 
-def _lapse(lapse: float | None) -> float:
-    return float(REQUEST_LAPSE if lapse is None else lapse)
-
-
-def _enqueue_taken(name: str, enqueue: Callable[[], None]) -> bool:
-    from weave.models import WakeRequest
-
+def finish_claim(
+    name: str, taken: bool, already_taken: bool, *, enqueue: Callable[[], None], lapse: float | None = None
+) -> bool:
+    """Finish a request whose slot claim has committed; return whether it enqueued."""
+    if not taken:
+        return not already_taken and request_once(name, enqueue=enqueue, lapse=lapse)  # no row yet
     try:
         enqueue()
     except Exception as error:
         # Nothing was queued: free the slot, or every request would be swallowed until it lapsed.
-        logger.warning(
-            "event=enqueue_failed name=%s error=%s: the work is stored; the watchers will ask again",
-            name,
-            type(error).__name__,
-            exc_info=True,
-        )
-        WakeRequest.objects.filter(name=name).update(queued_until=None)
+        message = "event=enqueue_failed name=%s error=%s: the work is stored; the watchers will ask again"
+        logger.warning(message, name, type(error).__name__, exc_info=True)
+        free_slot(name)
         _tell_watchers_quietly()
         return False
-    # The watchers look again (and ask again while the work stays due); the brokers' idle waits wake.
     _tell_watchers_quietly(task=True)
     return True
 
 
-def _claim_slot(name: str, lapse: float) -> tuple[bool, bool]:
-    """Take the slot of `name` if free: (taken, already_taken). Already taken: a queued or lingering task
-    takes the new work (told by NOTIFY on PostgreSQL, in the same statement). Neither: no row yet."""
-    from weave.models import WakeRequest
-
-    if connection.vendor != "postgresql":
-        free = Q(queued_until__isnull=True) | Q(queued_until__lte=DbNow())
-        rows = WakeRequest.objects.filter(name=name)
-        if rows.filter(free).update(queued_until=DbNow(timedelta(seconds=lapse)), requests=F("requests") + 1):
-            return True, False
-        return False, rows.exists()
-    claim = slot_claim_sql(name, lapse=lapse)
-    with connection.cursor() as cursor:
-        cursor.execute(f"WITH {claim.with_sql} SELECT {claim.select_sql}", [*claim.with_params, *claim.select_params])
-        taken, already_taken = cursor.fetchone()
-    return bool(taken), bool(already_taken)
-
-
 @dataclass(frozen=True)
 class SlotClaimSQL:
-    """The slot claim as PostgreSQL pieces for a statement of the caller's own (an INSERT of the work), so
-    the work and its request commit together in one trip: `with_sql` is one WITH element, `select_sql`
-    two boolean columns (taken, already_taken). The statement must commit at once (autocommit)."""
+    """The slot claim as pieces of a PostgreSQL statement of the caller's own (an INSERT of the work), so
+    work and request commit together in one trip: one WITH element, and two boolean columns (taken,
+    already_taken). The statement must commit at once (autocommit)."""
 
     with_sql: str
     with_params: tuple[Any, ...]
@@ -132,10 +133,11 @@ class SlotClaimSQL:
 
 
 def slot_claim_sql(name: str, *, lapse: float | None = None, alias: str = "won", only_if: str = "TRUE") -> SlotClaimSQL:
-    """The pieces that claim the slot of `name` inside another statement on the default database;
-    `only_if`: a further condition (SQL, no parameters). Hand the two columns to `finish_claim`."""
+    """The pieces that claim the slot of `name`; `only_if`: a further condition (SQL, no parameters)."""
     with_sql, select_sql = _slot_claim_text(alias, only_if)
-    return SlotClaimSQL(with_sql, (_lapse(lapse), name), select_sql, (CHANNEL, ARRIVAL, name))
+    return SlotClaimSQL(
+        with_sql, (float(REQUEST_LAPSE if lapse is None else lapse), name), select_sql, (CHANNEL, ARRIVAL, name)
+    )
 
 
 @functools.cache
@@ -143,40 +145,19 @@ def _slot_claim_text(alias: str, only_if: str) -> tuple[str, str]:
     from weave.models import WakeRequest
 
     table = connection.ops.quote_name(WakeRequest._meta.db_table)
+    # The SELECT sees the row as before the UPDATE: pg_notify runs only when the row exists and the
+    # UPDATE took nothing, so the queued or lingering task hears ARRIVAL.
     return (
-        _CLAIM_SLOT_WITH.format(table=table, alias=alias, only_if=only_if),
-        _CLAIM_SLOT_COLUMNS.format(table=table, alias=alias),
+        f"{alias} AS (UPDATE {table} SET queued_until = {postgres_now_plus('%s')}, requests = requests + 1 WHERE"
+        f" name = %s AND (queued_until IS NULL OR queued_until <= clock_timestamp()) AND ({only_if}) RETURNING 1)",
+        f"EXISTS (SELECT 1 FROM {alias}), (SELECT count(pg_notify(%s, %s)) FROM {table}"
+        f" WHERE name = %s AND NOT EXISTS (SELECT 1 FROM {alias})) > 0",
     )
-
-
-def finish_claim(
-    name: str, taken: bool, already_taken: bool, *, enqueue: Callable[[], None], lapse: float | None = None
-) -> bool:
-    """Finish a request whose slot claim (`slot_claim_sql`) has committed; return whether it enqueued."""
-    if taken:
-        return _enqueue_taken(name, enqueue)
-    if already_taken:
-        return False
-    return request_once(name, enqueue=enqueue, lapse=lapse)  # no row yet: the first request makes it
-
-
-# A data-modifying WITH runs whatever the SELECT reads; the SELECT sees the row as before it. pg_notify
-# runs only when the row exists and the UPDATE took nothing: the queued or lingering task hears ARRIVAL.
-_CLAIM_SLOT_WITH = (
-    "{alias} AS ("
-    " UPDATE {table} SET queued_until = " + postgres_now_plus("%s") + ", requests = requests + 1"
-    " WHERE name = %s AND (queued_until IS NULL OR queued_until <= clock_timestamp()) AND ({only_if}) RETURNING 1)"
-)
-_CLAIM_SLOT_COLUMNS = (
-    "EXISTS (SELECT 1 FROM {alias}),"
-    " (SELECT count(pg_notify(%s, %s)) FROM {table} WHERE name = %s AND NOT EXISTS (SELECT 1 FROM {alias})) > 0"
-)
 
 
 def on_arrival(callback: Callable[[], None]) -> Callable[[], None]:
     """Call `callback` (on the watcher's thread; it must not block) each time this process's watcher hears
-    that new work was requested; return the function that stops it. A callback, not a flag: nothing is
-    cleared, so no arrival is lost."""
+    of new work; return the function that stops it. A callback, not a flag: no arrival is lost."""
     with _arrival_lock:
         _arrival_callbacks.append(callback)
 
@@ -199,25 +180,34 @@ def _arrived() -> None:
 
 
 def keep_slot_taken(name: str, seconds: float) -> None:
-    """Keep the slot of `name` taken `seconds` more: a running task takes the new work meanwhile (if it
-    dies, the slot lapses and the watchers ask again)."""
+    """Keep the slot of `name` taken `seconds` more: the running task takes new work (if it dies, the slot lapses)."""
     from weave.models import WakeRequest
 
-    until = DbNow(timedelta(seconds=seconds))
-    if WakeRequest.objects.filter(name=name).update(queued_until=until):
-        return
-    try:  # started by a sweep or by hand, never requested: the row may not exist yet
-        with transaction.atomic():
-            WakeRequest.objects.create(name=name, queued_until=until)
-    except IntegrityError:
-        WakeRequest.objects.filter(name=name).update(queued_until=until)
+    until, rows = DbNow(timedelta(seconds=seconds)), WakeRequest.objects.filter(name=name)
+    if not rows.update(queued_until=until):
+        try:  # started by a sweep, never requested: no row yet
+            with transaction.atomic():
+                WakeRequest.objects.create(name=name, queued_until=until)
+        except IntegrityError:
+            rows.update(queued_until=until)
 
 
 def free_slot(name: str) -> None:
-    """Free the slot of `name`: its running task no longer takes new work (it is ending)."""
+    """Free the slot of `name`: no task of it waits, or its running task takes no more work."""
     from weave.models import WakeRequest
 
-    WakeRequest.objects.filter(name=name).update(queued_until=None)
+    WakeRequest.objects.filter(name=name, queued_until__isnull=False).update(queued_until=None)
+
+
+def request_started(name: str, *, forget: bool = False) -> None:
+    """The task of request `name` is running: free its slot (`forget`: delete a per-job row) and tell the watchers."""
+    from weave.models import WakeRequest
+
+    if forget:
+        WakeRequest.objects.filter(name=name).delete()
+    else:
+        free_slot(name)
+    tell_watchers()
 
 
 def _tell_watchers_quietly(*, task: bool = False) -> None:
@@ -227,27 +217,12 @@ def _tell_watchers_quietly(*, task: bool = False) -> None:
         logger.debug("could not notify the watchers", exc_info=True)
 
 
-def task_started(name: str, *, forget: bool = False) -> None:
-    """Free the slot of `name`: its task is running. `forget` deletes the row (per-job names)."""
-    from weave.models import WakeRequest
-
-    rows = WakeRequest.objects.filter(name=name)
-    if forget:
-        rows.delete()
-    else:
-        rows.filter(queued_until__isnull=False).update(queued_until=None)
-
-
 def tell_watchers(*, task: bool = False) -> None:
-    """Tell the watchers that due times changed (PostgreSQL; delivered at commit). `task`: a task was
-    enqueued, so the brokers' idle waits are told too."""
-    if connection.vendor != "postgresql":
-        return
-    with connection.cursor() as cursor:
-        if task:
-            cursor.execute("SELECT pg_notify(%s, ''), pg_notify(%s, '')", [CHANNEL, TASK_CHANNEL])
-        else:
-            cursor.execute(f"NOTIFY {CHANNEL}")
+    """Tell the watchers that due times changed (PostgreSQL; at commit); `task`: the brokers' idle waits too."""
+    if connection.vendor == "postgresql":
+        channels = [CHANNEL, TASK_CHANNEL] if task else [CHANNEL]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT " + ", ".join(["pg_notify(%s, '')"] * len(channels)), channels)
 
 
 def seconds_until(when: datetime | None) -> float | None:
@@ -256,21 +231,16 @@ def seconds_until(when: datetime | None) -> float | None:
 
 
 class LingeringTask:
-    """The wake-up side of a task that lingers for new work (the push drain) while its loop runs.
-
-    It keeps the request slot taken while the loop can take more (`turn`), so new requests reach it as
-    arrivals (`listen`) instead of new tasks; says when rows are leased again (`claimed`); and pauses
-    this process's watch of its kind while it works through a backlog (`backlog`).
-    """
+    """The wake-up side of a task that lingers for new work (the push drain): while it can take more it
+    keeps its slot taken, so new requests reach it as arrivals instead of new tasks."""
 
     def __init__(self, name: str, watch: str, seconds: float) -> None:
         self.name, self.watch, self.seconds = name, watch, seconds
-        # How often a lingering loop looks for new rows: a safety net where arrivals are heard.
-        self.poll = max(0.02, GRACE / 2)
+        self.poll = max(0.02, GRACE / 2)  # how often the loop looks for rows: a safety net for arrivals
         self._renewed = time.monotonic()
 
     def begin(self, *, backlog: bool) -> None:
-        """The task starts: keep the slot taken (or, with a backlog, free it for a helper); tell the watchers."""
+        """The task starts: keep the slot taken (or, with a backlog, free it for a helper)."""
         if backlog or not self.seconds:
             free_slot(self.name)
         else:
@@ -302,8 +272,8 @@ class LingeringTask:
 
 @dataclass(frozen=True)
 class WatchSpec:
-    """One kind of work the watcher keeps an eye on: `next_due()` is the earliest database time a job of
-    it becomes claimable (or None); `wake()` asks for a task, coalesced (cheap to call often)."""
+    """A kind of work the watcher watches: `next_due()` is the earliest database time a job of it becomes
+    claimable (or None); `wake()` asks for a task, coalesced."""
 
     name: str
     next_due: Callable[[], datetime | None]
@@ -311,6 +281,7 @@ class WatchSpec:
 
 
 _watches: dict[str, WatchSpec] = {}
+_paused: dict[str, float] = {}  # kind -> time.monotonic() until which a task here claims it itself
 
 
 def register_watch(spec: WatchSpec) -> None:
@@ -321,18 +292,10 @@ def registered_watches() -> list[WatchSpec]:
     return [_watches[name] for name in sorted(_watches)]
 
 
-# Watched kinds that a task in this process is claiming itself: name -> time.monotonic() it says so until.
-_paused: dict[str, float] = {}
-
-
 def pause_watch(name: str, seconds: float) -> None:
-    """A task here claims every due row of kind `name` as fast as it can for `seconds` (a backlog): this
-    process's watcher skips its aggregate look meanwhile. Other processes' watchers go on looking."""
+    """A task here claims every due row of kind `name` for `seconds` (a backlog): this process's watcher
+    skips it meanwhile; other processes' watchers go on looking."""
     _paused[name] = time.monotonic() + seconds
-
-
-def _paused_for(name: str) -> float:
-    return _paused.get(name, 0.0) - time.monotonic()
 
 
 # --- where the watcher hears notifications ------------------------------------------------------------
@@ -358,29 +321,24 @@ def listen_state() -> ListenState:
 def listen_target() -> tuple[str, str]:
     """("dsn", text) or ("alias", name) of the session connection the watchers LISTEN on (WAKE_LISTEN_DB)."""
     target = str(weave_settings.WAKE_LISTEN_DB or "").strip()
-    if "=" in target or "://" in target:
-        return "dsn", target
-    return "alias", target or "default"
+    return ("dsn", target) if "=" in target or "://" in target else ("alias", target or "default")
 
 
 def open_listener(channel: str = CHANNEL) -> Any:
     """A new autocommit psycopg connection LISTENing on `channel`, used for nothing else (so no query
-    ever swallows a notification)."""
+    swallows a notification)."""
     import psycopg
     from django.db import connections
 
     kind, target = listen_target()
-    if kind == "dsn":
-        raw = psycopg.connect(target, autocommit=True)
-    else:
-        raw = psycopg.connect(**connections[target].get_connection_params(), autocommit=True)
+    params = {"conninfo": target} if kind == "dsn" else connections[target].get_connection_params()
+    raw = psycopg.connect(**params, autocommit=True)
     raw.execute(f"LISTEN {channel}")
     return raw
 
 
 def probe_listener(raw: Any, *, timeout: float | None = None, channel: str = CHANNEL) -> bool:
-    """NOTIFY through the site's connection; whether `raw` hears it within `timeout`. Behind a
-    transaction pooler it never does: that is how the watchers learn to poll."""
+    """NOTIFY through the site's connection; whether `raw` hears it within `timeout` (never behind a pooler)."""
     token = f"probe:{uuid.uuid4().hex}"
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_notify(%s, %s)", [channel, token])
@@ -388,16 +346,25 @@ def probe_listener(raw: Any, *, timeout: float | None = None, channel: str = CHA
     while (left := deadline - time.monotonic()) > 0:
         heard = [notify.payload for notify in raw.notifies(timeout=left, stop_after=1)]
         if ARRIVAL in heard:
-            _arrived()  # heard while probing: still this process's lingering task's
+            _arrived()
         if token in heard:
             return True
     return False
 
 
 def _record(mode: str, reason: str) -> None:
+    """Keep this process's probe result for the dashboard and the metrics; warn once when polling."""
     global _poll_warned
+    from weave.models import WatcherProbe
+
     _state.mode, _state.reason, _state.since = mode, reason, time.time()
-    _store_probe(mode, reason)
+    try:
+        WatcherProbe.objects.update_or_create(
+            process=f"{socket.gethostname()}:{os.getpid()}"[:200],
+            defaults={"mode": mode, "reason": reason, "probed_at": DbNow()},
+        )
+    except Exception:  # a missing table (not migrated yet) must not stop the watcher
+        logger.debug("could not store the watcher's probe", exc_info=True)
     if mode == "poll" and not _poll_warned:
         _poll_warned = True
         logger.warning(
@@ -406,22 +373,6 @@ def _record(mode: str, reason: str) -> None:
             reason,
             POLL_MAX,
         )
-
-
-def _store_probe(mode: str, reason: str) -> None:
-    """Keep this process's probe result for the dashboard and the metrics (best effort)."""
-    import os
-    import socket
-
-    from weave.models import WatcherProbe
-
-    try:
-        WatcherProbe.objects.update_or_create(
-            process=f"{socket.gethostname()}:{os.getpid()}"[:200],
-            defaults={"mode": mode, "reason": reason, "probed_at": DbNow()},
-        )
-    except Exception:  # a missing table (not migrated yet) must not stop the watcher
-        logger.debug("could not store the watcher's probe", exc_info=True)
 
 
 def listen_report(max_age: float = 3600.0) -> dict[str, Any]:
@@ -434,13 +385,10 @@ def listen_report(max_age: float = 3600.0) -> dict[str, Any]:
 
 
 class TaskRequestWait:
-    """A broker's idle wait: sleep up to a given time, cut short by a task request (NOTIFY `weave_tasks`).
+    """A broker's idle wait: sleep up to a given time, cut short by a task request (NOTIFY TASK_CHANNEL).
 
-    The LISTEN stays open between waits, so a request made while the broker queried is heard at the
-    next wait. The first wait after (re)opening returns at once (a request before the LISTEN was not
-    heard). On SQLite, after a failure, or when the probe is not heard (a transaction pooler: the LISTEN
-    is closed at once), it only sleeps and the broker polls as before.
-    """
+    The LISTEN stays open between waits, and the first wait after (re)opening returns at once (a request
+    before it was not heard). Where the probe is not heard (a pooler), or on SQLite, it only sleeps."""
 
     def __init__(self) -> None:
         self._raw: Any = None
@@ -460,8 +408,7 @@ class TaskRequestWait:
                     self.close()
                     logger.warning("event=task_requests_unheard: the broker polls its queue (a transaction pooler?)")
                 return True
-            if any(True for _ in self._raw.notifies(timeout=seconds, stop_after=1)):
-                return True
+            return any(True for _ in self._raw.notifies(timeout=seconds, stop_after=1))
         except Exception:  # the broker's own queries report an outage; here, sleep and reopen
             logger.debug("the task-request wait's LISTEN failed; sleeping instead", exc_info=True)
             self.close()
@@ -476,82 +423,65 @@ class TaskRequestWait:
 # --- the watcher thread --------------------------------------------------------------------------------
 
 
-_TIMER_SLACK = 0.005  # a timer round wakes a kind whose time is this close (the wait's granularity)
-
-
 class Watcher:
     """Sleep until the earliest due time of the watched kinds, then ask for a task (`run()` until `stop()`).
 
     A due time reached by the timer is acted on at once; work found due right after a notification gets
-    GRACE first, since the task that sent the notification is usually claiming it.
-    """
+    GRACE first, since the task that sent the notification is usually claiming it."""
 
     def __init__(self, specs: list[WatchSpec] | None = None) -> None:
         self.specs = specs
         self._stop = threading.Event()
         self._listener: Any = None
-        self._hears = False  # the last probe arrived: LISTEN works, long sleeps are safe
-        self._polling = False  # the last probe did not: poll until a reconnect probes again
+        self._hears = False  # the last probe arrived: long sleeps are safe
+        self._polling = False  # it did not: poll until a reconnect probes again
         self._overdue_seen: set[str] = set()
-        self._looked: dict[str, tuple[float, float]] = {}  # kind -> (monotonic time of its last look, its sleep then)
+        self._looked: dict[str, tuple[float, float]] = {}  # kind -> (monotonic time of its last look, its sleep)
         self._poll = GRACE
-        self.rounds = 0
-        self.wakes = 0
+        self.rounds = self.wakes = 0
 
     def stop(self) -> None:
         self._stop.set()
 
     def longest_sleep(self) -> float:
-        """IDLE while notifications are heard; otherwise (SQLite, a pooler) POLL_MAX."""
-        if connection.vendor == "postgresql" and self._hears:
-            return IDLE
-        return POLL_MAX
+        return IDLE if connection.vendor == "postgresql" and self._hears else POLL_MAX
 
     def step(self, *, timer_expired: bool) -> float:
-        """Look at the watched kinds, wake those due; return seconds to sleep (bounded). A timer round
-        looks only at the kinds whose own time came (nothing said the others' due times changed)."""
+        """Look at the watched kinds, wake those due; return seconds to sleep. A timer round looks only at
+        the kinds whose own time came (nothing said the others' due times changed)."""
         self.rounds += 1
-        grace = GRACE
-        longest = self.longest_sleep()
+        longest = sleep = self.longest_sleep()
         now = time.monotonic()
-        sleep = longest
         for spec in self.specs if self.specs is not None else registered_watches():
             looked_at, own = self._looked.get(spec.name, (now, 0.0))
-            later = looked_at + min(own, longest) - now  # the longest may have shrunk since (LISTEN lost)
-            if timer_expired and later > _TIMER_SLACK:
+            later = looked_at + min(own, longest) - now  # the longest may have shrunk (LISTEN lost)
+            if timer_expired and later > 0.005:  # the wait's granularity
                 sleep = min(sleep, later)
                 continue
             try:
-                own = self._look(spec, longest, timer_expired=timer_expired, grace=grace)
+                own = self._look(spec, longest, timer_expired=timer_expired)
             except Exception as error:
                 if is_cut_off(error):
-                    raise  # the link is gone for every kind: run()'s recovery reconnects
-                # One kind's failure (its table not migrated yet, a bad query, a failed enqueue) must not
-                # blind the watcher to the others: log it, look again soon, go on with the rest.
+                    raise  # the link is gone for every kind: run() reconnects
+                # One kind's failure (not migrated, a failed enqueue) must not blind the watcher to the others.
                 logger.exception("event=watch_failed name=%s: its due times are unknown this round", spec.name)
                 own = min(longest, POLL_MAX)
             self._looked[spec.name] = (now, own)
             sleep = min(sleep, own)
-        if not self._overdue_seen and sleep > grace:
-            self._poll = grace  # nothing overdue any more: the next overdue round starts short again
+        if not self._overdue_seen and sleep > GRACE:
+            self._poll = GRACE  # nothing overdue: the next overdue round starts short again
         return max(0.0, min(sleep, longest))
 
-    def _look(self, spec: WatchSpec, sleep: float, *, timer_expired: bool, grace: float) -> float:
+    def _look(self, spec: WatchSpec, sleep: float, *, timer_expired: bool) -> float:
         """One kind's part of a round: wake it if it is due and nobody is on it; return the shorter sleep."""
-        paused = _paused_for(spec.name)
-        if paused > 0:
-            # A task here is on it (`pause_watch`): no look, and the grace starts afresh when the pause ends.
+        paused = _paused.get(spec.name, 0.0) - time.monotonic()
+        # Paused (a task here is on it), nothing due or due later: not overdue, so a grace starts afresh.
+        left = seconds_until(spec.next_due()) if paused <= 0 else paused
+        if left is None or left > 0:
             self._overdue_seen.discard(spec.name)
-            return min(sleep, paused)
-        left = seconds_until(spec.next_due())
-        if left is None:
-            self._overdue_seen.discard(spec.name)
-            return sleep
-        if left > 0:
-            self._overdue_seen.discard(spec.name)
-            return min(sleep, left)
-        # Due, reached by our timer or seen due twice: nobody is on it. Asked again every round while it
-        # stays due, so a lost task's request lapses (REQUEST_LAPSE) and the next ask wins.
+            return sleep if left is None else min(sleep, left)
+        # Due, reached by our timer or seen due twice: nobody is on it. Asked every round while it stays
+        # due, so a lost task's request lapses (REQUEST_LAPSE) and the next ask wins.
         if timer_expired or spec.name in self._overdue_seen:
             self.wakes += 1
             spec.wake()
@@ -559,7 +489,7 @@ class Watcher:
             pause, self._poll = self._poll, min(self._poll * 2, POLL_MAX)
             return min(sleep, pause)
         self._overdue_seen.add(spec.name)
-        return min(sleep, grace)
+        return min(sleep, GRACE)
 
     def run(self) -> None:
         timer_expired = False
@@ -568,8 +498,8 @@ class Watcher:
                 sleep = self.step(timer_expired=timer_expired)
                 note_answer()  # the round's queries answered: an outage this process saw is over
                 timer_expired = not self._wait(sleep)
-            except Exception as error:  # the watcher must outlive a dropped connection or a failed enqueue
-                note_failure(error)  # its LISTEN connection is the first in the process to see the server go
+            except Exception as error:  # the watcher outlives a dropped connection or a failed enqueue
+                note_failure(error)  # its LISTEN is often the first in the process to see the server go
                 logger.exception("wake watcher round failed; retrying")
                 self._reset_connection()
                 timer_expired = False
@@ -578,16 +508,12 @@ class Watcher:
 
     def _wait(self, seconds: float) -> bool:
         """Sleep up to `seconds`; return True if a notification (or stop) cut the sleep short."""
-        if connection.vendor != "postgresql":
-            return self._stop.wait(seconds)
-        raw = self._listen()
-        if raw is None:  # notifications don't arrive here: poll (the sleep is already bounded)
+        raw = self._listen() if connection.vendor == "postgresql" else None
+        if raw is None:  # SQLite, or notifications do not arrive: poll (the sleep is bounded)
             return self._stop.wait(seconds)
         deadline = time.monotonic() + seconds
-        # Short slices so that stop() is seen within a second even while LISTENing.
-        while not self._stop.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
+        while not self._stop.is_set():  # slices of 1 s, so that stop() is seen
+            if (left := deadline - time.monotonic()) <= 0:
                 return False
             # One read taken whole: leaving the generator early would drop the rest, an arrival among them.
             heard = [n.payload for n in raw.notifies(timeout=min(left, 1.0), stop_after=1)]
@@ -599,9 +525,7 @@ class Watcher:
 
     def _listen(self) -> Any:
         """The listening connection, opened and probed once per (re)connect; None while polling."""
-        if self._polling:
-            return None
-        if self._listener is None:
+        if self._listener is None and not self._polling:
             self._listener = open_listener()
             try:
                 self._hears = probe_listener(self._listener)
@@ -610,8 +534,7 @@ class Watcher:
                 raise
             if self._hears:
                 _record("listen", "notifications arrive")
-            else:
-                # A connection that hears nothing is of no use: close it, poll until the next reconnect.
+            else:  # a connection that hears nothing is of no use: poll until the next reconnect
                 self._close_listener()
                 self._polling = True
                 _record("poll", "a probe NOTIFY did not arrive on the LISTEN connection (a transaction pooler?)")
@@ -629,11 +552,11 @@ class Watcher:
 
 def _close_quietly(conn: Any) -> None:
     """Close `conn` if there is one; closing a broken connection may fail too, and it is dropped either way."""
-    if conn is not None:
-        try:
+    try:
+        if conn is not None:
             conn.close()
-        except Exception:
-            logger.debug("closing a connection failed", exc_info=True)
+    except Exception:
+        logger.debug("closing a connection failed", exc_info=True)
 
 
 _started: Watcher | None = None
@@ -641,7 +564,7 @@ _start_lock = threading.Lock()
 
 
 def start_watcher(**_signal: Any) -> Watcher | None:
-    """Start this process's watcher thread once (a django-q2 `post_spawn` receiver). WEAVE WAKE_WATCHER."""
+    """Start this process's watcher thread once (a django-q2 `post_spawn` receiver), unless WAKE_WATCHER is off."""
     global _started
     if not weave_settings.WAKE_WATCHER:
         return None

@@ -1,11 +1,6 @@
-"""Session limits for the PostgreSQL connections of django-q2 worker processes.
-
-A worker cut off mid-transaction keeps its row locks as long as the server believes its session is
-alive. Worker connections therefore carry the `WORKER_DB_*` limits on both ends: server settings in
-libpq's `options` (`statement_timeout`, `idle_in_transaction_session_timeout`, TCP keepalives) and
-client parameters (`connect_timeout`, keepalives). Worker mode starts at django-q2's `post_spawn` or
-`pre_execute` in a worker process; a web process never gets them.
-"""
+"""Session limits (`WORKER_DB_*`) for django-q2 workers' PostgreSQL connections, on both ends of the
+link: a worker cut off mid-transaction keeps its row locks while the server believes it alive. Only
+worker processes get them (`post_spawn`, `pre_execute`)."""
 
 import logging
 import threading
@@ -83,8 +78,7 @@ def enter_worker_mode(**signal_kwargs: Any) -> None:
 
 
 def session_limits(using: str = "default") -> dict[str, Any]:
-    """The limits in effect on this thread's connection to `using`, as the server and libpq see them (a
-    diagnostic: enqueue it as a task with `save=True` to see a worker's)."""
+    """The limits on this thread's connection to `using`, as server and libpq see them (a diagnostic task)."""
     conn = connections[using]
     if conn.vendor != "postgresql":
         return {}
@@ -109,8 +103,7 @@ def connect_signals() -> None:
     pre_execute.connect(enter_worker_mode, dispatch_uid="weave.worker_db.pre_execute")
 
 
-# SQLSTATEs that mean the session itself is gone or was stopped by a server-side limit: connection
-# exceptions (08...), idle-in-transaction timeout, query cancelled (statement_timeout), server shutdowns.
+# Besides connection exceptions (08...): idle-in-transaction timeout, statement_timeout, server shutdowns.
 _CUT_OFF_STATES = {"25P03", "57014", "57P01", "57P02", "57P03", "57P05"}
 
 

@@ -13,19 +13,19 @@ through a backlog (its parts stay public too). `settle_heap` and `is_cut_off` be
 """
 
 from weave.heap import settle as settle_heap
-from weave.jobs.queue import request as request_task
-from weave.jobs.queue import request_claimed as finish_claimed_request
-from weave.jobs.queue import request_name
-from weave.jobs.queue import started as request_started
 from weave.wake import (
     LingeringTask,
     ListenState,
     SlotClaimSQL,
+    finish_claimed_request,
     free_slot,
     keep_slot_taken,
     listen_state,
     on_arrival,
     pause_watch,
+    request_name,
+    request_started,
+    request_task,
     slot_claim_sql,
     tell_watchers,
 )

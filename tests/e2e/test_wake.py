@@ -158,7 +158,7 @@ def test_a_lost_drain__is_asked_for_again_once_its_hold_lapses_while_the_row_is_
         start_cluster(groups, worker_env, WEAVE_PUSH_URL=fake.push_url, **env)
         # The broker takes the task and loses it (a killed cluster's local queue): the request row is
         # held, nothing runs.
-        monkeypatch.setattr("weave.jobs.queue.async_task", lambda *args, **kwargs: None)
+        monkeypatch.setattr("weave.wake.async_task", lambda *args, **kwargs: None)
         created = notification_create(device_token="device-lost", title="Hi", body="lost drain")
         held_until = WakeRequest.objects.get(name=notification_queue.drain_request_name()).queued_until
         monkeypatch.undo()

@@ -131,9 +131,9 @@ def test_the_first_push_ever_makes_the_request_row_and_enqueues(push_settings):
 @pytest.mark.django_db(transaction=True)
 def test_a_free_slot_is_taken_in_the_insert_and_the_broker_is_asked_after_its_commit(push_settings, monkeypatch):
     notification_create(device_token="device-0", title="Hi", body="")  # makes the request row
-    wake.task_started(drain_request_name())  # the drain started: the slot is free again
+    wake.free_slot(drain_request_name())  # the drain started: the slot is free again
     seen = []
-    monkeypatch.setattr("weave.jobs.queue.async_task", lambda *a, **k: seen.append(_rows_seen_by_another_connection()))
+    monkeypatch.setattr("weave.wake.async_task", lambda *a, **k: seen.append(_rows_seen_by_another_connection()))
 
     notification_create(device_token="device-1", title="Hi", body="")
     assert seen == [2]  # enqueued once, and only once the new row was visible to everyone
@@ -151,7 +151,7 @@ def test_a_covered_push_tells_the_lingering_task_and_a_winning_one_announces_its
     try:
         notification_create(device_token="device-1", title="Hi", body="")  # covered
         covered = [n.payload for n in raw.notifies(timeout=5.0, stop_after=1)]
-        wake.task_started(drain_request_name())
+        wake.free_slot(drain_request_name())
         notification_create(device_token="device-2", title="Hi", body="")  # wins: a new task
         won = [n.payload for n in raw.notifies(timeout=5.0, stop_after=1)]
     finally:
@@ -164,12 +164,12 @@ def test_a_covered_push_tells_the_lingering_task_and_a_winning_one_announces_its
 @pytest.mark.django_db(transaction=True)
 def test_a_broker_that_refuses_after_the_insert_frees_the_slot_and_keeps_the_row(push_settings, monkeypatch, caplog):
     notification_create(device_token="device-0", title="Hi", body="")
-    wake.task_started(drain_request_name())
+    wake.free_slot(drain_request_name())
 
     def broken(*args, **kwargs):
         raise ConnectionError("broker down")
 
-    monkeypatch.setattr("weave.jobs.queue.async_task", broken)
+    monkeypatch.setattr("weave.wake.async_task", broken)
     with caplog.at_level(logging.WARNING, logger="weave.wake"):
         created = notification_create(device_token="device-1", title="Hi", body="")
     assert Notification.objects.filter(pk=created.pk).exists()
@@ -180,7 +180,7 @@ def test_a_broker_that_refuses_after_the_insert_frees_the_slot_and_keeps_the_row
 @pytest.mark.django_db(transaction=True)
 def test_inside_a_transaction_the_insert_carries_no_claim_and_the_request_waits_for_commit(push_settings):
     notification_create(device_token="device-0", title="Hi", body="")
-    wake.task_started(drain_request_name())
+    wake.free_slot(drain_request_name())
     with transaction.atomic():
         notification_create(device_token="device-1", title="Hi", body="")
         # The request row is not touched until the commit: other senders never wait for this transaction.

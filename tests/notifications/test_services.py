@@ -67,7 +67,7 @@ def test_enqueue_drain__coalesces_on_weaves_own_row_until_the_drain_starts():
     (row,) = WakeRequest.objects.all()
     assert (row.name, row.requests) == (drain_request_name(), 1) and row.queued_until is not None
     assert row.name.startswith("notifications.drain@")
-    wake.task_started(drain_request_name())  # what the drain task does first
+    wake.free_slot(drain_request_name())  # what the drain task does first
     assert enqueue_drain() is True
     assert OrmQ.objects.count() == 2
     assert WakeRequest.objects.get().requests == 2
@@ -84,7 +84,7 @@ def test_enqueue_drain__a_broker_that_refuses_is_logged_never_raised_and_the_slo
     def broken(*args, **kwargs):
         raise ConnectionError("broker down")
 
-    monkeypatch.setattr("weave.jobs.queue.async_task", broken)
+    monkeypatch.setattr("weave.wake.async_task", broken)
     assert enqueue_drain() is False  # the caller's row is stored: the watchers ask again, the caller never sees it
     assert "event=enqueue_failed" in caplog.text
     assert WakeRequest.objects.get().queued_until is None

@@ -186,7 +186,7 @@ def test_watcher__an_arrival_read_with_a_change_of_due_times_is_still_handed_ove
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_failed_enqueue__tells_the_watchers_too(monkeypatch):
-    monkeypatch.setattr("weave.jobs.queue.async_task", lambda *a, **k: (_ for _ in ()).throw(TimeoutError("redis")))
+    monkeypatch.setattr("weave.wake.async_task", lambda *a, **k: (_ for _ in ()).throw(TimeoutError("redis")))
     raw = wake.open_listener()
     try:
         created = notification_create(device_token="device-1", title="Hi", body="stored")  # no error to the caller

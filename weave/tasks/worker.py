@@ -19,7 +19,7 @@ from django.db.models import F
 from django.db.models.functions import Coalesce
 
 from weave import jobs
-from weave.jobs import JobContext, JobType, RetryPolicy, get, queue, register
+from weave.jobs import JobContext, JobType, RetryPolicy, get, register
 from weave.jobs.batch import run_batches
 from weave.leases import Clock, FakeClock, Heartbeat, insert_receipts
 from weave.leases.heartbeat import heartbeat_interval
@@ -30,6 +30,7 @@ from weave.tasks.context import WeaveTaskContext
 from weave.tasks.options import TaskOptions, TaskTimedOut, TooManyAttempts, options_key, resolve
 from weave.tasks.results import JOB_TYPE, stored_task, task_result
 from weave.timeline import clock_time
+from weave.wake import request_name, request_started, request_task, tell_watchers
 
 DRAIN = "weave.tasks.drain"
 DRAIN_BUDGET = 60.0  # seconds one drain starts new tasks for; the next drain carries on
@@ -37,12 +38,12 @@ _running = threading.local()
 
 
 def drain_request_name(queue_name: str) -> str:
-    return queue.request_name(f"{DRAIN}:{queue_name}")
+    return request_name(f"{DRAIN}:{queue_name}")
 
 
 def enqueue_drain(queue_name: str = "default") -> bool:
     """Ask the workers to drain `queue_name`, unless a drain for it is already waiting to start."""
-    return queue.request(drain_request_name(queue_name), "weave.tasks.worker.drain", queue_name, group=DRAIN)
+    return request_task(drain_request_name(queue_name), "weave.tasks.worker.drain", queue_name, group=DRAIN)
 
 
 def _due(queue_name: str) -> Any:
@@ -56,12 +57,12 @@ def drain(queue_name: str = "default", *, budget: float = DRAIN_BUDGET) -> dict[
     its own fenced attempt, and their finishes are written in groups.
     """
     ensure_registered()
-    queue.started(drain_request_name(queue_name))
+    request_started(drain_request_name(queue_name))
     try:
         # A whole batch claimed: more may be due, so another worker is asked to drain beside this one.
         report = run_batches(JOB_TYPE, _due(queue_name), budget=budget, on_full=lambda: enqueue_drain(queue_name))
     finally:
-        queue.settled()
+        tell_watchers()
     if report.more and _due(queue_name).exists():
         enqueue_drain(queue_name)  # the budget ran out with work left: the next drain (maybe elsewhere) goes on
     return report.outcomes
