@@ -11,7 +11,7 @@ from django.db.models import DateTimeField, Exists, F, OuterRef, QuerySet, Value
 from django.db.models.functions import Least
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.safestring import SafeString
 
 from notifications.models import (
     BreakerOpening,
@@ -43,8 +43,9 @@ from weave.operations import (
     OperatorLogMixin,
     ReadOnlyAdminMixin,
     admin_link_to,
-    change_url,
+    change_link,
     clipped,
+    linked_ids,
     reason_column,
     said_once,
     shown,
@@ -55,16 +56,6 @@ from weave.operations import (
     timestamp_column,
     within_filter,
 )
-
-
-def linked_ids(model: type, pks: list[int], limit: int = 20) -> SafeString:
-    """Ids as links to their change pages: "15, 16 and 3 more"."""
-    links = []
-    for pk in pks[:limit]:
-        url = change_url(model, pk)
-        links.append(format_html('<a href="{}">{}</a>', url, pk) if url else format_html("{}", pk))
-    more = f" and {len(pks) - limit} more" if len(pks) > limit else ""
-    return format_html("{}{}", mark_safe(", ".join(links)), more)  # each link built by format_html
 
 
 def key_values(data: Any) -> str:
@@ -574,8 +565,7 @@ class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="notification", ordering="notification")
     def notification_link(self, obj: DeliveryAttempt) -> str:
-        url = change_url(Notification, obj.notification_id)
-        return format_html('<a href="{}">#{}</a>', url, obj.notification_id) if url else f"#{obj.notification_id}"
+        return change_link(Notification, obj.notification_id, f"#{obj.notification_id}")
 
     @admin.display(description="worker · fence")
     def held_by(self, obj: DeliveryAttempt) -> str:

@@ -26,9 +26,11 @@ from weave.operations import (
     RunningCounts,
     age,
     bar_chart,
+    change_link,
     changelist_url,
     db_now,
     line_chart,
+    linked,
     minute_buckets,
     percentiles_by,
     planner_counts,
@@ -206,7 +208,10 @@ def render_panel(now: datetime) -> SafeString:
     outcome_table = table(
         ["outcome", "attempts in the last hour"],
         [
-            (state_word(outcome), _count(n, _url(DeliveryAttempt, outcome__exact=outcome, finished="1h")))
+            (
+                state_word(outcome),
+                linked(n, _url(DeliveryAttempt, outcome__exact=outcome, finished="1h") if n else None),
+            )
             for outcome, n in outcomes.items()
         ],
     )
@@ -225,10 +230,6 @@ def render_panel(now: datetime) -> SafeString:
         outcome_table,
         breaker_table,
     )
-
-
-def _count(n: int, url: str | None) -> SafeString:
-    return format_html('<a href="{}">{}</a>', url, n) if url and n else format_html("{}", n)
 
 
 def health(now: datetime) -> list[Finding]:
@@ -307,14 +308,6 @@ def stuck_leases(now: datetime) -> tuple[float, list[Notification]]:
     return ttl, list(held.order_by("lease_expires_at", "pk")[:STUCK_LISTED])
 
 
-def _notification_link(row: Notification) -> SafeString:
-    from weave.operations import change_url
-
-    url = change_url(Notification, row.pk)
-    text = f"notification #{row.pk}"
-    return format_html('<a href="{}">{}</a>', url, text) if url else format_html("{}", text)
-
-
 def stuck_findings(now: datetime) -> list[Finding]:
     """Each stuck notification lease: its notification (linked), holder, fence, and when it runs out.
 
@@ -338,7 +331,9 @@ def stuck_findings(now: datetime) -> list[Finding]:
                     "a third was left did not come (frozen or stuck). {} out at {}, then the next claim takes {} "
                     "over under {}.",
                     "" if one else "s",
-                    mark_safe(", ".join(_notification_link(r) for r in held)),  # each built by format_html
+                    format_html_join(
+                        ", ", "{}", ((change_link(Notification, r.pk, f"notification #{r.pk}"),) for r in held)
+                    ),
                     owner,
                     f"fence {fences[0]}" if len(fences) == 1 else f"fences {fences[0]}–{fences[-1]}",
                     "has" if one else "have",

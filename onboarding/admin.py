@@ -37,10 +37,10 @@ from weave.operations import (
     ReadOnlyAdminMixin,
     admin_link,
     admin_link_to,
-    change_url,
     changelist_link,
     clipped,
     joined_reason,
+    linked_ids,
     reason_column,
     record_operator_action,
     said_once,
@@ -72,9 +72,7 @@ CONFIRM_TEMPLATE = "weave_onboarding/admin/confirm_action.html"
 
 
 def run_links(pks: list[Any]) -> SafeString:
-    """Run ids as links to their pages, for result messages."""
-    links = [format_html('<a href="{}">{}</a>', change_url(OnboardingRun, pk) or "#", pk) for pk in pks]
-    return mark_safe(", ".join(links))  # each link built by format_html
+    return linked_ids(OnboardingRun, pks)
 
 
 def key_values(data: Any) -> str:

@@ -12,7 +12,6 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.db.models import Count, Q
-from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -25,9 +24,11 @@ from weave.operations import (
     Finding,
     RunningCounts,
     age,
+    change_link,
     changelist_url,
     clipped,
     db_now,
+    linked,
     planner_counts,
     register_health,
     said_once,
@@ -108,11 +109,7 @@ def troubled_attempts(now: datetime, limit: int = 20) -> tuple[dict[str, int], l
 
 
 def _run_link(run_id: int) -> SafeString:
-    try:
-        url = reverse("admin:weave_onboarding_onboardingrun_change", args=[run_id])
-    except NoReverseMatch:
-        return format_html("#{}", run_id)
-    return format_html('<a href="{}">run #{}</a>', url, run_id)
+    return change_link(OnboardingRun, run_id, f"run #{run_id}")
 
 
 def _step_url(status: str, label: str) -> str | None:
@@ -121,10 +118,6 @@ def _step_url(status: str, label: str) -> str | None:
     if label.startswith("failed at "):
         return changelist_url(OnboardingRun, status__exact=status, failed_step=label.removeprefix("failed at "))
     return changelist_url(OnboardingRun, status__exact=status, phase=label if label != "—" else "")
-
-
-def _linked(n: object, url: str | None) -> SafeString:
-    return format_html('<a href="{}">{}</a>', url, n) if url else format_html("{}", n)
 
 
 def render_panel(now: datetime) -> SafeString:
@@ -151,7 +144,7 @@ def render_panel(now: datetime) -> SafeString:
     )
     step_table = table(
         ["status", "step", "runs"],
-        [(status, label, _linked(n, _step_url(status, label))) for status, label, n in by_step],
+        [(status, label, linked(n, _step_url(status, label))) for status, label, n in by_step],
         empty="No onboarding runs yet.",
     )
     trouble_table = table(

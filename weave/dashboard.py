@@ -22,7 +22,7 @@ from django.views.decorators.cache import never_cache
 
 from weave.charts import age, table, when
 from weave.conf import weave_settings
-from weave.display import change_url, changelist_url
+from weave.display import change_link, changelist_url, linked
 from weave.models import Dashboard
 from weave.reports import REPORT_EVERY, Workers, workers
 from weave.telemetry import (
@@ -81,9 +81,7 @@ def expired_leases(now: datetime, limit: int = EXPIRED_LISTED) -> list[tuple[str
 
 
 def _lease_name(job: str, row: Any) -> SafeString:
-    url = change_url(type(row), row.pk)
-    text = f"{job} #{row.pk}"
-    return format_html('<a href="{}">{}</a>', url, text) if url else format_html("{}", text)
+    return change_link(type(row), row.pk, f"{job} #{row.pk}")
 
 
 def lease_findings(now: datetime) -> list[Finding]:
@@ -212,8 +210,7 @@ def render_leases(now: datetime) -> SafeString:
 
 
 def _count_link(model: Any, n: int, **filters: object) -> SafeString:
-    url = changelist_url(model, **filters)
-    return format_html('<a href="{}">{}</a>', url, n) if url and n else format_html("{}", n)
+    return linked(n, changelist_url(model, **filters) if n else None)
 
 
 def render_workers(now: datetime) -> SafeString:

@@ -14,7 +14,8 @@ from django.contrib import admin
 from django.db import models
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
 from weave.conf import secret_values
 from weave.sanitize import decode, redact
@@ -66,47 +67,54 @@ def reason_column(field: str = "reason", *, clip: bool = False) -> Callable[[Any
     return show
 
 
+def linked(text: object, url: str | None) -> SafeString:
+    """`text` as a link to `url`, or as plain text where there is none (a model without an admin)."""
+    return format_html('<a href="{}">{}</a>', url, text) if url else format_html("{}", text)
+
+
 def admin_link(obj: models.Model | None, text: object = None) -> str:
     """A link to `obj`'s admin change page (plain text when it has none)."""
-    if obj is None:
-        return "—"
-    meta = obj._meta
-    try:
-        url = reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[obj.pk])
-    except NoReverseMatch:
-        return str(text or obj)
-    return format_html('<a href="{}">{}</a>', url, text or obj)
+    return "—" if obj is None else linked(text or obj, change_url(type(obj), obj.pk))
 
 
 def admin_link_to(app_label: str, model_name: str, pk: object, text: object) -> str:
     """A link to a change page named by app label and model, for rows of an app this one may not import."""
-    try:
-        url = reverse(f"admin:{app_label}_{model_name}_change", args=[pk])
-    except NoReverseMatch:
-        return str(text)
-    return format_html('<a href="{}">{}</a>', url, text)
+    return linked(text, _url(f"admin:{app_label}_{model_name}_change", pk))
+
+
+def change_link(model: type[models.Model], pk: object, text: object = None) -> SafeString:
+    """A link to the change page of `model`'s row `pk` (the pk itself unless `text`), without reading the row."""
+    return linked(pk if text is None else text, change_url(model, pk))
+
+
+def linked_ids(model: type[models.Model], pks: list[Any], limit: int = 20) -> SafeString:
+    """Ids as links to their change pages: "15, 16 and 3 more"."""
+    links = format_html_join(", ", "{}", ((change_link(model, pk),) for pk in pks[:limit]))
+    return format_html("{}{}", links, f" and {len(pks) - limit} more" if len(pks) > limit else "")
 
 
 def changelist_url(model: type[models.Model], **filters: object) -> str | None:
     """The URL of `model`'s admin list filtered by `filters` (e.g. status__exact="failed"), or None."""
     meta = model._meta
-    try:
-        url = reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist")
-    except NoReverseMatch:
-        return None
-    return f"{url}?{urlencode({k: str(v) for k, v in filters.items()})}" if filters else url
+    url = _url(f"admin:{meta.app_label}_{meta.model_name}_changelist")
+    if url is None or not filters:
+        return url
+    return f"{url}?{urlencode({k: str(v) for k, v in filters.items()})}"
 
 
 def changelist_link(model: type[models.Model], text: object, **filters: object) -> str:
     """A link to `model`'s admin list, filtered by `filters` (e.g. supplier__id__exact=3)."""
-    url = changelist_url(model, **filters)
-    return str(text) if url is None else format_html('<a href="{}">{}</a>', url, text)
+    return linked(text, changelist_url(model, **filters))
 
 
 def change_url(model: type[models.Model], pk: object) -> str | None:
     meta = model._meta
+    return _url(f"admin:{meta.app_label}_{meta.model_name}_change", pk)
+
+
+def _url(name: str, *args: object) -> str | None:
     try:
-        return reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[pk])
+        return reverse(name, args=args)
     except NoReverseMatch:
         return None
 

@@ -8,7 +8,8 @@ pages from these pieces, and registers its panel, health findings and purges in 
   `record_operator_action` (actions written to `LogEntry`), the list filters `LeaseStateFilter`,
   `state_filter` and `within_filter`, and `JobAdminMixin` for a `weave.jobs` job type;
 - display: times with seconds and zone (`timestamp`, `timestamp_column`), links between rows
-  (`admin_link`, `admin_link_to`, `change_url`, `changelist_link`, `changelist_url`), states and
+  (`linked`, `admin_link`, `admin_link_to`, `change_link`, `change_url`, `linked_ids`, `changelist_link`,
+  `changelist_url`), states and
   reasons (`state_word`, `state_column`, `reason_column`, `joined_reason`, `said_once`), and text
   redacted on the way out (`shown`, `clipped`);
 - console: charts drawn on the server (`bar_chart`, `line_chart`, `table`, `stats`, `age`, `when`),
@@ -36,11 +37,14 @@ from weave.charts import age, bar_chart, line_chart, stats, table, when
 from weave.display import (
     admin_link,
     admin_link_to,
+    change_link,
     change_url,
     changelist_link,
     changelist_url,
     clipped,
     joined_reason,
+    linked,
+    linked_ids,
     reason_column,
     said_once,
     shown,
@@ -95,6 +99,7 @@ __all__ = [
     "admin_link_to",
     "age",
     "bar_chart",
+    "change_link",
     "change_url",
     "changelist_link",
     "changelist_url",
@@ -107,6 +112,8 @@ __all__ = [
     "joined_reason",
     "lateness",
     "line_chart",
+    "linked",
+    "linked_ids",
     "minute_buckets",
     "percentiles_by",
     "planner_counts",

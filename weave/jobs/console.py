@@ -19,7 +19,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from weave.charts import stats, table, when
-from weave.display import change_url, changelist_url, clipped, said_once, state_word
+from weave.display import change_link, changelist_url, clipped, said_once, state_word
 from weave.jobs.declaration import JobType, job_types
 from weave.models import JobAttempt, JobModel, JobState
 from weave.telemetry import DEGRADED, Finding, Panel, lease_counts, planner_counts
@@ -85,9 +85,7 @@ def troubled_attempts(job: JobType, since: datetime, limit: int = TROUBLE_LISTED
 
 def job_link(job: JobType, pk: object) -> SafeString:
     """`shipment #3`, linked to the row's admin page when it has one."""
-    url = change_url(job.model, pk)
-    text = f"{job.name} #{pk}"
-    return format_html('<a href="{}">{}</a>', url, text) if url else format_html("{}", text)
+    return change_link(job.model, pk, f"{job.name} #{pk}")
 
 
 def render_panel(job: JobType, now: datetime) -> SafeString:
