@@ -45,6 +45,7 @@ from weave.operations import (
     admin_link_to,
     change_link,
     clipped,
+    key_values,
     linked_ids,
     reason_column,
     said_once,
@@ -56,26 +57,6 @@ from weave.operations import (
     timestamp_column,
     within_filter,
 )
-
-
-def key_values(data: Any) -> str:
-    """A JSON object as a two-column table; anything else as its text."""
-    if not data:
-        return "—"
-    if not isinstance(data, dict):
-        return shown(str(data))
-    rows = format_html_join(
-        "",
-        '<tr><th scope="row">{}</th><td>{}</td></tr>',
-        ((shown(str(k)), shown(v if isinstance(v, str) else _json(v))) for k, v in data.items()),
-    )
-    return format_html('<table class="weave-kv"><tbody>{}</tbody></table>', rows)
-
-
-def _json(value: Any) -> str:
-    import json
-
-    return json.dumps(value, ensure_ascii=False)
 
 
 class DueNowFilter(admin.SimpleListFilter):

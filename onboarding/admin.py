@@ -40,6 +40,7 @@ from weave.operations import (
     changelist_link,
     clipped,
     joined_reason,
+    key_values,
     linked_ids,
     reason_column,
     record_operator_action,
@@ -73,30 +74,6 @@ CONFIRM_TEMPLATE = "weave_onboarding/admin/confirm_action.html"
 
 def run_links(pks: list[Any]) -> SafeString:
     return linked_ids(OnboardingRun, pks)
-
-
-def key_values(data: Any) -> str:
-    """A step's output (a JSON object) as labelled fields."""
-    if not data:
-        return "—"
-    if not isinstance(data, dict):
-        return shown(str(data))
-    rows = format_html_join(
-        "",
-        '<tr><th scope="row">{}</th><td>{}</td></tr>',
-        ((str(k).replace("_", " "), shown(_plain(v))) for k, v in data.items()),
-    )
-    return format_html('<table class="weave-kv"><tbody>{}</tbody></table>', rows)
-
-
-def _plain(value: Any) -> str:
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, dict):
-        return ", ".join(f"{k}: {_plain(v)}" for k, v in value.items())
-    if isinstance(value, list):
-        return ", ".join(_plain(v) for v in value)
-    return str(value)
 
 
 def step_name(path: str) -> str:
@@ -306,7 +283,7 @@ def receipt_output(receipt: StepReceipt) -> str:
         if row is not None:
             links.append((str(model._meta.verbose_name), admin_link(row)))
     parts = format_html_join("; ", "{}: {}", links)
-    rest = key_values(output) if output else ""
+    rest = key_values(output, words=True) if output else ""
     return format_html("{}{}", parts, rest) if (links or output) else "—"
 
 
@@ -533,7 +510,7 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
             for model in (VendorRecord, PaymentTerms, BankAccount)
             for row in model.objects.filter(run=run)
         ]
-        items = [(r.step, r.fence, _receipt_state(r, undoable), key_values(r.output)) for r in receipts]
+        items = [(r.step, r.fence, _receipt_state(r, undoable), key_values(r.output, words=True)) for r in receipts]
         table = format_html_join(
             "",
             '<tr><th scope="row">{}</th><td>{}</td><td>{}</td><td>{}</td></tr>',

@@ -5,6 +5,7 @@ line: whatever a table holds, a page or a printed timeline never shows the push 
 header, or a password from a configured URL, to any user, view-only ones included.
 """
 
+import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -117,6 +118,35 @@ def _url(name: str, *args: object) -> str | None:
         return reverse(name, args=args)
     except NoReverseMatch:
         return None
+
+
+def key_values(data: Any, *, words: bool = False) -> str:
+    """A JSON object as a two-column table; anything else as its text.
+
+    As stored (a push payload's data: its keys are what the device reads), or with `words` as a person
+    reads it (a step's output): "order id", "yes", "a, b".
+    """
+    if not data:
+        return "—"
+    if not isinstance(data, dict):
+        return shown(str(data))
+    cells = (((str(k).replace("_", " "), _plain(v)) if words else (str(k), _json(v))) for k, v in data.items())
+    rows = format_html_join("", '<tr><th scope="row">{}</th><td>{}</td></tr>', ((shown(k), shown(v)) for k, v in cells))
+    return format_html('<table class="weave-kv"><tbody>{}</tbody></table>', rows)
+
+
+def _json(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_plain(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return ", ".join(_plain(v) for v in value)
+    return str(value)
 
 
 def clipped(text: str, *, one_line: bool = False) -> str:

@@ -10,7 +10,8 @@ pages from these pieces, and registers its panel, health findings and purges in 
 - display: times with seconds and zone (`timestamp`, `timestamp_column`), links between rows
   (`linked`, `admin_link`, `admin_link_to`, `change_link`, `change_url`, `linked_ids`, `changelist_link`,
   `changelist_url`), states and
-  reasons (`state_word`, `state_column`, `reason_column`, `joined_reason`, `said_once`), and text
+  reasons (`state_word`, `state_column`, `reason_column`, `joined_reason`, `said_once`), JSON as a
+  table (`key_values`), and text
   redacted on the way out (`shown`, `clipped`);
 - console: charts drawn on the server (`bar_chart`, `line_chart`, `table`, `stats`, `age`, `when`),
   health findings for the dashboard's verdict (`register_health`, `Finding`, `FAILING`, `DEGRADED`),
@@ -43,6 +44,7 @@ from weave.display import (
     changelist_url,
     clipped,
     joined_reason,
+    key_values,
     linked,
     linked_ids,
     reason_column,
@@ -110,6 +112,7 @@ __all__ = [
     "fences_accounted",
     "holder",
     "joined_reason",
+    "key_values",
     "lateness",
     "line_chart",
     "linked",

@@ -111,3 +111,16 @@ def test_breaker_openings_are_listed_read_only_with_their_reason(admin_client):
     page = admin_client.get(reverse("admin:weave_notifications_breakeropening_changelist")).content.decode()
     assert "Circuit breaker opened: HTTP 401" in page and SECONDS_AND_ZONE.search(page)
     assert 'value="delete_selected"' not in page
+
+
+def test_key_values__stored_data_as_stored_and_a_step_output_in_words():
+    from weave.operations import key_values, linked_ids
+
+    data = {"order_id": "A-17", "paid": True, "lines": [1, 2]}
+    stored = key_values(data)
+    assert '<th scope="row">order_id</th><td>A-17</td>' in stored and "<td>[1, 2]</td>" in stored
+    assert "<td>true</td>" in stored
+    words = key_values(data, words=True)
+    assert '<th scope="row">order id</th>' in words and "<td>yes</td>" in words and "<td>1, 2</td>" in words
+    assert key_values({}) == "—" and key_values("plain text") == "plain text"
+    assert str(linked_ids(OnboardingRun, list(range(1, 25)))).endswith(" and 4 more")
