@@ -28,12 +28,12 @@ from weave.operations import (
     bar_chart,
     change_link,
     changelist_url,
+    counts_by,
     db_now,
     line_chart,
     linked,
     minute_buckets,
     percentiles_by,
-    planner_counts,
     purged_totals,
     register_health,
     said_once,
@@ -83,19 +83,9 @@ def with_backend(attempts: QuerySet[DeliveryAttempt]) -> QuerySet[Any]:
 
 
 def status_counts() -> tuple[dict[str, int], bool]:
-    """Notifications per status, and whether the finished states' counts are estimates.
-
-    Pending is always exact (a range of `notif_due_idx`; the rows an operator acts on). On a large
-    PostgreSQL table the finished states come from the planner's statistics instead of a scan of
-    every row (weave.telemetry.planner_counts); below that size everything is counted exactly.
-    """
-    estimates = planner_counts(Notification, "status")
-    if estimates is None:
-        counts = dict(Notification.objects.order_by().values_list("status").annotate(n=Count("pk")))
-        return {status: counts.get(status, 0) for status in Notification.Status.values}, False
-    counts = {status: estimates.get(status, 0) for status in Notification.Status.values}
-    counts[Notification.Status.PENDING] = Notification.objects.pending().count()
-    return counts, True
+    """Notifications per status, and whether the finished states' counts are estimates (pending is exact:
+    a range of `notif_due_idx`)."""
+    return counts_by(Notification, "status", Notification.Status.values, exact=[Notification.Status.PENDING])
 
 
 def due_backlog(now: datetime) -> tuple[int, datetime | None]:

@@ -27,6 +27,7 @@ from weave.operations import (
     change_link,
     changelist_url,
     clipped,
+    counts_by,
     db_now,
     linked,
     planner_counts,
@@ -89,15 +90,7 @@ def runs_by_status_and_step() -> tuple[list[tuple[str, str, str]], bool]:
 
 def run_status_counts() -> tuple[dict[str, int], bool]:
     """Runs per status; finished ones estimated on a large PostgreSQL table (see runs_by_status_and_step)."""
-    estimates = planner_counts(OnboardingRun, "status")
-    qs = OnboardingRun.objects.order_by()
-    if estimates is not None:
-        qs = qs.filter(status__in=WATCHED)
-    counts = dict(qs.values_list("status").annotate(n=Count("pk")))
-    if estimates is not None:
-        for status in (OnboardingRun.Status.COMPLETED, OnboardingRun.Status.CANCELLED):
-            counts[status] = estimates.get(status, 0)
-    return {status: counts.get(status, 0) for status in OnboardingRun.Status.values}, estimates is not None
+    return counts_by(OnboardingRun, "status", OnboardingRun.Status.values, exact=WATCHED)
 
 
 def troubled_attempts(now: datetime, limit: int = 20) -> tuple[dict[str, int], list[RunAttempt]]:

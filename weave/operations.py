@@ -15,7 +15,7 @@ pages from these pieces, and registers its panel, health findings and purges in 
   redacted on the way out (`shown`, `clipped`);
 - console: charts drawn on the server (`bar_chart`, `line_chart`, `table`, `stats`, `age`, `when`),
   health findings for the dashboard's verdict (`register_health`, `Finding`, `FAILING`, `DEGRADED`),
-  bounded counts and samples (`planner_counts`, `minute_buckets`, `percentiles_by`, `db_now`,
+  bounded counts and samples (`planner_counts`, `counts_by`, `minute_buckets`, `percentiles_by`, `db_now`,
   `RunningCounts`, `seconds_since`) and the worker processes' reports (`workers`);
 - timelines: one job's story (`Timeline`, `OperatorEvent`, `add_operator_events`, `clock_time`,
   `fences_accounted`, `holder`, `lateness`) and `explain_job` for a `weave.jobs` job type;
@@ -64,6 +64,7 @@ from weave.telemetry import (
     DEGRADED,
     FAILING,
     Finding,
+    counts_by,
     db_now,
     minute_buckets,
     percentiles_by,
@@ -107,6 +108,7 @@ __all__ = [
     "changelist_url",
     "clipped",
     "clock_time",
+    "counts_by",
     "db_now",
     "explain_job",
     "fences_accounted",

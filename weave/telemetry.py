@@ -256,3 +256,22 @@ def planner_counts(model: type[models.Model], column: str) -> dict[str, int] | N
         return None
     total, values, freqs = row
     return {value: int(round(total * freq)) for value, freq in zip(values, freqs, strict=False)}
+
+
+def counts_by(
+    model: type[models.Model], column: str, values: Iterable[str], *, exact: Iterable[str]
+) -> tuple[dict[str, int], bool]:
+    """Rows of `model` per value of `column`, every value named, and whether some counts are estimates.
+
+    The `exact` values (the rows an operator acts on) are always counted; on a large PostgreSQL table
+    the others come from the planner's statistics (`planner_counts`) instead of a scan of every row.
+    """
+    estimates = planner_counts(model, column)
+    exact = list(exact)
+    rows = model._default_manager.order_by()
+    if estimates is not None:
+        rows = rows.filter(**{f"{column}__in": exact})
+    found = dict(rows.values_list(column).annotate(n=models.Count("pk")))
+    if estimates is None:
+        return {value: found.get(value, 0) for value in values}, False
+    return {value: found.get(value, 0) if value in exact else estimates.get(value, 0) for value in values}, True

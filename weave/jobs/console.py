@@ -22,7 +22,7 @@ from weave.charts import stats, table, when
 from weave.display import change_link, changelist_url, clipped, said_once, state_word
 from weave.jobs.declaration import JobType, job_types
 from weave.models import JobAttempt, JobModel, JobState
-from weave.telemetry import DEGRADED, Finding, Panel, lease_counts, planner_counts
+from weave.telemetry import DEGRADED, Finding, Panel, counts_by, lease_counts
 
 RECENT = timedelta(hours=1)  # the window of the verdict and of the panel's attempt counts
 TROUBLE = (JobAttempt.Outcome.BLOCKED, JobAttempt.Outcome.FAILED, JobAttempt.Outcome.RETRY)
@@ -54,20 +54,8 @@ def state_counts(job: JobType) -> dict[str, int]:
 
 
 def counted_states(job: JobType) -> tuple[dict[str, int], bool]:
-    """Rows of `job` per state, and whether the finished states' counts are estimates.
-
-    Pending is always exact (a range of the job model's state index: the rows an operator acts on).
-    On a large PostgreSQL table the finished states come from the planner's statistics instead of a
-    scan of every row (weave.telemetry.planner_counts); below that size everything is counted exactly.
-    """
-    manager = job.model._default_manager
-    estimates = planner_counts(job.model, "state")
-    if estimates is None:
-        found = dict(manager.order_by().values_list("state").annotate(n=Count("pk")))
-        return {state: found.get(state, 0) for state in JobState.values}, False
-    counts = {state: estimates.get(state, 0) for state in JobState.values}
-    counts[JobState.PENDING] = manager.filter(state=JobState.PENDING).count()
-    return counts, True
+    """Rows of `job` per state, and whether the finished states' counts are estimates (pending is exact)."""
+    return counts_by(job.model, "state", JobState.values, exact=[JobState.PENDING])
 
 
 def outcome_counts(job: JobType, since: datetime) -> dict[str, int]:
