@@ -1,6 +1,6 @@
 """Admin for suppliers and onboarding runs. Actions call services and report with message_user."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django import forms
@@ -48,7 +48,6 @@ from weave.operations import (
     shown,
     state_column,
     state_filter,
-    state_word,
     timestamp,
     timestamp_column,
     within_filter,
@@ -287,16 +286,22 @@ def receipt_output(receipt: StepReceipt) -> str:
     return format_html("{}{}", parts, rest) if (links or output) else "—"
 
 
-class StepReceiptInline(LinkedReadOnlyMixin, admin.TabularInline):
-    model = StepReceipt
-    extra = 0
-    fields = readonly_fields = ("step", "fence", "owner", "completed_at_display", "linked_output")
-    ordering = ["completed_at", "pk"]
+class _ReceiptColumns:
+    """What a receipt's page and a run's inline list of receipts both show."""
+
+    RECEIPT_FIELDS = ("step", "fence", "owner", "completed_at_display", "linked_output")
     completed_at_display = timestamp_column("completed_at", "completed at (database clock)")
 
     @admin.display(description="output")
     def linked_output(self, receipt: StepReceipt) -> str:
         return receipt_output(receipt)
+
+
+class StepReceiptInline(_ReceiptColumns, LinkedReadOnlyMixin, admin.TabularInline):
+    model = StepReceipt
+    extra = 0
+    fields = readonly_fields = _ReceiptColumns.RECEIPT_FIELDS
+    ordering = ["completed_at", "pk"]
 
 
 class _AttemptColumns:
@@ -540,49 +545,42 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
 
     @admin.action(description="Resume pending or running runs (enqueue a worker)", permissions=["change"])
     def resume(self, request: HttpRequest, queryset: QuerySet[OnboardingRun]) -> None:
-        if self.refused(request, "resume", queryset):
-            return
-        runs = list(queryset)
-        resumed = []
-        for run in runs:
-            if onboarding_resume(run=run):
-                resumed.append(run.pk)
-                self.log_change(request, run, f"Resumed at fence {run.fence}: a worker was enqueued now.")
-        skipped = [f"#{run.pk} ({run.status})" for run in runs if run.pk not in resumed]
-        if resumed:
-            self.message_user(request, format_html("Enqueued {} run(s): {}.", len(resumed), run_links(resumed)))
-        if skipped:
-            self.message_user(
-                request,
-                f"Resume applies to pending and running runs only; skipped {len(skipped)}: {', '.join(skipped)}.",
-                level=messages.WARNING,
-            )
+        def act(run: OnboardingRun) -> str | None:
+            return f"Resumed at fence {run.fence}: a worker was enqueued now." if onboarding_resume(run=run) else None
+
+        self._each_run(request, queryset, "resume", act, "Enqueued {} run(s): {}.")
 
     @admin.action(description="Cancel pending or running runs", permissions=["change"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[OnboardingRun]) -> None:
-        if self.refused(request, "cancel", queryset):
-            return
-        runs = list(queryset)
-        cancelled = []
-        for run in runs:
+        def act(run: OnboardingRun) -> str | None:
             was = run.status
-            if onboarding_cancel(run=run, cancelled_by=request.user):
-                cancelled.append(run.pk)
-                self.log_change(request, run, f"Cancelled (it was {was} at fence {run.fence}).")
-        skipped = [f"#{run.pk} ({run.status})" for run in runs if run.pk not in cancelled]
-        if cancelled:
-            self.message_user(
-                request,
-                format_html(
-                    "Cancelled {} run(s): {}. A worker holding one stops at its next save.",
-                    len(cancelled),
-                    run_links(cancelled),
-                ),
-            )
+            done = onboarding_cancel(run=run, cancelled_by=request.user)
+            return f"Cancelled (it was {was} at fence {run.fence})." if done else None
+
+        done = "Cancelled {} run(s): {}. A worker holding one stops at its next save."
+        self._each_run(request, queryset, "cancel", act, done)
+
+    def _each_run(
+        self, request: HttpRequest, queryset: QuerySet, action: str, act: Callable[[Any], str | None], done: str
+    ) -> None:
+        """Apply `act` to each selected run (it returns the history entry, or None when the run was left alone)."""
+        if self.refused(request, action, queryset):
+            return
+        changed, skipped = [], []
+        for run in queryset:
+            logged = act(run)
+            if logged is None:
+                skipped.append(f"#{run.pk} ({run.status})")
+            else:
+                changed.append(run.pk)
+                self.log_change(request, run, logged)
+        if changed:
+            self.message_user(request, format_html(done, len(changed), run_links(changed)))
         if skipped:
+            rule = RUN_ACTIONS[action]
             self.message_user(
                 request,
-                f"Cancel applies to pending and running runs only; skipped {len(skipped)}: {', '.join(skipped)}.",
+                f"{rule.label} applies to {rule.applies_to} only; skipped {len(skipped)}: {', '.join(skipped)}.",
                 level=messages.WARNING,
             )
 
@@ -738,20 +736,6 @@ def _undo_refusal(run: OnboardingRun) -> str:
     return f"{run.status}, undo {run.undo_state}: already asked"
 
 
-class RunAttemptOutcomeFilter(admin.SimpleListFilter):
-    """A run attempt's own outcome. The bare list shows every attempt; the dashboard links to "blocked"."""
-
-    title = "outcome"
-    parameter_name = "outcome"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(value, state_word(value)) for value in RunAttempt.Outcome.values]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        value = self.value()
-        return queryset.filter(outcome=value) if value else queryset
-
-
 @admin.register(RunAttempt)
 class RunAttemptAdmin(_AttemptColumns, LinkedReadOnlyMixin, admin.ModelAdmin):
     """Every attempt with its outcome and why; blocked ones (lost leases) are a filter away."""
@@ -769,7 +753,11 @@ class RunAttemptAdmin(_AttemptColumns, LinkedReadOnlyMixin, admin.ModelAdmin):
     ]
     Media = ConsoleMedia
     fields = readonly_fields = ("run_link", *_AttemptColumns.ATTEMPT_FIELDS)
-    list_filter = [RunAttemptOutcomeFilter, within_filter("ended_at", "ended", "ended")]
+    # The bare list shows every attempt; the dashboard links to "blocked".
+    list_filter = [
+        state_filter("outcome", RunAttempt.Outcome.values, "outcome"),
+        within_filter("ended_at", "ended", "ended"),
+    ]
     list_select_related = ["run__supplier"]
     search_fields = ["owner", "reason"]
     ordering = ["-pk"]
@@ -783,18 +771,12 @@ class RunAttemptAdmin(_AttemptColumns, LinkedReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(StepReceipt)
-class StepReceiptAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
+class StepReceiptAdmin(_ReceiptColumns, LinkedReadOnlyMixin, admin.ModelAdmin):
     Media = ConsoleMedia
-    list_display = ["id", "run_link", "step", "fence", "owner", "completed_at_display", "linked_output"]
-    # The row's page too: the output as labelled fields, the time with seconds and zone.
-    fields = readonly_fields = ("run_link", "step", "fence", "owner", "completed_at_display", "linked_output")
+    list_display = ["id", "run_link", *_ReceiptColumns.RECEIPT_FIELDS]
+    fields = readonly_fields = ("run_link", *_ReceiptColumns.RECEIPT_FIELDS)
     list_filter = ["step"]
     list_select_related = ["run__supplier"]
-    completed_at_display = timestamp_column("completed_at", "completed at (database clock)")
-
-    @admin.display(description="output")
-    def linked_output(self, receipt: StepReceipt) -> str:
-        return receipt_output(receipt)
 
 
 @admin.register(VendorRecord)
