@@ -28,6 +28,7 @@ from weave.operations import (
     bar_chart,
     change_link,
     changelist_url,
+    counted_between,
     counts_by,
     db_now,
     line_chart,
@@ -436,12 +437,7 @@ _latency = RunningCounts("notifications.latency")
 
 
 def _attempts_between(after: datetime | None, upto: datetime) -> dict[tuple[str, ...], float]:
-    qs = DeliveryAttempt.objects.filter(finished_at__lte=upto)
-    if after is not None:
-        qs = qs.filter(finished_at__gt=after)
-    counts: dict[tuple[str, ...], float] = {
-        (outcome,): n for outcome, n in qs.order_by().values_list("outcome").annotate(n=Count("pk"))
-    }
+    counts = counted_between(DeliveryAttempt.objects.all(), "finished_at", "outcome")(after, upto)
     if after is None:
         # The first count adds what retention purged, so the counter never goes down (weave.retention).
         for outcome, n in purged_totals("attempts").items():

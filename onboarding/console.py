@@ -27,6 +27,7 @@ from weave.operations import (
     change_link,
     changelist_url,
     clipped,
+    counted_between,
     counts_by,
     db_now,
     linked,
@@ -281,13 +282,6 @@ def recent_step_durations(window: timedelta, limit: int) -> dict[str, list[float
 _attempts = RunningCounts("onboarding.attempts")
 
 
-def _attempts_between(after: datetime | None, upto: datetime) -> dict[tuple[str, ...], float]:
-    qs = RunAttempt.objects.filter(ended_at__lte=upto)
-    if after is not None:
-        qs = qs.filter(ended_at__gt=after)
-    return {(outcome,): n for outcome, n in qs.order_by().values_list("outcome").annotate(n=Count("pk"))}
-
-
 def collect_metrics() -> Iterable[Metric]:
     """Supplier onboarding's metric families, read from the database."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily  # the [metrics] extra
@@ -298,7 +292,7 @@ def collect_metrics() -> Iterable[Metric]:
     for status, n in counts.items():
         runs.add_metric([status], n)
     yield runs
-    totals = _attempts.advance(_attempts_between, now)
+    totals = _attempts.advance(counted_between(RunAttempt.objects.all(), "ended_at", "outcome"), now)
     attempts = CounterMetricFamily(
         "weave_run_attempts", "Onboarding run attempts that ended, by outcome (all workers).", labels=["outcome"]
     )

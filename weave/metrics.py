@@ -37,11 +37,28 @@ from weave.conf import weave_settings
 from weave.telemetry import db_now, metrics_collectors
 
 if TYPE_CHECKING:
+    from django.db.models import QuerySet
     from prometheus_client.metrics_core import Metric
     from prometheus_client.registry import Collector
 
 Labels = tuple[str, ...]
 LAG = timedelta(seconds=60)
+
+
+def counted_between(
+    rows: QuerySet[Any], time: str, *labels: str
+) -> Callable[[datetime | None, datetime], dict[Labels, float]]:
+    """A `RunningCounts` fetch: how many of `rows` per `labels` have their `time` in (after, upto]."""
+
+    def fetch(after: datetime | None, upto: datetime) -> dict[Labels, float]:
+        from django.db.models import Count
+
+        found = rows.filter(**{f"{time}__lte": upto})
+        if after is not None:
+            found = found.filter(**{f"{time}__gt": after})
+        return {tuple(row[:-1]): row[-1] for row in found.order_by().values_list(*labels).annotate(n=Count("pk"))}
+
+    return fetch
 
 
 class RunningCounts:
@@ -256,18 +273,6 @@ def collect_wake_metrics() -> Iterable[Metric]:
 _job_attempts = RunningCounts("weave.job_attempts")
 
 
-def _job_attempts_between(after: datetime | None, upto: datetime) -> dict[Labels, float]:
-    from django.db.models import Count
-
-    from weave.models import JobAttempt
-
-    rows = JobAttempt.objects.filter(finished_at__lte=upto)
-    if after is not None:
-        rows = rows.filter(finished_at__gt=after)
-    counted = rows.order_by().values_list("job_type", "outcome").annotate(n=Count("pk"))
-    return {(job, outcome): n for job, outcome, n in counted}
-
-
 def collect_job_metrics() -> Iterable[Metric]:
     """Every core-run job type's series, from its declaration: jobs by state, attempts by outcome, and its
     lease refusals (blocked attempts) in the family the apps report theirs in. Leases are `weave_leases`."""
@@ -284,7 +289,8 @@ def collect_job_metrics() -> Iterable[Metric]:
     refusals = CounterMetricFamily(
         "weave_lease_refusals", "Writes refused because the lease was lost, by job type.", labels=["job"]
     )
-    totals = _job_attempts.advance(_job_attempts_between, scrape_now()) if types else {}
+    between = counted_between(JobAttempt.objects.all(), "finished_at", "job_type", "outcome")
+    totals = _job_attempts.advance(between, scrape_now()) if types else {}
     for job in types:
         for state, n in state_counts(job).items():
             jobs.add_metric([job.name, state], n)

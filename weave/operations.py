@@ -16,7 +16,7 @@ pages from these pieces, and registers its panel, health findings and purges in 
 - console: charts drawn on the server (`bar_chart`, `line_chart`, `table`, `stats`, `age`, `when`),
   health findings for the dashboard's verdict (`register_health`, `Finding`, `FAILING`, `DEGRADED`),
   bounded counts and samples (`planner_counts`, `counts_by`, `minute_buckets`, `percentiles_by`, `db_now`,
-  `RunningCounts`, `seconds_since`) and the worker processes' reports (`workers`);
+  `RunningCounts` with `counted_between`, `seconds_since`) and the worker processes' reports (`workers`);
 - timelines: one job's story (`Timeline`, `OperatorEvent`, `add_operator_events`, `clock_time`,
   `fences_accounted`, `holder`, `lateness`) and `explain_job` for a `weave.jobs` job type;
 - retention: `PurgeSpec` and `register_purge`, and `purged_totals` for a panel.
@@ -57,7 +57,7 @@ from weave.display import (
 )
 from weave.jobs.admin import JobAdminMixin
 from weave.jobs.explain import explain_job
-from weave.metrics import RunningCounts, seconds_since
+from weave.metrics import RunningCounts, counted_between, seconds_since
 from weave.reports import workers
 from weave.retention import PurgeSpec, purged_totals, register_purge
 from weave.telemetry import (
@@ -108,6 +108,7 @@ __all__ = [
     "changelist_url",
     "clipped",
     "clock_time",
+    "counted_between",
     "counts_by",
     "db_now",
     "explain_job",
