@@ -104,9 +104,15 @@ class HasAttemptWithOutcomeFilter(admin.SimpleListFilter):
         return queryset.filter(Exists(attempts))
 
 
-class DeliveryAttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
-    """Receipts are written by the worker only."""
+class _AttemptColumns(ReadOnlyAdminMixin):
+    """What an attempt's page and a notification's inline list of attempts both show (workers write them)."""
 
+    started_at_display = timestamp_column("started_at", "sent at (database clock)")
+    finished_at_display = timestamp_column("finished_at", "finished at (database clock)")
+    shown_reason = reason_column()  # a page has room for all of it
+
+
+class DeliveryAttemptInline(_AttemptColumns, admin.TabularInline):
     model = DeliveryAttempt
     extra = 0
     can_delete = False
@@ -121,10 +127,6 @@ class DeliveryAttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
         "shown_reason",
     )
     ordering = ("started_at", "pk")
-    started_at_display = timestamp_column("started_at", "sent at (database clock)")
-    finished_at_display = timestamp_column("finished_at", "finished at (database clock)")
-
-    shown_reason = reason_column()
     outcome_word = state_column("outcome", "outcome")
 
 
@@ -506,7 +508,7 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
 
 
 @admin.register(DeliveryAttempt)
-class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class DeliveryAttemptAdmin(_AttemptColumns, admin.ModelAdmin):
     list_display = (
         "id",
         "notification_link",
@@ -518,8 +520,6 @@ class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "list_reason",
     )
     Media = ConsoleMedia
-    started_at_display = timestamp_column("started_at", "sent at (database clock)")
-    finished_at_display = timestamp_column("finished_at", "finished at (database clock)")
     list_filter = (
         state_filter("outcome", DeliveryAttempt.Outcome.values),
         within_filter("finished_at", "finished", "finished"),
@@ -542,7 +542,6 @@ class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     )
 
     list_reason = reason_column(clip=True)
-    shown_reason = reason_column()  # the row's page has room for all of it
 
     @admin.display(description="notification", ordering="notification")
     def notification_link(self, obj: DeliveryAttempt) -> str:
