@@ -11,7 +11,6 @@ from django.db.models import DateTimeField, Exists, F, OuterRef, QuerySet, Value
 from django.db.models.functions import Least
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
 
 from notifications.models import (
     BreakerOpening,
@@ -476,35 +475,16 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
             super().log_change(request, row, message)
 
     def _report(self, request: HttpRequest, result: BulkResult, done: str, *, applies_to: str) -> None:
-        def ids(pks: list[int]) -> SafeString:
-            return linked_ids(Notification, pks)
+        def say(pks: list[int], level: int, text: str, *args: object) -> None:
+            if pks:
+                self.message_user(request, format_html(text, *args, linked_ids(Notification, pks)), level)
 
-        if result.changed:
-            self.message_user(
-                request, format_html("{} notification(s) {}: {}.", len(result.changed), done, ids(result.changed))
-            )
-        if result.busy:
-            self.message_user(
-                request,
-                format_html(
-                    "{} notification(s) left alone because a worker holds them right now: {}. Try again when the "
-                    "lease is released.",
-                    len(result.busy),
-                    ids(result.busy),
-                ),
-                level=messages.WARNING,
-            )
-        if result.skipped:
-            self.message_user(
-                request,
-                format_html(
-                    "This action applies to {} notifications only; {} left alone: {}.",
-                    applies_to,
-                    len(result.skipped),
-                    ids(result.skipped),
-                ),
-                level=messages.WARNING,
-            )
+        busy = "{} notification(s) left alone because a worker holds them right now: {}. Try again when the lease "
+        busy += "is released."
+        say(result.changed, messages.INFO, "{} notification(s) {}: {}.", len(result.changed), done)
+        say(result.busy, messages.WARNING, busy, len(result.busy))
+        skipped = "This action applies to {} notifications only; {} left alone: {}."
+        say(result.skipped, messages.WARNING, skipped, applies_to, len(result.skipped))
 
 
 @admin.register(DeliveryAttempt)
