@@ -1,23 +1,11 @@
 """Prometheus metrics: one collector that reads the database, plus this process's own counters.
 
-Workers run in many `qcluster` processes on many hosts, so counters kept in a worker's memory would
-each see a slice. The figures that matter are read from the database at scrape time instead: the
-apps register functions (`weave.telemetry.register_metrics`) that yield metric families, and this
-collector merges families of the same name (both apps report `weave_leases`, for instance).
-
-Counters (`*_total`) over insert-only rows (attempts) are kept exact and cheap with `RunningCounts`:
-a scrape counts only the rows that finished since the previous one (an index range scan on the
-finish time). Rows are added to the kept totals once they are `LAG` seconds old by the database
-clock, so a transaction that commits a little after its rows' finish time is never missed; younger
-rows are counted afresh at every scrape on top of them. A named count keeps
-its totals in the database (`MetricCheckpoint`), and every process starts from the newest one: only
-the very first scrape of a site counts every stored row, not the first scrape of each process.
-
-Only this process's own work is counted in memory (`weave_metrics_*`), where it is exact.
-
-prometheus_client comes with the [metrics] extra and is imported only when a scrape renders, so the
-apps (whose consoles register their metric families here) import without it; `weave.E007` names the
-extra when a site mounts `weave.urls` without it.
+Workers run in many processes on many hosts, so a worker's in-memory counter would see a slice: the
+figures are read from the database at scrape time, from the families the apps register
+(`weave.telemetry.register_metrics`), merged by name. Counters over insert-only rows (attempts) stay
+exact and cheap with `RunningCounts`. Only this process's own work (`weave_metrics_*`) is counted in
+memory. prometheus_client (the [metrics] extra) is imported only when a scrape renders, so the apps
+import without it; `weave.E007` names the extra when a site mounts `weave.urls` without it.
 """
 
 from __future__ import annotations
@@ -65,9 +53,10 @@ class RunningCounts:
     """Exact running totals of insert-only rows, grouped by labels, advanced with delta queries.
 
     `fetch(after, upto)` returns {labels: count} for rows whose time is in (after, upto]; `after` is
-    None on the first call (count everything up to `upto`). With a `name`, the totals are also kept
-    in the database (`weave.models.MetricCheckpoint`): a process starts from, and catches up to, the
-    newest checkpoint any process wrote, so none of them counts the whole history again.
+    None on the first call. A row joins the kept totals once it is `LAG` old by the database clock, so
+    a transaction that commits after its rows' time is never missed. With a `name`, the totals are
+    also kept in the database (`MetricCheckpoint`): a process starts from the newest checkpoint any
+    process wrote, so none of them counts the whole history again.
     """
 
     def __init__(self, name: str = "") -> None:
