@@ -665,11 +665,9 @@ class DeviceAdmin(ActionsWhereTheyApply, OperatorLogMixin, admin.ModelAdmin):
 
 
 @admin.register(TopicSubscription)
-class TopicSubscriptionAdmin(JobAdminMixin, LeasedModelAdmin):  # type: ignore[misc]
-    """FCM topic subscription jobs: every field read-only (the services create them, workers run them), with
-    the core's start, retry and cancel actions and the job's story."""
+class TopicSubscriptionAdmin(JobAdminMixin, admin.ModelAdmin):  # type: ignore[misc]
+    """FCM topic subscription jobs: the core's job admin, every field read-only (the services create them)."""
 
-    explain_kind = "fcm_topic"
     list_display = ("pk", "action", "short_topic", "backend", "token_count")
     list_filter = ("action", "backend")
     search_fields = ("topic",)
