@@ -28,6 +28,7 @@ from weave.operations import (
     bar_chart,
     change_link,
     changelist_url,
+    counted,
     counted_between,
     counts_by,
     db_now,
@@ -234,10 +235,8 @@ def health(now: datetime) -> list[Finding]:
             Finding(
                 FAILING if waited > BACKLOG_FAILING else DEGRADED,
                 format_html(
-                    '<a href="{}">{} notification{} due</a>, the oldest waiting {}: {}',
-                    _url(Notification, due="now") or "#",
-                    backlog,
-                    "" if backlog == 1 else "s",
+                    "{}, the oldest waiting {}: {}",
+                    counted(backlog, "notification{} due", _url(Notification, due="now")),
                     age(waited),
                     backlog_cause(now),
                 ),
@@ -250,10 +249,8 @@ def health(now: datetime) -> list[Finding]:
             Finding(
                 DEGRADED,
                 format_html(
-                    '<a href="{}">{} breaker opening{}</a> in the last 15 minutes; the latest at {} by {}: {}',
-                    _url(BreakerOpening, opened="15m") or "#",
-                    recent.count(),
-                    "" if recent.count() == 1 else "s",
+                    "{} in the last 15 minutes; the latest at {} by {}: {}",
+                    counted(recent.count(), "breaker opening{}", _url(BreakerOpening, opened="15m")),
                     when(last.opened_at),
                     last.owner,
                     said_once(last.reason),
@@ -261,15 +258,14 @@ def health(now: datetime) -> list[Finding]:
             )
         )
     failed = DeliveryAttempt.objects.filter(finished_at__gt=now - HOUR, outcome__in=FAILED).count()
+    failures = _url(DeliveryAttempt, outcome__exact=DeliveryAttempt.Outcome.PERMANENT, finished="1h")
     if failed:
         findings.append(
             Finding(
                 DEGRADED,
                 format_html(
-                    '<a href="{}">{} permanent failure{}</a> in the last hour (see their reasons).',
-                    _url(DeliveryAttempt, outcome__exact=DeliveryAttempt.Outcome.PERMANENT, finished="1h") or "#",
-                    failed,
-                    "" if failed == 1 else "s",
+                    "{} in the last hour (see their reasons).",
+                    counted(failed, "permanent failure{}", failures),
                 ),
             )
         )

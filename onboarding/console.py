@@ -27,6 +27,7 @@ from weave.operations import (
     change_link,
     changelist_url,
     clipped,
+    counted,
     counted_between,
     counts_by,
     db_now,
@@ -167,22 +168,23 @@ def render_panel(now: datetime) -> SafeString:
 
 
 STUCK_SLACK = 30.0  # seconds past an attempt's budget plus its lease TTL before it is called stuck
+PENDING, FAILED = OnboardingRun.Status.PENDING, OnboardingRun.Status.FAILED
 WAITING_DEGRADED = 60.0  # seconds a pending run may wait for its first claim before the verdict says so
 
 
 def health(now: datetime) -> list[Finding]:
     """What is wrong with onboarding now: failed runs waiting for a fix, stuck or blocked attempts, waiting runs."""
     findings: list[Finding] = []
-    failed = OnboardingRun.objects.filter(status=OnboardingRun.Status.FAILED).count()
+    failed = OnboardingRun.objects.filter(status=FAILED).count()
     if failed:
         findings.append(
             Finding(
                 DEGRADED,
                 format_html(
-                    '<a href="{}">{} failed run{}</a> {} for someone to fix the cause and retry.',
-                    changelist_url(OnboardingRun, status__exact=OnboardingRun.Status.FAILED) or "#",
-                    failed,
-                    "" if failed == 1 else "s",
+                    "{} {} for someone to fix the cause and retry.",
+                    counted(
+                        failed, "failed run{}", changelist_url(OnboardingRun, status__exact=OnboardingRun.Status.FAILED)
+                    ),
                     "waits" if failed == 1 else "wait",
                 ),
             )
@@ -210,11 +212,8 @@ def health(now: datetime) -> list[Finding]:
             Finding(
                 DEGRADED,
                 format_html(
-                    '<a href="{}">{} {} attempt{}</a> in the last hour (a worker lost its lease or stopped).',
-                    changelist_url(RunAttempt, outcome=outcome, ended="1h") or "#",
-                    n,
-                    outcome,
-                    "" if n == 1 else "s",
+                    "{} in the last hour (a worker lost its lease or stopped).",
+                    counted(n, f"{outcome} attempt{{}}", changelist_url(RunAttempt, outcome=outcome, ended="1h")),
                 ),
             )
         )
@@ -231,10 +230,8 @@ def health(now: datetime) -> list[Finding]:
             Finding(
                 DEGRADED,
                 format_html(
-                    '<a href="{}">{} pending run{}</a> due for over {} s: {}.',
-                    changelist_url(OnboardingRun, status__exact=OnboardingRun.Status.PENDING, lease="free") or "#",
-                    n,
-                    "" if n == 1 else "s",
+                    "{} due for over {} s: {}.",
+                    counted(n, "pending run{}", changelist_url(OnboardingRun, status__exact=PENDING, lease="free")),
                     f"{WAITING_DEGRADED:g}",
                     cause,
                 ),

@@ -73,6 +73,11 @@ def linked(text: object, url: str | None) -> SafeString:
     return format_html('<a href="{}">{}</a>', url, text) if url else format_html("{}", text)
 
 
+def counted(n: int, noun: str, url: str | None) -> SafeString:
+    """ "3 failed runs" ("1 failed run"), linked to `url`; `noun` holds "{}" where a plural's "s" goes."""
+    return linked(f"{n} {noun.format('' if n == 1 else 's')}", url)
+
+
 def admin_link(obj: models.Model | None, text: object = None) -> str:
     """A link to `obj`'s admin change page (plain text when it has none)."""
     return "—" if obj is None else linked(text or obj, change_url(type(obj), obj.pk))

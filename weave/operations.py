@@ -8,7 +8,7 @@ pages from these pieces, and registers its panel, health findings and purges in 
   `record_operator_action` (actions written to `LogEntry`), the list filters `LeaseStateFilter`,
   `state_filter` and `within_filter`, and `JobAdminMixin` for a `weave.jobs` job type;
 - display: times with seconds and zone (`timestamp`, `timestamp_column`), links between rows
-  (`linked`, `admin_link`, `admin_link_to`, `change_link`, `change_url`, `linked_ids`, `changelist_link`,
+  (`linked`, `counted`, `admin_link`, `admin_link_to`, `change_link`, `change_url`, `linked_ids`, `changelist_link`,
   `changelist_url`), states and
   reasons (`state_word`, `state_column`, `reason_column`, `joined_reason`, `said_once`), JSON as a
   table (`key_values`), and text
@@ -43,6 +43,7 @@ from weave.display import (
     changelist_link,
     changelist_url,
     clipped,
+    counted,
     joined_reason,
     key_values,
     linked,
@@ -108,6 +109,7 @@ __all__ = [
     "changelist_url",
     "clipped",
     "clock_time",
+    "counted",
     "counted_between",
     "counts_by",
     "db_now",
