@@ -1,5 +1,6 @@
 """Admin for notifications: status, lease state by the database clock, attempt history, guarded actions."""
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -7,7 +8,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import ValidationError
-from django.db.models import DateTimeField, Exists, F, OuterRef, QuerySet, Value
+from django.db.models import DateTimeField, Exists, F, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import Least
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.html import format_html, format_html_join
@@ -43,6 +44,7 @@ from weave.operations import (
     ReadOnlyAdminMixin,
     admin_link_to,
     change_link,
+    choice_filter,
     clipped,
     key_values,
     linked_ids,
@@ -58,49 +60,32 @@ from weave.operations import (
 )
 
 
-class DueNowFilter(admin.SimpleListFilter):
-    """Pending notifications whose due time has come by the database clock: the dashboard's backlog."""
-
-    title = "due"
-    parameter_name = "due"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("now", "due now (backlog)"), ("later", "due later")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        now = default_clock.now()
-        if self.value() == "now":
-            return queryset.filter(status=Notification.Status.PENDING, next_attempt_at__lte=now)
-        if self.value() == "later":
-            return queryset.filter(status=Notification.Status.PENDING, next_attempt_at__gt=now)
-        return queryset
+def _due(now: bool) -> Callable[[], Q]:
+    due = "next_attempt_at__lte" if now else "next_attempt_at__gt"
+    return lambda: Q(status=Notification.Status.PENDING, **{due: default_clock.now()})
 
 
-class PlatformFilter(admin.SimpleListFilter):
-    title = "platform"
-    parameter_name = "platform"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return list(PLATFORM_NAMES.items())
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        return queryset.filter(platform=self.value()) if self.value() else queryset
+def _on(platform: str) -> Callable[[], Q]:
+    return lambda: Q(platform=platform)
 
 
-class HasAttemptWithOutcomeFilter(admin.SimpleListFilter):
-    """Notifications that have at least one attempt with the chosen outcome."""
+def _has_attempt(outcome: str) -> Callable[[], Exists]:
+    return lambda: Exists(DeliveryAttempt.objects.filter(notification=OuterRef("pk"), outcome=outcome))
 
-    title = "attempt outcome"
-    parameter_name = "attempt_outcome"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(value, state_word(value)) for value in DeliveryAttempt.Outcome.values]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        if not self.value():
-            return queryset
-        attempts = DeliveryAttempt.objects.filter(notification=OuterRef("pk"), outcome=self.value())
-        return queryset.filter(Exists(attempts))
+# Pending notifications whose due time has come by the database clock: the dashboard's backlog.
+DueNowFilter = choice_filter(
+    "due", "due", {"now": ("due now (backlog)", _due(True)), "later": ("due later", _due(False))}
+)
+PlatformFilter = choice_filter(
+    "platform", "platform", {key: (label, _on(key)) for key, label in PLATFORM_NAMES.items()}
+)
+# Notifications that have at least one attempt with the chosen outcome.
+HasAttemptWithOutcomeFilter = choice_filter(
+    "attempt outcome",
+    "attempt_outcome",
+    {outcome: (state_word(outcome), _has_attempt(outcome)) for outcome in DeliveryAttempt.Outcome.values},
+)
 
 
 class _AttemptColumns(ReadOnlyAdminMixin):

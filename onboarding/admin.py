@@ -38,6 +38,7 @@ from weave.operations import (
     admin_link,
     admin_link_to,
     changelist_link,
+    choice_filter,
     clipped,
     joined_reason,
     key_values,
@@ -321,20 +322,13 @@ class RunAttemptInline(_AttemptColumns, LinkedReadOnlyMixin, admin.TabularInline
     outcome_word = state_column("outcome", "outcome")
 
 
-class HasBlockedAttemptsFilter(admin.SimpleListFilter):
-    title = "has blocked attempts"
-    parameter_name = "blocked"
+def _blocked() -> Exists:
+    return Exists(RunAttempt.objects.filter(run=OuterRef("pk"), outcome=RunAttempt.Outcome.BLOCKED))
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("yes", "Yes"), ("no", "No")]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        blocked = RunAttempt.objects.filter(run=OuterRef("pk"), outcome=RunAttempt.Outcome.BLOCKED)
-        if self.value() == "yes":
-            return queryset.filter(Exists(blocked))
-        if self.value() == "no":
-            return queryset.exclude(Exists(blocked))
-        return queryset
+HasBlockedAttemptsFilter = choice_filter(
+    "has blocked attempts", "blocked", {"yes": ("Yes", _blocked), "no": ("No", lambda: ~_blocked())}
+)
 
 
 def _why_no_retry(run: OnboardingRun) -> str:

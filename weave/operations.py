@@ -6,7 +6,7 @@ pages from these pieces, and registers its panel, health findings and purges in 
 - admin: `LeasedModelAdmin` (lease state by the database clock, the timeline on the change page),
   `ReadOnlyAdminMixin`, `ActionsWhereTheyApply` with `ActionRule`, `OperatorLogMixin` and
   `record_operator_action` (actions written to `LogEntry`), the list filters `LeaseStateFilter`,
-  `state_filter` and `within_filter`, and `JobAdminMixin` for a `weave.jobs` job type;
+  `state_filter`, `within_filter` and `choice_filter`, and `JobAdminMixin` for a `weave.jobs` job type;
 - display: times with seconds and zone (`timestamp`, `timestamp_column`), links between rows
   (`linked`, `counted`, `admin_link`, `admin_link_to`, `change_link`, `change_url`, `linked_ids`, `changelist_link`,
   `changelist_url`), states and
@@ -30,6 +30,7 @@ from weave.admin import (
     LeaseStateFilter,
     OperatorLogMixin,
     ReadOnlyAdminMixin,
+    choice_filter,
     record_operator_action,
     state_filter,
     within_filter,
@@ -104,6 +105,7 @@ __all__ = [
     "age",
     "bar_chart",
     "change_link",
+    "choice_filter",
     "change_url",
     "changelist_link",
     "changelist_url",
