@@ -134,7 +134,7 @@ def panels() -> list[Panel]:
 
 
 def _finding(job: JobType, outcome: str, attempts: list[JobAttempt], count: int) -> Finding:
-    names = format_html_join(", ", "{}", ((job_link(job, pk),) for pk in _distinct_jobs(attempts)))
+    names = format_html_join(", ", "{}", ((job_link(job, pk),) for pk in dict.fromkeys(a.job_id for a in attempts)))
     more = count - len(attempts)
     latest = attempts[0]
     return Finding(
@@ -151,14 +151,6 @@ def _finding(job: JobType, outcome: str, attempts: list[JobAttempt], count: int)
             clipped(said_once(latest.reason) or "no reason given"),
         ),
     )
-
-
-def _distinct_jobs(attempts: list[JobAttempt]) -> list[str]:
-    seen: list[str] = []
-    for a in attempts:
-        if a.job_id not in seen:
-            seen.append(a.job_id)
-    return seen
 
 
 def findings(now: datetime) -> list[Finding]:
