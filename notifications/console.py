@@ -28,6 +28,7 @@ from weave.operations import (
     bar_chart,
     change_link,
     changelist_url,
+    count_tiles,
     counted,
     counted_between,
     counts_by,
@@ -163,7 +164,6 @@ def _url(model: Any, **filters: object) -> str | None:
 
 def render_panel(now: datetime) -> SafeString:
     """The push notifications section of the Weave dashboard."""
-    statuses, estimated = status_counts()
     backlog, oldest = due_backlog(now)
     minutes, series = throughput(now)
     lat_minutes, latency = latency_by_backend(now)
@@ -174,14 +174,7 @@ def render_panel(now: datetime) -> SafeString:
         [
             ("due now (backlog)", backlog, due_url),
             ("oldest due waited", age(seconds_since(now, oldest)) if oldest else "—", due_url if oldest else None),
-            *(
-                (
-                    status,
-                    f"≈ {n:,}" if estimated and status != Notification.Status.PENDING else f"{n:,}",
-                    _url(Notification, status__exact=status),
-                )
-                for status, n in statuses.items()
-            ),
+            *count_tiles(Notification, "status", Notification.Status.values, exact=[Notification.Status.PENDING]),
             ("breaker openings (24 h)", openings, _url(BreakerOpening, opened="24h")),
         ]
     )

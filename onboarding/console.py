@@ -27,6 +27,7 @@ from weave.operations import (
     change_link,
     changelist_url,
     clipped,
+    count_tiles,
     counted,
     counted_between,
     counts_by,
@@ -118,19 +119,10 @@ def _step_url(status: str, label: str) -> str | None:
 def render_panel(now: datetime) -> SafeString:
     """The supplier onboarding section of the Weave dashboard."""
     by_step, _ = runs_by_status_and_step()
-    totals, estimated = run_status_counts()
-    finished = {OnboardingRun.Status.COMPLETED, OnboardingRun.Status.CANCELLED}
     counts, newest = troubled_attempts(now)
     headline = stats(
         [
-            *(
-                (
-                    f"{status} runs",
-                    f"≈ {n:,}" if estimated and status in finished else f"{n:,}",
-                    changelist_url(OnboardingRun, status__exact=status),
-                )
-                for status, n in totals.items()
-            ),
+            *count_tiles(OnboardingRun, "status", OnboardingRun.Status.values, exact=WATCHED, label="{} runs"),
             *(
                 (f"{outcome} attempts (24 h)", n, changelist_url(RunAttempt, outcome=outcome, ended="24h"))
                 for outcome, n in counts.items()

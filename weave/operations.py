@@ -7,16 +7,15 @@ pages from these pieces, and registers its panel, health findings and purges in 
   `ReadOnlyAdminMixin`, `ActionsWhereTheyApply` with `ActionRule`, `OperatorLogMixin` and
   `record_operator_action` (actions written to `LogEntry`), the list filters `LeaseStateFilter`,
   `state_filter`, `within_filter` and `choice_filter`, and `JobAdminMixin` for a `weave.jobs` job type;
-- display: times with seconds and zone (`timestamp`, `timestamp_column`), links between rows
-  (`linked`, `counted`, `admin_link`, `admin_link_to`, `change_link`, `change_url`, `linked_ids`, `changelist_link`,
-  `changelist_url`), states and
-  reasons (`state_word`, `state_column`, `reason_column`, `joined_reason`, `said_once`), JSON as a
-  table (`key_values`), and text
-  redacted on the way out (`shown`, `clipped`);
+- display: times with seconds and zone (`timestamp`, `timestamp_column`), links between rows (`linked`,
+  `counted`, `admin_link`, `admin_link_to`, `change_link`, `change_url`, `linked_ids`, `changelist_link`,
+  `changelist_url`), states and reasons (`state_word`, `state_column`, `reason_column`, `joined_reason`,
+  `said_once`), JSON as a table (`key_values`), and text redacted on the way out (`shown`, `clipped`);
 - console: charts drawn on the server (`bar_chart`, `line_chart`, `table`, `stats`, `age`, `when`),
   health findings for the dashboard's verdict (`register_health`, `Finding`, `FAILING`, `DEGRADED`),
-  bounded counts and samples (`planner_counts`, `counts_by`, `minute_buckets`, `percentiles_by`, `db_now`,
-  `RunningCounts` with `counted_between`, `seconds_since`) and the worker processes' reports (`workers`);
+  bounded counts and samples (`planner_counts`, `counts_by`, `count_tiles`, `minute_buckets`,
+  `percentiles_by`, `db_now`, `RunningCounts` with `counted_between`, `seconds_since`) and the worker
+  processes' reports (`workers`);
 - timelines: one job's story (`Timeline`, `OperatorEvent`, `add_operator_events`, `clock_time`,
   `fences_accounted`, `holder`, `lateness`) and `explain_job` for a `weave.jobs` job type;
 - retention: `PurgeSpec` and `register_purge`, and `purged_totals` for a panel.
@@ -66,6 +65,7 @@ from weave.telemetry import (
     DEGRADED,
     FAILING,
     Finding,
+    count_tiles,
     counts_by,
     db_now,
     minute_buckets,
@@ -111,6 +111,7 @@ __all__ = [
     "changelist_url",
     "clipped",
     "clock_time",
+    "count_tiles",
     "counted",
     "counted_between",
     "counts_by",

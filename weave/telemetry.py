@@ -275,3 +275,21 @@ def counts_by(
     if estimates is None:
         return {value: found.get(value, 0) for value in values}, False
     return {value: found.get(value, 0) if value in exact else estimates.get(value, 0) for value in values}, True
+
+
+def count_tiles(
+    model: type[models.Model], column: str, values: Iterable[str], *, exact: Iterable[str], label: str = "{}"
+) -> list[tuple[str, object, str | None]]:
+    """Headline tiles (`weave.charts.stats`) of `counts_by`, each linked to its list; an estimate reads "≈ n"."""
+    from weave.display import changelist_url
+
+    exact = list(exact)
+    counts, estimated = counts_by(model, column, values, exact=exact)
+    return [
+        (
+            label.format(value),
+            f"≈ {n:,}" if estimated and value not in exact else f"{n:,}",
+            changelist_url(model, **{f"{column}__exact": value}),
+        )
+        for value, n in counts.items()
+    ]

@@ -22,7 +22,7 @@ from weave.charts import stats, table, when
 from weave.display import change_link, changelist_url, clipped, said_once, state_word
 from weave.jobs.declaration import JobType, job_types
 from weave.models import JobAttempt, JobModel, JobState
-from weave.telemetry import DEGRADED, Finding, Panel, counts_by, lease_counts
+from weave.telemetry import DEGRADED, Finding, Panel, count_tiles, counts_by, lease_counts
 
 RECENT = timedelta(hours=1)  # the window of the verdict and of the panel's attempt counts
 TROUBLE = (JobAttempt.Outcome.BLOCKED, JobAttempt.Outcome.FAILED, JobAttempt.Outcome.RETRY)
@@ -81,15 +81,7 @@ def render_panel(job: JobType, now: datetime) -> SafeString:
     model = job.model
     leases = lease_counts().get(job.name, {"live": 0, "expired": 0})
     outcomes = outcome_counts(job, now - RECENT)
-    states, estimated = counted_states(job)
-    tiles: list[tuple[str, object, str | None]] = [
-        (
-            state_word(state),
-            f"≈ {n:,}" if estimated and state != JobState.PENDING else f"{n:,}",
-            changelist_url(model, state__exact=state),
-        )
-        for state, n in states.items()
-    ]
+    tiles = count_tiles(model, "state", JobState.values, exact=[JobState.PENDING])
     tiles += [(f"{kind} leases", leases[kind], changelist_url(model, lease=kind)) for kind in ("live", "expired")]
     tiles += [(f"{_TILE[o]} attempts (1 h)", outcomes[o], None) for o in (*TROUBLE, JobAttempt.Outcome.DONE)]
     trouble = table(
