@@ -260,7 +260,6 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         "attempts",
         "next_attempt_at",
         "delivered_at",
-        "next_attempt_at_display",
         "delivered_at_display",
         "provider_message_id",
         "shown_last_error",
@@ -299,7 +298,6 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         ),
         ("Identity", {"fields": ("idempotency_key", "created_at_display")}),
     )
-    next_attempt_at_display = timestamp_column("next_attempt_at", "next attempt at (database clock)")
 
     @admin.display(description="next attempt at (database clock)")
     def next_attempt_display(self, obj: Notification) -> str:
