@@ -158,10 +158,6 @@ def breaker_openings(now: datetime, limit: int = 5) -> tuple[int, list[BreakerOp
 # --- the dashboard panel ----------------------------------------------------------------------------
 
 
-def _url(model: Any, **filters: object) -> str | None:
-    return changelist_url(model, **filters)
-
-
 def render_panel(now: datetime) -> SafeString:
     """The push notifications section of the Weave dashboard."""
     backlog, oldest = due_backlog(now)
@@ -169,13 +165,13 @@ def render_panel(now: datetime) -> SafeString:
     lat_minutes, latency = latency_by_backend(now)
     outcomes = outcomes_since(now - HOUR, now)
     openings, last_openings = breaker_openings(now)
-    due_url = _url(Notification, due="now")
+    due_url = changelist_url(Notification, due="now")
     headline = stats(
         [
             ("due now (backlog)", backlog, due_url),
             ("oldest due waited", age(seconds_since(now, oldest)) if oldest else "—", due_url if oldest else None),
             *count_tiles(Notification, "status", Notification.Status.values, exact=[Notification.Status.PENDING]),
-            ("breaker openings (24 h)", openings, _url(BreakerOpening, opened="24h")),
+            ("breaker openings (24 h)", openings, changelist_url(BreakerOpening, opened="24h")),
         ]
     )
     throughput_chart = bar_chart(minutes, series, title="Delivery attempts per minute, last hour")
@@ -195,7 +191,7 @@ def render_panel(now: datetime) -> SafeString:
         [
             (
                 state_word(outcome),
-                linked(n, _url(DeliveryAttempt, outcome__exact=outcome, finished="1h") if n else None),
+                linked(n, changelist_url(DeliveryAttempt, outcome__exact=outcome, finished="1h") if n else None),
             )
             for outcome, n in outcomes.items()
         ],
@@ -229,7 +225,7 @@ def health(now: datetime) -> list[Finding]:
                 FAILING if waited > BACKLOG_FAILING else DEGRADED,
                 format_html(
                     "{}, the oldest waiting {}: {}",
-                    counted(backlog, "notification{} due", _url(Notification, due="now")),
+                    counted(backlog, "notification{} due", changelist_url(Notification, due="now")),
                     age(waited),
                     backlog_cause(now),
                 ),
@@ -243,7 +239,7 @@ def health(now: datetime) -> list[Finding]:
                 DEGRADED,
                 format_html(
                     "{} in the last 15 minutes; the latest at {} by {}: {}",
-                    counted(recent.count(), "breaker opening{}", _url(BreakerOpening, opened="15m")),
+                    counted(recent.count(), "breaker opening{}", changelist_url(BreakerOpening, opened="15m")),
                     when(last.opened_at),
                     last.owner,
                     said_once(last.reason),
@@ -251,7 +247,7 @@ def health(now: datetime) -> list[Finding]:
             )
         )
     failed = DeliveryAttempt.objects.filter(finished_at__gt=now - HOUR, outcome__in=FAILED).count()
-    failures = _url(DeliveryAttempt, outcome__exact=DeliveryAttempt.Outcome.PERMANENT, finished="1h")
+    failures = changelist_url(DeliveryAttempt, outcome__exact=DeliveryAttempt.Outcome.PERMANENT, finished="1h")
     if failed:
         findings.append(
             Finding(
@@ -354,7 +350,9 @@ def _expired_holders(now: datetime) -> list[SafeString]:
         )
     if clauses:
         clauses[-1] = format_html(
-            '{} (<a href="{}">see them</a>)', clauses[-1], _url(Notification, due="now", lease="expired") or "#"
+            '{} (<a href="{}">see them</a>)',
+            clauses[-1],
+            changelist_url(Notification, due="now", lease="expired") or "#",
         )
     return clauses
 
@@ -385,7 +383,7 @@ def backlog_cause(now: datetime) -> SafeString:
                 when(opening.opened_at),
                 opening.owner,
                 said_once(opening.reason),
-                _url(BreakerOpening, opened="15m") or "#",
+                changelist_url(BreakerOpening, opened="15m") or "#",
             )
         )
     crew = workers(now)
