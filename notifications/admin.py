@@ -1,5 +1,6 @@
 """Admin for notifications: status, lease state by the database clock, attempt history, guarded actions."""
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -7,11 +8,10 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import ValidationError
-from django.db.models import DateTimeField, Exists, F, OuterRef, QuerySet, Value
+from django.db.models import DateTimeField, Exists, F, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import Least
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString, mark_safe
 
 from notifications.models import (
     BreakerOpening,
@@ -43,8 +43,11 @@ from weave.operations import (
     OperatorLogMixin,
     ReadOnlyAdminMixin,
     admin_link_to,
-    change_url,
+    change_link,
+    choice_filter,
     clipped,
+    key_values,
+    linked_ids,
     reason_column,
     said_once,
     shown,
@@ -57,84 +60,43 @@ from weave.operations import (
 )
 
 
-def linked_ids(model: type, pks: list[int], limit: int = 20) -> SafeString:
-    """Ids as links to their change pages: "15, 16 and 3 more"."""
-    links = []
-    for pk in pks[:limit]:
-        url = change_url(model, pk)
-        links.append(format_html('<a href="{}">{}</a>', url, pk) if url else format_html("{}", pk))
-    more = f" and {len(pks) - limit} more" if len(pks) > limit else ""
-    return format_html("{}{}", mark_safe(", ".join(links)), more)  # each link built by format_html
+def _due(now: bool) -> Callable[[], Q]:
+    due = "next_attempt_at__lte" if now else "next_attempt_at__gt"
+    return lambda: Q(status=Notification.Status.PENDING, **{due: default_clock.now()})
 
 
-def key_values(data: Any) -> str:
-    """A JSON object as a two-column table; anything else as its text."""
-    if not data:
-        return "—"
-    if not isinstance(data, dict):
-        return shown(str(data))
-    rows = format_html_join(
-        "",
-        '<tr><th scope="row">{}</th><td>{}</td></tr>',
-        ((shown(str(k)), shown(v if isinstance(v, str) else _json(v))) for k, v in data.items()),
-    )
-    return format_html('<table class="weave-kv"><tbody>{}</tbody></table>', rows)
+def _on(platform: str) -> Callable[[], Q]:
+    return lambda: Q(platform=platform)
 
 
-def _json(value: Any) -> str:
-    import json
-
-    return json.dumps(value, ensure_ascii=False)
+def _has_attempt(outcome: str) -> Callable[[], Exists]:
+    return lambda: Exists(DeliveryAttempt.objects.filter(notification=OuterRef("pk"), outcome=outcome))
 
 
-class DueNowFilter(admin.SimpleListFilter):
-    """Pending notifications whose due time has come by the database clock: the dashboard's backlog."""
-
-    title = "due"
-    parameter_name = "due"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("now", "due now (backlog)"), ("later", "due later")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        now = default_clock.now()
-        if self.value() == "now":
-            return queryset.filter(status=Notification.Status.PENDING, next_attempt_at__lte=now)
-        if self.value() == "later":
-            return queryset.filter(status=Notification.Status.PENDING, next_attempt_at__gt=now)
-        return queryset
+# Pending notifications whose due time has come by the database clock: the dashboard's backlog.
+DueNowFilter = choice_filter(
+    "due", "due", {"now": ("due now (backlog)", _due(True)), "later": ("due later", _due(False))}
+)
+PlatformFilter = choice_filter(
+    "platform", "platform", {key: (label, _on(key)) for key, label in PLATFORM_NAMES.items()}
+)
+# Notifications that have at least one attempt with the chosen outcome.
+HasAttemptWithOutcomeFilter = choice_filter(
+    "attempt outcome",
+    "attempt_outcome",
+    {outcome: (state_word(outcome), _has_attempt(outcome)) for outcome in DeliveryAttempt.Outcome.values},
+)
 
 
-class PlatformFilter(admin.SimpleListFilter):
-    title = "platform"
-    parameter_name = "platform"
+class _AttemptColumns(ReadOnlyAdminMixin):
+    """What an attempt's page and a notification's inline list of attempts both show (workers write them)."""
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return list(PLATFORM_NAMES.items())
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        return queryset.filter(platform=self.value()) if self.value() else queryset
+    started_at_display = timestamp_column("started_at", "sent at (database clock)")
+    finished_at_display = timestamp_column("finished_at", "finished at (database clock)")
+    shown_reason = reason_column()  # a page has room for all of it
 
 
-class HasAttemptWithOutcomeFilter(admin.SimpleListFilter):
-    """Notifications that have at least one attempt with the chosen outcome."""
-
-    title = "attempt outcome"
-    parameter_name = "attempt_outcome"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(value, state_word(value)) for value in DeliveryAttempt.Outcome.values]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        if not self.value():
-            return queryset
-        attempts = DeliveryAttempt.objects.filter(notification=OuterRef("pk"), outcome=self.value())
-        return queryset.filter(Exists(attempts))
-
-
-class DeliveryAttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
-    """Receipts are written by the worker only."""
-
+class DeliveryAttemptInline(_AttemptColumns, admin.TabularInline):
     model = DeliveryAttempt
     extra = 0
     can_delete = False
@@ -149,10 +111,6 @@ class DeliveryAttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
         "shown_reason",
     )
     ordering = ("started_at", "pk")
-    started_at_display = timestamp_column("started_at", "sent at (database clock)")
-    finished_at_display = timestamp_column("finished_at", "finished at (database clock)")
-
-    shown_reason = reason_column()
     outcome_word = state_column("outcome", "outcome")
 
 
@@ -302,7 +260,6 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         "attempts",
         "next_attempt_at",
         "delivered_at",
-        "next_attempt_at_display",
         "delivered_at_display",
         "provider_message_id",
         "shown_last_error",
@@ -341,7 +298,6 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         ),
         ("Identity", {"fields": ("idempotency_key", "created_at_display")}),
     )
-    next_attempt_at_display = timestamp_column("next_attempt_at", "next attempt at (database clock)")
 
     @admin.display(description="next attempt at (database clock)")
     def next_attempt_display(self, obj: Notification) -> str:
@@ -502,39 +458,20 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
             super().log_change(request, row, message)
 
     def _report(self, request: HttpRequest, result: BulkResult, done: str, *, applies_to: str) -> None:
-        def ids(pks: list[int]) -> SafeString:
-            return linked_ids(Notification, pks)
+        def say(pks: list[int], level: int, text: str, *args: object) -> None:
+            if pks:
+                self.message_user(request, format_html(text, *args, linked_ids(Notification, pks)), level)
 
-        if result.changed:
-            self.message_user(
-                request, format_html("{} notification(s) {}: {}.", len(result.changed), done, ids(result.changed))
-            )
-        if result.busy:
-            self.message_user(
-                request,
-                format_html(
-                    "{} notification(s) left alone because a worker holds them right now: {}. Try again when the "
-                    "lease is released.",
-                    len(result.busy),
-                    ids(result.busy),
-                ),
-                level=messages.WARNING,
-            )
-        if result.skipped:
-            self.message_user(
-                request,
-                format_html(
-                    "This action applies to {} notifications only; {} left alone: {}.",
-                    applies_to,
-                    len(result.skipped),
-                    ids(result.skipped),
-                ),
-                level=messages.WARNING,
-            )
+        busy = "{} notification(s) left alone because a worker holds them right now: {}. Try again when the lease "
+        busy += "is released."
+        say(result.changed, messages.INFO, "{} notification(s) {}: {}.", len(result.changed), done)
+        say(result.busy, messages.WARNING, busy, len(result.busy))
+        skipped = "This action applies to {} notifications only; {} left alone: {}."
+        say(result.skipped, messages.WARNING, skipped, applies_to, len(result.skipped))
 
 
 @admin.register(DeliveryAttempt)
-class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class DeliveryAttemptAdmin(_AttemptColumns, admin.ModelAdmin):
     list_display = (
         "id",
         "notification_link",
@@ -546,8 +483,6 @@ class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "list_reason",
     )
     Media = ConsoleMedia
-    started_at_display = timestamp_column("started_at", "sent at (database clock)")
-    finished_at_display = timestamp_column("finished_at", "finished at (database clock)")
     list_filter = (
         state_filter("outcome", DeliveryAttempt.Outcome.values),
         within_filter("finished_at", "finished", "finished"),
@@ -570,12 +505,10 @@ class DeliveryAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     )
 
     list_reason = reason_column(clip=True)
-    shown_reason = reason_column()  # the row's page has room for all of it
 
     @admin.display(description="notification", ordering="notification")
     def notification_link(self, obj: DeliveryAttempt) -> str:
-        url = change_url(Notification, obj.notification_id)
-        return format_html('<a href="{}">#{}</a>', url, obj.notification_id) if url else f"#{obj.notification_id}"
+        return change_link(Notification, obj.notification_id, f"#{obj.notification_id}")
 
     @admin.display(description="worker · fence")
     def held_by(self, obj: DeliveryAttempt) -> str:
@@ -715,11 +648,9 @@ class DeviceAdmin(ActionsWhereTheyApply, OperatorLogMixin, admin.ModelAdmin):
 
 
 @admin.register(TopicSubscription)
-class TopicSubscriptionAdmin(JobAdminMixin, LeasedModelAdmin):  # type: ignore[misc]
-    """FCM topic subscription jobs: every field read-only (the services create them, workers run them), with
-    the core's start, retry and cancel actions and the job's story."""
+class TopicSubscriptionAdmin(JobAdminMixin, admin.ModelAdmin):  # type: ignore[misc]
+    """FCM topic subscription jobs: the core's job admin, every field read-only (the services create them)."""
 
-    explain_kind = "fcm_topic"
     list_display = ("pk", "action", "short_topic", "backend", "token_count")
     list_filter = ("action", "backend")
     search_fields = ("topic",)

@@ -26,12 +26,17 @@ from weave.operations import (
     RunningCounts,
     age,
     bar_chart,
+    change_link,
     changelist_url,
+    count_tiles,
+    counted,
+    counted_between,
+    counts_by,
     db_now,
     line_chart,
+    linked,
     minute_buckets,
     percentiles_by,
-    planner_counts,
     purged_totals,
     register_health,
     said_once,
@@ -81,19 +86,9 @@ def with_backend(attempts: QuerySet[DeliveryAttempt]) -> QuerySet[Any]:
 
 
 def status_counts() -> tuple[dict[str, int], bool]:
-    """Notifications per status, and whether the finished states' counts are estimates.
-
-    Pending is always exact (a range of `notif_due_idx`; the rows an operator acts on). On a large
-    PostgreSQL table the finished states come from the planner's statistics instead of a scan of
-    every row (weave.telemetry.planner_counts); below that size everything is counted exactly.
-    """
-    estimates = planner_counts(Notification, "status")
-    if estimates is None:
-        counts = dict(Notification.objects.order_by().values_list("status").annotate(n=Count("pk")))
-        return {status: counts.get(status, 0) for status in Notification.Status.values}, False
-    counts = {status: estimates.get(status, 0) for status in Notification.Status.values}
-    counts[Notification.Status.PENDING] = Notification.objects.pending().count()
-    return counts, True
+    """Notifications per status, and whether the finished states' counts are estimates (pending is exact:
+    a range of `notif_due_idx`)."""
+    return counts_by(Notification, "status", Notification.Status.values, exact=[Notification.Status.PENDING])
 
 
 def due_backlog(now: datetime) -> tuple[int, datetime | None]:
@@ -163,32 +158,20 @@ def breaker_openings(now: datetime, limit: int = 5) -> tuple[int, list[BreakerOp
 # --- the dashboard panel ----------------------------------------------------------------------------
 
 
-def _url(model: Any, **filters: object) -> str | None:
-    return changelist_url(model, **filters)
-
-
 def render_panel(now: datetime) -> SafeString:
     """The push notifications section of the Weave dashboard."""
-    statuses, estimated = status_counts()
     backlog, oldest = due_backlog(now)
     minutes, series = throughput(now)
     lat_minutes, latency = latency_by_backend(now)
     outcomes = outcomes_since(now - HOUR, now)
     openings, last_openings = breaker_openings(now)
-    due_url = _url(Notification, due="now")
+    due_url = changelist_url(Notification, due="now")
     headline = stats(
         [
             ("due now (backlog)", backlog, due_url),
             ("oldest due waited", age(seconds_since(now, oldest)) if oldest else "—", due_url if oldest else None),
-            *(
-                (
-                    status,
-                    f"≈ {n:,}" if estimated and status != Notification.Status.PENDING else f"{n:,}",
-                    _url(Notification, status__exact=status),
-                )
-                for status, n in statuses.items()
-            ),
-            ("breaker openings (24 h)", openings, _url(BreakerOpening, opened="24h")),
+            *count_tiles(Notification, "status", Notification.Status.values, exact=[Notification.Status.PENDING]),
+            ("breaker openings (24 h)", openings, changelist_url(BreakerOpening, opened="24h")),
         ]
     )
     throughput_chart = bar_chart(minutes, series, title="Delivery attempts per minute, last hour")
@@ -206,7 +189,10 @@ def render_panel(now: datetime) -> SafeString:
     outcome_table = table(
         ["outcome", "attempts in the last hour"],
         [
-            (state_word(outcome), _count(n, _url(DeliveryAttempt, outcome__exact=outcome, finished="1h")))
+            (
+                state_word(outcome),
+                linked(n, changelist_url(DeliveryAttempt, outcome__exact=outcome, finished="1h") if n else None),
+            )
             for outcome, n in outcomes.items()
         ],
     )
@@ -227,10 +213,6 @@ def render_panel(now: datetime) -> SafeString:
     )
 
 
-def _count(n: int, url: str | None) -> SafeString:
-    return format_html('<a href="{}">{}</a>', url, n) if url and n else format_html("{}", n)
-
-
 def health(now: datetime) -> list[Finding]:
     """What is wrong with push delivery now, for the dashboard's verdict: a waiting backlog and its cause,
     a breaker that opened, permanent failures."""
@@ -242,10 +224,8 @@ def health(now: datetime) -> list[Finding]:
             Finding(
                 FAILING if waited > BACKLOG_FAILING else DEGRADED,
                 format_html(
-                    '<a href="{}">{} notification{} due</a>, the oldest waiting {}: {}',
-                    _url(Notification, due="now") or "#",
-                    backlog,
-                    "" if backlog == 1 else "s",
+                    "{}, the oldest waiting {}: {}",
+                    counted(backlog, "notification{} due", changelist_url(Notification, due="now")),
                     age(waited),
                     backlog_cause(now),
                 ),
@@ -258,10 +238,8 @@ def health(now: datetime) -> list[Finding]:
             Finding(
                 DEGRADED,
                 format_html(
-                    '<a href="{}">{} breaker opening{}</a> in the last 15 minutes; the latest at {} by {}: {}',
-                    _url(BreakerOpening, opened="15m") or "#",
-                    recent.count(),
-                    "" if recent.count() == 1 else "s",
+                    "{} in the last 15 minutes; the latest at {} by {}: {}",
+                    counted(recent.count(), "breaker opening{}", changelist_url(BreakerOpening, opened="15m")),
                     when(last.opened_at),
                     last.owner,
                     said_once(last.reason),
@@ -269,15 +247,14 @@ def health(now: datetime) -> list[Finding]:
             )
         )
     failed = DeliveryAttempt.objects.filter(finished_at__gt=now - HOUR, outcome__in=FAILED).count()
+    failures = changelist_url(DeliveryAttempt, outcome__exact=DeliveryAttempt.Outcome.PERMANENT, finished="1h")
     if failed:
         findings.append(
             Finding(
                 DEGRADED,
                 format_html(
-                    '<a href="{}">{} permanent failure{}</a> in the last hour (see their reasons).',
-                    _url(DeliveryAttempt, outcome__exact=DeliveryAttempt.Outcome.PERMANENT, finished="1h") or "#",
-                    failed,
-                    "" if failed == 1 else "s",
+                    "{} in the last hour (see their reasons).",
+                    counted(failed, "permanent failure{}", failures),
                 ),
             )
         )
@@ -307,14 +284,6 @@ def stuck_leases(now: datetime) -> tuple[float, list[Notification]]:
     return ttl, list(held.order_by("lease_expires_at", "pk")[:STUCK_LISTED])
 
 
-def _notification_link(row: Notification) -> SafeString:
-    from weave.operations import change_url
-
-    url = change_url(Notification, row.pk)
-    text = f"notification #{row.pk}"
-    return format_html('<a href="{}">{}</a>', url, text) if url else format_html("{}", text)
-
-
 def stuck_findings(now: datetime) -> list[Finding]:
     """Each stuck notification lease: its notification (linked), holder, fence, and when it runs out.
 
@@ -338,7 +307,9 @@ def stuck_findings(now: datetime) -> list[Finding]:
                     "a third was left did not come (frozen or stuck). {} out at {}, then the next claim takes {} "
                     "over under {}.",
                     "" if one else "s",
-                    mark_safe(", ".join(_notification_link(r) for r in held)),  # each built by format_html
+                    format_html_join(
+                        ", ", "{}", ((change_link(Notification, r.pk, f"notification #{r.pk}"),) for r in held)
+                    ),
                     owner,
                     f"fence {fences[0]}" if len(fences) == 1 else f"fences {fences[0]}–{fences[-1]}",
                     "has" if one else "have",
@@ -379,7 +350,9 @@ def _expired_holders(now: datetime) -> list[SafeString]:
         )
     if clauses:
         clauses[-1] = format_html(
-            '{} (<a href="{}">see them</a>)', clauses[-1], _url(Notification, due="now", lease="expired") or "#"
+            '{} (<a href="{}">see them</a>)',
+            clauses[-1],
+            changelist_url(Notification, due="now", lease="expired") or "#",
         )
     return clauses
 
@@ -410,7 +383,7 @@ def backlog_cause(now: datetime) -> SafeString:
                 when(opening.opened_at),
                 opening.owner,
                 said_once(opening.reason),
-                _url(BreakerOpening, opened="15m") or "#",
+                changelist_url(BreakerOpening, opened="15m") or "#",
             )
         )
     crew = workers(now)
@@ -451,12 +424,7 @@ _latency = RunningCounts("notifications.latency")
 
 
 def _attempts_between(after: datetime | None, upto: datetime) -> dict[tuple[str, ...], float]:
-    qs = DeliveryAttempt.objects.filter(finished_at__lte=upto)
-    if after is not None:
-        qs = qs.filter(finished_at__gt=after)
-    counts: dict[tuple[str, ...], float] = {
-        (outcome,): n for outcome, n in qs.order_by().values_list("outcome").annotate(n=Count("pk"))
-    }
+    counts = counted_between(DeliveryAttempt.objects.all(), "finished_at", "outcome")(after, upto)
     if after is None:
         # The first count adds what retention purged, so the counter never goes down (weave.retention).
         for outcome, n in purged_totals("attempts").items():

@@ -1,6 +1,6 @@
 """Admin for suppliers and onboarding runs. Actions call services and report with message_user."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django import forms
@@ -37,17 +37,18 @@ from weave.operations import (
     ReadOnlyAdminMixin,
     admin_link,
     admin_link_to,
-    change_url,
     changelist_link,
+    choice_filter,
     clipped,
     joined_reason,
+    key_values,
+    linked_ids,
     reason_column,
     record_operator_action,
     said_once,
     shown,
     state_column,
     state_filter,
-    state_word,
     timestamp,
     timestamp_column,
     within_filter,
@@ -72,33 +73,7 @@ CONFIRM_TEMPLATE = "weave_onboarding/admin/confirm_action.html"
 
 
 def run_links(pks: list[Any]) -> SafeString:
-    """Run ids as links to their pages, for result messages."""
-    links = [format_html('<a href="{}">{}</a>', change_url(OnboardingRun, pk) or "#", pk) for pk in pks]
-    return mark_safe(", ".join(links))  # each link built by format_html
-
-
-def key_values(data: Any) -> str:
-    """A step's output (a JSON object) as labelled fields."""
-    if not data:
-        return "—"
-    if not isinstance(data, dict):
-        return shown(str(data))
-    rows = format_html_join(
-        "",
-        '<tr><th scope="row">{}</th><td>{}</td></tr>',
-        ((str(k).replace("_", " "), shown(_plain(v))) for k, v in data.items()),
-    )
-    return format_html('<table class="weave-kv"><tbody>{}</tbody></table>', rows)
-
-
-def _plain(value: Any) -> str:
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, dict):
-        return ", ".join(f"{k}: {_plain(v)}" for k, v in value.items())
-    if isinstance(value, list):
-        return ", ".join(_plain(v) for v in value)
-    return str(value)
+    return linked_ids(OnboardingRun, pks)
 
 
 def step_name(path: str) -> str:
@@ -308,20 +283,26 @@ def receipt_output(receipt: StepReceipt) -> str:
         if row is not None:
             links.append((str(model._meta.verbose_name), admin_link(row)))
     parts = format_html_join("; ", "{}: {}", links)
-    rest = key_values(output) if output else ""
+    rest = key_values(output, words=True) if output else ""
     return format_html("{}{}", parts, rest) if (links or output) else "—"
 
 
-class StepReceiptInline(LinkedReadOnlyMixin, admin.TabularInline):
-    model = StepReceipt
-    extra = 0
-    fields = readonly_fields = ("step", "fence", "owner", "completed_at_display", "linked_output")
-    ordering = ["completed_at", "pk"]
+class _ReceiptColumns:
+    """What a receipt's page and a run's inline list of receipts both show."""
+
+    RECEIPT_FIELDS = ("step", "fence", "owner", "completed_at_display", "linked_output")
     completed_at_display = timestamp_column("completed_at", "completed at (database clock)")
 
     @admin.display(description="output")
     def linked_output(self, receipt: StepReceipt) -> str:
         return receipt_output(receipt)
+
+
+class StepReceiptInline(_ReceiptColumns, LinkedReadOnlyMixin, admin.TabularInline):
+    model = StepReceipt
+    extra = 0
+    fields = readonly_fields = _ReceiptColumns.RECEIPT_FIELDS
+    ordering = ["completed_at", "pk"]
 
 
 class _AttemptColumns:
@@ -341,20 +322,13 @@ class RunAttemptInline(_AttemptColumns, LinkedReadOnlyMixin, admin.TabularInline
     outcome_word = state_column("outcome", "outcome")
 
 
-class HasBlockedAttemptsFilter(admin.SimpleListFilter):
-    title = "has blocked attempts"
-    parameter_name = "blocked"
+def _blocked() -> Exists:
+    return Exists(RunAttempt.objects.filter(run=OuterRef("pk"), outcome=RunAttempt.Outcome.BLOCKED))
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("yes", "Yes"), ("no", "No")]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        blocked = RunAttempt.objects.filter(run=OuterRef("pk"), outcome=RunAttempt.Outcome.BLOCKED)
-        if self.value() == "yes":
-            return queryset.filter(Exists(blocked))
-        if self.value() == "no":
-            return queryset.exclude(Exists(blocked))
-        return queryset
+HasBlockedAttemptsFilter = choice_filter(
+    "has blocked attempts", "blocked", {"yes": ("Yes", _blocked), "no": ("No", lambda: ~_blocked())}
+)
 
 
 def _why_no_retry(run: OnboardingRun) -> str:
@@ -535,7 +509,7 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
             for model in (VendorRecord, PaymentTerms, BankAccount)
             for row in model.objects.filter(run=run)
         ]
-        items = [(r.step, r.fence, _receipt_state(r, undoable), key_values(r.output)) for r in receipts]
+        items = [(r.step, r.fence, _receipt_state(r, undoable), key_values(r.output, words=True)) for r in receipts]
         table = format_html_join(
             "",
             '<tr><th scope="row">{}</th><td>{}</td><td>{}</td><td>{}</td></tr>',
@@ -565,49 +539,42 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
 
     @admin.action(description="Resume pending or running runs (enqueue a worker)", permissions=["change"])
     def resume(self, request: HttpRequest, queryset: QuerySet[OnboardingRun]) -> None:
-        if self.refused(request, "resume", queryset):
-            return
-        runs = list(queryset)
-        resumed = []
-        for run in runs:
-            if onboarding_resume(run=run):
-                resumed.append(run.pk)
-                self.log_change(request, run, f"Resumed at fence {run.fence}: a worker was enqueued now.")
-        skipped = [f"#{run.pk} ({run.status})" for run in runs if run.pk not in resumed]
-        if resumed:
-            self.message_user(request, format_html("Enqueued {} run(s): {}.", len(resumed), run_links(resumed)))
-        if skipped:
-            self.message_user(
-                request,
-                f"Resume applies to pending and running runs only; skipped {len(skipped)}: {', '.join(skipped)}.",
-                level=messages.WARNING,
-            )
+        def act(run: OnboardingRun) -> str | None:
+            return f"Resumed at fence {run.fence}: a worker was enqueued now." if onboarding_resume(run=run) else None
+
+        self._each_run(request, queryset, "resume", act, "Enqueued {} run(s): {}.")
 
     @admin.action(description="Cancel pending or running runs", permissions=["change"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[OnboardingRun]) -> None:
-        if self.refused(request, "cancel", queryset):
-            return
-        runs = list(queryset)
-        cancelled = []
-        for run in runs:
+        def act(run: OnboardingRun) -> str | None:
             was = run.status
-            if onboarding_cancel(run=run, cancelled_by=request.user):
-                cancelled.append(run.pk)
-                self.log_change(request, run, f"Cancelled (it was {was} at fence {run.fence}).")
-        skipped = [f"#{run.pk} ({run.status})" for run in runs if run.pk not in cancelled]
-        if cancelled:
-            self.message_user(
-                request,
-                format_html(
-                    "Cancelled {} run(s): {}. A worker holding one stops at its next save.",
-                    len(cancelled),
-                    run_links(cancelled),
-                ),
-            )
+            done = onboarding_cancel(run=run, cancelled_by=request.user)
+            return f"Cancelled (it was {was} at fence {run.fence})." if done else None
+
+        done = "Cancelled {} run(s): {}. A worker holding one stops at its next save."
+        self._each_run(request, queryset, "cancel", act, done)
+
+    def _each_run(
+        self, request: HttpRequest, queryset: QuerySet, action: str, act: Callable[[Any], str | None], done: str
+    ) -> None:
+        """Apply `act` to each selected run (it returns the history entry, or None when the run was left alone)."""
+        if self.refused(request, action, queryset):
+            return
+        changed, skipped = [], []
+        for run in queryset:
+            logged = act(run)
+            if logged is None:
+                skipped.append(f"#{run.pk} ({run.status})")
+            else:
+                changed.append(run.pk)
+                self.log_change(request, run, logged)
+        if changed:
+            self.message_user(request, format_html(done, len(changed), run_links(changed)))
         if skipped:
+            rule = RUN_ACTIONS[action]
             self.message_user(
                 request,
-                f"Cancel applies to pending and running runs only; skipped {len(skipped)}: {', '.join(skipped)}.",
+                f"{rule.label} applies to {rule.applies_to} only; skipped {len(skipped)}: {', '.join(skipped)}.",
                 level=messages.WARNING,
             )
 
@@ -763,20 +730,6 @@ def _undo_refusal(run: OnboardingRun) -> str:
     return f"{run.status}, undo {run.undo_state}: already asked"
 
 
-class RunAttemptOutcomeFilter(admin.SimpleListFilter):
-    """A run attempt's own outcome. The bare list shows every attempt; the dashboard links to "blocked"."""
-
-    title = "outcome"
-    parameter_name = "outcome"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(value, state_word(value)) for value in RunAttempt.Outcome.values]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        value = self.value()
-        return queryset.filter(outcome=value) if value else queryset
-
-
 @admin.register(RunAttempt)
 class RunAttemptAdmin(_AttemptColumns, LinkedReadOnlyMixin, admin.ModelAdmin):
     """Every attempt with its outcome and why; blocked ones (lost leases) are a filter away."""
@@ -794,7 +747,11 @@ class RunAttemptAdmin(_AttemptColumns, LinkedReadOnlyMixin, admin.ModelAdmin):
     ]
     Media = ConsoleMedia
     fields = readonly_fields = ("run_link", *_AttemptColumns.ATTEMPT_FIELDS)
-    list_filter = [RunAttemptOutcomeFilter, within_filter("ended_at", "ended", "ended")]
+    # The bare list shows every attempt; the dashboard links to "blocked".
+    list_filter = [
+        state_filter("outcome", RunAttempt.Outcome.values, "outcome"),
+        within_filter("ended_at", "ended", "ended"),
+    ]
     list_select_related = ["run__supplier"]
     search_fields = ["owner", "reason"]
     ordering = ["-pk"]
@@ -808,18 +765,12 @@ class RunAttemptAdmin(_AttemptColumns, LinkedReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(StepReceipt)
-class StepReceiptAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
+class StepReceiptAdmin(_ReceiptColumns, LinkedReadOnlyMixin, admin.ModelAdmin):
     Media = ConsoleMedia
-    list_display = ["id", "run_link", "step", "fence", "owner", "completed_at_display", "linked_output"]
-    # The row's page too: the output as labelled fields, the time with seconds and zone.
-    fields = readonly_fields = ("run_link", "step", "fence", "owner", "completed_at_display", "linked_output")
+    list_display = ["id", "run_link", *_ReceiptColumns.RECEIPT_FIELDS]
+    fields = readonly_fields = ("run_link", *_ReceiptColumns.RECEIPT_FIELDS)
     list_filter = ["step"]
     list_select_related = ["run__supplier"]
-    completed_at_display = timestamp_column("completed_at", "completed at (database clock)")
-
-    @admin.display(description="output")
-    def linked_output(self, receipt: StepReceipt) -> str:
-        return receipt_output(receipt)
 
 
 @admin.register(VendorRecord)

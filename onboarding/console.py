@@ -12,7 +12,6 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.db.models import Count, Q
-from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -25,9 +24,15 @@ from weave.operations import (
     Finding,
     RunningCounts,
     age,
+    change_link,
     changelist_url,
     clipped,
+    count_tiles,
+    counted,
+    counted_between,
+    counts_by,
     db_now,
+    linked,
     planner_counts,
     register_health,
     said_once,
@@ -88,15 +93,7 @@ def runs_by_status_and_step() -> tuple[list[tuple[str, str, str]], bool]:
 
 def run_status_counts() -> tuple[dict[str, int], bool]:
     """Runs per status; finished ones estimated on a large PostgreSQL table (see runs_by_status_and_step)."""
-    estimates = planner_counts(OnboardingRun, "status")
-    qs = OnboardingRun.objects.order_by()
-    if estimates is not None:
-        qs = qs.filter(status__in=WATCHED)
-    counts = dict(qs.values_list("status").annotate(n=Count("pk")))
-    if estimates is not None:
-        for status in (OnboardingRun.Status.COMPLETED, OnboardingRun.Status.CANCELLED):
-            counts[status] = estimates.get(status, 0)
-    return {status: counts.get(status, 0) for status in OnboardingRun.Status.values}, estimates is not None
+    return counts_by(OnboardingRun, "status", OnboardingRun.Status.values, exact=WATCHED)
 
 
 def troubled_attempts(now: datetime, limit: int = 20) -> tuple[dict[str, int], list[RunAttempt]]:
@@ -108,11 +105,7 @@ def troubled_attempts(now: datetime, limit: int = 20) -> tuple[dict[str, int], l
 
 
 def _run_link(run_id: int) -> SafeString:
-    try:
-        url = reverse("admin:weave_onboarding_onboardingrun_change", args=[run_id])
-    except NoReverseMatch:
-        return format_html("#{}", run_id)
-    return format_html('<a href="{}">run #{}</a>', url, run_id)
+    return change_link(OnboardingRun, run_id, f"run #{run_id}")
 
 
 def _step_url(status: str, label: str) -> str | None:
@@ -123,26 +116,13 @@ def _step_url(status: str, label: str) -> str | None:
     return changelist_url(OnboardingRun, status__exact=status, phase=label if label != "—" else "")
 
 
-def _linked(n: object, url: str | None) -> SafeString:
-    return format_html('<a href="{}">{}</a>', url, n) if url else format_html("{}", n)
-
-
 def render_panel(now: datetime) -> SafeString:
     """The supplier onboarding section of the Weave dashboard."""
     by_step, _ = runs_by_status_and_step()
-    totals, estimated = run_status_counts()
-    finished = {OnboardingRun.Status.COMPLETED, OnboardingRun.Status.CANCELLED}
     counts, newest = troubled_attempts(now)
     headline = stats(
         [
-            *(
-                (
-                    f"{status} runs",
-                    f"≈ {n:,}" if estimated and status in finished else f"{n:,}",
-                    changelist_url(OnboardingRun, status__exact=status),
-                )
-                for status, n in totals.items()
-            ),
+            *count_tiles(OnboardingRun, "status", OnboardingRun.Status.values, exact=WATCHED, label="{} runs"),
             *(
                 (f"{outcome} attempts (24 h)", n, changelist_url(RunAttempt, outcome=outcome, ended="24h"))
                 for outcome, n in counts.items()
@@ -151,7 +131,7 @@ def render_panel(now: datetime) -> SafeString:
     )
     step_table = table(
         ["status", "step", "runs"],
-        [(status, label, _linked(n, _step_url(status, label))) for status, label, n in by_step],
+        [(status, label, linked(n, _step_url(status, label))) for status, label, n in by_step],
         empty="No onboarding runs yet.",
     )
     trouble_table = table(
@@ -180,22 +160,23 @@ def render_panel(now: datetime) -> SafeString:
 
 
 STUCK_SLACK = 30.0  # seconds past an attempt's budget plus its lease TTL before it is called stuck
+PENDING, FAILED = OnboardingRun.Status.PENDING, OnboardingRun.Status.FAILED
 WAITING_DEGRADED = 60.0  # seconds a pending run may wait for its first claim before the verdict says so
 
 
 def health(now: datetime) -> list[Finding]:
     """What is wrong with onboarding now: failed runs waiting for a fix, stuck or blocked attempts, waiting runs."""
     findings: list[Finding] = []
-    failed = OnboardingRun.objects.filter(status=OnboardingRun.Status.FAILED).count()
+    failed = OnboardingRun.objects.filter(status=FAILED).count()
     if failed:
         findings.append(
             Finding(
                 DEGRADED,
                 format_html(
-                    '<a href="{}">{} failed run{}</a> {} for someone to fix the cause and retry.',
-                    changelist_url(OnboardingRun, status__exact=OnboardingRun.Status.FAILED) or "#",
-                    failed,
-                    "" if failed == 1 else "s",
+                    "{} {} for someone to fix the cause and retry.",
+                    counted(
+                        failed, "failed run{}", changelist_url(OnboardingRun, status__exact=OnboardingRun.Status.FAILED)
+                    ),
                     "waits" if failed == 1 else "wait",
                 ),
             )
@@ -223,11 +204,8 @@ def health(now: datetime) -> list[Finding]:
             Finding(
                 DEGRADED,
                 format_html(
-                    '<a href="{}">{} {} attempt{}</a> in the last hour (a worker lost its lease or stopped).',
-                    changelist_url(RunAttempt, outcome=outcome, ended="1h") or "#",
-                    n,
-                    outcome,
-                    "" if n == 1 else "s",
+                    "{} in the last hour (a worker lost its lease or stopped).",
+                    counted(n, f"{outcome} attempt{{}}", changelist_url(RunAttempt, outcome=outcome, ended="1h")),
                 ),
             )
         )
@@ -244,10 +222,8 @@ def health(now: datetime) -> list[Finding]:
             Finding(
                 DEGRADED,
                 format_html(
-                    '<a href="{}">{} pending run{}</a> due for over {} s: {}.',
-                    changelist_url(OnboardingRun, status__exact=OnboardingRun.Status.PENDING, lease="free") or "#",
-                    n,
-                    "" if n == 1 else "s",
+                    "{} due for over {} s: {}.",
+                    counted(n, "pending run{}", changelist_url(OnboardingRun, status__exact=PENDING, lease="free")),
                     f"{WAITING_DEGRADED:g}",
                     cause,
                 ),
@@ -295,13 +271,6 @@ def recent_step_durations(window: timedelta, limit: int) -> dict[str, list[float
 _attempts = RunningCounts("onboarding.attempts")
 
 
-def _attempts_between(after: datetime | None, upto: datetime) -> dict[tuple[str, ...], float]:
-    qs = RunAttempt.objects.filter(ended_at__lte=upto)
-    if after is not None:
-        qs = qs.filter(ended_at__gt=after)
-    return {(outcome,): n for outcome, n in qs.order_by().values_list("outcome").annotate(n=Count("pk"))}
-
-
 def collect_metrics() -> Iterable[Metric]:
     """Supplier onboarding's metric families, read from the database."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily  # the [metrics] extra
@@ -312,7 +281,7 @@ def collect_metrics() -> Iterable[Metric]:
     for status, n in counts.items():
         runs.add_metric([status], n)
     yield runs
-    totals = _attempts.advance(_attempts_between, now)
+    totals = _attempts.advance(counted_between(RunAttempt.objects.all(), "ended_at", "outcome"), now)
     attempts = CounterMetricFamily(
         "weave_run_attempts", "Onboarding run attempts that ended, by outcome (all workers).", labels=["outcome"]
     )

@@ -305,41 +305,50 @@ def story_form_templates(model: type[Model]) -> list[str]:
     ]
 
 
-class LeaseStateFilter(admin.SimpleListFilter):
-    """Rows by lease: held under a live lease, held under an expired one, or free (by the database clock)."""
+def choice_filter(
+    title: str, parameter: str, choices: dict[str, tuple[str, Callable[[], Any]]]
+) -> type[admin.SimpleListFilter]:
+    """A list filter offering `choices`: {value: (label, the rows it keeps: a Q or an Exists, built per request)}.
 
-    title = "lease"
-    parameter_name = "lease"
+    Conditions are built when the list is read, so a time in them is the database clock's at that moment.
+    """
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("live", "live"), ("expired", "expired"), ("free", "free")]
+    class ChoiceFilter(admin.SimpleListFilter):
+        def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+            return [(value, label) for value, (label, _) in choices.items()]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        now = default_clock.now()
-        if self.value() == "live":
-            return queryset.filter(owner__isnull=False, lease_expires_at__gt=now)
-        if self.value() == "expired":
-            return queryset.filter(owner__isnull=False, lease_expires_at__lte=now)
-        if self.value() == "free":
-            return queryset.filter(owner__isnull=True)
-        return queryset
+        def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+            chosen = choices.get(self.value() or "")
+            return queryset if chosen is None else queryset.filter(chosen[1]())
+
+    ChoiceFilter.title, ChoiceFilter.parameter_name = title, parameter
+    ChoiceFilter.__name__ = f"{parameter.split('__')[0].title().replace('_', '')}Filter"
+    return ChoiceFilter
+
+
+def _lease(live: bool) -> Callable[[], Q]:
+    return lambda: Q(
+        owner__isnull=False, **{"lease_expires_at__gt" if live else "lease_expires_at__lte": default_clock.now()}
+    )
+
+
+# Rows by lease: held under a live lease, held under an expired one, or free (by the database clock).
+LeaseStateFilter = choice_filter(
+    "lease",
+    "lease",
+    {"live": ("live", _lease(True)), "expired": ("expired", _lease(False)), "free": ("free", lambda: Q(owner=None))},
+)
 
 
 def state_filter(field: str, values: list[str], parameter: str | None = None) -> type[admin.SimpleListFilter]:
     """A list filter on a state column that names each state as every Weave screen does ("lease lost")."""
     from weave.display import state_word
 
-    class StateFilter(admin.SimpleListFilter):
-        def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-            return [(value, state_word(value)) for value in values]
+    def equals(value: str) -> Callable[[], Q]:
+        return lambda: Q(**{field: value})
 
-        def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-            return queryset.filter(**{field: self.value()}) if self.value() else queryset
-
-    StateFilter.title = field
-    StateFilter.parameter_name = parameter or f"{field}__exact"
-    StateFilter.__name__ = f"{field.capitalize()}StateFilter"
-    return StateFilter
+    choices = {value: (state_word(value), equals(value)) for value in values}
+    return choice_filter(field, parameter or f"{field}__exact", choices)
 
 
 WINDOWS = {"15m": ("last 15 minutes", timedelta(minutes=15)), "1h": ("last hour", timedelta(hours=1))}
@@ -349,20 +358,10 @@ WINDOWS["24h"] = ("last 24 hours", timedelta(hours=24))
 def within_filter(field: str, parameter: str, title: str) -> type[admin.SimpleListFilter]:
     """A list filter "`field` within the last 15 minutes / hour / 24 hours", by the database clock."""
 
-    class WithinFilter(admin.SimpleListFilter):
-        def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-            return [(key, label) for key, (label, _) in WINDOWS.items()]
+    def since(window: timedelta) -> Callable[[], Q]:
+        return lambda: Q(**{f"{field}__gt": db_now() - window})
 
-        def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-            window = WINDOWS.get(self.value() or "")
-            if window is None:
-                return queryset
-            return queryset.filter(Q(**{f"{field}__gt": db_now() - window[1]}))
-
-    WithinFilter.title = title
-    WithinFilter.parameter_name = parameter
-    WithinFilter.__name__ = f"{parameter.capitalize()}WithinFilter"
-    return WithinFilter
+    return choice_filter(title, parameter, {key: (label, since(window)) for key, (label, window) in WINDOWS.items()})
 
 
 class ReadOnlyAdminMixin:

@@ -20,9 +20,10 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.cache import never_cache
 
+from weave.admin import ReadOnlyAdminMixin
 from weave.charts import age, table, when
 from weave.conf import weave_settings
-from weave.display import change_url, changelist_url
+from weave.display import change_link, changelist_url, linked
 from weave.models import Dashboard
 from weave.reports import REPORT_EVERY, Workers, workers
 from weave.telemetry import (
@@ -81,9 +82,7 @@ def expired_leases(now: datetime, limit: int = EXPIRED_LISTED) -> list[tuple[str
 
 
 def _lease_name(job: str, row: Any) -> SafeString:
-    url = change_url(type(row), row.pk)
-    text = f"{job} #{row.pk}"
-    return format_html('<a href="{}">{}</a>', url, text) if url else format_html("{}", text)
+    return change_link(type(row), row.pk, f"{job} #{row.pk}")
 
 
 def lease_findings(now: datetime) -> list[Finding]:
@@ -212,8 +211,7 @@ def render_leases(now: datetime) -> SafeString:
 
 
 def _count_link(model: Any, n: int, **filters: object) -> SafeString:
-    url = changelist_url(model, **filters)
-    return format_html('<a href="{}">{}</a>', url, n) if url and n else format_html("{}", n)
+    return linked(n, changelist_url(model, **filters) if n else None)
 
 
 def render_workers(now: datetime) -> SafeString:
@@ -430,7 +428,7 @@ def dashboard_view(request: HttpRequest, admin_site: admin.AdminSite) -> HttpRes
     return TemplateResponse(request, "admin/weave/dashboard.html", context)
 
 
-class DashboardAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class DashboardAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     """Serves the dashboard at the model's changelist URL; nothing to add, change or delete."""
 
     def get_urls(self) -> list[URLPattern]:
@@ -442,15 +440,6 @@ class DashboardAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return bool(request.user.is_active and request.user.is_staff)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 def register_admin() -> None:

@@ -5,6 +5,7 @@ line: whatever a table holds, a page or a printed timeline never shows the push 
 header, or a password from a configured URL, to any user, view-only ones included.
 """
 
+import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -14,7 +15,8 @@ from django.contrib import admin
 from django.db import models
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
 from weave.conf import secret_values
 from weave.sanitize import decode, redact
@@ -66,49 +68,90 @@ def reason_column(field: str = "reason", *, clip: bool = False) -> Callable[[Any
     return show
 
 
+def linked(text: object, url: str | None) -> SafeString:
+    """`text` as a link to `url`, or as plain text where there is none (a model without an admin)."""
+    return format_html('<a href="{}">{}</a>', url, text) if url else format_html("{}", text)
+
+
+def counted(n: int, noun: str, url: str | None) -> SafeString:
+    """ "3 failed runs" ("1 failed run"), linked to `url`; `noun` holds "{}" where a plural's "s" goes."""
+    return linked(f"{n} {noun.format('' if n == 1 else 's')}", url)
+
+
 def admin_link(obj: models.Model | None, text: object = None) -> str:
     """A link to `obj`'s admin change page (plain text when it has none)."""
-    if obj is None:
-        return "—"
-    meta = obj._meta
-    try:
-        url = reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[obj.pk])
-    except NoReverseMatch:
-        return str(text or obj)
-    return format_html('<a href="{}">{}</a>', url, text or obj)
+    return "—" if obj is None else linked(text or obj, change_url(type(obj), obj.pk))
 
 
 def admin_link_to(app_label: str, model_name: str, pk: object, text: object) -> str:
     """A link to a change page named by app label and model, for rows of an app this one may not import."""
-    try:
-        url = reverse(f"admin:{app_label}_{model_name}_change", args=[pk])
-    except NoReverseMatch:
-        return str(text)
-    return format_html('<a href="{}">{}</a>', url, text)
+    return linked(text, _url(f"admin:{app_label}_{model_name}_change", pk))
+
+
+def change_link(model: type[models.Model], pk: object, text: object = None) -> SafeString:
+    """A link to the change page of `model`'s row `pk` (the pk itself unless `text`), without reading the row."""
+    return linked(pk if text is None else text, change_url(model, pk))
+
+
+def linked_ids(model: type[models.Model], pks: list[Any], limit: int = 20) -> SafeString:
+    """Ids as links to their change pages: "15, 16 and 3 more"."""
+    links = format_html_join(", ", "{}", ((change_link(model, pk),) for pk in pks[:limit]))
+    return format_html("{}{}", links, f" and {len(pks) - limit} more" if len(pks) > limit else "")
 
 
 def changelist_url(model: type[models.Model], **filters: object) -> str | None:
     """The URL of `model`'s admin list filtered by `filters` (e.g. status__exact="failed"), or None."""
     meta = model._meta
-    try:
-        url = reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist")
-    except NoReverseMatch:
-        return None
-    return f"{url}?{urlencode({k: str(v) for k, v in filters.items()})}" if filters else url
+    url = _url(f"admin:{meta.app_label}_{meta.model_name}_changelist")
+    if url is None or not filters:
+        return url
+    return f"{url}?{urlencode({k: str(v) for k, v in filters.items()})}"
 
 
 def changelist_link(model: type[models.Model], text: object, **filters: object) -> str:
     """A link to `model`'s admin list, filtered by `filters` (e.g. supplier__id__exact=3)."""
-    url = changelist_url(model, **filters)
-    return str(text) if url is None else format_html('<a href="{}">{}</a>', url, text)
+    return linked(text, changelist_url(model, **filters))
 
 
 def change_url(model: type[models.Model], pk: object) -> str | None:
     meta = model._meta
+    return _url(f"admin:{meta.app_label}_{meta.model_name}_change", pk)
+
+
+def _url(name: str, *args: object) -> str | None:
     try:
-        return reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[pk])
+        return reverse(name, args=args)
     except NoReverseMatch:
         return None
+
+
+def key_values(data: Any, *, words: bool = False) -> str:
+    """A JSON object as a two-column table; anything else as its text.
+
+    As stored (a push payload's data: its keys are what the device reads), or with `words` as a person
+    reads it (a step's output): "order id", "yes", "a, b".
+    """
+    if not data:
+        return "—"
+    if not isinstance(data, dict):
+        return shown(str(data))
+    cells = (((str(k).replace("_", " "), _plain(v)) if words else (str(k), _json(v))) for k, v in data.items())
+    rows = format_html_join("", '<tr><th scope="row">{}</th><td>{}</td></tr>', ((shown(k), shown(v)) for k, v in cells))
+    return format_html('<table class="weave-kv"><tbody>{}</tbody></table>', rows)
+
+
+def _json(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_plain(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return ", ".join(_plain(v) for v in value)
+    return str(value)
 
 
 def clipped(text: str, *, one_line: bool = False) -> str:

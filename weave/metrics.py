@@ -1,23 +1,11 @@
 """Prometheus metrics: one collector that reads the database, plus this process's own counters.
 
-Workers run in many `qcluster` processes on many hosts, so counters kept in a worker's memory would
-each see a slice. The figures that matter are read from the database at scrape time instead: the
-apps register functions (`weave.telemetry.register_metrics`) that yield metric families, and this
-collector merges families of the same name (both apps report `weave_leases`, for instance).
-
-Counters (`*_total`) over insert-only rows (attempts) are kept exact and cheap with `RunningCounts`:
-a scrape counts only the rows that finished since the previous one (an index range scan on the
-finish time). Rows are added to the kept totals once they are `LAG` seconds old by the database
-clock, so a transaction that commits a little after its rows' finish time is never missed; younger
-rows are counted afresh at every scrape on top of them. A named count keeps
-its totals in the database (`MetricCheckpoint`), and every process starts from the newest one: only
-the very first scrape of a site counts every stored row, not the first scrape of each process.
-
-Only this process's own work is counted in memory (`weave_metrics_*`), where it is exact.
-
-prometheus_client comes with the [metrics] extra and is imported only when a scrape renders, so the
-apps (whose consoles register their metric families here) import without it; `weave.E007` names the
-extra when a site mounts `weave.urls` without it.
+Workers run in many processes on many hosts, so a worker's in-memory counter would see a slice: the
+figures are read from the database at scrape time, from the families the apps register
+(`weave.telemetry.register_metrics`), merged by name. Counters over insert-only rows (attempts) stay
+exact and cheap with `RunningCounts`. Only this process's own work (`weave_metrics_*`) is counted in
+memory. prometheus_client (the [metrics] extra) is imported only when a scrape renders, so the apps
+import without it; `weave.E007` names the extra when a site mounts `weave.urls` without it.
 """
 
 from __future__ import annotations
@@ -37,6 +25,7 @@ from weave.conf import weave_settings
 from weave.telemetry import db_now, metrics_collectors
 
 if TYPE_CHECKING:
+    from django.db.models import QuerySet
     from prometheus_client.metrics_core import Metric
     from prometheus_client.registry import Collector
 
@@ -44,13 +33,30 @@ Labels = tuple[str, ...]
 LAG = timedelta(seconds=60)
 
 
+def counted_between(
+    rows: QuerySet[Any], time: str, *labels: str
+) -> Callable[[datetime | None, datetime], dict[Labels, float]]:
+    """A `RunningCounts` fetch: how many of `rows` per `labels` have their `time` in (after, upto]."""
+
+    def fetch(after: datetime | None, upto: datetime) -> dict[Labels, float]:
+        from django.db.models import Count
+
+        found = rows.filter(**{f"{time}__lte": upto})
+        if after is not None:
+            found = found.filter(**{f"{time}__gt": after})
+        return {tuple(row[:-1]): row[-1] for row in found.order_by().values_list(*labels).annotate(n=Count("pk"))}
+
+    return fetch
+
+
 class RunningCounts:
     """Exact running totals of insert-only rows, grouped by labels, advanced with delta queries.
 
     `fetch(after, upto)` returns {labels: count} for rows whose time is in (after, upto]; `after` is
-    None on the first call (count everything up to `upto`). With a `name`, the totals are also kept
-    in the database (`weave.models.MetricCheckpoint`): a process starts from, and catches up to, the
-    newest checkpoint any process wrote, so none of them counts the whole history again.
+    None on the first call. A row joins the kept totals once it is `LAG` old by the database clock, so
+    a transaction that commits after its rows' time is never missed. With a `name`, the totals are
+    also kept in the database (`MetricCheckpoint`): a process starts from the newest checkpoint any
+    process wrote, so none of them counts the whole history again.
     """
 
     def __init__(self, name: str = "") -> None:
@@ -256,18 +262,6 @@ def collect_wake_metrics() -> Iterable[Metric]:
 _job_attempts = RunningCounts("weave.job_attempts")
 
 
-def _job_attempts_between(after: datetime | None, upto: datetime) -> dict[Labels, float]:
-    from django.db.models import Count
-
-    from weave.models import JobAttempt
-
-    rows = JobAttempt.objects.filter(finished_at__lte=upto)
-    if after is not None:
-        rows = rows.filter(finished_at__gt=after)
-    counted = rows.order_by().values_list("job_type", "outcome").annotate(n=Count("pk"))
-    return {(job, outcome): n for job, outcome, n in counted}
-
-
 def collect_job_metrics() -> Iterable[Metric]:
     """Every core-run job type's series, from its declaration: jobs by state, attempts by outcome, and its
     lease refusals (blocked attempts) in the family the apps report theirs in. Leases are `weave_leases`."""
@@ -284,7 +278,8 @@ def collect_job_metrics() -> Iterable[Metric]:
     refusals = CounterMetricFamily(
         "weave_lease_refusals", "Writes refused because the lease was lost, by job type.", labels=["job"]
     )
-    totals = _job_attempts.advance(_job_attempts_between, scrape_now()) if types else {}
+    between = counted_between(JobAttempt.objects.all(), "finished_at", "job_type", "outcome")
+    totals = _job_attempts.advance(between, scrape_now()) if types else {}
     for job in types:
         for state, n in state_counts(job).items():
             jobs.add_metric([job.name, state], n)

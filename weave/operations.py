@@ -6,15 +6,16 @@ pages from these pieces, and registers its panel, health findings and purges in 
 - admin: `LeasedModelAdmin` (lease state by the database clock, the timeline on the change page),
   `ReadOnlyAdminMixin`, `ActionsWhereTheyApply` with `ActionRule`, `OperatorLogMixin` and
   `record_operator_action` (actions written to `LogEntry`), the list filters `LeaseStateFilter`,
-  `state_filter` and `within_filter`, and `JobAdminMixin` for a `weave.jobs` job type;
-- display: times with seconds and zone (`timestamp`, `timestamp_column`), links between rows
-  (`admin_link`, `admin_link_to`, `change_url`, `changelist_link`, `changelist_url`), states and
-  reasons (`state_word`, `state_column`, `reason_column`, `joined_reason`, `said_once`), and text
-  redacted on the way out (`shown`, `clipped`);
+  `state_filter`, `within_filter` and `choice_filter`, and `JobAdminMixin` for a `weave.jobs` job type;
+- display: times with seconds and zone (`timestamp`, `timestamp_column`), links between rows (`linked`,
+  `counted`, `admin_link`, `admin_link_to`, `change_link`, `change_url`, `linked_ids`, `changelist_link`,
+  `changelist_url`), states and reasons (`state_word`, `state_column`, `reason_column`, `joined_reason`,
+  `said_once`), JSON as a table (`key_values`), and text redacted on the way out (`shown`, `clipped`);
 - console: charts drawn on the server (`bar_chart`, `line_chart`, `table`, `stats`, `age`, `when`),
   health findings for the dashboard's verdict (`register_health`, `Finding`, `FAILING`, `DEGRADED`),
-  bounded counts and samples (`planner_counts`, `minute_buckets`, `percentiles_by`, `db_now`,
-  `RunningCounts`, `seconds_since`) and the worker processes' reports (`workers`);
+  bounded counts and samples (`planner_counts`, `counts_by`, `count_tiles`, `minute_buckets`,
+  `percentiles_by`, `db_now`, `RunningCounts` with `counted_between`, `seconds_since`) and the worker
+  processes' reports (`workers`);
 - timelines: one job's story (`Timeline`, `OperatorEvent`, `add_operator_events`, `clock_time`,
   `fences_accounted`, `holder`, `lateness`) and `explain_job` for a `weave.jobs` job type;
 - retention: `PurgeSpec` and `register_purge`, and `purged_totals` for a panel.
@@ -28,6 +29,7 @@ from weave.admin import (
     LeaseStateFilter,
     OperatorLogMixin,
     ReadOnlyAdminMixin,
+    choice_filter,
     record_operator_action,
     state_filter,
     within_filter,
@@ -36,11 +38,16 @@ from weave.charts import age, bar_chart, line_chart, stats, table, when
 from weave.display import (
     admin_link,
     admin_link_to,
+    change_link,
     change_url,
     changelist_link,
     changelist_url,
     clipped,
+    counted,
     joined_reason,
+    key_values,
+    linked,
+    linked_ids,
     reason_column,
     said_once,
     shown,
@@ -51,13 +58,15 @@ from weave.display import (
 )
 from weave.jobs.admin import JobAdminMixin
 from weave.jobs.explain import explain_job
-from weave.metrics import RunningCounts, seconds_since
+from weave.metrics import RunningCounts, counted_between, seconds_since
 from weave.reports import workers
 from weave.retention import PurgeSpec, purged_totals, register_purge
 from weave.telemetry import (
     DEGRADED,
     FAILING,
     Finding,
+    count_tiles,
+    counts_by,
     db_now,
     minute_buckets,
     percentiles_by,
@@ -95,18 +104,27 @@ __all__ = [
     "admin_link_to",
     "age",
     "bar_chart",
+    "change_link",
+    "choice_filter",
     "change_url",
     "changelist_link",
     "changelist_url",
     "clipped",
     "clock_time",
+    "count_tiles",
+    "counted",
+    "counted_between",
+    "counts_by",
     "db_now",
     "explain_job",
     "fences_accounted",
     "holder",
     "joined_reason",
+    "key_values",
     "lateness",
     "line_chart",
+    "linked",
+    "linked_ids",
     "minute_buckets",
     "percentiles_by",
     "planner_counts",

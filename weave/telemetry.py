@@ -256,3 +256,40 @@ def planner_counts(model: type[models.Model], column: str) -> dict[str, int] | N
         return None
     total, values, freqs = row
     return {value: int(round(total * freq)) for value, freq in zip(values, freqs, strict=False)}
+
+
+def counts_by(
+    model: type[models.Model], column: str, values: Iterable[str], *, exact: Iterable[str]
+) -> tuple[dict[str, int], bool]:
+    """Rows of `model` per value of `column`, every value named, and whether some counts are estimates.
+
+    The `exact` values (the rows an operator acts on) are always counted; on a large PostgreSQL table
+    the others come from the planner's statistics (`planner_counts`) instead of a scan of every row.
+    """
+    estimates = planner_counts(model, column)
+    exact = list(exact)
+    rows = model._default_manager.order_by()
+    if estimates is not None:
+        rows = rows.filter(**{f"{column}__in": exact})
+    found = dict(rows.values_list(column).annotate(n=models.Count("pk")))
+    if estimates is None:
+        return {value: found.get(value, 0) for value in values}, False
+    return {value: found.get(value, 0) if value in exact else estimates.get(value, 0) for value in values}, True
+
+
+def count_tiles(
+    model: type[models.Model], column: str, values: Iterable[str], *, exact: Iterable[str], label: str = "{}"
+) -> list[tuple[str, object, str | None]]:
+    """Headline tiles (`weave.charts.stats`) of `counts_by`, each linked to its list; an estimate reads "≈ n"."""
+    from weave.display import changelist_url
+
+    exact = list(exact)
+    counts, estimated = counts_by(model, column, values, exact=exact)
+    return [
+        (
+            label.format(value),
+            f"≈ {n:,}" if estimated and value not in exact else f"{n:,}",
+            changelist_url(model, **{f"{column}__exact": value}),
+        )
+        for value, n in counts.items()
+    ]

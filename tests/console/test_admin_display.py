@@ -111,3 +111,31 @@ def test_breaker_openings_are_listed_read_only_with_their_reason(admin_client):
     page = admin_client.get(reverse("admin:weave_notifications_breakeropening_changelist")).content.decode()
     assert "Circuit breaker opened: HTTP 401" in page and SECONDS_AND_ZONE.search(page)
     assert 'value="delete_selected"' not in page
+
+
+def test_key_values__stored_data_as_stored_and_a_step_output_in_words():
+    from weave.operations import key_values, linked_ids
+
+    data = {"order_id": "A-17", "paid": True, "lines": [1, 2]}
+    stored = key_values(data)
+    assert '<th scope="row">order_id</th><td>A-17</td>' in stored and "<td>[1, 2]</td>" in stored
+    assert "<td>true</td>" in stored
+    words = key_values(data, words=True)
+    assert '<th scope="row">order id</th>' in words and "<td>yes</td>" in words and "<td>1, 2</td>" in words
+    assert key_values({}) == "—" and key_values("plain text") == "plain text"
+    assert str(linked_ids(OnboardingRun, list(range(1, 25)))).endswith(" and 4 more")
+
+
+def test_run_list_filters__blocked_attempts_lease_and_status(admin_client, failed_run):
+    other = OnboardingRunFactory()
+    now = db_now()
+    RunAttempt.objects.create(run=other, fence=1, owner="w", started_at=now, ended_at=now, outcome="blocked")
+    OnboardingRun.objects.filter(pk=other.pk).update(owner="w", fence=1, lease_expires_at=now)
+    url = reverse("admin:weave_onboarding_onboardingrun_changelist")
+
+    def listed(query):
+        return {run.pk for run in admin_client.get(url + query).context["cl"].result_list}
+
+    assert listed("?blocked=yes") == {other.pk} and listed("?blocked=no") == {failed_run.pk}
+    assert listed("?lease=expired") == {other.pk} and listed("?lease=free") == {failed_run.pk}
+    assert listed("?lease=live") == set() and listed("?status__exact=failed") == {failed_run.pk}

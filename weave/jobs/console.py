@@ -19,10 +19,10 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from weave.charts import stats, table, when
-from weave.display import change_url, changelist_url, clipped, said_once, state_word
+from weave.display import change_link, changelist_url, clipped, said_once, state_word
 from weave.jobs.declaration import JobType, job_types
 from weave.models import JobAttempt, JobModel, JobState
-from weave.telemetry import DEGRADED, Finding, Panel, lease_counts, planner_counts
+from weave.telemetry import DEGRADED, Finding, Panel, count_tiles, counts_by, lease_counts
 
 RECENT = timedelta(hours=1)  # the window of the verdict and of the panel's attempt counts
 TROUBLE = (JobAttempt.Outcome.BLOCKED, JobAttempt.Outcome.FAILED, JobAttempt.Outcome.RETRY)
@@ -54,20 +54,8 @@ def state_counts(job: JobType) -> dict[str, int]:
 
 
 def counted_states(job: JobType) -> tuple[dict[str, int], bool]:
-    """Rows of `job` per state, and whether the finished states' counts are estimates.
-
-    Pending is always exact (a range of the job model's state index: the rows an operator acts on).
-    On a large PostgreSQL table the finished states come from the planner's statistics instead of a
-    scan of every row (weave.telemetry.planner_counts); below that size everything is counted exactly.
-    """
-    manager = job.model._default_manager
-    estimates = planner_counts(job.model, "state")
-    if estimates is None:
-        found = dict(manager.order_by().values_list("state").annotate(n=Count("pk")))
-        return {state: found.get(state, 0) for state in JobState.values}, False
-    counts = {state: estimates.get(state, 0) for state in JobState.values}
-    counts[JobState.PENDING] = manager.filter(state=JobState.PENDING).count()
-    return counts, True
+    """Rows of `job` per state, and whether the finished states' counts are estimates (pending is exact)."""
+    return counts_by(job.model, "state", JobState.values, exact=[JobState.PENDING])
 
 
 def outcome_counts(job: JobType, since: datetime) -> dict[str, int]:
@@ -85,9 +73,7 @@ def troubled_attempts(job: JobType, since: datetime, limit: int = TROUBLE_LISTED
 
 def job_link(job: JobType, pk: object) -> SafeString:
     """`shipment #3`, linked to the row's admin page when it has one."""
-    url = change_url(job.model, pk)
-    text = f"{job.name} #{pk}"
-    return format_html('<a href="{}">{}</a>', url, text) if url else format_html("{}", text)
+    return change_link(job.model, pk, f"{job.name} #{pk}")
 
 
 def render_panel(job: JobType, now: datetime) -> SafeString:
@@ -95,15 +81,7 @@ def render_panel(job: JobType, now: datetime) -> SafeString:
     model = job.model
     leases = lease_counts().get(job.name, {"live": 0, "expired": 0})
     outcomes = outcome_counts(job, now - RECENT)
-    states, estimated = counted_states(job)
-    tiles: list[tuple[str, object, str | None]] = [
-        (
-            state_word(state),
-            f"≈ {n:,}" if estimated and state != JobState.PENDING else f"{n:,}",
-            changelist_url(model, state__exact=state),
-        )
-        for state, n in states.items()
-    ]
+    tiles = count_tiles(model, "state", JobState.values, exact=[JobState.PENDING])
     tiles += [(f"{kind} leases", leases[kind], changelist_url(model, lease=kind)) for kind in ("live", "expired")]
     tiles += [(f"{_TILE[o]} attempts (1 h)", outcomes[o], None) for o in (*TROUBLE, JobAttempt.Outcome.DONE)]
     trouble = table(
@@ -148,7 +126,7 @@ def panels() -> list[Panel]:
 
 
 def _finding(job: JobType, outcome: str, attempts: list[JobAttempt], count: int) -> Finding:
-    names = format_html_join(", ", "{}", ((job_link(job, pk),) for pk in _distinct_jobs(attempts)))
+    names = format_html_join(", ", "{}", ((job_link(job, pk),) for pk in dict.fromkeys(a.job_id for a in attempts)))
     more = count - len(attempts)
     latest = attempts[0]
     return Finding(
@@ -165,14 +143,6 @@ def _finding(job: JobType, outcome: str, attempts: list[JobAttempt], count: int)
             clipped(said_once(latest.reason) or "no reason given"),
         ),
     )
-
-
-def _distinct_jobs(attempts: list[JobAttempt]) -> list[str]:
-    seen: list[str] = []
-    for a in attempts:
-        if a.job_id not in seen:
-            seen.append(a.job_id)
-    return seen
 
 
 def findings(now: datetime) -> list[Finding]:
