@@ -20,7 +20,6 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.cache import never_cache
 
-from weave.admin import ReadOnlyAdminMixin
 from weave.charts import age, table, when
 from weave.conf import weave_settings
 from weave.display import change_link, changelist_url, linked
@@ -428,7 +427,7 @@ def dashboard_view(request: HttpRequest, admin_site: admin.AdminSite) -> HttpRes
     return TemplateResponse(request, "admin/weave/dashboard.html", context)
 
 
-class DashboardAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+class DashboardAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Serves the dashboard at the model's changelist URL; nothing to add, change or delete."""
 
     def get_urls(self) -> list[URLPattern]:
@@ -440,6 +439,17 @@ class DashboardAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return bool(request.user.is_active and request.user.is_staff)
+
+    # Refused here rather than through weave.admin's ReadOnlyAdminMixin: that module needs
+    # django.contrib.admin's models, and the core starts (this module is imported at ready) without them.
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 def register_admin() -> None:
