@@ -19,8 +19,8 @@ from django.db import DatabaseError, router, transaction
 
 from weave.jobs.context import JobContext, claim, claim_next
 from weave.jobs.cutoff import CUT_OFF, landed_claim, record_blocked, settle_cut_off
-from weave.jobs.records import JobAttempts, attempt_row
 from weave.jobs.declaration import JobType, get
+from weave.jobs.records import JobAttempts, attempt_row
 from weave.jobs.steps import Step, check_steps, saved_result
 from weave.leases import Clock, LeaseBusy, LeaseLost, NotClaimable, default_clock, insert_receipts, new_owner
 from weave.models import JobAttempt, JobState, JobStepReceipt
