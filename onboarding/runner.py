@@ -7,8 +7,9 @@ and opens the attempt's `JobContext`, and every write under the lease goes throu
 `guarded()` transactions, `release()`, `heartbeat()`, the lost-lease reason). Its steps are
 `weave.jobs.Step`s, walked with the core's step helpers (the steps after the run's phase, the phase a
 save expects, the checks, the heartbeat around a step's work, the undo walk). What is onboarding's
-own is the records of a run: its receipt and attempt tables, where a cut-off attempt's ending goes (it
-reads back with the core's helpers: `reconnect`, `claim_landed`, `cut_reason`, `taken_over_by`).
+own is the records of a run: its receipt and attempt tables. `Claim` is this attempt's records
+(`weave.jobs.AttemptRecords`), so a cut-off or blocked attempt is settled by the core
+(`weave.jobs.settle_cut_off`, `record_blocked`) with onboarding's own give-back.
 
 `claim_attempt()` claims the run (a new fence), marks it running, marks older attempts that died as
 crashed, opens this attempt's row, and loads the plan the run recorded when it started. Only then
@@ -54,13 +55,12 @@ from weave.jobs import (
     Step,
     backoff_seconds,
     check_steps,
-    claim_landed,
-    cut_reason,
     first_line,
+    landed_claim,
     phase_before,
-    reconnect,
+    record_blocked,
+    settle_cut_off,
     steps_after,
-    taken_over_by,
     undo_steps,
     working,
 )
@@ -74,6 +74,7 @@ Status = OnboardingRun.Status
 Outcome = RunAttempt.Outcome
 Undo = OnboardingRun.Undo
 UNDOING = {"status": Status.CANCELLED, "undo_state": Undo.REQUESTED}
+AFTER_CLAIM = "right after the claim"  # where a cut or a lost lease met the claim's first guarded write
 
 
 def storable(reason: str) -> str:
@@ -147,87 +148,57 @@ class Claim:
                             transaction.on_commit(partial(queue.enqueue_run, self.run_id))
                 self.end(Outcome.RELEASED, f"The run was cancelled; stopped {where} without saving.")
             return
-        self.end(Outcome.BLOCKED, self.job.blocked_reason(lost, where, noun="run"))
+        record_blocked(self.job, self, lost, where, noun="run")
 
-    def cut_off(self, cut: DatabaseError, where: str, *, stage: str) -> None:
-        """End our own attempt honestly after the database link failed mid-attempt, and write nothing else.
+    def cut_off(self, cut: DatabaseError, where: str) -> None:
+        """End our own attempt honestly after the database link failed mid-attempt (the core's settlement)."""
+        settle_cut_off(self.job, self, cut, where, self._give_back, lost_words=str)
 
-        Runs on a fresh connection once the database answers again (after a partition, or a server-side
-        session timeout). What landed is read back, never assumed: the attempt row, the step's receipt at
-        our fence, an ending that committed with its write. A lease still ours is given back.
-        """
-        log_event(
-            logger,
-            "cut_off",
-            job=JOB,
-            id=self.run_id,
-            owner=self.lease.owner,
-            fence=self.lease.fence,
-            reason=first_line(cut),
-        )
-        reconnect(OnboardingRun)  # the broken one; the next query opens a fresh connection
-        attempt_id = self.attempt_id
-        opened = attempt_id is not None and RunAttempt.objects.filter(pk=attempt_id).exists()
-        if attempt_id is None or not opened:
-            self.attempt_id = None  # the transaction that opened our attempt never landed: write a new one
-        elif self._ending_landed(attempt_id):
-            return
-        landed = self._what_landed(stage, opened=opened)
-        reason = cut_reason(cut, where, landed)
+    def _give_back(self, reason: str) -> tuple[str, str]:
+        """After a cut: give the run back if our lease is still live (a cancelled run stays cancelled; the
+        cut may have undone "running"), and ask for the next attempt at commit."""
         row = OnboardingRun.objects.filter(pk=self.run_id).values("status").first()
-        if row and self.job.still_held():
-            # Still ours: give it back (a cancelled run stays cancelled; the cut may have undone "running").
-            fields = {} if row["status"] == Status.CANCELLED else {"status": Status.PENDING, "reason": reason}
-            try:
-                with transaction.atomic():
-                    self.release(expect={"status": row["status"]}, **fields)
-                    self.end(Outcome.RELEASED, f"{reason} Gave the run back.")
-                    transaction.on_commit(partial(queue.enqueue_run, self.run_id))
-                return
-            except LeaseLost as lost:
-                reason = f"{reason} {lost}"
-        else:
-            taken = row and taken_over_by(OnboardingRun.objects, self.lease, self._attempt_owner)
-            reason = f"{reason} {taken or 'Our lease ran out meanwhile.'}"
-        self.end(Outcome.BLOCKED, reason)
+        if row is None or not self.job.still_held():
+            raise LeaseLost("Our lease ran out meanwhile.")
+        fields = {} if row["status"] == Status.CANCELLED else {"status": Status.PENDING, "reason": reason}
+        self.release(expect={"status": row["status"]}, **fields)
+        transaction.on_commit(partial(queue.enqueue_run, self.run_id))
+        return Outcome.RELEASED, "Gave the run back."
 
-    def _attempt_owner(self, fence: int) -> str | None:
+    # --- this attempt's records, as the core's settlement reads them (`weave.jobs.AttemptRecords`) ----
+
+    def ended(self) -> str | None:
+        """Our outcome if our ending already landed (an ending commits with the write it ends), taken as ours."""
+        if self.attempt_id is None:
+            return None
+        row = RunAttempt.objects.filter(pk=self.attempt_id).values_list("outcome", "reason").first()
+        if row is None:
+            # The transaction that opened our attempt never landed: end() writes a new one (unless the
+            # run itself is gone, its attempts with it: then there is nothing left to write to).
+            if OnboardingRun.objects.filter(pk=self.run_id).exists():
+                self.attempt_id = None
+            return None
+        if row[0] in (Outcome.RUNNING, Outcome.CRASHED):
+            return None
+        self.outcome, self.reason = row
+        return self.outcome
+
+    def landed(self, where: str) -> str:
+        """Whether our attempt's start (cut right after the claim) or the current step's save landed."""
+        step = self.job.step
+        if where == AFTER_CLAIM and self.attempt_id is not None:
+            return "its start had landed before the link failed"
+        saves = StepReceipt.objects.filter(run_id=self.run_id, step=step, fence=self.lease.fence)
+        if where != AFTER_CLAIM and saves.exists():
+            return f"its save of {step} had landed before the link failed"
+        return "the open transaction was aborted by the server and nothing of it landed"
+
+    def owner_at(self, fence: int) -> str | None:
         """The owner of this run's attempt at `fence` (who took the run over, once it is free again)."""
         owner: str | None = (
             RunAttempt.objects.filter(run_id=self.run_id, fence=fence).values_list("owner", flat=True).first()
         )
         return owner
-
-    def _ending_landed(self, attempt_id: int) -> bool:
-        """Whether our attempt already says how it ended, and take its outcome and reason if so.
-
-        An ending (completed, released, failed) commits with the write it ends: if that COMMIT landed and
-        only its reply was lost, our attempt is left as it is."""
-        ended = (
-            RunAttempt.objects.filter(pk=attempt_id)
-            .exclude(outcome__in=[Outcome.RUNNING, Outcome.CRASHED])
-            .values_list("outcome", "reason")
-            .first()
-        )
-        if ended is None:
-            return False
-        self.outcome, self.reason = ended
-        return True
-
-    def _what_landed(self, stage: str, *, opened: bool) -> str:
-        """Say whether the claim (`stage` "claim") or the step's save reached the database, read back."""
-        if stage == "claim":
-            return (
-                "its start had landed before the link failed"
-                if opened
-                else "the open transaction was aborted by the server and nothing of it landed"
-            )
-        saved = StepReceipt.objects.filter(run_id=self.run_id, step=stage, fence=self.lease.fence).exists()
-        return (
-            f"its save of {stage} had landed before the link failed"
-            if saved
-            else "the open transaction was aborted by the server and nothing of it landed"
-        )
 
 
 def _mark_crashed(run_id: Any, lease: Lease, clock: Clock) -> None:
@@ -294,12 +265,12 @@ def claim_attempt(run_id: Any, **options: Unpack[AttemptOptions]) -> "Attempt":
                 run_id=run_id, fence=lease.fence, owner=lease.owner, started_at=clock.now()
             ).pk
     except LeaseLost as lost:
-        claim.lost(lost, "right after the claim")
+        claim.lost(lost, AFTER_CLAIM)
         raise AttemptEnded(claim.outcome, claim.reason) from lost
     except DatabaseError as cut:
         if not is_cut_off(cut):
             raise
-        claim.cut_off(cut, "right after the claim", stage="claim")
+        claim.cut_off(cut, AFTER_CLAIM)
         raise AttemptEnded(claim.outcome, claim.reason) from cut
     run = OnboardingRun.objects.select_related("supplier").get(pk=run_id)
     job.job = run
@@ -327,23 +298,20 @@ def claim_attempt(run_id: Any, **options: Unpack[AttemptOptions]) -> "Attempt":
 
 def _claim_cut_off(run_id: Any, owner: str, ttl: float, clock: Clock, cut: DatabaseError) -> AttemptEnded:
     """The claim itself was cut off. Usually its transaction never committed (the server aborts it) and
-    nothing of ours exists to end: log it, the run stays claimable. If the COMMIT landed and only its
-    reply was lost, the row names us: give it back under that lease and say so in our own attempt."""
-    row = claim_landed(OnboardingRun.objects, owner, pk=run_id)
-    if row is None:
-        reason = f"during the claim: {first_line(cut)}"
-        log_event(logger, "cut_off", job=JOB, id=run_id, owner=owner, reason=reason)
-        return AttemptEnded("cut_off", reason)
-    lease = Lease(pk=run_id, owner=owner, fence=row["fence"])
-    claim = Claim(run_id, JobContext(JOB, None, lease, 0, 0, ttl, clock, job_model=OnboardingRun))
-    reason = f"The claim landed but its reply was cut off ({first_line(cut)})"
-    try:
-        with transaction.atomic():
-            claim.release(expect={})
-            claim.end(Outcome.RELEASED, f"{reason}; gave the run back.")
-            transaction.on_commit(partial(queue.enqueue_run, run_id))
-    except LeaseLost as lost:
-        claim.end(Outcome.BLOCKED, f"{reason}; {lost}")
+    nothing of ours exists to end: the run stays claimable. If the COMMIT landed and only its reply was
+    lost, the row names us: give it back under that lease and say so in our own attempt."""
+    job = landed_claim(JOB, OnboardingRun.objects, run_id, owner, cut, ttl=ttl, clock=clock)
+    if job is None:
+        return AttemptEnded("cut_off", f"during the claim: {first_line(cut)}")
+    claim = Claim(run_id, job)
+
+    def give_back(reason: str) -> tuple[str, str]:
+        claim.release(expect={})
+        transaction.on_commit(partial(queue.enqueue_run, run_id))
+        return Outcome.RELEASED, "gave the run back."
+
+    reason = f"The claim landed but its reply was cut off ({first_line(cut)});"
+    settle_cut_off(job, claim, cut, "at the claim", give_back, reason=reason, lost_words=str)
     return AttemptEnded(claim.outcome, claim.reason)
 
 
@@ -409,7 +377,7 @@ class Attempt:
         except DatabaseError as cut:
             if not is_cut_off(cut):
                 raise
-            self.claim.cut_off(cut, where, stage="undo")
+            self.claim.cut_off(cut, where)
 
     def _work_through(self) -> None:
         job = self.job
@@ -444,7 +412,7 @@ class Attempt:
             if not is_cut_off(cut):
                 raise
             # The link to the database failed (a partition, a server-side timeout): say so on a fresh one.
-            self.claim.cut_off(cut, f"at {job.step}", stage=job.step)
+            self.claim.cut_off(cut, f"at {job.step}")
 
     # --- the parts ----------------------------------------------------------------------------------
 

@@ -11,10 +11,11 @@ An app that asks for its own django-q2 tasks (rather than a job per row) does so
 """
 
 from weave.jobs.context import JobContext, claim
-from weave.jobs.cutoff import claim_landed, cut_reason, first_line, reconnect, taken_over_by
+from weave.jobs.cutoff import first_line, landed_claim, record_blocked, settle_cut_off
 from weave.jobs.declaration import JobType, get, job, job_types, register, ttl_settings
 from weave.jobs.policy import Fail, RetryPolicy
 from weave.jobs.queue import enqueue_job
+from weave.jobs.records import AttemptRecords
 from weave.jobs.steps import (
     PhaseError,
     Step,
@@ -29,6 +30,7 @@ from weave.jobs.steps import (
 from weave.retry import backoff_seconds
 
 __all__ = [
+    "AttemptRecords",
     "Fail",
     "JobContext",
     "JobType",
@@ -39,19 +41,18 @@ __all__ = [
     "backoff_seconds",
     "check_steps",
     "claim",
-    "claim_landed",
-    "cut_reason",
     "enqueue_job",
     "first_line",
     "get",
     "job",
     "job_types",
+    "landed_claim",
     "phase_before",
-    "reconnect",
+    "record_blocked",
     "register",
     "saved_result",
+    "settle_cut_off",
     "steps_after",
-    "taken_over_by",
     "ttl_settings",
     "undo_steps",
     "working",

@@ -35,7 +35,7 @@ from django.db.models import F
 from weave import wake
 from weave.jobs.context import JobContext
 from weave.jobs.declaration import JobType, get
-from weave.jobs.runner import Ending, record_blocked, settle_cut_off, work
+from weave.jobs.runner import Ending, record_job_blocked, settle_job_cut_off, work
 from weave.leases import Clock, Lease, LeaseLost, default_clock, insert_receipts, new_owner
 from weave.leases.batch_heartbeat import BatchHeartbeat
 from weave.leases.receipts import insert_receipts_returning
@@ -304,7 +304,7 @@ class BatchDrain:
                 where = "at the finish"
             else:
                 where = f"at step {ctx.step}" if ctx.step else "before it started"
-            outcome = settle_cut_off(ctx, ctx.claimed_at or self.clock.read(), cut, where)
+            outcome = settle_job_cut_off(ctx, ctx.claimed_at or self.clock.read(), cut, where)
             if outcome is not None:
                 self.report.count(outcome)
         self._open.clear()
@@ -402,7 +402,7 @@ class BatchDrain:
             raise ending.cut  # the drain stops: `run()` ends every attempt it still has open
         if ending.lost is not None:
             self.heartbeat.forget([pk])
-            record_blocked(ctx, started, ending.lost)
+            record_job_blocked(ctx, started, ending.lost)
             self.report.count("blocked")
             return
         self.completer.add(Finished(ctx, started, ending))

@@ -1,28 +1,36 @@
-"""A worker cut off from the database mid-attempt: read back what landed, and end its own attempt only.
+"""End one's own attempt truthfully: after a cut from the database, or a lease lost under it.
 
 A cut (a network partition, a server-side session timeout, a killed connection) leaves a worker
 not knowing what reached the database: the server aborts the open transaction, but a COMMIT may
 have landed with only its reply lost. So the worker never assumes: on a fresh connection it reads
-back whether its claim, its step's save or its finish landed, and then writes one thing, its own
+back whether its claim, its step's save or its ending landed, and then writes one thing, its own
 attempt's ending, naming where it was cut off. A lease still ours is given back in one guarded
-statement; a lease lost meanwhile is never written under.
+statement with that ending; a lease lost meanwhile is never written under.
 
-The core runner (`weave.jobs.runner.settle_cut_off`, for single attempts and each row of a batch
-drain) reads back with the helpers below into `JobAttempt`; the onboarding app's runner reads back
-with the same helpers (`reconnect`, `claim_landed`, `cut_reason`, `taken_over_by`) into its own
-attempt table.
+This module is the one place that knows how such an attempt settles. Each runner brings its
+attempt's records (`weave.jobs.records.AttemptRecords`) and its own way of giving the job back; the
+core runner (single attempts and each row of a batch drain) and the onboarding runner both settle here.
 """
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
-from django.db import DatabaseError, connections, router
+from django.db import DatabaseError, connections, router, transaction
 
 from weave.jobs.context import JobContext
-from weave.leases import LeaseLost
-from weave.models import JobAttempt, JobStepReceipt
+from weave.jobs.records import AttemptRecords
+from weave.leases import Clock, Lease, LeaseLost
+
+logger = logging.getLogger("weave.jobs")
 
 CUT_OFF = "cut off"  # what a runner returns when its claim never landed: nothing of the attempt exists
+BLOCKED = "blocked"  # the outcome of an attempt that lost its lease, in every runner's records
+
+# Gives the job back under the attempt's lease, inside the settlement's transaction (raising `LeaseLost`
+# when the lease is no longer live and ours), and returns the outcome to record and the words that end
+# its reason ("Gave the job back.").
+GiveBack = Callable[[str], tuple[str, str]]
 
 
 def first_line(error: BaseException) -> str:
@@ -31,66 +39,103 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def reconnect(model: Any) -> None:
+def _reconnect(model: Any) -> None:
     """Drop the broken connection `model` writes through; the next query opens a fresh one."""
     connections[router.db_for_write(model)].close()
 
 
-def cut_reason(cut: DatabaseError, where: str, landed: str) -> str:
-    """A cut-off attempt's reason: where the link failed, the driver's words, and what was read back."""
-    return f"Cut off from the database {where} ({first_line(cut)}); {landed}."
+def landed_claim(
+    job_type: str,
+    rows: Any,
+    pk: Any,
+    owner: str,
+    cut: DatabaseError,
+    *,
+    ttl: float,
+    clock: Clock,
+    attempt_field: str | None = None,
+) -> JobContext | None:
+    """Read back, on a fresh connection, whether a claim by `owner` of `pk` among `rows` (any row, if
+    `pk` is None) landed with only its reply cut off: its attempt's context if so, else None (logged).
 
-
-def claim_landed(rows: Any, owner: str, *, pk: Any = None, fields: tuple[str, ...] = ()) -> dict[str, Any] | None:
-    """Read back, on a fresh connection, whether a cut-off claim by `owner` (of `pk`, if known) landed.
-
-    The owner is new for every attempt, so a row naming it is our claim: its pk and fence (and `fields`)."""
-    reconnect(rows.model)
-    mine = rows.filter(owner=owner) if pk is None else rows.filter(pk=pk, owner=owner)
-    found: dict[str, Any] | None = mine.values("pk", "fence", *fields).first()
-    return found
-
-
-def recorded_outcome(ctx: JobContext) -> str | None:
-    """The outcome this attempt already has on record, if its finish (or a takeover's record of it) landed."""
-    mine = JobAttempt.objects.filter(job_type=ctx.job_type, job_id=str(ctx.lease.pk), fence=ctx.lease.fence)
-    outcome: str | None = mine.values_list("outcome", flat=True).first()
-    return outcome
-
-
-def what_landed(ctx: JobContext, where: str) -> str:
-    """What a cut-off attempt read back of its own writes, `where` it was cut off ("at step book", ...)."""
-    if where == "at the claim":
-        return "the claim had landed, only its reply was lost"
-    if where == "at the finish":
-        return "nothing of the finish landed"
-    if not where.startswith("at step"):
-        return "none of its steps had saved anything yet"
-    saved = JobStepReceipt.objects.filter(
-        job_type=ctx.job_type, job_id=str(ctx.lease.pk), step=ctx.step, fence=ctx.lease.fence
-    ).exists()
-    return f"the save of step {ctx.step} had landed" if saved else f"nothing of step {ctx.step}'s save landed"
-
-
-def taken_over_by(rows: Any, lease: Any, attempt_owner: Callable[[int], str | None]) -> str | None:
-    """Say "Taken over meanwhile by worker-b at fence 2." when the row's fence moved past `lease`'s, else None.
-
-    The job may be finished and free by now: then `attempt_owner(fence)` (the owner of the attempt at
-    that fence, from the caller's attempt table) names who took it over."""
-    row = rows.filter(pk=lease.pk).values("owner", "fence").first()
-    if row is None or row["fence"] == lease.fence:
+    The owner is new for every attempt, so a row naming it is our claim. `attempt_field`: the row's
+    attempt counter, if it keeps one, for the context's `attempt`.
+    """
+    model = rows.model
+    _reconnect(model)
+    mine = model._default_manager.filter(owner=owner)
+    fields = ("pk", "fence", attempt_field) if attempt_field else ("pk", "fence")
+    found = (mine if pk is None else mine.filter(pk=pk)).values(*fields).first()
+    if found is None:
+        logger.warning(
+            "event=cut_off job_type=%s id=%s owner=%s where=claim reason=%s", job_type, pk, owner, first_line(cut)
+        )
         return None
-    taker = row["owner"] or attempt_owner(row["fence"])
+    lease = Lease(pk=found["pk"], owner=owner, fence=found["fence"])
+    attempt = found[attempt_field] if attempt_field else 0
+    return JobContext(job_type, None, lease, attempt, 0, float(ttl), clock, job_model=model)
+
+
+def settle_cut_off(
+    ctx: JobContext,
+    records: AttemptRecords,
+    cut: DatabaseError,
+    where: str,
+    give_back: GiveBack,
+    *,
+    reason: str = "",
+    lost_words: Callable[[LeaseLost], str] | None = None,
+) -> str | None:
+    """End attempt `ctx`, cut off `where` ("at step book", "at the finish"), truthfully; return its outcome.
+
+    On a fresh connection: an ending already on record (a finish whose reply was lost) is left as it
+    is and None is returned. Otherwise the reason (unless given) says where the link failed, the
+    driver's words and what `records` read back. `give_back` returns the job under our lease in one
+    transaction with the ending it names. If the lease was lost meanwhile, only a `blocked` ending
+    is written, naming who took the job over, else `lost_words(lost)` (by default where it was lost).
+    """
+    logger.warning(
+        "event=cut_off job_type=%s id=%s fence=%s where=%r reason=%s",
+        ctx.job_type,
+        ctx.lease.pk,
+        ctx.lease.fence,
+        where,
+        first_line(cut),
+    )
+    _reconnect(ctx.model)
+    if records.ended() is not None:
+        return None
+    reason = reason or f"Cut off from the database {where} ({first_line(cut)}); {records.landed(where)}."
+    try:
+        with transaction.atomic(using=router.db_for_write(ctx.model)):
+            outcome, words = give_back(reason)
+            records.end(outcome, f"{reason} {words}")
+        return outcome
+    except LeaseLost as lost:
+        said = _taken_over(ctx, records) or (lost_words(lost) if lost_words else ctx.blocked_reason(lost, "meanwhile"))
+        records.end(BLOCKED, f"{reason} {said}")
+        return BLOCKED
+
+
+def record_blocked(ctx: JobContext, records: AttemptRecords, lost: LeaseLost, where: str, *, noun: str = "job") -> None:
+    """Record attempt `ctx` as blocked by `lost` `where`, and nothing else (unless its ending is already on
+    record: the worker that took the job over may have written it)."""
+    # Our own history, not the job's row: the attempt says it lost the lease, to whom, and stops.
+    if records.ended() is not None:
+        return
+    records.end(BLOCKED, ctx.blocked_reason(lost, where, noun=noun))
+    logger.warning(
+        "event=lease_lost job_type=%s id=%s fence=%s reason=%s", ctx.job_type, ctx.lease.pk, ctx.lease.fence, lost
+    )
+
+
+def _taken_over(ctx: JobContext, records: AttemptRecords) -> str | None:
+    """Say "Taken over meanwhile by worker-b at fence 2." when the row's fence moved past ours, else None.
+
+    The job may be finished and free by now: then its records name the owner of the attempt at that fence."""
+    row = ctx.rows.filter(pk=ctx.lease.pk).values("owner", "fence").first()
+    if row is None or row["fence"] == ctx.lease.fence:
+        return None
+    taker = row["owner"] or records.owner_at(row["fence"])
     holder = f"{taker} at fence {row['fence']}" if taker else f"fence {row['fence']}"
     return f"Taken over meanwhile by {holder}."
-
-
-def taken_over(ctx: JobContext, lost: LeaseLost) -> str:
-    """Who took the job over meanwhile (named from its `JobAttempt` record), else why the lease was lost."""
-
-    def attempt_owner(fence: int) -> str | None:
-        mine = JobAttempt.objects.filter(job_type=ctx.job_type, job_id=str(ctx.lease.pk), fence=fence)
-        owner: str | None = mine.values_list("owner", flat=True).first()
-        return owner
-
-    return taken_over_by(ctx.rows, ctx.lease, attempt_owner) or ctx.blocked_reason(lost, "meanwhile")

@@ -5,7 +5,8 @@ step's own writes) in a guarded transaction, the finish as a guarded release. A 
 ends the attempt as `blocked` with the reason and writes nothing else; it is never `failed`.
 
 Cut off from the database mid-attempt, the attempt reads back what landed on a fresh connection and
-records its own ending only (`weave.jobs.cutoff`); "cut off" means its claim never landed.
+records its own ending only (`weave.jobs.cutoff`, into its `JobAttempt` records: `weave.jobs.records`);
+"cut off" means its claim never landed.
 """
 
 import json
@@ -17,19 +18,11 @@ from typing import Any
 from django.db import DatabaseError, router, transaction
 
 from weave.jobs.context import JobContext, claim, claim_next
-from weave.jobs.cutoff import (
-    CUT_OFF,
-    claim_landed,
-    cut_reason,
-    first_line,
-    reconnect,
-    recorded_outcome,
-    taken_over,
-    what_landed,
-)
+from weave.jobs.cutoff import CUT_OFF, landed_claim, record_blocked, settle_cut_off
 from weave.jobs.declaration import JobType, get
+from weave.jobs.records import JobAttempts, attempt_row
 from weave.jobs.steps import Step, check_steps, saved_result
-from weave.leases import Clock, Lease, LeaseBusy, LeaseLost, NotClaimable, default_clock, insert_receipts, new_owner
+from weave.leases import Clock, LeaseBusy, LeaseLost, NotClaimable, default_clock, insert_receipts, new_owner
 from weave.models import JobAttempt, JobState, JobStepReceipt
 from weave.sanitize import multiline_text, outside_text
 from weave.worker_db import is_cut_off
@@ -86,15 +79,10 @@ def run_next(job_type: str, rows: Any, *, owner: str | None = None, clock: Clock
 def _claim_cut_off(jt: JobType, rows: Any, pk: Any, owner: str, clock: Clock, cut: DatabaseError) -> str:
     """The claim was cut off: usually it never landed (nothing of ours to end). If it did and only its
     reply was lost, the attempt it counted is ended like any other cut-off attempt."""
-    found = claim_landed(rows.model._default_manager, owner, pk=pk, fields=("attempts",))
-    if found is None:
-        logger.warning(
-            "event=cut_off job_type=%s id=%s owner=%s where=claim reason=%s", jt.name, pk, owner, first_line(cut)
-        )
+    ctx = landed_claim(jt.name, rows, pk, owner, cut, ttl=jt.lease_ttl(), clock=clock, attempt_field="attempts")
+    if ctx is None:
         return CUT_OFF
-    lease = Lease(pk=found["pk"], owner=owner, fence=found["fence"])
-    ctx = JobContext(jt.name, None, lease, found["attempts"], 0, jt.lease_ttl(), clock, job_model=rows.model)
-    return settle_cut_off(ctx, clock.read(), cut, "at the claim") or CUT_OFF
+    return settle_job_cut_off(ctx, clock.read(), cut, "at the claim") or CUT_OFF
 
 
 def _attempt(jt: JobType, ctx: JobContext, *, read_job: bool = False) -> str:
@@ -110,19 +98,19 @@ def _attempt(jt: JobType, ctx: JobContext, *, read_job: bool = False) -> str:
         if ending.cut is not None:
             raise ending.cut
         if ending.lost is not None:
-            record_blocked(ctx, started, ending.lost)
+            record_job_blocked(ctx, started, ending.lost)
             return "blocked"
     except DatabaseError as cut:
         if not is_cut_off(cut):
             raise
         where = f"at step {ctx.step}" if ctx.step else "right after the claim"
-        return settle_cut_off(ctx, started, cut, where) or recorded_outcome(ctx) or CUT_OFF
+        return settle_job_cut_off(ctx, started, cut, where) or JobAttempts(ctx, started).ended() or CUT_OFF
     try:
         return _finish(jt, ctx, started, ending)
     except DatabaseError as cut:
         if not is_cut_off(cut):
             raise
-        return settle_cut_off(ctx, started, cut, "at the finish") or recorded_outcome(ctx) or CUT_OFF
+        return settle_job_cut_off(ctx, started, cut, "at the finish") or JobAttempts(ctx, started).ended() or CUT_OFF
 
 
 def _finish(jt: JobType, ctx: JobContext, started: Any, ending: "Ending") -> str:
@@ -132,7 +120,7 @@ def _finish(jt: JobType, ctx: JobContext, started: Any, ending: "Ending") -> str
             ctx.release(**ending.fields)
             insert_receipts(JobAttempt, [ending.receipt(ctx, started)])
     except LeaseLost as lost:
-        record_blocked(ctx, started, lost)
+        record_job_blocked(ctx, started, lost)
         return "blocked"
     if jt.finished is not None:
         jt.finished(ctx, ending.outcome)
@@ -155,7 +143,7 @@ class Ending:
     cut: DatabaseError | None = None  # the link to the database failed (see `weave.jobs.cutoff`)
 
     def receipt(self, ctx: JobContext, started: Any) -> dict[str, Any]:
-        return _receipt(ctx, started, self.outcome, self.reason, **self.extra)
+        return attempt_row(ctx, started, self.outcome, self.reason, **self.extra)
 
 
 def work(jt: JobType, ctx: JobContext) -> Ending:
@@ -235,23 +223,6 @@ def _run_step(jt: JobType, ctx: JobContext, step: Step) -> None:
     ctx.results[step.name] = result
 
 
-def _receipt(ctx: JobContext, started: Any, outcome: str, reason: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "job_type": ctx.job_type,
-        "job_id": str(ctx.lease.pk),
-        "number": ctx.attempt,
-        "owner": ctx.lease.owner,
-        "fence": ctx.lease.fence,
-        "outcome": outcome,
-        "reason": outside_text(reason, limit=2000),
-        "error_class": extra.get("error_class", ""),
-        "traceback": extra.get("traceback", ""),
-        "result": extra.get("result"),
-        "started_at": started,
-        "finished_at": ctx.clock.now(),
-    }
-
-
 def _finish_fields(
     ctx: JobContext, reason: str, *, state: str, retry_in: float | None = None, **more: Any
 ) -> dict[str, Any]:
@@ -263,55 +234,26 @@ def _finish_fields(
     return fields
 
 
-def settle_cut_off(ctx: JobContext, started: Any, cut: DatabaseError, where: str) -> str | None:
-    """End attempt `ctx`, cut off `where` ("at step book", "at the finish"), truthfully; return its outcome.
+def settle_job_cut_off(ctx: JobContext, started: Any, cut: DatabaseError, where: str) -> str | None:
+    """End attempt `ctx`, cut off `where`, in its `JobAttempt` records (`weave.jobs.cutoff.settle_cut_off`).
 
-    On a fresh connection: an ending already on record (a finish whose reply was lost) is left as it
-    is and None is returned. Otherwise the lease, if still ours, is given back (the job pending, due
-    now) with a `retry` record; if it was lost meanwhile, only a `blocked` record is written, naming
-    who holds the job now. Every time is the database's.
+    A lease still ours gives the job back pending and due now, recorded as `retry`; None: its ending
+    had already landed.
     """
-    logger.warning(
-        "event=cut_off job_type=%s id=%s fence=%s where=%r reason=%s",
-        ctx.job_type,
-        ctx.lease.pk,
-        ctx.lease.fence,
-        where,
-        first_line(cut),
-    )
-    reconnect(ctx.model)
-    if recorded_outcome(ctx) is not None:
-        return None
-    reason = cut_reason(cut, where, what_landed(ctx, where))
-    try:
-        with transaction.atomic(using=router.db_for_write(ctx.model)):
-            ctx.release(
-                state=JobState.PENDING,
-                last_error=outside_text(reason, limit=2000),
-                next_attempt_at=None,
-                finished_at=None,
-            )
-            insert_receipts(
-                JobAttempt, [_receipt(ctx, started, JobAttempt.Outcome.RETRY, f"{reason} Gave the job back.")]
-            )
-        return str(JobAttempt.Outcome.RETRY)
-    except LeaseLost as lost:
-        blocked = f"{reason} {taken_over(ctx, lost)}"
-        insert_receipts(JobAttempt, [_receipt(ctx, started, JobAttempt.Outcome.BLOCKED, blocked)])
-        return str(JobAttempt.Outcome.BLOCKED)
+
+    def give_back(reason: str) -> tuple[str, str]:
+        ctx.release(
+            state=JobState.PENDING, last_error=outside_text(reason, limit=2000), next_attempt_at=None, finished_at=None
+        )
+        return str(JobAttempt.Outcome.RETRY), "Gave the job back."
+
+    return settle_cut_off(ctx, JobAttempts(ctx, started), cut, where, give_back)
 
 
-def record_blocked(ctx: JobContext, started: Any, lost: LeaseLost) -> None:
+def record_job_blocked(ctx: JobContext, started: Any, lost: LeaseLost) -> None:
     """Record the attempt `ctx` as blocked by `lost` (unless the worker that took the job over already did)."""
-    # Our own history, not the job's row: the attempt says it lost the lease, to whom, and stops.
-    attempt = JobAttempt.objects.filter(job_type=ctx.job_type, job_id=str(ctx.lease.pk), number=ctx.attempt)
-    if attempt.filter(fence=ctx.lease.fence).exists():
-        return  # the worker that took the job over has already recorded how this attempt ended
     where = f"at step {ctx.step}" if ctx.step else "at the finish"
-    insert_receipts(JobAttempt, [_receipt(ctx, started, JobAttempt.Outcome.BLOCKED, ctx.blocked_reason(lost, where))])
-    logger.warning(
-        "event=lease_lost job_type=%s id=%s fence=%s reason=%s", ctx.job_type, ctx.lease.pk, ctx.lease.fence, lost
-    )
+    record_blocked(ctx, JobAttempts(ctx, started), lost, where)
 
 
 def _failure(jt: JobType, ctx: JobContext, error: Exception) -> Ending:
