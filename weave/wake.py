@@ -20,14 +20,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Q
+from django.db import connection
 from django_q.conf import Conf
 from django_q.tasks import async_task
 
 from weave.conf import weave_settings
 from weave.leases import DbNow, default_clock
-from weave.leases.clock import postgres_now_plus
+from weave.leases.clock import SQLITE_NOW, postgres_now_plus
 from weave.reports import note_answer, note_failure
 from weave.worker_db import is_cut_off
 
@@ -60,10 +59,10 @@ def request_task(name: str, func: str, *args: Any, group: str, task_name: str | 
 
 
 def finish_claimed_request(
-    name: str, func: str, *args: Any, taken: bool, already_taken: bool, group: str, task_name: str | None = None
+    name: str, func: str, *args: Any, taken: bool, group: str, task_name: str | None = None
 ) -> bool:
     """`request_task`, for a caller whose own committed statement carried the slot claim (`slot_claim_sql`)."""
-    return finish_claim(name, taken, already_taken, enqueue=_enqueuer(func, args, group, task_name))
+    return finish_claim(name, taken, enqueue=_enqueuer(func, args, group, task_name))
 
 
 def _enqueuer(func: str, args: tuple[Any, ...], group: str, task_name: str | None) -> Callable[[], None]:
@@ -76,37 +75,23 @@ def request_once(name: str, *, enqueue: Callable[[], None], lapse: float | None 
 
     Never raises for the broker: the caller's work is committed, so a failed enqueue frees the slot
     and the watchers ask again."""
-    from weave.models import WakeRequest
-
-    lapse = float(REQUEST_LAPSE if lapse is None else lapse)
-    if connection.vendor == "postgresql":
-        claim = slot_claim_sql(name, lapse=lapse)
-        with connection.cursor() as cursor:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            claim = slot_claim_sql(name, lapse=lapse)
             cursor.execute(
                 f"WITH {claim.with_sql} SELECT {claim.select_sql}", [*claim.with_params, *claim.select_params]
             )
-            taken, already_taken = cursor.fetchone()
-    else:
-        rows = WakeRequest.objects.filter(name=name)
-        free = Q(queued_until__isnull=True) | Q(queued_until__lte=DbNow())
-        taken = rows.filter(free).update(queued_until=DbNow(timedelta(seconds=lapse)), requests=F("requests") + 1)
-        already_taken = not taken and rows.exists()
-    if not taken and not already_taken:
-        try:
-            with transaction.atomic():
-                WakeRequest.objects.create(name=name, queued_until=DbNow(timedelta(seconds=lapse)), requests=1)
-        except IntegrityError:
-            return False  # a concurrent first request created the row: it enqueues
-        taken = True
-    return finish_claim(name, bool(taken), bool(already_taken), enqueue=enqueue, lapse=lapse)
+            taken = cursor.fetchone()[0]
+        else:
+            cursor.execute(_upsert_text(connection.vendor, True, "TRUE"), _upsert_params(name, _lapse(lapse)))
+            taken = cursor.rowcount == 1  # neither inserted nor updated: the slot was taken
+    return finish_claim(name, bool(taken), enqueue=enqueue)
 
 
-def finish_claim(
-    name: str, taken: bool, already_taken: bool, *, enqueue: Callable[[], None], lapse: float | None = None
-) -> bool:
+def finish_claim(name: str, taken: bool, *, enqueue: Callable[[], None]) -> bool:
     """Finish a request whose slot claim has committed; return whether it enqueued."""
     if not taken:
-        return not already_taken and request_once(name, enqueue=enqueue, lapse=lapse)  # no row yet
+        return False
     try:
         enqueue()
     except Exception as error:
@@ -135,24 +120,46 @@ class SlotClaimSQL:
 def slot_claim_sql(name: str, *, lapse: float | None = None, alias: str = "won", only_if: str = "TRUE") -> SlotClaimSQL:
     """The pieces that claim the slot of `name`; `only_if`: a further condition (SQL, no parameters)."""
     with_sql, select_sql = _slot_claim_text(alias, only_if)
-    return SlotClaimSQL(
-        with_sql, (float(REQUEST_LAPSE if lapse is None else lapse), name), select_sql, (CHANNEL, ARRIVAL, name)
+    return SlotClaimSQL(with_sql, _upsert_params(name, _lapse(lapse)), select_sql, (CHANNEL, ARRIVAL))
+
+
+@functools.cache  # the same text object each time: callers build their statements once per text
+def _slot_claim_text(alias: str, only_if: str) -> tuple[str, str]:
+    # Not won while `only_if` holds: the slot was taken, so the waiting or lingering task hears ARRIVAL.
+    return (
+        f"{alias} AS ({_upsert_text('postgresql', True, only_if)} RETURNING 1)",
+        f"EXISTS (SELECT 1 FROM {alias}), (SELECT count(pg_notify(%s, %s))"
+        f" WHERE NOT EXISTS (SELECT 1 FROM {alias}) AND ({only_if})) > 0",
     )
 
 
 @functools.cache
-def _slot_claim_text(alias: str, only_if: str) -> tuple[str, str]:
+def _upsert_text(vendor: str, claim: bool, only_if: str) -> str:
+    """One INSERT that takes the slot of a request (its row made if missing, so two first requests do not
+    race); `claim`: only a free slot, counting a request. Parameters: `_upsert_params`."""
     from weave.models import WakeRequest
 
     table = connection.ops.quote_name(WakeRequest._meta.db_table)
-    # The SELECT sees the row as before the UPDATE: pg_notify runs only when the row exists and the
-    # UPDATE took nothing, so the queued or lingering task hears ARRIVAL.
-    return (
-        f"{alias} AS (UPDATE {table} SET queued_until = {postgres_now_plus('%s')}, requests = requests + 1 WHERE"
-        f" name = %s AND (queued_until IS NULL OR queued_until <= clock_timestamp()) AND ({only_if}) RETURNING 1)",
-        f"EXISTS (SELECT 1 FROM {alias}), (SELECT count(pg_notify(%s, %s)) FROM {table}"
-        f" WHERE name = %s AND NOT EXISTS (SELECT 1 FROM {alias})) > 0",
+    until, now = (
+        (postgres_now_plus("%s"), "clock_timestamp()")
+        if vendor == "postgresql"
+        else (SQLITE_NOW.replace("%", "%%").replace("'now'", "'now', %s"), SQLITE_NOW.replace("%", "%%"))
     )
+    sql = (
+        f"INSERT INTO {table} (name, queued_until, requests) SELECT %s, {until}, {int(claim)} WHERE {only_if}"
+        " ON CONFLICT (name) DO UPDATE SET queued_until = excluded.queued_until"
+    )
+    if claim:
+        sql += f", requests = {table}.requests + 1 WHERE {table}.queued_until IS NULL OR {table}.queued_until <= {now}"
+    return sql
+
+
+def _upsert_params(name: str, seconds: float) -> tuple[Any, ...]:
+    return (name, seconds if connection.vendor == "postgresql" else f"{seconds:+.6f} seconds")
+
+
+def _lapse(lapse: float | None) -> float:
+    return float(REQUEST_LAPSE if lapse is None else lapse)
 
 
 def on_arrival(callback: Callable[[], None]) -> Callable[[], None]:
@@ -181,15 +188,8 @@ def _arrived() -> None:
 
 def keep_slot_taken(name: str, seconds: float) -> None:
     """Keep the slot of `name` taken `seconds` more: the running task takes new work (if it dies, the slot lapses)."""
-    from weave.models import WakeRequest
-
-    until, rows = DbNow(timedelta(seconds=seconds)), WakeRequest.objects.filter(name=name)
-    if not rows.update(queued_until=until):
-        try:  # started by a sweep, never requested: no row yet
-            with transaction.atomic():
-                WakeRequest.objects.create(name=name, queued_until=until)
-        except IntegrityError:
-            rows.update(queued_until=until)
+    with connection.cursor() as cursor:
+        cursor.execute(_upsert_text(connection.vendor, False, "TRUE"), _upsert_params(name, seconds))
 
 
 def free_slot(name: str) -> None:
