@@ -247,9 +247,6 @@ class LingeringTask:
             keep_slot_taken(self.name, self.seconds + GRACE)
         tell_watchers()  # rows are about to be leased: the watchers learn when those leases would lapse
 
-    def listen(self, callback: Callable[[], None]) -> Callable[[], None]:
-        return on_arrival(callback)
-
     def hears(self) -> bool:
         """Whether every new request reaches this process as an arrival (its watcher listens)."""
         return bool(weave_settings.WAKE_WATCHER) and _state.mode == "listen"
@@ -259,9 +256,6 @@ class LingeringTask:
         if has_space and self.seconds and time.monotonic() - self._renewed >= self.seconds / 2:
             keep_slot_taken(self.name, self.seconds + GRACE)
             self._renewed = time.monotonic()
-
-    def claimed(self) -> None:
-        tell_watchers()
 
     def backlog(self) -> None:
         pause_watch(self.watch, POLL_MAX)
@@ -384,40 +378,66 @@ def listen_report(max_age: float = 3600.0) -> dict[str, Any]:
     return {"listening": recent.filter(mode="listen").count(), "polling": len(polling), "polling_watchers": polling}
 
 
-class TaskRequestWait:
+class Listener:
+    """A LISTEN on `channel` (PostgreSQL), opened and probed once per (re)open. Where the probe is not heard
+    (a pooler) it stays closed, `polling`, until `reset()`: its owner sleeps instead of waiting on it."""
+
+    def __init__(self, channel: str) -> None:
+        self.channel, self.polling = channel, False
+        self.raw: Any = None
+
+    def connect(self) -> bool:
+        """Open and probe the LISTEN unless it is open or polling; return whether it was (re)opened now."""
+        if self.raw is not None or self.polling or connection.vendor != "postgresql":
+            return False
+        self.raw = open_listener(self.channel)
+        try:
+            self.polling = not probe_listener(self.raw, channel=self.channel)
+        except Exception:
+            self.close()
+            raise
+        if self.polling:  # a connection that hears nothing is of no use
+            self.close()
+        return True
+
+    def read(self, seconds: float) -> list[str]:
+        """The payloads of one read of up to `seconds`, taken whole: leaving the generator early would drop
+        the rest, an arrival among them."""
+        return [notify.payload for notify in self.raw.notifies(timeout=seconds, stop_after=1)]
+
+    def close(self) -> None:
+        raw, self.raw = self.raw, None
+        _close_quietly(raw)
+
+    def reset(self) -> None:
+        self.close()
+        self.polling = False
+
+
+class TaskRequestWait(Listener):
     """A broker's idle wait: sleep up to a given time, cut short by a task request (NOTIFY TASK_CHANNEL).
 
     The LISTEN stays open between waits, and the first wait after (re)opening returns at once (a request
     before it was not heard). Where the probe is not heard (a pooler), or on SQLite, it only sleeps."""
 
     def __init__(self) -> None:
-        self._raw: Any = None
-        self._unheard = False
+        super().__init__(TASK_CHANNEL)
 
     def wait(self, seconds: float) -> bool:
         """Sleep up to `seconds`; True if a request (or the (re)opening of the LISTEN) cut it short."""
         deadline = time.monotonic() + seconds
-        if connection.vendor != "postgresql" or self._unheard:
-            time.sleep(seconds)
-            return False
         try:
-            if self._raw is None:
-                self._raw = open_listener(TASK_CHANNEL)
-                if not probe_listener(self._raw, channel=TASK_CHANNEL):
-                    self._unheard = True
-                    self.close()
+            if self.connect():
+                if self.polling:
                     logger.warning("event=task_requests_unheard: the broker polls its queue (a transaction pooler?)")
                 return True
-            return any(True for _ in self._raw.notifies(timeout=seconds, stop_after=1))
+            if self.raw is not None:
+                return bool(self.read(seconds))
         except Exception:  # the broker's own queries report an outage; here, sleep and reopen
             logger.debug("the task-request wait's LISTEN failed; sleeping instead", exc_info=True)
             self.close()
-            time.sleep(max(0.0, deadline - time.monotonic()))
+        time.sleep(max(0.0, deadline - time.monotonic()))
         return False
-
-    def close(self) -> None:
-        raw, self._raw = self._raw, None
-        _close_quietly(raw)
 
 
 # --- the watcher thread --------------------------------------------------------------------------------
@@ -432,9 +452,7 @@ class Watcher:
     def __init__(self, specs: list[WatchSpec] | None = None) -> None:
         self.specs = specs
         self._stop = threading.Event()
-        self._listener: Any = None
-        self._hears = False  # the last probe arrived: long sleeps are safe
-        self._polling = False  # it did not: poll until a reconnect probes again
+        self.listener = Listener(CHANNEL)  # open: the last probe arrived, so long sleeps are safe
         self._overdue_seen: set[str] = set()
         self._looked: dict[str, tuple[float, float]] = {}  # kind -> (monotonic time of its last look, its sleep)
         self._poll = GRACE
@@ -444,7 +462,7 @@ class Watcher:
         self._stop.set()
 
     def longest_sleep(self) -> float:
-        return IDLE if connection.vendor == "postgresql" and self._hears else POLL_MAX
+        return IDLE if connection.vendor == "postgresql" and self.listener.raw is not None else POLL_MAX
 
     def step(self, *, timer_expired: bool) -> float:
         """Look at the watched kinds, wake those due; return seconds to sleep. A timer round looks only at
@@ -508,45 +526,26 @@ class Watcher:
 
     def _wait(self, seconds: float) -> bool:
         """Sleep up to `seconds`; return True if a notification (or stop) cut the sleep short."""
-        raw = self._listen() if connection.vendor == "postgresql" else None
-        if raw is None:  # SQLite, or notifications do not arrive: poll (the sleep is bounded)
+        if self.listener.connect():
+            if self.listener.polling:  # poll until the next reconnect
+                _record("poll", "a probe NOTIFY did not arrive on the LISTEN connection (a transaction pooler?)")
+            else:
+                _record("listen", "notifications arrive")
+        if self.listener.raw is None:  # SQLite, or notifications do not arrive: poll (the sleep is bounded)
             return self._stop.wait(seconds)
         deadline = time.monotonic() + seconds
         while not self._stop.is_set():  # slices of 1 s, so that stop() is seen
             if (left := deadline - time.monotonic()) <= 0:
                 return False
-            # One read taken whole: leaving the generator early would drop the rest, an arrival among them.
-            heard = [n.payload for n in raw.notifies(timeout=min(left, 1.0), stop_after=1)]
+            heard = self.listener.read(min(left, 1.0))
             if ARRIVAL in heard:
                 _arrived()  # for a task lingering in this process; due times did not change
             if any(payload != ARRIVAL and not payload.startswith("probe:") for payload in heard):
                 return True
         return True
 
-    def _listen(self) -> Any:
-        """The listening connection, opened and probed once per (re)connect; None while polling."""
-        if self._listener is None and not self._polling:
-            self._listener = open_listener()
-            try:
-                self._hears = probe_listener(self._listener)
-            except Exception:
-                self._close_listener()
-                raise
-            if self._hears:
-                _record("listen", "notifications arrive")
-            else:  # a connection that hears nothing is of no use: poll until the next reconnect
-                self._close_listener()
-                self._polling = True
-                _record("poll", "a probe NOTIFY did not arrive on the LISTEN connection (a transaction pooler?)")
-        return self._listener
-
-    def _close_listener(self) -> None:
-        raw, self._listener, self._hears = self._listener, None, False
-        _close_quietly(raw)
-
     def _reset_connection(self) -> None:
-        self._close_listener()
-        self._polling = False
+        self.listener.reset()
         _close_quietly(connection)  # reopened by the next round
 
 
