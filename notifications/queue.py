@@ -21,9 +21,6 @@ def drain_claim_sql(*, only_if: str = "TRUE") -> workers.SlotClaimSQL:
     return workers.slot_claim_sql(drain_request_name(), only_if=only_if)
 
 
-def drain_claimed(taken: bool, already_taken: bool) -> bool:
+def drain_claimed(taken: bool) -> bool:
     """Finish a drain request whose claim (`drain_claim_sql`) committed; return whether a drain was enqueued."""
-    name = drain_request_name()
-    return workers.finish_claimed_request(
-        name, "notifications.tasks.drain", taken=taken, already_taken=already_taken, **_TASK
-    )
+    return workers.finish_claimed_request(drain_request_name(), "notifications.tasks.drain", taken=taken, **_TASK)

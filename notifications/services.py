@@ -378,7 +378,7 @@ def _insert_locked(
     created = [n for n in planned if not n._state.adding]
     skipped += [SkippedDevice(n.device_id, _LEFT_OUT) for n in planned if n._state.adding]
     if created and claim is not None:
-        queue.drain_claimed(*claimed)  # the rows and the claim committed together: enqueue if it won
+        queue.drain_claimed(claimed[0])  # the rows and the claim committed together: enqueue if it won
     elif created:
         _request_drain_on_commit(db)
     return created
@@ -771,7 +771,7 @@ def _insert(
         sender=Notification, instance=notification, created=True, update_fields=None, raw=False, using=db
     )
     if claim is not None and claimed is not None:
-        queue.drain_claimed(*claimed)  # the INSERT and the claim committed together: enqueue if it won
+        queue.drain_claimed(claimed[0])  # the INSERT and the claim committed together: enqueue if it won
     else:
         _request_drain_on_commit(db)
     return notification

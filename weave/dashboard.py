@@ -24,7 +24,7 @@ from weave.charts import age, table, when
 from weave.conf import weave_settings
 from weave.display import change_link, changelist_url, linked
 from weave.models import Dashboard
-from weave.reports import REPORT_EVERY, Workers, workers
+from weave.reports import REPORT_EVERY
 from weave.telemetry import (
     DEGRADED,
     FAILING,
@@ -32,6 +32,7 @@ from weave.telemetry import (
     Finding,
     Panel,
     TtlReport,
+    Workers,
     db_now,
     health_checks,
     lease_counts,
@@ -40,6 +41,7 @@ from weave.telemetry import (
     register_health,
     register_panel,
     ttl_reports,
+    workers,
 )
 from weave.tuning import MARGIN_FLOOR, MARGIN_SHARE, MIN_SAMPLES
 

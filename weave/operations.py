@@ -59,7 +59,6 @@ from weave.display import (
 from weave.jobs.admin import JobAdminMixin
 from weave.jobs.explain import explain_job
 from weave.metrics import RunningCounts, counted_between, seconds_since
-from weave.reports import workers
 from weave.retention import PurgeSpec, purged_totals, register_purge
 from weave.telemetry import (
     DEGRADED,
@@ -72,6 +71,7 @@ from weave.telemetry import (
     percentiles_by,
     planner_counts,
     register_health,
+    workers,
 )
 from weave.timeline import (
     OperatorEvent,

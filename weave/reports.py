@@ -6,7 +6,6 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,7 +18,6 @@ logger = logging.getLogger(__name__)
 
 REPORT_EVERY = 15.0  # seconds between one process's reports
 RETRY_CUT_OFF = 1.0  # seconds between tries while the database link is down
-REPORT_STALE = timedelta(seconds=45)  # three missed reports: the process is gone or frozen
 KEEP = timedelta(hours=1)  # reports older than this are deleted by the next report
 # Session limits this worker set itself (statement_timeout, idle in transaction): one session was cut,
 # the database was not away.
@@ -137,24 +135,3 @@ def start_reporter(**_signal: Any) -> None:
             name = f"{socket.gethostname()}:{os.getpid()}"
             _started = threading.Thread(target=_loop, args=(name,), name="weave-report", daemon=True)
             _started.start()
-
-
-@dataclass(frozen=True)
-class Workers:
-    """The reports as the console reads them: live ones (seen within REPORT_STALE) and stale ones."""
-
-    live: list[Any]
-    stale: list[Any]
-    any_reported: bool
-
-    def values(self, key: str) -> list[Any]:
-        """The distinct values live workers report for `key` (several when workers disagree)."""
-        return sorted({w.config.get(key) for w in self.live if key in w.config}, key=repr)
-
-
-def workers(now: datetime) -> Workers:
-    from weave.models import WorkerReport
-
-    reports = list(WorkerReport.objects.order_by("name"))
-    live = [w for w in reports if w.seen_at > now - REPORT_STALE]
-    return Workers(live=live, stale=[w for w in reports if w not in live], any_reported=bool(reports))

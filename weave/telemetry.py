@@ -293,3 +293,29 @@ def count_tiles(
         )
         for value, n in counts.items()
     ]
+
+
+# --- worker processes ---------------------------------------------------------------------------
+
+REPORT_STALE = timedelta(seconds=45)  # three missed reports (`weave.reports`): the process is gone or frozen
+
+
+@dataclass(frozen=True)
+class Workers:
+    """The reports as the console reads them: live ones (seen within REPORT_STALE) and stale ones."""
+
+    live: list[Any]
+    stale: list[Any]
+    any_reported: bool
+
+    def values(self, key: str) -> list[Any]:
+        """The distinct values live workers report for `key` (several when workers disagree)."""
+        return sorted({w.config.get(key) for w in self.live if key in w.config}, key=repr)
+
+
+def workers(now: datetime) -> Workers:
+    from weave.models import WorkerReport
+
+    reports = list(WorkerReport.objects.order_by("name"))
+    live = [w for w in reports if w.seen_at > now - REPORT_STALE]
+    return Workers(live=live, stale=[w for w in reports if w not in live], any_reported=bool(reports))

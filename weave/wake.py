@@ -20,14 +20,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Q
+from django.db import connection
 from django_q.conf import Conf
 from django_q.tasks import async_task
 
 from weave.conf import weave_settings
 from weave.leases import DbNow, default_clock
-from weave.leases.clock import postgres_now_plus
+from weave.leases.clock import SQLITE_NOW, postgres_now_plus
 from weave.reports import note_answer, note_failure
 from weave.worker_db import is_cut_off
 
@@ -60,10 +59,10 @@ def request_task(name: str, func: str, *args: Any, group: str, task_name: str | 
 
 
 def finish_claimed_request(
-    name: str, func: str, *args: Any, taken: bool, already_taken: bool, group: str, task_name: str | None = None
+    name: str, func: str, *args: Any, taken: bool, group: str, task_name: str | None = None
 ) -> bool:
     """`request_task`, for a caller whose own committed statement carried the slot claim (`slot_claim_sql`)."""
-    return finish_claim(name, taken, already_taken, enqueue=_enqueuer(func, args, group, task_name))
+    return finish_claim(name, taken, enqueue=_enqueuer(func, args, group, task_name))
 
 
 def _enqueuer(func: str, args: tuple[Any, ...], group: str, task_name: str | None) -> Callable[[], None]:
@@ -76,37 +75,23 @@ def request_once(name: str, *, enqueue: Callable[[], None], lapse: float | None 
 
     Never raises for the broker: the caller's work is committed, so a failed enqueue frees the slot
     and the watchers ask again."""
-    from weave.models import WakeRequest
-
-    lapse = float(REQUEST_LAPSE if lapse is None else lapse)
-    if connection.vendor == "postgresql":
-        claim = slot_claim_sql(name, lapse=lapse)
-        with connection.cursor() as cursor:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            claim = slot_claim_sql(name, lapse=lapse)
             cursor.execute(
                 f"WITH {claim.with_sql} SELECT {claim.select_sql}", [*claim.with_params, *claim.select_params]
             )
-            taken, already_taken = cursor.fetchone()
-    else:
-        rows = WakeRequest.objects.filter(name=name)
-        free = Q(queued_until__isnull=True) | Q(queued_until__lte=DbNow())
-        taken = rows.filter(free).update(queued_until=DbNow(timedelta(seconds=lapse)), requests=F("requests") + 1)
-        already_taken = not taken and rows.exists()
-    if not taken and not already_taken:
-        try:
-            with transaction.atomic():
-                WakeRequest.objects.create(name=name, queued_until=DbNow(timedelta(seconds=lapse)), requests=1)
-        except IntegrityError:
-            return False  # a concurrent first request created the row: it enqueues
-        taken = True
-    return finish_claim(name, bool(taken), bool(already_taken), enqueue=enqueue, lapse=lapse)
+            taken = cursor.fetchone()[0]
+        else:
+            cursor.execute(_upsert_text(connection.vendor, True, "TRUE"), _upsert_params(name, _lapse(lapse)))
+            taken = cursor.rowcount == 1  # neither inserted nor updated: the slot was taken
+    return finish_claim(name, bool(taken), enqueue=enqueue)
 
 
-def finish_claim(
-    name: str, taken: bool, already_taken: bool, *, enqueue: Callable[[], None], lapse: float | None = None
-) -> bool:
+def finish_claim(name: str, taken: bool, *, enqueue: Callable[[], None]) -> bool:
     """Finish a request whose slot claim has committed; return whether it enqueued."""
     if not taken:
-        return not already_taken and request_once(name, enqueue=enqueue, lapse=lapse)  # no row yet
+        return False
     try:
         enqueue()
     except Exception as error:
@@ -135,24 +120,46 @@ class SlotClaimSQL:
 def slot_claim_sql(name: str, *, lapse: float | None = None, alias: str = "won", only_if: str = "TRUE") -> SlotClaimSQL:
     """The pieces that claim the slot of `name`; `only_if`: a further condition (SQL, no parameters)."""
     with_sql, select_sql = _slot_claim_text(alias, only_if)
-    return SlotClaimSQL(
-        with_sql, (float(REQUEST_LAPSE if lapse is None else lapse), name), select_sql, (CHANNEL, ARRIVAL, name)
+    return SlotClaimSQL(with_sql, _upsert_params(name, _lapse(lapse)), select_sql, (CHANNEL, ARRIVAL))
+
+
+@functools.cache  # the same text object each time: callers build their statements once per text
+def _slot_claim_text(alias: str, only_if: str) -> tuple[str, str]:
+    # Not won while `only_if` holds: the slot was taken, so the waiting or lingering task hears ARRIVAL.
+    return (
+        f"{alias} AS ({_upsert_text('postgresql', True, only_if)} RETURNING 1)",
+        f"EXISTS (SELECT 1 FROM {alias}), (SELECT count(pg_notify(%s, %s))"
+        f" WHERE NOT EXISTS (SELECT 1 FROM {alias}) AND ({only_if})) > 0",
     )
 
 
 @functools.cache
-def _slot_claim_text(alias: str, only_if: str) -> tuple[str, str]:
+def _upsert_text(vendor: str, claim: bool, only_if: str) -> str:
+    """One INSERT that takes the slot of a request (its row made if missing, so two first requests do not
+    race); `claim`: only a free slot, counting a request. Parameters: `_upsert_params`."""
     from weave.models import WakeRequest
 
     table = connection.ops.quote_name(WakeRequest._meta.db_table)
-    # The SELECT sees the row as before the UPDATE: pg_notify runs only when the row exists and the
-    # UPDATE took nothing, so the queued or lingering task hears ARRIVAL.
-    return (
-        f"{alias} AS (UPDATE {table} SET queued_until = {postgres_now_plus('%s')}, requests = requests + 1 WHERE"
-        f" name = %s AND (queued_until IS NULL OR queued_until <= clock_timestamp()) AND ({only_if}) RETURNING 1)",
-        f"EXISTS (SELECT 1 FROM {alias}), (SELECT count(pg_notify(%s, %s)) FROM {table}"
-        f" WHERE name = %s AND NOT EXISTS (SELECT 1 FROM {alias})) > 0",
+    until, now = (
+        (postgres_now_plus("%s"), "clock_timestamp()")
+        if vendor == "postgresql"
+        else (SQLITE_NOW.replace("%", "%%").replace("'now'", "'now', %s"), SQLITE_NOW.replace("%", "%%"))
     )
+    sql = (
+        f"INSERT INTO {table} (name, queued_until, requests) SELECT %s, {until}, {int(claim)} WHERE {only_if}"
+        " ON CONFLICT (name) DO UPDATE SET queued_until = excluded.queued_until"
+    )
+    if claim:
+        sql += f", requests = {table}.requests + 1 WHERE {table}.queued_until IS NULL OR {table}.queued_until <= {now}"
+    return sql
+
+
+def _upsert_params(name: str, seconds: float) -> tuple[Any, ...]:
+    return (name, seconds if connection.vendor == "postgresql" else f"{seconds:+.6f} seconds")
+
+
+def _lapse(lapse: float | None) -> float:
+    return float(REQUEST_LAPSE if lapse is None else lapse)
 
 
 def on_arrival(callback: Callable[[], None]) -> Callable[[], None]:
@@ -181,15 +188,8 @@ def _arrived() -> None:
 
 def keep_slot_taken(name: str, seconds: float) -> None:
     """Keep the slot of `name` taken `seconds` more: the running task takes new work (if it dies, the slot lapses)."""
-    from weave.models import WakeRequest
-
-    until, rows = DbNow(timedelta(seconds=seconds)), WakeRequest.objects.filter(name=name)
-    if not rows.update(queued_until=until):
-        try:  # started by a sweep, never requested: no row yet
-            with transaction.atomic():
-                WakeRequest.objects.create(name=name, queued_until=until)
-        except IntegrityError:
-            rows.update(queued_until=until)
+    with connection.cursor() as cursor:
+        cursor.execute(_upsert_text(connection.vendor, False, "TRUE"), _upsert_params(name, seconds))
 
 
 def free_slot(name: str) -> None:
@@ -247,9 +247,6 @@ class LingeringTask:
             keep_slot_taken(self.name, self.seconds + GRACE)
         tell_watchers()  # rows are about to be leased: the watchers learn when those leases would lapse
 
-    def listen(self, callback: Callable[[], None]) -> Callable[[], None]:
-        return on_arrival(callback)
-
     def hears(self) -> bool:
         """Whether every new request reaches this process as an arrival (its watcher listens)."""
         return bool(weave_settings.WAKE_WATCHER) and _state.mode == "listen"
@@ -259,9 +256,6 @@ class LingeringTask:
         if has_space and self.seconds and time.monotonic() - self._renewed >= self.seconds / 2:
             keep_slot_taken(self.name, self.seconds + GRACE)
             self._renewed = time.monotonic()
-
-    def claimed(self) -> None:
-        tell_watchers()
 
     def backlog(self) -> None:
         pause_watch(self.watch, POLL_MAX)
@@ -384,40 +378,66 @@ def listen_report(max_age: float = 3600.0) -> dict[str, Any]:
     return {"listening": recent.filter(mode="listen").count(), "polling": len(polling), "polling_watchers": polling}
 
 
-class TaskRequestWait:
+class Listener:
+    """A LISTEN on `channel` (PostgreSQL), opened and probed once per (re)open. Where the probe is not heard
+    (a pooler) it stays closed, `polling`, until `reset()`: its owner sleeps instead of waiting on it."""
+
+    def __init__(self, channel: str) -> None:
+        self.channel, self.polling = channel, False
+        self.raw: Any = None
+
+    def connect(self) -> bool:
+        """Open and probe the LISTEN unless it is open or polling; return whether it was (re)opened now."""
+        if self.raw is not None or self.polling or connection.vendor != "postgresql":
+            return False
+        self.raw = open_listener(self.channel)
+        try:
+            self.polling = not probe_listener(self.raw, channel=self.channel)
+        except Exception:
+            self.close()
+            raise
+        if self.polling:  # a connection that hears nothing is of no use
+            self.close()
+        return True
+
+    def read(self, seconds: float) -> list[str]:
+        """The payloads of one read of up to `seconds`, taken whole: leaving the generator early would drop
+        the rest, an arrival among them."""
+        return [notify.payload for notify in self.raw.notifies(timeout=seconds, stop_after=1)]
+
+    def close(self) -> None:
+        raw, self.raw = self.raw, None
+        _close_quietly(raw)
+
+    def reset(self) -> None:
+        self.close()
+        self.polling = False
+
+
+class TaskRequestWait(Listener):
     """A broker's idle wait: sleep up to a given time, cut short by a task request (NOTIFY TASK_CHANNEL).
 
     The LISTEN stays open between waits, and the first wait after (re)opening returns at once (a request
     before it was not heard). Where the probe is not heard (a pooler), or on SQLite, it only sleeps."""
 
     def __init__(self) -> None:
-        self._raw: Any = None
-        self._unheard = False
+        super().__init__(TASK_CHANNEL)
 
     def wait(self, seconds: float) -> bool:
         """Sleep up to `seconds`; True if a request (or the (re)opening of the LISTEN) cut it short."""
         deadline = time.monotonic() + seconds
-        if connection.vendor != "postgresql" or self._unheard:
-            time.sleep(seconds)
-            return False
         try:
-            if self._raw is None:
-                self._raw = open_listener(TASK_CHANNEL)
-                if not probe_listener(self._raw, channel=TASK_CHANNEL):
-                    self._unheard = True
-                    self.close()
+            if self.connect():
+                if self.polling:
                     logger.warning("event=task_requests_unheard: the broker polls its queue (a transaction pooler?)")
                 return True
-            return any(True for _ in self._raw.notifies(timeout=seconds, stop_after=1))
+            if self.raw is not None:
+                return bool(self.read(seconds))
         except Exception:  # the broker's own queries report an outage; here, sleep and reopen
             logger.debug("the task-request wait's LISTEN failed; sleeping instead", exc_info=True)
             self.close()
-            time.sleep(max(0.0, deadline - time.monotonic()))
+        time.sleep(max(0.0, deadline - time.monotonic()))
         return False
-
-    def close(self) -> None:
-        raw, self._raw = self._raw, None
-        _close_quietly(raw)
 
 
 # --- the watcher thread --------------------------------------------------------------------------------
@@ -432,9 +452,7 @@ class Watcher:
     def __init__(self, specs: list[WatchSpec] | None = None) -> None:
         self.specs = specs
         self._stop = threading.Event()
-        self._listener: Any = None
-        self._hears = False  # the last probe arrived: long sleeps are safe
-        self._polling = False  # it did not: poll until a reconnect probes again
+        self.listener = Listener(CHANNEL)  # open: the last probe arrived, so long sleeps are safe
         self._overdue_seen: set[str] = set()
         self._looked: dict[str, tuple[float, float]] = {}  # kind -> (monotonic time of its last look, its sleep)
         self._poll = GRACE
@@ -444,7 +462,7 @@ class Watcher:
         self._stop.set()
 
     def longest_sleep(self) -> float:
-        return IDLE if connection.vendor == "postgresql" and self._hears else POLL_MAX
+        return IDLE if connection.vendor == "postgresql" and self.listener.raw is not None else POLL_MAX
 
     def step(self, *, timer_expired: bool) -> float:
         """Look at the watched kinds, wake those due; return seconds to sleep. A timer round looks only at
@@ -508,45 +526,26 @@ class Watcher:
 
     def _wait(self, seconds: float) -> bool:
         """Sleep up to `seconds`; return True if a notification (or stop) cut the sleep short."""
-        raw = self._listen() if connection.vendor == "postgresql" else None
-        if raw is None:  # SQLite, or notifications do not arrive: poll (the sleep is bounded)
+        if self.listener.connect():
+            if self.listener.polling:  # poll until the next reconnect
+                _record("poll", "a probe NOTIFY did not arrive on the LISTEN connection (a transaction pooler?)")
+            else:
+                _record("listen", "notifications arrive")
+        if self.listener.raw is None:  # SQLite, or notifications do not arrive: poll (the sleep is bounded)
             return self._stop.wait(seconds)
         deadline = time.monotonic() + seconds
         while not self._stop.is_set():  # slices of 1 s, so that stop() is seen
             if (left := deadline - time.monotonic()) <= 0:
                 return False
-            # One read taken whole: leaving the generator early would drop the rest, an arrival among them.
-            heard = [n.payload for n in raw.notifies(timeout=min(left, 1.0), stop_after=1)]
+            heard = self.listener.read(min(left, 1.0))
             if ARRIVAL in heard:
                 _arrived()  # for a task lingering in this process; due times did not change
             if any(payload != ARRIVAL and not payload.startswith("probe:") for payload in heard):
                 return True
         return True
 
-    def _listen(self) -> Any:
-        """The listening connection, opened and probed once per (re)connect; None while polling."""
-        if self._listener is None and not self._polling:
-            self._listener = open_listener()
-            try:
-                self._hears = probe_listener(self._listener)
-            except Exception:
-                self._close_listener()
-                raise
-            if self._hears:
-                _record("listen", "notifications arrive")
-            else:  # a connection that hears nothing is of no use: poll until the next reconnect
-                self._close_listener()
-                self._polling = True
-                _record("poll", "a probe NOTIFY did not arrive on the LISTEN connection (a transaction pooler?)")
-        return self._listener
-
-    def _close_listener(self) -> None:
-        raw, self._listener, self._hears = self._listener, None, False
-        _close_quietly(raw)
-
     def _reset_connection(self) -> None:
-        self._close_listener()
-        self._polling = False
+        self.listener.reset()
         _close_quietly(connection)  # reopened by the next round
 
 

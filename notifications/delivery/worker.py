@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 
 from django.db import connection
 
@@ -50,6 +50,7 @@ from notifications.delivery.sender import ANSWER, AsyncSender, build_result_miss
 from notifications.devices import Unsendable, unsendable
 from notifications.models import BreakerOpening, Notification
 from notifications.quiet import deferral_reason, quiet_until
+from weave import workers
 from weave.conf import weave_settings
 from weave.edge import outside_text
 from weave.events import log_event
@@ -71,16 +72,6 @@ _BACKLOG_GATHER_SECONDS = 0.010
 ARRIVED = "arrived"
 
 
-class LingerTask(Protocol):
-    """What a lingering drain's task does beside the loop (`weave.workers.LingeringTask`)."""
-
-    def listen(self, callback: Callable[[], None]) -> Callable[[], None]: ...  # call on each new request
-    def hears(self) -> bool: ...  # whether each new request reaches this process (look at arrivals only)
-    def turn(self, has_space: bool) -> None: ...  # every turn: whether the loop can take more rows
-    def claimed(self) -> None: ...  # rows were claimed after the loop was idle
-    def backlog(self) -> None: ...  # a claim took a whole batch: more rows are due
-
-
 @dataclass(frozen=True)
 class Lingering:
     """How a drain that ran dry goes on claiming new rows on the same loop, sender, completer and
@@ -88,7 +79,7 @@ class Lingering:
 
     seconds: float = 0.0  # real seconds to go on after the last claim that found rows (0: end when idle)
     poll: float = _RECHECK_SECONDS[1]  # the longest gap between two looks while nothing is out
-    task: LingerTask | None = None
+    task: workers.LingeringTask | None = None
 
 
 class PushWorker:
@@ -339,7 +330,7 @@ class _Pump:
         try:
             # Subscribed before the first claim: a row requested after any look of ours is heard, none is lost.
             if self.lingering.task is not None and self.lingering.seconds:
-                stop_listening = self.lingering.task.listen(worker.arrived)
+                stop_listening = workers.on_arrival(worker.arrived)
             while self.step():
                 pass
         finally:
@@ -445,7 +436,7 @@ class _Pump:
                 self.nothing_due_at = time.monotonic()
                 return
             if idle and self.report.batches and self.lingering.task is not None:
-                self.lingering.task.claimed()  # leased again after an idle spell (the first claim: the task said so)
+                workers.tell_watchers()  # leased again after an idle spell (the first claim: the task said so)
             self.report.batches += 1
             self.report.claimed += len(rows)
             self.recheck = _RECHECK_SECONDS[0]

@@ -19,8 +19,8 @@ from tests.console.conftest import add_attempts
 from tests.factories import NotificationFactory, OnboardingRunFactory, SupplierFactory
 from weave.display import joined_reason, said_once
 from weave.models import WorkerReport
-from weave.reports import REPORT_STALE, report_once
-from weave.telemetry import db_now
+from weave.reports import report_once
+from weave.telemetry import REPORT_STALE, db_now
 
 pytestmark = pytest.mark.django_db
 DASHBOARD = "/admin/weave/dashboard/"

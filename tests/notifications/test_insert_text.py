@@ -251,8 +251,9 @@ def test_the_fan_outs_one_statement_stores_the_rows_the_orm_stores_column_by_col
     new = [Notification(**fields) for fields in shapes]  # one statement for all of them: the clocks differ by row
     _insert_many(old, using="default")
     claim = drain_claim_sql(only_if=locked_insert.INSERTED)
-    # No request row yet: neither taken nor covered, as the one-row INSERT's claim says then.
-    assert locked_insert.insert_locked(new, [alice.pk], "default", claim=claim) == (False, False)
+    # No request row yet: the claim makes it, its slot taken, in the same statement.
+    assert locked_insert.insert_locked(new, [alice.pk], "default", claim=claim) == (True, False)
+    assert WakeRequest.objects.get().requests == 1
     for fields, made_old, made_new in zip(shapes, old, new, strict=True):
         stored_old = Notification.objects.values().get(pk=made_old.pk)
         stored_new = Notification.objects.values().get(pk=made_new.pk)

@@ -66,7 +66,7 @@ def test_watcher__hears_nothing_after_a_failed_probe_so_it_polls_and_says_so_onc
     monkeypatch.setattr(wake, "POLL_MAX", 0.5)
     monkeypatch.setattr(wake, "IDLE", 30.0)
     # A transaction pooler swallows the probe: the same as a probe that never arrives.
-    monkeypatch.setattr(wake, "probe_listener", lambda raw, timeout=None: False)
+    monkeypatch.setattr(wake, "probe_listener", lambda raw, timeout=None, channel=wake.CHANNEL: False)
     monkeypatch.setattr(wake, "_poll_warned", False)
     caplog.set_level(logging.WARNING, logger="weave.wake")
     first, second = Watcher([_nothing_due()]), Watcher([_nothing_due()])
@@ -171,7 +171,8 @@ def test_watcher__an_arrival_read_with_a_change_of_due_times_is_still_handed_ove
     stop = wake.on_arrival(lambda: heard.append("arrived"))
     watcher.step(timer_expired=False)
     try:
-        assert watcher._listen() is not None  # listening (and probed) before anything is sent
+        watcher.listener.connect()
+        assert watcher.listener.raw is not None  # listening (and probed) before anything is sent
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, ''), pg_notify(%s, %s)", [wake.CHANNEL, wake.CHANNEL, wake.ARRIVAL])
         assert watcher._wait(20.0) is True

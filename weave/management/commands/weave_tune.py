@@ -8,8 +8,7 @@ from django.core.management.base import BaseCommand
 
 from weave.conf import weave_settings
 from weave.dashboard import ttl_as_run
-from weave.reports import Workers, workers
-from weave.telemetry import TUNE_LIMIT, db_now, ttl_reports
+from weave.telemetry import TUNE_LIMIT, Workers, db_now, ttl_reports, workers
 from weave.tuning import MARGIN_FLOOR, MARGIN_SHARE, MIN_SAMPLES, PERCENTILE
 
 
