@@ -448,7 +448,7 @@ class LeasedModelAdmin(LeaseGuardedDeleteMixin, OperatorLogMixin, admin.ModelAdm
         *,
         history: str,
         said: tuple[str, str, str],
-        ids: Callable[[list[Any]], Any] = lambda pks: ", ".join(str(pk) for pk in pks),
+        ids: Callable[[list[Any]], Any] = lambda pks: ", ".join(map(str, pks)),
         changed_level: int = messages.INFO,
     ) -> None:
         """Write each row an action changed to its history (`history`), then say its outcomes.

@@ -130,9 +130,13 @@ class JobAdminMixin(LeasedModelAdmin):
         return super().changelist_view(request, extra_context)
 
     def _act(self, request: HttpRequest, verb: str, report: ActionReport) -> None:
-        said = (f"{verb}: {{count}} job(s).", "Busy (a worker holds a live lease), left alone: {ids}.")
-        said += ("Not in a state this action applies to: {ids}.",)
-        self.report_outcomes(request, report, history=f"{verb} in the admin.", said=said, changed_level=messages.SUCCESS)
+        said = (
+            f"{verb}: {{count}} job(s).",
+            "Busy (a worker holds a live lease), left alone: {ids}.",
+            "Not in a state this action applies to: {ids}.",
+        )
+        history = f"{verb} in the admin."
+        self.report_outcomes(request, report, history=history, said=said, changed_level=messages.SUCCESS)
 
     @admin.action(description="Start now (pending jobs)", permissions=["change"])
     def start_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
