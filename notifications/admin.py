@@ -2,6 +2,7 @@
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, cast
 
 from django import forms
@@ -437,8 +438,7 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         result = notification_retry_now(
             notification_ids=list(queryset.values_list("pk", flat=True)), requested_by=request.user.get_username()
         )
-        self._log(request, result, "Retry now requested.")
-        self._report(request, result, "due now", applies_to="pending or failed")
+        self._report(request, result, "Retry now requested.", "due now", applies_to="pending or failed")
 
     @admin.action(description="Cancel pending notifications", permissions=["manage_delivery"])
     def cancel(self, request: HttpRequest, queryset: QuerySet) -> None:
@@ -447,27 +447,17 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         result = notification_cancel(
             notification_ids=list(queryset.values_list("pk", flat=True)), requested_by=request.user.get_username()
         )
-        self._log(request, result, "Cancelled.")
-        self._report(request, result, "cancelled", applies_to="pending")
+        self._report(request, result, "Cancelled.", "cancelled", applies_to="pending")
 
-    def _log(self, request: HttpRequest, result: BulkResult, message: str) -> None:
-        """Write each changed row to the admin history (LogEntry): who did what to which notification.
-
-        The timeline of each notification shows these entries as operator events."""
-        for row in Notification.objects.filter(pk__in=result.changed):
-            super().log_change(request, row, message)
-
-    def _report(self, request: HttpRequest, result: BulkResult, done: str, *, applies_to: str) -> None:
-        def say(pks: list[int], level: int, text: str, *args: object) -> None:
-            if pks:
-                self.message_user(request, format_html(text, *args, linked_ids(Notification, pks)), level)
-
-        busy = "{} notification(s) left alone because a worker holds them right now: {}. Try again when the lease "
-        busy += "is released."
-        say(result.changed, messages.INFO, "{} notification(s) {}: {}.", len(result.changed), done)
-        say(result.busy, messages.WARNING, busy, len(result.busy))
-        skipped = "This action applies to {} notifications only; {} left alone: {}."
-        say(result.skipped, messages.WARNING, skipped, applies_to, len(result.skipped))
+    def _report(self, request: HttpRequest, result: BulkResult, history: str, done: str, *, applies_to: str) -> None:
+        """Each changed row goes to the admin history (its timeline shows it as an operator event), and the
+        outcomes are said with the notifications linked."""
+        busy = "{count} notification(s) left alone because a worker holds them right now: {ids}. Try again when the "
+        busy += "lease is released."
+        changed = "{count} notification(s) " + done + ": {ids}."
+        skipped = "This action applies to " + applies_to + " notifications only; {count} left alone: {ids}."
+        ids = partial(linked_ids, Notification)
+        self.report_outcomes(request, result, history=history, said=(changed, busy, skipped), ids=ids)
 
 
 @admin.register(DeliveryAttempt)
@@ -648,7 +638,7 @@ class DeviceAdmin(ActionsWhereTheyApply, OperatorLogMixin, admin.ModelAdmin):
 
 
 @admin.register(TopicSubscription)
-class TopicSubscriptionAdmin(JobAdminMixin, admin.ModelAdmin):  # type: ignore[misc]
+class TopicSubscriptionAdmin(JobAdminMixin):
     """FCM topic subscription jobs: the core's job admin, every field read-only (the services create them)."""
 
     list_display = ("pk", "action", "short_topic", "backend", "token_count")

@@ -380,15 +380,21 @@ class ReadOnlyAdminMixin:
 
 
 class LeasedModelAdmin(LeaseGuardedDeleteMixin, OperatorLogMixin, admin.ModelAdmin):
-    """Admin of a leased job: a `lease_state` column judged by the database clock and a `timeline` field.
+    """Admin of a leased job: a `lease` column judged by the database clock, a change page that opens with
+    the job's story, and the report of what an action did.
 
-    Set `explain_kind` to the kind the app registered with `weave.explain.register_explainer`. The lease
-    fields themselves stay read-only: only `weave.leases` writes them. A row under a live lease is never
-    deleted (`LeaseGuardedDeleteMixin`).
+    Set `explain_kind` to the kind the app registered with `weave.explain.register_explainer` (the job
+    admin, `JobAdminMixin`, finds it from the job type instead). The lease fields themselves stay
+    read-only: only `weave.leases` writes them. A row under a live lease is never deleted
+    (`LeaseGuardedDeleteMixin`).
     """
 
     explain_kind = ""
     Media = ConsoleMedia
+
+    def story_kind(self) -> str:
+        """The explainer kind of this admin's rows ("" for none: the page then opens with the fields)."""
+        return self.explain_kind
 
     @property
     def change_form_template(self) -> list[str]:  # type: ignore[override]
@@ -399,8 +405,9 @@ class LeasedModelAdmin(LeaseGuardedDeleteMixin, OperatorLogMixin, admin.ModelAdm
     ) -> HttpResponse:
         """The page opens with the job's story (summary and timeline); the raw fields come after it."""
         extra = dict(extra_context or {})
-        if "weave_story" not in extra and self.explain_kind:
-            extra.update(story_context(self.explain_kind, object_id))
+        kind = "" if "weave_story" in extra else self.story_kind()
+        if kind:
+            extra.update(story_context(kind, object_id))
         return super().change_view(request, object_id, form_url, extra)
 
     @admin.display(description="lease")
@@ -432,4 +439,28 @@ class LeasedModelAdmin(LeaseGuardedDeleteMixin, OperatorLogMixin, admin.ModelAdm
 
     @admin.display(description="timeline")
     def timeline(self, obj: Model) -> str:
-        return explainers()[self.explain_kind](obj.pk).as_html()
+        return explainers()[self.story_kind()](obj.pk).as_html()
+
+    def report_outcomes(
+        self,
+        request: HttpRequest,
+        report: Any,
+        *,
+        history: str,
+        said: tuple[str, str, str],
+        ids: Callable[[list[Any]], Any] = lambda pks: ", ".join(map(str, pks)),
+        changed_level: int = messages.INFO,
+    ) -> None:
+        """Write each row an action changed to its history (`history`), then say its outcomes.
+
+        `report` has the primary keys an action `changed`, left alone as `busy` (a worker holds them under a
+        live lease) and `skipped` (not in a state it applies to). `said` is the sentence for each, in that
+        order: a `format_html` template given `{count}` and `{ids}`, said only when it has rows (the
+        changed at `changed_level`, the others as warnings).
+        """
+        for row in self.model._default_manager.filter(pk__in=report.changed).order_by("pk"):
+            record_operator_action(user_id=int(request.user.pk or 0), obj=row, message=history)
+        levels = (changed_level, messages.WARNING, messages.WARNING)
+        for pks, text, level in zip((report.changed, report.busy, report.skipped), said, levels, strict=True):
+            if pks:
+                self.message_user(request, format_html(text, count=len(pks), ids=ids(pks)), level)

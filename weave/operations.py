@@ -6,7 +6,8 @@ pages from these pieces, and registers its panel, health findings and purges in 
 - admin: `LeasedModelAdmin` (lease state by the database clock, the timeline on the change page),
   `ReadOnlyAdminMixin`, `ActionsWhereTheyApply` with `ActionRule`, `OperatorLogMixin` and
   `record_operator_action` (actions written to `LogEntry`), the list filters `LeaseStateFilter`,
-  `state_filter`, `within_filter` and `choice_filter`, and `JobAdminMixin` for a `weave.jobs` job type;
+  `state_filter`, `within_filter` and `choice_filter`, and `JobAdminMixin` for a `weave.jobs` job type
+  (a `LeasedModelAdmin` with the job's columns and actions);
 - display: times with seconds and zone (`timestamp`, `timestamp_column`), links between rows (`linked`,
   `counted`, `admin_link`, `admin_link_to`, `change_link`, `change_url`, `linked_ids`, `changelist_link`,
   `changelist_url`), states and reasons (`state_word`, `state_column`, `reason_column`, `joined_reason`,

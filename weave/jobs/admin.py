@@ -19,21 +19,11 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.utils.html import format_html
 
-from weave.admin import (
-    LeaseGuardedDeleteMixin,
-    LeaseStateFilter,
-    OperatorLogMixin,
-    record_operator_action,
-    state_filter,
-    story_context,
-    story_form_templates,
-)
+from weave.admin import LeasedModelAdmin, LeaseStateFilter, state_filter
 from weave.display import clipped, said_once, shown, state_word, timestamp
 from weave.jobs.declaration import JobType, get, job_types, on_register
 from weave.jobs.services import ActionReport, job_cancel, job_retry, job_start
-from weave.leases import LeaseQuerySet
 from weave.models import JobState, TaskRow
 
 # The job's own columns, and the lease and job fields the mixin shows itself (never as plain fields).
@@ -50,19 +40,14 @@ _SHOWN_BY_MIXIN = {
 }
 
 
-class JobAdminMixin(LeaseGuardedDeleteMixin, OperatorLogMixin):
-    """Mix into a `ModelAdmin` of a `JobModel`: the job columns, filters, actions and the story-first page.
+class JobAdminMixin(LeasedModelAdmin):
+    """The admin of a `JobModel`: the lease pieces of `LeasedModelAdmin`, and the job columns, filters and actions.
 
     `job_type` defaults to the job type declared on the admin's model; set it where one model serves two.
     """
 
     job_type: str = ""
     actions = ["start_jobs", "retry_jobs", "cancel_jobs"]
-    model: Any
-
-    class Media:
-        css = {"all": ["weave/console.css", "weave/actions.css"]}
-        js = ["weave/console.js"]
 
     # --- the declaration -------------------------------------------------------------------------------
 
@@ -75,36 +60,27 @@ class JobAdminMixin(LeaseGuardedDeleteMixin, OperatorLogMixin):
                 return job
         raise LookupError(f"No job type is declared on {self.model.__name__}; set job_type on its admin.")
 
+    def story_kind(self) -> str:
+        try:
+            job = self.job()
+        except LookupError:  # the model's job type is not registered here: the page without a story
+            return ""
+        return job.explain_as or job.name
+
     # --- the list ----------------------------------------------------------------------------------------
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        queryset: QuerySet[Any] = super().get_queryset(request)  # type: ignore[misc]
-        # Live or expired is judged by the database clock in the same query, not by this web server's clock.
-        return queryset.with_lease_state() if isinstance(queryset, LeaseQuerySet) else queryset
-
     def get_list_display(self, request: HttpRequest) -> Any:
-        own = super().get_list_display(request)  # type: ignore[misc]
+        own = super().get_list_display(request)
         return (*(c for c in own if c not in _SHOWN_BY_MIXIN and c != "lease_state"), *JOB_COLUMNS)
 
     def get_list_filter(self, request: HttpRequest) -> Any:
-        own = tuple(super().get_list_filter(request))  # type: ignore[misc]
+        own = tuple(super().get_list_filter(request))
         standard = (state_filter("state", JobState.values), LeaseStateFilter)
         return (*standard, *(f for f in own if f != "state"))
 
     @admin.display(description="state", ordering="state")
     def job_state(self, obj: Any) -> str:
         return state_word(obj.state)
-
-    @admin.display(description="lease")
-    def lease(self, obj: Any) -> str:
-        """Live or expired, holder and fence in one column: "live · worker-a · fence 3"."""
-        if obj.owner is None:
-            return f"free · fence {obj.fence}"
-        live = getattr(obj, "lease_live", None)
-        if live is None:  # not read through get_queryset(): ask the database clock now
-            live = self.model._default_manager.filter(pk=obj.pk).live().exists()
-        state = "live" if live else "expired"
-        return format_html("{} · {} · fence {}", state, clipped(obj.owner, one_line=True), obj.fence)
 
     @admin.display(description="next attempt", ordering="next_attempt_at")
     def next_attempt(self, obj: Any) -> str:
@@ -126,14 +102,14 @@ class JobAdminMixin(LeaseGuardedDeleteMixin, OperatorLogMixin):
     # --- the page ----------------------------------------------------------------------------------------
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        own = tuple(super().get_readonly_fields(request, obj))  # type: ignore[misc]
+        own = tuple(super().get_readonly_fields(request, obj))
         return (*own, *(f for f in (*JOB_FIELDS, *LEASE_FIELDS) if f not in own))
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
-        if self.fieldsets:  # type: ignore[attr-defined]
-            own = [(name, opts) for name, opts in self.fieldsets]  # type: ignore[attr-defined]
+        if self.fieldsets:
+            own = [(name, opts) for name, opts in self.fieldsets]
         else:
-            fields = self.get_fields(request, obj)  # type: ignore[attr-defined]
+            fields = self.get_fields(request, obj)
             own = [(None, {"fields": [f for f in fields if f not in _SHOWN_BY_MIXIN]})]
         if obj is None:
             return own
@@ -143,66 +119,42 @@ class JobAdminMixin(LeaseGuardedDeleteMixin, OperatorLogMixin):
             ("Lease (written by workers only)", {"fields": LEASE_FIELDS}),
         ]
 
-    @property
-    def change_form_template(self) -> list[str]:
-        return story_form_templates(self.model)
-
-    def change_view(
-        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        extra = dict(extra_context or {})
-        if "weave_story" not in extra:
-            try:
-                job = self.job()
-            except LookupError:  # the model's job type is not registered here: the page without a story
-                pass
-            else:
-                extra.update(story_context(job.explain_as or job.name, object_id))
-        response: HttpResponse = super().change_view(request, object_id, form_url, extra)  # type: ignore[misc]
-        return response
-
     # --- the actions -------------------------------------------------------------------------------------
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        user: Any = self
         if request.method == "POST" and request.POST.get("action") in self.actions:
-            if not user.has_change_permission(request):
+            if not self.has_change_permission(request):
                 # Django hides the actions from a viewer and drops a posted one without a word: say so.
                 message = "Nothing was changed: starting, retrying or cancelling jobs needs change permission."
-                user.message_user(request, message, messages.ERROR)
-        response: HttpResponse = super().changelist_view(request, extra_context)  # type: ignore[misc]
-        return response
+                self.message_user(request, message, messages.ERROR)
+        return super().changelist_view(request, extra_context)
 
-    def _act(self, request: HttpRequest, queryset: QuerySet[Any], verb: str, report: ActionReport) -> None:
-        for row in queryset.filter(pk__in=report.changed):
-            record_operator_action(user_id=int(request.user.pk or 0), obj=row, message=f"{verb} in the admin.")
-        user: Any = self
-        if report.changed:
-            user.message_user(request, f"{verb}: {len(report.changed)} job(s).", messages.SUCCESS)
-        if report.busy:
-            ids = ", ".join(str(pk) for pk in report.busy)
-            user.message_user(request, f"Busy (a worker holds a live lease), left alone: {ids}.", messages.WARNING)
-        if report.skipped:
-            ids = ", ".join(str(pk) for pk in report.skipped)
-            user.message_user(request, f"Not in a state this action applies to: {ids}.", messages.WARNING)
+    def _act(self, request: HttpRequest, verb: str, report: ActionReport) -> None:
+        said = (
+            f"{verb}: {{count}} job(s).",
+            "Busy (a worker holds a live lease), left alone: {ids}.",
+            "Not in a state this action applies to: {ids}.",
+        )
+        history = f"{verb} in the admin."
+        self.report_outcomes(request, report, history=history, said=said, changed_level=messages.SUCCESS)
 
     @admin.action(description="Start now (pending jobs)", permissions=["change"])
     def start_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         pks = list(queryset.values_list("pk", flat=True))
-        self._act(request, queryset, "Started", job_start(job_type=self.job().name, pks=pks))
+        self._act(request, "Started", job_start(job_type=self.job().name, pks=pks))
 
     @admin.action(description="Retry (failed or cancelled jobs, from their first step)", permissions=["change"])
     def retry_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         pks = list(queryset.values_list("pk", flat=True))
-        self._act(request, queryset, "Retried", job_retry(job_type=self.job().name, pks=pks))
+        self._act(request, "Retried", job_retry(job_type=self.job().name, pks=pks))
 
     @admin.action(description="Cancel (pending jobs nobody holds)", permissions=["change"])
     def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         pks = list(queryset.values_list("pk", flat=True))
-        self._act(request, queryset, "Cancelled", job_cancel(job_type=self.job().name, pks=pks))
+        self._act(request, "Cancelled", job_cancel(job_type=self.job().name, pks=pks))
 
 
-class TaskAdmin(JobAdminMixin, admin.ModelAdmin):  # type: ignore[misc,type-arg]
+class TaskAdmin(JobAdminMixin):
     """`django.tasks` tasks enqueued on `weave.tasks.WeaveBackend`: the job admin, with the task's own columns.
 
     Nothing is added or edited by hand: tasks are enqueued by code, and their arguments are the record of
@@ -244,5 +196,5 @@ def give_job_admin(declared: JobType) -> None:
     if not declared.runnable or admin.site.is_registered(declared.model):
         return
     attrs = {"job_type": declared.name, "__module__": declared.model.__module__}
-    job_admin = type(f"{declared.model.__name__}Admin", (JobAdminMixin, admin.ModelAdmin), attrs)
+    job_admin = type(f"{declared.model.__name__}Admin", (JobAdminMixin,), attrs)
     admin.site.register(declared.model, job_admin)
