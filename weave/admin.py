@@ -137,8 +137,8 @@ class LeaseGuardedDeleteMixin:
         )
         more = f"; and more ({rows.count() - HELD_ROWS_LISTED})" if len(held) > HELD_ROWS_LISTED else ""
         message = (
-            f"Not deleted: {named}{more} (database time). Its worker would find the row gone: cancel the job "
-            "instead, or delete it once the lease is over."
+            f"Not deleted: {named}{more} (database time). A worker would find its row gone: delete it once the "
+            "lease is over (its worker finishes or lets go)."
         )
         self.message_user(request, message, messages.ERROR if final else messages.WARNING)  # type: ignore[attr-defined]
 

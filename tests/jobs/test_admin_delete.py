@@ -58,6 +58,15 @@ def test_delete_selected__a_row_under_a_live_lease_is_refused_naming_its_holder_
     assert Shipment.objects.filter(pk=busy.pk).exists()
 
 
+def test_delete_selected__the_refusal_advises_only_what_the_admin_would_do_for_a_held_row(admin_client):
+    busy = held()
+    refusal = said(bulk_delete(admin_client, [busy.pk], confirmed=False))
+    cancel = admin_client.post(CHANGELIST, {"action": "cancel_jobs", "_selected_action": [str(busy.pk)]})
+    assert "Busy (a worker holds a live lease), left alone" in said(cancel), "Cancel leaves a held job alone too"
+    assert "cancel" not in refusal.lower(), f"the refusal must not send the operator to a refused action: {refusal}"
+    assert "delete it once the lease is over" in refusal
+
+
 def test_delete_selected__the_confirmation_warns_and_only_the_free_rows_are_deleted(admin_client):
     busy, free, old = held(), Shipment.objects.create(parcel="free"), lapsed()
     page = bulk_delete(admin_client, [busy.pk, free.pk, old.pk], confirmed=False)
