@@ -35,7 +35,7 @@ from django.db.models import F
 from weave import wake
 from weave.jobs.context import JobContext
 from weave.jobs.declaration import JobType, get
-from weave.jobs.runner import Ending, record_job_blocked, settle_job_cut_off, work
+from weave.jobs.runner import Ending, log_ending, record_job_blocked, settle_job_cut_off, work
 from weave.leases import Clock, Lease, LeaseLost, default_clock, insert_receipts, new_owner
 from weave.leases.batch_heartbeat import BatchHeartbeat
 from weave.leases.receipts import insert_receipts_returning
@@ -140,6 +140,7 @@ class Completer:
             self.report.count("blocked", refused)
         for item in landed:
             self.report.count(item.ending.outcome)
+            log_ending(item.ctx, item.ending)
         if landed and self.jt.finished_many is not None:
             self.jt.finished_many([(item.ctx, item.ending.outcome, item.record) for item in landed])
         elif self.jt.finished is not None:

@@ -122,9 +122,29 @@ def _finish(jt: JobType, ctx: JobContext, started: Any, ending: "Ending") -> str
     except LeaseLost as lost:
         record_job_blocked(ctx, started, lost)
         return "blocked"
+    log_ending(ctx, ending)
     if jt.finished is not None:
         jt.finished(ctx, ending.outcome)
     return ending.outcome
+
+
+def log_ending(ctx: JobContext, ending: "Ending") -> None:
+    """Say a retried or failed attempt in the worker's log (once its finish landed), as a lost lease is said:
+    an operator watching `qcluster` sees a job's failures there, not only in the admin."""
+    if ending.outcome not in (JobAttempt.Outcome.RETRY, JobAttempt.Outcome.FAILED):
+        return
+    retry_in = ending.extra.get("retry_in")
+    log = logger.warning if ending.outcome == JobAttempt.Outcome.FAILED else logger.info
+    log(
+        "event=job_%s job_type=%s id=%s attempt=%s fence=%s retry_in=%s reason=%s",
+        ending.outcome,
+        ctx.job_type,
+        ctx.lease.pk,
+        ctx.attempt,
+        ctx.lease.fence,
+        "-" if retry_in is None else f"{retry_in:.1f}s",
+        outside_text(ending.reason, limit=300),
+    )
 
 
 @dataclass
@@ -270,4 +290,4 @@ def _failure(jt: JobType, ctx: JobContext, error: Exception) -> Ending:
         fields = _finish_fields(ctx, reason, state=JobState.FAILED)
         return Ending(JobAttempt.Outcome.FAILED, fields, reason, details)
     fields = _finish_fields(ctx, reason, state=JobState.PENDING, retry_in=retry_in)
-    return Ending(JobAttempt.Outcome.RETRY, fields, reason, details)
+    return Ending(JobAttempt.Outcome.RETRY, fields, reason, {**details, "retry_in": retry_in})
