@@ -3,6 +3,7 @@
 The core registers no model admin of its own; the apps build theirs from these.
 """
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -72,8 +73,7 @@ class LeaseGuardedDeleteMixin:
     def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
         actions: dict[str, Any] = super().get_actions(request, **action_location_kwargs(action_location))  # type: ignore[misc]
         if "delete_selected" in actions:
-            _, name, description = actions["delete_selected"]
-            actions["delete_selected"] = (_delete_selected_free, name, description)
+            actions["delete_selected"] = with_func(actions["delete_selected"], _delete_selected_free)
         return actions
 
     def delete_selected_free(self, request: HttpRequest, queryset: QuerySet[Any]) -> HttpResponse | None:
@@ -201,6 +201,17 @@ def action_location_kwargs(action_location: Any) -> dict[str, Any]:
     Django 6.1 tells `get_actions` where the actions are offered (the list or a row's page) and deprecates
     overrides without that argument; Django 5.2 has no such argument and never passes one."""
     return {} if action_location is None else {"action_location": action_location}
+
+
+def with_func(action: Any, func: Callable[..., Any]) -> Any:
+    """`action` (as `get_actions` lists it) running `func` instead, its name and description kept.
+
+    Django 6.1 lists each action as an `Action` (unpacking it is deprecated); Django 5.2 as a tuple
+    (func, name, description)."""
+    if dataclasses.is_dataclass(action):
+        return dataclasses.replace(action, func=func)
+    _, name, description = action
+    return (func, name, description)
 
 
 class ActionsWhereTheyApply:
