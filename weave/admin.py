@@ -208,10 +208,10 @@ def with_func(action: Any, func: Callable[..., Any]) -> Any:
 
     Django 6.1 lists each action as an `Action` (unpacking it is deprecated); Django 5.2 as a tuple
     (func, name, description)."""
-    if dataclasses.is_dataclass(action):
-        return dataclasses.replace(action, func=func)
-    _, name, description = action
-    return (func, name, description)
+    if isinstance(action, tuple):
+        _, name, description = action
+        return (func, name, description)
+    return dataclasses.replace(action, func=func)
 
 
 class ActionsWhereTheyApply:
