@@ -57,7 +57,7 @@ class Timeline:
         return format_html("{}<p>{}</p>", self.table_html(), shown(self.summary))
 
 
-_RANK = {"created": 0, "claim": 1, "send": 2, "receipt": 2}
+_RANK = {"created": 0, "no end": 1, "claim": 1, "send": 2, "receipt": 2}  # an attempt with no end: before the takeover
 # Events a person caused in the admin: highlighted in the change page's timeline.
 OPERATOR_WORDS = {
     "started",

@@ -173,3 +173,32 @@ def test_create__a_rolled_back_transaction_says_nothing_and_the_next_one_still_w
         Invoice.objects.create(number="2026-104", email="buyer@example.com")  # autocommit: at once
         Invoice.objects.create(number="2026-105", email="buyer@example.com")
         assert len(notify_statements(queries)) == 3
+
+
+def test_explain__an_attempt_whose_worker_died_has_its_line_in_the_story(clock, capsys):
+    """A worker killed mid-job records no end: the story still says which attempt that was, and when
+    the next claim took the job over, instead of leaving it out of the timeline."""
+    from django.db.models import F
+
+    invoice = Invoice.objects.create(number="2026-004", email="buyer@example.com")
+    Invoice.objects.claim(invoice.pk, owner="killed", ttl=TTL, clock=clock, also={"attempts": F("attempts") + 1})
+    clock.advance(TTL + 1)
+    assert run_job("invoice", invoice.pk, owner="w2", clock=clock) == "done"
+    call_command("weave_explain", "invoice", str(invoice.pk))
+    out = capsys.readouterr().out
+    assert "2 attempt(s): 1 ended, 1 never ended (its worker stopped)" in out
+    (line,) = [s for s in out.splitlines() if "attempt 1" in s]
+    assert "no end recorded" in line and "attempt 2" in line and "fence 2" in line
+    claim_2 = JobAttempt.objects.get(job_type="invoice", job_id=str(invoice.pk), number=2).started_at
+    assert line.startswith(claim_2.strftime("%Y-%m-%d %H:%M:%S"))  # placed at the takeover, by the database clock
+    assert out.index("attempt 1") < out.index("attempt 2: fence 2 claimed by w2")
+
+
+def test_explain__a_cancelled_job_that_never_ran_is_not_said_to_be_waiting(clock, capsys):
+    from weave.jobs.services import job_cancel
+
+    invoice = Invoice.objects.create(number="2026-005", email="buyer@example.com")
+    assert job_cancel(job_type="invoice", pks=[invoice.pk], clock=clock).changed == [invoice.pk]
+    call_command("weave_explain", "invoice", str(invoice.pk))
+    out = capsys.readouterr().out
+    assert "it is cancelled" in out and "yet" not in out

@@ -49,6 +49,40 @@ def test_a_failing_task_stores_its_error_for_the_attempt():
     assert error.exception_class is ValueError and "no such parcel" in error.traceback
 
 
+def test_a_task_cancelled_by_an_operator_says_so_in_its_errors(clock):
+    """A cancelled task reads back FAILED (the framework has no cancelled status): its errors say why,
+    with the database time of the cancel, after the errors of the attempts it had before."""
+    from weave.jobs.services import job_cancel
+
+    result = explode.using(run_after=clock.current + timedelta(days=1)).enqueue()
+    row = TaskRow.objects.get(result_id=result.id)
+    assert job_cancel(job_type="task", pks=[row.pk], clock=clock).changed == [row.pk]
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    (error,) = result.errors
+    assert error.exception_class_path == "weave.tasks.options.TaskCancelled"
+    assert issubclass(error.exception_class, Exception)
+    assert f"cancelled at {clock.current:%Y-%m-%d %H:%M:%S}" in error.traceback
+    assert f"weave_explain task {row.pk}" in error.traceback
+    assert result.finished_at == clock.current
+
+
+def test_a_task_cancelled_while_waiting_for_a_retry_keeps_its_attempts_errors():
+    from weave.jobs.services import job_cancel
+
+    result = explode.using(retry_on=[ValueError], backoff=60).enqueue()
+    drain()
+    row = TaskRow.objects.get(result_id=result.id)
+    assert row.state == "pending" and row.attempts == 1
+    assert job_cancel(job_type="task", pks=[row.pk]).changed == [row.pk]
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert [e.exception_class_path for e in result.errors] == [
+        "builtins.ValueError",
+        "weave.tasks.options.TaskCancelled",
+    ]
+
+
 def test_priority_and_run_after_order_the_drain(clock):
     later = add.using(run_after=clock.current + timedelta(days=3650)).enqueue(1, 1)
     low = add.using(priority=-10).enqueue(1, 2)

@@ -26,6 +26,7 @@ def explain_job(job_type: str, model: Any, pk: Any, *, clock: Clock = default_cl
         return _explain_gone(job_type, model, pk, attempts, receipts)
     t = Timeline(f"{job_type} {pk}: {job.state}, {attempt_count(job, attempts)}")
     t.add(job.created_at, "created", f"{job_type} {pk}")
+    _add_unrecorded(t, job, attempts)  # first: at the takeover's instant it comes before the claim
     _add_records(t, attempts, receipts)
     add_operator_events(t, model, pk)
     t.add(None, "holder", _holder(job))
@@ -39,6 +40,26 @@ def _add_records(t: Timeline, attempts: list[JobAttempt], receipts: list[JobStep
         t.add(a.finished_at, a.outcome, f"attempt {a.number} (fence {a.fence}): {a.reason}".rstrip(": "))
     for r in receipts:
         t.add(r.finished_at, "receipt", f"step {r.step} saved by fence {r.fence} ({r.owner}), key {r.idempotency_key}")
+
+
+def _add_unrecorded(t: Timeline, job: Any, attempts: list[JobAttempt]) -> None:
+    """Give a line to each attempt that recorded no end (its worker died while holding the job).
+
+    A claim counts an attempt; its record is written only when it ends, so a killed worker leaves a
+    gap in the numbers. The line stands where the next recorded claim took the job over (by the
+    database clock); the attempt still holding the job, or one nothing claimed after, is the holder's line.
+    """
+    recorded = {a.number for a in attempts}
+    for number in range(1, max(job.attempts, max(recorded, default=0)) + 1):
+        after = next((a for a in attempts if a.number > number), None)
+        if number in recorded or after is None:
+            continue
+        t.add(
+            after.started_at,
+            "no end",
+            f"attempt {number}: no end recorded: its worker stopped while holding the job, whose lease "
+            f"then lapsed; attempt {after.number} took it over at fence {after.fence}",
+        )
 
 
 def _explain_gone(
@@ -104,7 +125,8 @@ def _summary(job: Any, attempts: list[JobAttempt]) -> str:
     count = attempt_count(job, attempts)
     running = f" {job.owner} holds it under fence {job.fence} now." if job.owner is not None and job.lease_live else ""
     if not attempts:
-        return f"{count}; no attempt has ended yet; it is {job.state}.{running}"
+        ended = "no attempt has ended yet" if job.state == "pending" else "no attempt ended"
+        return f"{count}; {ended}; it is {job.state}.{running}"
     when = (
         f" Next attempt due at {clock_time(job.next_attempt_at)}."
         if job.state == "pending" and job.next_attempt_at

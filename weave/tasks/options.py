@@ -32,6 +32,14 @@ class TaskTimedOut(Exception):  # noqa: N818  (named for what happened, as Djang
     """The task's function returned (or raised) after its timeout: the attempt failed."""
 
 
+class TaskCancelled(Exception):  # noqa: N818
+    """An operator cancelled the task before it succeeded: it does not run again.
+
+    Django's tasks framework has no cancelled status, so a cancelled task reads back `FAILED`, with
+    this as its last error so that the failure has a reason.
+    """
+
+
 class TooManyAttempts(Fail):  # noqa: N818
     """A takeover would start the task more often than `max_attempts`: it failed without running again."""
 

@@ -18,7 +18,8 @@ from django.utils.module_loading import import_string
 from weave.leases import Clock, default_clock
 from weave.models import JobAttempt, JobState, TaskRow
 from weave.tasks.compat import Task, TaskError, TaskResult, TaskResultStatus
-from weave.tasks.options import options_key
+from weave.tasks.options import TaskCancelled, options_key
+from weave.timeline import stamp
 
 JOB_TYPE = "task"
 LOST_LEASE = "weave.leases.errors.LeaseLost"
@@ -83,6 +84,22 @@ def _error(attempt: JobAttempt) -> TaskError:
     return TaskError(exception_class_path=attempt.error_class or "builtins.Exception", traceback=attempt.traceback)
 
 
+def _errors(row: TaskRow, attempts: list[JobAttempt]) -> list[TaskError]:
+    """One error per attempt that did not succeed, then the cancel of a cancelled task: FAILED says why."""
+    errors = [_error(a) for a in attempts if a.outcome != JobAttempt.Outcome.DONE]
+    if row.state == JobState.CANCELLED:
+        errors.append(
+            TaskError(
+                exception_class_path=f"{TaskCancelled.__module__}.{TaskCancelled.__qualname__}",
+                traceback=(
+                    f"{TaskCancelled.__name__}: cancelled at {stamp(row.finished_at)} (database time) by an "
+                    f"operator; it does not run again. `manage.py weave_explain task {row.pk}` says who cancelled it."
+                ),
+            )
+        )
+    return errors
+
+
 def attempts_of(row: TaskRow) -> list[JobAttempt]:
     """The recorded attempts of `row`, in order."""
     return list(JobAttempt.objects.filter(job_type=JOB_TYPE, job_id=str(row.pk)).order_by("number", "pk"))
@@ -131,7 +148,7 @@ def task_result(
         args=list(row.args),
         kwargs=dict(row.kwargs),
         backend=row.backend,
-        errors=[_error(a) for a in attempts if a.outcome != JobAttempt.Outcome.DONE],
+        errors=_errors(row, attempts),
         worker_ids=worker_ids(row, attempts),
     )
     object.__setattr__(result, "_return_value", row.return_value)
