@@ -21,7 +21,7 @@ from django.utils.html import format_html
 
 from weave.display import shown
 from weave.explain import explainers
-from weave.leases import LeaseBusy, LeaseQuerySet, default_clock
+from weave.leases import LEASE_FIELDS, LeaseBusy, LeaseQuerySet, default_clock
 from weave.telemetry import db_now
 
 CONSOLE_CSS = "weave/console.css"
@@ -390,14 +390,62 @@ class ReadOnlyAdminMixin:
         return False
 
 
-class LeasedModelAdmin(LeaseGuardedDeleteMixin, OperatorLogMixin, admin.ModelAdmin):
+class LeaseGuardedSaveMixin:
+    """A change page's Save writes only the fields its form changed, and only while no worker holds the row.
+
+    `Model.save()` would write every column back, the lease fields included, undoing a claim that landed
+    after the page was read (a leased model refuses such a save). The lease test and the row lock are one
+    statement (`LeaseQuerySet.lock_free`), and the update follows in the same transaction: a row held under
+    a live lease (by the database clock) is left as it was, and the page says who holds it until when.
+    """
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        rows = obj._meta.default_manager.filter(pk=obj.pk)
+        if not change or not isinstance(rows, LeaseQuerySet):
+            super().save_model(request, obj, form, change)  # type: ignore[misc]
+            return
+        columns = {f.name for f in obj._meta.concrete_fields if not f.primary_key} - LEASE_FIELDS
+        written = [name for name in form.changed_data if name in columns]
+        with transaction.atomic(using=router.db_for_write(obj._meta.model)):
+            if not rows.lock_free():
+                request._weave_not_saved = _held_message(rows.first() or obj)  # type: ignore[attr-defined]
+                return
+            obj.save(update_fields=written)
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        if not getattr(request, "_weave_not_saved", None):
+            super().save_related(request, form, formsets, change)  # type: ignore[misc]
+
+    def log_change(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        if getattr(request, "_weave_not_saved", None):
+            return None  # nothing changed: no history entry saying it did
+        return super().log_change(request, obj, message)  # type: ignore[misc]
+
+    def response_change(self, request: HttpRequest, obj: Any) -> HttpResponse:
+        refused = getattr(request, "_weave_not_saved", None)
+        if refused:
+            self.message_user(request, refused, messages.ERROR)  # type: ignore[attr-defined]
+            return HttpResponseRedirect(request.path)
+        return super().response_change(request, obj)  # type: ignore[misc,no-any-return]
+
+
+def _held_message(row: Any) -> str:
+    from weave.timeline import stamp
+
+    return (
+        f"Not saved: {shown(str(row))} is held by {row.owner} under a live lease until {stamp(row.lease_expires_at)} "
+        "(database time). Its worker is running it with the fields as they were: edit it once the lease is over."
+    )
+
+
+class LeasedModelAdmin(LeaseGuardedSaveMixin, LeaseGuardedDeleteMixin, OperatorLogMixin, admin.ModelAdmin):
     """Admin of a leased job: a `lease` column judged by the database clock, a change page that opens with
     the job's story, and the report of what an action did.
 
     Set `explain_kind` to the kind the app registered with `weave.explain.register_explainer` (the job
     admin, `JobAdminMixin`, finds it from the job type instead). The lease fields themselves stay
     read-only: only `weave.leases` writes them. A row under a live lease is never deleted
-    (`LeaseGuardedDeleteMixin`).
+    (`LeaseGuardedDeleteMixin`) nor edited (`LeaseGuardedSaveMixin`).
     """
 
     explain_kind = ""

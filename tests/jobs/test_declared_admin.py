@@ -82,3 +82,40 @@ def test_a_site_on_simple_admin_config_gets_no_job_admin_registered_for_it(monke
     simple = SimpleAdminConfig("django.contrib.admin", django.contrib.admin)
     monkeypatch.setattr(apps, "get_app_config", lambda label: simple)
     assert not _admin_autodiscovers()
+
+
+def _edit(client, invoice, **fields):
+    url = reverse("admin:invoices_invoice_change", args=[invoice.pk])
+    data = {"number": invoice.number, "email": invoice.email, "_save": "Save", **fields}
+    return client.post(url, data, follow=True)
+
+
+def test_change_page__saving_a_jobs_own_field_writes_it_and_leaves_the_lease_alone(admin_client, clock):
+    """The page's Save wrote every column back (owner, fence, lease expiry), which the model refuses:
+    a 500. It writes the fields the form changed, and only those."""
+    invoice = Invoice.objects.create(number="2026-013", email="old@example.com")
+    run_job("invoice", invoice.pk, owner="w1", clock=clock)
+    response = _edit(admin_client, invoice, email="new@example.com")
+    assert response.status_code == 200
+    row = Invoice.objects.values("email", "number", "state", "owner", "fence").get(pk=invoice.pk)
+    assert row == {"email": "new@example.com", "number": "2026-013", "state": "done", "owner": None, "fence": 1}
+    said = [str(m) for m in response.context["messages"]]
+    assert any("was changed successfully" in m for m in said)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_change_page__a_job_held_under_a_live_lease_is_not_edited(admin_client):
+    """A worker holds the job (database clock): the edit is refused and says who holds it until when;
+    0 rows change, the worker's lease and the job's fields stay as they were."""
+    from weave.leases import default_clock
+
+    invoice = Invoice.objects.create(number="2026-014", email="old@example.com")
+    lease = Invoice.objects.claim(invoice.pk, owner="worker-a", ttl=600, clock=default_clock)
+    before = Invoice.objects.values("email", "owner", "fence", "lease_expires_at").get(pk=invoice.pk)
+    response = _edit(admin_client, invoice, email="new@example.com")
+    assert response.status_code == 200
+    after = Invoice.objects.values("email", "owner", "fence", "lease_expires_at").get(pk=invoice.pk)
+    assert after == before and after["owner"] == "worker-a" and after["fence"] == lease.fence
+    said = [str(m) for m in response.context["messages"]]
+    assert any("Not saved" in m and "worker-a" in m and "database time" in m for m in said), said
+    assert not any("was changed successfully" in m for m in said)
