@@ -119,3 +119,18 @@ def test_change_page__a_job_held_under_a_live_lease_is_not_edited(admin_client):
     said = [str(m) for m in response.context["messages"]]
     assert any("Not saved" in m and "worker-a" in m and "database time" in m for m in said), said
     assert not any("was changed successfully" in m for m in said)
+
+
+def test_change_page__saving_a_tasks_page_changes_nothing_and_does_not_fail(admin_client):
+    """A `django.tasks` task's page has only read-only fields, yet offers Save: it wrote the whole row
+    back (a 500); now nothing is written and the fence stays."""
+    from tests.jobs.shipping.background import add
+    from weave.models import TaskRow
+
+    result = add.enqueue(1, 2)
+    row = TaskRow.objects.get(result_id=result.id)
+    url = reverse("admin:weave_taskrow_change", args=[row.pk])
+    response = admin_client.post(url, {"_save": "Save"}, follow=True)
+    assert response.status_code == 200
+    after = TaskRow.objects.values("state", "owner", "fence", "args").get(pk=row.pk)
+    assert after == {"state": "pending", "owner": None, "fence": 0, "args": [1, 2]}
