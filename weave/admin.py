@@ -434,7 +434,7 @@ def _held_message(row: Any) -> str:
 
     return (
         f"Not saved: {shown(str(row))} is held by {row.owner} under a live lease until {stamp(row.lease_expires_at)} "
-        "(database time). Its worker is running it with the fields as they were: edit it once the lease is over."
+        "(database time): its worker may be running it with the fields as they were. Edit it once the lease is over."
     )
 
 
