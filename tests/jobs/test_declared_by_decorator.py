@@ -202,3 +202,11 @@ def test_explain__a_cancelled_job_that_never_ran_is_not_said_to_be_waiting(clock
     call_command("weave_explain", "invoice", str(invoice.pk))
     out = capsys.readouterr().out
     assert "it is cancelled" in out and "yet" not in out
+
+
+def test_explain__an_id_that_is_no_number_is_refused_in_plain_words():
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError) as refused:
+        call_command("weave_explain", "invoice", "abc")
+    assert str(refused.value) == "No invoice with id abc: invoice ids are numbers."  # was "a invoice"

@@ -29,5 +29,5 @@ class Command(BaseCommand):
         except ObjectDoesNotExist as exc:
             raise CommandError(f"No {kind} with id {id}.") from exc
         except (TypeError, ValueError) as exc:
-            raise CommandError(f"No {kind} with id {id}: a {kind} is named by its number.") from exc
+            raise CommandError(f"No {kind} with id {id}: {kind} ids are numbers.") from exc
         self.stdout.write(timeline.as_text())
