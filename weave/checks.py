@@ -413,3 +413,40 @@ def check_retention(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         )
         for problem in retention_problems()
     ]
+
+
+@register(Tags.compatibility)
+def check_task_timeouts(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """Warn when a `WeaveBackend`'s TIMEOUT cannot fit in Q_CLUSTER['timeout'] after a drain's budget."""
+    backends = getattr(settings, "TASKS", None)
+    if not isinstance(backends, Mapping):
+        return []
+    weave_aliases = {
+        alias: conf
+        for alias, conf in backends.items()
+        if isinstance(conf, Mapping) and conf.get("BACKEND") == "weave.tasks.WeaveBackend"
+    }
+    if not weave_aliases:
+        return []
+    from weave.tasks.options import DEFAULTS
+    from weave.tasks.worker import DRAIN_BUDGET, q_cluster_timeout
+
+    q_timeout = q_cluster_timeout()
+    warnings: list[Warning] = []
+    for alias, conf in weave_aliases.items():
+        options = conf.get("OPTIONS")
+        timeout = (options if isinstance(options, Mapping) else {}).get("TIMEOUT", DEFAULTS["timeout"])
+        if q_timeout is None or isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            continue  # a wrong TIMEOUT is refused when the backend is built
+        if timeout + DRAIN_BUDGET > q_timeout:
+            warnings.append(
+                Warning(
+                    f"TASKS[{alias!r}] lets a task run {timeout:g} s, and a drain starts tasks for {DRAIN_BUDGET:g} s: "
+                    f"past Q_CLUSTER['timeout'] ({q_timeout:g} s), where django-q2 stops the drain, so a long "
+                    "task is stopped mid-run on every attempt.",
+                    hint=f"Raise Q_CLUSTER['timeout'] to at least {timeout + DRAIN_BUDGET:g} s ('retry' above it), "
+                    "or lower the backend's OPTIONS['TIMEOUT']. A task's own timeout needs the same room.",
+                    id="weave.W048",
+                )
+            )
+    return warnings

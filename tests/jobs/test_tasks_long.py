@@ -178,6 +178,49 @@ def test_takeovers__count_as_attempts_and_max_attempts_bounds_them(clock):
     assert "this would be attempt 3 and max_attempts is 2" in JobAttempt.objects.get(job_id=str(pk), number=3).reason
 
 
+def test_takeover__a_timeout_past_the_q_cluster_timeout_is_named_as_the_likely_stop(clock, settings):
+    """django-q2 stops a drain at Q_CLUSTER['timeout']: a task whose own timeout cannot fit in it is
+    stopped mid-run on every attempt. The takeover's record says so, instead of only "crashed"."""
+    settings.Q_CLUSTER = {**settings.Q_CLUSTER, "timeout": 120}
+    result = busy.using(timeout=300).enqueue("long")
+    pk = pk_of(result)
+
+    def run_then_get_stopped(label):
+        hb = running_heartbeat()
+        for _ in range(100):  # renewed for 100 s, then the drain is stopped
+            clock.advance(1)
+            hb.tick()
+        raise WorkerDied
+
+    while_running.append(run_then_get_stopped)
+    with pytest.raises(WorkerDied):
+        run_job("task", pk, owner="worker-a", clock=clock)
+    while_running.clear()
+    clock.advance(7)  # the 6 s lease lapses
+    assert run_job("task", pk, owner="worker-b", clock=clock) == "done"
+    lost = JobAttempt.objects.get(job_id=str(pk), number=1)
+    assert lost.outcome == "blocked"
+    assert "likely at Q_CLUSTER['timeout'] (120 s)" in lost.reason and "timeout of 300 s" in lost.reason
+
+
+def test_takeover__a_worker_that_died_early_is_not_blamed_on_the_q_cluster_timeout(clock, settings):
+    settings.Q_CLUSTER = {**settings.Q_CLUSTER, "timeout": 120}
+    result = busy.using(timeout=300).enqueue("short")
+    pk = pk_of(result)
+
+    def die(label):
+        raise WorkerDied
+
+    while_running.append(die)
+    with pytest.raises(WorkerDied):
+        run_job("task", pk, owner="worker-a", clock=clock)
+    while_running.clear()
+    clock.advance(7)
+    assert run_job("task", pk, owner="worker-b", clock=clock) == "done"
+    lost = JobAttempt.objects.get(job_id=str(pk), number=1)
+    assert "(the worker stopped or crashed)" in lost.reason and "Q_CLUSTER" not in lost.reason
+
+
 # --- options --------------------------------------------------------------------------------------------
 
 

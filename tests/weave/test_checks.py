@@ -186,3 +186,26 @@ def test_sqlite_in_production_with_several_workers_warns(settings):
     settings.DEBUG = False
     settings.Q_CLUSTER = {**SAFE, "workers": 1}
     assert check_sqlite_in_production() == []
+
+
+def test_a_task_backend_timeout_past_the_q_cluster_timeout_is_warned(settings):
+    """django-q2 stops a drain at Q_CLUSTER['timeout']: a backend TIMEOUT that does not fit after a
+    drain's 60 s of starting tasks would be cut short on every attempt."""
+    from weave.checks import check_task_timeouts
+
+    settings.Q_CLUSTER = SAFE  # timeout 120
+    settings.TASKS = {"default": {"BACKEND": "weave.tasks.WeaveBackend", "OPTIONS": {"TIMEOUT": 300}}}
+    (warning,) = check_task_timeouts()
+    assert warning.id == "weave.W048" and warning.level < 40
+    assert "'default'" in warning.msg and "300 s" in warning.msg and "120 s" in warning.msg
+    assert "at least 360 s" in warning.hint
+
+
+def test_the_documented_task_backend_and_q_cluster_pass_the_timeout_check(settings):
+    from weave.checks import check_task_timeouts
+
+    settings.Q_CLUSTER = SAFE
+    settings.TASKS = {"default": {"BACKEND": "weave.tasks.WeaveBackend"}}  # the default TIMEOUT, 60 s
+    assert check_task_timeouts() == []
+    settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend", "OPTIONS": {}}}
+    assert check_task_timeouts() == []

@@ -169,7 +169,7 @@ def _record_lost_attempt(ctx: JobContext, row: TaskRow, options: TaskOptions) ->
     done = JobAttempt.objects.filter(job_type=JOB_TYPE, job_id=str(row.pk), number=number, fence=row.previous_fence)
     if done.exists():
         return overran
-    why = overran or "the worker stopped or crashed"
+    why = overran or _stopped_why(row, options)
     reason = (
         f"Lease lapsed at {clock_time(row.previous_expires_at)} without a finish ({why}). "
         f"The task is now held by {ctx.lease.owner} at fence {ctx.lease.fence}."
@@ -206,6 +206,35 @@ def _overran(row: TaskRow, options: TaskOptions) -> str:
     if renewed_for < options.timeout - heartbeat_interval(ttl):
         return ""
     return f"attempt {row.attempts - 1} was still running at its timeout of {options.timeout:g} s"
+
+
+def q_cluster_timeout() -> float | None:
+    """Q_CLUSTER['timeout']: django-q2 stops a drain that runs longer (None when not set)."""
+    from django.conf import settings
+
+    timeout = (getattr(settings, "Q_CLUSTER", None) or {}).get("timeout")
+    return float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else None
+
+
+def _stopped_why(row: TaskRow, options: TaskOptions) -> str:
+    """Why an attempt lapsed without a finish, short of its timeout: its worker stopped.
+
+    A task whose timeout cannot fit in Q_CLUSTER['timeout'] after a drain's budget is stopped with its
+    drain by django-q2 before it can finish; when the attempt was still renewing by then, say so, or
+    the operator reads "crashed" on every attempt of a task that can never finish.
+    """
+    q_timeout = q_cluster_timeout()
+    began, lapsed = row.previous_attempted_at, row.previous_expires_at
+    if q_timeout is None or began is None or lapsed is None or options.timeout + DRAIN_BUDGET <= q_timeout:
+        return "the worker stopped or crashed"
+    ttl = options.lease_ttl or get(JOB_TYPE).lease_ttl()
+    if (lapsed - began).total_seconds() - ttl < q_timeout - DRAIN_BUDGET:
+        return "the worker stopped or crashed"
+    return (
+        f"the worker stopped, likely at Q_CLUSTER['timeout'] ({q_timeout:g} s), where django-q2 stops the drain "
+        f"running it: the task's timeout of {options.timeout:g} s does not fit in it after a drain's "
+        f"{DRAIN_BUDGET:g} s of starting tasks"
+    )
 
 
 def _claim_fields(clock: Clock) -> Mapping[str, Any]:
