@@ -227,8 +227,8 @@ def _stopped_why(row: TaskRow, options: TaskOptions) -> str:
     began, lapsed = row.previous_attempted_at, row.previous_expires_at
     if q_timeout is None or began is None or lapsed is None or options.timeout + DRAIN_BUDGET <= q_timeout:
         return "the worker stopped or crashed"
-    ttl = options.lease_ttl or get(JOB_TYPE).lease_ttl()
-    if (lapsed - began).total_seconds() - ttl < q_timeout - DRAIN_BUDGET:
+    # Claimed within a drain's budget, an attempt whose lease held this long may have met the drain's end.
+    if (lapsed - began).total_seconds() < q_timeout - DRAIN_BUDGET:
         return "the worker stopped or crashed"
     return (
         f"the worker stopped, likely at Q_CLUSTER['timeout'] ({q_timeout:g} s), where django-q2 stops the drain "
