@@ -4,13 +4,15 @@ log_event(logger, "claim", job="notification", id=42, owner="host:123:ab12", fen
 -> event=claim job=notification id=42 owner=host:123:ab12 fence=3
 
 Every value is made safe before it is printed: control characters (newlines included) are escaped,
-credentials and URL userinfo are redacted, and a value with a space, a quote or `=` is quoted. So one
-event is always exactly one line, and a supplier named "x\\nevent=completed" cannot forge another.
+credentials, URL userinfo and the site's configured secrets are redacted, and a value with a space, a
+quote or `=` is quoted. So one event is always exactly one line, and a supplier named
+"x\\nevent=completed" cannot forge another.
 """
 
 import logging
 from typing import Any
 
+from weave.conf import secret_values
 from weave.sanitize import escape_controls, redact
 
 __all__ = [
@@ -23,8 +25,8 @@ _WARN = {"lease_lost", "blocked", "renewal_failed", "renewal_retry", "failed", "
 _MAX_VALUE = 2000
 
 
-def _fmt(value: Any) -> str:
-    text = escape_controls(redact(str(value)))
+def _fmt(value: Any, secrets: list[str]) -> str:
+    text = escape_controls(redact(str(value), secrets))
     if len(text) > _MAX_VALUE:
         text = text[: _MAX_VALUE - 1] + "…"
     if not text or any(c.isspace() or c in '"=' for c in text):
@@ -34,7 +36,7 @@ def _fmt(value: Any) -> str:
 
 def _key(name: str) -> str:
     # Keys come from our own code, but a key that is not a plain word would break the format all the same.
-    return name if name.replace("_", "").isalnum() and name.isascii() else _fmt(name)
+    return name if name.replace("_", "").isalnum() and name.isascii() else _fmt(name, [])
 
 
 def log_event(
@@ -61,7 +63,9 @@ def log_event(
     fields = {"event": event, "job": job, "id": id, "owner": owner, "fence": fence, **extra}
     if reason:
         fields["reason"] = reason
-    line = " ".join(f"{_key(k)}={_fmt(v)}" for k, v in fields.items() if v is not None)
+    # The site's configured secrets too: a gateway's refusal may quote a bare token, with no marker before it.
+    secrets = secret_values()
+    line = " ".join(f"{_key(k)}={_fmt(v, secrets)}" for k, v in fields.items() if v is not None)
     # The structured copy (for JSON log handlers) is redacted too; it keeps its types and newlines.
-    structured = {k: redact(v) if isinstance(v, str) else v for k, v in fields.items()}
+    structured = {k: redact(v, secrets) if isinstance(v, str) else v for k, v in fields.items()}
     logger.log(level, line, extra={"weave": structured})

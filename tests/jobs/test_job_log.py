@@ -93,3 +93,19 @@ def test_batch_drain__each_retried_row_is_said_once_its_group_finish_landed(cloc
     refused = Invoice.objects.get(email="a2@example.com")
     assert f"job_type=invoice id={refused.pk} attempt=1 fence=1" in retry.getMessage()
     assert "ConnectionError: relay refused a2@example.com" in retry.getMessage()
+
+
+def test_a_failure_quoting_the_sites_configured_secret_is_logged_without_it(clock, caplog, settings):
+    """The site's own secrets (a declared secret key's value, a service URL's password) are redacted from
+    the log line as they are from the admin and `weave_explain`, not only credentials with a marker."""
+    settings.WEAVE = {**settings.WEAVE, "PUSH_TOKEN": "tok-0123456789abcdef"}
+    shipment = Shipment.objects.create(parcel="books")
+
+    def refused(ctx, hb):
+        raise Fail("the gateway refused our token tok-0123456789abcdef")
+
+    during_booking.append(refused)
+    with caplog.at_level(logging.INFO, logger="weave.jobs"):
+        assert run_job("shipment", shipment.pk, owner="w1", clock=clock) == "failed"
+    (failed,) = _said(caplog, "job_failed")
+    assert "tok-0123456789abcdef" not in failed.getMessage() and "[redacted]" in failed.getMessage()

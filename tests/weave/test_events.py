@@ -45,6 +45,22 @@ def test_log_event__credentials_in_a_value_are_redacted():
     assert "user:pw" not in line
 
 
+def test_log_event__the_sites_configured_secrets_are_redacted_wherever_they_appear(settings):
+    """A bare token (no "Bearer" before it) is still the site's secret: an error that quotes it, as a
+    gateway's refusal may, is logged without it, in the line and in the structured copy."""
+    settings.WEAVE = {**settings.WEAVE, "PUSH_TOKEN": "tok-0123456789abcdef"}
+    handler = _Collect()
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        log_event(logger, "failed", job="notification", id=1, reason="refused our token tok-0123456789abcdef")
+    finally:
+        logger.removeHandler(handler)
+    (record,) = handler.records
+    assert "tok-0123456789abcdef" not in record.getMessage() and "[redacted]" in record.getMessage()
+    assert "tok-0123456789abcdef" not in str(record.weave)
+
+
 @given(st.text(), st.text())
 def test_log_event__any_text_stays_one_line_and_one_event(name, reason):
     line = _lines(supplier=name, reason=reason)

@@ -17,6 +17,7 @@ from typing import Any
 
 from django.db import DatabaseError, router, transaction
 
+from weave.conf import secret_values
 from weave.jobs.context import JobContext, claim, claim_next
 from weave.jobs.cutoff import CUT_OFF, landed_claim, record_blocked, settle_cut_off
 from weave.jobs.declaration import JobType, get
@@ -143,7 +144,7 @@ def log_ending(ctx: JobContext, ending: "Ending") -> None:
         ctx.attempt,
         ctx.lease.fence,
         "-" if retry_in is None else f"{retry_in:.1f}s",
-        outside_text(ending.reason, limit=300),
+        outside_text(ending.reason, secrets=secret_values(), limit=300),
     )
 
 
