@@ -354,7 +354,12 @@ def _commit() -> str:
 
 
 def report(
-    runs: dict[str, list[dict[str, Any]]], n: int, rounds: int, head: str, started_at: datetime, pushes: list[dict[str, float]]
+    runs: dict[str, list[dict[str, Any]]],
+    n: int,
+    rounds: int,
+    head: str,
+    started_at: datetime,
+    pushes: list[dict[str, float]],
 ) -> str:
     lines = [
         f"Commit {head}, {started_at:%Y-%m-%d %H:%M} UTC, N = {n}, {rounds} round(s), 2 worker processes per "
