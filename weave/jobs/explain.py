@@ -105,7 +105,7 @@ def _lost(attempts: list[JobAttempt]) -> str:
 def _undo_said(job: Any, receipts: list[JobStepReceipt]) -> str:
     """What of the job's saved steps an undo asked for has undone (database time, fence), and what is left."""
     mine = [r for r in receipts if r.epoch == job.epoch]
-    undone = sorted((r for r in mine if r.undone_at is not None), key=lambda r: (r.undone_at, r.pk))
+    undone = sorted((r for r in mine if r.undone_at is not None), key=lambda r: (r.undone_at, -r.pk))  # undone newest first
     if job.state != JobState.UNDOING and not undone:
         return ""
     said = ", ".join(f"{r.step} at {stamp(r.undone_at)} by fence {r.undone_fence}" for r in undone)
