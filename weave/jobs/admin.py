@@ -157,7 +157,7 @@ class JobAdminMixin(LeasedModelAdmin):
         self._act(request, "Cancelled", job_cancel(job_type=self.job().name, pks=pks))
 
     @admin.action(
-        description="Cancel and undo (pending, failed or cancelled jobs: undo their saved steps)", permissions=["change"]
+        description="Cancel and undo (pending, failed or cancelled jobs: their saved steps)", permissions=["change"]
     )
     def cancel_and_undo_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         pks = list(queryset.values_list("pk", flat=True))

@@ -54,7 +54,7 @@ def state_counts(job: JobType) -> dict[str, int]:
 
 
 def counted_states(job: JobType) -> tuple[dict[str, int], bool]:
-    """Rows of `job` per state, and whether the finished states' counts are estimates (pending and undoing are exact)."""
+    """Rows of `job` per state, and whether the finished states' counts are estimates (pending, undoing: exact)."""
     return counts_by(job.model, "state", JobState.values, exact=[JobState.PENDING, JobState.UNDOING])
 
 

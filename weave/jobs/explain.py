@@ -105,15 +105,14 @@ def _lost(attempts: list[JobAttempt]) -> str:
 def _undo_said(job: Any, receipts: list[JobStepReceipt]) -> str:
     """What of the job's saved steps an undo asked for has undone (database time, fence), and what is left."""
     mine = [r for r in receipts if r.epoch == job.epoch]
-    undone = sorted((r for r in mine if r.undone_at is not None), key=lambda r: (r.undone_at, -r.pk))  # undone newest first
+    # In the order they were undone: by time, then newest receipt first (the walk's order).
+    undone = sorted((r for r in mine if r.undone_at is not None), key=lambda r: (r.undone_at, -r.pk))
     if job.state != JobState.UNDOING and not undone:
         return ""
     said = ", ".join(f"{r.step} at {stamp(r.undone_at)} by fence {r.undone_fence}" for r in undone)
     left = [r.step for r in mine if r.undone_at is None]
     waiting = " The undo of its saved steps is asked and not finished." if job.state == JobState.UNDOING else ""
-    return (
-        f"{waiting} Steps undone: {said or 'none yet'}; saved and not undone: {', '.join(left) or 'none'}."
-    )
+    return f"{waiting} Steps undone: {said or 'none yet'}; saved and not undone: {', '.join(left) or 'none'}."
 
 
 def _summary(job: Any, attempts: list[JobAttempt]) -> str:
