@@ -309,3 +309,38 @@ def test_admin__a_view_only_user_cannot_cancel_and_undo(client, clock):
     assert any("needs change permission" in m for m in said)
     assert Shipment.objects.get(pk=shipment.pk).state == "pending"
     assert not LogEntry.objects.filter(object_id=str(shipment.pk)).exists()
+
+
+@pytest.mark.parametrize("mode", ["single", "batch"])
+def test_cancel_and_undo__a_handlers_finish_is_refused_and_the_job_handed_on(clock, mode):
+    """A handler has no step receipts: its finish is its one write, and it expects the job still pending."""
+    from tests.jobs.invoices.models import Invoice
+    from weave.jobs.batch import run_batches
+
+    invoice = Invoice.objects.create(number="2026-100", email="buyer@example.com")
+    declared = declaration.get("invoice")
+
+    def send_then_cancelled(ctx):
+        job_cancel(job_type="invoice", pks=[invoice.pk], undo=True, clock=clock)
+        return {"message_id": "msg-late"}
+
+    declaration._registry["invoice"] = replace(declared, handler=send_then_cancelled)
+    try:
+        if mode == "single":
+            assert run_job("invoice", invoice.pk, owner="w1", clock=clock) == "cancelled"
+        else:
+            due = Invoice.objects.due(clock).order_by("next_attempt_at", "pk")
+            run_batches("invoice", due, budget=5, owner="w1", clock=clock)
+    finally:
+        declaration._registry["invoice"] = declared
+
+    row = Invoice.objects.values("state", "owner", "fence", "finished_at").get(pk=invoice.pk)
+    assert row == {"state": "undoing", "owner": None, "fence": 1, "finished_at": None}  # not "done"
+    attempt = JobAttempt.objects.get(job_type="invoice", job_id=str(invoice.pk))
+    assert attempt.outcome == "cancelled" and "stopped at the finish without saving" in attempt.reason
+
+    assert run_job("invoice", invoice.pk, owner="w2", clock=clock) == "done"
+    row = Invoice.objects.values("state", "fence").get(pk=invoice.pk)
+    assert row == {"state": "cancelled", "fence": 2}
+    undo = JobAttempt.objects.get(job_type="invoice", job_id=str(invoice.pk), fence=2)
+    assert undo.reason == "Cancelled and undone: none."
