@@ -73,6 +73,10 @@ class JobState(models.TextChoices):
 RUNNABLE_STATES = (JobState.PENDING, JobState.UNDOING)
 
 
+def _time_come(clock: Clock) -> Q:
+    return Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=clock.now())
+
+
 class JobQuerySet(LeaseQuerySet[_J]):
     """The states of a job type's rows, each judged by the database clock."""
 
@@ -88,9 +92,14 @@ class JobQuerySet(LeaseQuerySet[_J]):
         return self.filter(state__in=RUNNABLE_STATES)
 
     def due(self, clock: Clock = default_clock) -> "JobQuerySet[_J]":
-        """Pending (or undoing) rows whose time has come and that nobody holds under a live lease."""
-        time_come = Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=clock.now())
-        return self.runnable().filter(time_come).free_or_expired(clock)
+        """Pending rows whose time has come and that nobody holds under a live lease (undoing rows: `undo_due`)."""
+        # One state, not both: the drain's ordered claim then reads the (state, next_attempt_at) index in
+        # order and stops at its limit, where two states would sort every due row first.
+        return self.pending().filter(_time_come(clock)).free_or_expired(clock)
+
+    def undo_due(self, clock: Clock = default_clock) -> "JobQuerySet[_J]":
+        """Undoing rows whose time has come and that nobody holds under a live lease."""
+        return self.undoing().filter(_time_come(clock)).free_or_expired(clock)
 
     def next_due_at(self) -> datetime | None:
         """The earliest database time at which a pending row needs a worker (a held row: when its lease ends)."""

@@ -269,16 +269,19 @@ def test_cancel_and_undo__a_lease_lost_mid_undo_ends_blocked_naming_the_holder_a
     assert attempt.outcome == "blocked" and "rival at fence 3" in attempt.reason and "step hold" in attempt.reason
 
 
-def test_cancel_and_undo__a_batch_drain_runs_the_undo_too(clock):
-    from weave.jobs.batch import run_batches
+def test_cancel_and_undo__the_job_types_drain_runs_the_undo_too(clock):
+    from weave.jobs.tasks import drain
 
     shipment = saved_two_steps(clock)
+    waiting = Shipment.objects.create(parcel="waiting")  # a pending job of the same type, run after the undo
     job_cancel(job_type="shipment", pks=[shipment.pk], undo=True, clock=clock)
-    due = Shipment.objects.due(clock).order_by("next_attempt_at", "pk")
-    report = run_batches("shipment", due, budget=5, owner="drain", clock=clock)
-    assert report.outcomes.get("done") == 1
+    assert list(Shipment.objects.due(clock)) == [waiting]  # the pending drain's queryset never holds an undo
+    assert list(Shipment.objects.undo_due(clock)) == [shipment]
+
+    assert drain("shipment", budget=5) == {"done": 2}
     assert receipts(shipment) == [("hold", 2, True), ("book", 2, True)]
     assert Shipment.objects.get(pk=shipment.pk).state == "cancelled"
+    assert Shipment.objects.get(pk=waiting.pk).state == "done"
 
 
 def act(client, action, *pks):
@@ -311,36 +314,43 @@ def test_admin__a_view_only_user_cannot_cancel_and_undo(client, clock):
     assert not LogEntry.objects.filter(object_id=str(shipment.pk)).exists()
 
 
-@pytest.mark.parametrize("mode", ["single", "batch"])
-def test_cancel_and_undo__a_handlers_finish_is_refused_and_the_job_handed_on(clock, mode):
-    """A handler has no step receipts: its finish is its one write, and it expects the job still pending."""
-    from tests.jobs.invoices.models import Invoice
+def test_cancel_and_undo__a_finish_waiting_in_a_batch_is_refused_and_the_job_handed_on(clock):
+    """A batch writes its finishes later, together: each still expects its job pending when it lands."""
     from weave.jobs.batch import run_batches
 
-    invoice = Invoice.objects.create(number="2026-100", email="buyer@example.com")
-    declared = declaration.get("invoice")
+    first = Shipment.objects.create(parcel="first")
+    second = Shipment.objects.create(parcel="second")
 
-    def send_then_cancelled(ctx):
-        job_cancel(job_type="invoice", pks=[invoice.pk], undo=True, clock=clock)
-        return {"message_id": "msg-late"}
+    def cancel_the_first(ctx):
+        if ctx.lease.pk == second.pk:  # the first's steps are saved, its finish waits to be written
+            assert job_cancel(job_type="shipment", pks=[first.pk], undo=True, clock=clock).changed == [first.pk]
 
-    declaration._registry["invoice"] = replace(declared, handler=send_then_cancelled)
-    try:
-        if mode == "single":
-            assert run_job("invoice", invoice.pk, owner="w1", clock=clock) == "cancelled"
-        else:
-            due = Invoice.objects.due(clock).order_by("next_attempt_at", "pk")
-            run_batches("invoice", due, budget=5, owner="w1", clock=clock)
-    finally:
-        declaration._registry["invoice"] = declared
+    hooks["notify"].append(cancel_the_first)
+    due = Shipment.objects.due(clock).order_by("pk")
+    report = run_batches("shipment", due, budget=5, owner="w1", clock=clock, flush_rows=100, flush_seconds=600)
+    assert report.outcomes == {"done": 1, "cancelled": 1}
 
-    row = Invoice.objects.values("state", "owner", "fence", "finished_at").get(pk=invoice.pk)
+    row = Shipment.objects.values("state", "owner", "fence", "finished_at").get(pk=first.pk)
     assert row == {"state": "undoing", "owner": None, "fence": 1, "finished_at": None}  # not "done"
-    attempt = JobAttempt.objects.get(job_type="invoice", job_id=str(invoice.pk))
+    attempt = JobAttempt.objects.get(job_id=str(first.pk))
     assert attempt.outcome == "cancelled" and "stopped at the finish without saving" in attempt.reason
+    assert Shipment.objects.get(pk=second.pk).state == "done"
 
-    assert run_job("invoice", invoice.pk, owner="w2", clock=clock) == "done"
-    row = Invoice.objects.values("state", "fence").get(pk=invoice.pk)
-    assert row == {"state": "cancelled", "fence": 2}
-    undo = JobAttempt.objects.get(job_type="invoice", job_id=str(invoice.pk), fence=2)
-    assert undo.reason == "Cancelled and undone: none."
+    hooks["notify"].clear()
+    calls.clear()
+    assert run_job("shipment", first.pk, owner="w2", clock=clock) == "done"
+    assert calls == [f"undo book CR-{first.pk}", f"undo hold H-{first.pk}"]
+    assert receipts(first) == [("hold", 2, True), ("book", 2, True), ("notify", None, None)]
+    assert Shipment.objects.get(pk=first.pk).state == "cancelled"
+
+
+def test_cancel_and_undo__a_job_type_without_any_undo_is_refused_and_has_no_such_action(admin_client):
+    from tests.jobs.invoices.models import Invoice
+
+    invoice = Invoice.objects.create(number="2026-100", email="buyer@example.com")
+    with pytest.raises(ValueError, match="declares no step with an undo"):
+        job_cancel(job_type="invoice", pks=[invoice.pk], undo=True)
+    page = admin_client.get(reverse("admin:invoices_invoice_changelist")).content.decode()
+    assert "Cancel and undo" not in page and "Cancel (pending" in page
+    Shipment.objects.create(parcel="books")  # the list shows its actions once it has a row
+    assert "Cancel and undo" in admin_client.get(reverse("admin:shipping_shipment_changelist")).content.decode()

@@ -124,6 +124,16 @@ class JobAdminMixin(LeasedModelAdmin):
 
     # --- the actions -------------------------------------------------------------------------------------
 
+    def get_actions(self, request: HttpRequest) -> Any:
+        actions = super().get_actions(request)
+        try:
+            undoable = self.job().undoable
+        except LookupError:  # the model's job type is not registered here
+            undoable = False
+        if not undoable:
+            actions.pop("cancel_and_undo_jobs", None)  # none of its steps has an undo to run
+        return actions
+
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         if request.method == "POST" and request.POST.get("action") in self.actions:
             if not self.has_change_permission(request):

@@ -88,6 +88,7 @@ class Completer:
         self._oldest = 0.0
         self._landed: list[Finished] = []  # written, their hooks not yet told
         self._refused = 0  # refused by their guard since the last `tell()`
+        self._handed_on = 0  # of those, given back for an undo asked meanwhile (recorded "cancelled")
         self._lock = threading.Lock()
         self._writing = threading.Lock()
 
@@ -137,8 +138,11 @@ class Completer:
         with self._lock:
             landed, self._landed = self._landed, []
             refused, self._refused = self._refused, 0
+            handed_on, self._handed_on = self._handed_on, 0
         if refused:
             self.report.count("blocked", refused)
+        if handed_on:
+            self.report.count(str(JobAttempt.Outcome.CANCELLED), handed_on)
         for item in landed:
             self.report.count(item.ending.outcome)
             log_ending(item.ctx, item.ending)
@@ -160,12 +164,15 @@ class Completer:
             receipts = [item.ending.receipt(item.ctx, item.started) for item in done]
             refused = [item for item in items if item.ctx.lease.pk not in landed]
             # A row refused only because its undo was asked meanwhile is given back for it (recorded "cancelled").
-            refused = [item for item in refused if not hand_on(item.ctx, item.started, "at the finish")]
+            lost = [item for item in refused if not hand_on(item.ctx, item.started, "at the finish")]
+            handed_on, refused = len(refused) - len(lost), lost
             receipts += blocked_receipts(self.jt, self.rows, refused, clock=self.clock, where="at the finish")
             stored = insert_receipts_returning(JobAttempt, receipts, ["job_id", "fence", "finished_at"])
             finished_at = {(row["job_id"], row["fence"]): row["finished_at"] for row in stored}
             for item, receipt in zip(done, receipts, strict=False):
                 item.record = {**receipt, "finished_at": finished_at[(receipt["job_id"], receipt["fence"])]}
+        with self._lock:
+            self._handed_on += handed_on
         if refused:
             with self._lock:
                 self._refused += len(refused)

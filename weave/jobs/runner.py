@@ -41,7 +41,8 @@ def run_job(job_type: str, pk: Any, *, owner: str | None = None, clock: Clock = 
     model: Any = jt.model
     ttl = jt.lease_ttl()
     owner = owner or new_owner(f"{job_type}:")
-    rows = model.objects.due(clock)
+    # By pk, either state's due rows: one row's claim is an index lookup whatever the filter.
+    rows = model.objects.due(clock) | model.objects.undo_due(clock)
     try:
         # The claim counts the attempt in the same statement: a crash mid-attempt still uses one up.
         ctx = claim(

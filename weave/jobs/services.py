@@ -59,10 +59,14 @@ def job_cancel(*, job_type: str, pks: Iterable[Any], undo: bool = False, clock: 
     epoch, newest first, each step's `undo`): the job goes to `undoing` and the next attempt claims it
     under a new fence and runs them, then leaves it `cancelled`. It applies to pending jobs, held or
     not (a holder's next save expects `pending` and is refused; it gives the job back for the undo),
-    and to failed and cancelled ones (steps already undone are not undone again).
+    and to failed and cancelled ones (steps already undone are not undone again). A job type none of
+    whose steps declares an undo raises `ValueError`.
     """
-    model: Any = get(job_type).model
+    declared = get(job_type)
+    model: Any = declared.model
     if undo:
+        if not declared.undoable:
+            raise ValueError(f"Job type {job_type!r} declares no step with an undo; cancel without undo=True.")
         return _ask_undo(job_type, model, pks)
     fields = {"state": JobState.CANCELLED, "finished_at": clock.now(), "next_attempt_at": None}
     return _reopen(job_type, model.objects.pending(), pks, clock, fields, enqueue=False)
