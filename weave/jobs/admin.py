@@ -124,8 +124,8 @@ class JobAdminMixin(LeasedModelAdmin):
 
     # --- the actions -------------------------------------------------------------------------------------
 
-    def get_actions(self, request: HttpRequest) -> Any:
-        actions = super().get_actions(request)
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
+        actions = super().get_actions(request, action_location)
         try:
             undoable = self.job().undoable
         except LookupError:  # the model's job type is not registered here
