@@ -298,6 +298,13 @@ def test_admin__cancel_and_undo_asks_for_the_undo_and_writes_the_jobs_history(ad
     entry = LogEntry.objects.get(object_id=str(shipment.pk))
     assert entry.get_change_message() == "Cancelled, undo of the saved steps asked in the admin."
 
+    assert run_job("shipment", shipment.pk, owner="w2", clock=clock) == "done"
+    page = admin_client.get(reverse("admin:shipping_shipment_change", args=[shipment.pk])).content.decode()
+    # The job's timeline: who asked, then each step undone, by which fence.
+    assert "step book (saved by fence 1) undone by fence 2" in page
+    assert "step hold (saved by fence 1) undone by fence 2" in page
+    assert "Cancelled and undone: book, hold." in page
+
 
 def test_admin__a_view_only_user_cannot_cancel_and_undo(client, clock):
     user = User.objects.create_user("viewer", password="pw", is_staff=True)
