@@ -361,3 +361,28 @@ def test_cancel_and_undo__a_job_type_without_any_undo_is_refused_and_has_no_such
     assert "Cancel and undo" not in page and "Cancel (pending" in page
     Shipment.objects.create(parcel="books")  # the list shows its actions once it has a row
     assert "Cancel and undo" in admin_client.get(reverse("admin:shipping_shipment_changelist")).content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancel_and_undo__an_undo_cut_off_from_the_database_gives_the_job_back_still_undoing(clock):
+    from django.db import OperationalError
+
+    shipment = saved_two_steps(clock)
+    job_cancel(job_type="shipment", pks=[shipment.pk], undo=True, clock=clock)
+
+    def link_down(ctx):
+        hooks["undo_book"].clear()
+        raise OperationalError("server closed the connection unexpectedly")
+
+    hooks["undo_book"].append(link_down)
+    assert run_job("shipment", shipment.pk, owner="w2", clock=clock) == "retry"
+
+    attempt = JobAttempt.objects.get(job_id=str(shipment.pk), fence=2)
+    assert "at step book" in attempt.reason and "nothing of step book's undo landed" in attempt.reason
+    row = Shipment.objects.values("state", "owner", "next_attempt_at").get(pk=shipment.pk)
+    assert row == {"state": "undoing", "owner": None, "next_attempt_at": None}
+    assert receipts(shipment) == [("hold", None, None), ("book", None, None)]
+    assert Booking.objects.filter(shipment=shipment).count() == 1  # the undo's delete rolled back with it
+
+    assert run_job("shipment", shipment.pk, owner="w3", clock=clock) == "done"
+    assert receipts(shipment) == [("hold", 3, True), ("book", 3, True)]
