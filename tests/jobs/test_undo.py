@@ -386,3 +386,20 @@ def test_cancel_and_undo__an_undo_cut_off_from_the_database_gives_the_job_back_s
 
     assert run_job("shipment", shipment.pk, owner="w3", clock=clock) == "done"
     assert receipts(shipment) == [("hold", 3, True), ("book", 3, True)]
+
+
+def test_cancel_and_undo__the_dashboard_console_and_metrics_count_the_undoing_state(admin_client, clock):
+    from weave.jobs.console import counted_states
+
+    shipment = saved_two_steps(clock)
+    job_cancel(job_type="shipment", pks=[shipment.pk], undo=True, clock=clock)
+    Shipment.objects.create(parcel="waiting")
+
+    counts, _ = counted_states(declaration.get("shipment"))
+    assert counts == {"pending": 1, "done": 0, "failed": 0, "cancelled": 0, "undoing": 1}
+    page = admin_client.get("/admin/weave/dashboard/").content.decode()
+    assert "undoing" in page
+    metrics = admin_client.get("/metrics").content.decode()
+    assert 'weave_jobs{job="shipment",state="undoing"} 1.0' in metrics
+    listing = admin_client.get(reverse("admin:shipping_shipment_changelist") + "?state=undoing").content.decode()
+    assert "undo due now" in listing
