@@ -1,9 +1,10 @@
 """django-q2 entry points for core-run job types: a drain per job type, and the sweep."""
 
+import time
 from typing import Any
 
 from weave.jobs import queue
-from weave.jobs.batch import run_batches
+from weave.jobs.batch import Report, run_batches
 from weave.jobs.declaration import get, job_types
 from weave.jobs.runner import run_job
 from weave.wake import request_name, request_started, tell_watchers
@@ -18,12 +19,20 @@ def drain(job_type: str, *, budget: float = DRAIN_BUDGET) -> dict[str, int]:
     request_started(queue.drain_request_name(job_type))
     model: Any = get(job_type).model
     due = model._default_manager.due().order_by("next_attempt_at", "pk")
+    undo = model._default_manager.undo_due().order_by("next_attempt_at", "pk")
+    ends = time.monotonic() + budget
     try:
+        # The undos an operator asked for first (few, and waited for): a backlog never holds them back.
+        undone = run_batches(job_type, undo, budget=budget) if undo.exists() else Report()
         # A whole batch claimed: more may be due, so another worker is asked to drain beside this one.
-        report = run_batches(job_type, due, budget=budget, on_full=lambda: queue.enqueue_drain(job_type))
+        left = max(0.0, ends - time.monotonic())
+        report = run_batches(job_type, due, budget=left, on_full=lambda: queue.enqueue_drain(job_type))
     finally:
         tell_watchers()
-    if report.more and due.exists():
+    for outcome, n in undone.outcomes.items():
+        report.count(outcome, n)
+    more = report.more or undone.more or not left
+    if more and (due.exists() or undo.exists()):
         queue.enqueue_drain(job_type)  # the budget ran out with work left: the next drain goes on
     return report.outcomes
 
