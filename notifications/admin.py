@@ -37,18 +37,19 @@ from weave.leases import default_clock
 from weave.operations import (
     ActionRule,
     ActionsWhereTheyApply,
-    ConsoleMedia,
     JobAdminMixin,
     LeasedModelAdmin,
     LeaseStateFilter,
-    OperatorLogMixin,
+    OperatorModelAdmin,
     ReadOnlyAdminMixin,
     admin_link_to,
-    change_link,
     choice_filter,
     clipped,
+    clipped_column,
     key_values,
+    link_column,
     linked_ids,
+    permission_check,
     reason_column,
     said_once,
     shown,
@@ -100,7 +101,6 @@ class _AttemptColumns(ReadOnlyAdminMixin):
 class DeliveryAttemptInline(_AttemptColumns, admin.TabularInline):
     model = DeliveryAttempt
     extra = 0
-    can_delete = False
     fields = readonly_fields = (
         "started_at_display",
         "finished_at_display",
@@ -319,9 +319,7 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
             return f"delivered {timestamp(obj.delivered_at)}"
         return "—"
 
-    @admin.display(description="title", ordering="title")
-    def short_title(self, obj: Notification) -> str:
-        return clipped(obj.title)
+    short_title = clipped_column("title")
 
     @admin.display(description="device token")
     def shown_token(self, obj: Notification) -> str:
@@ -332,7 +330,6 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         return key_values(obj.data)
 
     delivered_at_display = timestamp_column("delivered_at")
-    lease_expires_at_display = timestamp_column("lease_expires_at", "lease expires at (database clock)")
     created_at_display = timestamp_column("created_at")
     expires_at_display = timestamp_column("expires_at")
     inlines = (DeliveryAttemptInline,)
@@ -428,8 +425,7 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
     def short_token(self, obj: Notification) -> str:
         return clipped(mask_token(obj.device_token), one_line=True)
 
-    def has_manage_delivery_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("weave_notifications.manage_delivery")
+    has_manage_delivery_permission = permission_check("weave_notifications.manage_delivery")
 
     @admin.action(description="Retry pending or failed notifications now", permissions=["manage_delivery"])
     def retry_now(self, request: HttpRequest, queryset: QuerySet) -> None:
@@ -461,7 +457,7 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
 
 
 @admin.register(DeliveryAttempt)
-class DeliveryAttemptAdmin(_AttemptColumns, admin.ModelAdmin):
+class DeliveryAttemptAdmin(_AttemptColumns, OperatorModelAdmin):
     list_display = (
         "id",
         "notification_link",
@@ -472,7 +468,6 @@ class DeliveryAttemptAdmin(_AttemptColumns, admin.ModelAdmin):
         "started_at_display",
         "list_reason",
     )
-    Media = ConsoleMedia
     list_filter = (
         state_filter("outcome", DeliveryAttempt.Outcome.values),
         within_filter("finished_at", "finished", "finished"),
@@ -496,9 +491,7 @@ class DeliveryAttemptAdmin(_AttemptColumns, admin.ModelAdmin):
 
     list_reason = reason_column(clip=True)
 
-    @admin.display(description="notification", ordering="notification")
-    def notification_link(self, obj: DeliveryAttempt) -> str:
-        return change_link(Notification, obj.notification_id, f"#{obj.notification_id}")
+    notification_link = link_column("notification", text="#{}")
 
     @admin.display(description="worker · fence")
     def held_by(self, obj: DeliveryAttempt) -> str:
@@ -506,12 +499,11 @@ class DeliveryAttemptAdmin(_AttemptColumns, admin.ModelAdmin):
 
 
 @admin.register(BreakerOpening)
-class BreakerOpeningAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class BreakerOpeningAdmin(ReadOnlyAdminMixin, OperatorModelAdmin):
     """When a push worker's circuit breaker opened, and why (also on the Weave dashboard)."""
 
     list_display = ("opened_at_display", "owner", "shown_reason")
     list_filter = (within_filter("opened_at", "opened", "opened"),)
-    Media = ConsoleMedia
 
     shown_reason = reason_column(clip=True)
 
@@ -541,10 +533,9 @@ DEVICE_ACTIONS = {
 
 
 @admin.register(Device)
-class DeviceAdmin(ActionsWhereTheyApply, OperatorLogMixin, admin.ModelAdmin):
+class DeviceAdmin(ActionsWhereTheyApply, OperatorModelAdmin):
     list_display = ("id", "user", "backend", "platform_name", "short_token", "active", "created_at", "deactivated_at")
     list_filter = ("active", "backend", PlatformFilter)
-    Media = ConsoleMedia
 
     @admin.display(description="platform", ordering="platform")
     def platform_name(self, obj: Device) -> str:
@@ -579,8 +570,7 @@ class DeviceAdmin(ActionsWhereTheyApply, OperatorLogMixin, admin.ModelAdmin):
     def short_token(self, obj: Device) -> str:
         return mask_token(obj.token, obj.platform)
 
-    def has_send_test_notification_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("weave_notifications.send_test_notification")
+    has_send_test_notification_permission = permission_check("weave_notifications.send_test_notification")
 
     @admin.action(description="Send test notification", permissions=["send_test_notification"])
     def send_test_notification(self, request: HttpRequest, queryset: QuerySet) -> None:
@@ -646,9 +636,7 @@ class TopicSubscriptionAdmin(JobAdminMixin):
     search_fields = ("topic",)
     fields = readonly_fields = ("action", "topic", "backend", "token_count")
 
-    @admin.display(description="topic", ordering="topic")
-    def short_topic(self, obj: TopicSubscription) -> str:
-        return clipped(obj.topic, one_line=True)
+    short_topic = clipped_column("topic", one_line=True)
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # topic_subscribe() and topic_unsubscribe() make them, with every check

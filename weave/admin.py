@@ -19,7 +19,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html
 
-from weave.display import shown
+from weave.display import admin_link, change_link, clipped, shown, timestamp_column
 from weave.explain import explainers
 from weave.leases import LeaseBusy, LeaseQuerySet, default_clock
 from weave.telemetry import db_now
@@ -375,6 +375,52 @@ def within_filter(field: str, parameter: str, title: str) -> type[admin.SimpleLi
     return choice_filter(title, parameter, {key: (label, since(window)) for key, (label, window) in WINDOWS.items()})
 
 
+def link_column(
+    field: str, description: str | None = None, *, ordering: str | None = None, text: str = ""
+) -> Callable[[Any, Any], str]:
+    """A display method linking the row a foreign key `field` points at to its change page (plain text where
+    the site has no admin page for it), shown as that row, or as `text` with "{}" for its key ("#{}"),
+    which reads no row. Sortable by the key unless `ordering` says otherwise ("run__supplier__legal_name")."""
+
+    @admin.display(description=description or field.replace("_", " "), ordering=ordering or field)
+    def show(self: Any, obj: Any) -> str:
+        if not text:
+            return admin_link(getattr(obj, field))
+        target = obj._meta.get_field(field)
+        pk = getattr(obj, target.attname)
+        return "—" if pk is None else change_link(target.related_model, pk, text.format(pk))
+
+    show.__name__ = f"{field}_link"
+    return show
+
+
+def clipped_column(field: str, description: str | None = None, *, one_line: bool = False) -> Callable[[Any, Any], str]:
+    """A list column showing a text `field` cut to two lines (`one_line`: one, for names, tokens and workers),
+    whole on hover and on the row's page (`clipped`); sortable by the field."""
+
+    @admin.display(description=description or field.replace("_", " "), ordering=field)
+    def show(self: Any, obj: Any) -> str:
+        return clipped(getattr(obj, field), one_line=one_line)
+
+    show.__name__ = f"short_{field}"
+    return show
+
+
+def permission_check(permission: str) -> Callable[[Any, HttpRequest], bool]:
+    """The `has_<name>_permission` method an action with `permissions=["<name>"]` needs, for a permission of
+    the app's own ("app_label.codename"): whether the user holds it. Without the permission the action is
+    neither offered nor run.
+
+        has_start_onboarding_permission = permission_check("weave_onboarding.start_onboarding")
+    """
+
+    def check(self: Any, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm(permission))
+
+    check.__name__ = f"has_{permission.rpartition('.')[2]}_permission"
+    return check
+
+
 class ReadOnlyAdminMixin:
     """Rows written only by workers (receipts, attempts, domain writes): visible, never edited by hand."""
 
@@ -390,7 +436,39 @@ class ReadOnlyAdminMixin:
         return False
 
 
-class LeasedModelAdmin(LeaseGuardedDeleteMixin, OperatorLogMixin, admin.ModelAdmin):
+class OperatorModelAdmin(OperatorLogMixin, admin.ModelAdmin):
+    """A model admin on Weave's screens: the console's stylesheet and script (`ConsoleMedia`), one dash for an
+    empty value, what a person did written to the history by the database clock, and `report_outcomes` for
+    an action. Read-only rows add `ReadOnlyAdminMixin` before it; leased jobs use `LeasedModelAdmin`."""
+
+    Media = ConsoleMedia
+
+    def report_outcomes(
+        self,
+        request: HttpRequest,
+        report: Any,
+        *,
+        history: str,
+        said: tuple[str, str, str],
+        ids: Callable[[list[Any]], Any] = lambda pks: ", ".join(map(str, pks)),
+        changed_level: int = messages.INFO,
+    ) -> None:
+        """Write each row an action changed to its history (`history`), then say its outcomes.
+
+        `report` has the primary keys an action `changed`, left alone as `busy` (a worker holds them under a
+        live lease) and `skipped` (not in a state it applies to). `said` is the sentence for each, in that
+        order: a `format_html` template given `{count}` and `{ids}`, said only when it has rows (the
+        changed at `changed_level`, the others as warnings).
+        """
+        for row in self.model._default_manager.filter(pk__in=report.changed).order_by("pk"):
+            record_operator_action(user_id=int(request.user.pk or 0), obj=row, message=history)
+        levels = (changed_level, messages.WARNING, messages.WARNING)
+        for pks, text, level in zip((report.changed, report.busy, report.skipped), said, levels, strict=True):
+            if pks:
+                self.message_user(request, format_html(text, count=len(pks), ids=ids(pks)), level)
+
+
+class LeasedModelAdmin(LeaseGuardedDeleteMixin, OperatorModelAdmin):
     """Admin of a leased job: a `lease` column judged by the database clock, a change page that opens with
     the job's story, and the report of what an action did.
 
@@ -401,7 +479,7 @@ class LeasedModelAdmin(LeaseGuardedDeleteMixin, OperatorLogMixin, admin.ModelAdm
     """
 
     explain_kind = ""
-    Media = ConsoleMedia
+    lease_expires_at_display = timestamp_column("lease_expires_at", "lease expires at (database clock)")
 
     def story_kind(self) -> str:
         """The explainer kind of this admin's rows ("" for none: the page then opens with the fields)."""
@@ -451,27 +529,3 @@ class LeasedModelAdmin(LeaseGuardedDeleteMixin, OperatorLogMixin, admin.ModelAdm
     @admin.display(description="timeline")
     def timeline(self, obj: Model) -> str:
         return explainers()[self.story_kind()](obj.pk).as_html()
-
-    def report_outcomes(
-        self,
-        request: HttpRequest,
-        report: Any,
-        *,
-        history: str,
-        said: tuple[str, str, str],
-        ids: Callable[[list[Any]], Any] = lambda pks: ", ".join(map(str, pks)),
-        changed_level: int = messages.INFO,
-    ) -> None:
-        """Write each row an action changed to its history (`history`), then say its outcomes.
-
-        `report` has the primary keys an action `changed`, left alone as `busy` (a worker holds them under a
-        live lease) and `skipped` (not in a state it applies to). `said` is the sentence for each, in that
-        order: a `format_html` template given `{count}` and `{ids}`, said only when it has rows (the
-        changed at `changed_level`, the others as warnings).
-        """
-        for row in self.model._default_manager.filter(pk__in=report.changed).order_by("pk"):
-            record_operator_action(user_id=int(request.user.pk or 0), obj=row, message=history)
-        levels = (changed_level, messages.WARNING, messages.WARNING)
-        for pks, text, level in zip((report.changed, report.busy, report.skipped), said, levels, strict=True):
-            if pks:
-                self.message_user(request, format_html(text, count=len(pks), ids=ids(pks)), level)
