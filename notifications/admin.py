@@ -532,6 +532,10 @@ DEVICE_ACTIONS = {
 }
 
 
+def _first_ten(clauses: list[Any]) -> str:
+    return format_html_join(". ", "{}", ((clause,) for clause in clauses[:10]))
+
+
 @admin.register(Device)
 class DeviceAdmin(ActionsWhereTheyApply, OperatorModelAdmin):
     list_display = ("id", "user", "backend", "platform_name", "short_token", "active", "created_at", "deactivated_at")
@@ -594,20 +598,10 @@ class DeviceAdmin(ActionsWhereTheyApply, OperatorModelAdmin):
             sent.append(notification.pk)
             self.log_change(request, device, f"Sent test notification {notification.pk}.")
             self.log_addition(request, notification, f"Sent as a test to device {device.pk}.")
-        if sent:
-            self.message_user(
-                request, format_html("{} test notification(s) queued: {}.", len(sent), linked_ids(Notification, sent))
-            )
-        if refused:
-            self.message_user(
-                request,
-                format_html(
-                    "Not sent to {} device(s). {}.",
-                    len(refused),
-                    format_html_join(". ", "{}", ((r,) for r in refused[:10])),
-                ),
-                level=messages.WARNING,
-            )
+        self.say_rows(
+            request, "{count} test notification(s) queued: {ids}.", sent, ids=partial(linked_ids, Notification)
+        )
+        self.say_rows(request, "Not sent to {count} device(s). {ids}.", refused, ids=_first_ten, level=messages.WARNING)
 
     @admin.action(description="Deactivate (fails their queued notifications)", permissions=["change"])
     def deactivate(self, request: HttpRequest, queryset: QuerySet) -> None:
@@ -619,11 +613,8 @@ class DeviceAdmin(ActionsWhereTheyApply, OperatorModelAdmin):
             device_deactivate(device=device, reason=f"Deactivated in the admin by {who}.")
             self.log_change(request, device, "Deactivated.")
             done.append(device.pk)
-        if done:
-            self.message_user(
-                request, format_html("{} device(s) deactivated: {}.", len(done), linked_ids(Device, done))
-            )
-        else:
+        self.say_rows(request, "{count} device(s) deactivated: {ids}.", done, ids=partial(linked_ids, Device))
+        if not done:
             self.message_user(request, "No active device among the selected ones.")
 
 

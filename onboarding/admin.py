@@ -222,28 +222,11 @@ class SupplierAdmin(ActionsWhereTheyApply, OperatorModelAdmin):
     def _report_started(
         self, request: HttpRequest, started: Sequence[str], skipped: Sequence[str], refused: Sequence[str]
     ) -> None:
-        if started:
-            self.message_user(
-                request,
-                format_html(
-                    "Started onboarding for {}: {}.",
-                    len(started),
-                    format_html_join(", ", "{}", ((x,) for x in started)),
-                ),
-            )
-        if skipped:
-            self.message_user(
-                request,
-                f"Start onboarding applies to suppliers without a pending or running run; "
-                f"skipped {len(skipped)}: {' '.join(skipped)}",
-                level=messages.WARNING,
-            )
-        if refused:
-            self.message_user(
-                request,
-                f"Refused {len(refused)} with invalid data (correct the supplier first): {' '.join(refused)}",
-                level=messages.ERROR,
-            )
+        self.say_rows(request, "Started onboarding for {count}: {ids}.", started)
+        skipped_text = "Start onboarding applies to suppliers without a pending or running run; skipped {count}: {ids}"
+        self.say_rows(request, skipped_text, skipped, joiner=" ", level=messages.WARNING)
+        refused_text = "Refused {count} with invalid data (correct the supplier first): {ids}"
+        self.say_rows(request, refused_text, refused, joiner=" ", level=messages.ERROR)
 
 
 def _notification_link(notification_id: Any) -> str:
@@ -520,7 +503,7 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         def act(run: OnboardingRun) -> str | None:
             return f"Resumed at fence {run.fence}: a worker was enqueued now." if onboarding_resume(run=run) else None
 
-        self._each_run(request, queryset, "resume", act, "Enqueued {} run(s): {}.")
+        self._each_run(request, queryset, "resume", act, "Enqueued {count} run(s): {ids}.")
 
     @admin.action(description="Cancel pending or running runs", permissions=["change"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[OnboardingRun]) -> None:
@@ -529,7 +512,7 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
             done = onboarding_cancel(run=run, cancelled_by=request.user)
             return f"Cancelled (it was {was} at fence {run.fence})." if done else None
 
-        done = "Cancelled {} run(s): {}. A worker holding one stops at its next save."
+        done = "Cancelled {count} run(s): {ids}. A worker holding one stops at its next save."
         self._each_run(request, queryset, "cancel", act, done)
 
     def _each_run(
@@ -546,15 +529,10 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
             else:
                 changed.append(run.pk)
                 self.log_change(request, run, logged)
-        if changed:
-            self.message_user(request, format_html(done, len(changed), run_links(changed)))
-        if skipped:
-            rule = RUN_ACTIONS[action]
-            self.message_user(
-                request,
-                f"{rule.label} applies to {rule.applies_to} only; skipped {len(skipped)}: {', '.join(skipped)}.",
-                level=messages.WARNING,
-            )
+        self.say_rows(request, done, changed, ids=run_links)
+        rule = RUN_ACTIONS[action]
+        skipped_text = f"{rule.label} applies to {rule.applies_to} only; skipped {{count}}: {{ids}}."
+        self.say_rows(request, skipped_text, skipped, level=messages.WARNING)
 
     has_retry_run_permission = permission_check(RETRY_PERMISSION)
     has_undo_run_permission = permission_check(UNDO_PERMISSION)
@@ -572,18 +550,11 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         if request.POST.get("post") != "yes" or not why:
             return self._confirm_retry(request, queryset.filter(pk__in=applies), runs, failed, why)
         done, refused = _retry_runs(request, failed, why)
-        if done:
-            self.message_user(
-                request,
-                format_html(
-                    "Re-opened {} failed run(s): {}. Each resumes after its last receipt.", len(done), run_links(done)
-                ),
-            )
+        reopened = "Re-opened {count} failed run(s): {ids}. Each resumes after its last receipt."
+        self.say_rows(request, reopened, done, ids=run_links)
         skipped = [f"#{r.pk} ({rule.why_not(r)})" for r in runs if r not in failed]
-        if refused:
-            self.message_user(request, f"Not retried: {' '.join(refused)}", level=messages.WARNING)
-        if skipped:
-            self.message_user(request, f"{len(skipped)} not retried: {'; '.join(skipped)}.", level=messages.WARNING)
+        self.say_rows(request, "Not retried: {ids}", refused, joiner=" ", level=messages.WARNING)
+        self.say_rows(request, "{count} not retried: {ids}.", skipped, joiner="; ", level=messages.WARNING)
         return None
 
     def _confirm_retry(
@@ -647,10 +618,7 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
             if r.pk in applies and onboarding_cancel(run=r, cancelled_by=request.user, undo=True):
                 done.append(r.pk)
                 self.log_change(request, r, f"Cancelled (it was {r.status}); undo of the committed steps requested.")
-        if done:
-            self.message_user(
-                request, format_html("Cancelled run(s) {}; their undo is queued for a worker.", run_links(done))
-            )
+        self.say_rows(request, "Cancelled run(s) {ids}; their undo is queued for a worker.", done, ids=run_links)
         if len(done) < len(runs):
             self.message_user(
                 request,

@@ -4,7 +4,7 @@ The core registers no model admin of its own; the apps build theirs from these.
 """
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -17,7 +17,7 @@ from django.db import router, transaction
 from django.db.models import Model, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from weave.display import admin_link, change_link, clipped, shown, timestamp_column
 from weave.explain import explainers
@@ -438,8 +438,9 @@ class ReadOnlyAdminMixin:
 
 class OperatorModelAdmin(OperatorLogMixin, admin.ModelAdmin):
     """A model admin on Weave's screens: the console's stylesheet and script (`ConsoleMedia`), one dash for an
-    empty value, what a person did written to the history by the database clock, and `report_outcomes` for
-    an action. Read-only rows add `ReadOnlyAdminMixin` before it; leased jobs use `LeasedModelAdmin`."""
+    empty value, what a person did written to the history by the database clock, and an action's outcomes
+    said (`report_outcomes`, `say_rows`). Read-only rows add `ReadOnlyAdminMixin` before it; leased jobs use
+    `LeasedModelAdmin`."""
 
     Media = ConsoleMedia
 
@@ -450,7 +451,7 @@ class OperatorModelAdmin(OperatorLogMixin, admin.ModelAdmin):
         *,
         history: str,
         said: tuple[str, str, str],
-        ids: Callable[[list[Any]], Any] = lambda pks: ", ".join(map(str, pks)),
+        ids: Callable[[list[Any]], Any] | None = None,
         changed_level: int = messages.INFO,
     ) -> None:
         """Write each row an action changed to its history (`history`), then say its outcomes.
@@ -464,8 +465,27 @@ class OperatorModelAdmin(OperatorLogMixin, admin.ModelAdmin):
             record_operator_action(user_id=int(request.user.pk or 0), obj=row, message=history)
         levels = (changed_level, messages.WARNING, messages.WARNING)
         for pks, text, level in zip((report.changed, report.busy, report.skipped), said, levels, strict=True):
-            if pks:
-                self.message_user(request, format_html(text, count=len(pks), ids=ids(pks)), level)
+            self.say_rows(request, text, pks, ids=ids, level=level)
+
+    def say_rows(
+        self,
+        request: HttpRequest,
+        text: str,
+        rows: Sequence[Any],
+        *,
+        ids: Callable[[Any], Any] | None = None,
+        joiner: str = ", ",
+        level: int = messages.INFO,
+    ) -> None:
+        """Say one outcome of an action when it has `rows`, and nothing when it has none.
+
+        `text` is a `format_html` template given `{count}` and `{ids}`: what `ids(rows)` makes of the rows
+        (primary keys as links: `partial(linked_ids, Model)`), else the rows themselves (keys, or each row's
+        own clause: "#7 (completed)") joined by `joiner`, each escaped unless it is already safe HTML.
+        """
+        if rows:
+            listed = ids(rows) if ids else format_html_join(joiner, "{}", ((row,) for row in rows))
+            self.message_user(request, format_html(text, count=len(rows), ids=listed), level)
 
 
 class LeasedModelAdmin(LeaseGuardedDeleteMixin, OperatorModelAdmin):
