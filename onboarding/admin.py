@@ -357,7 +357,8 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
     list_filter = [state_filter("status", OnboardingRun.Status.values), LeaseStateFilter, HasBlockedAttemptsFilter]
     list_select_related = ["supplier"]
     search_fields = ["supplier__legal_name", "owner"]
-    readonly_fields = [
+    # The page is read-only as a whole (has_change_permission): every field is shown, none is edited.
+    fields = readonly_fields = [
         "supplier_link",
         "status_word",
         "step",
@@ -376,9 +377,6 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         "welcome_notification",
         "committed_rows",
     ]
-    fields = list(readonly_fields)
-    # The raw columns stay read-only too, should anyone add them to `fields`: only workers write them.
-    readonly_fields = [*readonly_fields, "phase", "failed_step", "lease_expires_at"]
     created_at_display = timestamp_column("created_at")
     finished_at_display = timestamp_column("finished_at")
     inlines = [StepReceiptInline, RunAttemptInline]
