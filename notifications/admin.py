@@ -423,8 +423,6 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
 
     @admin.action(description="Retry pending or failed notifications now", permissions=["manage_delivery"])
     def retry_now(self, request: HttpRequest, queryset: QuerySet) -> None:
-        if self.refused(request, "retry_now", queryset):
-            return
         result = notification_retry_now(
             notification_ids=list(queryset.values_list("pk", flat=True)), requested_by=request.user.get_username()
         )
@@ -432,8 +430,6 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
 
     @admin.action(description="Cancel pending notifications", permissions=["manage_delivery"])
     def cancel(self, request: HttpRequest, queryset: QuerySet) -> None:
-        if self.refused(request, "cancel", queryset):
-            return
         result = notification_cancel(
             notification_ids=list(queryset.values_list("pk", flat=True)), requested_by=request.user.get_username()
         )
@@ -572,8 +568,6 @@ class DeviceAdmin(ActionsWhereTheyApply, OperatorModelAdmin):
 
     @admin.action(description="Send test notification", permissions=["send_test_notification"])
     def send_test_notification(self, request: HttpRequest, queryset: QuerySet) -> None:
-        if self.refused(request, "send_test_notification", queryset):
-            return
         sent, refused = [], []
         who = request.user.get_username()
         for device in queryset.order_by("pk"):
@@ -599,8 +593,6 @@ class DeviceAdmin(ActionsWhereTheyApply, OperatorModelAdmin):
 
     @admin.action(description="Deactivate (fails their queued notifications)", permissions=["change"])
     def deactivate(self, request: HttpRequest, queryset: QuerySet) -> None:
-        if self.refused(request, "deactivate", queryset):
-            return
         who = request.user.get_username()
         done = []
         for device in queryset.filter(active=True).order_by("pk"):

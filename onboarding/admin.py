@@ -181,8 +181,6 @@ class SupplierAdmin(ActionsWhereTheyApply, OperatorModelAdmin):
 
     @admin.action(description="Start onboarding", permissions=["start_onboarding"])
     def start_onboarding(self, request: HttpRequest, queryset: QuerySet[Supplier]) -> TemplateResponse | None:
-        if self.refused(request, "start_onboarding", queryset):
-            return None
         suppliers = list(queryset)
         completed = dict(
             OnboardingRun.objects.filter(supplier__in=suppliers, status=OnboardingRun.Status.COMPLETED)
@@ -517,8 +515,6 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         self, request: HttpRequest, queryset: QuerySet, action: str, act: Callable[[Any], str | None], done: str
     ) -> None:
         """Apply `act` to each selected run (it returns the history entry, or None when the run was left alone)."""
-        if self.refused(request, action, queryset):
-            return
         changed, skipped = [], []
         for run in queryset:
             logged = act(run)
@@ -537,9 +533,6 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
 
     @admin.action(description="Retry failed run (after fixing the cause)", permissions=["retry_run"])
     def retry_failed(self, request: HttpRequest, queryset: QuerySet[OnboardingRun]) -> TemplateResponse | None:
-        # Nothing to ask about: no confirmation page with an active button for runs it cannot apply to.
-        if self.refused(request, "retry_failed", queryset):
-            return None
         runs = list(queryset.select_related("supplier"))
         rule = RUN_ACTIONS["retry_failed"]
         applies = set(rule.rows(queryset).values_list("pk", flat=True))
@@ -587,8 +580,6 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
 
     @admin.action(description="Cancel and undo committed steps", permissions=["undo_run"])
     def cancel_and_undo(self, request: HttpRequest, queryset: QuerySet[OnboardingRun]) -> TemplateResponse | None:
-        if self.refused(request, "cancel_and_undo", queryset):
-            return None
         runs = list(queryset.select_related("supplier"))
         applies = {r.pk for r in _undoable(queryset)}
         left = [f"Run {r.pk} for {r.supplier} ({_undo_refusal(r)})" for r in runs if r.pk not in applies]

@@ -4,6 +4,7 @@ The core registers no model admin of its own; the apps build theirs from these.
 """
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -214,12 +215,24 @@ def with_func(action: Any, func: Callable[..., Any]) -> Any:
     return dataclasses.replace(action, func=func)
 
 
+def _refusing(name: str, action: Any) -> Any:
+    """`action` (as `get_actions` lists it) saying why and changing nothing when it applies to none of the
+    selected rows (`ActionsWhereTheyApply.refused`), else running as it is."""
+    func = action[0] if isinstance(action, tuple) else action.func
+
+    @functools.wraps(func)
+    def guarded(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Any]) -> Any:
+        return None if modeladmin.refused(request, name, queryset) else func(modeladmin, request, queryset)
+
+    return with_func(action, guarded)
+
+
 class ActionsWhereTheyApply:
     """Admin actions offered only where they apply; elsewhere disabled with the reason.
 
     - The list's action menu leaves out an action that applies to no row at all.
-    - Chosen for rows it cannot apply to, the action says why in one line (`refused`), instead of a
-      confirmation page with an active button or a "skipped" count.
+    - Chosen for rows it cannot apply to, the action says why in one line (`refused`) and does not run,
+      instead of a confirmation page with an active button or a "skipped" count.
     - A row's page lists the actions the user may take on it, each either a button or disabled with
       the reason (`row_actions`, rendered by the template include `weave/admin/row_actions.html`).
 
@@ -240,6 +253,8 @@ class ActionsWhereTheyApply:
         for name, rule in self.action_rules.items():
             if name in actions and not rule.rows(everything).exists():
                 actions.pop(name)
+            elif name in actions:
+                actions[name] = _refusing(name, actions[name])
         return actions
 
     def refused(self, request: HttpRequest, action: str, queryset: QuerySet[Any]) -> bool:

@@ -104,3 +104,33 @@ def test_say_rows__count_and_ids_once_and_nothing_for_no_rows():
     model_admin.say_rows(request, "{count} done: {ids}.", [])
     model_admin.say_rows(request, "{count} left: {ids}.", ["#7 (a <b> row)", "#8 (done)"], joiner="; ")
     assert [str(m) for m in request._messages] == ["2 left: #7 (a &lt;b&gt; row); #8 (done)."]
+
+
+def test_actions_where_they_apply__a_ruled_action_runs_only_when_some_selected_row_applies():
+    from django.contrib.auth.models import User
+    from django.contrib.messages.storage.fallback import FallbackStorage
+
+    from weave.admin import ActionRule, ActionsWhereTheyApply, OperatorModelAdmin
+
+    ran = []
+
+    @admin.action(description="Touch")
+    def touch(self, request, queryset):
+        ran.append(sorted(queryset.values_list("pk", flat=True)))
+
+    rule = ActionRule("Touch", "pending notifications", lambda qs: qs.filter(status="pending"), lambda row: row.status)
+    attrs = {"actions": ["touch"], "action_rules": {"touch": rule}, "touch": touch, "__module__": __name__}
+    model_admin = type("TouchAdmin", (ActionsWhereTheyApply, OperatorModelAdmin), attrs)(Notification, admin.site)
+    pending, delivered = NotificationFactory(), NotificationFactory(status="delivered")
+    request = RequestFactory().post("/")
+    request.user, request.session = User.objects.create_superuser("root"), {}
+    request._messages = FallbackStorage(request)
+    action = model_admin.get_actions(request)["touch"]
+    func = action[0] if isinstance(action, tuple) else action.func
+
+    func(model_admin, request, Notification.objects.filter(pk=delivered.pk))
+    assert ran == []  # the action itself never ran: it said why instead
+    said = [str(m) for m in request._messages]
+    assert said == [f"Touch applies only to pending notifications; not to the selected: #{delivered.pk} (delivered)."]
+    func(model_admin, request, Notification.objects.filter(pk__in=[pending.pk, delivered.pk]))
+    assert ran == [sorted([pending.pk, delivered.pk])]
