@@ -356,7 +356,7 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
     list_select_related = ["supplier"]
     search_fields = ["supplier__legal_name", "owner"]
     # The page is read-only as a whole (has_change_permission): every field is shown, none is edited.
-    fields = readonly_fields = [
+    fields = readonly_fields = (
         "supplier_link",
         "status_word",
         "step",
@@ -374,7 +374,7 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         "plan_steps",
         "welcome_notification",
         "committed_rows",
-    ]
+    )
     created_at_display = timestamp_column("created_at")
     finished_at_display = timestamp_column("finished_at")
     inlines = [StepReceiptInline, RunAttemptInline]
