@@ -234,7 +234,8 @@ class ActionsWhereTheyApply:
     - Chosen for rows it cannot apply to, the action says why in one line (`refused`) and does not run,
       instead of a confirmation page with an active button or a "skipped" count.
     - A row's page lists the actions the user may take on it, each either a button or disabled with
-      the reason (`row_actions`, rendered by the template include `weave/admin/row_actions.html`).
+      the reason (`row_actions`, shown by the change pages of `OperatorModelAdmin` and `LeasedModelAdmin`,
+      or by an app's own through the template include `weave/admin/row_actions.html`).
 
     Set `action_rules` to {action name: ActionRule} on the ModelAdmin.
     """
@@ -321,13 +322,14 @@ def story_context(kind: str, object_id: str) -> dict[str, Any]:
     }
 
 
-def story_form_templates(model: type[Model]) -> list[str]:
-    """A leased model's change form: the app's own template for the model if it has one, else the story-first one."""
+def change_form_templates(model: type[Model], weave_page: str) -> list[str]:
+    """A change form: the app's own template for the model (or the app) if it has one, else `weave_page`
+    (the row's actions among the tools; the story-first page of a leased model)."""
     meta = model._meta
     return [
         f"admin/{meta.app_label}/{meta.model_name}/change_form.html",
         f"admin/{meta.app_label}/change_form.html",
-        "weave/admin/story_change_form.html",
+        weave_page,
     ]
 
 
@@ -459,6 +461,10 @@ class OperatorModelAdmin(OperatorLogMixin, admin.ModelAdmin):
 
     Media = ConsoleMedia
 
+    @property
+    def change_form_template(self) -> list[str]:  # type: ignore[override]
+        return change_form_templates(self.model, "weave/admin/change_form.html")
+
     def report_outcomes(
         self,
         request: HttpRequest,
@@ -522,7 +528,7 @@ class LeasedModelAdmin(LeaseGuardedDeleteMixin, OperatorModelAdmin):
 
     @property
     def change_form_template(self) -> list[str]:  # type: ignore[override]
-        return story_form_templates(self.model)
+        return change_form_templates(self.model, "weave/admin/story_change_form.html")
 
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None

@@ -375,6 +375,7 @@ def test_supplier_page__lists_its_runs_with_status_and_offers_start(admin_client
 
 def row_actions(page: str) -> dict[str, str]:
     """{action: "" when offered, else the reason shown beside its disabled button}, from a row's page."""
+    assert page.count('id="weave-row-actions"') == 1  # one box, whichever template draws it
     found = {}
     for name, body in re.findall(r'<li class="weave-action-\w+" data-action="(\w+)">(.*?)</li>', page, re.S):
         why = re.search(r'<span class="weave-why" id="weave-why-\w+">Not available: (.*?)</span>', body, re.S)
