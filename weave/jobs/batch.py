@@ -35,6 +35,7 @@ from django.db.models import F
 from weave import wake
 from weave.jobs.context import JobContext
 from weave.jobs.declaration import JobType, get
+from weave.jobs.records import JobAttempts
 from weave.jobs.runner import Ending, end_lost, log_ending, settle_job_cut_off, work
 from weave.jobs.undo import hand_on
 from weave.leases import Clock, Lease, LeaseLost, default_clock, insert_receipts, new_owner
@@ -132,6 +133,11 @@ class Completer:
         with self._lock:
             items, self._pending = self._pending, []
         return items
+
+    def landed_anyway(self, item: Finished) -> None:
+        """`item`'s finish landed though its write raised (the COMMIT's reply was lost): tell it as written."""
+        with self._lock:
+            self._landed.append(item)
 
     def tell(self) -> None:
         """Run the type's `finished` hook for the attempts written so far (on the drain's thread)."""
@@ -319,17 +325,26 @@ class BatchDrain:
             return self.report
 
     def _settle_cut_off(self, cut: DatabaseError) -> None:
-        waiting = {item.ctx.lease.pk for item in self.completer.drop()}
+        waiting = {item.ctx.lease.pk: item for item in self.completer.drop()}
         for ctx in self._open.values():
-            if ctx.lease.pk in waiting:
+            item = waiting.get(ctx.lease.pk)
+            if item is not None:
                 where = "at the finish"
             else:
                 where = f"at step {ctx.step}" if ctx.step else "before it started"
-            outcome = settle_job_cut_off(ctx, ctx.claimed_at or self.clock.read(), cut, where)
+            started = ctx.claimed_at or self.clock.read()
+            outcome = settle_job_cut_off(ctx, started, cut, where)
             if outcome is not None:
                 self.report.count(outcome)
+                continue
+            # Its ending was on record already: most often our group finish, which landed with its reply lost.
+            ended = JobAttempts(ctx, started).ended()
+            if item is not None and ended == item.ending.outcome:
+                self.completer.landed_anyway(item)  # counted and told like every finish that landed
+            elif ended is not None:
+                self.report.count(ended)
         self._open.clear()
-        self.completer.tell()  # the attempts whose finish landed before the cut
+        self.completer.tell()  # the attempts whose finish landed before the cut (or with its reply lost)
 
     def _drain(self, budget: float) -> Report:
         with self.heartbeat:
