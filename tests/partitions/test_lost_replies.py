@@ -142,3 +142,110 @@ def test_reply_lost_at_a_task_drains_group_finish__each_task_is_told_finished_on
     assert sorted(row[:2] for row in records) == sorted((str(pk), "done") for pk in TaskRow.objects.values_list("pk", flat=True))
     assert len({row[2] for row in records}) == 1
     assert drain() == {}  # nothing is due again
+
+
+def test_reply_lost_at_an_onboarding_step_save__the_run_is_given_back_and_resumes_after_that_step(cut_off):
+    from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
+    from onboarding.runner import run_onboarding
+    from onboarding.steps import Step
+    from tests.factories import OnboardingRunFactory
+
+    runs = OnboardingRun._meta.db_table
+    did = []
+    steps = (
+        Step("alpha", "Alpha", work=lambda ctx: did.append(("alpha", ctx.lease.owner)) or {}),
+        Step("beta", "Beta", work=lambda ctx: did.append(("beta", ctx.lease.owner)) or {}),
+    )
+    run = OnboardingRunFactory()
+    cut = cut_off("worker-a", "heartbeat-")
+    # alpha's save (the guarded phase save and its receipt) commits; its reply is lost.
+    cut.lose_reply_at_commit(rf'UPDATE "{runs}" SET "phase"', thread_prefix="worker-a")
+    thread, result = run_in_thread(
+        "worker-a", lambda: run_onboarding(run.pk, owner="worker-a", ttl=TTL, steps=steps, background=False)
+    )
+    cut.drop_after_landed(lambda: StepReceipt.objects.filter(run=run, step="alpha").exists())
+
+    # A's lease is still its own: it gives the run back, saying the save had landed.
+    assert _ended(thread, result) == "released"
+    (a,) = RunAttempt.objects.filter(run=run)
+    assert (a.owner, a.outcome) == ("worker-a", "released")
+    assert "Cut off from the database at alpha" in a.reason and "its save of alpha had landed" in a.reason
+    # The next attempt starts after alpha: alpha's work ran once, its receipt is A's.
+    assert run_onboarding(run.pk, owner="worker-b", ttl=30, steps=steps, background=False) == "completed"
+    assert did == [("alpha", "worker-a"), ("beta", "worker-b")]
+    assert set(StepReceipt.objects.filter(run=run).values_list("step", "owner")) == {
+        ("alpha", "worker-a"),
+        ("beta", "worker-b"),
+    }
+    run.refresh_from_db()
+    assert (run.status, run.owner) == ("completed", None)
+
+
+def test_reply_lost_at_an_onboarding_completion__the_attempt_says_completed_and_nothing_more(cut_off):
+    from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
+    from onboarding.runner import run_onboarding
+    from onboarding.steps import Step
+    from tests.factories import OnboardingRunFactory
+
+    runs = OnboardingRun._meta.db_table
+    steps = (Step("alpha", "Alpha"),)
+    run = OnboardingRunFactory()
+    cut = cut_off("worker-a", "heartbeat-")
+    # The completion (the guarded release and the attempt's ending) commits; its reply is lost.
+    cut.lose_reply_at_commit(rf'UPDATE "{runs}" SET "owner" = NULL', thread_prefix="worker-a")
+    thread, result = run_in_thread(
+        "worker-a", lambda: run_onboarding(run.pk, owner="worker-a", ttl=TTL, steps=steps, background=False)
+    )
+    cut.drop_after_landed(lambda: OnboardingRun.objects.filter(pk=run.pk, status="completed").exists())
+
+    assert _ended(thread, result) == "completed"
+    (a,) = RunAttempt.objects.filter(run=run)
+    assert (a.owner, a.outcome) == ("worker-a", "completed")
+    assert StepReceipt.objects.filter(run=run).count() == 1
+    assert run_onboarding(run.pk, owner="worker-b", ttl=30, steps=steps, background=False) == "not_claimable"
+
+
+def test_reply_lost_at_a_push_group_finish__the_delivered_rows_are_not_sent_again_nor_recorded_twice(
+    push_settings, fake, cut_off
+):
+    from datetime import timedelta
+
+    from django.db import connection
+
+    from notifications.delivery import deliver_batch
+    from notifications.models import DeliveryAttempt, Notification
+    from notifications.signals import notification_delivered
+    from tests.factories import NotificationFactory
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        now = cursor.fetchone()[0]
+    NotificationFactory.create_batch(3, next_attempt_at=now - timedelta(seconds=1))
+    heard = []
+
+    def record(sender, notification, **kwargs):
+        heard.append(notification.pk)
+
+    cut = cut_off("push-a")
+    # A's group finish (the guarded release of the rows, their attempt rows) commits; its reply is lost.
+    cut.lose_reply_at_commit(rf'UPDATE "{Notification._meta.db_table}".*(CASE WHEN|FROM \(VALUES|FROM unnest)')
+    notification_delivered.connect(record, weak=False)
+    try:
+        thread, result = run_in_thread("push-a", lambda: deliver_batch(owner="push-a", ttl=TTL, batch_size=3))
+        # The sends answer at their own pace: the finish whose reply is lost may hold one row or all three.
+        cut.drop_after_landed(lambda: Notification.objects.filter(status="delivered").exists())
+        thread.join(30)
+    finally:
+        notification_delivered.disconnect(record)
+    assert not thread.is_alive() and "error" not in result, result
+    # A's report and the `notification_delivered` receivers say what landed: three delivered, once each.
+    assert (result["value"].delivered, result["value"].lease_lost) == (3, 0)
+    assert sorted(heard) == sorted(Notification.objects.values_list("pk", flat=True))
+
+    # Each row: delivered by A, one attempt record (A's own, delivered), no stale `lease_lost` beside it.
+    assert set(Notification.objects.values_list("fence", "owner", "status")) == {(1, None, "delivered")}
+    records = sorted(DeliveryAttempt.objects.values_list("notification_id", "owner", "outcome"))
+    assert records == sorted((pk, "push-a", "delivered") for pk in Notification.objects.values_list("pk", flat=True))
+    # Nothing is due again, and the provider delivered each message once.
+    assert deliver_batch(owner="push-b", ttl=30, batch_size=3).claimed == 0
+    assert fake.stats()["unique_deliveries"] == 3 and fake.stats()["requests"] == 3
