@@ -130,7 +130,11 @@ class Completer:
         found = DeliveryAttempt.objects.filter(notification_id__in=[pk for pk, _, _ in mine]).exclude(
             outcome=DeliveryAttempt.Outcome.LEASE_LOST
         )
-        return {pk for pk, fence, owner in found.values_list("notification_id", "fence", "owner") if (pk, fence, owner) in mine}
+        return {
+            pk
+            for pk, fence, owner in found.values_list("notification_id", "fence", "owner")
+            if (pk, fence, owner) in mine
+        }
 
     @staticmethod
     def _announce(plans: list[Plan], stories: dict[Any, str]) -> None:

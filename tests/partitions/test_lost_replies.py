@@ -139,7 +139,9 @@ def test_reply_lost_at_a_task_drains_group_finish__each_task_is_told_finished_on
         assert (result.status, result.attempts) == (TaskResultStatus.SUCCESSFUL, 1)
     # One record per task, the drain's own finish (one owner), done: none stale, none twice.
     records = list(JobAttempt.objects.filter(job_type="task").values_list("job_id", "outcome", "owner"))
-    assert sorted(row[:2] for row in records) == sorted((str(pk), "done") for pk in TaskRow.objects.values_list("pk", flat=True))
+    assert sorted(row[:2] for row in records) == sorted(
+        (str(pk), "done") for pk in TaskRow.objects.values_list("pk", flat=True)
+    )
     assert len({row[2] for row in records}) == 1
     assert drain() == {}  # nothing is due again
 
