@@ -12,6 +12,7 @@ from tests.jobs.invoices.mailer import mailer
 from tests.jobs.invoices.models import Invoice
 from tests.jobs.shipping.carrier import during_booking
 from tests.jobs.shipping.models import Booking, Shipment
+from tests.lost_reply import commit_reply_lost
 from weave.jobs.batch import run_batches
 from weave.jobs.runner import run_job, run_next
 from weave.models import JobAttempt, JobStepReceipt
@@ -104,3 +105,44 @@ def test_a_claim_cut_off_before_it_landed_leaves_nothing_to_end():
     shipment.refresh_from_db()
     assert (shipment.state, shipment.owner, shipment.fence, shipment.attempts) == ("pending", None, 0, 0)
     assert run_job("shipment", shipment.pk, owner="worker-b") == "done"
+
+
+def test_a_single_attempts_finish_whose_reply_was_lost_is_its_ending_and_nothing_more(monkeypatch):
+    import weave.jobs.runner as runner
+
+    shipment = Shipment.objects.create(parcel="box")
+    finish = lambda model, *args, **kwargs: model is JobAttempt  # noqa: E731  (the finish, not a step's receipt)
+    with commit_reply_lost(monkeypatch, finish, runner, "insert_receipts") as lost:
+        assert run_job("shipment", shipment.pk, owner="worker-a") == "done"
+    assert lost["fired"]
+    assert list(JobAttempt.objects.values_list("owner", "outcome")) == [("worker-a", "done")]
+    shipment.refresh_from_db()
+    assert (shipment.state, shipment.owner, shipment.fence) == ("done", None, 1)
+    assert run_job("shipment", shipment.pk, owner="worker-b") == "not due"
+
+
+def test_a_batch_finish_whose_reply_was_lost_counts_and_tells_what_landed(monkeypatch):
+    import weave.jobs.batch as batch
+    from tests.jobs.shipping.background import add
+    from weave.models import TaskRow
+    from weave.tasks.compat import TaskResultStatus, task_finished
+    from weave.tasks.worker import drain
+
+    heard = []
+
+    def record(sender, task_result, **kwargs):
+        heard.append((task_result.id, task_result.status))
+
+    results = [add.enqueue(i, 1) for i in range(3)]
+    task_finished.connect(record, weak=False)
+    try:
+        with commit_reply_lost(monkeypatch, lambda *a, **k: True, batch, "insert_receipts_returning") as lost:
+            assert drain() == {"done": 3}
+    finally:
+        task_finished.disconnect(record)
+    assert lost["fired"]
+    # Told once each, as they ended; one record each (the finish's own), none stale or twice.
+    assert sorted(heard) == sorted((r.id, TaskResultStatus.SUCCESSFUL) for r in results)
+    records = sorted(JobAttempt.objects.values_list("job_id", "outcome"))
+    assert records == sorted((str(pk), "done") for pk in TaskRow.objects.values_list("pk", flat=True))
+    assert drain() == {}
