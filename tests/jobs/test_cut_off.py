@@ -146,3 +146,38 @@ def test_a_batch_finish_whose_reply_was_lost_counts_and_tells_what_landed(monkey
     records = sorted(JobAttempt.objects.values_list("job_id", "outcome"))
     assert records == sorted((str(pk), "done") for pk in TaskRow.objects.values_list("pk", flat=True))
     assert drain() == {}
+
+
+def test_a_finish_written_beside_a_long_row_whose_reply_was_lost_is_not_counted_as_taken_over(monkeypatch):
+    """The heartbeat's thread writes the rows finished before a long one; that COMMIT lands with its reply lost.
+
+    The drain's own thread writes them again with the rows after: the guard refuses what already
+    landed, and the drain must see its own finish there, not a takeover."""
+    import threading
+
+    import weave.jobs.batch as batch
+
+    invoices = [Invoice.objects.create(number=f"N{i}", email=f"a{i}@example.com") for i in range(2)]
+    sent = mailer.send
+    long_row = threading.Event()
+
+    def send(to, subject, *, key):
+        if to == "a1@example.com":
+            long_row.wait(10)  # a slow send: the rows finished before it are written meanwhile (bounded)
+        return sent(to, subject, key=key)
+
+    monkeypatch.setattr(mailer, "send", send)
+    due = Invoice.objects.due().order_by("pk")
+
+    def first_write(*args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            long_row.set()  # the heartbeat's write of the first row is in: the long row may end
+            return True
+        return False
+
+    with commit_reply_lost(monkeypatch, first_write, batch, "insert_receipts_returning") as lost:
+        report = run_batches("invoice", due, owner="worker-a", budget=30, flush_seconds=0.1)
+    assert lost["fired"]
+    assert report.outcomes == {"done": 2}
+    records = sorted(JobAttempt.objects.filter(job_type="invoice").values_list("job_id", "owner", "outcome"))
+    assert records == sorted((str(invoice.pk), "worker-a", "done") for invoice in invoices)
