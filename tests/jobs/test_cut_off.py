@@ -181,3 +181,27 @@ def test_a_finish_written_beside_a_long_row_whose_reply_was_lost_is_not_counted_
     assert report.outcomes == {"done": 2}
     records = sorted(JobAttempt.objects.filter(job_type="invoice").values_list("job_id", "owner", "outcome"))
     assert records == sorted((str(invoice.pk), "worker-a", "done") for invoice in invoices)
+
+
+def test_a_single_tasks_finish_whose_reply_was_lost_is_told_finished_once(monkeypatch):
+    import weave.jobs.runner as runner
+    from tests.jobs.shipping.background import add
+    from weave.models import TaskRow
+    from weave.tasks.compat import TaskResultStatus, task_finished
+
+    heard = []
+
+    def record(sender, task_result, **kwargs):
+        heard.append((task_result.id, task_result.status))
+
+    result = add.enqueue(2, 3)
+    finish = lambda model, *args, **kwargs: model is JobAttempt  # noqa: E731
+    task_finished.connect(record, weak=False)
+    try:
+        with commit_reply_lost(monkeypatch, finish, runner, "insert_receipts") as lost:
+            assert run_next("task", TaskRow.objects.due().order_by("pk"), owner="worker-a") == "done"
+    finally:
+        task_finished.disconnect(record)
+    assert lost["fired"]
+    assert heard == [(result.id, TaskResultStatus.SUCCESSFUL)]
+    assert list(JobAttempt.objects.values_list("owner", "outcome")) == [("worker-a", "done")]

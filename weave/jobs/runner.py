@@ -111,7 +111,21 @@ def _attempt(jt: JobType, ctx: JobContext, *, read_job: bool = False) -> str:
     except DatabaseError as cut:
         if not is_cut_off(cut):
             raise
-        return settle_job_cut_off(ctx, started, cut, "at the finish") or JobAttempts(ctx, started).ended() or CUT_OFF
+        return _finish_cut_off(jt, ctx, started, ending, cut)
+
+
+def _finish_cut_off(jt: JobType, ctx: JobContext, started: Any, ending: "Ending", cut: DatabaseError) -> str:
+    """The finish was cut off: end the attempt from what landed. A finish that landed with only its COMMIT's
+    reply lost is the attempt's ending: said and told (`finished`) as if the reply had come."""
+    settled = settle_job_cut_off(ctx, started, cut, "at the finish")
+    if settled is not None:
+        return settled
+    ended = JobAttempts(ctx, started).ended()
+    if ended == ending.outcome:  # ours: a takeover records only `blocked`, never this attempt's own outcome
+        log_ending(ctx, ending)
+        if jt.finished is not None:
+            jt.finished(ctx, ending.outcome)
+    return ended or CUT_OFF
 
 
 def _finish(jt: JobType, ctx: JobContext, started: Any, ending: "Ending") -> str:
