@@ -170,8 +170,7 @@ class Completer:
             receipts = [item.ending.receipt(item.ctx, item.started) for item in done]
             refused = [item for item in items if item.ctx.lease.pk not in landed]
             # Refused because our own finish is there: an earlier write of it landed with its COMMIT's reply lost.
-            earlier = _landed_earlier(self.jt, refused)
-            refused = [item for item in refused if item.ctx.lease.pk not in earlier]
+            earlier, refused = _landed_earlier(self.jt, refused)
             # A row refused only because its undo was asked meanwhile is given back for it (recorded "cancelled").
             lost = [item for item in refused if not hand_on(item.ctx, item.started, "at the finish")]
             handed_on, refused = len(refused) - len(lost), lost
@@ -189,21 +188,23 @@ class Completer:
         return landed | earlier
 
 
-def _landed_earlier(jt: JobType, items: Sequence[Finished]) -> set[Any]:
-    """The pks of `items` whose own finish is on record: their attempt's record, with the ending they
-    hold, under their owner and fence. Only that attempt's finish writes it (a takeover records `blocked`)."""
+def _landed_earlier(jt: JobType, items: list[Finished]) -> tuple[set[Any], list[Finished]]:
+    """The pks of `items` whose own finish is on record (their attempt's record, with the ending they
+    hold, under their owner and fence: only that attempt's finish writes it, a takeover records
+    `blocked`), and the items left."""
     if not items:
-        return set()
+        return set(), items
     recorded = set(
         JobAttempt.objects.filter(job_type=jt.name, job_id__in=[str(item.ctx.lease.pk) for item in items]).values_list(
             "job_id", "owner", "fence", "outcome"
         )
     )
-    return {
+    earlier = {
         item.ctx.lease.pk
         for item in items
         if (str(item.ctx.lease.pk), item.ctx.lease.owner, item.ctx.lease.fence, str(item.ending.outcome)) in recorded
     }
+    return earlier, [item for item in items if item.ctx.lease.pk not in earlier]
 
 
 def _by_guard(items: Sequence[Finished]) -> dict[tuple[tuple[str, Any], ...], list[Finished]]:
