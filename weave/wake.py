@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db import connection
@@ -54,55 +54,42 @@ def request_name(base: str) -> str:
 
 
 def request_task(name: str, func: str, *args: Any, group: str, task_name: str | None = None) -> bool:
-    """Enqueue `func(*args)` unless a task under request `name` is already waiting; return whether it was."""
-    return request_once(name, enqueue=_enqueuer(func, args, group, task_name))
+    """Enqueue `func(*args)` unless a task under request `name` is already waiting; return whether it was.
+
+    Never raises for the broker: the caller's work is committed, so a failed enqueue frees the slot
+    and the watchers ask again."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            claim = slot_claim_sql(name)
+            cursor.execute(
+                f"WITH {claim.with_sql} SELECT {claim.select_sql}", [*claim.with_params, *claim.select_params]
+            )
+            taken = bool(cursor.fetchone()[0])
+        else:
+            cursor.execute(_upsert_text(connection.vendor, True, "TRUE"), _upsert_params(name, REQUEST_LAPSE))
+            taken = cursor.rowcount == 1  # neither inserted nor updated: the slot was taken
+    return finish_claimed_request(name, func, *args, taken=taken, group=group, task_name=task_name)
 
 
 def finish_claimed_request(
     name: str, func: str, *args: Any, taken: bool, group: str, task_name: str | None = None
 ) -> bool:
     """`request_task`, for a caller whose own committed statement carried the slot claim (`slot_claim_sql`)."""
-    return finish_claim(name, taken, enqueue=_enqueuer(func, args, group, task_name))
-
-
-def _enqueuer(func: str, args: tuple[Any, ...], group: str, task_name: str | None) -> Callable[[], None]:
-    options = {"group": group} if task_name is None else {"group": group, "task_name": task_name}
-    return lambda: async_task(func, *args, **options)
-
-
-def request_once(name: str, *, enqueue: Callable[[], None], lapse: float | None = None) -> bool:
-    """Call `enqueue` unless a task of request `name` is already waiting; return whether this call did.
-
-    Never raises for the broker: the caller's work is committed, so a failed enqueue frees the slot
-    and the watchers ask again."""
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            claim = slot_claim_sql(name, lapse=lapse)
-            cursor.execute(
-                f"WITH {claim.with_sql} SELECT {claim.select_sql}", [*claim.with_params, *claim.select_params]
-            )
-            taken = cursor.fetchone()[0]
-        else:
-            cursor.execute(_upsert_text(connection.vendor, True, "TRUE"), _upsert_params(name, _lapse(lapse)))
-            taken = cursor.rowcount == 1  # neither inserted nor updated: the slot was taken
-    return finish_claim(name, bool(taken), enqueue=enqueue)
-
-
-def finish_claim(name: str, taken: bool, *, enqueue: Callable[[], None]) -> bool:
-    """Finish a request whose slot claim has committed; return whether it enqueued."""
     if not taken:
         return False
     try:
-        enqueue()
+        async_task(func, *args, group=group, **({} if task_name is None else {"task_name": task_name}))
     except Exception as error:
         # Nothing was queued: free the slot, or every request would be swallowed until it lapsed.
         message = "event=enqueue_failed name=%s error=%s: the work is stored; the watchers will ask again"
         logger.warning(message, name, type(error).__name__, exc_info=True)
         free_slot(name)
-        _tell_watchers_quietly()
-        return False
-    _tell_watchers_quietly(task=True)
-    return True
+        taken = False
+    try:
+        tell_watchers(task=taken)
+    except Exception:  # the database may be down too: the watchers' own timers still run
+        logger.debug("could not notify the watchers", exc_info=True)
+    return taken
 
 
 @dataclass(frozen=True)
@@ -117,19 +104,19 @@ class SlotClaimSQL:
     select_params: tuple[Any, ...]
 
 
-def slot_claim_sql(name: str, *, lapse: float | None = None, alias: str = "won", only_if: str = "TRUE") -> SlotClaimSQL:
+def slot_claim_sql(name: str, *, only_if: str = "TRUE") -> SlotClaimSQL:
     """The pieces that claim the slot of `name`; `only_if`: a further condition (SQL, no parameters)."""
-    with_sql, select_sql = _slot_claim_text(alias, only_if)
-    return SlotClaimSQL(with_sql, _upsert_params(name, _lapse(lapse)), select_sql, (CHANNEL, ARRIVAL))
+    with_sql, select_sql = _slot_claim_text(only_if)
+    return SlotClaimSQL(with_sql, _upsert_params(name, REQUEST_LAPSE), select_sql, (CHANNEL, ARRIVAL))
 
 
 @functools.cache  # the same text object each time: callers build their statements once per text
-def _slot_claim_text(alias: str, only_if: str) -> tuple[str, str]:
+def _slot_claim_text(only_if: str) -> tuple[str, str]:
     # Not won while `only_if` holds: the slot was taken, so the waiting or lingering task hears ARRIVAL.
     return (
-        f"{alias} AS ({_upsert_text('postgresql', True, only_if)} RETURNING 1)",
-        f"EXISTS (SELECT 1 FROM {alias}), (SELECT count(pg_notify(%s, %s))"
-        f" WHERE NOT EXISTS (SELECT 1 FROM {alias}) AND ({only_if})) > 0",
+        f"won AS ({_upsert_text('postgresql', True, only_if)} RETURNING 1)",
+        "EXISTS (SELECT 1 FROM won), (SELECT count(pg_notify(%s, %s))"
+        f" WHERE NOT EXISTS (SELECT 1 FROM won) AND ({only_if})) > 0",
     )
 
 
@@ -156,10 +143,6 @@ def _upsert_text(vendor: str, claim: bool, only_if: str) -> str:
 
 def _upsert_params(name: str, seconds: float) -> tuple[Any, ...]:
     return (name, seconds if connection.vendor == "postgresql" else f"{seconds:+.6f} seconds")
-
-
-def _lapse(lapse: float | None) -> float:
-    return float(REQUEST_LAPSE if lapse is None else lapse)
 
 
 def on_arrival(callback: Callable[[], None]) -> Callable[[], None]:
@@ -208,13 +191,6 @@ def request_started(name: str, *, forget: bool = False) -> None:
     else:
         free_slot(name)
     tell_watchers()
-
-
-def _tell_watchers_quietly(*, task: bool = False) -> None:
-    try:
-        tell_watchers(task=task)
-    except Exception:  # the database may be down too: the watchers' own timers still run
-        logger.debug("could not notify the watchers", exc_info=True)
 
 
 def tell_watchers(*, task: bool = False) -> None:
@@ -369,15 +345,6 @@ def _record(mode: str, reason: str) -> None:
         )
 
 
-def listen_report(max_age: float = 3600.0) -> dict[str, Any]:
-    """Watchers that probed within `max_age` seconds: how many listen, how many poll, and why."""
-    from weave.models import WatcherProbe
-
-    recent = WatcherProbe.objects.filter(probed_at__gte=DbNow(timedelta(seconds=-max_age)))
-    polling = list(recent.filter(mode="poll").order_by("process").values("process", "reason", "probed_at"))
-    return {"listening": recent.filter(mode="listen").count(), "polling": len(polling), "polling_watchers": polling}
-
-
 class Listener:
     """A LISTEN on `channel` (PostgreSQL), opened and probed once per (re)open. Where the probe is not heard
     (a pooler) it stays closed, `polling`, until `reset()`: its owner sleeps instead of waiting on it."""
@@ -407,7 +374,7 @@ class Listener:
 
     def close(self) -> None:
         raw, self.raw = self.raw, None
-        _close_quietly(raw)
+        close_quietly(raw)
 
     def reset(self) -> None:
         self.close()
@@ -546,10 +513,10 @@ class Watcher:
 
     def _reset_connection(self) -> None:
         self.listener.reset()
-        _close_quietly(connection)  # reopened by the next round
+        close_quietly(connection)  # reopened by the next round
 
 
-def _close_quietly(conn: Any) -> None:
+def close_quietly(conn: Any) -> None:
     """Close `conn` if there is one; closing a broken connection may fail too, and it is dropped either way."""
     try:
         if conn is not None:
