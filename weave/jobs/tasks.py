@@ -1,5 +1,6 @@
 """django-q2 entry points for core-run job types: a drain per job type, and the sweep."""
 
+from collections.abc import Callable
 from typing import Any
 
 from weave.jobs import queue
@@ -15,16 +16,26 @@ DRAIN_BUDGET = 30.0
 
 def drain(job_type: str, *, budget: float = DRAIN_BUDGET) -> dict[str, int]:
     """Run due jobs of `job_type` in batches until none is due or the budget is spent; return their outcomes."""
-    request_started(queue.drain_request_name(job_type))
     model: Any = get(job_type).model
     due = model._default_manager.due().order_by("next_attempt_at", "pk")
+    return drain_due(
+        job_type, queue.drain_request_name(job_type), due.all, lambda: queue.enqueue_drain(job_type), budget
+    )
+
+
+def drain_due(
+    job_type: str, request: str, due: Callable[[], Any], ask: Callable[[], object], budget: float
+) -> dict[str, int]:
+    """Drain for request `request`: run the rows `due()` of `job_type` in batches until none is due or the
+    budget is spent, and `ask()` for another drain where more is left; return the outcomes."""
+    request_started(request)
     try:
         # A whole batch claimed: more may be due, so another worker is asked to drain beside this one.
-        report = run_batches(job_type, due, budget=budget, on_full=lambda: queue.enqueue_drain(job_type))
+        report = run_batches(job_type, due(), budget=budget, on_full=ask)
     finally:
         tell_watchers()
-    if report.more and due.exists():
-        queue.enqueue_drain(job_type)  # the budget ran out with work left: the next drain goes on
+    if report.more and due().exists():
+        ask()  # the budget ran out with work left: the next drain (maybe elsewhere) goes on
     return report.outcomes
 
 
