@@ -322,7 +322,7 @@ def workers(now: datetime) -> Workers:
 
 
 def listen_report(max_age: float = 3600.0) -> dict[str, Any]:
-    """Due-time watchers (`weave.wake`) that probed within `max_age` seconds: how many listen, how many poll, and why."""
+    """Due-time watchers (`weave.wake`) that probed within `max_age` seconds: how many listen, how many poll, why."""
     from weave.models import WatcherProbe
 
     recent = WatcherProbe.objects.filter(probed_at__gte=DbNow(timedelta(seconds=-max_age)))

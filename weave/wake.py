@@ -201,11 +201,6 @@ def tell_watchers(*, task: bool = False) -> None:
             cursor.execute("SELECT " + ", ".join(["pg_notify(%s, '')"] * len(channels)), channels)
 
 
-def seconds_until(when: datetime | None) -> float | None:
-    """Seconds from the database's now until `when` (negative: overdue); None for None."""
-    return default_clock.seconds_until(when, connection.alias)
-
-
 class LingeringTask:
     """The wake-up side of a task that lingers for new work (the push drain): while it can take more it
     keeps its slot taken, so new requests reach it as arrivals instead of new tasks."""
@@ -423,7 +418,6 @@ class Watcher:
         self._overdue_seen: set[str] = set()
         self._looked: dict[str, tuple[float, float]] = {}  # kind -> (monotonic time of its last look, its sleep)
         self._poll = GRACE
-        self.rounds = self.wakes = 0
 
     def stop(self) -> None:
         self._stop.set()
@@ -434,7 +428,6 @@ class Watcher:
     def step(self, *, timer_expired: bool) -> float:
         """Look at the watched kinds, wake those due; return seconds to sleep. A timer round looks only at
         the kinds whose own time came (nothing said the others' due times changed)."""
-        self.rounds += 1
         longest = sleep = self.longest_sleep()
         now = time.monotonic()
         for spec in self.specs if self.specs is not None else registered_watches():
@@ -461,14 +454,13 @@ class Watcher:
         """One kind's part of a round: wake it if it is due and nobody is on it; return the shorter sleep."""
         paused = _paused.get(spec.name, 0.0) - time.monotonic()
         # Paused (a task here is on it), nothing due or due later: not overdue, so a grace starts afresh.
-        left = seconds_until(spec.next_due()) if paused <= 0 else paused
+        left = default_clock.seconds_until(spec.next_due(), connection.alias) if paused <= 0 else paused
         if left is None or left > 0:
             self._overdue_seen.discard(spec.name)
             return sleep if left is None else min(sleep, left)
         # Due, reached by our timer or seen due twice: nobody is on it. Asked every round while it stays
         # due, so a lost task's request lapses (REQUEST_LAPSE) and the next ask wins.
         if timer_expired or spec.name in self._overdue_seen:
-            self.wakes += 1
             spec.wake()
             self._overdue_seen.discard(spec.name)
             pause, self._poll = self._poll, min(self._poll * 2, POLL_MAX)
