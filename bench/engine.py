@@ -22,6 +22,10 @@ included) and PostgreSQL's (the server backends connected to that system's datab
 0.1 s), over the round. Rounds interleave, rotating the order; the report gives medians and the
 ratios of medians. Each system's workers first run a warm-up of 200 untimed.
 
+Each round also times the push hand-over beside them: N `notification_send_to_user` calls (users with
+one device each) in one transaction, in this process, as the tasks' enqueue is timed (no push is sent:
+no cluster serves the push queue here). Its time per item is reported against django-ox's enqueue.
+
 `--stall` adds the stall story of the batch drain: a drain process stops (SIGSTOP) inside a task
 past its lease, another drain takes the task over and writes, then the first is let go and writes.
 """
@@ -273,6 +277,30 @@ def run_round(system: Any, n: int) -> dict[str, Any]:
     return out
 
 
+def push_handover(n: int) -> dict[str, float]:
+    """N `notification_send_to_user` calls in one transaction: the caller's wall time per item, inside the
+    transaction (as the enqueues above) and with its commit (the drain request is made there)."""
+    from django.contrib.auth import get_user_model
+
+    from notifications.models import Device, Notification
+    from notifications.services import notification_send_to_user
+
+    user_model = get_user_model()
+    Notification.objects.all().delete()
+    Device.objects.all().delete()
+    user_model.objects.filter(username__startswith="handover-").delete()
+    people = user_model.objects.bulk_create([user_model(username=f"handover-{i}") for i in range(n)])
+    Device.objects.bulk_create([Device(user=u, backend="default", token=f"hd-{u.pk}") for u in people])
+    started = time.perf_counter()
+    with transaction.atomic():
+        for person in people:
+            notification_send_to_user(user=person, title="hand-over", body="")
+        inside = time.perf_counter() - started
+    committed = time.perf_counter() - started
+    assert Notification.objects.count() == n
+    return {"enqueue_ms_per_item": inside * 1000 / n, "with_commit_ms_per_item": committed * 1000 / n}
+
+
 def stall_story() -> dict[str, Any]:
     """A batch drain process stops inside a task past its lease; another takes over; the first wakes and writes."""
     with connection.cursor() as cursor:
@@ -325,7 +353,14 @@ def _commit() -> str:
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
-def report(runs: dict[str, list[dict[str, Any]]], n: int, rounds: int, head: str, started_at: datetime) -> str:
+def report(
+    runs: dict[str, list[dict[str, Any]]],
+    n: int,
+    rounds: int,
+    head: str,
+    started_at: datetime,
+    pushes: list[dict[str, float]],
+) -> str:
     lines = [
         f"Commit {head}, {started_at:%Y-%m-%d %H:%M} UTC, N = {n}, {rounds} round(s), 2 worker processes per "
         f"system, {os.cpu_count()} CPUs. Medians over rounds (each round's figure in brackets).",
@@ -348,6 +383,17 @@ def report(runs: dict[str, list[dict[str, Any]]], n: int, rounds: int, head: str
                 lines.append(
                     f"- weave / {other}: {rate:.2f}x the tasks per second; enqueue time per item {enqueue:.2f}x"
                 )
+    if pushes:
+        each = ", ".join(f"{p['enqueue_ms_per_item']:.3f}" for p in pushes)
+        line = (
+            f"- the push hand-over (`notification_send_to_user`, one device, {n} calls in one transaction): "
+            f"{_median(pushes, 'enqueue_ms_per_item'):.3f} ms per item ({each}), "
+            f"{_median(pushes, 'with_commit_ms_per_item'):.3f} ms with the commit"
+        )
+        if "django-ox" in runs:
+            ratio = _median(pushes, "enqueue_ms_per_item") / _median(runs["django-ox"], "enqueue_ms_per_item")
+            line += f"; {ratio:.2f}x django-ox's enqueue time per item"
+        lines.append(line)
     loads = [r["load_before"] for these in runs.values() for r in these]
     lines.append(f"\nLoad average (1 min) before the rounds: {min(loads):.1f} to {max(loads):.1f}.")
     return "\n".join(lines)
@@ -369,15 +415,17 @@ def main() -> None:
     systems = {name: makers[name]() for name in only if name in makers}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}
     names = list(systems)
+    pushes: list[dict[str, float]] = []
     for i in range(rounds):
         for name in names[i % len(names) :] + names[: i % len(names)]:
             run = run_round(systems[name], n)
             runs[name].append(run)
             print(f"round {i + 1}: {name} {run['rate']:.0f}/s (load {run['load_before']:.1f})", file=sys.stderr)
-    print(report(runs, n, rounds, head, started_at))
+        pushes.append(push_handover(n))
+    print(report(runs, n, rounds, head, started_at, pushes))
     if stall is not None:
         print(f"\nStall story (batch drain, 1 s lease): {json.dumps(stall)}")
-    print("\n" + json.dumps({"runs": runs, "stall": stall, "logs": str(LOGS)}))
+    print("\n" + json.dumps({"runs": runs, "pushes": pushes, "stall": stall, "logs": str(LOGS)}))
 
 
 if __name__ == "__main__":

@@ -37,18 +37,19 @@ from weave.leases import default_clock
 from weave.operations import (
     ActionRule,
     ActionsWhereTheyApply,
-    ConsoleMedia,
     JobAdminMixin,
     LeasedModelAdmin,
     LeaseStateFilter,
-    OperatorLogMixin,
+    OperatorModelAdmin,
     ReadOnlyAdminMixin,
     admin_link_to,
-    change_link,
     choice_filter,
     clipped,
+    clipped_column,
     key_values,
+    link_column,
     linked_ids,
+    permission_check,
     reason_column,
     said_once,
     shown,
@@ -100,7 +101,6 @@ class _AttemptColumns(ReadOnlyAdminMixin):
 class DeliveryAttemptInline(_AttemptColumns, admin.TabularInline):
     model = DeliveryAttempt
     extra = 0
-    can_delete = False
     fields = readonly_fields = (
         "started_at_display",
         "finished_at_display",
@@ -253,14 +253,10 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         "device",
         "status_word",
         "backend",
-        "expires_at",
         "expires_at_display",
         "priority",
         "collapse_key",
-        "status",
         "attempts",
-        "next_attempt_at",
-        "delivered_at",
         "delivered_at_display",
         "provider_message_id",
         "shown_last_error",
@@ -268,9 +264,7 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         "lease_state",
         "owner",
         "fence",
-        "lease_expires_at",
         "lease_expires_at_display",
-        "created_at",
         "created_at_display",
         "sent_for",
         "next_attempt_display",
@@ -319,9 +313,7 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
             return f"delivered {timestamp(obj.delivered_at)}"
         return "—"
 
-    @admin.display(description="title", ordering="title")
-    def short_title(self, obj: Notification) -> str:
-        return clipped(obj.title)
+    short_title = clipped_column("title")
 
     @admin.display(description="device token")
     def shown_token(self, obj: Notification) -> str:
@@ -332,7 +324,6 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         return key_values(obj.data)
 
     delivered_at_display = timestamp_column("delivered_at")
-    lease_expires_at_display = timestamp_column("lease_expires_at", "lease expires at (database clock)")
     created_at_display = timestamp_column("created_at")
     expires_at_display = timestamp_column("expires_at")
     inlines = (DeliveryAttemptInline,)
@@ -428,13 +419,10 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
     def short_token(self, obj: Notification) -> str:
         return clipped(mask_token(obj.device_token), one_line=True)
 
-    def has_manage_delivery_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("weave_notifications.manage_delivery")
+    has_manage_delivery_permission = permission_check("weave_notifications.manage_delivery")
 
     @admin.action(description="Retry pending or failed notifications now", permissions=["manage_delivery"])
     def retry_now(self, request: HttpRequest, queryset: QuerySet) -> None:
-        if self.refused(request, "retry_now", queryset):
-            return
         result = notification_retry_now(
             notification_ids=list(queryset.values_list("pk", flat=True)), requested_by=request.user.get_username()
         )
@@ -442,8 +430,6 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
 
     @admin.action(description="Cancel pending notifications", permissions=["manage_delivery"])
     def cancel(self, request: HttpRequest, queryset: QuerySet) -> None:
-        if self.refused(request, "cancel", queryset):
-            return
         result = notification_cancel(
             notification_ids=list(queryset.values_list("pk", flat=True)), requested_by=request.user.get_username()
         )
@@ -461,7 +447,7 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
 
 
 @admin.register(DeliveryAttempt)
-class DeliveryAttemptAdmin(_AttemptColumns, admin.ModelAdmin):
+class DeliveryAttemptAdmin(_AttemptColumns, OperatorModelAdmin):
     list_display = (
         "id",
         "notification_link",
@@ -472,7 +458,6 @@ class DeliveryAttemptAdmin(_AttemptColumns, admin.ModelAdmin):
         "started_at_display",
         "list_reason",
     )
-    Media = ConsoleMedia
     list_filter = (
         state_filter("outcome", DeliveryAttempt.Outcome.values),
         within_filter("finished_at", "finished", "finished"),
@@ -496,9 +481,7 @@ class DeliveryAttemptAdmin(_AttemptColumns, admin.ModelAdmin):
 
     list_reason = reason_column(clip=True)
 
-    @admin.display(description="notification", ordering="notification")
-    def notification_link(self, obj: DeliveryAttempt) -> str:
-        return change_link(Notification, obj.notification_id, f"#{obj.notification_id}")
+    notification_link = link_column("notification", text="#{}")
 
     @admin.display(description="worker · fence")
     def held_by(self, obj: DeliveryAttempt) -> str:
@@ -506,12 +489,11 @@ class DeliveryAttemptAdmin(_AttemptColumns, admin.ModelAdmin):
 
 
 @admin.register(BreakerOpening)
-class BreakerOpeningAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class BreakerOpeningAdmin(ReadOnlyAdminMixin, OperatorModelAdmin):
     """When a push worker's circuit breaker opened, and why (also on the Weave dashboard)."""
 
     list_display = ("opened_at_display", "owner", "shown_reason")
     list_filter = (within_filter("opened_at", "opened", "opened"),)
-    Media = ConsoleMedia
 
     shown_reason = reason_column(clip=True)
 
@@ -540,11 +522,14 @@ DEVICE_ACTIONS = {
 }
 
 
+def _first_ten(clauses: list[Any]) -> str:
+    return format_html_join(". ", "{}", ((clause,) for clause in clauses[:10]))
+
+
 @admin.register(Device)
-class DeviceAdmin(ActionsWhereTheyApply, OperatorLogMixin, admin.ModelAdmin):
+class DeviceAdmin(ActionsWhereTheyApply, OperatorModelAdmin):
     list_display = ("id", "user", "backend", "platform_name", "short_token", "active", "created_at", "deactivated_at")
     list_filter = ("active", "backend", PlatformFilter)
-    Media = ConsoleMedia
 
     @admin.display(description="platform", ordering="platform")
     def platform_name(self, obj: Device) -> str:
@@ -579,13 +564,10 @@ class DeviceAdmin(ActionsWhereTheyApply, OperatorLogMixin, admin.ModelAdmin):
     def short_token(self, obj: Device) -> str:
         return mask_token(obj.token, obj.platform)
 
-    def has_send_test_notification_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("weave_notifications.send_test_notification")
+    has_send_test_notification_permission = permission_check("weave_notifications.send_test_notification")
 
     @admin.action(description="Send test notification", permissions=["send_test_notification"])
     def send_test_notification(self, request: HttpRequest, queryset: QuerySet) -> None:
-        if self.refused(request, "send_test_notification", queryset):
-            return
         sent, refused = [], []
         who = request.user.get_username()
         for device in queryset.order_by("pk"):
@@ -604,36 +586,21 @@ class DeviceAdmin(ActionsWhereTheyApply, OperatorLogMixin, admin.ModelAdmin):
             sent.append(notification.pk)
             self.log_change(request, device, f"Sent test notification {notification.pk}.")
             self.log_addition(request, notification, f"Sent as a test to device {device.pk}.")
-        if sent:
-            self.message_user(
-                request, format_html("{} test notification(s) queued: {}.", len(sent), linked_ids(Notification, sent))
-            )
-        if refused:
-            self.message_user(
-                request,
-                format_html(
-                    "Not sent to {} device(s). {}.",
-                    len(refused),
-                    format_html_join(". ", "{}", ((r,) for r in refused[:10])),
-                ),
-                level=messages.WARNING,
-            )
+        self.say_rows(
+            request, "{count} test notification(s) queued: {ids}.", sent, ids=partial(linked_ids, Notification)
+        )
+        self.say_rows(request, "Not sent to {count} device(s). {ids}.", refused, ids=_first_ten, level=messages.WARNING)
 
     @admin.action(description="Deactivate (fails their queued notifications)", permissions=["change"])
     def deactivate(self, request: HttpRequest, queryset: QuerySet) -> None:
-        if self.refused(request, "deactivate", queryset):
-            return
         who = request.user.get_username()
         done = []
         for device in queryset.filter(active=True).order_by("pk"):
             device_deactivate(device=device, reason=f"Deactivated in the admin by {who}.")
             self.log_change(request, device, "Deactivated.")
             done.append(device.pk)
-        if done:
-            self.message_user(
-                request, format_html("{} device(s) deactivated: {}.", len(done), linked_ids(Device, done))
-            )
-        else:
+        self.say_rows(request, "{count} device(s) deactivated: {ids}.", done, ids=partial(linked_ids, Device))
+        if not done:
             self.message_user(request, "No active device among the selected ones.")
 
 
@@ -646,9 +613,7 @@ class TopicSubscriptionAdmin(JobAdminMixin):
     search_fields = ("topic",)
     fields = readonly_fields = ("action", "topic", "backend", "token_count")
 
-    @admin.display(description="topic", ordering="topic")
-    def short_topic(self, obj: TopicSubscription) -> str:
-        return clipped(obj.topic, one_line=True)
+    short_topic = clipped_column("topic", one_line=True)
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # topic_subscribe() and topic_unsubscribe() make them, with every check

@@ -1,6 +1,7 @@
 """Admin for suppliers and onboarding runs. Actions call services and report with message_user."""
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from django import forms
@@ -30,25 +31,28 @@ from onboarding.validation import clean_supplier_fields
 from weave.operations import (
     ActionRule,
     ActionsWhereTheyApply,
-    ConsoleMedia,
     LeasedModelAdmin,
     LeaseStateFilter,
-    OperatorLogMixin,
+    OperatorModelAdmin,
     ReadOnlyAdminMixin,
     admin_link,
     admin_link_to,
     changelist_link,
     choice_filter,
     clipped,
+    clipped_column,
     joined_reason,
     key_values,
+    link_column,
     linked_ids,
+    permission_check,
     reason_column,
     record_operator_action,
     said_once,
     shown,
     state_column,
     state_filter,
+    table,
     timestamp,
     timestamp_column,
     within_filter,
@@ -60,20 +64,14 @@ ACTIVE_REFRESH = 2  # seconds between reloads of run pages while a run is pendin
 class LinkedReadOnlyMixin(ReadOnlyAdminMixin):
     """Rows written only by workers (weave.admin.ReadOnlyAdminMixin), linked to their run and supplier."""
 
-    @admin.display(description="run", ordering="run")
-    def run_link(self, obj: Any) -> str:
-        return admin_link(obj.run)
-
-    @admin.display(description="supplier", ordering="supplier")
-    def supplier_link(self, obj: Any) -> str:
-        return admin_link(obj.supplier)
+    run_link = link_column("run")
+    supplier_link = link_column("supplier")
 
 
 CONFIRM_TEMPLATE = "weave_onboarding/admin/confirm_action.html"
 
 
-def run_links(pks: list[Any]) -> SafeString:
-    return linked_ids(OnboardingRun, pks)
+run_links: Callable[[list[Any]], SafeString] = partial(linked_ids, OnboardingRun)
 
 
 def step_name(path: str) -> str:
@@ -139,9 +137,8 @@ SUPPLIER_ACTIONS = {
 
 
 @admin.register(Supplier)
-class SupplierAdmin(ActionsWhereTheyApply, OperatorLogMixin, admin.ModelAdmin):
+class SupplierAdmin(ActionsWhereTheyApply, OperatorModelAdmin):
     form = SupplierForm
-    Media = ConsoleMedia
     readonly_fields = ["onboarding_runs"]
 
     def get_fields(self, request: HttpRequest, obj: Supplier | None = None) -> Any:
@@ -153,25 +150,17 @@ class SupplierAdmin(ActionsWhereTheyApply, OperatorLogMixin, admin.ModelAdmin):
         runs = list(supplier.onboarding_runs.order_by("-pk")[:20])
         if not runs:
             return "No run yet: use Start onboarding above."
-        rows = format_html_join(
-            "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        rows = [
             (
-                (
-                    admin_link(r, f"run #{r.pk}"),
-                    r.status,
-                    r.phase or "—",
-                    timestamp(r.created_at),
-                    clipped(current_reason(r)),
-                )
-                for r in runs
-            ),
-        )
-        return format_html(
-            '<table class="weave-table"><thead><tr><th>run</th><th>status</th><th>last step</th><th>created</th>'
-            "<th>reason</th></tr></thead><tbody>{}</tbody></table>",
-            rows,
-        )
+                admin_link(r, f"run #{r.pk}"),
+                r.status,
+                r.phase or "—",
+                timestamp(r.created_at),
+                clipped(current_reason(r)),
+            )
+            for r in runs
+        ]
+        return table(("run", "status", "last step", "created", "reason"), rows)
 
     list_display = ["legal_name", "country", "tax_id", "contact_email", "latest_run", "runs"]
     search_fields = ["legal_name", "tax_id", "contact_email"]
@@ -188,13 +177,10 @@ class SupplierAdmin(ActionsWhereTheyApply, OperatorLogMixin, admin.ModelAdmin):
     def runs(self, supplier: Supplier) -> str:
         return changelist_link(OnboardingRun, "all runs", supplier__id__exact=supplier.pk)
 
-    def has_start_onboarding_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("weave_onboarding.start_onboarding")
+    has_start_onboarding_permission = permission_check("weave_onboarding.start_onboarding")
 
     @admin.action(description="Start onboarding", permissions=["start_onboarding"])
     def start_onboarding(self, request: HttpRequest, queryset: QuerySet[Supplier]) -> TemplateResponse | None:
-        if self.refused(request, "start_onboarding", queryset):
-            return None
         suppliers = list(queryset)
         completed = dict(
             OnboardingRun.objects.filter(supplier__in=suppliers, status=OnboardingRun.Status.COMPLETED)
@@ -234,28 +220,11 @@ class SupplierAdmin(ActionsWhereTheyApply, OperatorLogMixin, admin.ModelAdmin):
     def _report_started(
         self, request: HttpRequest, started: Sequence[str], skipped: Sequence[str], refused: Sequence[str]
     ) -> None:
-        if started:
-            self.message_user(
-                request,
-                format_html(
-                    "Started onboarding for {}: {}.",
-                    len(started),
-                    format_html_join(", ", "{}", ((x,) for x in started)),
-                ),
-            )
-        if skipped:
-            self.message_user(
-                request,
-                f"Start onboarding applies to suppliers without a pending or running run; "
-                f"skipped {len(skipped)}: {' '.join(skipped)}",
-                level=messages.WARNING,
-            )
-        if refused:
-            self.message_user(
-                request,
-                f"Refused {len(refused)} with invalid data (correct the supplier first): {' '.join(refused)}",
-                level=messages.ERROR,
-            )
+        self.say_rows(request, "Started onboarding for {count}: {ids}.", started)
+        skipped_text = "Start onboarding applies to suppliers without a pending or running run; skipped {count}: {ids}"
+        self.say_rows(request, skipped_text, skipped, joiner=" ", level=messages.WARNING)
+        refused_text = "Refused {count} with invalid data (correct the supplier first): {ids}"
+        self.say_rows(request, refused_text, refused, joiner=" ", level=messages.ERROR)
 
 
 def _notification_link(notification_id: Any) -> str:
@@ -386,7 +355,8 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
     list_filter = [state_filter("status", OnboardingRun.Status.values), LeaseStateFilter, HasBlockedAttemptsFilter]
     list_select_related = ["supplier"]
     search_fields = ["supplier__legal_name", "owner"]
-    readonly_fields = [
+    # The page is read-only as a whole (has_change_permission): every field is shown, none is edited.
+    fields = readonly_fields = (
         "supplier_link",
         "status_word",
         "step",
@@ -404,13 +374,9 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         "plan_steps",
         "welcome_notification",
         "committed_rows",
-    ]
-    fields = list(readonly_fields)
-    # The raw columns stay read-only too, should anyone add them to `fields`: only workers write them.
-    readonly_fields = [*readonly_fields, "phase", "failed_step", "lease_expires_at"]
+    )
     created_at_display = timestamp_column("created_at")
     finished_at_display = timestamp_column("finished_at")
-    lease_expires_at_display = timestamp_column("lease_expires_at", "lease expires at (database clock)")
     inlines = [StepReceiptInline, RunAttemptInline]
     actions = ["resume", "cancel", "retry_failed", "cancel_and_undo"]
     action_rules = RUN_ACTIONS
@@ -436,12 +402,10 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict | None = None
     ) -> HttpResponse:
-        # Nothing on a run is edited by hand: no Save buttons that would save nothing.
-        extra: dict[str, Any] = {"show_save": False, "show_save_and_continue": False}
-        extra["show_save_and_add_another"] = False
         # A run takes seconds: while it is active the page reloads itself, so its steps appear as they land.
+        # (No Save button: nothing on a run is edited by hand, see has_change_permission.)
         active = OnboardingRun.objects.filter(pk=object_id, status__in=OnboardingRun.ACTIVE).exists()
-        extra["weave_refresh"] = ACTIVE_REFRESH if active else 0
+        extra = {"weave_refresh": ACTIVE_REFRESH if active else 0}
         return super().change_view(request, object_id, form_url, {**(extra_context or {}), **extra})
 
     def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
@@ -449,19 +413,12 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         extra = {"weave_refresh": ACTIVE_REFRESH if active else 0}
         return super().changelist_view(request, {**(extra_context or {}), **extra})
 
-    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict:
-        # Offered only while some run is in a state the action applies to (RUN_ACTIONS, weave.admin).
-        actions = super().get_actions(request, action_location)
-        # Domain rows point at their run with PROTECT: a bulk delete of runs could only ever fail.
-        actions.pop("delete_selected", None)
-        return actions
-
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # a run is the audit trail of its receipts and domain rows
+        # A run is the audit trail of its receipts and domain rows, which point at it with PROTECT: no
+        # Delete on its page, and no "Delete selected" (a bulk delete of runs could only ever fail).
+        return False
 
-    @admin.display(description="supplier", ordering="supplier__legal_name")
-    def supplier_link(self, run: OnboardingRun) -> str:
-        return admin_link(run.supplier)
+    supplier_link = link_column("supplier", ordering="supplier__legal_name")
 
     @admin.display(description="step")
     def step(self, run: OnboardingRun) -> str:
@@ -542,7 +499,7 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         def act(run: OnboardingRun) -> str | None:
             return f"Resumed at fence {run.fence}: a worker was enqueued now." if onboarding_resume(run=run) else None
 
-        self._each_run(request, queryset, "resume", act, "Enqueued {} run(s): {}.")
+        self._each_run(request, queryset, "resume", act, "Enqueued {count} run(s): {ids}.")
 
     @admin.action(description="Cancel pending or running runs", permissions=["change"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[OnboardingRun]) -> None:
@@ -551,15 +508,13 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
             done = onboarding_cancel(run=run, cancelled_by=request.user)
             return f"Cancelled (it was {was} at fence {run.fence})." if done else None
 
-        done = "Cancelled {} run(s): {}. A worker holding one stops at its next save."
+        done = "Cancelled {count} run(s): {ids}. A worker holding one stops at its next save."
         self._each_run(request, queryset, "cancel", act, done)
 
     def _each_run(
         self, request: HttpRequest, queryset: QuerySet, action: str, act: Callable[[Any], str | None], done: str
     ) -> None:
         """Apply `act` to each selected run (it returns the history entry, or None when the run was left alone)."""
-        if self.refused(request, action, queryset):
-            return
         changed, skipped = [], []
         for run in queryset:
             logged = act(run)
@@ -568,27 +523,16 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
             else:
                 changed.append(run.pk)
                 self.log_change(request, run, logged)
-        if changed:
-            self.message_user(request, format_html(done, len(changed), run_links(changed)))
-        if skipped:
-            rule = RUN_ACTIONS[action]
-            self.message_user(
-                request,
-                f"{rule.label} applies to {rule.applies_to} only; skipped {len(skipped)}: {', '.join(skipped)}.",
-                level=messages.WARNING,
-            )
+        self.say_rows(request, done, changed, ids=run_links)
+        rule = RUN_ACTIONS[action]
+        skipped_text = f"{rule.label} applies to {rule.applies_to} only; skipped {{count}}: {{ids}}."
+        self.say_rows(request, skipped_text, skipped, level=messages.WARNING)
 
-    def has_retry_run_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm(RETRY_PERMISSION)
-
-    def has_undo_run_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm(UNDO_PERMISSION)
+    has_retry_run_permission = permission_check(RETRY_PERMISSION)
+    has_undo_run_permission = permission_check(UNDO_PERMISSION)
 
     @admin.action(description="Retry failed run (after fixing the cause)", permissions=["retry_run"])
     def retry_failed(self, request: HttpRequest, queryset: QuerySet[OnboardingRun]) -> TemplateResponse | None:
-        # Nothing to ask about: no confirmation page with an active button for runs it cannot apply to.
-        if self.refused(request, "retry_failed", queryset):
-            return None
         runs = list(queryset.select_related("supplier"))
         rule = RUN_ACTIONS["retry_failed"]
         applies = set(rule.rows(queryset).values_list("pk", flat=True))
@@ -597,18 +541,11 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         if request.POST.get("post") != "yes" or not why:
             return self._confirm_retry(request, queryset.filter(pk__in=applies), runs, failed, why)
         done, refused = _retry_runs(request, failed, why)
-        if done:
-            self.message_user(
-                request,
-                format_html(
-                    "Re-opened {} failed run(s): {}. Each resumes after its last receipt.", len(done), run_links(done)
-                ),
-            )
+        reopened = "Re-opened {count} failed run(s): {ids}. Each resumes after its last receipt."
+        self.say_rows(request, reopened, done, ids=run_links)
         skipped = [f"#{r.pk} ({rule.why_not(r)})" for r in runs if r not in failed]
-        if refused:
-            self.message_user(request, f"Not retried: {' '.join(refused)}", level=messages.WARNING)
-        if skipped:
-            self.message_user(request, f"{len(skipped)} not retried: {'; '.join(skipped)}.", level=messages.WARNING)
+        self.say_rows(request, "Not retried: {ids}", refused, joiner=" ", level=messages.WARNING)
+        self.say_rows(request, "{count} not retried: {ids}.", skipped, joiner="; ", level=messages.WARNING)
         return None
 
     def _confirm_retry(
@@ -643,8 +580,6 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
 
     @admin.action(description="Cancel and undo committed steps", permissions=["undo_run"])
     def cancel_and_undo(self, request: HttpRequest, queryset: QuerySet[OnboardingRun]) -> TemplateResponse | None:
-        if self.refused(request, "cancel_and_undo", queryset):
-            return None
         runs = list(queryset.select_related("supplier"))
         applies = {r.pk for r in _undoable(queryset)}
         left = [f"Run {r.pk} for {r.supplier} ({_undo_refusal(r)})" for r in runs if r.pk not in applies]
@@ -672,10 +607,7 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
             if r.pk in applies and onboarding_cancel(run=r, cancelled_by=request.user, undo=True):
                 done.append(r.pk)
                 self.log_change(request, r, f"Cancelled (it was {r.status}); undo of the committed steps requested.")
-        if done:
-            self.message_user(
-                request, format_html("Cancelled run(s) {}; their undo is queued for a worker.", run_links(done))
-            )
+        self.say_rows(request, "Cancelled run(s) {ids}; their undo is queued for a worker.", done, ids=run_links)
         if len(done) < len(runs):
             self.message_user(
                 request,
@@ -731,7 +663,7 @@ def _undo_refusal(run: OnboardingRun) -> str:
 
 
 @admin.register(RunAttempt)
-class RunAttemptAdmin(_AttemptColumns, LinkedReadOnlyMixin, admin.ModelAdmin):
+class RunAttemptAdmin(_AttemptColumns, LinkedReadOnlyMixin, OperatorModelAdmin):
     """Every attempt with its outcome and why; blocked ones (lost leases) are a filter away."""
 
     # "id" first: the row's own link; a first column that is itself a link would nest one link in another.
@@ -745,7 +677,6 @@ class RunAttemptAdmin(_AttemptColumns, LinkedReadOnlyMixin, admin.ModelAdmin):
         "ended_at_display",
         "list_reason",
     ]
-    Media = ConsoleMedia
     fields = readonly_fields = ("run_link", *_AttemptColumns.ATTEMPT_FIELDS)
     # The bare list shows every attempt; the dashboard links to "blocked".
     list_filter = [
@@ -758,15 +689,11 @@ class RunAttemptAdmin(_AttemptColumns, LinkedReadOnlyMixin, admin.ModelAdmin):
 
     list_reason = reason_column(clip=True)
     outcome_word = state_column("outcome", "outcome", sortable=True)
-
-    @admin.display(description="owner", ordering="owner")
-    def short_owner(self, attempt: RunAttempt) -> str:
-        return clipped(attempt.owner, one_line=True)
+    short_owner = clipped_column("owner", one_line=True)
 
 
 @admin.register(StepReceipt)
-class StepReceiptAdmin(_ReceiptColumns, LinkedReadOnlyMixin, admin.ModelAdmin):
-    Media = ConsoleMedia
+class StepReceiptAdmin(_ReceiptColumns, LinkedReadOnlyMixin, OperatorModelAdmin):
     list_display = ["id", "run_link", *_ReceiptColumns.RECEIPT_FIELDS]
     fields = readonly_fields = ("run_link", *_ReceiptColumns.RECEIPT_FIELDS)
     list_filter = ["step"]
@@ -774,19 +701,19 @@ class StepReceiptAdmin(_ReceiptColumns, LinkedReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(VendorRecord)
-class VendorRecordAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
+class VendorRecordAdmin(LinkedReadOnlyMixin, OperatorModelAdmin):
     list_display = ["vendor_number", "supplier_link", "run_link", "fence", "created_at_display"]
     created_at_display = timestamp_column("created_at")
 
 
 @admin.register(PaymentTerms)
-class PaymentTermsAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
+class PaymentTermsAdmin(LinkedReadOnlyMixin, OperatorModelAdmin):
     list_display = ["id", "supplier_link", "net_days", "currency", "run_link", "fence", "created_at_display"]
     created_at_display = timestamp_column("created_at")
 
 
 @admin.register(BankAccount)
-class BankAccountAdmin(LinkedReadOnlyMixin, admin.ModelAdmin):
+class BankAccountAdmin(LinkedReadOnlyMixin, OperatorModelAdmin):
     list_display = ["id", "supplier_link", "reference", "last4", "run_link", "fence", "verified_at_display"]
     verified_at_display = timestamp_column("verified_at")
 

@@ -6,6 +6,9 @@
         ...
         proxy.heal()                                     # held bytes flow again, closes pass through
 
+        proxy.lose_replies(max_seconds=30)               # the client's bytes still reach the server ...
+        proxy.cut_clients()                              # ... its replies never come back; the link drops
+
 While partitioned, the proxy neither reads nor forwards in either direction and closes nothing: each
 end sees a peer that has stopped answering, and neither sees a FIN or a reset. A close that happens
 during the partition (the server ending a session that sat idle in a transaction) is passed on only
@@ -17,13 +20,22 @@ proxy, so TCP keepalives and `tcp_user_timeout` do not fire across this proxy as
 dead link. The server's `idle_in_transaction_session_timeout` and `statement_timeout` do; that is
 what frees a cut-off worker's locks (docs/operations/partitions.md).
 
-Loopback only, and bounded in time: a partition heals itself after `max_seconds`, every wait is
-bounded, and `close()` (or leaving the `with` block) stops every thread and closes every socket.
+A one-way loss is the case a two-way partition cannot show: a worker's COMMIT reaches the server
+and commits, and the link fails before the reply comes back, so the worker cannot know whether its
+write landed. While replies are lost the proxy forwards client-to-server bytes and reads nothing from
+the server; `cut_clients()` then closes every link (the client sees a reset, the server a close), and
+the replies held meanwhile are never delivered. New connections after the cut pass normally, so the
+worker can read back on a fresh connection what landed.
+
+Loopback only, and bounded in time: a partition heals itself after `max_seconds`, lost replies end
+in a cut by themselves after theirs (so a worker waiting on a reply never waits past it), every wait
+is bounded, and `close()` (or leaving the `with` block) stops every thread and closes every socket.
 """
 
 import ipaddress
 import selectors
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -67,8 +79,11 @@ class SilentProxy:
         self._stop = threading.Event()
         self._quiet = threading.Event()  # set while partitioned
         self._heal_at = 0.0
+        self._losing = threading.Event()  # set while server-to-client bytes are held (a one-way loss)
+        self._cut_at = 0.0
         self.partitions = 0  # how many times partition() was called
         self.resets = 0  # how many times reset() was called
+        self.cuts = 0  # how many times cut_clients() ran (called, or at the end of lost replies)
         self._refuse_until = 0.0
         self._threads: list[threading.Thread] = []
         self._start(self._accept, "proxy-accept")
@@ -89,6 +104,32 @@ class SilentProxy:
     def heal(self) -> None:
         """Forward again: bytes held during the partition flow, and closes seen meanwhile pass on."""
         self._quiet.clear()
+
+    @property
+    def losing_replies(self) -> bool:
+        return self._losing.is_set()
+
+    def lose_replies(self, *, max_seconds: float = 60.0) -> None:
+        """Hold every server-to-client byte from now on while still forwarding client-to-server bytes.
+
+        A COMMIT sent now reaches the server and commits, and its reply never arrives: the case where a
+        worker cannot know whether its write landed. Ends in `cut_clients()`, by itself after `max_seconds`.
+        """
+        self._cut_at = time.monotonic() + max_seconds
+        self._losing.set()
+
+    def cut_clients(self) -> None:
+        """Drop every link now: the client gets a reset, the server a close, the held replies are lost.
+
+        Connections made after this pass normally (replies are no longer lost), so a worker can read
+        back on a fresh connection what landed.
+        """
+        with self._lock:
+            self.cuts += 1
+            self._losing.clear()
+            for link in self._links:
+                self._close_link(link, reset=True)
+            self._links = []
 
     def reset(self, *, refuse_for: float = 0.0) -> None:
         """Close every link now and refuse new connections for `refuse_for` seconds: to the client, the
@@ -121,6 +162,7 @@ class SilentProxy:
         """Stop every thread and close every socket (idempotent)."""
         self._stop.set()
         self._quiet.clear()
+        self._losing.clear()
         for thread in self._threads:
             thread.join(5)
         self._listener.close()
@@ -145,6 +187,8 @@ class SilentProxy:
         while not self._stop.wait(_TICK):
             if self._quiet.is_set() and time.monotonic() >= self._heal_at:
                 self._quiet.clear()
+            if self._losing.is_set() and time.monotonic() >= self._cut_at:
+                self.cut_clients()
 
     def _accept(self) -> None:
         while not self._stop.is_set():
@@ -169,15 +213,18 @@ class SilentProxy:
 
     def _pump(self, link: _Link) -> None:
         pairs = {link.client: link.upstream, link.upstream: link.client}
-        with selectors.DefaultSelector() as selector:
+        with selectors.DefaultSelector() as both, selectors.DefaultSelector() as client_only:
             for sock in pairs:
                 sock.setblocking(True)
-                selector.register(sock, selectors.EVENT_READ)
+                both.register(sock, selectors.EVENT_READ)
+            client_only.register(link.client, selectors.EVENT_READ)
             while not self._stop.is_set() and not link.closed:
                 if self._quiet.is_set():
                     # A dropped link: read nothing, send nothing, close nothing.
                     self._stop.wait(_TICK)
                     continue
+                # Losing replies: the server's bytes stay unread (held until the cut drops them).
+                selector = client_only if self._losing.is_set() else both
                 # The server's side first: on healing, a session the server ended meanwhile delivers its
                 # last words (e.g. FATAL: idle-in-transaction timeout) before the client's held bytes.
                 ready = sorted(selector.select(_TICK), key=lambda event: event[0].fileobj is link.client)
@@ -185,6 +232,8 @@ class SilentProxy:
                     if self._quiet.is_set():
                         break
                     source: socket.socket = key.fileobj  # type: ignore[assignment]
+                    if source is link.upstream and self._losing.is_set():
+                        continue
                     try:
                         data = source.recv(_CHUNK)
                     except OSError:
@@ -201,10 +250,16 @@ class SilentProxy:
                         return
 
     @staticmethod
-    def _close_link(link: _Link) -> None:
+    def _close_link(link: _Link, *, reset: bool = False) -> None:
         if link.closed:
             return
         link.closed = True
+        if reset:
+            # SO_LINGER with a zero timeout: close() sends a reset, as a link torn down mid-reply does.
+            try:
+                link.client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            except OSError:
+                pass
         for sock in (link.client, link.upstream):
             try:
                 sock.close()

@@ -4,7 +4,8 @@ The core registers no model admin of its own; the apps build theirs from these.
 """
 
 import dataclasses
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -17,9 +18,9 @@ from django.db import router, transaction
 from django.db.models import Model, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
-from weave.display import shown
+from weave.display import admin_link, change_link, clipped, shown, timestamp_column
 from weave.explain import explainers
 from weave.leases import LEASE_FIELDS, LeaseBusy, LeaseQuerySet, default_clock
 from weave.telemetry import db_now
@@ -214,14 +215,27 @@ def with_func(action: Any, func: Callable[..., Any]) -> Any:
     return dataclasses.replace(action, func=func)
 
 
+def _refusing(name: str, action: Any) -> Any:
+    """`action` (as `get_actions` lists it) saying why and changing nothing when it applies to none of the
+    selected rows (`ActionsWhereTheyApply.refused`), else running as it is."""
+    func = action[0] if isinstance(action, tuple) else action.func
+
+    @functools.wraps(func)
+    def guarded(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Any]) -> Any:
+        return None if modeladmin.refused(request, name, queryset) else func(modeladmin, request, queryset)
+
+    return with_func(action, guarded)
+
+
 class ActionsWhereTheyApply:
     """Admin actions offered only where they apply; elsewhere disabled with the reason.
 
     - The list's action menu leaves out an action that applies to no row at all.
-    - Chosen for rows it cannot apply to, the action says why in one line (`refused`), instead of a
-      confirmation page with an active button or a "skipped" count.
+    - Chosen for rows it cannot apply to, the action says why in one line (`refused`) and does not run,
+      instead of a confirmation page with an active button or a "skipped" count.
     - A row's page lists the actions the user may take on it, each either a button or disabled with
-      the reason (`row_actions`, rendered by the template include `weave/admin/row_actions.html`).
+      the reason (`row_actions`, shown by the change pages of `OperatorModelAdmin` and `LeasedModelAdmin`,
+      or by an app's own through the template include `weave/admin/row_actions.html`).
 
     Set `action_rules` to {action name: ActionRule} on the ModelAdmin.
     """
@@ -240,6 +254,8 @@ class ActionsWhereTheyApply:
         for name, rule in self.action_rules.items():
             if name in actions and not rule.rows(everything).exists():
                 actions.pop(name)
+            elif name in actions:
+                actions[name] = _refusing(name, actions[name])
         return actions
 
     def refused(self, request: HttpRequest, action: str, queryset: QuerySet[Any]) -> bool:
@@ -306,13 +322,14 @@ def story_context(kind: str, object_id: str) -> dict[str, Any]:
     }
 
 
-def story_form_templates(model: type[Model]) -> list[str]:
-    """A leased model's change form: the app's own template for the model if it has one, else the story-first one."""
+def change_form_templates(model: type[Model], weave_page: str) -> list[str]:
+    """A change form: the app's own template for the model (or the app) if it has one, else `weave_page`
+    (the row's actions among the tools; the story-first page of a leased model)."""
     meta = model._meta
     return [
         f"admin/{meta.app_label}/{meta.model_name}/change_form.html",
         f"admin/{meta.app_label}/change_form.html",
-        "weave/admin/story_change_form.html",
+        weave_page,
     ]
 
 
@@ -373,6 +390,52 @@ def within_filter(field: str, parameter: str, title: str) -> type[admin.SimpleLi
         return lambda: Q(**{f"{field}__gt": db_now() - window})
 
     return choice_filter(title, parameter, {key: (label, since(window)) for key, (label, window) in WINDOWS.items()})
+
+
+def link_column(
+    field: str, description: str | None = None, *, ordering: str | None = None, text: str = ""
+) -> Callable[[Any, Any], str]:
+    """A display method linking the row a foreign key `field` points at to its change page (plain text where
+    the site has no admin page for it), shown as that row, or as `text` with "{}" for its key ("#{}"),
+    which reads no row. Sortable by the key unless `ordering` says otherwise ("run__supplier__legal_name")."""
+
+    @admin.display(description=description or field.replace("_", " "), ordering=ordering or field)
+    def show(self: Any, obj: Any) -> str:
+        if not text:
+            return admin_link(getattr(obj, field))
+        target = obj._meta.get_field(field)
+        pk = getattr(obj, target.attname)
+        return "—" if pk is None else change_link(target.related_model, pk, text.format(pk))
+
+    show.__name__ = f"{field}_link"
+    return show
+
+
+def clipped_column(field: str, description: str | None = None, *, one_line: bool = False) -> Callable[[Any, Any], str]:
+    """A list column showing a text `field` cut to two lines (`one_line`: one, for names, tokens and workers),
+    whole on hover and on the row's page (`clipped`); sortable by the field."""
+
+    @admin.display(description=description or field.replace("_", " "), ordering=field)
+    def show(self: Any, obj: Any) -> str:
+        return clipped(getattr(obj, field), one_line=one_line)
+
+    show.__name__ = f"short_{field}"
+    return show
+
+
+def permission_check(permission: str) -> Callable[[Any, HttpRequest], bool]:
+    """The `has_<name>_permission` method an action with `permissions=["<name>"]` needs, for a permission of
+    the app's own ("app_label.codename"): whether the user holds it. Without the permission the action is
+    neither offered nor run.
+
+        has_start_onboarding_permission = permission_check("weave_onboarding.start_onboarding")
+    """
+
+    def check(self: Any, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm(permission))
+
+    check.__name__ = f"has_{permission.rpartition('.')[2]}_permission"
+    return check
 
 
 class ReadOnlyAdminMixin:
@@ -438,7 +501,63 @@ def _held_message(row: Any) -> str:
     )
 
 
-class LeasedModelAdmin(LeaseGuardedSaveMixin, LeaseGuardedDeleteMixin, OperatorLogMixin, admin.ModelAdmin):
+class OperatorModelAdmin(OperatorLogMixin, admin.ModelAdmin):
+    """A model admin on Weave's screens: the console's stylesheet and script (`ConsoleMedia`), one dash for an
+    empty value, what a person did written to the history by the database clock, and an action's outcomes
+    said (`report_outcomes`, `say_rows`). Read-only rows add `ReadOnlyAdminMixin` before it; leased jobs use
+    `LeasedModelAdmin`."""
+
+    Media = ConsoleMedia
+
+    @property
+    def change_form_template(self) -> list[str]:  # type: ignore[override]
+        return change_form_templates(self.model, "weave/admin/change_form.html")
+
+    def report_outcomes(
+        self,
+        request: HttpRequest,
+        report: Any,
+        *,
+        history: str,
+        said: tuple[str, str, str],
+        ids: Callable[[list[Any]], Any] | None = None,
+        changed_level: int = messages.INFO,
+    ) -> None:
+        """Write each row an action changed to its history (`history`), then say its outcomes.
+
+        `report` has the primary keys an action `changed`, left alone as `busy` (a worker holds them under a
+        live lease) and `skipped` (not in a state it applies to). `said` is the sentence for each, in that
+        order: a `format_html` template given `{count}` and `{ids}`, said only when it has rows (the
+        changed at `changed_level`, the others as warnings).
+        """
+        for row in self.model._default_manager.filter(pk__in=report.changed).order_by("pk"):
+            record_operator_action(user_id=int(request.user.pk or 0), obj=row, message=history)
+        levels = (changed_level, messages.WARNING, messages.WARNING)
+        for pks, text, level in zip((report.changed, report.busy, report.skipped), said, levels, strict=True):
+            self.say_rows(request, text, pks, ids=ids, level=level)
+
+    def say_rows(
+        self,
+        request: HttpRequest,
+        text: str,
+        rows: Sequence[Any],
+        *,
+        ids: Callable[[Any], Any] | None = None,
+        joiner: str = ", ",
+        level: int = messages.INFO,
+    ) -> None:
+        """Say one outcome of an action when it has `rows`, and nothing when it has none.
+
+        `text` is a `format_html` template given `{count}` and `{ids}`: what `ids(rows)` makes of the rows
+        (primary keys as links: `partial(linked_ids, Model)`), else the rows themselves (keys, or each row's
+        own clause: "#7 (completed)") joined by `joiner`, each escaped unless it is already safe HTML.
+        """
+        if rows:
+            listed = ids(rows) if ids else format_html_join(joiner, "{}", ((row,) for row in rows))
+            self.message_user(request, format_html(text, count=len(rows), ids=listed), level)
+
+
+class LeasedModelAdmin(LeaseGuardedSaveMixin, LeaseGuardedDeleteMixin, OperatorModelAdmin):
     """Admin of a leased job: a `lease` column judged by the database clock, a change page that opens with
     the job's story, and the report of what an action did.
 
@@ -449,7 +568,7 @@ class LeasedModelAdmin(LeaseGuardedSaveMixin, LeaseGuardedDeleteMixin, OperatorL
     """
 
     explain_kind = ""
-    Media = ConsoleMedia
+    lease_expires_at_display = timestamp_column("lease_expires_at", "lease expires at (database clock)")
 
     def story_kind(self) -> str:
         """The explainer kind of this admin's rows ("" for none: the page then opens with the fields)."""
@@ -457,7 +576,7 @@ class LeasedModelAdmin(LeaseGuardedSaveMixin, LeaseGuardedDeleteMixin, OperatorL
 
     @property
     def change_form_template(self) -> list[str]:  # type: ignore[override]
-        return story_form_templates(self.model)
+        return change_form_templates(self.model, "weave/admin/story_change_form.html")
 
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
@@ -499,27 +618,3 @@ class LeasedModelAdmin(LeaseGuardedSaveMixin, LeaseGuardedDeleteMixin, OperatorL
     @admin.display(description="timeline")
     def timeline(self, obj: Model) -> str:
         return explainers()[self.story_kind()](obj.pk).as_html()
-
-    def report_outcomes(
-        self,
-        request: HttpRequest,
-        report: Any,
-        *,
-        history: str,
-        said: tuple[str, str, str],
-        ids: Callable[[list[Any]], Any] = lambda pks: ", ".join(map(str, pks)),
-        changed_level: int = messages.INFO,
-    ) -> None:
-        """Write each row an action changed to its history (`history`), then say its outcomes.
-
-        `report` has the primary keys an action `changed`, left alone as `busy` (a worker holds them under a
-        live lease) and `skipped` (not in a state it applies to). `said` is the sentence for each, in that
-        order: a `format_html` template given `{count}` and `{ids}`, said only when it has rows (the
-        changed at `changed_level`, the others as warnings).
-        """
-        for row in self.model._default_manager.filter(pk__in=report.changed).order_by("pk"):
-            record_operator_action(user_id=int(request.user.pk or 0), obj=row, message=history)
-        levels = (changed_level, messages.WARNING, messages.WARNING)
-        for pks, text, level in zip((report.changed, report.busy, report.skipped), said, levels, strict=True):
-            if pks:
-                self.message_user(request, format_html(text, count=len(pks), ids=ids(pks)), level)

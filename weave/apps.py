@@ -11,17 +11,8 @@ class WeaveConfig(AppConfig):
 
     def ready(self) -> None:
         from weave import checks, extras  # noqa: F401  (registers the system checks)
-        from weave.worker_db import connect_signals
 
-        # Worker processes only: their PostgreSQL sessions get the WORKER_DB_* limits.
-        connect_signals()
-        from django_q.signals import post_spawn
-
-        from weave.broker import stagger_recycle
-
-        # Each worker its own recycle count, so the workers of a cluster never all restart at once.
-        post_spawn.connect(stagger_recycle, dispatch_uid="weave.broker.stagger_recycle")
-
+        _connect_worker_signals()
         from weave.dashboard import register_admin, register_core_panels
         from weave.metrics import collect_lease_metrics
         from weave.telemetry import register_metrics
@@ -66,21 +57,24 @@ class WeaveConfig(AppConfig):
         # The sweeps exist as soon as the site has migrated: a site that only ran `migrate` and
         # started `qcluster` gets retries and recovery without remembering `weave_schedules`.
         post_migrate.connect(_ensure_schedules_after_migrate, dispatch_uid="weave.schedules.post_migrate")
-        if apps.is_installed("django_q"):
-            from django_q.signals import post_spawn
 
-            from weave.wake import start_watcher
 
-            # Every django-q2 worker process gets a due-time watcher thread (weave.wake).
-            post_spawn.connect(start_watcher, dispatch_uid="weave.wake.watcher")
-            from weave.reports import start_reporter
+def _connect_worker_signals() -> None:
+    """What each django-q2 worker process gets as it starts (web processes never see these signals): the
+    WORKER_DB_* session limits, again before each task (a sync task in the enqueuing process is left
+    alone); its own recycle count, so a cluster's workers never all restart at once; a due-time
+    watcher thread; a report thread (dashboard, weave_tune); its long-lived heap set aside from the GC."""
+    from django_q.signals import post_spawn, pre_execute
 
-            # ... and reports what it runs with, for the dashboard and weave_tune (weave.reports).
-            post_spawn.connect(start_reporter, dispatch_uid="weave.reports.reporter")
-            from weave.heap import settle_after_spawn
+    from weave.broker import stagger_recycle
+    from weave.heap import settle_after_spawn
+    from weave.reports import start_reporter
+    from weave.wake import start_watcher
+    from weave.worker_db import enter_worker_mode
 
-            # ... and sets its long-lived heap aside from the garbage collector (weave.heap).
-            post_spawn.connect(settle_after_spawn, dispatch_uid="weave.heap.settle")
+    for receiver in (enter_worker_mode, stagger_recycle, start_watcher, start_reporter, settle_after_spawn):
+        post_spawn.connect(receiver, dispatch_uid=f"{receiver.__module__}.{receiver.__name__}")
+    pre_execute.connect(enter_worker_mode, dispatch_uid="weave.worker_db.pre_execute")
 
 
 def _uses_weave_tasks() -> bool:

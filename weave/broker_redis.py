@@ -19,20 +19,15 @@ _pool_lock = threading.Lock()
 def shared_redis() -> redis.Redis:
     """This process's Redis client from Q_CLUSTER['redis'], per process id (a forked worker builds its own)."""
     key = (os.getpid(), repr(Conf.REDIS))
-    client = _pools.get(key)
-    if client is not None:
-        return client
     with _pool_lock:
-        client = _pools.get(key)
-        if client is None:
+        if key not in _pools:
             bounds = {"socket_connect_timeout": REDIS_CONNECT_TIMEOUT, "socket_timeout": REDIS_SOCKET_TIMEOUT}
-            if isinstance(Conf.REDIS, str):
-                client = redis.Redis.from_url(Conf.REDIS, **bounds)
-            else:
-                client = redis.Redis(**{**bounds, **(Conf.REDIS or {})})
             _pools.clear()  # a parent's client (inherited over fork) or an old configuration's: unused
-            _pools[key] = client
-    return client
+            if isinstance(Conf.REDIS, str):
+                _pools[key] = redis.Redis.from_url(Conf.REDIS, **bounds)
+            else:
+                _pools[key] = redis.Redis(**{**bounds, **(Conf.REDIS or {})})
+        return _pools[key]
 
 
 class PooledRedis(Redis):  # type: ignore[misc]  # django-q2 ships no type hints

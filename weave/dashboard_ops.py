@@ -21,7 +21,7 @@ from django.utils.safestring import SafeString
 
 from weave.charts import age, table, when
 from weave.conf import weave_settings
-from weave.telemetry import DEGRADED, Finding
+from weave.telemetry import DEGRADED, Finding, listen_report
 
 OUTAGE_RECENT = timedelta(minutes=15)  # an outage that ended this long ago is history, not a verdict
 
@@ -202,7 +202,7 @@ def render_retention(now: datetime) -> SafeString:
 
 
 def wake_findings(now: datetime) -> list[Finding]:
-    from weave.wake import POLL_MAX, listen_report
+    from weave.wake import POLL_MAX
 
     report = listen_report()
     if not report["polling"]:
@@ -225,7 +225,7 @@ def wake_findings(now: datetime) -> list[Finding]:
 
 
 def render_wake(now: datetime) -> SafeString:
-    from weave.wake import POLL_MAX, listen_report
+    from weave.wake import POLL_MAX
 
     report = listen_report()
     rows = [(w["process"], w["reason"], when(w["probed_at"])) for w in report["polling_watchers"]]

@@ -246,7 +246,7 @@ def collect_wake_metrics() -> Iterable[Metric]:
     """Due-time watchers by how they learn of new work: LISTEN, or polling (notifications do not arrive)."""
     from prometheus_client.core import GaugeMetricFamily
 
-    from weave.wake import listen_report
+    from weave.telemetry import listen_report
 
     report = listen_report()
     watchers = GaugeMetricFamily(

@@ -65,6 +65,16 @@ class JobState(models.TextChoices):
     DONE = "done"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # Cancelled, with the undo of its saved steps asked for: the next attempt runs them, then "cancelled".
+    UNDOING = "undoing"
+
+
+# The states a worker's claim takes a job in: its steps to run, or its saved steps to undo.
+RUNNABLE_STATES = (JobState.PENDING, JobState.UNDOING)
+
+
+def _time_come(clock: Clock) -> Q:
+    return Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=clock.now())
 
 
 class JobQuerySet(LeaseQuerySet[_J]):
@@ -73,10 +83,23 @@ class JobQuerySet(LeaseQuerySet[_J]):
     def pending(self) -> "JobQuerySet[_J]":
         return self.filter(state=JobState.PENDING)
 
+    def undoing(self) -> "JobQuerySet[_J]":
+        """Cancelled rows whose saved steps wait to be undone."""
+        return self.filter(state=JobState.UNDOING)
+
+    def runnable(self) -> "JobQuerySet[_J]":
+        """Rows a worker has something to do for: pending, or cancelled with their undo asked."""
+        return self.filter(state__in=RUNNABLE_STATES)
+
     def due(self, clock: Clock = default_clock) -> "JobQuerySet[_J]":
-        """Pending rows whose time has come and that nobody holds under a live lease."""
-        time_come = Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=clock.now())
-        return self.pending().filter(time_come).free_or_expired(clock)
+        """Pending rows whose time has come and that nobody holds under a live lease (undoing rows: `undo_due`)."""
+        # One state, not both: the drain's ordered claim then reads the (state, next_attempt_at) index in
+        # order and stops at its limit, where two states would sort every due row first.
+        return self.pending().filter(_time_come(clock)).free_or_expired(clock)
+
+    def undo_due(self, clock: Clock = default_clock) -> "JobQuerySet[_J]":
+        """Undoing rows whose time has come and that nobody holds under a live lease."""
+        return self.undoing().filter(_time_come(clock)).free_or_expired(clock)
 
     def next_due_at(self) -> datetime | None:
         """The earliest database time at which a pending row needs a worker (a held row: when its lease ends)."""
@@ -85,7 +108,7 @@ class JobQuerySet(LeaseQuerySet[_J]):
             When(next_attempt_at__isnull=False, then=F("next_attempt_at")),
             default=F("created_at"),
         )
-        earliest: datetime | None = self.pending().aggregate(at=Min(at))["at"]
+        earliest: datetime | None = self.runnable().aggregate(at=Min(at))["at"]
         return earliest
 
 
@@ -124,6 +147,8 @@ class JobAttempt(models.Model):
         RETRY = "retry", "failed, will retry"
         FAILED = "failed"
         BLOCKED = "blocked", "blocked (lease lost)"
+        # Stopped without saving: the job was cancelled and its undo asked while the attempt ran.
+        CANCELLED = "cancelled", "stopped (job cancelled)"
 
     job_type = models.CharField(max_length=100)
     job_id = models.CharField(max_length=64)
@@ -166,6 +191,9 @@ class JobStepReceipt(models.Model):
     idempotency_key = models.CharField(max_length=300)
     result = models.JSONField(null=True, blank=True)
     finished_at = models.DateTimeField()
+    # Set (database time, and the undoing attempt's fence) in the guarded transaction of the step's undo.
+    undone_at = models.DateTimeField(null=True, blank=True)
+    undone_fence = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -3,11 +3,13 @@
 The core draws the dashboard, serves the metrics and runs `weave_explain`; an app builds its own
 pages from these pieces, and registers its panel, health findings and purges in `AppConfig.ready()`:
 
-- admin: `LeasedModelAdmin` (lease state by the database clock, the timeline on the change page),
-  `ReadOnlyAdminMixin`, `ActionsWhereTheyApply` with `ActionRule`, `OperatorLogMixin` and
-  `record_operator_action` (actions written to `LogEntry`), the list filters `LeaseStateFilter`,
-  `state_filter`, `within_filter` and `choice_filter`, and `JobAdminMixin` for a `weave.jobs` job type
-  (a `LeasedModelAdmin` with the job's columns and actions);
+- admin: `OperatorModelAdmin` (the console's look, history by the database clock, `report_outcomes` for
+  an action), `LeasedModelAdmin` on it (lease state by the database clock, the timeline on the change
+  page), `ReadOnlyAdminMixin`, `ActionsWhereTheyApply` with `ActionRule`, `permission_check` (an
+  action's own permission), `OperatorLogMixin` and `record_operator_action` (actions written to
+  `LogEntry`), the list filters `LeaseStateFilter`, `state_filter`, `within_filter` and `choice_filter`,
+  the columns `link_column` and `clipped_column`, and `JobAdminMixin` for a `weave.jobs` job type (a
+  `LeasedModelAdmin` with the job's columns and actions);
 - display: times with seconds and zone (`timestamp`, `timestamp_column`), links between rows (`linked`,
   `counted`, `admin_link`, `admin_link_to`, `change_link`, `change_url`, `linked_ids`, `changelist_link`,
   `changelist_url`), states and reasons (`state_word`, `state_column`, `reason_column`, `joined_reason`,
@@ -29,8 +31,12 @@ from weave.admin import (
     LeasedModelAdmin,
     LeaseStateFilter,
     OperatorLogMixin,
+    OperatorModelAdmin,
     ReadOnlyAdminMixin,
     choice_filter,
+    clipped_column,
+    link_column,
+    permission_check,
     record_operator_action,
     state_filter,
     within_filter,
@@ -96,6 +102,7 @@ __all__ = [
     "LeasedModelAdmin",
     "OperatorEvent",
     "OperatorLogMixin",
+    "OperatorModelAdmin",
     "PurgeSpec",
     "ReadOnlyAdminMixin",
     "RunningCounts",
@@ -111,6 +118,7 @@ __all__ = [
     "changelist_link",
     "changelist_url",
     "clipped",
+    "clipped_column",
     "clock_time",
     "count_tiles",
     "counted",
@@ -126,8 +134,10 @@ __all__ = [
     "line_chart",
     "linked",
     "linked_ids",
+    "link_column",
     "minute_buckets",
     "percentiles_by",
+    "permission_check",
     "planner_counts",
     "purged_totals",
     "reason_column",

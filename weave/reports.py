@@ -9,10 +9,12 @@ import time
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DatabaseError, close_old_connections
+from django.db import DatabaseError, close_old_connections, connection
 
 from weave.conf import KEYS, weave_settings
 from weave.sanitize import outside_text
+from weave.telemetry import db_now
+from weave.worker_db import is_cut_off
 
 logger = logging.getLogger(__name__)
 
@@ -68,10 +70,6 @@ LINK = Link()
 
 def note_failure(error: BaseException) -> None:
     """A worker's query failed: an error that means the link is gone starts an outage (PostgreSQL only)."""
-    from django.db import connection
-
-    from weave.worker_db import is_cut_off
-
     state = getattr(error.__cause__, "sqlstate", None) or getattr(error, "sqlstate", None) or ""
     if connection.vendor == "postgresql" and state not in OWN_LIMITS and is_cut_off(error):
         LINK.cut_off(error)
@@ -80,8 +78,6 @@ def note_failure(error: BaseException) -> None:
 def note_answer() -> None:
     """A worker's query answered: the outage under way, if any, ends by the database clock."""
     if LINK.down:
-        from weave.telemetry import db_now
-
         try:
             LINK.reconnected(db_now())
         except DatabaseError as error:  # not back after all
@@ -95,7 +91,6 @@ def report_once(name: str, started_at: datetime | None = None) -> None:
     deferred transactions that upgrade is refused at once ("database is locked") while another worker writes.
     """
     from weave.models import WorkerReport
-    from weave.telemetry import db_now
 
     now = db_now()
     LINK.reconnected(now)

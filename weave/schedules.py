@@ -37,20 +37,17 @@ def ensure_schedules(using: str = "default") -> list[tuple[str, str]]:
     results = []
     for spec in registered_schedules():
         wanted = {"func": spec.func, "schedule_type": Schedule.MINUTES, "minutes": spec.minutes, "repeats": -1}
-        schedule = Schedule.objects.using(using).filter(name=spec.name).first()
-        if schedule is None:
-            Schedule.objects.using(using).create(name=spec.name, **wanted)
-            results.append((spec.name, "created"))
-            continue
-        changed = {
-            key: (getattr(schedule, key), value) for key, value in wanted.items() if getattr(schedule, key) != value
-        }
-        if not changed:
-            results.append((spec.name, "unchanged"))
-            continue
-        for key, (_, value) in changed.items():
+        schedule = Schedule.objects.using(using).filter(name=spec.name).first() or Schedule(name=spec.name)
+        created = schedule.pk is None
+        changed = [
+            f"{key} {getattr(schedule, key)!r} -> {value!r}"
+            for key, value in wanted.items()
+            if getattr(schedule, key) != value
+        ]
+        for key, value in wanted.items():
             setattr(schedule, key, value)
-        schedule.save(using=using)
-        what = ", ".join(f"{key} {old!r} -> {new!r}" for key, (old, new) in changed.items())
-        results.append((spec.name, f"updated ({what})"))
+        if changed:
+            schedule.save(using=using)
+        what = "created" if created else f"updated ({', '.join(changed)})" if changed else "unchanged"
+        results.append((spec.name, what))
     return results

@@ -20,7 +20,7 @@ from django.db import connection, models
 from django.utils.safestring import SafeString
 
 from weave.conf import weave_settings
-from weave.leases import Clock, default_clock
+from weave.leases import Clock, DbNow, default_clock
 from weave.tuning import TtlAdvice, recommend_ttl
 
 # --- database time ------------------------------------------------------------------------------
@@ -319,3 +319,12 @@ def workers(now: datetime) -> Workers:
     reports = list(WorkerReport.objects.order_by("name"))
     live = [w for w in reports if w.seen_at > now - REPORT_STALE]
     return Workers(live=live, stale=[w for w in reports if w not in live], any_reported=bool(reports))
+
+
+def listen_report(max_age: float = 3600.0) -> dict[str, Any]:
+    """Due-time watchers (`weave.wake`) that probed within `max_age` seconds: how many listen, how many poll, why."""
+    from weave.models import WatcherProbe
+
+    recent = WatcherProbe.objects.filter(probed_at__gte=DbNow(timedelta(seconds=-max_age)))
+    polling = list(recent.filter(mode="poll").order_by("process").values("process", "reason", "probed_at"))
+    return {"listening": recent.filter(mode="listen").count(), "polling": len(polling), "polling_watchers": polling}

@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db import connection
@@ -54,55 +54,42 @@ def request_name(base: str) -> str:
 
 
 def request_task(name: str, func: str, *args: Any, group: str, task_name: str | None = None) -> bool:
-    """Enqueue `func(*args)` unless a task under request `name` is already waiting; return whether it was."""
-    return request_once(name, enqueue=_enqueuer(func, args, group, task_name))
+    """Enqueue `func(*args)` unless a task under request `name` is already waiting; return whether it was.
+
+    Never raises for the broker: the caller's work is committed, so a failed enqueue frees the slot
+    and the watchers ask again."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            claim = slot_claim_sql(name)
+            cursor.execute(
+                f"WITH {claim.with_sql} SELECT {claim.select_sql}", [*claim.with_params, *claim.select_params]
+            )
+            taken = bool(cursor.fetchone()[0])
+        else:
+            cursor.execute(_upsert_text(connection.vendor, True, "TRUE"), _upsert_params(name, REQUEST_LAPSE))
+            taken = cursor.rowcount == 1  # neither inserted nor updated: the slot was taken
+    return finish_claimed_request(name, func, *args, taken=taken, group=group, task_name=task_name)
 
 
 def finish_claimed_request(
     name: str, func: str, *args: Any, taken: bool, group: str, task_name: str | None = None
 ) -> bool:
     """`request_task`, for a caller whose own committed statement carried the slot claim (`slot_claim_sql`)."""
-    return finish_claim(name, taken, enqueue=_enqueuer(func, args, group, task_name))
-
-
-def _enqueuer(func: str, args: tuple[Any, ...], group: str, task_name: str | None) -> Callable[[], None]:
-    options = {"group": group} if task_name is None else {"group": group, "task_name": task_name}
-    return lambda: async_task(func, *args, **options)
-
-
-def request_once(name: str, *, enqueue: Callable[[], None], lapse: float | None = None) -> bool:
-    """Call `enqueue` unless a task of request `name` is already waiting; return whether this call did.
-
-    Never raises for the broker: the caller's work is committed, so a failed enqueue frees the slot
-    and the watchers ask again."""
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            claim = slot_claim_sql(name, lapse=lapse)
-            cursor.execute(
-                f"WITH {claim.with_sql} SELECT {claim.select_sql}", [*claim.with_params, *claim.select_params]
-            )
-            taken = cursor.fetchone()[0]
-        else:
-            cursor.execute(_upsert_text(connection.vendor, True, "TRUE"), _upsert_params(name, _lapse(lapse)))
-            taken = cursor.rowcount == 1  # neither inserted nor updated: the slot was taken
-    return finish_claim(name, bool(taken), enqueue=enqueue)
-
-
-def finish_claim(name: str, taken: bool, *, enqueue: Callable[[], None]) -> bool:
-    """Finish a request whose slot claim has committed; return whether it enqueued."""
     if not taken:
         return False
     try:
-        enqueue()
+        async_task(func, *args, group=group, **({} if task_name is None else {"task_name": task_name}))
     except Exception as error:
         # Nothing was queued: free the slot, or every request would be swallowed until it lapsed.
         message = "event=enqueue_failed name=%s error=%s: the work is stored; the watchers will ask again"
         logger.warning(message, name, type(error).__name__, exc_info=True)
         free_slot(name)
-        _tell_watchers_quietly()
-        return False
-    _tell_watchers_quietly(task=True)
-    return True
+        taken = False
+    try:
+        tell_watchers(task=taken)
+    except Exception:  # the database may be down too: the watchers' own timers still run
+        logger.debug("could not notify the watchers", exc_info=True)
+    return taken
 
 
 @dataclass(frozen=True)
@@ -117,19 +104,19 @@ class SlotClaimSQL:
     select_params: tuple[Any, ...]
 
 
-def slot_claim_sql(name: str, *, lapse: float | None = None, alias: str = "won", only_if: str = "TRUE") -> SlotClaimSQL:
+def slot_claim_sql(name: str, *, only_if: str = "TRUE") -> SlotClaimSQL:
     """The pieces that claim the slot of `name`; `only_if`: a further condition (SQL, no parameters)."""
-    with_sql, select_sql = _slot_claim_text(alias, only_if)
-    return SlotClaimSQL(with_sql, _upsert_params(name, _lapse(lapse)), select_sql, (CHANNEL, ARRIVAL))
+    with_sql, select_sql = _slot_claim_text(only_if)
+    return SlotClaimSQL(with_sql, _upsert_params(name, REQUEST_LAPSE), select_sql, (CHANNEL, ARRIVAL))
 
 
 @functools.cache  # the same text object each time: callers build their statements once per text
-def _slot_claim_text(alias: str, only_if: str) -> tuple[str, str]:
+def _slot_claim_text(only_if: str) -> tuple[str, str]:
     # Not won while `only_if` holds: the slot was taken, so the waiting or lingering task hears ARRIVAL.
     return (
-        f"{alias} AS ({_upsert_text('postgresql', True, only_if)} RETURNING 1)",
-        f"EXISTS (SELECT 1 FROM {alias}), (SELECT count(pg_notify(%s, %s))"
-        f" WHERE NOT EXISTS (SELECT 1 FROM {alias}) AND ({only_if})) > 0",
+        f"won AS ({_upsert_text('postgresql', True, only_if)} RETURNING 1)",
+        "EXISTS (SELECT 1 FROM won), (SELECT count(pg_notify(%s, %s))"
+        f" WHERE NOT EXISTS (SELECT 1 FROM won) AND ({only_if})) > 0",
     )
 
 
@@ -156,10 +143,6 @@ def _upsert_text(vendor: str, claim: bool, only_if: str) -> str:
 
 def _upsert_params(name: str, seconds: float) -> tuple[Any, ...]:
     return (name, seconds if connection.vendor == "postgresql" else f"{seconds:+.6f} seconds")
-
-
-def _lapse(lapse: float | None) -> float:
-    return float(REQUEST_LAPSE if lapse is None else lapse)
 
 
 def on_arrival(callback: Callable[[], None]) -> Callable[[], None]:
@@ -210,24 +193,12 @@ def request_started(name: str, *, forget: bool = False) -> None:
     tell_watchers()
 
 
-def _tell_watchers_quietly(*, task: bool = False) -> None:
-    try:
-        tell_watchers(task=task)
-    except Exception:  # the database may be down too: the watchers' own timers still run
-        logger.debug("could not notify the watchers", exc_info=True)
-
-
 def tell_watchers(*, task: bool = False) -> None:
     """Tell the watchers that due times changed (PostgreSQL; at commit); `task`: the brokers' idle waits too."""
     if connection.vendor == "postgresql":
         channels = [CHANNEL, TASK_CHANNEL] if task else [CHANNEL]
         with connection.cursor() as cursor:
             cursor.execute("SELECT " + ", ".join(["pg_notify(%s, '')"] * len(channels)), channels)
-
-
-def seconds_until(when: datetime | None) -> float | None:
-    """Seconds from the database's now until `when` (negative: overdue); None for None."""
-    return default_clock.seconds_until(when, connection.alias)
 
 
 class LingeringTask:
@@ -369,15 +340,6 @@ def _record(mode: str, reason: str) -> None:
         )
 
 
-def listen_report(max_age: float = 3600.0) -> dict[str, Any]:
-    """Watchers that probed within `max_age` seconds: how many listen, how many poll, and why."""
-    from weave.models import WatcherProbe
-
-    recent = WatcherProbe.objects.filter(probed_at__gte=DbNow(timedelta(seconds=-max_age)))
-    polling = list(recent.filter(mode="poll").order_by("process").values("process", "reason", "probed_at"))
-    return {"listening": recent.filter(mode="listen").count(), "polling": len(polling), "polling_watchers": polling}
-
-
 class Listener:
     """A LISTEN on `channel` (PostgreSQL), opened and probed once per (re)open. Where the probe is not heard
     (a pooler) it stays closed, `polling`, until `reset()`: its owner sleeps instead of waiting on it."""
@@ -407,7 +369,7 @@ class Listener:
 
     def close(self) -> None:
         raw, self.raw = self.raw, None
-        _close_quietly(raw)
+        close_quietly(raw)
 
     def reset(self) -> None:
         self.close()
@@ -456,7 +418,6 @@ class Watcher:
         self._overdue_seen: set[str] = set()
         self._looked: dict[str, tuple[float, float]] = {}  # kind -> (monotonic time of its last look, its sleep)
         self._poll = GRACE
-        self.rounds = self.wakes = 0
 
     def stop(self) -> None:
         self._stop.set()
@@ -467,7 +428,6 @@ class Watcher:
     def step(self, *, timer_expired: bool) -> float:
         """Look at the watched kinds, wake those due; return seconds to sleep. A timer round looks only at
         the kinds whose own time came (nothing said the others' due times changed)."""
-        self.rounds += 1
         longest = sleep = self.longest_sleep()
         now = time.monotonic()
         for spec in self.specs if self.specs is not None else registered_watches():
@@ -494,14 +454,13 @@ class Watcher:
         """One kind's part of a round: wake it if it is due and nobody is on it; return the shorter sleep."""
         paused = _paused.get(spec.name, 0.0) - time.monotonic()
         # Paused (a task here is on it), nothing due or due later: not overdue, so a grace starts afresh.
-        left = seconds_until(spec.next_due()) if paused <= 0 else paused
+        left = default_clock.seconds_until(spec.next_due(), connection.alias) if paused <= 0 else paused
         if left is None or left > 0:
             self._overdue_seen.discard(spec.name)
             return sleep if left is None else min(sleep, left)
         # Due, reached by our timer or seen due twice: nobody is on it. Asked every round while it stays
         # due, so a lost task's request lapses (REQUEST_LAPSE) and the next ask wins.
         if timer_expired or spec.name in self._overdue_seen:
-            self.wakes += 1
             spec.wake()
             self._overdue_seen.discard(spec.name)
             pause, self._poll = self._poll, min(self._poll * 2, POLL_MAX)
@@ -546,10 +505,10 @@ class Watcher:
 
     def _reset_connection(self) -> None:
         self.listener.reset()
-        _close_quietly(connection)  # reopened by the next round
+        close_quietly(connection)  # reopened by the next round
 
 
-def _close_quietly(conn: Any) -> None:
+def close_quietly(conn: Any) -> None:
     """Close `conn` if there is one; closing a broken connection may fail too, and it is dropped either way."""
     try:
         if conn is not None:

@@ -93,16 +93,6 @@ def session_limits(using: str = "default") -> dict[str, Any]:
     return {"worker_mode": _worker_mode, "server": server, "client": client}
 
 
-def connect_signals() -> None:
-    """Hook worker mode to django-q2's worker signals (called from WeaveConfig.ready)."""
-    try:
-        from django_q.signals import post_spawn, pre_execute
-    except ImportError:  # django-q2 absent: no worker processes to limit
-        return
-    post_spawn.connect(enter_worker_mode, dispatch_uid="weave.worker_db.post_spawn")
-    pre_execute.connect(enter_worker_mode, dispatch_uid="weave.worker_db.pre_execute")
-
-
 # Besides connection exceptions (08...): idle-in-transaction timeout, statement_timeout, server shutdowns.
 _CUT_OFF_STATES = {"25P03", "57014", "57P01", "57P02", "57P03", "57P05"}
 

@@ -107,14 +107,42 @@ class Completer:
                 level=logging.WARNING,
             )
             done = Finished(fallback=True)
+            # A cut link can fail the COMMIT after it landed (only its reply lost): what landed is not redone.
+            landed = self._landed_already(plans)
             for plan in plans:
+                if plan.row.pk in landed:
+                    done.plans.append((plan, True))
+                    continue
                 done.plans.extend(self._write_alone(plan, stories, done))
+            self._announce([plan for plan in plans if plan.row.pk in landed], stories)
         self._touch.update(p.row.device_id for p, ok in done.plans if ok and p.transition.status == policy.DELIVERED)
         self.flush_touches(force=False)
         return done
 
     def _decide(self, row: Row, result: SendResult) -> Transition:
         return policy.decide(result, attempts_before=row.attempts, policy=self.retry, rng=self.rng)
+
+    def _landed_already(self, plans: list[Plan]) -> set[Any]:
+        """The pks of `plans` whose finish is on record under this attempt's own fence and owner, read on a
+        fresh connection: the group's COMMIT landed though it raised. Another worker's refusal never writes
+        there, and a `lease_lost` receipt says our finish did not land, so neither counts."""
+        mine = {(plan.row.pk, plan.row.fence, plan.row.owner) for plan in plans}
+        found = DeliveryAttempt.objects.filter(notification_id__in=[pk for pk, _, _ in mine]).exclude(
+            outcome=DeliveryAttempt.Outcome.LEASE_LOST
+        )
+        return {
+            pk
+            for pk, fence, owner in found.values_list("notification_id", "fence", "owner")
+            if (pk, fence, owner) in mine
+        }
+
+    @staticmethod
+    def _announce(plans: list[Plan], stories: dict[Any, str]) -> None:
+        """The signals of finishes that landed with their COMMIT's reply lost (their on-commit ones never ran)."""
+        send_notification_signals(
+            (plan.row.pk, plan.transition.status, stories.get(plan.row.pk, plan.transition.last_error))
+            for plan in plans
+        )
 
     def _write_alone(self, plan: Plan, stories: dict[Any, str], done: Finished) -> list[tuple[Plan, bool]]:
         try:

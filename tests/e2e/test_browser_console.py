@@ -337,6 +337,7 @@ MORE_PAGES = [
     "/admin/weave_notifications/device/",
     "/admin/weave_notifications/breakeropening/",
     "/admin/weave_onboarding/stepreceipt/",
+    "/admin/weave_onboarding/vendorrecord/",
 ]
 
 
@@ -502,7 +503,7 @@ def test_operator_screens_at_1440_1280_and_390_px(live_server, chromium, monkeyp
                 continue
             assert seen["cells"] and seen["reasonsShown"] == seen["cells"], (url, seen)
             assert not axe_violations(page), (url, axe_violations(page))
-        for url in MORE_PAGES:
+        for url in [*MORE_PAGES, f"/admin/weave_onboarding/supplier/{run.supplier_id}/change/"]:
             page.goto(f"{live_server.url}{url}")
             assert not axe_violations(page), (url, axe_violations(page))
         page.goto(f"{live_server.url}{LIST_PAGES[0]}")

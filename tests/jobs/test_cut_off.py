@@ -12,6 +12,7 @@ from tests.jobs.invoices.mailer import mailer
 from tests.jobs.invoices.models import Invoice
 from tests.jobs.shipping.carrier import during_booking
 from tests.jobs.shipping.models import Booking, Shipment
+from tests.lost_reply import commit_reply_lost
 from weave.jobs.batch import run_batches
 from weave.jobs.runner import run_job, run_next
 from weave.models import JobAttempt, JobStepReceipt
@@ -104,3 +105,103 @@ def test_a_claim_cut_off_before_it_landed_leaves_nothing_to_end():
     shipment.refresh_from_db()
     assert (shipment.state, shipment.owner, shipment.fence, shipment.attempts) == ("pending", None, 0, 0)
     assert run_job("shipment", shipment.pk, owner="worker-b") == "done"
+
+
+def test_a_single_attempts_finish_whose_reply_was_lost_is_its_ending_and_nothing_more(monkeypatch):
+    import weave.jobs.runner as runner
+
+    shipment = Shipment.objects.create(parcel="box")
+    finish = lambda model, *args, **kwargs: model is JobAttempt  # noqa: E731  (the finish, not a step's receipt)
+    with commit_reply_lost(monkeypatch, finish, runner, "insert_receipts") as lost:
+        assert run_job("shipment", shipment.pk, owner="worker-a") == "done"
+    assert lost["fired"]
+    assert list(JobAttempt.objects.values_list("owner", "outcome")) == [("worker-a", "done")]
+    shipment.refresh_from_db()
+    assert (shipment.state, shipment.owner, shipment.fence) == ("done", None, 1)
+    assert run_job("shipment", shipment.pk, owner="worker-b") == "not due"
+
+
+def test_a_batch_finish_whose_reply_was_lost_counts_and_tells_what_landed(monkeypatch):
+    import weave.jobs.batch as batch
+    from tests.jobs.shipping.background import add
+    from weave.models import TaskRow
+    from weave.tasks.compat import TaskResultStatus, task_finished
+    from weave.tasks.worker import drain
+
+    heard = []
+
+    def record(sender, task_result, **kwargs):
+        heard.append((task_result.id, task_result.status))
+
+    results = [add.enqueue(i, 1) for i in range(3)]
+    task_finished.connect(record, weak=False)
+    try:
+        with commit_reply_lost(monkeypatch, lambda *a, **k: True, batch, "insert_receipts_returning") as lost:
+            assert drain() == {"done": 3}
+    finally:
+        task_finished.disconnect(record)
+    assert lost["fired"]
+    # Told once each, as they ended; one record each (the finish's own), none stale or twice.
+    assert sorted(heard) == sorted((r.id, TaskResultStatus.SUCCESSFUL) for r in results)
+    records = sorted(JobAttempt.objects.values_list("job_id", "outcome"))
+    assert records == sorted((str(pk), "done") for pk in TaskRow.objects.values_list("pk", flat=True))
+    assert drain() == {}
+
+
+def test_a_finish_written_beside_a_long_row_whose_reply_was_lost_is_not_counted_as_taken_over(monkeypatch):
+    """The heartbeat's thread writes the rows finished before a long one; that COMMIT lands with its reply lost.
+
+    The drain's own thread writes them again with the rows after: the guard refuses what already
+    landed, and the drain must see its own finish there, not a takeover."""
+    import threading
+
+    import weave.jobs.batch as batch
+
+    invoices = [Invoice.objects.create(number=f"N{i}", email=f"a{i}@example.com") for i in range(2)]
+    sent = mailer.send
+    long_row = threading.Event()
+
+    def send(to, subject, *, key):
+        if to == "a1@example.com":
+            long_row.wait(10)  # a slow send: the rows finished before it are written meanwhile (bounded)
+        return sent(to, subject, key=key)
+
+    monkeypatch.setattr(mailer, "send", send)
+    due = Invoice.objects.due().order_by("pk")
+
+    def first_write(*args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            long_row.set()  # the heartbeat's write of the first row is in: the long row may end
+            return True
+        return False
+
+    with commit_reply_lost(monkeypatch, first_write, batch, "insert_receipts_returning") as lost:
+        report = run_batches("invoice", due, owner="worker-a", budget=30, flush_seconds=0.1)
+    assert lost["fired"]
+    assert report.outcomes == {"done": 2}
+    records = sorted(JobAttempt.objects.filter(job_type="invoice").values_list("job_id", "owner", "outcome"))
+    assert records == sorted((str(invoice.pk), "worker-a", "done") for invoice in invoices)
+
+
+def test_a_single_tasks_finish_whose_reply_was_lost_is_told_finished_once(monkeypatch):
+    import weave.jobs.runner as runner
+    from tests.jobs.shipping.background import add
+    from weave.models import TaskRow
+    from weave.tasks.compat import TaskResultStatus, task_finished
+
+    heard = []
+
+    def record(sender, task_result, **kwargs):
+        heard.append((task_result.id, task_result.status))
+
+    result = add.enqueue(2, 3)
+    finish = lambda model, *args, **kwargs: model is JobAttempt  # noqa: E731
+    task_finished.connect(record, weak=False)
+    try:
+        with commit_reply_lost(monkeypatch, finish, runner, "insert_receipts") as lost:
+            assert run_next("task", TaskRow.objects.due().order_by("pk"), owner="worker-a") == "done"
+    finally:
+        task_finished.disconnect(record)
+    assert lost["fired"]
+    assert heard == [(result.id, TaskResultStatus.SUCCESSFUL)]
+    assert list(JobAttempt.objects.values_list("owner", "outcome")) == [("worker-a", "done")]

@@ -261,3 +261,34 @@ def test_completer_thread__a_bug_in_the_finish_ends_the_drain_with_it_instead_of
     # Nothing was recorded: the rows stay leased until their lease lapses, then any worker takes them.
     assert not DeliveryAttempt.objects.exists()
     assert set(Notification.objects.values_list("status", flat=True)) == {"pending"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_finish__a_group_whose_commit_landed_with_its_reply_lost_is_not_finished_again(monkeypatch):
+    import notifications.delivery.completer as completer_module
+    from notifications.signals import notification_delivered
+    from tests.lost_reply import commit_reply_lost
+
+    clock = DatabaseClock()
+    rows = _due_and_claimed(clock, 3, owner="done-a")
+    answers = [(row, SendResult(outcome=Outcome.DELIVERED, http_status=200, provider_message_id="m")) for row in rows]
+    heard = []
+
+    def record(sender, notification, **kwargs):
+        heard.append(notification.pk)
+
+    notification_delivered.connect(record, weak=False)
+    try:
+        with commit_reply_lost(monkeypatch, lambda *a, **k: True, completer_module, "insert_receipts") as lost:
+            done = _completer(clock).finish(answers)
+    finally:
+        notification_delivered.disconnect(record)
+    assert lost["fired"] and done.fallback
+    # Read back as landed: counted delivered, told once each, one `delivered` attempt per row and no `lease_lost`.
+    report = DeliveryReport(owner="done-a")
+    count(done, report)
+    assert (report.delivered, report.lease_lost) == (3, 0)
+    assert sorted(heard) == sorted(row.pk for row in rows)
+    attempts = sorted(DeliveryAttempt.objects.values_list("notification_id", "owner", "outcome"))
+    assert attempts == sorted((row.pk, "done-a", "delivered") for row in rows)
+    assert set(Notification.objects.values_list("status", "owner")) == {("delivered", None)}

@@ -46,6 +46,29 @@ class CutOff:
         """Partition right after the first statement matching `pattern` (on a thread named `thread_prefix`...)."""
         self.trigger = {"pattern": re.compile(pattern), "thread": thread_prefix}
 
+    def lose_reply_at_commit(self, pattern: str, *, thread_prefix: str = "") -> None:
+        """After the first statement matching `pattern`, the transaction's COMMIT reaches the server and its
+        reply is lost (`SilentProxy.lose_replies`): everything up to the COMMIT's reply gets through."""
+        self.trigger = {"pattern": re.compile(pattern), "thread": thread_prefix, "at_commit": True}
+
+    def drop_after_landed(self, landed: Callable[[], bool], seconds: float = 20.0) -> None:
+        """Once `landed()` (read by the test, directly) shows the COMMIT landed, drop the worker's links."""
+        import time
+
+        self.wait_cut(seconds)
+        deadline = time.monotonic() + seconds
+        while not landed():
+            assert time.monotonic() < deadline, "the COMMIT whose reply is lost never landed"
+            time.sleep(0.02)
+        self.proxy.cut_clients()
+
+    def before_commit(self) -> None:
+        trigger = self.trigger
+        if trigger.get("armed") is threading.current_thread() and not self.fired.is_set():
+            # Right before the COMMIT goes out: it will reach the server, its reply will not come back.
+            self.proxy.lose_replies(max_seconds=60)
+            self.fired.set()
+
     def wait_cut(self, seconds: float = 20.0) -> datetime:
         assert self.fired.wait(seconds), "the partition point was never reached"
         with connection.cursor() as cursor:
@@ -62,6 +85,9 @@ class CutOff:
             and threading.current_thread().name.startswith(trigger["thread"])
             and trigger["pattern"].search(sql)
         ):
+            if trigger.get("at_commit"):
+                trigger.setdefault("armed", threading.current_thread())
+                return result
             # The reply is in: this statement landed. Everything after it meets a silent link.
             self.proxy.partition(max_seconds=60)
             self.fired.set()
@@ -97,6 +123,7 @@ def cut_off(worker_limits) -> Iterator[Callable[..., Any]]:
                 routed["OPTIONS"] = worker_options(routed.get("OPTIONS") or {})
                 conn.settings_dict = routed
                 conn.execute_wrappers.append(cut.wrapper)
+                conn._commit = _commit_through(cut, conn._commit)  # type: ignore[method-assign]
             return conn
 
         connections.create_connection = create  # type: ignore[method-assign]
@@ -107,6 +134,14 @@ def cut_off(worker_limits) -> Iterator[Callable[..., Any]]:
     for proxy, original in reversed(stack):
         connections.create_connection = original  # type: ignore[method-assign]
         proxy.close()
+
+
+def _commit_through(cut: CutOff, commit: Callable[[], Any]) -> Callable[[], Any]:
+    def _commit() -> Any:
+        cut.before_commit()
+        return commit()
+
+    return _commit
 
 
 def run_in_thread(name: str, target: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:

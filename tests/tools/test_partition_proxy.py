@@ -2,6 +2,7 @@
 
 import socket
 import threading
+import time
 
 import pytest
 
@@ -111,3 +112,75 @@ def test_proxy__url_points_a_database_url_at_the_proxy(echo):
         assert (
             proxy.url("postgres://postgres@127.0.0.1:5432/weave") == f"postgres://postgres@127.0.0.1:{proxy.port}/weave"
         )
+
+
+class Recorder:
+    """Keeps what it reads and answers "ok"; `got` fills as bytes arrive (the server's side of a lost reply)."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.got = b""
+        self.arrived = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        try:
+            while data := conn.recv(1024):
+                self.got += data
+                self.arrived.set()
+                conn.sendall(b"ok")
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_proxy__lost_replies_let_the_request_through_then_the_cut_fails_the_waiting_client(echo):
+    recorder = Recorder()
+    try:
+        with SilentProxy(("127.0.0.1", recorder.port)) as proxy, _client(proxy) as sock:
+            sock.sendall(b"BEGIN")
+            assert sock.recv(16) == b"ok"
+            proxy.lose_replies(max_seconds=30)
+            sock.sendall(b"COMMIT")
+            # The request reaches the server (it commits) ...
+            assert recorder.arrived.wait(5)
+            deadline = time.monotonic() + 5
+            while recorder.got != b"BEGINCOMMIT" and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert recorder.got == b"BEGINCOMMIT"
+            # ... and its reply does not come back.
+            sock.settimeout(QUIET)
+            with pytest.raises(TimeoutError):
+                sock.recv(16)
+            proxy.cut_clients()
+            sock.settimeout(5)
+            with pytest.raises(ConnectionResetError):
+                sock.recv(16)  # the reply is lost for good: the connection fails, not a late "ok"
+            assert (proxy.cuts, proxy.losing_replies) == (1, False)
+            # A fresh connection after the cut gets its replies (to read back what landed).
+            with _client(proxy) as fresh:
+                fresh.sendall(b"SELECT")
+                assert fresh.recv(16) == b"ok"
+    finally:
+        recorder.close()
+
+
+def test_proxy__lost_replies_end_in_a_cut_by_themselves_after_their_bound(echo):
+    with SilentProxy(("127.0.0.1", echo.port)) as proxy, _client(proxy) as sock:
+        proxy.lose_replies(max_seconds=0.2)
+        sock.sendall(b"late")
+        sock.settimeout(10)
+        with pytest.raises(ConnectionResetError):
+            sock.recv(16)
+        assert (proxy.cuts, proxy.losing_replies) == (1, False)

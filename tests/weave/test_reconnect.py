@@ -9,8 +9,7 @@ from django_q.brokers.orm import ORM
 from django_q.models import OrmQ
 
 from tools.pgserver import ThrowawayPostgres, default_database_on, postgres_bin
-from weave.broker import DatabaseClockORM
-from weave.reconnect import ReconnectingORM, ReconnectOnDequeue
+from weave.broker import DatabaseClockORM, ReconnectingORM, ReconnectOnDequeue
 
 pytestmark = [
     pytest.mark.postgres,
@@ -87,3 +86,10 @@ def test_a_broker_that_defines_dequeue_beside_the_mixin_is_refused_at_import():
         class Shadowing(ReconnectOnDequeue, ORM):  # type: ignore[misc]
             def dequeue(self):
                 return None
+
+
+def test_the_old_module_path_still_names_the_same_classes():
+    """`weave.reconnect.ReconnectingORM` was the documented broker class path before the mixin moved."""
+    from weave import reconnect
+
+    assert (reconnect.ReconnectingORM, reconnect.ReconnectOnDequeue) == (ReconnectingORM, ReconnectOnDequeue)

@@ -15,7 +15,8 @@ from onboarding.runner import run_onboarding
 from tests.factories import NotificationFactory, OnboardingRunFactory
 from tests.threads import run_threads
 from weave import wake
-from weave.wake import Watcher, WatchSpec, seconds_until
+from weave.leases import default_clock
+from weave.wake import Watcher, WatchSpec
 
 pytestmark = pytest.mark.django_db
 
@@ -106,7 +107,7 @@ def test_notification_next_due_at__is_the_earliest_time_a_pending_row_becomes_cl
     free = in_seconds(-2)
     NotificationFactory(next_attempt_at=free)
     assert Notification.objects.next_due_at() == free
-    assert seconds_until(free) < 0 < seconds_until(later) <= 60
+    assert default_clock.seconds_until(free) < 0 < default_clock.seconds_until(later) <= 60
 
 
 def test_onboarding__a_run_released_after_a_retry_after_is_due_then_and_says_so(fake_services, clock):

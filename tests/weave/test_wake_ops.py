@@ -19,6 +19,7 @@ from notifications.services import notification_create
 from tests.factories import NotificationFactory
 from weave import wake
 from weave.models import WakeRequest
+from weave.telemetry import listen_report
 from weave.wake import Watcher, WatchSpec
 
 
@@ -55,7 +56,7 @@ def test_watcher__a_notify_cuts_its_sleep_short_with_no_psycopg_warning():
         assert watcher._wait(0.2) is False  # nothing more: the timer ends this one
         watcher._reset_connection()
     assert time.monotonic() - started < 15
-    assert wake.listen_state().mode == "listen" and wake.listen_report()["listening"] == 1
+    assert wake.listen_state().mode == "listen" and listen_report()["listening"] == 1
     mixed = [w for w in caught if "notifies" in str(w.message)]
     assert mixed == [], [str(w.message) for w in mixed]
 
@@ -82,7 +83,7 @@ def test_watcher__hears_nothing_after_a_failed_probe_so_it_polls_and_says_so_onc
     assert wake.listen_state().mode == "poll"
     assert caplog.text.count("event=wake_polling") == 1  # said once per process, not once per round
     # ... and kept where the dashboard and the metrics read it (one row per process).
-    report = wake.listen_report()
+    report = listen_report()
     assert (report["listening"], report["polling"]) == (0, 1) and "probe" in report["polling_watchers"][0]["reason"]
     from weave.metrics import collect_wake_metrics
 

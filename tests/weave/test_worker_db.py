@@ -90,9 +90,9 @@ def no_reporter():
 
     from weave.reports import start_reporter
 
-    assert post_spawn.disconnect(dispatch_uid="weave.reports.reporter")
+    assert post_spawn.disconnect(dispatch_uid="weave.reports.start_reporter")
     yield
-    post_spawn.connect(start_reporter, dispatch_uid="weave.reports.reporter")
+    post_spawn.connect(start_reporter, dispatch_uid="weave.reports.start_reporter")
 
 
 @pytest.fixture

@@ -651,7 +651,7 @@ def _partition_recovery(inp: AuditInput, checks: list[Check], figures: dict[str,
 def _pg_restart_recovery(inp: AuditInput, checks: list[Check], figures: dict[str, Any]) -> None:
     """A row held when PostgreSQL restarted moves on within TTL + slack of the later of its lease expiry and
     the server's return: its holder finished it, or a later claim started on it. (With django-q2's stock
-    ORM broker it cannot: its pusher stops for 10 s after any broker error. weave.reconnect.ReconnectingORM
+    ORM broker it cannot: its pusher stops for 10 s after any broker error. weave.broker.ReconnectingORM
     backs off and retries instead.) That every row then finished is checked with the others above."""
     restarts = [f for f in inp.faults if f.kind == "pg_restart" and f.db_time is not None]
     if not restarts:

@@ -8,7 +8,8 @@ Every such admin gets:
 
 - a list with state, attempts, the lease (live or expired, holder, fence), the next attempt and the
   last error, filters by state and lease, narrow enough for a 1280 px screen;
-- start, retry and cancel actions that need change permission, each written to the job's history;
+- start, retry, cancel and cancel-and-undo actions that need change permission, each written to the
+  job's history;
 - deletes that keep a job held under a live lease, naming its holder and the lease's end (database time);
 - a change page that opens with the job's story (a plain-language summary and its timeline), then
   the job's own fields, then the job and lease fields, read-only (only workers write them).
@@ -24,7 +25,7 @@ from weave.admin import LeasedModelAdmin, LeaseStateFilter, state_filter
 from weave.display import clipped, said_once, shown, state_word, timestamp
 from weave.jobs.declaration import JobType, get, job_types, on_register
 from weave.jobs.services import ActionReport, job_cancel, job_retry, job_start
-from weave.models import JobState, TaskRow
+from weave.models import RUNNABLE_STATES, JobState, TaskRow
 
 # The job's own columns, and the lease and job fields the mixin shows itself (never as plain fields).
 JOB_COLUMNS = ("job_state", "attempts", "lease", "next_attempt", "last_error_line")
@@ -47,7 +48,7 @@ class JobAdminMixin(LeasedModelAdmin):
     """
 
     job_type: str = ""
-    actions = ["start_jobs", "retry_jobs", "cancel_jobs"]
+    actions = ["start_jobs", "retry_jobs", "cancel_jobs", "cancel_and_undo_jobs"]
 
     # --- the declaration -------------------------------------------------------------------------------
 
@@ -84,10 +85,12 @@ class JobAdminMixin(LeasedModelAdmin):
 
     @admin.display(description="next attempt", ordering="next_attempt_at")
     def next_attempt(self, obj: Any) -> str:
-        if obj.state != JobState.PENDING:
+        if obj.state not in RUNNABLE_STATES:
             return "—"
         if obj.next_attempt_at is None:
-            return "due now" if obj.owner is None else "running"
+            if obj.owner is not None:
+                return "running"
+            return "undo due now" if obj.state == JobState.UNDOING else "due now"
         return timestamp(obj.next_attempt_at)
 
     @admin.display(description="last error")
@@ -121,11 +124,21 @@ class JobAdminMixin(LeasedModelAdmin):
 
     # --- the actions -------------------------------------------------------------------------------------
 
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
+        actions = super().get_actions(request, action_location)
+        try:
+            undoable = self.job().undoable
+        except LookupError:  # the model's job type is not registered here
+            undoable = False
+        if not undoable:
+            actions.pop("cancel_and_undo_jobs", None)  # none of its steps has an undo to run
+        return actions
+
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         if request.method == "POST" and request.POST.get("action") in self.actions:
             if not self.has_change_permission(request):
                 # Django hides the actions from a viewer and drops a posted one without a word: say so.
-                message = "Nothing was changed: starting, retrying or cancelling jobs needs change permission."
+                message = "Nothing was changed: starting, retrying, cancelling or undoing jobs needs change permission."
                 self.message_user(request, message, messages.ERROR)
         return super().changelist_view(request, extra_context)
 
@@ -152,6 +165,14 @@ class JobAdminMixin(LeasedModelAdmin):
     def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         pks = list(queryset.values_list("pk", flat=True))
         self._act(request, "Cancelled", job_cancel(job_type=self.job().name, pks=pks))
+
+    @admin.action(
+        description="Cancel and undo (pending, failed or cancelled jobs: their saved steps)", permissions=["change"]
+    )
+    def cancel_and_undo_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        pks = list(queryset.values_list("pk", flat=True))
+        report = job_cancel(job_type=self.job().name, pks=pks, undo=True)
+        self._act(request, "Cancelled, undo of the saved steps asked", report)
 
 
 class TaskAdmin(JobAdminMixin):

@@ -35,7 +35,9 @@ from django.db.models import F
 from weave import wake
 from weave.jobs.context import JobContext
 from weave.jobs.declaration import JobType, get
-from weave.jobs.runner import Ending, log_ending, record_job_blocked, settle_job_cut_off, work
+from weave.jobs.records import JobAttempts
+from weave.jobs.runner import Ending, end_lost, log_ending, settle_job_cut_off, work
+from weave.jobs.undo import hand_on
 from weave.leases import Clock, Lease, LeaseLost, default_clock, insert_receipts, new_owner
 from weave.leases.batch_heartbeat import BatchHeartbeat
 from weave.leases.receipts import insert_receipts_returning
@@ -87,6 +89,7 @@ class Completer:
         self._oldest = 0.0
         self._landed: list[Finished] = []  # written, their hooks not yet told
         self._refused = 0  # refused by their guard since the last `tell()`
+        self._handed_on = 0  # of those, given back for an undo asked meanwhile (recorded "cancelled")
         self._lock = threading.Lock()
         self._writing = threading.Lock()
 
@@ -131,40 +134,84 @@ class Completer:
             items, self._pending = self._pending, []
         return items
 
+    def landed_anyway(self, item: Finished) -> None:
+        """`item`'s finish landed though its write raised (the COMMIT's reply was lost): tell it as written."""
+        with self._lock:
+            self._landed.append(item)
+
     def tell(self) -> None:
         """Run the type's `finished` hook for the attempts written so far (on the drain's thread)."""
         with self._lock:
             landed, self._landed = self._landed, []
             refused, self._refused = self._refused, 0
+            handed_on, self._handed_on = self._handed_on, 0
         if refused:
             self.report.count("blocked", refused)
+        if handed_on:
+            self.report.count(str(JobAttempt.Outcome.CANCELLED), handed_on)
         for item in landed:
             self.report.count(item.ending.outcome)
             log_ending(item.ctx, item.ending)
-        if landed and self.jt.finished_many is not None:
-            self.jt.finished_many([(item.ctx, item.ending.outcome, item.record) for item in landed])
+        told = [item for item in landed if not item.ending.undo]  # an undo's steps did not run: nothing to tell
+        if told and self.jt.finished_many is not None:
+            self.jt.finished_many([(item.ctx, item.ending.outcome, item.record) for item in told])
         elif self.jt.finished is not None:
-            for item in landed:
+            for item in told:
                 self.jt.finished(item.ctx, item.ending.outcome)
 
     def _write(self, items: list[Finished]) -> set[Any]:
         with transaction.atomic(using=router.db_for_write(self.jt.model)):
-            landed: set[Any] = self.rows.release_each(
-                [(item.ctx.lease, item.ending.fields) for item in items], clock=self.clock
-            )
+            landed: set[Any] = set()
+            # Each finish expects its attempt's state (pending, or undoing): one statement per state.
+            for guard, group in _by_guard(items).items():
+                rows = [(item.ctx.lease, item.ending.fields) for item in group]
+                landed |= self.rows.release_each(rows, clock=self.clock, expect=dict(guard))
             done = [item for item in items if item.ctx.lease.pk in landed]
             receipts = [item.ending.receipt(item.ctx, item.started) for item in done]
             refused = [item for item in items if item.ctx.lease.pk not in landed]
+            # Refused because our own finish is there: an earlier write of it landed with its COMMIT's reply lost.
+            earlier, refused = _landed_earlier(self.jt, refused)
+            # A row refused only because its undo was asked meanwhile is given back for it (recorded "cancelled").
+            lost = [item for item in refused if not hand_on(item.ctx, item.started, "at the finish")]
+            handed_on, refused = len(refused) - len(lost), lost
             receipts += blocked_receipts(self.jt, self.rows, refused, clock=self.clock, where="at the finish")
             stored = insert_receipts_returning(JobAttempt, receipts, ["job_id", "fence", "finished_at"])
             finished_at = {(row["job_id"], row["fence"]): row["finished_at"] for row in stored}
             for item, receipt in zip(done, receipts, strict=False):
                 item.record = {**receipt, "finished_at": finished_at[(receipt["job_id"], receipt["fence"])]}
+        with self._lock:
+            self._handed_on += handed_on
         if refused:
             with self._lock:
                 self._refused += len(refused)
             logger.warning("event=lease_lost job_type=%s rows=%s where=finish", self.jt.name, len(refused))
-        return landed
+        return landed | earlier
+
+
+def _landed_earlier(jt: JobType, items: list[Finished]) -> tuple[set[Any], list[Finished]]:
+    """The pks of `items` whose own finish is on record (their attempt's record, with the ending they
+    hold, under their owner and fence: only that attempt's finish writes it, a takeover records
+    `blocked`), and the items left."""
+    if not items:
+        return set(), items
+    recorded = set(
+        JobAttempt.objects.filter(job_type=jt.name, job_id__in=[str(item.ctx.lease.pk) for item in items]).values_list(
+            "job_id", "owner", "fence", "outcome"
+        )
+    )
+    earlier = {
+        item.ctx.lease.pk
+        for item in items
+        if (str(item.ctx.lease.pk), item.ctx.lease.owner, item.ctx.lease.fence, str(item.ending.outcome)) in recorded
+    }
+    return earlier, [item for item in items if item.ctx.lease.pk not in earlier]
+
+
+def _by_guard(items: Sequence[Finished]) -> dict[tuple[tuple[str, Any], ...], list[Finished]]:
+    groups: dict[tuple[tuple[str, Any], ...], list[Finished]] = {}
+    for item in items:
+        groups.setdefault(tuple(sorted(item.ctx.guard.items())), []).append(item)
+    return groups
 
 
 def blocked_receipts(
@@ -299,17 +346,26 @@ class BatchDrain:
             return self.report
 
     def _settle_cut_off(self, cut: DatabaseError) -> None:
-        waiting = {item.ctx.lease.pk for item in self.completer.drop()}
+        waiting = {item.ctx.lease.pk: item for item in self.completer.drop()}
         for ctx in self._open.values():
-            if ctx.lease.pk in waiting:
+            item = waiting.get(ctx.lease.pk)
+            if item is not None:
                 where = "at the finish"
             else:
                 where = f"at step {ctx.step}" if ctx.step else "before it started"
-            outcome = settle_job_cut_off(ctx, ctx.claimed_at or self.clock.read(), cut, where)
+            started = ctx.claimed_at or self.clock.read()
+            outcome = settle_job_cut_off(ctx, started, cut, where)
             if outcome is not None:
                 self.report.count(outcome)
+                continue
+            # Its ending was on record already: most often our group finish, which landed with its reply lost.
+            ended = JobAttempts(ctx, started).ended()
+            if item is not None and ended == item.ending.outcome:
+                self.completer.landed_anyway(item)  # counted and told like every finish that landed
+            elif ended is not None:
+                self.report.count(ended)
         self._open.clear()
-        self.completer.tell()  # the attempts whose finish landed before the cut
+        self.completer.tell()  # the attempts whose finish landed before the cut (or with its reply lost)
 
     def _drain(self, budget: float) -> Report:
         with self.heartbeat:
@@ -403,8 +459,7 @@ class BatchDrain:
             raise ending.cut  # the drain stops: `run()` ends every attempt it still has open
         if ending.lost is not None:
             self.heartbeat.forget([pk])
-            record_job_blocked(ctx, started, ending.lost)
-            self.report.count("blocked")
+            self.report.count(end_lost(ctx, started, ending.lost))
             return
         self.completer.add(Finished(ctx, started, ending))
 

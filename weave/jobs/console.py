@@ -54,8 +54,8 @@ def state_counts(job: JobType) -> dict[str, int]:
 
 
 def counted_states(job: JobType) -> tuple[dict[str, int], bool]:
-    """Rows of `job` per state, and whether the finished states' counts are estimates (pending is exact)."""
-    return counts_by(job.model, "state", JobState.values, exact=[JobState.PENDING])
+    """Rows of `job` per state, and whether the finished states' counts are estimates (pending, undoing: exact)."""
+    return counts_by(job.model, "state", JobState.values, exact=[JobState.PENDING, JobState.UNDOING])
 
 
 def outcome_counts(job: JobType, since: datetime) -> dict[str, int]:
@@ -81,7 +81,7 @@ def render_panel(job: JobType, now: datetime) -> SafeString:
     model = job.model
     leases = lease_counts().get(job.name, {"live": 0, "expired": 0})
     outcomes = outcome_counts(job, now - RECENT)
-    tiles = count_tiles(model, "state", JobState.values, exact=[JobState.PENDING])
+    tiles = count_tiles(model, "state", JobState.values, exact=[JobState.PENDING, JobState.UNDOING])
     tiles += [(f"{kind} leases", leases[kind], changelist_url(model, lease=kind)) for kind in ("live", "expired")]
     tiles += [(f"{_TILE[o]} attempts (1 h)", outcomes[o], None) for o in (*TROUBLE, JobAttempt.Outcome.DONE)]
     trouble = table(

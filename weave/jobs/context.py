@@ -44,6 +44,9 @@ class JobContext:
     batch: Any = None
     # The exception the attempt failed with, once it has (for the job type's `finished` hooks).
     error: BaseException | None = None
+    # What every guarded write and the release of this attempt also expect of the row (the core runner:
+    # the job's state, so that a cancel-and-undo landing mid-attempt refuses the attempt's next save).
+    guard: dict[str, Any] = field(default_factory=dict)
 
     @property
     def model(self) -> type[models.Model]:
@@ -94,12 +97,17 @@ class JobContext:
         if renew:
             fields["lease_expires_at"] = self.clock.now(timedelta(seconds=self.ttl))
         with transaction.atomic(using=router.db_for_write(self.model)):
-            self.rows.guarded_update(self.lease, clock=self.clock, expect=expect, **fields)
+            self.rows.guarded_update(self.lease, clock=self.clock, expect=self._expect(expect), **fields)
             yield
 
     def release(self, *, expect: Mapping[str, Any] | None = None, **fields: Any) -> None:
         """Give the job back in one guarded statement that also writes `fields` (inside the caller's transaction)."""
-        self.rows.release(self.lease, clock=self.clock, expect=expect, **fields)
+        self.rows.release(self.lease, clock=self.clock, expect=self._expect(expect), **fields)
+
+    def _expect(self, expect: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        if not self.guard:
+            return expect
+        return {**self.guard, **(expect or {})}
 
     def heartbeat(self, *, background: bool = True) -> Heartbeat:
         """A heartbeat for one slow call: `with ctx.heartbeat() as hb: ...; hb.check()` before relying on it.

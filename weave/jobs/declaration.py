@@ -106,6 +106,11 @@ class JobType:
         """Whether the core runs this job type (it has a handler or steps)."""
         return self.handler is not None or bool(self.steps)
 
+    @property
+    def undoable(self) -> bool:
+        """Whether a job of this type can be cancelled and undone (a step of it declares an undo)."""
+        return any(step.undo is not None for step in self.steps)
+
     def plan(self) -> tuple[Step, ...]:
         """The steps an attempt walks through: the handler is a plan of one step, "run"."""
         if self.handler is not None:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from weave.leases import Clock, default_clock
-from weave.models import JobAttempt, JobStepReceipt
+from weave.models import RUNNABLE_STATES, JobAttempt, JobState, JobStepReceipt
 from weave.timeline import Timeline, add_operator_events, clock_time, stamp
 
 
@@ -30,7 +30,7 @@ def explain_job(job_type: str, model: Any, pk: Any, *, clock: Clock = default_cl
     _add_records(t, attempts, receipts)
     add_operator_events(t, model, pk)
     t.add(None, "holder", _holder(job))
-    t.summary = _summary(job, attempts)
+    t.summary = _summary(job, attempts) + _undo_said(job, receipts)
     return t
 
 
@@ -40,6 +40,8 @@ def _add_records(t: Timeline, attempts: list[JobAttempt], receipts: list[JobStep
         t.add(a.finished_at, a.outcome, f"attempt {a.number} (fence {a.fence}): {a.reason}".rstrip(": "))
     for r in receipts:
         t.add(r.finished_at, "receipt", f"step {r.step} saved by fence {r.fence} ({r.owner}), key {r.idempotency_key}")
+        if r.undone_at is not None:
+            t.add(r.undone_at, "undone", f"step {r.step} (saved by fence {r.fence}) undone by fence {r.undone_fence}")
 
 
 def _add_unrecorded(t: Timeline, job: Any, attempts: list[JobAttempt]) -> None:
@@ -121,6 +123,19 @@ def _lost(attempts: list[JobAttempt]) -> str:
     return f" {blocked} attempt(s) lost their lease and wrote nothing after it." if blocked else ""
 
 
+def _undo_said(job: Any, receipts: list[JobStepReceipt]) -> str:
+    """What of the job's saved steps an undo asked for has undone (database time, fence), and what is left."""
+    mine = [r for r in receipts if r.epoch == job.epoch]
+    # In the order they were undone: by time, then newest receipt first (the walk's order).
+    undone = sorted((r for r in mine if r.undone_at is not None), key=lambda r: (r.undone_at, -r.pk))
+    if job.state != JobState.UNDOING and not undone:
+        return ""
+    said = ", ".join(f"{r.step} at {stamp(r.undone_at)} by fence {r.undone_fence}" for r in undone)
+    left = [r.step for r in mine if r.undone_at is None]
+    waiting = " The undo of its saved steps is asked and not finished." if job.state == JobState.UNDOING else ""
+    return f"{waiting} Steps undone: {said or 'none yet'}; saved and not undone: {', '.join(left) or 'none'}."
+
+
 def _summary(job: Any, attempts: list[JobAttempt]) -> str:
     count = attempt_count(job, attempts)
     running = f" {job.owner} holds it under fence {job.fence} now." if job.owner is not None and job.lease_live else ""
@@ -129,7 +144,7 @@ def _summary(job: Any, attempts: list[JobAttempt]) -> str:
         return f"{count}; {ended}; it is {job.state}.{running}"
     when = (
         f" Next attempt due at {clock_time(job.next_attempt_at)}."
-        if job.state == "pending" and job.next_attempt_at
+        if job.state in RUNNABLE_STATES and job.next_attempt_at
         else ""
     )
     return f"{count}; {_newest_ended(attempts)}{_lost(attempts)}{when}{running}"

@@ -21,4 +21,5 @@ def enqueue_job(job_type: str, pk: Any) -> bool:
 
 def enqueue_due(job_type: str, model: Any) -> int:
     """Ask for a drain of `job_type` when a job of it is due; return how many were asked for (0 or 1)."""
-    return int(model.objects.due().exists() and enqueue_drain(job_type))
+    due = model.objects.due().exists() or model.objects.undo_due().exists()
+    return int(due and enqueue_drain(job_type))

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from weave.jobs.context import JobContext
 from weave.leases import insert_receipts
-from weave.models import JobAttempt, JobStepReceipt
+from weave.models import JobAttempt, JobState, JobStepReceipt
 from weave.sanitize import outside_text
 
 
@@ -65,9 +65,11 @@ class JobAttempts:
             return "nothing of the finish landed"
         if not where.startswith("at step"):
             return "none of its steps had saved anything yet"
-        saved = JobStepReceipt.objects.filter(
-            job_type=ctx.job_type, job_id=str(ctx.lease.pk), step=ctx.step, fence=ctx.lease.fence
-        ).exists()
+        receipts = JobStepReceipt.objects.filter(job_type=ctx.job_type, job_id=str(ctx.lease.pk), step=ctx.step)
+        if ctx.guard.get("state") == JobState.UNDOING:  # an undo attempt: its writes are the undone marks
+            undone = receipts.filter(undone_fence=ctx.lease.fence).exists()
+            return f"the undo of step {ctx.step} had landed" if undone else f"nothing of step {ctx.step}'s undo landed"
+        saved = receipts.filter(fence=ctx.lease.fence).exists()
         return f"the save of step {ctx.step} had landed" if saved else f"nothing of step {ctx.step}'s save landed"
 
     def owner_at(self, fence: int) -> str | None:

@@ -22,9 +22,10 @@ from weave.jobs.context import JobContext, claim, claim_next
 from weave.jobs.cutoff import CUT_OFF, landed_claim, record_blocked, settle_cut_off
 from weave.jobs.declaration import JobType, get
 from weave.jobs.records import JobAttempts, attempt_row
-from weave.jobs.steps import Step, check_steps, saved_result
+from weave.jobs.steps import Step, UndoWalk, check_steps, saved_result
+from weave.jobs.undo import RUNNING, hand_on, names, undo_saved, undo_tries
 from weave.leases import Clock, LeaseBusy, LeaseLost, NotClaimable, default_clock, insert_receipts, new_owner
-from weave.models import JobAttempt, JobState, JobStepReceipt
+from weave.models import RUNNABLE_STATES, JobAttempt, JobState, JobStepReceipt
 from weave.sanitize import multiline_text, outside_text
 from weave.worker_db import is_cut_off
 
@@ -41,7 +42,8 @@ def run_job(job_type: str, pk: Any, *, owner: str | None = None, clock: Clock = 
     model: Any = jt.model
     ttl = jt.lease_ttl()
     owner = owner or new_owner(f"{job_type}:")
-    rows = model.objects.due(clock)
+    # By pk, either state's due rows: one row's claim is an index lookup whatever the filter.
+    rows = model.objects.due(clock) | model.objects.undo_due(clock)
     try:
         # The claim counts the attempt in the same statement: a crash mid-attempt still uses one up.
         ctx = claim(
@@ -99,8 +101,7 @@ def _attempt(jt: JobType, ctx: JobContext, *, read_job: bool = False) -> str:
         if ending.cut is not None:
             raise ending.cut
         if ending.lost is not None:
-            record_job_blocked(ctx, started, ending.lost)
-            return "blocked"
+            return end_lost(ctx, started, ending.lost)
     except DatabaseError as cut:
         if not is_cut_off(cut):
             raise
@@ -111,7 +112,21 @@ def _attempt(jt: JobType, ctx: JobContext, *, read_job: bool = False) -> str:
     except DatabaseError as cut:
         if not is_cut_off(cut):
             raise
-        return settle_job_cut_off(ctx, started, cut, "at the finish") or JobAttempts(ctx, started).ended() or CUT_OFF
+        return _finish_cut_off(jt, ctx, started, ending, cut)
+
+
+def _finish_cut_off(jt: JobType, ctx: JobContext, started: Any, ending: "Ending", cut: DatabaseError) -> str:
+    """The finish was cut off: end the attempt from what landed. A finish that landed with only its COMMIT's
+    reply lost is the attempt's ending: said and told (`finished`) as if the reply had come."""
+    settled = settle_job_cut_off(ctx, started, cut, "at the finish")
+    if settled is not None:
+        return settled
+    ended = JobAttempts(ctx, started).ended()
+    if ended == ending.outcome:  # ours: a takeover records only `blocked`, never this attempt's own outcome
+        log_ending(ctx, ending)
+        if jt.finished is not None:
+            jt.finished(ctx, ending.outcome)
+    return ended or CUT_OFF
 
 
 def _finish(jt: JobType, ctx: JobContext, started: Any, ending: "Ending") -> str:
@@ -121,10 +136,9 @@ def _finish(jt: JobType, ctx: JobContext, started: Any, ending: "Ending") -> str
             ctx.release(**ending.fields)
             insert_receipts(JobAttempt, [ending.receipt(ctx, started)])
     except LeaseLost as lost:
-        record_job_blocked(ctx, started, lost)
-        return "blocked"
+        return end_lost(ctx, started, lost, "at the finish")
     log_ending(ctx, ending)
-    if jt.finished is not None:
+    if jt.finished is not None and not ending.undo:
         jt.finished(ctx, ending.outcome)
     return ending.outcome
 
@@ -162,6 +176,8 @@ class Ending:
     extra: dict[str, Any] = field(default_factory=dict)
     lost: LeaseLost | None = None
     cut: DatabaseError | None = None  # the link to the database failed (see `weave.jobs.cutoff`)
+    # An undo attempt's ending: the job's `finished` hooks are not told of it (its steps did not run).
+    undo: bool = False
 
     def receipt(self, ctx: JobContext, started: Any) -> dict[str, Any]:
         return attempt_row(ctx, started, self.outcome, self.reason, **self.extra)
@@ -170,6 +186,10 @@ class Ending:
 def work(jt: JobType, ctx: JobContext) -> Ending:
     """Run the claimed attempt's handler or steps and say how it ended; the finish is the caller's to write."""
     ctx.attempt, ctx.epoch = ctx.job.attempts, ctx.job.epoch
+    if ctx.job.state == JobState.UNDOING:
+        return _undo_work(jt, ctx)
+    # A cancel-and-undo landing while this attempt runs moves the job on: its next save is refused.
+    ctx.guard = dict(RUNNING)
     try:
         if jt.handler is not None:
             ctx.step = "run"
@@ -188,6 +208,52 @@ def work(jt: JobType, ctx: JobContext) -> Ending:
     saved = {jt.result_field: value} if jt.result_field else {}
     fields = _finish_fields(ctx, "", state=JobState.DONE, fields=saved)
     return Ending(JobAttempt.Outcome.DONE, fields, extra={"result": value})
+
+
+def _undo_work(jt: JobType, ctx: JobContext) -> Ending:
+    """Undo the cancelled job's saved steps, newest first, and say how the attempt ended (see `weave.jobs.undo`)."""
+    try:
+        walk = undo_saved(jt, ctx)
+    except LeaseLost as lost:
+        return Ending("blocked", lost=lost, undo=True)
+    except DatabaseError as error:
+        if is_cut_off(error):
+            return Ending(CUT_OFF, cut=error, undo=True)
+        raise
+    record = {"undone": walk.undone, "left": walk.left, "failed": walk.failed_step}
+    left = f" Left in place (no undo): {names(walk.left)}." if walk.left else ""
+    if walk.stopped == "budget":
+        reason = f"Budget spent while undoing; undone so far: {names(walk.undone)}.{left} The undo resumes."
+        fields = _finish_fields(ctx, reason, state=JobState.UNDOING, retry_in=0.0)
+        return Ending(JobAttempt.Outcome.RETRY, fields, reason, {"result": {"undo": record}}, undo=True)
+    if walk.stopped == "failed":
+        return _undo_failure(jt, ctx, walk, record, left)
+    ctx.step = ""
+    reason = f"Cancelled and undone: {names(walk.undone)}.{left}"
+    fields = _finish_fields(ctx, "", state=JobState.CANCELLED)
+    return Ending(JobAttempt.Outcome.DONE, fields, reason, {"result": {"undo": record}}, undo=True)
+
+
+def _undo_failure(jt: JobType, ctx: JobContext, walk: UndoWalk, record: dict[str, Any], left: str) -> Ending:
+    """An undo raised: retried by the job's retry policy (counting the undo's own failures), else the job fails."""
+    import traceback
+
+    error = getattr(walk.error, "error", walk.error)
+    assert error is not None  # a failed walk names its error
+    ctx.error = error
+    said = f"Undo of step {walk.failed_step} failed: {type(error).__name__}: {error}."
+    reason = f"{said} Undone before it: {names(walk.undone)}.{left}"
+    details = {
+        "error_class": f"{type(error).__module__}.{type(error).__qualname__}",
+        "traceback": multiline_text("".join(traceback.format_exception(error))),
+        "result": {"undo": record},
+    }
+    retry_in = jt.policy(ctx.job).retry_in(undo_tries(ctx), error)
+    if retry_in is None:
+        fields = _finish_fields(ctx, reason, state=JobState.FAILED)
+        return Ending(JobAttempt.Outcome.FAILED, fields, reason, details, undo=True)
+    fields = _finish_fields(ctx, reason, state=JobState.UNDOING, retry_in=retry_in)
+    return Ending(JobAttempt.Outcome.RETRY, fields, reason, {**details, "retry_in": retry_in}, undo=True)
 
 
 def _json_able(value: Any, jt: JobType) -> Any:
@@ -251,7 +317,7 @@ def _finish_fields(
     clock = ctx.clock
     fields: dict[str, Any] = {"state": state, "last_error": outside_text(reason, limit=2000), **more.pop("fields", {})}
     fields["next_attempt_at"] = None if retry_in is None else clock.now(timedelta(seconds=retry_in))
-    fields["finished_at"] = clock.now() if state != JobState.PENDING else None
+    fields["finished_at"] = clock.now() if state not in RUNNABLE_STATES else None
     return fields
 
 
@@ -263,12 +329,28 @@ def settle_job_cut_off(ctx: JobContext, started: Any, cut: DatabaseError, where:
     """
 
     def give_back(reason: str) -> tuple[str, str]:
-        ctx.release(
-            state=JobState.PENDING, last_error=outside_text(reason, limit=2000), next_attempt_at=None, finished_at=None
+        # Not under the attempt's state guard: whether it ran steps or undid them, the job stays in its
+        # state (pending or undoing) and is due at once.
+        ctx.rows.release(
+            ctx.lease,
+            clock=ctx.clock,
+            last_error=outside_text(reason, limit=2000),
+            next_attempt_at=None,
+            finished_at=None,
         )
         return str(JobAttempt.Outcome.RETRY), "Gave the job back."
 
     return settle_cut_off(ctx, JobAttempts(ctx, started), cut, where, give_back)
+
+
+def end_lost(ctx: JobContext, started: Any, lost: LeaseLost, where: str = "") -> str:
+    """End attempt `ctx` after a write or renewal was refused: handed on to an undo asked meanwhile
+    ("cancelled") when the lease is still ours, else recorded as blocked by `lost`."""
+    where = where or (f"at step {ctx.step}" if ctx.step else "at the finish")
+    if hand_on(ctx, started, where):
+        return str(JobAttempt.Outcome.CANCELLED)
+    record_job_blocked(ctx, started, lost)
+    return "blocked"
 
 
 def record_job_blocked(ctx: JobContext, started: Any, lost: LeaseLost) -> None:

@@ -1,6 +1,7 @@
-"""What a person (or the site) may do to a core-run job: start it now, retry it, cancel it.
+"""What a person (or the site) may do to a core-run job: start it now, retry it, cancel it (and undo it).
 
-Each is one guarded statement per job: a job held under a live lease is reported busy and left alone.
+Each is one guarded statement per job: a job held under a live lease is reported busy and left alone,
+except by a cancel-and-undo, which the holder's next save gives way to (see `job_cancel`).
 """
 
 from collections.abc import Iterable
@@ -51,11 +52,39 @@ def job_retry(*, job_type: str, pks: Iterable[Any], clock: Clock = default_clock
     return _reopen(job_type, ended, pks, clock, fields, enqueue=True)
 
 
-def job_cancel(*, job_type: str, pks: Iterable[Any], clock: Clock = default_clock) -> ActionReport:
-    """Cancel pending jobs nobody holds; the new fence refuses any late write of an earlier attempt."""
-    model: Any = get(job_type).model
+def job_cancel(*, job_type: str, pks: Iterable[Any], undo: bool = False, clock: Clock = default_clock) -> ActionReport:
+    """Cancel pending jobs nobody holds; the new fence refuses any late write of an earlier attempt.
+
+    `undo=True` also asks for the undo of each job's saved steps (the step receipts of its current
+    epoch, newest first, each step's `undo`): the job goes to `undoing` and the next attempt claims it
+    under a new fence and runs them, then leaves it `cancelled`. It applies to pending jobs, held or
+    not (a holder's next save expects `pending` and is refused; it gives the job back for the undo),
+    and to failed and cancelled ones (steps already undone are not undone again). A job type none of
+    whose steps declares an undo raises `ValueError`.
+    """
+    declared = get(job_type)
+    model: Any = declared.model
+    if undo:
+        if not declared.undoable:
+            raise ValueError(f"Job type {job_type!r} declares no step with an undo; cancel without undo=True.")
+        return _ask_undo(job_type, model, pks)
     fields = {"state": JobState.CANCELLED, "finished_at": clock.now(), "next_attempt_at": None}
     return _reopen(job_type, model.objects.pending(), pks, clock, fields, enqueue=False)
+
+
+def _ask_undo(job_type: str, model: Any, pks: Iterable[Any]) -> ActionReport:
+    # State only, never the lease: a holder is stopped by the state its next guarded write expects,
+    # and the claim that runs the undo bumps the fence as every claim does.
+    report = ActionReport()
+    asked = [JobState.PENDING, JobState.FAILED, JobState.CANCELLED]
+    fields = {"state": JobState.UNDOING, "next_attempt_at": None, "finished_at": None}
+    for pk in pks:
+        if model.objects.filter(pk=pk, state__in=asked).update(**fields):
+            report.changed.append(pk)
+            _enqueue_on_commit(job_type, pk)
+        else:
+            report.skipped.append(pk)
+    return report
 
 
 def _reopen(

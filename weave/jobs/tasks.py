@@ -1,9 +1,11 @@
 """django-q2 entry points for core-run job types: a drain per job type, and the sweep."""
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from weave.jobs import queue
-from weave.jobs.batch import run_batches
+from weave.jobs.batch import Report, run_batches
 from weave.jobs.declaration import get, job_types
 from weave.jobs.runner import run_job
 from weave.wake import request_name, request_started, tell_watchers
@@ -15,16 +17,44 @@ DRAIN_BUDGET = 30.0
 
 def drain(job_type: str, *, budget: float = DRAIN_BUDGET) -> dict[str, int]:
     """Run due jobs of `job_type` in batches until none is due or the budget is spent; return their outcomes."""
-    request_started(queue.drain_request_name(job_type))
     model: Any = get(job_type).model
     due = model._default_manager.due().order_by("next_attempt_at", "pk")
+    undo = model._default_manager.undo_due().order_by("next_attempt_at", "pk")
+
+    def ask() -> None:
+        queue.enqueue_drain(job_type)
+
+    return drain_due(job_type, queue.drain_request_name(job_type), due.all, ask, budget, undo=undo.all)
+
+
+def drain_due(
+    job_type: str,
+    request: str,
+    due: Callable[[], Any],
+    ask: Callable[[], object],
+    budget: float,
+    *,
+    undo: Callable[[], Any] | None = None,
+) -> dict[str, int]:
+    """Drain for request `request`: run the rows `undo()` (if given) then `due()` of `job_type` in batches
+    until none is left or the budget is spent, and `ask()` for another drain where more is left; return the
+    outcomes."""
+    request_started(request)
+    ends = time.monotonic() + budget
+    undone = Report()
     try:
+        # The undos an operator asked for first (few, and waited for): a backlog never holds them back.
+        if undo is not None and undo().exists():
+            undone = run_batches(job_type, undo(), budget=budget)
+        left = max(0.0, ends - time.monotonic())
         # A whole batch claimed: more may be due, so another worker is asked to drain beside this one.
-        report = run_batches(job_type, due, budget=budget, on_full=lambda: queue.enqueue_drain(job_type))
+        report = run_batches(job_type, due(), budget=left, on_full=ask)
     finally:
         tell_watchers()
-    if report.more and due.exists():
-        queue.enqueue_drain(job_type)  # the budget ran out with work left: the next drain goes on
+    for outcome, n in undone.outcomes.items():
+        report.count(outcome, n)
+    if (report.more or undone.more or not left) and (due().exists() or (undo is not None and undo().exists())):
+        ask()  # the budget ran out with work left: the next drain (maybe elsewhere) goes on
     return report.outcomes
 
 

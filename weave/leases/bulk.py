@@ -230,9 +230,16 @@ class FinishPlan:
     model: type[models.Model]
     keys: tuple[Column, Column, Column]  # pk, owner, fence: what the guard matches
     fields: tuple[Column, ...]  # the written fields, sorted by name
+    expect: tuple[tuple[str, Any], ...] = ()  # (field name, constant) every row must also match
 
     @classmethod
-    def build(cls, model: type[models.Model], rows: Sequence[tuple[Lease, Mapping[str, Any]]]) -> "FinishPlan":
+    def build(
+        cls,
+        model: type[models.Model],
+        rows: Sequence[tuple[Lease, Mapping[str, Any]]],
+        *,
+        expect: Mapping[str, Any] | None = None,
+    ) -> "FinishPlan":
         leases = [lease for lease, _ in rows]
         keys = (
             Column("_w_pk", _field(model, "pk"), [lease.pk for lease in leases]),
@@ -244,7 +251,7 @@ class FinishPlan:
             Column(f"_w_{_col(_field(model, name))}", _field(model, name), [v.get(name, _ABSENT) for _, v in rows])
             for name in names
         )
-        return cls(model=model, keys=keys, fields=fields)
+        return cls(model=model, keys=keys, fields=fields, expect=tuple(sorted((expect or {}).items())))
 
     def guard(self, qn: Callable[[str], str], now: Sql) -> Sql:
         """The WHERE clause: each row only under its own lease, live by the clock's `now`."""
@@ -253,6 +260,15 @@ class FinishPlan:
         now_sql, now_params = now
         sql = f"n.{pk} = v._w_pk AND n.{owner} = v._w_owner AND n.{fence} = v._w_fence AND n.{expires} > {now_sql}"
         return sql, now_params
+
+    def expected(self, guard: Sql, connection: BaseDatabaseWrapper) -> Sql:
+        """`guard` with the plan's `expect` conditions added (each field equal to its constant)."""
+        sql, params = guard[0], list(guard[1])
+        for name, value in self.expect:
+            field = _field(self.model, name)
+            sql += f" AND n.{connection.ops.quote_name(_col(field))} = %s"
+            params.append(field.get_db_prep_value(value, connection))
+        return sql, params
 
     def assignments(self, qn: Callable[[str], str], new_values: Sequence[str]) -> str:
         """The SET list: the lease given up, and each field set to its row's value (kept where absent)."""
@@ -288,7 +304,8 @@ def render_arrays(plan: FinishPlan, connection: BaseDatabaseWrapper, using: str,
         return None
     qn = connection.ops.quote_name
     source, params = arrays.from_sql()
-    guard, guard_params = plan.guard(qn, _Cells(plan.model, connection, using).expression(clock.now()))
+    now = _Cells(plan.model, connection, using).expression(clock.now())
+    guard, guard_params = plan.expected(plan.guard(qn, now), connection)
     set_sql = plan.assignments(qn, cast(list[str], new_values))
     return plan._statement(connection, source, set_sql, guard), [*params, *guard_params]
 
@@ -303,7 +320,7 @@ def render_values(plan: FinishPlan, connection: BaseDatabaseWrapper, using: str,
     else:
         source = f"WITH v({_aliases(columns)}) AS (VALUES {values_sql})"
     qn = connection.ops.quote_name
-    guard, guard_params = plan.guard(qn, cells.expression(clock.now()))
+    guard, guard_params = plan.expected(plan.guard(qn, cells.expression(clock.now())), connection)
     set_sql = plan.assignments(qn, [f"v.{column.alias}" for column in plan.fields])
     return plan._statement(connection, source, set_sql, guard), [*params, *guard_params]
 
@@ -314,9 +331,12 @@ def finish_sql(
     using: str,
     rows: Sequence[tuple[Lease, Mapping[str, Any]]],
     clock: Clock,
+    *,
+    expect: Mapping[str, Any] | None = None,
 ) -> Statement:
-    """Return one statement releasing every row of `rows` still held by its lease, writing its fields."""
-    plan = FinishPlan.build(model, rows)
+    """Return one statement releasing every row of `rows` still held by its lease (and matching `expect`),
+    writing its fields."""
+    plan = FinishPlan.build(model, rows, expect=expect)
     if connection.vendor == "postgresql":
         arrays = render_arrays(plan, connection, using, clock)
         if arrays is not None:

@@ -242,19 +242,24 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
         self.guarded_update(lease, clock=clock, expect=expect, owner=None, lease_expires_at=None, **fields)
 
     def release_each(
-        self, rows: Iterable[tuple[Lease, Mapping[str, Any]]], *, clock: Clock = default_clock
+        self,
+        rows: Iterable[tuple[Lease, Mapping[str, Any]]],
+        *,
+        clock: Clock = default_clock,
+        expect: Mapping[str, Any] | None = None,
     ) -> set[Any]:
         """Release many rows, each under its own lease (owner, fence, live expiry), each with its own fields.
 
         ONE `UPDATE ... FROM (VALUES ...)`: the same guard as `release()`, row by row, in one statement
-        the ORM need not compile. Field values are constants or clock expressions. Return the pks that
-        landed; the others are not ours any more and were not touched (`refusal(lease)` says why).
+        the ORM need not compile. Field values are constants or clock expressions; `expect` adds
+        conditions every row must meet (field = constant, e.g. a state). Return the pks that landed;
+        the others were not touched (`refusal(lease)` says why, unless only `expect` refused them).
         """
         rows = list(rows)
         if not rows:
             return set()
         connection = connections[self._write_db]
-        statement = finish_sql(self.model, connection, self._write_db, rows, clock)
+        statement = finish_sql(self.model, connection, self._write_db, rows, clock, expect=expect)
         pk_field = self.model._meta.pk
         # Server-bound where the arrays form allows: no quoting of a group's arrays on the client
         # (weave.leases.binding).

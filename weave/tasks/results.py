@@ -71,7 +71,7 @@ def _forget_stored_tasks(*, setting: str, **kwargs: Any) -> None:
 def _status(row: Any) -> TaskResultStatus:
     if row.state == JobState.DONE:
         return TaskResultStatus.SUCCESSFUL
-    if row.state in (JobState.FAILED, JobState.CANCELLED):
+    if row.state in (JobState.FAILED, JobState.CANCELLED, JobState.UNDOING):
         return TaskResultStatus.FAILED
     # Pending: running while a live lease holds it, ready otherwise (also after a lost or lapsed lease).
     return TaskResultStatus.RUNNING if getattr(row, "lease_live", False) else TaskResultStatus.READY

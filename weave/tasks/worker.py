@@ -20,7 +20,7 @@ from django.db.models.functions import Coalesce
 
 from weave import jobs
 from weave.jobs import JobContext, JobType, RetryPolicy, get, register
-from weave.jobs.batch import run_batches
+from weave.jobs.tasks import drain_due
 from weave.leases import Clock, FakeClock, Heartbeat, insert_receipts
 from weave.leases.heartbeat import heartbeat_interval
 from weave.models import JobAttempt, TaskRow
@@ -30,7 +30,7 @@ from weave.tasks.context import WeaveTaskContext
 from weave.tasks.options import TaskOptions, TaskTimedOut, TooManyAttempts, options_key, resolve
 from weave.tasks.results import JOB_TYPE, stored_task, task_result
 from weave.timeline import clock_time
-from weave.wake import request_name, request_started, request_task, tell_watchers
+from weave.wake import request_name, request_task
 
 DRAIN = "weave.tasks.drain"
 DRAIN_BUDGET = 60.0  # seconds one drain starts new tasks for; the next drain carries on
@@ -46,10 +46,6 @@ def enqueue_drain(queue_name: str = "default") -> bool:
     return request_task(drain_request_name(queue_name), "weave.tasks.worker.drain", queue_name, group=DRAIN)
 
 
-def _due(queue_name: str) -> Any:
-    return TaskRow.objects.due().filter(queue_name=queue_name).order_by("-priority", "next_attempt_at", "pk")
-
-
 def drain(queue_name: str = "default", *, budget: float = DRAIN_BUDGET) -> dict[str, int]:
     """Run due tasks of `queue_name`, highest priority first, until none is due or the budget is spent.
 
@@ -57,26 +53,14 @@ def drain(queue_name: str = "default", *, budget: float = DRAIN_BUDGET) -> dict[
     its own fenced attempt, and their finishes are written in groups.
     """
     ensure_registered()
-    request_started(drain_request_name(queue_name))
-    try:
-        # A whole batch claimed: more may be due, so another worker is asked to drain beside this one.
-        report = run_batches(JOB_TYPE, _due(queue_name), budget=budget, on_full=lambda: enqueue_drain(queue_name))
-    finally:
-        tell_watchers()
-    if report.more and _due(queue_name).exists():
-        enqueue_drain(queue_name)  # the budget ran out with work left: the next drain (maybe elsewhere) goes on
-    return report.outcomes
+    due = TaskRow.objects.due().filter(queue_name=queue_name).order_by("-priority", "next_attempt_at", "pk")
+    return drain_due(JOB_TYPE, drain_request_name(queue_name), due.all, lambda: enqueue_drain(queue_name), budget)
 
 
 def sweep() -> int:
     """Ask for a drain of every queue with due tasks (scheduled every minute; the watcher is usually first)."""
     queues = TaskRow.objects.due().values_list("queue_name", flat=True).distinct()
     return sum(1 for name in queues if enqueue_drain(name))
-
-
-def _wake() -> None:
-    for name in TaskRow.objects.due().values_list("queue_name", flat=True).distinct():
-        enqueue_drain(name)
 
 
 def running_heartbeat() -> Heartbeat | None:
@@ -338,7 +322,7 @@ def ensure_registered() -> None:
                 unclaim_fields=_unclaim,
                 schedule=ScheduleSpec(name="weave.tasks.sweep", func="weave.tasks.worker.sweep", minutes=1),
                 next_due=TaskRow.objects.next_due_at,
-                wake=_wake,
+                wake=sweep,
                 explainer=_explain,
                 explain_as=JOB_TYPE,
             )
