@@ -21,6 +21,14 @@ def test_list__has_the_job_columns_with_no_admin_py(admin_client, clock):
     assert "free · fence 1" in page and "Retry (failed or cancelled jobs" in page
 
 
+def test_list__the_key_column_is_headed_id_not_pk(admin_client):
+    from tests.jobs.shipping.background import add
+
+    add.enqueue(1, 2)
+    page = admin_client.get(reverse("admin:weave_taskrow_changelist")).content.decode()
+    assert "column-job_id" in page and ">Pk<" not in page
+
+
 def test_change_page__opens_with_the_story(admin_client, clock):
     invoice = Invoice.objects.create(number="2026-011", email="buyer@example.com")
     run_job("invoice", invoice.pk, owner="w1", clock=clock)

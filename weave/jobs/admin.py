@@ -72,7 +72,12 @@ class JobAdminMixin(LeasedModelAdmin):
 
     def get_list_display(self, request: HttpRequest) -> Any:
         own = super().get_list_display(request)
+        own = ("job_id" if c == "pk" else c for c in own)  # "pk" would be headed "Pk"
         return (*(c for c in own if c not in _SHOWN_BY_MIXIN and c != "lease_state"), *JOB_COLUMNS)
+
+    @admin.display(description="id", ordering="pk")
+    def job_id(self, obj: Any) -> Any:
+        return obj.pk
 
     def get_list_filter(self, request: HttpRequest) -> Any:
         own = tuple(super().get_list_filter(request))
