@@ -109,3 +109,22 @@ def test_a_failure_quoting_the_sites_configured_secret_is_logged_without_it(cloc
         assert run_job("shipment", shipment.pk, owner="w1", clock=clock) == "failed"
     (failed,) = _said(caplog, "job_failed")
     assert "tok-0123456789abcdef" not in failed.getMessage() and "[redacted]" in failed.getMessage()
+
+
+def test_a_failure_quoting_the_sites_configured_secret_is_stored_without_it(clock, settings):
+    """What is stored (the row's last error, the attempt's reason and traceback, a task's `errors`) holds
+    no configured secret either: application code reads those raw, with no screen between."""
+    from weave.models import JobAttempt
+
+    settings.WEAVE = {**settings.WEAVE, "PUSH_TOKEN": "tok-0123456789abcdef"}
+    shipment = Shipment.objects.create(parcel="books")
+
+    def refused(ctx, hb):
+        raise Fail("the gateway refused our token tok-0123456789abcdef")
+
+    during_booking.append(refused)
+    assert run_job("shipment", shipment.pk, owner="w1", clock=clock) == "failed"
+    shipment.refresh_from_db()
+    (attempt,) = JobAttempt.objects.filter(job_type="shipment", job_id=str(shipment.pk))
+    stored = [shipment.last_error, attempt.reason, attempt.traceback]
+    assert all("tok-0123456789abcdef" not in text and "[redacted]" in text for text in stored), stored

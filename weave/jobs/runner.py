@@ -26,7 +26,7 @@ from weave.jobs.steps import Step, UndoWalk, check_steps, saved_result
 from weave.jobs.undo import RUNNING, hand_on, names, undo_saved, undo_tries
 from weave.leases import Clock, LeaseBusy, LeaseLost, NotClaimable, default_clock, insert_receipts, new_owner
 from weave.models import RUNNABLE_STATES, JobAttempt, JobState, JobStepReceipt
-from weave.sanitize import multiline_text, outside_text
+from weave.sanitize import multiline_text, outside_text, redact
 from weave.worker_db import is_cut_off
 
 logger = logging.getLogger("weave.jobs")
@@ -236,18 +236,12 @@ def _undo_work(jt: JobType, ctx: JobContext) -> Ending:
 
 def _undo_failure(jt: JobType, ctx: JobContext, walk: UndoWalk, record: dict[str, Any], left: str) -> Ending:
     """An undo raised: retried by the job's retry policy (counting the undo's own failures), else the job fails."""
-    import traceback
-
     error = getattr(walk.error, "error", walk.error)
     assert error is not None  # a failed walk names its error
     ctx.error = error
-    said = f"Undo of step {walk.failed_step} failed: {type(error).__name__}: {error}."
-    reason = f"{said} Undone before it: {names(walk.undone)}.{left}"
-    details = {
-        "error_class": f"{type(error).__module__}.{type(error).__qualname__}",
-        "traceback": multiline_text("".join(traceback.format_exception(error))),
-        "result": {"undo": record},
-    }
+    said, details = _error_record(error)
+    reason = f"Undo of step {walk.failed_step} failed: {said}. Undone before it: {names(walk.undone)}.{left}"
+    details["result"] = {"undo": record}
     retry_in = jt.policy(ctx.job).retry_in(undo_tries(ctx), error)
     if retry_in is None:
         fields = _finish_fields(ctx, reason, state=JobState.FAILED)
@@ -359,15 +353,24 @@ def record_job_blocked(ctx: JobContext, started: Any, lost: LeaseLost) -> None:
     record_blocked(ctx, JobAttempts(ctx, started), lost, where)
 
 
-def _failure(jt: JobType, ctx: JobContext, error: Exception) -> Ending:
+def _error_record(error: BaseException) -> tuple[str, dict[str, Any]]:
+    """The error's one-line text and its stored details (class, traceback), the site's secrets redacted:
+    an exception message may quote a configured token, and what is stored is never shown raw elsewhere."""
     import traceback
 
-    ctx.error = error
-    reason = f"{type(error).__name__}: {error}" + (f" (at step {ctx.step})" if ctx.step else "")
+    secrets = secret_values()
+    said = redact(f"{type(error).__name__}: {error}", secrets)
     details = {
         "error_class": f"{type(error).__module__}.{type(error).__qualname__}",
-        "traceback": multiline_text("".join(traceback.format_exception(error))),
+        "traceback": multiline_text("".join(traceback.format_exception(error)), secrets=secrets),
     }
+    return said, details
+
+
+def _failure(jt: JobType, ctx: JobContext, error: Exception) -> Ending:
+    ctx.error = error
+    said, details = _error_record(error)
+    reason = said + (f" (at step {ctx.step})" if ctx.step else "")
     retry_in = 0.0 if isinstance(error, BudgetSpent) else jt.policy(ctx.job).retry_in(ctx.attempt, error)
     if retry_in is None:
         fields = _finish_fields(ctx, reason, state=JobState.FAILED)
