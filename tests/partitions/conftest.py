@@ -8,6 +8,7 @@ arrived: the statement landed on the server, the next one and the COMMIT do not.
 
 import re
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -145,7 +146,8 @@ def _commit_through(cut: CutOff, commit: Callable[[], Any]) -> Callable[[], Any]
 
 
 def run_in_thread(name: str, target: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
-    """Run `target` on a named thread (its own connection, closed at the end); keep its result or error."""
+    """Run `target` on a named thread (its own connection, closed at the end); keep its result, or its error
+    with the formatted traceback (so a failed assertion on `result` shows where the thread raised)."""
     result: dict[str, Any] = {}
 
     def run() -> None:
@@ -153,6 +155,7 @@ def run_in_thread(name: str, target: Callable[[], Any]) -> tuple[threading.Threa
             result["value"] = target()
         except BaseException as exc:  # handed to the test thread
             result["error"] = exc
+            result["traceback"] = traceback.format_exc()
         finally:
             connections.close_all()
 
