@@ -97,9 +97,7 @@ class ClaimBuffer:
                 # Cut off: the leases stand until they expire (each finish is judged by its own lease
                 # then); the next try goes out on a fresh connection, soon, not at every turn.
                 self._retry_at = now + self.renew_margin / 3
-                log_event(
-                    logger, "renewal_retry", job=JOB, id="-", owner=self.owner, reason=outside_text(str(error))
-                )
+                log_event(logger, "renewal_retry", job=JOB, id="-", owner=self.owner, reason=outside_text(str(error)))
                 return
             claim.deadline = started + self.ttl
             for pk in lost:

@@ -35,6 +35,7 @@ def reconnect_if_cut(error: BaseException) -> bool:
         connection.close()
     return True
 
+
 # The columns a claim returns for each row: no SELECT after the claim.
 ROW_FIELDS = (
     "device_token",
