@@ -9,10 +9,13 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
-from notifications.delivery.rows import JOB, ROW_FIELDS, Claim, Row, log_lost, logger, message_from
+from django.db import DatabaseError
+
+from notifications.delivery.rows import JOB, ROW_FIELDS, Claim, Row, log_lost, logger, message_from, reconnect_if_cut
 from notifications.devices import device_users, inactive_devices
 from notifications.models import Notification
 from notifications.quiet import quiet_hours_policy
+from weave.edge import outside_text
 from weave.events import log_event
 from weave.leases import ClaimStatement, Clock
 
@@ -26,6 +29,7 @@ class ClaimBuffer:
         self.ttl = ttl
         self.renew_margin = renew_margin
         self.claims: list[Claim] = []
+        self._retry_at = 0.0  # after a renewal cut off from the database: not before then (monotonic)
         # The claim statement by limit, compiled once: every claim of this worker is the same statement.
         self._statements: dict[int, ClaimStatement] = {}
 
@@ -79,11 +83,22 @@ class ClaimBuffer:
     def keep_alive(self) -> None:
         """Renew each claim's lease when it is close to running out (one statement per claim)."""
         now = self.clock.monotonic()
+        if now < self._retry_at:
+            return
         for claim in self.claims:
             if not claim.batch.fences or claim.deadline - now > self.renew_margin:
                 continue
             started = self.clock.monotonic()
-            lost = Notification.objects.renew_batch(claim.batch, ttl=timedelta(seconds=self.ttl), clock=self.clock)
+            try:
+                lost = Notification.objects.renew_batch(claim.batch, ttl=timedelta(seconds=self.ttl), clock=self.clock)
+            except DatabaseError as error:
+                if not reconnect_if_cut(error):
+                    raise
+                # Cut off: the leases stand until they expire (each finish is judged by its own lease
+                # then); the next try goes out on a fresh connection, soon, not at every turn.
+                self._retry_at = now + self.renew_margin / 3
+                log_event(logger, "renewal_retry", job=JOB, id="-", owner=self.owner, reason=outside_text(str(error)))
+                return
             claim.deadline = started + self.ttl
             for pk in lost:
                 log_lost(pk, self.owner, "lease renewal refused")

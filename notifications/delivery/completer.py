@@ -30,7 +30,7 @@ from notifications.delivery.inbox import Inbox
 from notifications.delivery.policy import PastAttempt, Transition
 from notifications.delivery.receipts import Receipt, insert_receipts
 from notifications.delivery.report import DeliveryReport, Hooks
-from notifications.delivery.rows import JOB, Row, log_lost, logger
+from notifications.delivery.rows import JOB, Row, log_lost, logger, reconnect_if_cut
 from notifications.devices import (
     Unsendable,
     deactivate_device,
@@ -107,7 +107,9 @@ class Completer:
                 level=logging.WARNING,
             )
             done = Finished(fallback=True)
-            # A cut link can fail the COMMIT after it landed (only its reply lost): what landed is not redone.
+            # A cut link can fail the COMMIT after it landed (its reply lost), or the on-commit signals
+            # right after it: what landed is read back on a fresh connection and not redone.
+            reconnect_if_cut(exc)
             landed = self._landed_already(plans)
             for plan in plans:
                 if plan.row.pk in landed:
@@ -289,6 +291,8 @@ class Completer:
         try:
             touch_devices(devices, clock=self.clock)
         except DatabaseError as exc:  # a hint for operators: never worth failing a drain over
+            # A cut link: the next finish on this thread goes out on a fresh connection, not this dead one.
+            reconnect_if_cut(exc)
             log_event(logger, "touch_failed", job=JOB, id="-", owner=self.owner, reason=outside_text(str(exc)))
 
 

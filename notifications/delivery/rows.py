@@ -7,12 +7,34 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import connections, router
+
 from notifications.backends import PushMessage
 from weave.events import log_event
 from weave.leases import BatchLease, Lease
+from weave.workers import is_cut_off
 
 logger = logging.getLogger("weave.notifications")
 JOB = "notification"
+
+
+def reconnect_if_cut(error: BaseException) -> bool:
+    """Whether `error` means this thread's link to the database was cut; if so, drop its connection.
+
+    Django keeps a connection whose link failed outside a COMMIT (a statement in autocommit, an
+    on-commit hook after the COMMIT landed), and every later statement on it fails with "the
+    connection is closed". Dropped, the next statement opens a fresh one: what a worker reads back
+    after a cut is read there. Inside a transaction the connection stays: its owner ends it.
+    """
+    if not is_cut_off(error):
+        return False
+    from notifications.models import Notification
+
+    connection = connections[router.db_for_write(Notification)]
+    if not connection.in_atomic_block:
+        connection.close()
+    return True
+
 
 # The columns a claim returns for each row: no SELECT after the claim.
 ROW_FIELDS = (

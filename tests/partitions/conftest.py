@@ -8,6 +8,7 @@ arrived: the statement landed on the server, the next one and the COMMIT do not.
 
 import re
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -49,7 +50,12 @@ class CutOff:
     def lose_reply_at_commit(self, pattern: str, *, thread_prefix: str = "") -> None:
         """After the first statement matching `pattern`, the transaction's COMMIT reaches the server and its
         reply is lost (`SilentProxy.lose_replies`): everything up to the COMMIT's reply gets through."""
-        self.trigger = {"pattern": re.compile(pattern), "thread": thread_prefix, "at_commit": True}
+        self.trigger = {"pattern": re.compile(pattern), "thread": thread_prefix, "at_commit": True, "reply": False}
+
+    def drop_after_commit(self, pattern: str, *, thread_prefix: str = "") -> None:
+        """After the first statement matching `pattern`, the transaction's COMMIT lands and its reply comes
+        back; the links drop right then, before the thread's next statement (its on-commit hooks')."""
+        self.trigger = {"pattern": re.compile(pattern), "thread": thread_prefix, "at_commit": True, "reply": True}
 
     def drop_after_landed(self, landed: Callable[[], bool], seconds: float = 20.0) -> None:
         """Once `landed()` (read by the test, directly) shows the COMMIT landed, drop the worker's links."""
@@ -64,9 +70,16 @@ class CutOff:
 
     def before_commit(self) -> None:
         trigger = self.trigger
-        if trigger.get("armed") is threading.current_thread() and not self.fired.is_set():
+        if trigger.get("armed") is threading.current_thread() and not self.fired.is_set() and not trigger["reply"]:
             # Right before the COMMIT goes out: it will reach the server, its reply will not come back.
             self.proxy.lose_replies(max_seconds=60)
+            self.fired.set()
+
+    def after_commit(self) -> None:
+        trigger = self.trigger
+        if trigger.get("armed") is threading.current_thread() and not self.fired.is_set() and trigger["reply"]:
+            # The COMMIT landed and its reply arrived: the link drops before anything else goes out.
+            self.proxy.cut_clients()
             self.fired.set()
 
     def wait_cut(self, seconds: float = 20.0) -> datetime:
@@ -139,13 +152,16 @@ def cut_off(worker_limits) -> Iterator[Callable[..., Any]]:
 def _commit_through(cut: CutOff, commit: Callable[[], Any]) -> Callable[[], Any]:
     def _commit() -> Any:
         cut.before_commit()
-        return commit()
+        done = commit()
+        cut.after_commit()
+        return done
 
     return _commit
 
 
 def run_in_thread(name: str, target: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
-    """Run `target` on a named thread (its own connection, closed at the end); keep its result or error."""
+    """Run `target` on a named thread (its own connection, closed at the end); keep its result, or its error
+    with the formatted traceback (so a failed assertion on `result` shows where the thread raised)."""
     result: dict[str, Any] = {}
 
     def run() -> None:
@@ -153,6 +169,7 @@ def run_in_thread(name: str, target: Callable[[], Any]) -> tuple[threading.Threa
             result["value"] = target()
         except BaseException as exc:  # handed to the test thread
             result["error"] = exc
+            result["traceback"] = traceback.format_exc()
         finally:
             connections.close_all()
 

@@ -35,7 +35,7 @@ def short_leases(settings, worker_limits):
 
 def _ended(thread, result):
     thread.join(30)
-    assert not thread.is_alive() and "error" not in result, result
+    assert not thread.is_alive() and "error" not in result, result.get("traceback", result)
     return result["value"]
 
 
@@ -239,7 +239,7 @@ def test_reply_lost_at_a_push_group_finish__the_delivered_rows_are_not_sent_agai
         thread.join(30)
     finally:
         notification_delivered.disconnect(record)
-    assert not thread.is_alive() and "error" not in result, result
+    assert not thread.is_alive() and "error" not in result, result.get("traceback", result)
     # A's report and the `notification_delivered` receivers say what landed: three delivered, once each.
     assert (result["value"].delivered, result["value"].lease_lost) == (3, 0)
     assert sorted(heard) == sorted(Notification.objects.values_list("pk", flat=True))
@@ -249,5 +249,48 @@ def test_reply_lost_at_a_push_group_finish__the_delivered_rows_are_not_sent_agai
     records = sorted(DeliveryAttempt.objects.values_list("notification_id", "owner", "outcome"))
     assert records == sorted((pk, "push-a", "delivered") for pk in Notification.objects.values_list("pk", flat=True))
     # Nothing is due again, and the provider delivered each message once.
+    assert deliver_batch(owner="push-b", ttl=30, batch_size=3).claimed == 0
+    assert fake.stats()["unique_deliveries"] == 3 and fake.stats()["requests"] == 3
+
+
+def test_link_drops_right_after_a_push_group_finish_landed__read_back_on_a_fresh_connection(
+    push_settings, fake, cut_off
+):
+    """The group finish's COMMIT lands and its reply arrives; the link drops before the on-commit signals
+    read the rows. The completer must read back what landed on a fresh connection (not on the dead one,
+    which fails with "the connection is closed"): nothing is sent or recorded twice, each row is told once."""
+    from datetime import timedelta
+
+    from django.db import connection
+
+    from notifications.delivery import deliver_batch
+    from notifications.models import DeliveryAttempt, Notification
+    from notifications.signals import notification_delivered
+    from tests.factories import NotificationFactory
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        now = cursor.fetchone()[0]
+    NotificationFactory.create_batch(3, next_attempt_at=now - timedelta(seconds=1))
+    heard = []
+
+    def record(sender, notification, **kwargs):
+        heard.append(notification.pk)
+
+    cut = cut_off("push-a")
+    cut.drop_after_commit(rf'UPDATE "{Notification._meta.db_table}".*(CASE WHEN|FROM \(VALUES|FROM unnest)')
+    notification_delivered.connect(record, weak=False)
+    try:
+        thread, result = run_in_thread("push-a", lambda: deliver_batch(owner="push-a", ttl=TTL, batch_size=3))
+        thread.join(30)
+    finally:
+        notification_delivered.disconnect(record)
+    assert cut.fired.is_set() and cut.proxy.cuts == 1
+    assert not thread.is_alive() and "error" not in result, result.get("traceback", result)
+    assert (result["value"].delivered, result["value"].lease_lost) == (3, 0)
+    assert sorted(heard) == sorted(Notification.objects.values_list("pk", flat=True))
+    assert set(Notification.objects.values_list("fence", "owner", "status")) == {(1, None, "delivered")}
+    records = sorted(DeliveryAttempt.objects.values_list("notification_id", "owner", "outcome"))
+    assert records == sorted((pk, "push-a", "delivered") for pk in Notification.objects.values_list("pk", flat=True))
     assert deliver_batch(owner="push-b", ttl=30, batch_size=3).claimed == 0
     assert fake.stats()["unique_deliveries"] == 3 and fake.stats()["requests"] == 3

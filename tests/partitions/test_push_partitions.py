@@ -76,3 +76,41 @@ def test_partition_during_group_finish__locks_freed_and_b_delivers_each_once(pus
     }
     stats = fake.stats()
     assert stats["unique_deliveries"] == ROWS  # re-sent under the same keys, delivered once each
+
+
+def test_link_drops_between_renewals__the_next_renewal_goes_out_on_a_fresh_connection(
+    push_settings, fake, cut_off, caplog
+):
+    """A's link drops while its rows are out; its next renewal meets the dead connection. The drain must
+    not end with that error, nor keep the dead connection: it retries on a fresh one, and the lease lives."""
+    from notifications.delivery.worker import PushWorker
+
+    NotificationFactory.create_batch(ROWS, next_attempt_at=_db_now() - timedelta(seconds=1))
+    cut = cut_off("push-a")
+
+    def renew_across_a_cut():
+        worker = PushWorker(owner="push-a", ttl=TTL, batch_size=ROWS)
+        try:
+            batch = worker.claim()
+            buffer = worker.buffer
+            cut.proxy.cut_clients()  # the link drops while the rows are out
+            [claim] = buffer.claims
+            claim.deadline = 0.0  # renewal due now
+            buffer.keep_alive()  # meets the dead connection: no error, a retry soon
+            assert claim.deadline == 0.0 and buffer.seconds_to_renewal() < 0
+            time.sleep(buffer.renew_margin / 3 + 0.05)
+            buffer.keep_alive()  # on a fresh connection
+            return dict(batch.fences), claim.deadline, batch.expires_at
+        finally:
+            worker.close()
+
+    thread, result = run_in_thread("push-a", renew_across_a_cut)
+    thread.join(30)
+    assert not thread.is_alive() and "error" not in result, result.get("traceback", result)
+    fences, deadline, claimed_until = result["value"]
+    assert len(fences) == ROWS and deadline > 0.0 and cut.proxy.cuts == 1
+    assert "event=renewal_retry" in caplog.text
+    # Renewed under A's lease: still A's, expiring later than the claim said.
+    rows = Notification.objects.filter(pk__in=fences)
+    assert set(rows.values_list("owner", "fence")) == {("push-a", 1)}
+    assert all(row.lease_expires_at > claimed_until for row in rows)
