@@ -71,8 +71,7 @@ class JobAdminMixin(LeasedModelAdmin):
     # --- the list ----------------------------------------------------------------------------------------
 
     def get_list_display(self, request: HttpRequest) -> Any:
-        own = super().get_list_display(request)
-        own = ("job_id" if c == "pk" else c for c in own)  # "pk" would be headed "Pk"
+        own = ["job_id" if c == "pk" else c for c in super().get_list_display(request)]  # "pk" is headed "Pk"
         return (*(c for c in own if c not in _SHOWN_BY_MIXIN and c != "lease_state"), *JOB_COLUMNS)
 
     @admin.display(description="id", ordering="pk")
