@@ -16,6 +16,7 @@ from weave.conf import secret_values
 from weave.sanitize import escape_controls, redact
 
 __all__ = [
+    "RedactedTracebacks",
     "log_event",
 ]
 
@@ -69,3 +70,17 @@ def log_event(
     # The structured copy (for JSON log handlers) is redacted too; it keeps its types and newlines.
     structured = {k: redact(v, secrets) if isinstance(v, str) else v for k, v in fields.items()}
     logger.log(level, line, extra={"weave": structured})
+
+
+class RedactedTracebacks(logging.Filter):
+    """Format a record's exception once, with credentials and the site's configured secrets redacted.
+
+    For a logger Weave does not own: the tasks framework logs a failed task's exception, whose message may
+    quote a token. The text is cached on the record (`exc_text`), which every handler's formatter prints
+    instead of formatting the exception again; the record keeps its `exc_info` for error trackers.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and not record.exc_text:
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info), secret_values())
+        return True

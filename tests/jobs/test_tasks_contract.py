@@ -293,6 +293,21 @@ def test_signals__a_failed_tasks_finish_is_sent_while_its_exception_is_handled(c
     assert ok.status == TaskResultStatus.SUCCESSFUL
 
 
+def test_signals__a_failed_tasks_logged_traceback_holds_no_configured_secret(caplog, settings):
+    """The framework's receiver prints the failed task's exception; a configured secret quoted in its
+    message is redacted from that text as from Weave's own log lines (the exception itself is untouched)."""
+    from tests.jobs.shipping.background import refused
+
+    settings.WEAVE = {**settings.WEAVE, "PUSH_TOKEN": "tok-0123456789abcdef"}
+    with caplog.at_level(logging.INFO):
+        result = refused.enqueue("tok-0123456789abcdef")
+        drain()
+    (logged,) = [r for r in caplog.records if result.id in r.getMessage() and "FAILED" in r.getMessage()]
+    assert logged.exc_info and "tok-0123456789abcdef" in str(logged.exc_info[1])
+    assert "PermissionError: the gateway refused our token [redacted]" in caplog.text
+    assert "tok-0123456789abcdef" not in caplog.text
+
+
 # --- enqueue's cost -------------------------------------------------------------------------------------
 
 

@@ -6,9 +6,12 @@ installed (a task declared with the backport's `@task` is not a task here), and 
 Django's framework is an error of its own rather than a silent fall back to the backport.
 """
 
+import logging
 from typing import TYPE_CHECKING
 
 import django
+
+from weave.events import RedactedTracebacks
 
 if TYPE_CHECKING:
     from django_tasks import TaskContext, TaskResult, TaskResultStatus, task, task_backends
@@ -47,7 +50,12 @@ else:
             name=exc.name,
         ) from exc
 
+# The framework's own receiver logs a failed task with its traceback (`weave.tasks.worker._send_finished`).
+TASKS_LOGGER = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
+logging.getLogger(TASKS_LOGGER).addFilter(RedactedTracebacks())
+
 __all__ = [
+    "TASKS_LOGGER",
     "BaseTaskBackend",
     "InvalidTaskError",
     "Task",

@@ -15,6 +15,11 @@ def explode() -> None:
     raise ValueError("no such parcel")
 
 
+@task()
+def refused(token: str) -> None:
+    raise PermissionError(f"the gateway refused our token {token}")
+
+
 @task(takes_context=True, priority=5)
 def charge_and_book(context, shipment_id: int) -> str:
     shipment = Shipment.objects.get(pk=shipment_id)
