@@ -153,8 +153,7 @@ def takeovers_after_a_crash(job: JobType, since: datetime) -> tuple[int, list[Jo
     takeover records the lapsed attempt as blocked, so leaves no gap.) Returns the count and the newest.
     """
     before = JobAttempt.objects.filter(job_type=job.name, job_id=OuterRef("job_id"), number=OuterRef("number") - 1)
-    rows = JobAttempt.objects.filter(job_type=job.name, finished_at__gt=since, number__gt=1)
-    rows = rows.annotate(crashed=~Exists(before)).filter(crashed=True)
+    rows = JobAttempt.objects.filter(~Exists(before), job_type=job.name, finished_at__gt=since, number__gt=1)
     newest = list(rows.order_by("-finished_at", "-pk")[:NAMED_IN_FINDING])
     return (rows.count() if len(newest) == NAMED_IN_FINDING else len(newest)), newest
 
