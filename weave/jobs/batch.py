@@ -320,6 +320,13 @@ class BatchDrain:
         self.statement = rows.claim_statement(
             owner=self.owner, ttl=self.ttl, limit=limit, fields=self.names, clock=clock, also=also
         )
+        # After a hand-on this drain claims one row at a time: its rows run long, so a batch would only be
+        # handed on again (one release per row), and other drains take the rest. Compiled when first needed.
+        self.one_at_a_time = lambda: rows.claim_statement(
+            owner=self.owner, ttl=self.ttl, limit=1, fields=self.names, clock=clock, also=also
+        )
+        self.handed_on = False
+        self.single: Any = None
         # On a fake clock time moves only when a test moves it: the test renews (`heartbeat.tick()`).
         self.heartbeat = BatchHeartbeat(
             model._default_manager,
@@ -390,7 +397,7 @@ class BatchDrain:
         asked = False
         while self.clock.monotonic() < ends:
             claimed = self._claim()
-            self.report.more = len(claimed) >= self.limit
+            self.report.more = len(claimed) >= (1 if self.handed_on else self.limit)
             if self.report.more:
                 # A backlog: this drain takes every due row, so this process's watcher need not look.
                 wake.pause_watch(self.jt.registry_key, wake.POLL_MAX)
@@ -410,7 +417,9 @@ class BatchDrain:
         waiting = self.completer.waiting()
         with self._queue_lock:  # a hand-on on the heartbeat's thread may still be giving rows back
             self._open = {pk: ctx for pk, ctx in self._open.items() if pk in waiting}
-        batch, found = self.statement.run()
+        if self.handed_on and self.single is None:
+            self.single = self.one_at_a_time()
+        batch, found = (self.single if self.single is not None else self.statement).run()
         self.report.claims += 1
         if not found:
             return []
@@ -531,6 +540,7 @@ class BatchDrain:
         with self._queue_lock:
             self._queue = kept + self._queue
         if len(kept) < len(waiting):
+            self.handed_on = True
             self.on_full()
             logger.info(
                 "event=batch_handed_on job_type=%s rows=%s owner=%s", self.jt.name, len(waiting) - len(kept), self.owner
