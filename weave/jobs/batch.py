@@ -322,7 +322,7 @@ class BatchDrain:
         )
         # After a hand-on this drain claims one row at a time: its rows run long, so a batch would only be
         # handed on again (one release per row), and other drains take the rest. Compiled when first needed.
-        self.one_at_a_time = lambda: rows.claim_statement(
+        self.one_at_a_time: Callable[[], Any] = lambda: rows.claim_statement(
             owner=self.owner, ttl=self.ttl, limit=1, fields=self.names, clock=clock, also=also
         )
         self.handed_on = False
