@@ -527,24 +527,22 @@ class BatchDrain:
         so they wait for a free worker rather than for this row (one idle worker is enough)."""
         if self.on_full is None:
             return
+        unclaim = self.jt.unclaim_fields
         with self._queue_lock:
-            waiting, self._queue = self._queue, []
+            # A row the type would not give back (a takeover to record) stays in the queue, for this drain to run.
+            waiting = [ctx for ctx in self._queue if unclaim is None or unclaim(ctx.job) is not None]
+            self._queue = [ctx for ctx in self._queue if ctx not in waiting]
         if not waiting:
             return
         try:
-            kept = self._give_back(waiting)
+            self._give_back(waiting)
         except BaseException:
             with self._queue_lock:  # the rows not given back yet stay this drain's to run
                 self._queue = [ctx for ctx in waiting if ctx.lease.pk in self._open] + self._queue
             raise
-        with self._queue_lock:
-            self._queue = kept + self._queue
-        if len(kept) < len(waiting):
-            self.handed_on = True
-            self.on_full()
-            logger.info(
-                "event=batch_handed_on job_type=%s rows=%s owner=%s", self.jt.name, len(waiting) - len(kept), self.owner
-            )
+        self.handed_on = True
+        self.on_full()
+        logger.info("event=batch_handed_on job_type=%s rows=%s owner=%s", self.jt.name, len(waiting), self.owner)
 
 
 def run_batches(job_type: str, rows: Any, *, budget: float, **options: Any) -> Report:
