@@ -135,12 +135,15 @@ def _rows_sql(db: str, few: int | None) -> str:
     )
 
 
-def _columns(rows: list[Notification], db: str) -> list[list[Any]] | None:
-    """One list per array of `_rows_sql`, in its order; None when a value needs the ORM's compiler."""
+def _columns(rows: list[Notification], db: str, skip: tuple[str, ...] = ()) -> list[list[Any]] | None:
+    """One list per array of `_rows_sql`, in its order (without the columns named in `skip`); None when a
+    value needs the ORM's compiler."""
     connection = connections[db]
     columns = insert.fields()
     arrays: list[list[Any]] = []
     for field, prepare in zip(columns, insert.preparers(connection), strict=True):
+        if field.name in skip:
+            continue
         if field.name in insert.CLOCK_FIELDS:
             at: list[Any] = []
             secs: list[float | None] = []
@@ -207,3 +210,109 @@ def insert_locked(
     if not returned or claim is None:
         return False, False
     return bool(returned[0][4]), bool(returned[0][5])
+
+
+# --- one user's send in the caller's transaction: the device read folded into the statement -------------
+
+# The columns a send takes from the device row rather than from its message (`read_and_insert`), and the
+# one the statement makes per row: the idempotency key is each row's own, and the rows of one message are
+# known only inside the statement (PostgreSQL's random UUID, as `uuid.uuid4`'s; returned, so set on the row).
+FROM_DEVICE = ("device", "device_token", "backend", "idempotency_key")
+MADE_PER_ROW = {"idempotency_key": "gen_random_uuid()"}
+
+
+def _message_columns() -> list[Any]:
+    return [f for f in insert.fields() if f.name not in FROM_DEVICE]
+
+
+@functools.cache
+def _read_insert_sql(db: str, aliases: int) -> str:
+    """`read_and_insert`'s statement for `db` with `aliases` rows of messages. Parameters: the user, the
+    device cap, then per alias its name, whether its message is sendable and the message's columns (each
+    clock column as a time and an offset, as in `_rows_sql`)."""
+    connection = connections[db]
+    qn = connection.ops.quote_name
+    device = Device._meta
+    column = {name: qn(str(device.get_field(name).column)) for name in ("id", "backend", "token", "user", "active")}
+    used, made = (qn(str(device.get_field(name).column)) for name in ("last_used_at", "created_at"))
+    table, user_type = qn(device.db_table), cast_type(device.get_field("user"), connection)
+    elements, names, selected = ["%s::text", "%s::boolean"], ["alias", "ok"], []
+    for index, field in enumerate(_message_columns()):
+        name, kind = f"c{index}", cast_type(field, connection)
+        if field.name in insert.CLOCK_FIELDS:
+            elements += [f"%s::{kind}", "%s::double precision"]
+            names += [f"{name}_at", f"{name}_secs"]
+            offset = postgres_now_plus(f"m.{name}_secs")
+            selected.append(f"CASE WHEN m.{name}_secs IS NULL THEN m.{name}_at ELSE {offset} END")
+        else:
+            elements.append(f"%s::{kind}")
+            names.append(name)
+            selected.append(f"m.{name}")
+    by_name = dict(zip([f.name for f in _message_columns()], selected, strict=True))
+    by_name.update(device="seen.id", device_token="seen.token", backend="seen.backend", **MADE_PER_ROW)
+    columns = insert.fields()
+    row = f"({', '.join(elements)})"
+    meta = Notification._meta
+    returning = [*insert.returned_fields(), meta.get_field("device"), meta.get_field("idempotency_key")]
+    return (
+        # `seen`: the user's active devices as a plain read sees them (the statement's snapshot), ranked
+        # for the device cap as `services._over_the_cap` ranks them, most recently used first.
+        f"WITH seen AS MATERIALIZED (SELECT {column['id']} AS id, {column['backend']} AS backend,"
+        f" {column['token']} AS token, {used} AS last_used_at, {made} AS created_at, {column['user']} AS user_id,"
+        f" row_number() OVER (ORDER BY COALESCE({used}, {made}) DESC, {column['id']} DESC) AS rank"
+        f" FROM {table} WHERE {column['active']} AND {column['user']} = %s::{user_type}),"
+        f" m (alias, ok, {', '.join(names[2:])}) AS (VALUES {', '.join([row] * aliases)}),"
+        f" cap (most) AS (VALUES (%s::bigint)),"
+        # The devices that would get a row, unless any of them is on a backend that refuses the message:
+        # then none, and the caller raises. In key order, re-checked as `locked` above re-checks them.
+        f" locked AS MATERIALIZED (SELECT {column['id']} AS id FROM {table}"
+        f" WHERE {column['active']} AND {column['user']} = %s::{user_type} AND {column['id']} IN"
+        f" (SELECT seen.id FROM seen JOIN m ON m.alias = seen.backend, cap WHERE m.ok AND seen.rank <= cap.most)"
+        f" AND NOT EXISTS (SELECT 1 FROM seen JOIN m ON m.alias = seen.backend, cap"
+        f" WHERE NOT m.ok AND seen.rank <= cap.most)"
+        f" ORDER BY {column['id']} FOR NO KEY UPDATE),"
+        f" new AS (INSERT INTO {qn(Notification._meta.db_table)} ({', '.join(qn(str(f.column)) for f in columns)})"
+        f" SELECT {', '.join(by_name[f.name] for f in columns)}"
+        f" FROM locked JOIN seen ON seen.id = locked.id JOIN m ON m.alias = seen.backend ORDER BY seen.id"
+        f" RETURNING {', '.join(qn(str(f.column)) for f in returning)})"
+        f" SELECT seen.id, seen.backend, seen.token, seen.last_used_at, seen.created_at, seen.user_id,"
+        f" locked.id IS NOT NULL, new.*"
+        f" FROM seen LEFT JOIN locked ON locked.id = seen.id"
+        f" LEFT JOIN new ON new.{qn(str(returning[3].column))} = seen.id ORDER BY seen.id"
+    )
+
+
+def read_and_insert(
+    user_id: Any, messages: list[tuple[str, Notification | None]], cap: int, db: str
+) -> list[tuple[Any, ...]] | None:
+    """In one statement: read the active devices of user `user_id`, and insert a row for each of them
+    within the device `cap` whose backend has a message in `messages` ((alias, a row holding that message
+    and its times, or None when the backend refuses the message): none at all when one of those devices'
+    backend refuses it), each device locked and re-checked as `insert_locked` does. The rows take the
+    device's key, backend and token as stored.
+
+    Returns one tuple per device read, in key order: its `services._DEVICE_COLUMNS`, whether it was locked,
+    then the inserted row's key, due time, expiry, device and idempotency key (Nones for no row). None: nothing was run
+    (not PostgreSQL, or a value only the ORM can build)."""
+    if connections[db].vendor != "postgresql":
+        return None
+    params: list[Any] = [user_id]
+    for alias, template in messages:
+        if template is None:
+            params += [alias, False] + [None] * _message_width()
+            continue
+        arrays = _columns([template], db, skip=FROM_DEVICE)
+        if arrays is None:
+            return None
+        params += [alias, True] + [values[0] for values in arrays]
+    params += [cap, user_id]
+    sql = _read_insert_sql(db, len(messages))
+    with statement_cursor(connections[db], server_bound=True, prepared=True, text=sql) as cursor:
+        cursor.execute(sql, params)
+        return [tuple(row) for row in cursor.fetchall()]
+
+
+@functools.cache
+def _message_width() -> int:
+    """How many parameters one message's columns take (a clock column takes two)."""
+    return sum(2 if f.name in insert.CLOCK_FIELDS else 1 for f in _message_columns())

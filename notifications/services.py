@@ -135,7 +135,7 @@ def notification_send_to_user(
     drain), or elsewhere a short locking read and one INSERT (see `_insert_still_active`).
     """
     user = _saved_user(user, field="user", required=True)
-    created, skipped, skipped_users = _FanOut.of(locals()).send({user.pk: user})
+    created, skipped, skipped_users = _FanOut.of(locals()).send({user.pk: user}, one_user=True)
     return UserNotifications(created, skipped=skipped, skipped_users=skipped_users)
 
 
@@ -230,15 +230,127 @@ class _FanOut:
         out take the same message keywords, so they are read by name here rather than listed twice."""
         return cls(**{f.name: arguments[f.name] for f in fields(cls)})
 
-    def send(self, users: Mapping[Any, Any]) -> tuple[list[Notification], list["SkippedDevice"], list["SkippedUser"]]:
+    def send(
+        self, users: Mapping[Any, Any], *, one_user: bool = False
+    ) -> tuple[list[Notification], list["SkippedDevice"], list["SkippedUser"]]:
         """Create the rows for `users` ({pk: user}) in one short transaction (or one statement, see
-        `_insert_still_active`); return them, the skipped devices and the skipped users."""
+        `_insert_still_active`); return them, the skipped devices and the skipped users. `one_user`:
+        `notification_send_to_user`'s send, which may take one statement in all (`_send_in_one_statement`)."""
         timing, skipped_users = self._timings(users)
         judged = {pk: user for pk, user in users.items() if pk in timing}
-        devices = _active_device_rows(list(judged), locking=False)
-        planned, skipped = self._plan(devices, timing)
-        created = _insert_still_active(planned, judged, skipped)
+        done = self._send_in_one_statement(judged, timing) if one_user and len(judged) == 1 else None
+        if done is not None:
+            created, skipped = done
+        else:
+            devices = _active_device_rows(list(judged), locking=False)
+            planned, skipped = self._plan(devices, timing)
+            created = _insert_still_active(planned, judged, skipped)
         return created, sorted(skipped, key=lambda d: d.device_id), skipped_users
+
+    def _send_in_one_statement(
+        self, users: Mapping[Any, Any], timing: Mapping[Any, tuple[Any, Any, str]]
+    ) -> tuple[list[Notification], list["SkippedDevice"]] | None:
+        """One user's send inside the caller's transaction on PostgreSQL: the device read, the locks and the
+        INSERT in one statement (`locked_insert.read_and_insert`); None elsewhere (nothing was run).
+
+        Every check that can refuse the message runs before the statement: the message is built for each
+        configured backend, and the statement stores nothing if one of the user's devices (within the cap)
+        is on a backend that refuses it, which is then raised here as the two-statement path raises it. The
+        rows take each device's token as stored; the devices read are then planned as that path plans
+        them, and if today's token checks skip a device or change its token, the rows go again (inside
+        the caller's transaction, never seen by another) and the planned rows are inserted as that path
+        inserts them. Outside a transaction the statement would commit by itself before those checks,
+        so the send keeps its two statements there."""
+        db = router.db_for_write(Notification)
+        connection = connections[db]
+        if router.db_for_write(Device) != db or router.db_for_read(Device) != db or connection.vendor != "postgresql":
+            return None
+        if not connection.in_atomic_block and connection.get_autocommit():
+            return None
+        ((user_id, due),) = timing.items()
+        messages = self._configured_messages()
+        templates = {alias: self._template(alias, known, due) for alias, known in messages.items()}
+        shapes = [(alias, row) for alias, row in templates.items() if row is not False]
+        # No savepoint, as `_insert_locked`: a database error marks the caller's transaction for rollback
+        # (a refusal is raised after this block, which leaves the caller's transaction usable).
+        with transaction.atomic(using=db, savepoint=False):
+            rows = locked_insert.read_and_insert(
+                user_id, shapes, weave_settings.PUSH_MAX_DEVICES_PER_USER, db  # type: ignore[arg-type]
+            )
+        if rows is None:
+            return None
+        made = {alias: row.created_at for alias, row in shapes if row is not None}
+        return self._settle(rows, messages, made, timing, users, db)
+
+    def _settle(
+        self,
+        rows: list[tuple[Any, ...]],
+        messages: dict[str, Any],
+        made: Mapping[str, Any],
+        timing: Mapping[Any, tuple[Any, Any, str]],
+        users: Mapping[Any, Any],
+        db: str,
+    ) -> tuple[list[Notification], list["SkippedDevice"]]:
+        """From `read_and_insert`'s rows: the rows kept and the devices skipped, as `_plan` and
+        `_insert_still_active` would have made them from the same devices."""
+        inserted = {row[10]: (*row[7:10], row[11]) for row in rows if row[7] is not None}
+        try:
+            planned, skipped = self._plan([row[:6] for row in rows], timing, messages)
+        except ValidationError:
+            _delete_rows(db, [pk for pk, *_ in inserted.values()])  # the statement stored none: kept safe
+            raise
+        locked = {row[0] for row in rows if row[6]}
+        stored_token = {row[0]: row[2] for row in rows}
+        wanted = [n for n in planned if n.device_id in locked]
+        if set(inserted) != {n.device_id for n in wanted} or any(
+            n.device_token != stored_token[n.device_id] for n in wanted
+        ):
+            # Today's checks skip a device or change a stored token: the planned rows go in as elsewhere.
+            _delete_rows(db, [pk for pk, *_ in inserted.values()])
+            return _insert_still_active(planned, users, skipped), skipped
+        for notification in wanted:
+            insert.saved(notification, db, inserted[notification.device_id])
+            notification.idempotency_key = inserted[notification.device_id][3]
+            notification.created_at = made[notification.backend]  # what the statement stored (`pre_save`)
+        skipped += [SkippedDevice(n.device_id, _LEFT_OUT) for n in planned if n.device_id not in locked]
+        if wanted:
+            _request_drain_on_commit(db)
+        return wanted, skipped
+
+    def _configured_messages(self) -> dict[str, Any]:
+        """{alias: (backend class, message fields) or why its devices are skipped (text)
+        or the ValidationError its backend refuses the message with} for every configured backend.
+
+        Backends that convert the data alike (most do not convert it) get one message between them: the
+        fields depend on the backend only through that conversion (`_message_fields`)."""
+        made: dict[Any, dict[str, Any] | ValidationError] = {}
+        out: dict[str, Any] = {}
+        for alias in backend_configs():
+            out[alias] = self._message_cached(alias, made)
+        return out
+
+    def _message_cached(self, alias: str, made: dict[Any, Any]) -> Any:
+        try:
+            backend_cls = _backend_class(alias)
+        except ValidationError as exc:
+            return f"its backend cannot send: {' '.join(exc.messages)}"
+        key = getattr(backend_cls, "prepare_data", None)
+        if key not in made:
+            try:
+                made[key] = self._fields(backend_cls)
+            except ValidationError as exc:
+                made[key] = exc
+        return made[key] if isinstance(made[key], ValidationError) else (backend_cls, made[key])
+
+    def _template(self, alias: str, known: Any, due: tuple[Any, Any, str]) -> Notification | None | bool:
+        """A row of `alias`'s message and the user's times, without a device (the statement adds it); None
+        when the backend refuses the message, False when its devices are skipped anyway."""
+        if isinstance(known, ValidationError):
+            return None
+        if isinstance(known, str):
+            return False
+        at, expires_at, deferral = due
+        return Notification(**known[1], backend=alias, expires_at=expires_at, next_attempt_at=at, last_error=deferral)
 
     def _timings(self, users: Mapping[Any, Any]) -> tuple[dict[Any, tuple[Any, Any, str]], list["SkippedUser"]]:
         """{user pk: timing} of the users the quiet-hours policy could judge, and the others with why."""
@@ -253,18 +365,25 @@ class _FanOut:
         return timing, skipped
 
     def _plan(
-        self, devices: list[tuple[Any, ...]], timing: Mapping[Any, tuple[Any, Any, str]]
+        self,
+        devices: list[tuple[Any, ...]],
+        timing: Mapping[Any, tuple[Any, Any, str]],
+        known: Mapping[str, Any] | None = None,
     ) -> tuple[list[Notification], list["SkippedDevice"]]:
-        """The unsaved rows for `devices` (rows of `_DEVICE_COLUMNS`) and the devices skipped, with why."""
+        """The unsaved rows for `devices` (rows of `_DEVICE_COLUMNS`) and the devices skipped, with why.
+        `known`: messages already built (`_configured_messages`); a refusal there is raised here, at the
+        first device on that backend, as building the message there would raise it."""
         skipped = _over_the_cap(devices)
         over = {d.device_id for d in skipped}
-        messages: dict[str, tuple[type[PushBackend], dict[str, Any]] | str] = {}
+        messages: dict[str, Any] = dict(known or {})
         planned: list[Notification] = []
         for pk, alias, token, _used, _created, user_id in devices:
             if pk in over:
                 continue
             if alias not in messages:
                 messages[alias] = self._message(alias)
+            if isinstance(messages[alias], ValidationError):
+                raise messages[alias]
             row = _planned_row(messages[alias], pk, alias, token, timing[user_id])
             if isinstance(row, SkippedDevice):
                 skipped.append(row)
@@ -273,8 +392,15 @@ class _FanOut:
         return planned, skipped
 
     def _message(self, alias: str) -> tuple[type[PushBackend], dict[str, Any]] | str:
-        return _message_for_alias(
-            alias, title=self.title, body=self.body, data=self.data, collapse_key=self.collapse_key,
+        try:
+            backend_cls = _backend_class(alias)
+        except ValidationError as exc:
+            return f"its backend cannot send: {' '.join(exc.messages)}"
+        return backend_cls, self._fields(backend_cls)
+
+    def _fields(self, backend_cls: type[PushBackend]) -> dict[str, Any]:
+        return _message_fields(
+            backend_cls, title=self.title, body=self.body, data=self.data, collapse_key=self.collapse_key,
             ttl=self.ttl, priority=self.priority, options=self.options,
         )  # fmt: skip
 
@@ -322,6 +448,13 @@ def _planned_row(
 
 
 _LEFT_OUT = "deactivated or registered by another user meanwhile"
+
+
+def _delete_rows(db: str, keys: list[Any]) -> None:
+    """Delete the just-inserted notifications `keys` (in the caller's transaction: no one else saw them)."""
+    if keys:
+        with transaction.mark_for_rollback_on_error(using=db):
+            Notification._base_manager.using(db).filter(pk__in=keys)._raw_delete(db)  # type: ignore[attr-defined]
 
 
 def _insert_still_active(
@@ -461,15 +594,6 @@ class UserNotifications(list[Notification]):
         super().__init__(created)
         self.skipped: list[SkippedDevice] = list(skipped)
         self.skipped_users: list[SkippedUser] = list(skipped_users)
-
-
-def _message_for_alias(alias: str, **content: Any) -> tuple[type[PushBackend], dict[str, Any]] | str:
-    """The checked message fields for one backend alias; or why its devices are skipped (text)."""
-    try:
-        backend_cls = _backend_class(alias)
-    except ValidationError as exc:
-        return f"its backend cannot send: {' '.join(exc.messages)}"
-    return backend_cls, _message_fields(backend_cls, **content)
 
 
 def _insert_many(rows: list[Notification], *, using: str | None = None) -> None:
