@@ -227,9 +227,8 @@ def _message_columns() -> list[Any]:
 
 @functools.cache
 def _read_insert_sql(db: str, aliases: int) -> str:
-    """`read_and_insert`'s statement for `db` with `aliases` rows of messages. Parameters: the user, the
-    device cap, then per alias its name, whether its message is sendable and the message's columns (each
-    clock column as a time and an offset, as in `_rows_sql`)."""
+    """`read_and_insert`'s statement for `db` with `aliases` rows of messages. Parameters: the user, then per alias its name, whether its message is sendable and the message's columns (each
+    clock column as a time and an offset, as in `_rows_sql`), then the user again."""
     connection = connections[db]
     qn = connection.ops.quote_name
     device = Device._meta
@@ -249,50 +248,47 @@ def _read_insert_sql(db: str, aliases: int) -> str:
             names.append(name)
             selected.append(f"m.{name}")
     by_name = dict(zip([f.name for f in _message_columns()], selected, strict=True))
-    by_name.update(device="seen.id", device_token="seen.token", backend="seen.backend", **MADE_PER_ROW)
+    by_name.update(device="m.id", device_token="m.token", backend="m.backend", **MADE_PER_ROW)
     columns = insert.fields()
     row = f"({', '.join(elements)})"
     meta = Notification._meta
     returning = [*insert.returned_fields(), meta.get_field("device"), meta.get_field("idempotency_key")]
     return (
-        # `seen`: the user's active devices as a plain read sees them (the statement's snapshot), ranked
-        # for the device cap as `services._over_the_cap` ranks them, most recently used first.
+        # `seen`: the user's active devices as a plain read sees them (the statement's snapshot).
         f"WITH seen AS MATERIALIZED (SELECT {column['id']} AS id, {column['backend']} AS backend,"
-        f" {column['token']} AS token, {used} AS last_used_at, {made} AS created_at, {column['user']} AS user_id,"
-        f" row_number() OVER (ORDER BY COALESCE({used}, {made}) DESC, {column['id']} DESC) AS rank"
+        f" {column['token']} AS token, {used} AS last_used_at, {made} AS created_at, {column['user']} AS user_id"
         f" FROM {table} WHERE {column['active']} AND {column['user']} = %s::{user_type}),"
         f" m (alias, ok, {', '.join(names[2:])}) AS (VALUES {', '.join([row] * aliases)}),"
-        f" cap (most) AS (VALUES (%s::bigint)),"
-        # The devices that would get a row, unless any of them is on a backend that refuses the message:
-        # then none, and the caller raises. In key order, re-checked as `locked` above re-checks them.
-        f" locked AS MATERIALIZED (SELECT {column['id']} AS id FROM {table}"
-        f" WHERE {column['active']} AND {column['user']} = %s::{user_type} AND {column['id']} IN"
-        f" (SELECT seen.id FROM seen JOIN m ON m.alias = seen.backend, cap WHERE m.ok AND seen.rank <= cap.most)"
-        f" AND NOT EXISTS (SELECT 1 FROM seen JOIN m ON m.alias = seen.backend, cap"
-        f" WHERE NOT m.ok AND seen.rank <= cap.most)"
-        f" ORDER BY {column['id']} FOR NO KEY UPDATE),"
+        # The devices that get a row, with the row's values: those on a backend with a message, unless one
+        # of the user's devices is on a backend that refuses it (then none, and the caller raises). Locked
+        # in key order and re-checked as `locked` above. The device cap is not applied here: a device
+        # beyond it is rare (the registration refuses one), and the caller, which finds it, then takes the
+        # two-statement path.
+        f" locked AS MATERIALIZED (SELECT seen.id, seen.token, seen.backend, m.* FROM seen"
+        f" JOIN m ON m.alias = seen.backend AND m.ok"
+        f" JOIN {table} AS d ON d.{column['id']} = seen.id AND d.{column['active']}"
+        f" AND d.{column['user']} = %s::{user_type}"
+        f" WHERE NOT EXISTS (SELECT 1 FROM seen JOIN m ON m.alias = seen.backend WHERE NOT m.ok)"
+        f" ORDER BY seen.id FOR NO KEY UPDATE OF d),"
         f" new AS (INSERT INTO {qn(Notification._meta.db_table)} ({', '.join(qn(str(f.column)) for f in columns)})"
-        f" SELECT {', '.join(by_name[f.name] for f in columns)}"
-        f" FROM locked JOIN seen ON seen.id = locked.id JOIN m ON m.alias = seen.backend ORDER BY seen.id"
+        f" SELECT {', '.join(by_name[f.name] for f in columns)} FROM locked AS m"
         f" RETURNING {', '.join(qn(str(f.column)) for f in returning)})"
-        f" SELECT seen.id, seen.backend, seen.token, seen.last_used_at, seen.created_at, seen.user_id,"
-        f" locked.id IS NOT NULL, new.*"
-        f" FROM seen LEFT JOIN locked ON locked.id = seen.id"
-        f" LEFT JOIN new ON new.{qn(str(returning[3].column))} = seen.id ORDER BY seen.id"
+        f" SELECT seen.*, new.* FROM seen LEFT JOIN new ON new.{qn(str(returning[3].column))} = seen.id"
     )
 
 
 def read_and_insert(
-    user_id: Any, messages: list[tuple[str, Notification | None]], cap: int, db: str
+    user_id: Any, messages: list[tuple[str, Notification | None]], db: str
 ) -> list[tuple[Any, ...]] | None:
     """In one statement: read the active devices of user `user_id`, and insert a row for each of them
-    within the device `cap` whose backend has a message in `messages` ((alias, a row holding that message
-    and its times, or None when the backend refuses the message): none at all when one of those devices'
-    backend refuses it), each device locked and re-checked as `insert_locked` does. The rows take the
-    device's key, backend and token as stored.
+    whose backend has a message in `messages` ((alias, a row holding that message and its times, or None
+    when the backend refuses the message): none at all when one of the user's devices is on a backend that
+    refuses it), each device locked and re-checked as `insert_locked` does. The rows take the device's
+    key, backend and token as stored.
 
-    Returns one tuple per device read, in key order: its `services._DEVICE_COLUMNS`, whether it was locked,
-    then the inserted row's key, due time, expiry, device and idempotency key (Nones for no row). None: nothing was run
+    Returns one tuple per device read, in key order: its `services._DEVICE_COLUMNS`, then the inserted
+    row's key, due time, expiry, device and idempotency key (Nones for no row). A device read that has no
+    row although its backend has a message was deactivated or handed over meanwhile (the re-check). None: nothing was run
     (not PostgreSQL, or a value only the ORM can build)."""
     if connections[db].vendor != "postgresql":
         return None
@@ -305,11 +301,11 @@ def read_and_insert(
         if arrays is None:
             return None
         params += [alias, True] + [values[0] for values in arrays]
-    params += [cap, user_id]
+    params.append(user_id)
     sql = _read_insert_sql(db, len(messages))
     with statement_cursor(connections[db], server_bound=True, prepared=True, text=sql) as cursor:
         cursor.execute(sql, params)
-        return [tuple(row) for row in cursor.fetchall()]
+        return sorted((tuple(row) for row in cursor.fetchall()), key=lambda row: row[0])
 
 
 @functools.cache

@@ -274,9 +274,7 @@ class _FanOut:
         # No savepoint, as `_insert_locked`: a database error marks the caller's transaction for rollback
         # (a refusal is raised after this block, which leaves the caller's transaction usable).
         with transaction.atomic(using=db, savepoint=False):
-            rows = locked_insert.read_and_insert(
-                user_id, shapes, weave_settings.PUSH_MAX_DEVICES_PER_USER, db  # type: ignore[arg-type]
-            )
+            rows = locked_insert.read_and_insert(user_id, shapes, db)  # type: ignore[arg-type]
         if rows is None:
             return None
         made = {alias: row.created_at for alias, row in shapes if row is not None}
@@ -293,29 +291,33 @@ class _FanOut:
     ) -> tuple[list[Notification], list["SkippedDevice"]]:
         """From `read_and_insert`'s rows: the rows kept and the devices skipped, as `_plan` and
         `_insert_still_active` would have made them from the same devices."""
-        inserted = {row[10]: (*row[7:10], row[11]) for row in rows if row[7] is not None}
+        inserted = {row[9]: row[6:11] for row in rows if row[6] is not None}  # by device
         try:
             planned, skipped = self._plan([row[:6] for row in rows], timing, messages)
         except ValidationError:
-            _delete_rows(db, [pk for pk, *_ in inserted.values()])  # the statement stored none: kept safe
+            _delete_rows(db, [values[0] for values in inserted.values()])  # the statement stored none: kept safe
             raise
-        locked = {row[0] for row in rows if row[6]}
         stored_token = {row[0]: row[2] for row in rows}
-        wanted = [n for n in planned if n.device_id in locked]
-        if set(inserted) != {n.device_id for n in wanted} or any(
-            n.device_token != stored_token[n.device_id] for n in wanted
+        planned_ids = {n.device_id for n in planned}
+        if (
+            any(isinstance(messages.get(row[1]), ValidationError) for row in rows)  # beyond the cap: not raised
+            or not planned_ids.issuperset(inserted)  # beyond the cap, or a token today's checks refuse
+            or any(n.device_token != stored_token[n.device_id] for n in planned)  # a token they change
         ):
-            # Today's checks skip a device or change a stored token: the planned rows go in as elsewhere.
-            _delete_rows(db, [pk for pk, *_ in inserted.values()])
+            # The statement's rows are not the planned ones: they go, and the planned ones go in as elsewhere.
+            _delete_rows(db, [values[0] for values in inserted.values()])
             return _insert_still_active(planned, users, skipped), skipped
-        for notification in wanted:
-            insert.saved(notification, db, inserted[notification.device_id])
-            notification.idempotency_key = inserted[notification.device_id][3]
-            notification.created_at = made[notification.backend]  # what the statement stored (`pre_save`)
-        skipped += [SkippedDevice(n.device_id, _LEFT_OUT) for n in planned if n.device_id not in locked]
-        if wanted:
+        for notification in planned:
+            if notification.device_id in inserted:
+                values = inserted[notification.device_id]
+                insert.saved(notification, db, values)
+                notification.idempotency_key = values[4]
+                notification.created_at = made[notification.backend]  # what the statement stored (`pre_save`)
+        created = [n for n in planned if n.device_id in inserted]
+        skipped += [SkippedDevice(n.device_id, _LEFT_OUT) for n in planned if n.device_id not in inserted]
+        if created:
             _request_drain_on_commit(db)
-        return wanted, skipped
+        return created, skipped
 
     def _configured_messages(self) -> dict[str, Any]:
         """{alias: (backend class, message fields) or why its devices are skipped (text)
