@@ -277,23 +277,25 @@ class _FanOut:
             rows = locked_insert.read_and_insert(user_id, shapes, db)  # type: ignore[arg-type]
         if rows is None:
             return None
-        made = {alias: row.created_at for alias, row in shapes if row is not None}
-        return self._settle(rows, messages, made, timing, users, db)
+        spare = {alias: row for alias, row in shapes if row is not None}
+        return self._settle(rows, messages, spare, timing, users, db)
 
     def _settle(
         self,
         rows: list[tuple[Any, ...]],
         messages: dict[str, Any],
-        made: Mapping[str, Any],
+        spare: dict[str, Notification],
         timing: Mapping[Any, tuple[Any, Any, str]],
         users: Mapping[Any, Any],
         db: str,
     ) -> tuple[list[Notification], list["SkippedDevice"]]:
         """From `read_and_insert`'s rows: the rows kept and the devices skipped, as `_plan` and
-        `_insert_still_active` would have made them from the same devices."""
+        `_insert_still_active` would have made them from the same devices. `spare`: the statement's rows
+        by alias, each the first planned row of its backend (so one row is made per device, not two)."""
+        made = {alias: row.created_at for alias, row in spare.items()}  # what the statement stored (`pre_save`)
         inserted = {row[9]: row[6:11] for row in rows if row[6] is not None}  # by device
         try:
-            planned, skipped = self._plan([row[:6] for row in rows], timing, messages)
+            planned, skipped = self._plan([row[:6] for row in rows], timing, messages, spare)
         except ValidationError:
             _delete_rows(db, [values[0] for values in inserted.values()])  # the statement stored none: kept safe
             raise
@@ -312,7 +314,7 @@ class _FanOut:
                 values = inserted[notification.device_id]
                 insert.saved(notification, db, values)
                 notification.idempotency_key = values[4]
-                notification.created_at = made[notification.backend]  # what the statement stored (`pre_save`)
+                notification.created_at = made[notification.backend]
         created = [n for n in planned if n.device_id in inserted]
         skipped += [SkippedDevice(n.device_id, _LEFT_OUT) for n in planned if n.device_id not in inserted]
         if created:
@@ -371,10 +373,13 @@ class _FanOut:
         devices: list[tuple[Any, ...]],
         timing: Mapping[Any, tuple[Any, Any, str]],
         known: Mapping[str, Any] | None = None,
+        spare: dict[str, Notification] | None = None,
     ) -> tuple[list[Notification], list["SkippedDevice"]]:
         """The unsaved rows for `devices` (rows of `_DEVICE_COLUMNS`) and the devices skipped, with why.
         `known`: messages already built (`_configured_messages`); a refusal there is raised here, at the
-        first device on that backend, as building the message there would raise it."""
+        first device on that backend, as building the message there would raise it. `spare`: a row per
+        backend to take for its first device instead of a new one (`_template`)."""
+        spare = {} if spare is None else spare
         skipped = _over_the_cap(devices)
         over = {d.device_id for d in skipped}
         messages: dict[str, Any] = dict(known or {})
@@ -386,7 +391,9 @@ class _FanOut:
                 messages[alias] = self._message(alias)
             if isinstance(messages[alias], ValidationError):
                 raise messages[alias]
-            row = _planned_row(messages[alias], pk, alias, token, timing[user_id])
+            row = _planned_row(messages[alias], pk, alias, token, timing[user_id], spare.get(alias))
+            if row is spare.get(alias):
+                del spare[alias]
             if isinstance(row, SkippedDevice):
                 skipped.append(row)
             else:
@@ -430,9 +437,15 @@ def _over_the_cap(devices: list[tuple[Any, ...]]) -> list["SkippedDevice"]:
 
 
 def _planned_row(
-    known: tuple[type[PushBackend], dict[str, Any]] | str, pk: Any, alias: str, token: str, timing: tuple[Any, Any, str]
+    known: tuple[type[PushBackend], dict[str, Any]] | str,
+    pk: Any,
+    alias: str,
+    token: str,
+    timing: tuple[Any, Any, str],
+    spare: Notification | None = None,
 ) -> "Notification | SkippedDevice":
-    """The unsaved row for one device, or why the device is skipped."""
+    """The unsaved row for one device, or why the device is skipped. `spare`: a row of the same message and
+    `timing` without a device yet, taken instead of a new one."""
     if isinstance(known, str):
         return SkippedDevice(pk, known)
     backend_cls, fields = known
@@ -442,6 +455,9 @@ def _planned_row(
         return SkippedDevice(pk, f"its token cannot be sent: {' '.join(exc.messages)}")
     if problem := backend_cls.target_problem(canonical, fields["options"]):
         return SkippedDevice(pk, problem)  # a Live Activity token and an ordinary alert, say
+    if spare is not None:
+        spare.device_token, spare.device_id = canonical, pk
+        return spare
     due, expires_at, deferral = timing
     return Notification(
         **fields, backend=alias, device_token=canonical, device_id=pk, expires_at=expires_at,
