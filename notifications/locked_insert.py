@@ -221,8 +221,47 @@ FROM_DEVICE = ("device", "device_token", "backend", "idempotency_key")
 MADE_PER_ROW = {"idempotency_key": "gen_random_uuid()"}
 
 
+# The columns a message or its times set; every other column of a new row holds its field's default.
+FROM_MESSAGE = frozenset(
+    ("title", "body", "data", "options", "collapse_key", "priority", "expires_at", "next_attempt_at", "last_error",
+     "created_at")
+)  # fmt: skip
+
+
 def _message_columns() -> list[Any]:
     return [f for f in insert.fields() if f.name not in FROM_DEVICE]
+
+
+@functools.cache
+def _defaults_sql(db: str) -> dict[str, str]:
+    """{field name: SQL literal} of the columns every new row of a message holds the same value in: the
+    field's default, not callable, adapted as `_columns` adapts it, and simple enough to write as a
+    literal (NULL, a whole number, a boolean, plain text). Written into the text, they need no parameter
+    and nothing to adapt per call; a column whose default is anything else stays a parameter."""
+    connection = connections[db]
+    literals: dict[str, str] = {}
+    for field, prepare in zip(insert.fields(), insert.preparers(connection), strict=True):
+        if field.name in FROM_DEVICE or field.name in FROM_MESSAGE or (field.has_default() and callable(field.default)):
+            continue
+        value = prepare(field.get_default())
+        if isinstance(value, str):
+            value = getattr(value, "value", value)  # a choices enum's member: its value
+        kind = cast_type(field, connection)
+        if value is None:
+            literals[field.name] = f"NULL::{kind}"
+        elif type(value) is bool:
+            literals[field.name] = f"{'TRUE' if value else 'FALSE'}::{kind}"
+        elif isinstance(value, int):  # psycopg's Int4 or Int8 wrapper of it, too
+            literals[field.name] = f"{int(value)}::{kind}"
+        elif type(value) is str and value.isascii() and value.isprintable():
+            literals[field.name] = "'{}'::{}".format(value.replace("'", "''").replace("%", "%%"), kind)
+    return literals
+
+
+def _sent_columns(db: str) -> list[Any]:
+    """The message's columns that go as parameters (`_message_columns` without `_defaults_sql`)."""
+    fixed = _defaults_sql(db)
+    return [f for f in _message_columns() if f.name not in fixed]
 
 
 @functools.cache
@@ -236,7 +275,7 @@ def _read_insert_sql(db: str, aliases: int) -> str:
     used, made = (qn(str(device.get_field(name).column)) for name in ("last_used_at", "created_at"))
     table, user_type = qn(device.db_table), cast_type(device.get_field("user"), connection)
     elements, names, selected = ["%s::text", "%s::boolean"], ["alias", "ok"], []
-    for index, field in enumerate(_message_columns()):
+    for index, field in enumerate(_sent_columns(db)):
         name, kind = f"c{index}", cast_type(field, connection)
         if field.name in insert.CLOCK_FIELDS:
             elements += [f"%s::{kind}", "%s::double precision"]
@@ -247,8 +286,8 @@ def _read_insert_sql(db: str, aliases: int) -> str:
             elements.append(f"%s::{kind}")
             names.append(name)
             selected.append(f"m.{name}")
-    by_name = dict(zip([f.name for f in _message_columns()], selected, strict=True))
-    by_name.update(device="m.id", device_token="m.token", backend="m.backend", **MADE_PER_ROW)
+    by_name = dict(zip([f.name for f in _sent_columns(db)], selected, strict=True))
+    by_name.update(device="m.id", device_token="m.token", backend="m.backend", **MADE_PER_ROW, **_defaults_sql(db))
     columns = insert.fields()
     row = f"({', '.join(elements)})"
     meta = Notification._meta
@@ -295,9 +334,9 @@ def read_and_insert(
     params: list[Any] = [user_id]
     for alias, template in messages:
         if template is None:
-            params += [alias, False] + [None] * _message_width()
+            params += [alias, False] + [None] * _message_width(db)
             continue
-        arrays = _columns([template], db, skip=FROM_DEVICE)
+        arrays = _columns([template], db, skip=_not_sent(db))
         if arrays is None:
             return None
         params += [alias, True] + [values[0] for values in arrays]
@@ -309,6 +348,11 @@ def read_and_insert(
 
 
 @functools.cache
-def _message_width() -> int:
+def _message_width(db: str) -> int:
     """How many parameters one message's columns take (a clock column takes two)."""
-    return sum(2 if f.name in insert.CLOCK_FIELDS else 1 for f in _message_columns())
+    return sum(2 if f.name in insert.CLOCK_FIELDS else 1 for f in _sent_columns(db))
+
+
+@functools.cache
+def _not_sent(db: str) -> tuple[str, ...]:
+    return (*FROM_DEVICE, *_defaults_sql(db))

@@ -273,7 +273,7 @@ class _FanOut:
         shapes = [(alias, row) for alias, row in templates.items() if row is not False]
         # No savepoint, as `_insert_locked`: a database error marks the caller's transaction for rollback
         # (a refusal is raised after this block, which leaves the caller's transaction usable).
-        with transaction.atomic(using=db, savepoint=False):
+        with transaction.mark_for_rollback_on_error(using=db):
             rows = locked_insert.read_and_insert(user_id, shapes, db)  # type: ignore[arg-type]
         if rows is None:
             return None
