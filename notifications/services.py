@@ -130,9 +130,11 @@ def notification_send_to_user(
     A device whose token cannot be sent (a backend no longer configured, a token stored before today's
     checks) is skipped and named in `.skipped` with the reason; the others get theirs. Content that a
     backend refuses (FCM's string-only data, say) is the caller's to fix: a ValidationError, nothing stored.
-    A constant number of statements whatever the number of devices: one read, then on PostgreSQL one
-    statement that locks the devices and inserts their rows (and, outside a transaction, asks for a
-    drain), or elsewhere a short locking read and one INSERT (see `_insert_still_active`).
+    A constant number of statements whatever the number of devices: on PostgreSQL inside a transaction
+    one statement that reads the devices, locks them and inserts their rows (three at most, when a stored
+    token needs today's checks: see `_FanOut._send_in_one_statement`); otherwise one read, then on
+    PostgreSQL one statement that locks the devices and inserts their rows (and, outside a transaction,
+    asks for a drain), or elsewhere a short locking read and one INSERT (see `_insert_still_active`).
     """
     user = _saved_user(user, field="user", required=True)
     created, skipped, skipped_users = _FanOut.of(locals()).send({user.pk: user}, one_user=True)
