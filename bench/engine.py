@@ -469,7 +469,10 @@ def main() -> None:
     print(report(runs, n, rounds, head, started_at, pushes, (other, theirs) if other else None))
     if stall is not None:
         print(f"\nStall story (batch drain, 1 s lease): {json.dumps(stall)}")
-    print("\n" + json.dumps({"runs": runs, "pushes": pushes, "pushes_elsewhere": theirs, "stall": stall, "logs": str(LOGS)}))
+    print(
+        "\n"
+        + json.dumps({"runs": runs, "pushes": pushes, "pushes_elsewhere": theirs, "stall": stall, "logs": str(LOGS)})
+    )
 
 
 if __name__ == "__main__":

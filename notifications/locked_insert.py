@@ -266,13 +266,16 @@ def _sent_columns(db: str) -> list[Any]:
 
 @functools.cache
 def _read_insert_sql(db: str, aliases: int) -> str:
-    """`read_and_insert`'s statement for `db` with `aliases` rows of messages. Parameters: the user, then per alias its name, whether its message is sendable and the message's columns (each
-    clock column as a time and an offset, as in `_rows_sql`), then the user again."""
+    """`read_and_insert`'s statement for `db` with `aliases` rows of messages. Parameters: the user, then
+    per alias its name, whether its message is sendable and the message's columns that are not written
+    into the text (`_sent_columns`; a clock column as a time and an offset, as in `_rows_sql`), then the
+    user again."""
     connection = connections[db]
     qn = connection.ops.quote_name
     device = Device._meta
-    column = {name: qn(str(device.get_field(name).column)) for name in ("id", "backend", "token", "user", "active")}
-    used, made = (qn(str(device.get_field(name).column)) for name in ("last_used_at", "created_at"))
+    device_columns = {f.name: qn(str(f.column)) for f in device.concrete_fields}
+    column = {name: device_columns[name] for name in ("id", "backend", "token", "user", "active")}
+    used, made = device_columns["last_used_at"], device_columns["created_at"]
     table, user_type = qn(device.db_table), cast_type(device.get_field("user"), connection)
     elements, names, selected = ["%s::text", "%s::boolean"], ["alias", "ok"], []
     for index, field in enumerate(_sent_columns(db)):
@@ -327,8 +330,8 @@ def read_and_insert(
 
     Returns one tuple per device read, in key order: its `services._DEVICE_COLUMNS`, then the inserted
     row's key, due time, expiry, device and idempotency key (Nones for no row). A device read that has no
-    row although its backend has a message was deactivated or handed over meanwhile (the re-check). None: nothing was run
-    (not PostgreSQL, or a value only the ORM can build)."""
+    row although its backend has a message was deactivated or handed over meanwhile (the re-check).
+    None: nothing was run (not PostgreSQL, or a value only the ORM can build)."""
     if connections[db].vendor != "postgresql":
         return None
     params: list[Any] = [user_id]

@@ -271,12 +271,16 @@ class _FanOut:
             return None
         ((user_id, due),) = timing.items()
         messages = self._configured_messages()
-        templates = {alias: self._template(alias, known, due) for alias, known in messages.items()}
-        shapes = [(alias, row) for alias, row in templates.items() if row is not False]
+        # Not for a backend whose devices are skipped anyway (text): the statement gives them no row.
+        shapes = [
+            (alias, self._template(alias, known, due))
+            for alias, known in messages.items()
+            if not isinstance(known, str)
+        ]
         # No savepoint, as `_insert_locked`: a database error marks the caller's transaction for rollback
         # (a refusal is raised after this block, which leaves the caller's transaction usable).
         with transaction.mark_for_rollback_on_error(using=db):
-            rows = locked_insert.read_and_insert(user_id, shapes, db)  # type: ignore[arg-type]
+            rows = locked_insert.read_and_insert(user_id, shapes, db)
         if rows is None:
             return None
         spare = {alias: row for alias, row in shapes if row is not None}
@@ -301,23 +305,16 @@ class _FanOut:
         except ValidationError:
             _delete_rows(db, [values[0] for values in inserted.values()])  # the statement stored none: kept safe
             raise
-        stored_token = {row[0]: row[2] for row in rows}
-        planned_ids = {n.device_id for n in planned}
-        if (
-            any(isinstance(messages.get(row[1]), ValidationError) for row in rows)  # beyond the cap: not raised
-            or not planned_ids.issuperset(inserted)  # beyond the cap, or a token today's checks refuse
-            or any(n.device_token != stored_token[n.device_id] for n in planned)  # a token they change
-        ):
+        if not _as_planned(rows, planned, messages, inserted):
             # The statement's rows are not the planned ones: they go, and the planned ones go in as elsewhere.
             _delete_rows(db, [values[0] for values in inserted.values()])
             return _insert_still_active(planned, users, skipped), skipped
-        for notification in planned:
-            if notification.device_id in inserted:
-                values = inserted[notification.device_id]
-                insert.saved(notification, db, values)
-                notification.idempotency_key = values[4]
-                notification.created_at = made[notification.backend]
         created = [n for n in planned if n.device_id in inserted]
+        for notification in created:
+            values = inserted[notification.device_id]
+            insert.saved(notification, db, values)
+            notification.idempotency_key = values[4]
+            notification.created_at = made[notification.backend]
         skipped += [SkippedDevice(n.device_id, _LEFT_OUT) for n in planned if n.device_id not in inserted]
         if created:
             _request_drain_on_commit(db)
@@ -348,13 +345,11 @@ class _FanOut:
                 made[key] = exc
         return made[key] if isinstance(made[key], ValidationError) else (backend_cls, made[key])
 
-    def _template(self, alias: str, known: Any, due: tuple[Any, Any, str]) -> Notification | None | bool:
+    def _template(self, alias: str, known: Any, due: tuple[Any, Any, str]) -> Notification | None:
         """A row of `alias`'s message and the user's times, without a device (the statement adds it); None
-        when the backend refuses the message, False when its devices are skipped anyway."""
+        when the backend refuses the message."""
         if isinstance(known, ValidationError):
             return None
-        if isinstance(known, str):
-            return False
         at, expires_at, deferral = due
         return Notification(**known[1], backend=alias, expires_at=expires_at, next_attempt_at=at, last_error=deferral)
 
@@ -470,11 +465,25 @@ def _planned_row(
 _LEFT_OUT = "deactivated or registered by another user meanwhile"
 
 
+def _as_planned(
+    rows: list[tuple[Any, ...]], planned: list[Notification], messages: Mapping[str, Any], inserted: Mapping[Any, Any]
+) -> bool:
+    """Whether the one-statement send's rows (`inserted`, by device) are those planned from the devices it
+    read (`rows`): no device beyond the cap got one or was on a backend refusing the message, and no
+    token was refused or changed by today's checks."""
+    if any(isinstance(messages.get(row[1]), ValidationError) for row in rows):  # beyond the cap: not raised
+        return False
+    stored_token = {row[0]: row[2] for row in rows}
+    return {n.device_id for n in planned}.issuperset(inserted) and all(
+        n.device_token == stored_token[n.device_id] for n in planned
+    )
+
+
 def _delete_rows(db: str, keys: list[Any]) -> None:
     """Delete the just-inserted notifications `keys` (in the caller's transaction: no one else saw them)."""
     if keys:
         with transaction.mark_for_rollback_on_error(using=db):
-            Notification._base_manager.using(db).filter(pk__in=keys)._raw_delete(db)  # type: ignore[attr-defined]
+            Notification._base_manager.using(db).filter(pk__in=keys)._raw_delete(db)
 
 
 def _insert_still_active(

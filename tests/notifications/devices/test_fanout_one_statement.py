@@ -29,7 +29,11 @@ FCM = "fcm-token-1-xxxxxxxxxxxxxxxx"
 
 @pytest.fixture
 def capped(settings):
-    settings.WEAVE = {"PUSH_URL": "https://push.example/send", "PUSH_BACKENDS": BACKENDS, "PUSH_MAX_DEVICES_PER_USER": 2}
+    settings.WEAVE = {
+        "PUSH_URL": "https://push.example/send",
+        "PUSH_BACKENDS": BACKENDS,
+        "PUSH_MAX_DEVICES_PER_USER": 2,
+    }
 
 
 def kinds(queries):
@@ -45,7 +49,10 @@ def stored(rows):
 
 
 def test_the_rows_returned_are_the_rows_stored(capped, user):
-    devices = [device_register(user=user, backend="apns", token=APNS), device_register(user=user, backend="fcm", token=FCM)]
+    devices = [
+        device_register(user=user, backend="apns", token=APNS),
+        device_register(user=user, backend="fcm", token=FCM),
+    ]
 
     with CaptureQueriesContext(connection) as queries:
         rows = notification_send_to_user(user=user, title="Hi", body="", ttl=60, data={"n": "1"})
