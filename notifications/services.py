@@ -820,7 +820,10 @@ def _message_fields(
     priority: str,
     options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Validate a message's content for `backend_cls` (the same for every device on it); return the fields."""
+    """Validate a message's content for `backend_cls` (the same for every device on it); return the fields.
+
+    It depends on the backend only through `_backend_data`: `_FanOut._configured_messages` builds one
+    message for the backends that convert the data alike."""
     title = check_text(title, field="title", max_chars=_field_length("title"))
     body = check_text(body, field="body")
     options = check_options(options)
