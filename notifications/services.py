@@ -256,12 +256,13 @@ class _FanOut:
         INSERT in one statement (`locked_insert.read_and_insert`); None elsewhere (nothing was run).
 
         Every check that can refuse the message runs before the statement: the message is built for each
-        configured backend, and the statement stores nothing if one of the user's devices (within the cap)
-        is on a backend that refuses it, which is then raised here as the two-statement path raises it. The
-        rows take each device's token as stored; the devices read are then planned as that path plans
-        them, and if today's token checks skip a device or change its token, the rows go again (inside
-        the caller's transaction, never seen by another) and the planned rows are inserted as that path
-        inserts them. Outside a transaction the statement would commit by itself before those checks,
+        configured backend, and the statement stores nothing if one of the user's devices is on a backend
+        that refuses it; the refusal is then raised here as the two-statement path raises it. The rows
+        take each device's token as stored; the devices read are then planned as that path plans them,
+        and if the plan differs (today's token checks skip a device or change its token, a device is
+        beyond the cap, or only such a device was on a refusing backend), the statement's rows go again
+        (inside the caller's transaction, never seen by another) and the planned rows are inserted as
+        that path inserts them. Outside a transaction the statement would commit by itself before those checks,
         so the send keeps its two statements there."""
         db = router.db_for_write(Notification)
         connection = connections[db]
