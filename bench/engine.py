@@ -26,6 +26,10 @@ Each round also times the push hand-over beside them: N `notification_send_to_us
 one device each) in one transaction, in this process, as the tasks' enqueue is timed (no push is sent:
 no cluster serves the push queue here). Its time per item is reported against django-ox's enqueue.
 
+`--handover-from DIR` also times the push hand-over of another checkout of Weave (say, the code before a
+change, in a `git worktree`), in a child process on the same database, in every round beside this one's
+(the two take turns going first), so a before and an after are compared in the same run.
+
 `--stall` adds the stall story of the batch drain: a drain process stops (SIGSTOP) inside a task
 past its lease, another drain takes the task over and writes, then the first is let go and writes.
 """
@@ -301,6 +305,26 @@ def push_handover(n: int) -> dict[str, float]:
     return {"enqueue_ms_per_item": inside * 1000 / n, "with_commit_ms_per_item": committed * 1000 / n}
 
 
+def push_handover_elsewhere(root: str, n: int) -> dict[str, float]:
+    """`push_handover(n)` run by the checkout at `root` (its own code and its bench), in a child process,
+    after a warm-up of its own as this process's connection has had (its statements prepared)."""
+    code = (
+        "import json; from bench import engine; engine.push_handover(200); "
+        f"print(json.dumps(engine.push_handover({int(n)})))"
+    )
+    env = {**os.environ, "PYTHONPATH": root}
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"the hand-over of {root} failed:\n{done.stderr[-4000:]}")
+    out: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+def _commit_of(root: str) -> str:
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True)
+    return head.stdout.strip()
+
+
 def stall_story() -> dict[str, Any]:
     """A batch drain process stops inside a task past its lease; another takes over; the first wakes and writes."""
     with connection.cursor() as cursor:
@@ -360,6 +384,7 @@ def report(
     head: str,
     started_at: datetime,
     pushes: list[dict[str, float]],
+    elsewhere: tuple[str, list[dict[str, float]]] | None = None,
 ) -> str:
     lines = [
         f"Commit {head}, {started_at:%Y-%m-%d %H:%M} UTC, N = {n}, {rounds} round(s), 2 worker processes per "
@@ -394,6 +419,18 @@ def report(
             ratio = _median(pushes, "enqueue_ms_per_item") / _median(runs["django-ox"], "enqueue_ms_per_item")
             line += f"; {ratio:.2f}x django-ox's enqueue time per item"
         lines.append(line)
+    if elsewhere is not None and elsewhere[1]:
+        root, theirs = elsewhere
+        each = ", ".join(f"{p['enqueue_ms_per_item']:.3f}" for p in theirs)
+        line = (
+            f"- the same hand-over by {root} (commit {_commit_of(root)}), in the same rounds: "
+            f"{_median(theirs, 'enqueue_ms_per_item'):.3f} ms per item ({each}), "
+            f"{_median(theirs, 'with_commit_ms_per_item'):.3f} ms with the commit"
+        )
+        if "django-ox" in runs:
+            ratio = _median(theirs, "enqueue_ms_per_item") / _median(runs["django-ox"], "enqueue_ms_per_item")
+            line += f"; {ratio:.2f}x django-ox's enqueue time per item"
+        lines.append(line)
     loads = [r["load_before"] for these in runs.values() for r in these]
     lines.append(f"\nLoad average (1 min) before the rounds: {min(loads):.1f} to {max(loads):.1f}.")
     return "\n".join(lines)
@@ -403,7 +440,8 @@ def main() -> None:
     args = sys.argv[1:]
     rounds = int(args[args.index("--rounds") + 1]) if "--rounds" in args else 3
     only = args[args.index("--only") + 1].split(",") if "--only" in args else SYSTEMS
-    valued = {"--rounds", "--only"}
+    other = args[args.index("--handover-from") + 1] if "--handover-from" in args else None
+    valued = {"--rounds", "--only", "--handover-from"}
     positional = [a for i, a in enumerate(args) if not a.startswith("--") and (i == 0 or args[i - 1] not in valued)]
     n = int(positional[0]) if positional else 3000
     started_at, head = datetime.now(UTC), _commit()
@@ -416,16 +454,25 @@ def main() -> None:
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}
     names = list(systems)
     pushes: list[dict[str, float]] = []
+    theirs: list[dict[str, float]] = []
+    push_handover(WARM_UP)  # this process's statements prepared, as the other checkout's child warms up its own
     for i in range(rounds):
         for name in names[i % len(names) :] + names[: i % len(names)]:
             run = run_round(systems[name], n)
             runs[name].append(run)
             print(f"round {i + 1}: {name} {run['rate']:.0f}/s (load {run['load_before']:.1f})", file=sys.stderr)
+        if other is not None and i % 2:
+            theirs.append(push_handover_elsewhere(other, n))
         pushes.append(push_handover(n))
-    print(report(runs, n, rounds, head, started_at, pushes))
+        if other is not None and not i % 2:
+            theirs.append(push_handover_elsewhere(other, n))
+    print(report(runs, n, rounds, head, started_at, pushes, (other, theirs) if other else None))
     if stall is not None:
         print(f"\nStall story (batch drain, 1 s lease): {json.dumps(stall)}")
-    print("\n" + json.dumps({"runs": runs, "pushes": pushes, "stall": stall, "logs": str(LOGS)}))
+    print(
+        "\n"
+        + json.dumps({"runs": runs, "pushes": pushes, "pushes_elsewhere": theirs, "stall": stall, "logs": str(LOGS)})
+    )
 
 
 if __name__ == "__main__":

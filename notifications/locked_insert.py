@@ -135,12 +135,15 @@ def _rows_sql(db: str, few: int | None) -> str:
     )
 
 
-def _columns(rows: list[Notification], db: str) -> list[list[Any]] | None:
-    """One list per array of `_rows_sql`, in its order; None when a value needs the ORM's compiler."""
+def _columns(rows: list[Notification], db: str, skip: tuple[str, ...] = ()) -> list[list[Any]] | None:
+    """One list per array of `_rows_sql`, in its order (without the columns named in `skip`); None when a
+    value needs the ORM's compiler."""
     connection = connections[db]
     columns = insert.fields()
     arrays: list[list[Any]] = []
     for field, prepare in zip(columns, insert.preparers(connection), strict=True):
+        if field.name in skip:
+            continue
         if field.name in insert.CLOCK_FIELDS:
             at: list[Any] = []
             secs: list[float | None] = []
@@ -207,3 +210,152 @@ def insert_locked(
     if not returned or claim is None:
         return False, False
     return bool(returned[0][4]), bool(returned[0][5])
+
+
+# --- one user's send in the caller's transaction: the device read folded into the statement -------------
+
+# The columns a send takes from the device row rather than from its message (`read_and_insert`), and the
+# one the statement makes per row: the idempotency key is each row's own, and the rows of one message are
+# known only inside the statement (PostgreSQL's random UUID, as `uuid.uuid4`'s; returned, so set on the row).
+FROM_DEVICE = ("device", "device_token", "backend", "idempotency_key")
+MADE_PER_ROW = {"idempotency_key": "gen_random_uuid()"}
+
+
+# The columns a message or its times set; every other column of a new row holds its field's default.
+FROM_MESSAGE = frozenset(
+    ("title", "body", "data", "options", "collapse_key", "priority", "expires_at", "next_attempt_at", "last_error",
+     "created_at")
+)  # fmt: skip
+
+
+def _message_columns() -> list[Any]:
+    return [f for f in insert.fields() if f.name not in FROM_DEVICE]
+
+
+@functools.cache
+def _defaults_sql(db: str) -> dict[str, str]:
+    """{field name: SQL literal} of the columns every new row of a message holds the same value in: the
+    field's default, not callable, adapted as `_columns` adapts it, and simple enough to write as a
+    literal (NULL, a whole number, a boolean, plain text). Written into the text, they need no parameter
+    and nothing to adapt per call; a column whose default is anything else stays a parameter."""
+    connection = connections[db]
+    literals: dict[str, str] = {}
+    for field, prepare in zip(insert.fields(), insert.preparers(connection), strict=True):
+        if field.name in FROM_DEVICE or field.name in FROM_MESSAGE or (field.has_default() and callable(field.default)):
+            continue
+        value = prepare(field.get_default())
+        if isinstance(value, str):
+            value = getattr(value, "value", value)  # a choices enum's member: its value
+        kind = cast_type(field, connection)
+        if value is None:
+            literals[field.name] = f"NULL::{kind}"
+        elif type(value) is bool:
+            literals[field.name] = f"{'TRUE' if value else 'FALSE'}::{kind}"
+        elif isinstance(value, int):  # psycopg's Int4 or Int8 wrapper of it, too
+            literals[field.name] = f"{int(value)}::{kind}"
+        elif type(value) is str and value.isascii() and value.isprintable():
+            literals[field.name] = "'{}'::{}".format(value.replace("'", "''").replace("%", "%%"), kind)
+    return literals
+
+
+def _sent_columns(db: str) -> list[Any]:
+    """The message's columns that go as parameters (`_message_columns` without `_defaults_sql`)."""
+    fixed = _defaults_sql(db)
+    return [f for f in _message_columns() if f.name not in fixed]
+
+
+@functools.cache
+def _read_insert_sql(db: str, aliases: int) -> str:
+    """`read_and_insert`'s statement for `db` with `aliases` rows of messages. Parameters: the user, then
+    per alias its name, whether its message is sendable and the message's columns that are not written
+    into the text (`_sent_columns`; a clock column as a time and an offset, as in `_rows_sql`), then the
+    user again."""
+    connection = connections[db]
+    qn = connection.ops.quote_name
+    device = Device._meta
+    device_columns = {f.name: qn(str(f.column)) for f in device.concrete_fields}
+    column = {name: device_columns[name] for name in ("id", "backend", "token", "user", "active")}
+    used, made = device_columns["last_used_at"], device_columns["created_at"]
+    table, user_type = qn(device.db_table), cast_type(device.get_field("user"), connection)
+    elements, names, selected = ["%s::text", "%s::boolean"], ["alias", "ok"], []
+    for index, field in enumerate(_sent_columns(db)):
+        name, kind = f"c{index}", cast_type(field, connection)
+        if field.name in insert.CLOCK_FIELDS:
+            elements += [f"%s::{kind}", "%s::double precision"]
+            names += [f"{name}_at", f"{name}_secs"]
+            offset = postgres_now_plus(f"m.{name}_secs")
+            selected.append(f"CASE WHEN m.{name}_secs IS NULL THEN m.{name}_at ELSE {offset} END")
+        else:
+            elements.append(f"%s::{kind}")
+            names.append(name)
+            selected.append(f"m.{name}")
+    by_name = dict(zip([f.name for f in _sent_columns(db)], selected, strict=True))
+    by_name.update(device="m.id", device_token="m.token", backend="m.backend", **MADE_PER_ROW, **_defaults_sql(db))
+    columns = insert.fields()
+    row = f"({', '.join(elements)})"
+    meta = Notification._meta
+    returning = [*insert.returned_fields(), meta.get_field("device"), meta.get_field("idempotency_key")]
+    return (
+        # `seen`: the user's active devices as a plain read sees them (the statement's snapshot).
+        f"WITH seen AS MATERIALIZED (SELECT {column['id']} AS id, {column['backend']} AS backend,"
+        f" {column['token']} AS token, {used} AS last_used_at, {made} AS created_at, {column['user']} AS user_id"
+        f" FROM {table} WHERE {column['active']} AND {column['user']} = %s::{user_type}),"
+        f" m (alias, ok, {', '.join(names[2:])}) AS (VALUES {', '.join([row] * aliases)}),"
+        # The devices that get a row, with the row's values: those on a backend with a message, unless one
+        # of the user's devices is on a backend that refuses it (then none, and the caller raises). Locked
+        # in key order and re-checked as `locked` above. The device cap is not applied here: a device
+        # beyond it is rare (the registration refuses one), and the caller, which finds it, then takes the
+        # two-statement path.
+        f" locked AS MATERIALIZED (SELECT seen.id, seen.token, seen.backend, m.* FROM seen"
+        f" JOIN m ON m.alias = seen.backend AND m.ok"
+        f" JOIN {table} AS d ON d.{column['id']} = seen.id AND d.{column['active']}"
+        f" AND d.{column['user']} = %s::{user_type}"
+        f" WHERE NOT EXISTS (SELECT 1 FROM seen JOIN m ON m.alias = seen.backend WHERE NOT m.ok)"
+        f" ORDER BY seen.id FOR NO KEY UPDATE OF d),"
+        f" new AS (INSERT INTO {qn(Notification._meta.db_table)} ({', '.join(qn(str(f.column)) for f in columns)})"
+        f" SELECT {', '.join(by_name[f.name] for f in columns)} FROM locked AS m"
+        f" RETURNING {', '.join(qn(str(f.column)) for f in returning)})"
+        f" SELECT seen.*, new.* FROM seen LEFT JOIN new ON new.{qn(str(returning[3].column))} = seen.id"
+    )
+
+
+def read_and_insert(
+    user_id: Any, messages: list[tuple[str, Notification | None]], db: str
+) -> list[tuple[Any, ...]] | None:
+    """In one statement: read the active devices of user `user_id`, and insert a row for each of them
+    whose backend has a message in `messages` ((alias, a row holding that message and its times, or None
+    when the backend refuses the message): none at all when one of the user's devices is on a backend that
+    refuses it), each device locked and re-checked as `insert_locked` does. The rows take the device's
+    key, backend and token as stored.
+
+    Returns one tuple per device read, in key order: its `services._DEVICE_COLUMNS`, then the inserted
+    row's key, due time, expiry, device and idempotency key (Nones for no row). A device read that has no
+    row although its backend has a message was deactivated or handed over meanwhile (the re-check).
+    None: nothing was run (not PostgreSQL, or a value only the ORM can build)."""
+    if connections[db].vendor != "postgresql":
+        return None
+    params: list[Any] = [user_id]
+    for alias, template in messages:
+        if template is None:
+            params += [alias, False] + [None] * _message_width(db)
+            continue
+        arrays = _columns([template], db, skip=_not_sent(db))
+        if arrays is None:
+            return None
+        params += [alias, True] + [values[0] for values in arrays]
+    params.append(user_id)
+    sql = _read_insert_sql(db, len(messages))
+    with statement_cursor(connections[db], server_bound=True, prepared=True, text=sql) as cursor:
+        cursor.execute(sql, params)
+        return sorted((tuple(row) for row in cursor.fetchall()), key=lambda row: row[0])
+
+
+@functools.cache
+def _message_width(db: str) -> int:
+    """How many parameters one message's columns take (a clock column takes two)."""
+    return sum(2 if f.name in insert.CLOCK_FIELDS else 1 for f in _sent_columns(db))
+
+
+@functools.cache
+def _not_sent(db: str) -> tuple[str, ...]:
+    return (*FROM_DEVICE, *_defaults_sql(db))

@@ -130,12 +130,14 @@ def notification_send_to_user(
     A device whose token cannot be sent (a backend no longer configured, a token stored before today's
     checks) is skipped and named in `.skipped` with the reason; the others get theirs. Content that a
     backend refuses (FCM's string-only data, say) is the caller's to fix: a ValidationError, nothing stored.
-    A constant number of statements whatever the number of devices: one read, then on PostgreSQL one
-    statement that locks the devices and inserts their rows (and, outside a transaction, asks for a
-    drain), or elsewhere a short locking read and one INSERT (see `_insert_still_active`).
+    A constant number of statements whatever the number of devices: on PostgreSQL inside a transaction
+    one statement that reads the devices, locks them and inserts their rows (three at most, when a stored
+    token needs today's checks: see `_FanOut._send_in_one_statement`); otherwise one read, then on
+    PostgreSQL one statement that locks the devices and inserts their rows (and, outside a transaction,
+    asks for a drain), or elsewhere a short locking read and one INSERT (see `_insert_still_active`).
     """
     user = _saved_user(user, field="user", required=True)
-    created, skipped, skipped_users = _FanOut.of(locals()).send({user.pk: user})
+    created, skipped, skipped_users = _FanOut.of(locals()).send({user.pk: user}, one_user=True)
     return UserNotifications(created, skipped=skipped, skipped_users=skipped_users)
 
 
@@ -230,15 +232,127 @@ class _FanOut:
         out take the same message keywords, so they are read by name here rather than listed twice."""
         return cls(**{f.name: arguments[f.name] for f in fields(cls)})
 
-    def send(self, users: Mapping[Any, Any]) -> tuple[list[Notification], list["SkippedDevice"], list["SkippedUser"]]:
+    def send(
+        self, users: Mapping[Any, Any], *, one_user: bool = False
+    ) -> tuple[list[Notification], list["SkippedDevice"], list["SkippedUser"]]:
         """Create the rows for `users` ({pk: user}) in one short transaction (or one statement, see
-        `_insert_still_active`); return them, the skipped devices and the skipped users."""
+        `_insert_still_active`); return them, the skipped devices and the skipped users. `one_user`:
+        `notification_send_to_user`'s send, which may take one statement in all (`_send_in_one_statement`)."""
         timing, skipped_users = self._timings(users)
         judged = {pk: user for pk, user in users.items() if pk in timing}
-        devices = _active_device_rows(list(judged), locking=False)
-        planned, skipped = self._plan(devices, timing)
-        created = _insert_still_active(planned, judged, skipped)
+        done = self._send_in_one_statement(judged, timing) if one_user and len(judged) == 1 else None
+        if done is not None:
+            created, skipped = done
+        else:
+            devices = _active_device_rows(list(judged), locking=False)
+            planned, skipped = self._plan(devices, timing)
+            created = _insert_still_active(planned, judged, skipped)
         return created, sorted(skipped, key=lambda d: d.device_id), skipped_users
+
+    def _send_in_one_statement(
+        self, users: Mapping[Any, Any], timing: Mapping[Any, tuple[Any, Any, str]]
+    ) -> tuple[list[Notification], list["SkippedDevice"]] | None:
+        """One user's send inside the caller's transaction on PostgreSQL: the device read, the locks and the
+        INSERT in one statement (`locked_insert.read_and_insert`); None elsewhere (nothing was run).
+
+        Every check that can refuse the message runs before the statement: the message is built for each
+        configured backend, and the statement stores nothing if one of the user's devices is on a backend
+        that refuses it; the refusal is then raised here as the two-statement path raises it. The rows
+        take each device's token as stored; the devices read are then planned as that path plans them,
+        and if the plan differs (today's token checks skip a device or change its token, a device is
+        beyond the cap, or only such a device was on a refusing backend), the statement's rows go again
+        (inside the caller's transaction, never seen by another) and the planned rows are inserted as
+        that path inserts them. Outside a transaction the statement would commit by itself before those checks,
+        so the send keeps its two statements there."""
+        db = router.db_for_write(Notification)
+        connection = connections[db]
+        if router.db_for_write(Device) != db or router.db_for_read(Device) != db or connection.vendor != "postgresql":
+            return None
+        if not connection.in_atomic_block and connection.get_autocommit():
+            return None
+        ((user_id, due),) = timing.items()
+        messages = self._configured_messages()
+        # Not for a backend whose devices are skipped anyway (text): the statement gives them no row.
+        shapes = [
+            (alias, self._template(alias, known, due))
+            for alias, known in messages.items()
+            if not isinstance(known, str)
+        ]
+        # No savepoint, as `_insert_locked`: a database error marks the caller's transaction for rollback
+        # (a refusal is raised after this block, which leaves the caller's transaction usable).
+        with transaction.mark_for_rollback_on_error(using=db):
+            rows = locked_insert.read_and_insert(user_id, shapes, db)
+        if rows is None:
+            return None
+        spare = {alias: row for alias, row in shapes if row is not None}
+        return self._settle(rows, messages, spare, timing, users, db)
+
+    def _settle(
+        self,
+        rows: list[tuple[Any, ...]],
+        messages: dict[str, Any],
+        spare: dict[str, Notification],
+        timing: Mapping[Any, tuple[Any, Any, str]],
+        users: Mapping[Any, Any],
+        db: str,
+    ) -> tuple[list[Notification], list["SkippedDevice"]]:
+        """From `read_and_insert`'s rows: the rows kept and the devices skipped, as `_plan` and
+        `_insert_still_active` would have made them from the same devices. `spare`: the statement's rows
+        by alias, each the first planned row of its backend (so one row is made per device, not two)."""
+        made = {alias: row.created_at for alias, row in spare.items()}  # what the statement stored (`pre_save`)
+        inserted = {row[9]: row[6:11] for row in rows if row[6] is not None}  # by device
+        try:
+            planned, skipped = self._plan([row[:6] for row in rows], timing, messages, spare)
+        except ValidationError:
+            _delete_rows(db, [values[0] for values in inserted.values()])  # the statement stored none: kept safe
+            raise
+        if not _as_planned(rows, planned, messages, inserted):
+            # The statement's rows are not the planned ones: they go, and the planned ones go in as elsewhere.
+            _delete_rows(db, [values[0] for values in inserted.values()])
+            return _insert_still_active(planned, users, skipped), skipped
+        created = [n for n in planned if n.device_id in inserted]
+        for notification in created:
+            values = inserted[notification.device_id]
+            insert.saved(notification, db, values)
+            notification.idempotency_key = values[4]
+            notification.created_at = made[notification.backend]
+        skipped += [SkippedDevice(n.device_id, _LEFT_OUT) for n in planned if n.device_id not in inserted]
+        if created:
+            _request_drain_on_commit(db)
+        return created, skipped
+
+    def _configured_messages(self) -> dict[str, Any]:
+        """{alias: (backend class, message fields) or why its devices are skipped (text)
+        or the ValidationError its backend refuses the message with} for every configured backend.
+
+        Backends that convert the data alike (most do not convert it) get one message between them: the
+        fields depend on the backend only through that conversion (`_message_fields`)."""
+        made: dict[Any, dict[str, Any] | ValidationError] = {}
+        out: dict[str, Any] = {}
+        for alias in backend_configs():
+            out[alias] = self._message_cached(alias, made)
+        return out
+
+    def _message_cached(self, alias: str, made: dict[Any, Any]) -> Any:
+        try:
+            backend_cls = _backend_class(alias)
+        except ValidationError as exc:
+            return f"its backend cannot send: {' '.join(exc.messages)}"
+        key = getattr(backend_cls, "prepare_data", None)
+        if key not in made:
+            try:
+                made[key] = self._fields(backend_cls)
+            except ValidationError as exc:
+                made[key] = exc
+        return made[key] if isinstance(made[key], ValidationError) else (backend_cls, made[key])
+
+    def _template(self, alias: str, known: Any, due: tuple[Any, Any, str]) -> Notification | None:
+        """A row of `alias`'s message and the user's times, without a device (the statement adds it); None
+        when the backend refuses the message."""
+        if isinstance(known, ValidationError):
+            return None
+        at, expires_at, deferral = due
+        return Notification(**known[1], backend=alias, expires_at=expires_at, next_attempt_at=at, last_error=deferral)
 
     def _timings(self, users: Mapping[Any, Any]) -> tuple[dict[Any, tuple[Any, Any, str]], list["SkippedUser"]]:
         """{user pk: timing} of the users the quiet-hours policy could judge, and the others with why."""
@@ -253,19 +367,31 @@ class _FanOut:
         return timing, skipped
 
     def _plan(
-        self, devices: list[tuple[Any, ...]], timing: Mapping[Any, tuple[Any, Any, str]]
+        self,
+        devices: list[tuple[Any, ...]],
+        timing: Mapping[Any, tuple[Any, Any, str]],
+        known: Mapping[str, Any] | None = None,
+        spare: dict[str, Notification] | None = None,
     ) -> tuple[list[Notification], list["SkippedDevice"]]:
-        """The unsaved rows for `devices` (rows of `_DEVICE_COLUMNS`) and the devices skipped, with why."""
+        """The unsaved rows for `devices` (rows of `_DEVICE_COLUMNS`) and the devices skipped, with why.
+        `known`: messages already built (`_configured_messages`); a refusal there is raised here, at the
+        first device on that backend, as building the message there would raise it. `spare`: a row per
+        backend to take for its first device instead of a new one (`_template`)."""
+        spare = {} if spare is None else spare
         skipped = _over_the_cap(devices)
         over = {d.device_id for d in skipped}
-        messages: dict[str, tuple[type[PushBackend], dict[str, Any]] | str] = {}
+        messages: dict[str, Any] = dict(known or {})
         planned: list[Notification] = []
         for pk, alias, token, _used, _created, user_id in devices:
             if pk in over:
                 continue
             if alias not in messages:
                 messages[alias] = self._message(alias)
-            row = _planned_row(messages[alias], pk, alias, token, timing[user_id])
+            if isinstance(messages[alias], ValidationError):
+                raise messages[alias]
+            row = _planned_row(messages[alias], pk, alias, token, timing[user_id], spare.get(alias))
+            if row is spare.get(alias):
+                del spare[alias]
             if isinstance(row, SkippedDevice):
                 skipped.append(row)
             else:
@@ -273,8 +399,15 @@ class _FanOut:
         return planned, skipped
 
     def _message(self, alias: str) -> tuple[type[PushBackend], dict[str, Any]] | str:
-        return _message_for_alias(
-            alias, title=self.title, body=self.body, data=self.data, collapse_key=self.collapse_key,
+        try:
+            backend_cls = _backend_class(alias)
+        except ValidationError as exc:
+            return f"its backend cannot send: {' '.join(exc.messages)}"
+        return backend_cls, self._fields(backend_cls)
+
+    def _fields(self, backend_cls: type[PushBackend]) -> dict[str, Any]:
+        return _message_fields(
+            backend_cls, title=self.title, body=self.body, data=self.data, collapse_key=self.collapse_key,
             ttl=self.ttl, priority=self.priority, options=self.options,
         )  # fmt: skip
 
@@ -302,9 +435,15 @@ def _over_the_cap(devices: list[tuple[Any, ...]]) -> list["SkippedDevice"]:
 
 
 def _planned_row(
-    known: tuple[type[PushBackend], dict[str, Any]] | str, pk: Any, alias: str, token: str, timing: tuple[Any, Any, str]
+    known: tuple[type[PushBackend], dict[str, Any]] | str,
+    pk: Any,
+    alias: str,
+    token: str,
+    timing: tuple[Any, Any, str],
+    spare: Notification | None = None,
 ) -> "Notification | SkippedDevice":
-    """The unsaved row for one device, or why the device is skipped."""
+    """The unsaved row for one device, or why the device is skipped. `spare`: a row of the same message and
+    `timing` without a device yet, taken instead of a new one."""
     if isinstance(known, str):
         return SkippedDevice(pk, known)
     backend_cls, fields = known
@@ -314,6 +453,9 @@ def _planned_row(
         return SkippedDevice(pk, f"its token cannot be sent: {' '.join(exc.messages)}")
     if problem := backend_cls.target_problem(canonical, fields["options"]):
         return SkippedDevice(pk, problem)  # a Live Activity token and an ordinary alert, say
+    if spare is not None:
+        spare.device_token, spare.device_id = canonical, pk
+        return spare
     due, expires_at, deferral = timing
     return Notification(
         **fields, backend=alias, device_token=canonical, device_id=pk, expires_at=expires_at,
@@ -322,6 +464,27 @@ def _planned_row(
 
 
 _LEFT_OUT = "deactivated or registered by another user meanwhile"
+
+
+def _as_planned(
+    rows: list[tuple[Any, ...]], planned: list[Notification], messages: Mapping[str, Any], inserted: Mapping[Any, Any]
+) -> bool:
+    """Whether the one-statement send's rows (`inserted`, by device) are those planned from the devices it
+    read (`rows`): no device beyond the cap got one or was on a backend refusing the message, and no
+    token was refused or changed by today's checks."""
+    if any(isinstance(messages.get(row[1]), ValidationError) for row in rows):  # beyond the cap: not raised
+        return False
+    stored_token = {row[0]: row[2] for row in rows}
+    return {n.device_id for n in planned}.issuperset(inserted) and all(
+        n.device_token == stored_token[n.device_id] for n in planned
+    )
+
+
+def _delete_rows(db: str, keys: list[Any]) -> None:
+    """Delete the just-inserted notifications `keys` (in the caller's transaction: no one else saw them)."""
+    if keys:
+        with transaction.mark_for_rollback_on_error(using=db):
+            Notification._base_manager.using(db).filter(pk__in=keys)._raw_delete(db)
 
 
 def _insert_still_active(
@@ -461,15 +624,6 @@ class UserNotifications(list[Notification]):
         super().__init__(created)
         self.skipped: list[SkippedDevice] = list(skipped)
         self.skipped_users: list[SkippedUser] = list(skipped_users)
-
-
-def _message_for_alias(alias: str, **content: Any) -> tuple[type[PushBackend], dict[str, Any]] | str:
-    """The checked message fields for one backend alias; or why its devices are skipped (text)."""
-    try:
-        backend_cls = _backend_class(alias)
-    except ValidationError as exc:
-        return f"its backend cannot send: {' '.join(exc.messages)}"
-    return backend_cls, _message_fields(backend_cls, **content)
 
 
 def _insert_many(rows: list[Notification], *, using: str | None = None) -> None:
@@ -667,7 +821,10 @@ def _message_fields(
     priority: str,
     options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Validate a message's content for `backend_cls` (the same for every device on it); return the fields."""
+    """Validate a message's content for `backend_cls` (the same for every device on it); return the fields.
+
+    It depends on the backend only through `_backend_data`: `_FanOut._configured_messages` builds one
+    message for the backends that convert the data alike."""
     title = check_text(title, field="title", max_chars=_field_length("title"))
     body = check_text(body, field="body")
     options = check_options(options)

@@ -6,6 +6,7 @@ the log), or LISTEN on the direct connection named by WAKE_LISTEN_DB. Either way
 promptly and a killed worker's rows are recovered. Times are on the database clock.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -139,3 +140,56 @@ def test_through_pgbouncer__a_declared_transaction_pooler_gets_no_named_statemen
     finally:
         for site in sites:
             site.close()
+
+
+_SEND_THROUGH_THE_POOLER = """
+import contextlib, json, sys
+import django
+django.setup()
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from notifications.services import notification_send_to_user
+count, sent = sys.argv[1] == "count", []
+for pk in sys.argv[2:]:
+    user = get_user_model().objects.get(pk=pk)
+    # Counted in the first round only: while queries are logged, nothing is prepared.
+    with CaptureQueriesContext(connection) if count else contextlib.nullcontext() as queries:
+        with transaction.atomic():
+            rows = notification_send_to_user(user=user, title="Hi", body="")
+    kinds = [q["sql"].split(None, 1)[0].upper() for q in queries.captured_queries] if count else []
+    sent.append({"rows": [[r.pk, r.device_id] for r in rows], "skipped": [s.device_id for s in rows.skipped],
+                 "kinds": kinds})
+print(json.dumps(sent))
+"""
+
+
+def test_through_pgbouncer__a_send_to_user_in_a_transaction_is_one_statement_and_stores_its_rows(worker_env, bouncer):
+    """The one-statement send (and the path that undoes its rows for a token today's checks refuse) runs
+    through transaction pooling, where each transaction may reach another server session."""
+    from django.contrib.auth import get_user_model
+
+    from notifications.models import Device, Notification
+
+    people = [get_user_model().objects.create_user(f"pooled-{i}") for i in range(6)]
+    devices = [Device.objects.create(user=person, backend="default", token=f"pooled-{person.pk}") for person in people]
+    legacy = Device.objects.create(user=people[0], backend="default", token="two\nlines")  # before today's checks
+    env = {**os.environ, **pooled_env(worker_env, bouncer), "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    returned = []
+    for mode in ("count", "quiet"):  # the second round unlogged, as a site runs it
+        done = subprocess.run(
+            [sys.executable, "-c", _SEND_THROUGH_THE_POOLER, mode, *(str(p.pk) for p in people)],
+            cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        sent = json.loads(done.stdout.strip().splitlines()[-1])
+        assert [s["skipped"] for s in sent] == [[legacy.pk]] + [[]] * 5
+        assert [[device for _, device in s["rows"]] for s in sent] == [[d.pk] for d in devices]
+        if mode == "count":
+            # One statement (the drain request follows the commit); for alice, whose legacy token is
+            # refused, its rows go and hers goes in again.
+            assert [s["kinds"][:3] for s in sent[1:]] == [["BEGIN", "WITH", "COMMIT"]] * 5, sent
+            assert sent[0]["kinds"][:3] == ["BEGIN", "WITH", "DELETE"], sent[0]
+        returned += [tuple(row) for s in sent for row in s["rows"]]
+    assert sorted(Notification.objects.values_list("pk", "device_id")) == sorted(returned)
+    assert len(returned) == 12 and not Notification.objects.filter(device=legacy).exists()

@@ -93,3 +93,21 @@ def test_sends_to_several_users__still_store_a_row_per_active_device(django_user
     assert sorted(stored) == sorted(
         f"plan-{p.pk}-{d}" for p in people for d in range(2) if not (p == people[1] and d == 0)
     )
+
+
+@pytest.mark.parametrize("devices_each", [1, 3])
+def test_one_user_sends_in_a_transaction__keep_one_plan_of_their_one_statement(django_user_model, devices_each):
+    from django.db import transaction
+
+    _crowd()
+    people = _people(django_user_model, SENDS, devices_each)
+    connection.close()  # a new session: its prepared statements are this test's alone
+    with transaction.atomic():  # one statement reads, locks and inserts (`read_and_insert`)
+        for person in people:
+            assert len(notification_send_to_user(user=person, title="Hi", body="")) == devices_each
+        plans = _fanout_plans()
+    assert set(plans) == {"WITH seen AS MATERIA"}, plans
+    ((generic, custom),) = plans.values()
+    assert generic >= SENDS - 5 and custom <= 5, (generic, custom)
+    stored = Notification.objects.filter(device__user__in=people).values_list("device__user", flat=True)
+    assert sorted(stored) == sorted(p.pk for p in people for _ in range(devices_each))
