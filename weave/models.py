@@ -15,6 +15,7 @@ from django.db.models import Case, F, Min, Q, When
 
 from weave.leases import Clock, LeasedModel, LeaseQuerySet, default_clock
 
+
 __all__ = [
     "JobAttempt",
     "JobModel",
@@ -127,6 +128,16 @@ class JobModel(LeasedModel):
     last_error = models.TextField(blank=True, default="", editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Database-clock time of the latest claim (null: never claimed, or claimed before Weave wrote it).
+    last_attempted_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Who held the job when the latest claim took it over (null: it was free), copied by the claim in
+    # its own statement: the takeover records the attempt that lost its lease without a finish.
+    previous_owner = models.CharField(  # noqa: DJ001  (None: was free)
+        max_length=100, null=True, blank=True, editable=False
+    )
+    previous_fence = models.BigIntegerField(null=True, blank=True, editable=False)
+    previous_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
+    previous_attempted_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     objects = JobQuerySet.as_manager()  # type: ignore[misc]  # replaces the abstract base's manager
 
@@ -221,15 +232,8 @@ class TaskRow(JobModel):
     return_value = models.JSONField(null=True, blank=True)
     # The Weave options the task was enqueued with (max_attempts, backoff, retry_on, timeout, lease_ttl).
     options = models.JSONField(default=dict, blank=True)
-    # Database-clock times written by each claim: the first start, and the latest.
+    # Database-clock time of the first claim (the latest claim's: `last_attempted_at`, from JobModel).
     started_at = models.DateTimeField(null=True, blank=True)
-    last_attempted_at = models.DateTimeField(null=True, blank=True)
-    # Who held the task when the latest claim took it over (null: it was free). Copied by the claim
-    # itself, so a takeover can record the attempt that lost its lease without a finish of its own.
-    previous_owner = models.CharField(max_length=100, null=True, blank=True)  # noqa: DJ001  (None: was free)
-    previous_fence = models.BigIntegerField(null=True, blank=True)
-    previous_expires_at = models.DateTimeField(null=True, blank=True)
-    previous_attempted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name = "task"

@@ -37,6 +37,7 @@ from weave.jobs.context import JobContext
 from weave.jobs.declaration import JobType, get
 from weave.jobs.records import JobAttempts
 from weave.jobs.runner import Ending, end_lost, log_ending, settle_job_cut_off, work
+from weave.jobs.takeover import record_takeover
 from weave.jobs.undo import hand_on
 from weave.leases import Clock, Lease, LeaseLost, default_clock, insert_receipts, new_owner
 from weave.leases.batch_heartbeat import BatchHeartbeat
@@ -471,6 +472,8 @@ class BatchDrain:
             if undo is None:
                 self._run_one(ctx)  # a row the type will not have given back (e.g. a takeover to record)
                 continue
+            if not self.jt.records_takeovers:
+                record_takeover(ctx)  # the next claim finds the row free: only this one knows whom it replaced
             self.heartbeat.forget([ctx.lease.pk])
             self._open.pop(ctx.lease.pk, None)
             try:

@@ -1,0 +1,101 @@
+"""A worker killed mid-attempt writes nothing; the attempt that takes the job over records it (`weave.jobs.takeover`)."""
+
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+
+from tests.jobs.shipping.carrier import during_booking
+from tests.jobs.shipping.models import Booking, Shipment
+from weave.jobs import get
+from weave.jobs.batch import run_batches
+from weave.jobs.console import findings, outcome_counts
+from weave.jobs.runner import run_job
+from weave.models import JobAttempt
+
+pytestmark = pytest.mark.django_db
+
+
+class WorkerDied(BaseException):
+    """Stands for the worker process being killed (SIGKILL) mid-step: nothing after it runs, nothing is recorded."""
+
+
+def die_after(clock, seconds):
+    """A hook for the booking step: work `seconds` (less than ttl/3: the heartbeat's thread stays asleep),
+    renew once by hand, then the process dies."""
+
+    def hook(ctx, hb):
+        clock.advance(seconds)
+        hb.beat()  # the lease now ends `seconds` later than the claim's
+        raise WorkerDied
+
+    return hook
+
+
+def attempts_of(shipment):
+    return list(JobAttempt.objects.filter(job_type="shipment", job_id=str(shipment.pk)).order_by("number"))
+
+
+def killed_mid_booking(clock, shipment):
+    """Attempt 1 by "killed" dies in the booking step; return its claim time and its lease's last expiry."""
+    ttl = get("shipment").lease_ttl()
+    claimed = clock.current
+    during_booking.append(die_after(clock, 4))
+    with pytest.raises(WorkerDied):
+        run_job("shipment", shipment.pk, owner="killed", clock=clock)
+    during_booking.clear()
+    assert attempts_of(shipment) == []  # the dead worker wrote no record of its attempt
+    expiry = Shipment.objects.get(pk=shipment.pk).lease_expires_at
+    assert expiry == claimed + timedelta(seconds=4 + ttl)
+    clock.advance(ttl + 1)  # its lease lapses
+    return claimed, expiry
+
+
+def test_takeover__records_the_killed_workers_attempt_as_blocked_with_its_owner_fence_and_times(clock):
+    shipment = Shipment.objects.create(parcel="books")
+    claimed, expiry = killed_mid_booking(clock, shipment)
+    took_over = clock.current
+    assert run_job("shipment", shipment.pk, owner="rival", clock=clock) == "done"
+    lost, done = attempts_of(shipment)
+    assert (lost.number, lost.owner, lost.fence, lost.outcome) == (1, "killed", 1, "blocked")
+    assert (done.number, done.owner, done.fence, done.outcome) == (2, "rival", 2, "done")
+    # Database times: it started at its claim, and is dated when the takeover found it ended.
+    assert lost.started_at == claimed and lost.finished_at == took_over
+    assert "ended no later than its lease's expiry at " + expiry.strftime("%H:%M:%S.%f")[:-3] in lost.reason
+    assert "rival took the job over at fence 2" in lost.reason
+    assert Booking.objects.get().written_by == "rival"
+
+
+def test_takeover__the_record_feeds_the_panel_counts_the_findings_and_the_story(clock, capsys):
+    shipment = Shipment.objects.create(parcel="books")
+    killed_mid_booking(clock, shipment)
+    assert run_job("shipment", shipment.pk, owner="rival", clock=clock) == "done"
+    jt = get("shipment")
+    counts = outcome_counts(jt, clock.current - timedelta(hours=1))
+    assert (counts["blocked"], counts["done"]) == (1, 1)
+    (found,) = [f for f in findings(clock.current) if "shipment" in f.text]  # the dashboard's verdict
+    assert found.level == "degraded" and "1 shipment attempt in the last hour" in found.text
+    assert "no later than its lease&#x27;s expiry" in found.text  # escaped: the verdict is HTML
+    call_command("weave_explain", "shipment", str(shipment.pk))
+    out = capsys.readouterr().out
+    assert "no end recorded" not in out  # the real record, not the line for an attempt without one
+    assert "2 attempt(s);" in out and "never ended" not in out
+    assert "attempt 1: fence 1 claimed by killed" in out and "1 attempt(s) lost their lease" in out
+
+
+def test_takeover__a_batch_drain_records_it_too(clock):
+    shipment = Shipment.objects.create(parcel="books")
+    killed_mid_booking(clock, shipment)
+    report = run_batches("shipment", Shipment.objects.due(clock).order_by("pk"), budget=60, owner="drain", clock=clock)
+    assert report.outcomes.get("done") == 1
+    lost, done = attempts_of(shipment)
+    assert (lost.owner, lost.fence, lost.outcome) == ("killed", 1, "blocked")
+    assert (done.owner, done.fence, done.outcome) == ("drain", 2, "done")
+
+
+def test_takeover__an_attempt_that_recorded_its_own_end_is_not_recorded_twice(clock):
+    shipment = Shipment.objects.create(parcel="books")
+    assert run_job("shipment", shipment.pk, owner="w1", clock=clock) == "done"
+    Shipment.objects.filter(pk=shipment.pk).update(state="pending")  # asked again, as an operator's retry does
+    assert run_job("shipment", shipment.pk, owner="w2", clock=clock) == "done"
+    assert [(a.number, a.owner) for a in attempts_of(shipment)] == [(1, "w1"), (2, "w2")]  # a free row: no takeover
