@@ -99,3 +99,26 @@ def test_takeover__an_attempt_that_recorded_its_own_end_is_not_recorded_twice(cl
     Shipment.objects.filter(pk=shipment.pk).update(state="pending")  # asked again, as an operator's retry does
     assert run_job("shipment", shipment.pk, owner="w2", clock=clock) == "done"
     assert [(a.number, a.owner) for a in attempts_of(shipment)] == [(1, "w1"), (2, "w2")]  # a free row: no takeover
+
+
+def test_takeover__a_stalled_worker_that_wakes_up_puts_its_own_account_in_place_of_the_guess(clock):
+    """The takeover guesses the worker died; it had only stalled, and says where it lost the lease."""
+    shipment = Shipment.objects.create(parcel="books")
+    ttl = get("shipment").lease_ttl()
+
+    def stall_while_a_rival_takes_over(ctx, hb):
+        during_booking.clear()
+        hb.stop()
+        clock.advance(ttl + 1)
+        assert run_job("shipment", shipment.pk, owner="rival", clock=clock) == "done"
+        guess = JobAttempt.objects.get(job_id=str(shipment.pk), number=1)
+        assert guess.owner == "stale" and guess.reason.startswith("No finish: its worker stopped or crashed")
+        clock.advance(1)
+
+    during_booking.append(stall_while_a_rival_takes_over)
+    woke = clock.current + timedelta(seconds=ttl + 2)
+    assert run_job("shipment", shipment.pk, owner="stale", clock=clock) == "blocked"
+    lost, done = attempts_of(shipment)  # still one record of attempt 1
+    assert (lost.owner, lost.fence, lost.outcome, done.owner) == ("stale", 1, "blocked", "rival")
+    assert lost.reason.startswith("Lease lost at step book") and "No finish" not in lost.reason
+    assert lost.finished_at == woke  # its own end, by the clock, once it woke up

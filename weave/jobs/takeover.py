@@ -13,10 +13,19 @@ The dashboard's counts, the metrics, the admin and `weave_explain` then see it l
 
 from typing import Any
 
+from django.db.models import Case, DateTimeField, F, When
+
+from weave import metrics
+
 from weave.jobs.context import JobContext
 from weave.leases import insert_receipts
 from weave.models import JobAttempt
+from weave.sanitize import outside_text
 from weave.timeline import clock_time
+
+# How a takeover's record of another worker's attempt begins: that worker may only have stalled, and
+# if it wakes up it puts its own account in place of this guess (`own_account`).
+NO_FINISH = "No finish: its worker stopped or crashed while holding the job."
 
 
 def record_takeover(ctx: JobContext) -> bool:
@@ -46,7 +55,7 @@ def lost_attempt_row(ctx: JobContext, row: Any) -> dict[str, Any] | None:
     if owner is None or fence is None or began is None or lapsed is None:
         return None
     reason = (
-        f"No finish: its worker stopped or crashed while holding the job. It ended no later than its lease's "
+        f"{NO_FINISH} It ended no later than its lease's "
         f"expiry at {clock_time(lapsed)} (database time); recorded when {ctx.lease.owner} took the job over "
         f"at fence {ctx.lease.fence}."
     )
@@ -64,3 +73,25 @@ def lost_attempt_row(ctx: JobContext, row: Any) -> dict[str, Any] | None:
         "started_at": began,
         "finished_at": ctx.clock.now(),
     }
+
+
+def own_account(ctx: JobContext, reason: str) -> bool:
+    """Put attempt `ctx`'s own account of its lost lease in place of a takeover's guess that its worker died.
+
+    Return whether there was such a guess. The worker was alive after all: it says where it lost the
+    lease and who holds the job now, and its end moves to now, by the database clock. Only while the
+    guess is younger than the metrics' lag, though: an older one may be in their kept totals already,
+    and moving it past them would count it twice (its time then stays the takeover's).
+    """
+    guessed = JobAttempt.objects.filter(
+        job_type=ctx.job_type,
+        job_id=str(ctx.lease.pk),
+        number=ctx.attempt,
+        fence=ctx.lease.fence,
+        outcome=JobAttempt.Outcome.BLOCKED,
+        reason__startswith=NO_FINISH,
+    )
+    now = ctx.clock.now()
+    young = When(finished_at__gt=ctx.clock.now(-metrics.LAG), then=now)
+    ended = Case(young, default=F("finished_at"), output_field=DateTimeField())
+    return bool(guessed.update(reason=outside_text(reason, limit=2000), finished_at=ended))
