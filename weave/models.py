@@ -8,15 +8,17 @@
 """
 
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 from django.db import models
 from django.db.models import Case, F, Min, Q, When
 
-from weave.leases import Clock, LeasedModel, LeaseQuerySet, default_clock
+from weave.leases import Clock, DbNow, LeasedModel, LeaseQuerySet, default_clock
+from weave.leases.clock import SqlWithParams
 
 
 __all__ = [
+    "DatabaseNow",
     "JobAttempt",
     "JobModel",
     "JobQuerySet",
@@ -25,6 +27,17 @@ __all__ = [
 ]
 
 _J = TypeVar("_J", bound=models.Model)
+
+
+class DatabaseNow(DbNow):
+    """The database's clock as a column's `db_default` (`created_at`): the lease core's "now", no offset.
+
+    On PostgreSQL without a parameter: a default's SQL is written into the table, and Django's schema
+    editor adds a default's parameters to others of the same ALTER as a list.
+    """
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> SqlWithParams:
+        return "clock_timestamp()", cast(tuple[Any, ...], [])
 
 
 class Dashboard(models.Model):
@@ -126,7 +139,9 @@ class JobModel(LeasedModel):
     epoch = models.PositiveIntegerField(default=0, editable=False)
     next_attempt_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_error = models.TextField(blank=True, default="", editable=False)
-    created_at = models.DateTimeField(auto_now_add=True)
+    # The database's clock, as every time of a job's story: a host whose clock is off would otherwise
+    # show a job created after its own claim.
+    created_at = models.DateTimeField(db_default=DatabaseNow(), editable=False)
     finished_at = models.DateTimeField(null=True, blank=True, editable=False)
     # Database-clock time of the latest claim (null: never claimed, or claimed before Weave wrote it).
     last_attempted_at = models.DateTimeField(null=True, blank=True, editable=False)
