@@ -16,7 +16,6 @@ from django.db.models import Case, F, Min, Q, When
 from weave.leases import Clock, DbNow, LeasedModel, LeaseQuerySet, default_clock
 from weave.leases.clock import SqlWithParams
 
-
 __all__ = [
     "DatabaseNow",
     "JobAttempt",

@@ -1,4 +1,4 @@
-"""A worker killed mid-attempt writes nothing; the attempt that takes the job over records it (`weave.jobs.takeover`)."""
+"""A worker killed mid-attempt writes nothing; the attempt that takes the job over records it (weave.jobs.takeover)."""
 
 from datetime import timedelta
 

@@ -15,12 +15,11 @@ from typing import Any
 
 from django.db.models import Case, DateTimeField, F, When
 
-from weave import metrics
-
 from weave.jobs.context import JobContext
 from weave.leases import insert_receipts
 from weave.models import JobAttempt
 from weave.sanitize import outside_text
+from weave.telemetry import COUNT_LAG
 from weave.timeline import clock_time
 
 # How a takeover's record of another worker's attempt begins: that worker may only have stalled, and
@@ -92,6 +91,6 @@ def own_account(ctx: JobContext, reason: str) -> bool:
         reason__startswith=NO_FINISH,
     )
     now = ctx.clock.now()
-    young = When(finished_at__gt=ctx.clock.now(-metrics.LAG), then=now)
+    young = When(finished_at__gt=ctx.clock.now(-COUNT_LAG), then=now)
     ended = Case(young, default=F("finished_at"), output_field=DateTimeField())
     return bool(guessed.update(reason=outside_text(reason, limit=2000), finished_at=ended))
