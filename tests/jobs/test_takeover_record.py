@@ -122,3 +122,26 @@ def test_takeover__a_stalled_worker_that_wakes_up_puts_its_own_account_in_place_
     assert (lost.owner, lost.fence, lost.outcome, done.owner) == ("stale", 1, "blocked", "rival")
     assert lost.reason.startswith("Lease lost at step book") and "No finish" not in lost.reason
     assert lost.finished_at == woke  # its own end, by the clock, once it woke up
+
+
+def test_takeover__a_taken_over_row_given_back_unstarted_keeps_the_dead_attempts_record(clock):
+    """The drain's budget ends before it starts the row it took over: the row goes back free (its
+    claim undone), so the next claim would find no previous holder; the record is written first."""
+    first = Shipment.objects.create(parcel="first")
+    shipment = Shipment.objects.create(parcel="books")
+    killed_mid_booking(clock, shipment)
+    during_booking.append(lambda ctx, hb: clock.advance(6))  # the first row spends the drain's budget
+    due = Shipment.objects.due(clock).order_by("pk")
+    report = run_batches("shipment", due, budget=5, owner="drain", clock=clock)
+    assert report.outcomes == {"done": 1} and report.more
+    assert Shipment.objects.get(pk=first.pk).state == "done"
+    row = Shipment.objects.get(pk=shipment.pk)
+    assert (row.owner, row.state, row.attempts) == (None, "pending", 1)  # given back: its claim undone
+    (lost,) = attempts_of(shipment)
+    assert (lost.number, lost.owner, lost.fence, lost.outcome) == (1, "killed", 1, "blocked")
+    during_booking.clear()
+    assert run_job("shipment", shipment.pk, owner="w3", clock=clock) == "done"
+    assert [(a.number, a.owner, a.outcome) for a in attempts_of(shipment)] == [
+        (1, "killed", "blocked"),
+        (2, "w3", "done"),
+    ]
