@@ -202,8 +202,9 @@ def insert_locked(
         cursor.execute(sql, params)
         returned = cursor.fetchall()
     by_device = {row.device_id: row for row in rows}
+    device_at = len(insert.returned_fields())  # the device follows the returned ones, then the claim's columns
     for values in returned:
-        insert.saved(by_device[values[3]], db, values)
+        insert.saved(by_device[values[device_at]], db, values)
     if not returned or claim is None:
         return False, False
-    return bool(returned[0][4]), bool(returned[0][5])
+    return bool(returned[0][device_at + 1]), bool(returned[0][device_at + 2])

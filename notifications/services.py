@@ -269,6 +269,7 @@ class _FanOut:
             if isinstance(row, SkippedDevice):
                 skipped.append(row)
             else:
+                row.created_at = self.clock.now()  # the database's clock, as the rows' other times
                 planned.append(row)
         return planned, skipped
 
@@ -756,8 +757,9 @@ def _insert(
 ) -> Notification:
     due, expires_at = _due_and_expiry(send_at, ttl, clock)
     notification = Notification(
-        **fields, device=device, expires_at=expires_at, next_attempt_at=due, last_error=deferral
-    )
+        **fields, device=device, expires_at=expires_at, next_attempt_at=due, last_error=deferral,
+        created_at=clock.now(),  # the database's clock, as the row's other times
+    )  # fmt: skip
     db = router.db_for_write(Notification, instance=notification)
     # The model signals `Notification.objects.create` would send, around the same INSERT; the INSERT
     # returns the key and the database-clock times, so nothing is read back.
