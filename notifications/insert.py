@@ -49,7 +49,7 @@ def fields() -> tuple[Field, ...]:  # type: ignore[type-arg]
 def returned_fields() -> list[Field]:  # type: ignore[type-arg]
     """What the INSERT returns, so nothing is read back: the key and the database-clock times (`CLOCK_FIELDS`)."""
     meta = Notification._meta
-    return [meta.pk, *(meta.get_field(name) for name in CLOCK_FIELDS)]
+    return [meta.pk, *(cast(Field, meta.get_field(name)) for name in CLOCK_FIELDS)]  # type: ignore[type-arg]
 
 
 def compiled_by_orm(value: Any) -> bool:
