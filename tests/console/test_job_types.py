@@ -78,6 +78,24 @@ def test_dashboard__failed_and_retried_attempts_feed_the_verdict(admin_client, c
     assert "1 shipment attempt in the last hour failed for good" in page and "no parcel to ship" in page
 
 
+def test_dashboard__a_worker_killed_mid_job_is_in_the_verdict_once_the_takeover_ended(admin_client, clock):
+    """A killed worker writes no record; the attempt that took its job over is the first trace of it. The
+    verdict says so instead of "Healthy" (a task's takeover records a blocked attempt; a job's does not)."""
+    shipment = Shipment.objects.create(parcel="books")
+    Shipment.objects.claim(shipment.pk, owner="killed", ttl=TTL, clock=clock, also=ATTEMPT)
+    clock.advance(TTL + 1)
+    assert run_job("shipment", shipment.pk, owner="w2", clock=clock) == "done"
+    fine = Shipment.objects.create(parcel="maps")  # a job that ran once: no gap, no finding
+    assert run_job("shipment", fine.pk, owner="w2", clock=clock) == "done"
+    page = admin_client.get(DASHBOARD).content.decode()
+    assert "<strong>Healthy.</strong>" not in page
+    verdict = page[page.index('id="weave-verdict"') : page.index("</div>", page.index('id="weave-verdict"'))]
+    assert "1 shipment job in the last hour had an attempt that never ended" in verdict
+    assert f"/admin/shipping/shipment/{shipment.pk}/change/" in verdict
+    assert "by w2 at fence 2" in re.sub(r"<[^>]+>", "", verdict)
+    assert f"/admin/shipping/shipment/{fine.pk}/change/" not in verdict
+
+
 def test_dashboard__the_task_type_has_its_panel(admin_client):
     page = admin_client.get(DASHBOARD).content.decode()
     assert 'id="weave-job-task"' in page

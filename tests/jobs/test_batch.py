@@ -212,3 +212,70 @@ def test_jobs_drain__a_result_no_json_can_keep_fails_its_own_attempt_and_the_bat
     assert (junk.state, junk.owner) == ("pending", None)
     assert "not JSON-able" in junk.last_error
     assert set(Invoice.objects.exclude(pk=junk.pk).values_list("state", flat=True)) == {"done"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_batch__a_long_row_hands_the_rows_not_started_to_another_drain(monkeypatch):
+    """A row that runs long gives back the batch's rows not started (their claim undone) and asks for another
+    drain, so an idle worker runs them instead of their waiting behind it for the whole budget."""
+    import threading
+
+    from django_q.models import OrmQ
+
+    from tests.jobs.invoices import mailer as mailer_module
+
+    slow, *rest = [Invoice.objects.create(number=f"H{i}", email=f"h{i}@example.com") for i in range(3)]
+    handed_on = threading.Event()
+    send = mailer_module.mailer.send
+
+    def send_slowly(to, subject, *, key):
+        if subject == f"Invoice {slow.number}":
+            # Waits for the others to be free again (no timing: a bound only so old code ends).
+            for _ in range(200):
+                if Invoice.objects.filter(pk__in=[r.pk for r in rest], owner__isnull=True).count() == len(rest):
+                    handed_on.set()
+                    break
+                threading.Event().wait(0.05)
+        return send(to, subject, key=key)
+
+    monkeypatch.setattr(mailer_module.mailer, "send", send_slowly)
+    asked_before = OrmQ.objects.count()
+    assert drain_jobs("invoice") == {"done": 1}
+    assert handed_on.is_set()
+    for row in Invoice.objects.filter(pk__in=[r.pk for r in rest]):
+        # Free again, its claim undone: no attempt counted, no record; the fence moved on (a stale write fails).
+        assert (row.owner, row.state, row.attempts, row.fence) == (None, "pending", 0, 1)
+        assert not JobAttempt.objects.filter(job_type="invoice", job_id=str(row.pk)).exists()
+    assert OrmQ.objects.count() > asked_before, "another drain was asked for"
+    assert drain_jobs("invoice") == {"done": 2}
+    assert [Invoice.objects.get(pk=r.pk).attempts for r in rest] == [1, 1]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_batch__after_a_hand_on_the_drain_claims_one_row_at_a_time(monkeypatch):
+    """Its rows run long: a whole batch claimed again would only be handed on again (one release per row)."""
+    import threading
+
+    from tests.jobs.invoices import mailer as mailer_module
+
+    rows = [Invoice.objects.create(number=f"O{i}", email=f"o{i}@example.com") for i in range(5)]
+    first_batch = [r.pk for r in rows[1:3]]
+    send = mailer_module.mailer.send
+
+    def send_slowly(to, subject, *, key):
+        if subject == f"Invoice {rows[0].number}":
+            for _ in range(200):  # until the rest of its batch is free again (a bound only so old code ends)
+                if Invoice.objects.filter(pk__in=first_batch, owner__isnull=True).count() == len(first_batch):
+                    break
+                threading.Event().wait(0.05)
+        return send(to, subject, key=key)
+
+    monkeypatch.setattr(mailer_module.mailer, "send", send_slowly)
+    asked = []
+    due = Invoice.objects.due().order_by("pk")
+    report = run_batches("invoice", due, budget=60, limit=3, on_full=lambda: asked.append(1))
+    assert report.outcomes == {"done": 5}
+    # One claim of 3 (the slow row and the 2 handed on), then one row per claim, and one that found none.
+    assert report.claims == 1 + 4 + 1, report.claims
+    assert asked, "another drain was asked for"
+    assert [Invoice.objects.get(pk=r.pk).attempts for r in rows] == [1] * 5

@@ -194,6 +194,24 @@ def test_explain__an_attempt_whose_worker_died_has_its_line_in_the_story(clock, 
     assert out.index("attempt 1") < out.index("attempt 2: fence 2 claimed by w2")
 
 
+def test_explain__while_the_takeover_runs_the_killed_attempt_is_not_said_to_be_running(clock, capsys):
+    """A worker killed mid-job, and the next worker's claim still running (no record of either yet): one
+    lease has one holder, so the story says 1 running and 1 never ended, and names the killed attempt."""
+    from django.db.models import F
+
+    invoice = Invoice.objects.create(number="2026-006", email="buyer@example.com")
+    Invoice.objects.claim(invoice.pk, owner="killed", ttl=TTL, clock=clock, also={"attempts": F("attempts") + 1})
+    clock.advance(TTL + 1)
+    Invoice.objects.claim(invoice.pk, owner="w2", ttl=TTL, clock=clock, also={"attempts": F("attempts") + 1})
+    call_command("weave_explain", "invoice", str(invoice.pk))
+    out = capsys.readouterr().out
+    assert "2 attempt(s): 0 ended, 1 running, 1 never ended (its worker stopped)" in out
+    assert "2 running" not in out
+    (line,) = [s for s in out.splitlines() if "attempt 1" in s]
+    assert "no end recorded" in line and "attempt 2, running now" in line and "fence 2" in line
+    assert out.index("attempt 1") < out.index("w2 at fence 2, lease live")
+
+
 def test_explain__a_cancelled_job_that_never_ran_is_not_said_to_be_waiting(clock, capsys):
     from weave.jobs.services import job_cancel
 

@@ -19,7 +19,9 @@ Cut off from the database, a drain writes no finish it was holding: each attempt
 is ended from what it reads back on a fresh connection, and its row is given back if still ours.
 
 A row that runs long does not hold back the finished rows before it: the heartbeat's thread writes
-them once the row has run for `flush_seconds`.
+them once the row has run for `flush_seconds`. Nor the rows after it: once it has run for
+`HAND_ON_AFTER`, the heartbeat's thread gives back the batch's rows not yet started (their claim
+undone, as at the end of the budget) and asks for another drain, so an idle worker runs them.
 """
 
 import logging
@@ -49,6 +51,7 @@ logger = logging.getLogger("weave.jobs")
 
 BATCH_SIZE = 100  # rows one claim takes at most
 FLUSH_SECONDS = 0.2  # finished rows wait at most this long to be written (longer only behind a failing write)
+HAND_ON_AFTER = 1.0  # a row running this long hands the batch's rows not yet started to another drain
 
 
 @dataclass
@@ -319,6 +322,13 @@ class BatchDrain:
         self.statement = rows.claim_statement(
             owner=self.owner, ttl=self.ttl, limit=limit, fields=self.names, clock=clock, also=also
         )
+        # After a hand-on this drain claims one row at a time: its rows run long, so a batch would only be
+        # handed on again (one release per row), and other drains take the rest. Compiled when first needed.
+        self.one_at_a_time: Callable[[], Any] = lambda: rows.claim_statement(
+            owner=self.owner, ttl=self.ttl, limit=1, fields=self.names, clock=clock, also=also
+        )
+        self.handed_on = False
+        self.single: Any = None
         # On a fake clock time moves only when a test moves it: the test renews (`heartbeat.tick()`).
         self.heartbeat = BatchHeartbeat(
             model._default_manager,
@@ -332,6 +342,10 @@ class BatchDrain:
         self.completer = Completer(self.jt, clock, self.heartbeat, self.report)
         # Every row claimed and not given back, by pk: whose attempts a cut-off drain ends from what it reads.
         self._open: dict[Any, JobContext] = {}
+        # The batch's rows not started yet: the drain's thread takes the next one from here, and the heartbeat's
+        # thread may take them all to hand them on (`_hand_on`); the lock makes a row one or the other's.
+        self._queue: list[JobContext] = []
+        self._queue_lock = threading.Lock()
 
     def run(self, budget: float) -> Report:
         """Claim and run batches until a claim finds fewer rows than it may take, or `budget` seconds pass.
@@ -385,7 +399,7 @@ class BatchDrain:
         asked = False
         while self.clock.monotonic() < ends:
             claimed = self._claim()
-            self.report.more = len(claimed) >= self.limit
+            self.report.more = len(claimed) >= (1 if self.handed_on else self.limit)
             if self.report.more:
                 # A backlog: this drain takes every due row, so this process's watcher need not look.
                 wake.pause_watch(self.jt.registry_key, wake.POLL_MAX)
@@ -403,8 +417,11 @@ class BatchDrain:
     def _claim(self) -> list[JobContext]:
         # The rows of earlier batches are written by now, or still waiting in the completer.
         waiting = self.completer.waiting()
-        self._open = {pk: ctx for pk, ctx in self._open.items() if pk in waiting}
-        batch, found = self.statement.run()
+        with self._queue_lock:  # a hand-on on the heartbeat's thread may still be giving rows back
+            self._open = {pk: ctx for pk, ctx in self._open.items() if pk in waiting}
+        if self.handed_on and self.single is None:
+            self.single = self.one_at_a_time()
+        batch, found = (self.single if self.single is not None else self.statement).run()
         self.report.claims += 1
         if not found:
             return []
@@ -421,16 +438,26 @@ class BatchDrain:
             ctx.batch = self.heartbeat
             ctx.attempt = job.attempts  # as counted by the claim (the work reads it again)
             contexts.append(ctx)
-            self._open[pk] = ctx
+            with self._queue_lock:
+                self._open[pk] = ctx
         return contexts
 
     def _run_rows(self, contexts: list[JobContext], ends: float) -> None:
-        for index, ctx in enumerate(contexts):
-            if self.clock.monotonic() >= ends:
-                self._give_back(contexts[index:])
+        with self._queue_lock:
+            self._queue = list(contexts)
+        while True:
+            with self._queue_lock:
+                if not self._queue:
+                    return
+                spent = self.clock.monotonic() >= ends
+                taken = self._queue if spent else self._queue[:1]
+                self._queue = [] if spent else self._queue[1:]
+            if spent:
+                for kept in self._give_back(taken):
+                    self._run_one(kept)  # a row the type will not have given back (e.g. a takeover to record)
                 self.report.more = True
                 return
-            self._run_one(ctx)
+            self._run_one(taken[0])
             self.completer.tell()
             if self.completer.due(self.flush_rows, self.flush_seconds):
                 self.completer.flush()
@@ -465,22 +492,26 @@ class BatchDrain:
             return
         self.completer.add(Finished(ctx, started, ending))
 
-    def _give_back(self, contexts: list[JobContext]) -> None:
-        """The budget ended: release the rows not started, their claim undone (the attempt it counted too)."""
+    def _give_back(self, contexts: list[JobContext]) -> list[JobContext]:
+        """Release the rows not started, their claim undone (the attempt it counted too); return the rows the
+        type will not have given back (`unclaim_fields` says None), which stay claimed."""
         rows = self.model._default_manager
+        kept = []
         for ctx in contexts:
             undo = {} if self.jt.unclaim_fields is None else self.jt.unclaim_fields(ctx.job)
             if undo is None:
-                self._run_one(ctx)  # a row the type will not have given back (e.g. a takeover to record)
+                kept.append(ctx)
                 continue
             if not self.jt.records_takeovers:
                 record_takeover(ctx)  # the next claim finds the row free: only this one knows whom it replaced
             self.heartbeat.forget([ctx.lease.pk])
-            self._open.pop(ctx.lease.pk, None)
+            with self._queue_lock:
+                self._open.pop(ctx.lease.pk, None)
             try:
                 rows.release(ctx.lease, clock=self.clock, attempts=F("attempts") - 1, **undo)
             except LeaseLost:
                 continue
+        return kept
 
     def _while_running(self, seconds: float) -> None:
         # On the heartbeat's thread: a row has run a while; write the rows finished before it.
@@ -489,6 +520,33 @@ class BatchDrain:
                 self.completer.flush()
             except Exception:  # noqa: BLE001  (the drain's own thread writes them at the next flush)
                 logger.exception("event=batch_flush_failed job_type=%s", self.jt.name)
+        if seconds >= HAND_ON_AFTER:
+            try:
+                self._hand_on()
+            except Exception:  # noqa: BLE001  (rows not handed on stay in the queue: this drain runs them)
+                logger.exception("event=batch_hand_on_failed job_type=%s", self.jt.name)
+
+    def _hand_on(self) -> None:
+        """A row runs long: give back the batch's rows not started yet and ask for another drain to run them,
+        so they wait for a free worker rather than for this row (one idle worker is enough)."""
+        if self.on_full is None:
+            return
+        unclaim = self.jt.unclaim_fields
+        with self._queue_lock:
+            # A row the type would not give back (a takeover to record) stays in the queue, for this drain to run.
+            waiting = [ctx for ctx in self._queue if unclaim is None or unclaim(ctx.job) is not None]
+            self._queue = [ctx for ctx in self._queue if ctx not in waiting]
+        if not waiting:
+            return
+        try:
+            self._give_back(waiting)
+        except BaseException:
+            with self._queue_lock:  # the rows not given back yet stay this drain's to run
+                self._queue = [ctx for ctx in waiting if ctx.lease.pk in self._open] + self._queue
+            raise
+        self.handed_on = True
+        self.on_full()
+        logger.info("event=batch_handed_on job_type=%s rows=%s owner=%s", self.jt.name, len(waiting), self.owner)
 
 
 def run_batches(job_type: str, rows: Any, *, budget: float, **options: Any) -> Report:

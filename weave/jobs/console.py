@@ -5,8 +5,8 @@ jobs) gets, with no code of its own:
 
 - a dashboard panel: jobs by state, live and expired leases, attempts of the last hour by outcome and
   the latest troubled attempts with their reasons (`panel_for`);
-- its part of the dashboard's verdict: blocked, failed and retried attempts of the last hour
-  (`findings`);
+- its part of the dashboard's verdict: blocked, failed and retried attempts of the last hour, and
+  attempts whose worker stopped without ending them (`findings`);
 - the figures of its Prometheus series (`weave.metrics.collect_job_metrics` reads `state_counts`).
 
 A job type that declares its own `panel` (push notifications, onboarding) keeps it.
@@ -14,7 +14,7 @@ A job type that declares its own `panel` (push notifications, onboarding) keeps 
 
 from datetime import datetime, timedelta
 
-from django.db.models import Count
+from django.db.models import Count, Exists, OuterRef
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
@@ -145,10 +145,47 @@ def _finding(job: JobType, outcome: str, attempts: list[JobAttempt], count: int)
     )
 
 
+def takeovers_after_a_crash(job: JobType, since: datetime) -> tuple[int, list[JobAttempt]]:
+    """Attempts of `job` that ended after `since` and had taken their job over from an attempt with no record.
+
+    A claim counts an attempt and its record is written when it ends, so a worker killed mid-job leaves
+    a gap in the job's attempt numbers; the next attempt's record is the first trace of it. (A task's
+    takeover records the lapsed attempt as blocked, so leaves no gap.) Returns the count and the newest.
+    """
+    before = JobAttempt.objects.filter(job_type=job.name, job_id=OuterRef("job_id"), number=OuterRef("number") - 1)
+    rows = JobAttempt.objects.filter(~Exists(before), job_type=job.name, finished_at__gt=since, number__gt=1)
+    newest = list(rows.order_by("-finished_at", "-pk")[:NAMED_IN_FINDING])
+    return (rows.count() if len(newest) == NAMED_IN_FINDING else len(newest)), newest
+
+
+def _crash_finding(job: JobType, count: int, takeovers: list[JobAttempt]) -> Finding:
+    names = format_html_join(", ", "{}", ((job_link(job, pk),) for pk in dict.fromkeys(a.job_id for a in takeovers)))
+    latest = takeovers[0]
+    return Finding(
+        DEGRADED,
+        format_html(
+            "{} {} job{} in the last hour had an attempt that never ended: its worker stopped while holding "
+            "the job, and a later attempt took it over ({}{}); the latest takeover at {} by {} at fence {}",
+            count,
+            job.name,
+            "" if count == 1 else "s",
+            names,
+            f" and {count - len(takeovers)} more" if count > len(takeovers) else "",
+            when(latest.started_at),
+            clipped(latest.owner, one_line=True),
+            latest.fence,
+        ),
+    )
+
+
 def findings(now: datetime) -> list[Finding]:
-    """What is wrong with the core-run job types now: their blocked, failed and retried attempts."""
+    """What is wrong with the core-run job types now: their blocked, failed and retried attempts, and the
+    attempts whose worker stopped without ending them."""
     found = []
     for job in engine_types():
+        crashed, takeovers = takeovers_after_a_crash(job, now - RECENT)
+        if crashed:
+            found.append(_crash_finding(job, crashed, takeovers))
         counts = outcome_counts(job, now - RECENT)
         for outcome in TROUBLE:
             if not counts[outcome]:

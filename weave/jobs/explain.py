@@ -52,16 +52,27 @@ def _add_unrecorded(t: Timeline, job: Any, attempts: list[JobAttempt]) -> None:
     database clock); the attempt still holding the job, or one nothing claimed after, is the holder's line.
     """
     recorded = {a.number for a in attempts}
+    holding = _holding(job)
     for number in range(1, max(job.attempts, max(recorded, default=0)) + 1):
         after = next((a for a in attempts if a.number > number), None)
-        if number in recorded or after is None:
+        if number in recorded:
             continue
-        t.add(
-            after.started_at,
-            "no end",
-            f"attempt {number}: no end recorded: its worker stopped while holding the job, whose lease "
-            f"then lapsed; attempt {after.number} took it over at fence {after.fence}",
-        )
+        if after is not None:
+            t.add(
+                after.started_at,
+                "no end",
+                f"attempt {number}: no end recorded: its worker stopped while holding the job, whose lease "
+                f"then lapsed; attempt {after.number} took it over at fence {after.fence}",
+            )
+        elif holding and number < job.attempts:
+            # The taking-over attempt is still running and has no record yet, so no claim time is known:
+            # the line stands with the holder's, naming the attempt that holds the job now.
+            t.add(
+                None,
+                "no end",
+                f"attempt {number}: no end recorded: its worker stopped while holding the job, whose lease "
+                f"then lapsed; attempt {job.attempts}, running now, took it over at fence {job.fence}",
+            )
 
 
 def _explain_gone(
@@ -95,8 +106,19 @@ def attempt_count(job: Any, ended: list[JobAttempt]) -> str:
     open_ = started - len(ended)
     if not open_:
         return f"{started} attempt(s)"
-    what = "running" if job.owner is not None and job.lease_live else "never ended (its worker stopped)"
-    return f"{started} attempt(s): {len(ended)} ended, {open_} {what}"
+    # One lease, one holder: at most one open attempt is running; any other one's worker stopped
+    # (a killed worker's attempt stays open once the next claim took the job over).
+    running = 1 if _holding(job) else 0
+    stopped = open_ - running
+    said = [f"{len(ended)} ended"]
+    said += [f"{running} running"] if running else []
+    said += [f"{stopped} never ended (its worker stopped)"] if stopped else []
+    return f"{started} attempt(s): {', '.join(said)}"
+
+
+def _holding(job: Any) -> bool:
+    """Whether a worker holds the job under a live lease right now (by the database clock)."""
+    return job.owner is not None and bool(job.lease_live)
 
 
 def _holder(job: Any) -> str:
