@@ -28,7 +28,8 @@ from notifications.models import Notification
 from weave.leases import DbNow, Preparer, preparer, statement_cursor
 from weave.workers import SlotClaimSQL
 
-CLOCK_FIELDS = ("next_attempt_at", "expires_at")  # the only columns a new row may set by an expression
+# The only columns a new row may set by an expression (the database's clock, or a test's fake one).
+CLOCK_FIELDS = ("next_attempt_at", "expires_at", "created_at")
 
 
 @dataclass(frozen=True)
@@ -46,9 +47,9 @@ def fields() -> tuple[Field, ...]:  # type: ignore[type-arg]
 
 
 def returned_fields() -> list[Field]:  # type: ignore[type-arg]
-    """What the INSERT returns, so nothing is read back: the key and the two database-clock times."""
+    """What the INSERT returns, so nothing is read back: the key and the database-clock times (`CLOCK_FIELDS`)."""
     meta = Notification._meta
-    return [meta.pk, meta.get_field("next_attempt_at"), meta.get_field("expires_at")]
+    return [meta.pk, *(cast(Field, meta.get_field(name)) for name in CLOCK_FIELDS)]  # type: ignore[type-arg]
 
 
 def compiled_by_orm(value: Any) -> bool:
@@ -84,6 +85,7 @@ def preparers(connection: Any) -> tuple[Preparer, ...]:
 def saved(notification: Notification, db: str, returned: Any) -> None:
     """Set what the INSERT returned (`returned_fields()` order) on `notification`, now stored on `db`."""
     notification.pk, notification.next_attempt_at, notification.expires_at = returned[0], returned[1], returned[2]
+    notification.created_at = returned[3]
     notification._state.adding, notification._state.db = False, db
 
 
@@ -170,7 +172,8 @@ def insert(notification: Notification, db: str, *, claim: SlotClaimSQL | None = 
     saved(notification, db, row)
     if claim is None:
         return False, False
-    return bool(row[3]), bool(row[4])
+    taken = len(returned_fields())  # the claim's columns follow the returned ones
+    return bool(row[taken]), bool(row[taken + 1])
 
 
 @functools.cache

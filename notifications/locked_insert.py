@@ -205,11 +205,12 @@ def insert_locked(
         cursor.execute(sql, params)
         returned = cursor.fetchall()
     by_device = {row.device_id: row for row in rows}
+    device_at = len(insert.returned_fields())  # the device follows the returned ones, then the claim's columns
     for values in returned:
-        insert.saved(by_device[values[3]], db, values)
+        insert.saved(by_device[values[device_at]], db, values)
     if not returned or claim is None:
         return False, False
-    return bool(returned[0][4]), bool(returned[0][5])
+    return bool(returned[0][device_at + 1]), bool(returned[0][device_at + 2])
 
 
 # --- one user's send in the caller's transaction: the device read folded into the statement -------------
@@ -328,8 +329,9 @@ def read_and_insert(
     refuses it), each device locked and re-checked as `insert_locked` does. The rows take the device's
     key, backend and token as stored.
 
-    Returns one tuple per device read, in key order: its `services._DEVICE_COLUMNS`, then the inserted
-    row's key, due time, expiry, device and idempotency key (Nones for no row). A device read that has no
+    Returns one tuple per device read, in key order: its `services._DEVICE_COLUMNS`, then what the
+    inserted row's INSERT returned (`insert.returned_fields()`), its device and idempotency key (Nones for
+    no row). A device read that has no
     row although its backend has a message was deactivated or handed over meanwhile (the re-check).
     None: nothing was run (not PostgreSQL, or a value only the ORM can build)."""
     if connections[db].vendor != "postgresql":

@@ -9,7 +9,7 @@ from django.db import models
 from django.db.models import Case, F, Min, Q, When
 
 from weave.leases import Clock, LeasedModel, LeaseQuerySet, default_clock
-from weave.models import JobModel
+from weave.models import DatabaseNow, JobModel
 
 
 class NotificationQuerySet(LeaseQuerySet["Notification"]):
@@ -140,7 +140,9 @@ class Notification(LeasedModel):
     delivered_at = models.DateTimeField(null=True, blank=True)
     provider_message_id = models.CharField(max_length=200, blank=True)
     last_error = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    # The database's clock, as every time of its story (`weave_explain`): the services give the clock's
+    # "now" (the INSERT returns it); a row made any other way gets the column's default.
+    created_at = models.DateTimeField(db_default=DatabaseNow(), editable=False)
     # When the row reached its final status, by the database clock; retention counts from it. Cleared
     # when an operator's retry makes a failed row pending again.
     finished_at = models.DateTimeField(null=True, blank=True, editable=False)

@@ -299,10 +299,11 @@ class _FanOut:
         """From `read_and_insert`'s rows: the rows kept and the devices skipped, as `_plan` and
         `_insert_still_active` would have made them from the same devices. `spare`: the statement's rows
         by alias, each the first planned row of its backend (so one row is made per device, not two)."""
-        made = {alias: row.created_at for alias, row in spare.items()}  # what the statement stored (`pre_save`)
-        inserted = {row[9]: row[6:11] for row in rows if row[6] is not None}  # by device
+        # Each row: the device's `_DEVICE_COLUMNS`, then what the INSERT returned, its device and its key.
+        start, width = len(_DEVICE_COLUMNS), len(insert.returned_fields())
+        inserted = {row[start + width]: row[start:] for row in rows if row[start] is not None}  # by device
         try:
-            planned, skipped = self._plan([row[:6] for row in rows], timing, messages, spare)
+            planned, skipped = self._plan([row[:start] for row in rows], timing, messages, spare)
         except ValidationError:
             _delete_rows(db, [values[0] for values in inserted.values()])  # the statement stored none: kept safe
             raise
@@ -314,8 +315,7 @@ class _FanOut:
         for notification in created:
             values = inserted[notification.device_id]
             insert.saved(notification, db, values)
-            notification.idempotency_key = values[4]
-            notification.created_at = made[notification.backend]
+            notification.idempotency_key = values[width + 1]
         skipped += [SkippedDevice(n.device_id, _LEFT_OUT) for n in planned if n.device_id not in inserted]
         if created:
             _request_drain_on_commit(db)
@@ -395,6 +395,7 @@ class _FanOut:
             if isinstance(row, SkippedDevice):
                 skipped.append(row)
             else:
+                row.created_at = self.clock.now()  # the database's clock, as the rows' other times
                 planned.append(row)
         return planned, skipped
 
@@ -913,8 +914,9 @@ def _insert(
 ) -> Notification:
     due, expires_at = _due_and_expiry(send_at, ttl, clock)
     notification = Notification(
-        **fields, device=device, expires_at=expires_at, next_attempt_at=due, last_error=deferral
-    )
+        **fields, device=device, expires_at=expires_at, next_attempt_at=due, last_error=deferral,
+        created_at=clock.now(),  # the database's clock, as the row's other times
+    )  # fmt: skip
     db = router.db_for_write(Notification, instance=notification)
     # The model signals `Notification.objects.create` would send, around the same INSERT; the INSERT
     # returns the key and the database-clock times, so nothing is read back.

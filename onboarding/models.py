@@ -7,6 +7,7 @@ from django.db import models
 from django.db.models import Case, F, Min, Q, When
 
 from weave.leases import Clock, LeasedModel, LeaseQuerySet, default_clock
+from weave.models import DatabaseNow
 
 
 class Supplier(models.Model):
@@ -135,7 +136,8 @@ class OnboardingRun(LeasedModel):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     reason = models.TextField(blank=True, help_text="Why the run is where it is, for a person.")
-    created_at = models.DateTimeField(auto_now_add=True)
+    # The database's clock, as every time of the run's story (`weave_explain`).
+    created_at = models.DateTimeField(db_default=DatabaseNow(), editable=False)
     finished_at = models.DateTimeField(null=True, blank=True, editable=False)
     # Database time at which a run released on a temporary failure is due again; None: due at once.
     next_attempt_at = models.DateTimeField(null=True, blank=True, editable=False)

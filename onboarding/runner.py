@@ -46,8 +46,8 @@ from onboarding.models import OnboardingRun, RunAttempt, StepReceipt
 from onboarding.steps.plan import DEFAULT_PLAN, PlanError, load_plan
 from onboarding.steps.protocol import Output, StepContext, receipt_output
 from weave import jobs
-from weave.conf import weave_settings
-from weave.edge import decode
+from weave.conf import secret_values, weave_settings
+from weave.edge import decode, redact
 from weave.events import log_event
 from weave.jobs import (
     JobContext,
@@ -78,8 +78,10 @@ AFTER_CLAIM = "right after the claim"  # where a cut or a lost lease met the cla
 
 
 def storable(reason: str) -> str:
-    """Return `reason` as text every database stores: valid Unicode, no NUL."""
-    return decode(reason).replace("\x00", "\ufffd")
+    """Return `reason` as text every database stores, and shows: valid Unicode, no NUL, the site's
+    configured secrets and any credentials redacted (a service's error may quote the token it refused),
+    as the core's runner stores its reasons."""
+    return redact(decode(reason), secret_values()).replace("\x00", "\ufffd")
 
 
 class AttemptEnded(Exception):

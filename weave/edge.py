@@ -14,7 +14,7 @@
 
 from weave.http import BODY_CAP, deadline_transport, whole_request_deadline
 from weave.retry import HttpClass, http_class, is_json_content_type, parse_retry_after
-from weave.sanitize import SNIPPET, decode, escape_controls, outside_text, safe_url
+from weave.sanitize import SNIPPET, decode, escape_controls, outside_text, redact, safe_url
 from weave.validation import check_ids, check_json, check_text, json_bytes, parse_json_object
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "outside_text",
     "parse_json_object",
     "parse_retry_after",
+    "redact",
     "safe_url",
     "whole_request_deadline",
 ]

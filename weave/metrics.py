@@ -22,7 +22,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 
 from weave.conf import weave_settings
-from weave.telemetry import db_now, metrics_collectors
+from weave.telemetry import COUNT_LAG, db_now, metrics_collectors
 
 if TYPE_CHECKING:
     from django.db.models import QuerySet
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
 Labels = tuple[str, ...]
-LAG = timedelta(seconds=60)
+LAG: timedelta = COUNT_LAG
 
 
 def counted_between(

@@ -8,14 +8,16 @@
 """
 
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 from django.db import models
 from django.db.models import Case, F, Min, Q, When
 
-from weave.leases import Clock, LeasedModel, LeaseQuerySet, default_clock
+from weave.leases import Clock, DbNow, LeasedModel, LeaseQuerySet, default_clock
+from weave.leases.clock import SqlWithParams
 
 __all__ = [
+    "DatabaseNow",
     "JobAttempt",
     "JobModel",
     "JobQuerySet",
@@ -24,6 +26,17 @@ __all__ = [
 ]
 
 _J = TypeVar("_J", bound=models.Model)
+
+
+class DatabaseNow(DbNow):
+    """The database's clock as a column's `db_default` (`created_at`): the lease core's "now", no offset.
+
+    On PostgreSQL without a parameter: a default's SQL is written into the table, and Django's schema
+    editor adds a default's parameters to others of the same ALTER as a list.
+    """
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> SqlWithParams:
+        return "clock_timestamp()", cast(tuple[Any, ...], [])
 
 
 class Dashboard(models.Model):
@@ -125,8 +138,20 @@ class JobModel(LeasedModel):
     epoch = models.PositiveIntegerField(default=0, editable=False)
     next_attempt_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_error = models.TextField(blank=True, default="", editable=False)
-    created_at = models.DateTimeField(auto_now_add=True)
+    # The database's clock, as every time of a job's story: a host whose clock is off would otherwise
+    # show a job created after its own claim.
+    created_at = models.DateTimeField(db_default=DatabaseNow(), editable=False)
     finished_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Database-clock time of the latest claim (null: never claimed, or claimed before Weave wrote it).
+    last_attempted_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Who held the job when the latest claim took it over (null: it was free), copied by the claim in
+    # its own statement: the takeover records the attempt that lost its lease without a finish.
+    previous_owner = models.CharField(  # noqa: DJ001  (None: was free)
+        max_length=100, null=True, blank=True, editable=False
+    )
+    previous_fence = models.BigIntegerField(null=True, blank=True, editable=False)
+    previous_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
+    previous_attempted_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     objects = JobQuerySet.as_manager()  # type: ignore[misc]  # replaces the abstract base's manager
 
@@ -221,15 +246,8 @@ class TaskRow(JobModel):
     return_value = models.JSONField(null=True, blank=True)
     # The Weave options the task was enqueued with (max_attempts, backoff, retry_on, timeout, lease_ttl).
     options = models.JSONField(default=dict, blank=True)
-    # Database-clock times written by each claim: the first start, and the latest.
+    # Database-clock time of the first claim (the latest claim's: `last_attempted_at`, from JobModel).
     started_at = models.DateTimeField(null=True, blank=True)
-    last_attempted_at = models.DateTimeField(null=True, blank=True)
-    # Who held the task when the latest claim took it over (null: it was free). Copied by the claim
-    # itself, so a takeover can record the attempt that lost its lease without a finish of its own.
-    previous_owner = models.CharField(max_length=100, null=True, blank=True)  # noqa: DJ001  (None: was free)
-    previous_fence = models.BigIntegerField(null=True, blank=True)
-    previous_expires_at = models.DateTimeField(null=True, blank=True)
-    previous_attempted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name = "task"

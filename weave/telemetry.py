@@ -23,6 +23,11 @@ from weave.conf import weave_settings
 from weave.leases import Clock, DbNow, default_clock
 from weave.tuning import TtlAdvice, recommend_ttl
 
+# How old (by the database clock) a row must be before the metrics' running totals keep it
+# (`weave.metrics.RunningCounts`): a transaction that commits after its rows' time is never missed.
+COUNT_LAG = timedelta(seconds=60)
+
+
 # --- database time ------------------------------------------------------------------------------
 
 

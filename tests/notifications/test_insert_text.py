@@ -31,7 +31,10 @@ FROZEN = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 
 
 def _shapes(device: Device | None) -> list[dict]:
-    base = {"device_token": "token-1", "backend": "default", "title": "Hi", "body": "there", "priority": "normal"}
+    base = {
+        "device_token": "token-1", "backend": "default", "title": "Hi", "body": "there", "priority": "normal",
+        "created_at": DbNow(),  # as the services give it
+    }  # fmt: skip
     return [
         {**base, "next_attempt_at": DbNow(), "expires_at": None},
         {**base, "next_attempt_at": DbNow(), "expires_at": DbNow(timedelta(seconds=90))},
@@ -54,7 +57,7 @@ def _orm_statement(notification: Notification) -> tuple[str, list]:
     query = InsertQuery(Notification)
     query.insert_values([f for f in meta.concrete_fields if not f.primary_key and not f.generated], [notification])
     compiler = query.get_compiler(using="default")
-    compiler.returning_fields = [meta.pk, meta.get_field("next_attempt_at"), meta.get_field("expires_at")]
+    compiler.returning_fields = [meta.pk, *(meta.get_field(name) for name in insert.CLOCK_FIELDS)]
     ((sql, params),) = compiler.as_sql()
     return sql, list(params)
 

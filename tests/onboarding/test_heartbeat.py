@@ -135,3 +135,20 @@ def test_budget__spent_between_steps_releases_and_requeues(fake_services, clock,
     assert (row.status, row.phase, row.owner) == ("pending", "verify_tax_id", None)
     assert "budget" in RunAttempt.objects.get(run=run).reason
     assert len(callbacks) == 1  # the re-enqueue, sent once the release commits
+
+
+def test_reason__a_failure_quoting_the_sites_configured_secret_is_stored_without_it(fake_services, clock, settings):
+    """The run's reason and its attempt's reason are stored redacted, as the core runner's are: a service's
+    error may quote a configured credential, and the admin and `weave_explain` show what is stored."""
+    settings.WEAVE = {**settings.WEAVE, "PUSH_TOKEN": "tok-0123456789abcdef"}
+
+    def after(ctx):
+        raise TemporaryFailure("the service refused our token tok-0123456789abcdef")
+
+    run = OnboardingRunFactory()
+    worker = claim_attempt(run.pk, ttl=TTL, clock=clock, background=False, steps=slow_step(after=after))
+    worker.execute()
+    row = OnboardingRun.objects.get(pk=run.pk)
+    attempt = RunAttempt.objects.get(run=run)
+    stored = [row.reason, attempt.reason]
+    assert all("tok-0123456789abcdef" not in text and "[redacted]" in text for text in stored), stored

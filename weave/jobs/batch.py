@@ -39,6 +39,7 @@ from weave.jobs.context import JobContext
 from weave.jobs.declaration import JobType, get
 from weave.jobs.records import JobAttempts
 from weave.jobs.runner import Ending, end_lost, log_ending, settle_job_cut_off, work
+from weave.jobs.takeover import own_account, record_takeover
 from weave.jobs.undo import hand_on
 from weave.leases import Clock, Lease, LeaseLost, default_clock, insert_receipts, new_owner
 from weave.leases.batch_heartbeat import BatchHeartbeat
@@ -234,9 +235,10 @@ def blocked_receipts(
     receipts = []
     for item in items:
         ctx = item.ctx
-        if (str(ctx.lease.pk), ctx.attempt, ctx.lease.fence) in recorded:
-            continue
         lost = rows.refusal(ctx.lease, clock=clock)
+        if (str(ctx.lease.pk), ctx.attempt, ctx.lease.fence) in recorded:
+            own_account(ctx, ctx.blocked_reason(lost, where))  # if the takeover guessed its worker had died
+            continue
         blocked = Ending(JobAttempt.Outcome.BLOCKED, reason=ctx.blocked_reason(lost, where))
         receipts.append(blocked.receipt(ctx, item.started))
     return receipts
@@ -500,6 +502,8 @@ class BatchDrain:
             if undo is None:
                 kept.append(ctx)
                 continue
+            if not self.jt.records_takeovers:
+                record_takeover(ctx)  # the next claim finds the row free: only this one knows whom it replaced
             self.heartbeat.forget([ctx.lease.pk])
             with self._queue_lock:
                 self._open.pop(ctx.lease.pk, None)

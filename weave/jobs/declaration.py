@@ -87,15 +87,33 @@ class JobType:
     # What giving back a claimed row that was never started writes besides the attempt counter (the
     # claim's own `claim_fields` undone), or None when the row must run rather than be given back.
     unclaim_fields: Callable[[Any], Mapping[str, Any] | None] | None = None
+    # The handler records the attempt a takeover found without a finish itself (tasks do, to say
+    # whether it ran past its timeout); otherwise the core records it before the handler runs.
+    records_takeovers: bool = False
 
     def policy(self, job: Any) -> RetryPolicy:
         """The retry policy of `job`: its own (`retry_for`) when the type gives one, else the type's."""
         return self.retry if self.retry_for is None else self.retry_for(job)
 
     def claim_writes(self, clock: Any) -> dict[str, Any]:
-        """What a claim of this type writes besides the lease: the attempt counter, and `claim_fields`."""
+        """What a claim of this type writes besides the lease: the attempt counter, the previous holder
+        (on a `JobModel`), and `claim_fields`."""
         extra = {} if self.claim_fields is None else dict(self.claim_fields(clock))
-        return {"attempts": F("attempts") + 1, **extra}
+        return {"attempts": F("attempts") + 1, **self._holder_writes(clock), **extra}
+
+    def _holder_writes(self, clock: Any) -> dict[str, Any]:
+        """The claim's own time, and who held the row before it (`weave.jobs.takeover`), on a `JobModel`."""
+        if not hasattr(self.model, "previous_owner"):
+            return {}
+        # In the claim's own statement: the right-hand sides read the row as it was before the claim,
+        # so a takeover knows the holder it replaced without a read of its own.
+        return {
+            "last_attempted_at": clock.now(),
+            "previous_owner": F("owner"),
+            "previous_fence": F("fence"),
+            "previous_expires_at": F("lease_expires_at"),
+            "previous_attempted_at": F("last_attempted_at"),
+        }
 
     @property
     def registry_key(self) -> str:

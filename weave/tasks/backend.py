@@ -15,7 +15,6 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import router, transaction
-from django.utils import timezone
 
 from weave.models import TaskRow
 from weave.tasks.compat import (
@@ -88,10 +87,10 @@ class WeaveBackend(BaseTaskBackend):
             "kwargs": normalize_json(dict(kwargs)),
             "next_attempt_at": task.run_after,
             "options": options,
-            "created_at": timezone.now(),
         }
         using = router.db_for_write(TaskRow)
-        insert_task(values, using=using)
+        # The database's clock, as every time a task's story shows (not this host's, which may be off).
+        values["created_at"] = insert_task(values, using=using)
         _drain_on_commit(task.queue_name, using=using)
         result = enqueued_result(task, values)
         task_enqueued.send(type(self), task_result=result)

@@ -222,16 +222,9 @@ def _stopped_why(row: TaskRow, options: TaskOptions) -> str:
 
 
 def _claim_fields(clock: Clock) -> Mapping[str, Any]:
-    # In the claim's own statement: the right-hand sides read the row as it was before the claim.
-    now = clock.now()
-    return {
-        "started_at": Coalesce(F("started_at"), now),
-        "last_attempted_at": now,
-        "previous_owner": F("owner"),
-        "previous_fence": F("fence"),
-        "previous_expires_at": F("lease_expires_at"),
-        "previous_attempted_at": F("last_attempted_at"),
-    }
+    # In the claim's own statement, besides the latest claim's time and the previous holder (which the
+    # core writes for every JobModel): the first start, kept by later claims.
+    return {"started_at": Coalesce(F("started_at"), clock.now())}
 
 
 def _policy(row: TaskRow) -> RetryPolicy:
@@ -320,6 +313,7 @@ def ensure_registered() -> None:
                 finished=_finished,
                 finished_many=_finished_many,
                 unclaim_fields=_unclaim,
+                records_takeovers=True,  # run_task records it, with whether it ran past its timeout
                 schedule=ScheduleSpec(name="weave.tasks.sweep", func="weave.tasks.worker.sweep", minutes=1),
                 next_due=TaskRow.objects.next_due_at,
                 wake=sweep,

@@ -1,0 +1,147 @@
+"""A worker killed mid-attempt writes nothing; the attempt that takes the job over records it (weave.jobs.takeover)."""
+
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+
+from tests.jobs.shipping.carrier import during_booking
+from tests.jobs.shipping.models import Booking, Shipment
+from weave.jobs import get
+from weave.jobs.batch import run_batches
+from weave.jobs.console import findings, outcome_counts
+from weave.jobs.runner import run_job
+from weave.models import JobAttempt
+
+pytestmark = pytest.mark.django_db
+
+
+class WorkerDied(BaseException):
+    """Stands for the worker process being killed (SIGKILL) mid-step: nothing after it runs, nothing is recorded."""
+
+
+def die_after(clock, seconds):
+    """A hook for the booking step: work `seconds` (less than ttl/3: the heartbeat's thread stays asleep),
+    renew once by hand, then the process dies."""
+
+    def hook(ctx, hb):
+        clock.advance(seconds)
+        hb.beat()  # the lease now ends `seconds` later than the claim's
+        raise WorkerDied
+
+    return hook
+
+
+def attempts_of(shipment):
+    return list(JobAttempt.objects.filter(job_type="shipment", job_id=str(shipment.pk)).order_by("number"))
+
+
+def killed_mid_booking(clock, shipment):
+    """Attempt 1 by "killed" dies in the booking step; return its claim time and its lease's last expiry."""
+    ttl = get("shipment").lease_ttl()
+    claimed = clock.current
+    during_booking.append(die_after(clock, 4))
+    with pytest.raises(WorkerDied):
+        run_job("shipment", shipment.pk, owner="killed", clock=clock)
+    during_booking.clear()
+    assert attempts_of(shipment) == []  # the dead worker wrote no record of its attempt
+    expiry = Shipment.objects.get(pk=shipment.pk).lease_expires_at
+    assert expiry == claimed + timedelta(seconds=4 + ttl)
+    clock.advance(ttl + 1)  # its lease lapses
+    return claimed, expiry
+
+
+def test_takeover__records_the_killed_workers_attempt_as_blocked_with_its_owner_fence_and_times(clock):
+    shipment = Shipment.objects.create(parcel="books")
+    claimed, expiry = killed_mid_booking(clock, shipment)
+    took_over = clock.current
+    assert run_job("shipment", shipment.pk, owner="rival", clock=clock) == "done"
+    lost, done = attempts_of(shipment)
+    assert (lost.number, lost.owner, lost.fence, lost.outcome) == (1, "killed", 1, "blocked")
+    assert (done.number, done.owner, done.fence, done.outcome) == (2, "rival", 2, "done")
+    # Database times: it started at its claim, and is dated when the takeover found it ended.
+    assert lost.started_at == claimed and lost.finished_at == took_over
+    assert "ended no later than its lease's expiry at " + expiry.strftime("%H:%M:%S.%f")[:-3] in lost.reason
+    assert "rival took the job over at fence 2" in lost.reason
+    assert Booking.objects.get().written_by == "rival"
+
+
+def test_takeover__the_record_feeds_the_panel_counts_the_findings_and_the_story(clock, capsys):
+    shipment = Shipment.objects.create(parcel="books")
+    killed_mid_booking(clock, shipment)
+    assert run_job("shipment", shipment.pk, owner="rival", clock=clock) == "done"
+    jt = get("shipment")
+    counts = outcome_counts(jt, clock.current - timedelta(hours=1))
+    assert (counts["blocked"], counts["done"]) == (1, 1)
+    (found,) = [f for f in findings(clock.current) if "shipment" in f.text]  # the dashboard's verdict
+    assert found.level == "degraded" and "1 shipment attempt in the last hour" in found.text
+    assert "no later than its lease&#x27;s expiry" in found.text  # escaped: the verdict is HTML
+    call_command("weave_explain", "shipment", str(shipment.pk))
+    out = capsys.readouterr().out
+    assert "no end recorded" not in out  # the real record, not the line for an attempt without one
+    assert "2 attempt(s);" in out and "never ended" not in out
+    assert "attempt 1: fence 1 claimed by killed" in out and "1 attempt(s) lost their lease" in out
+
+
+def test_takeover__a_batch_drain_records_it_too(clock):
+    shipment = Shipment.objects.create(parcel="books")
+    killed_mid_booking(clock, shipment)
+    report = run_batches("shipment", Shipment.objects.due(clock).order_by("pk"), budget=60, owner="drain", clock=clock)
+    assert report.outcomes.get("done") == 1
+    lost, done = attempts_of(shipment)
+    assert (lost.owner, lost.fence, lost.outcome) == ("killed", 1, "blocked")
+    assert (done.owner, done.fence, done.outcome) == ("drain", 2, "done")
+
+
+def test_takeover__an_attempt_that_recorded_its_own_end_is_not_recorded_twice(clock):
+    shipment = Shipment.objects.create(parcel="books")
+    assert run_job("shipment", shipment.pk, owner="w1", clock=clock) == "done"
+    Shipment.objects.filter(pk=shipment.pk).update(state="pending")  # asked again, as an operator's retry does
+    assert run_job("shipment", shipment.pk, owner="w2", clock=clock) == "done"
+    assert [(a.number, a.owner) for a in attempts_of(shipment)] == [(1, "w1"), (2, "w2")]  # a free row: no takeover
+
+
+def test_takeover__a_stalled_worker_that_wakes_up_puts_its_own_account_in_place_of_the_guess(clock):
+    """The takeover guesses the worker died; it had only stalled, and says where it lost the lease."""
+    shipment = Shipment.objects.create(parcel="books")
+    ttl = get("shipment").lease_ttl()
+
+    def stall_while_a_rival_takes_over(ctx, hb):
+        during_booking.clear()
+        hb.stop()
+        clock.advance(ttl + 1)
+        assert run_job("shipment", shipment.pk, owner="rival", clock=clock) == "done"
+        guess = JobAttempt.objects.get(job_id=str(shipment.pk), number=1)
+        assert guess.owner == "stale" and guess.reason.startswith("No finish: its worker stopped or crashed")
+        clock.advance(1)
+
+    during_booking.append(stall_while_a_rival_takes_over)
+    woke = clock.current + timedelta(seconds=ttl + 2)
+    assert run_job("shipment", shipment.pk, owner="stale", clock=clock) == "blocked"
+    lost, done = attempts_of(shipment)  # still one record of attempt 1
+    assert (lost.owner, lost.fence, lost.outcome, done.owner) == ("stale", 1, "blocked", "rival")
+    assert lost.reason.startswith("Lease lost at step book") and "No finish" not in lost.reason
+    assert lost.finished_at == woke  # its own end, by the clock, once it woke up
+
+
+def test_takeover__a_taken_over_row_given_back_unstarted_keeps_the_dead_attempts_record(clock):
+    """The drain's budget ends before it starts the row it took over: the row goes back free (its
+    claim undone), so the next claim would find no previous holder; the record is written first."""
+    first = Shipment.objects.create(parcel="first")
+    shipment = Shipment.objects.create(parcel="books")
+    killed_mid_booking(clock, shipment)
+    during_booking.append(lambda ctx, hb: clock.advance(6))  # the first row spends the drain's budget
+    due = Shipment.objects.due(clock).order_by("pk")
+    report = run_batches("shipment", due, budget=5, owner="drain", clock=clock)
+    assert report.outcomes == {"done": 1} and report.more
+    assert Shipment.objects.get(pk=first.pk).state == "done"
+    row = Shipment.objects.get(pk=shipment.pk)
+    assert (row.owner, row.state, row.attempts) == (None, "pending", 1)  # given back: its claim undone
+    (lost,) = attempts_of(shipment)
+    assert (lost.number, lost.owner, lost.fence, lost.outcome) == (1, "killed", 1, "blocked")
+    during_booking.clear()
+    assert run_job("shipment", shipment.pk, owner="w3", clock=clock) == "done"
+    assert [(a.number, a.owner, a.outcome) for a in attempts_of(shipment)] == [
+        (1, "killed", "blocked"),
+        (2, "w3", "done"),
+    ]
