@@ -316,7 +316,7 @@ def _read_insert_sql(db: str, aliases: int) -> str:
         f" new AS (INSERT INTO {qn(Notification._meta.db_table)} ({', '.join(qn(str(f.column)) for f in columns)})"
         f" SELECT {', '.join(by_name[f.name] for f in columns)} FROM locked AS m"
         f" RETURNING {', '.join(qn(str(f.column)) for f in returning)})"
-        f" SELECT seen.*, new.* FROM seen LEFT JOIN new ON new.{qn(str(returning[3].column))} = seen.id"
+        f" SELECT seen.*, new.* FROM seen LEFT JOIN new ON new.{qn(str(meta.get_field('device').column))} = seen.id"
     )
 
 

@@ -352,7 +352,10 @@ class _FanOut:
         if isinstance(known, ValidationError):
             return None
         at, expires_at, deferral = due
-        return Notification(**known[1], backend=alias, expires_at=expires_at, next_attempt_at=at, last_error=deferral)
+        return Notification(
+            **known[1], backend=alias, expires_at=expires_at, next_attempt_at=at, last_error=deferral,
+            created_at=self.clock.now(),  # the database's clock, as the row's other times
+        )  # fmt: skip
 
     def _timings(self, users: Mapping[Any, Any]) -> tuple[dict[Any, tuple[Any, Any, str]], list["SkippedUser"]]:
         """{user pk: timing} of the users the quiet-hours policy could judge, and the others with why."""
