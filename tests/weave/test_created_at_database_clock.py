@@ -44,6 +44,20 @@ def test_job__created_at_is_database_time_and_comes_before_its_claim(host_clock_
     assert invoice.created_at <= claimed
 
 
+def test_job__bulk_create_gives_every_row_the_database_time_and_keeps_a_given_one(host_clock_ahead):
+    given = timezone.now() - timedelta(days=3)
+    before = db_now()
+    made = Invoice.objects.bulk_create(
+        [Invoice(number="2026-901", email="a@example.com"), Invoice(number="2026-902", email="b@example.com"),
+         Invoice(number="2026-903", email="c@example.com", created_at=given)]
+    )  # fmt: skip
+    after = db_now()
+    stored = {i.number: i.created_at for i in Invoice.objects.filter(pk__in=[i.pk for i in made])}
+    assert before <= stored["2026-901"] == stored["2026-902"] <= after  # one read of the database's clock
+    assert made[0].created_at == stored["2026-901"]
+    assert stored["2026-903"] == given  # a value given explicitly is stored as given
+
+
 def test_task__enqueued_at_is_the_rows_database_created_at(host_clock_ahead):
     before = db_now()
     result = add.enqueue(1, 2)
