@@ -48,8 +48,25 @@ def cast_type(field: Any, connection: Any) -> str:
     return re.sub(r"\(.*?\)", "", str(field.db_type(connection)))
 
 
-def _array_type(field: Any, connection: Any) -> str:
-    return cast_type(field, connection) + "[]"
+def _value_columns(fields: Iterable[Any], connection: Any, source: str) -> tuple[list[str], list[str], list[str]]:
+    """Per field of `fields`: its parameters' casts, its columns' names in the row source `source` (c0, c1,
+    ...) and the value the INSERT selects from there. A clock column takes two: a time given as a value,
+    or the database clock's offset in seconds (NULL: no time)."""
+    casts: list[str] = []
+    names: list[str] = []
+    selected: list[str] = []
+    for index, field in enumerate(fields):
+        name, kind = f"{source}.c{index}", cast_type(field, connection)
+        if field.name in insert.CLOCK_FIELDS:
+            casts += [f"%s::{kind}", "%s::double precision"]
+            names += [f"c{index}_at", f"c{index}_secs"]
+            offset = postgres_now_plus(f"{name}_secs")
+            selected.append(f"CASE WHEN {name}_secs IS NULL THEN {name}_at ELSE {offset} END")
+        else:
+            casts.append(f"%s::{kind}")
+            names.append(f"c{index}")
+            selected.append(name)
+    return casts, names, selected
 
 
 # Up to this many rows go as one VALUES list of plain parameters instead of arrays: psycopg finds each
@@ -96,28 +113,12 @@ def _rows_sql(db: str, few: int | None) -> str:
     device, notification = Device._meta, Notification._meta
     device_id = qn(str(device.pk.column))
     device_active = qn(str(device.get_field("active").column))
-    arrays: list[str] = []
-    names: list[str] = []
-    selected: list[str] = []
-    for index, field in enumerate(columns):
-        name = f"c{index}"
-        array = _array_type(field, connection)
-        if field.name in insert.CLOCK_FIELDS:
-            # Two arrays: a time given as a value, or the database clock's offset in seconds (NULL: no time).
-            arrays += [f"%s::{array}", "%s::double precision[]"]
-            names += [f"{name}_at", f"{name}_secs"]
-            offset = postgres_now_plus(f"v.{name}_secs")
-            selected.append(f"CASE WHEN v.{name}_secs IS NULL THEN v.{name}_at ELSE {offset} END")
-        else:
-            arrays.append(f"%s::{array}")
-            names.append(name)
-            selected.append(f"v.{name}")
+    elements, names, selected = _value_columns(columns, connection, "v")
     device_column = f"c{[f.name for f in columns].index('device')}"
     if few is None:
+        arrays = [f"{cast}[]" for cast in elements]  # one array per column, each element cast alike
         source = f"unnest({', '.join(arrays)}) WITH ORDINALITY AS v({', '.join(names)}, ord)"
     else:
-        # The same casts on each element, without the array's brackets.
-        elements = [cast.removesuffix("[]") for cast in arrays]
         values = ", ".join(f"({', '.join(elements)}, {n})" for n in range(1, few + 1))
         source = f"(VALUES {values}) AS v({', '.join(names)}, ord)"
     returning = [*insert.returned_fields(), notification.get_field("device")]
@@ -278,18 +279,8 @@ def _read_insert_sql(db: str, aliases: int) -> str:
     column = {name: device_columns[name] for name in ("id", "backend", "token", "user", "active")}
     used, made = device_columns["last_used_at"], device_columns["created_at"]
     table, user_type = qn(device.db_table), cast_type(device.get_field("user"), connection)
-    elements, names, selected = ["%s::text", "%s::boolean"], ["alias", "ok"], []
-    for index, field in enumerate(_sent_columns(db)):
-        name, kind = f"c{index}", cast_type(field, connection)
-        if field.name in insert.CLOCK_FIELDS:
-            elements += [f"%s::{kind}", "%s::double precision"]
-            names += [f"{name}_at", f"{name}_secs"]
-            offset = postgres_now_plus(f"m.{name}_secs")
-            selected.append(f"CASE WHEN m.{name}_secs IS NULL THEN m.{name}_at ELSE {offset} END")
-        else:
-            elements.append(f"%s::{kind}")
-            names.append(name)
-            selected.append(f"m.{name}")
+    casts, names, selected = _value_columns(_sent_columns(db), connection, "m")
+    elements, names = ["%s::text", "%s::boolean", *casts], ["alias", "ok", *names]
     by_name = dict(zip([f.name for f in _sent_columns(db)], selected, strict=True))
     by_name.update(device="m.id", device_token="m.token", backend="m.backend", **MADE_PER_ROW, **_defaults_sql(db))
     columns = insert.fields()
