@@ -10,6 +10,7 @@ same four methods.
 from typing import Any, Protocol
 
 from weave.jobs.context import JobContext
+from weave.jobs.takeover import guessed_by_a_takeover, own_account
 from weave.leases import insert_receipts
 from weave.models import JobAttempt, JobState, JobStepReceipt
 from weave.sanitize import outside_text
@@ -49,12 +50,15 @@ class JobAttempts:
         return JobAttempt.objects.filter(job_type=self.ctx.job_type, job_id=str(self.ctx.lease.pk))
 
     def end(self, outcome: str, reason: str) -> None:
-        insert_receipts(JobAttempt, [attempt_row(self.ctx, self.started, outcome, reason)])
+        # A takeover's guess stands only for an attempt that was taken over, which ends `blocked`: then its
+        # own account replaces the guess rather than adding a second record.
+        if outcome != JobAttempt.Outcome.BLOCKED or not own_account(self.ctx, reason):
+            insert_receipts(JobAttempt, [attempt_row(self.ctx, self.started, outcome, reason)])
 
     def ended(self) -> str | None:
-        outcome: str | None = (
-            self._attempts().filter(fence=self.ctx.lease.fence).values_list("outcome", flat=True).first()
-        )
+        """The outcome this attempt recorded itself (a takeover's guess that its worker died is not one)."""
+        mine = self._attempts().filter(fence=self.ctx.lease.fence).exclude(guessed_by_a_takeover())
+        outcome: str | None = mine.values_list("outcome", flat=True).first()
         return outcome
 
     def landed(self, where: str) -> str:

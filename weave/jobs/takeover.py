@@ -13,7 +13,7 @@ The dashboard's counts, the metrics, the admin and `weave_explain` then see it l
 
 from typing import Any
 
-from django.db.models import Case, DateTimeField, F, When
+from django.db.models import Case, DateTimeField, F, Q, When
 
 from weave.jobs.context import JobContext
 from weave.leases import insert_receipts
@@ -74,6 +74,11 @@ def lost_attempt_row(ctx: JobContext, row: Any) -> dict[str, Any] | None:
     }
 
 
+def guessed_by_a_takeover() -> Q:
+    """The `JobAttempt` records a takeover wrote for an attempt whose worker it took for dead."""
+    return Q(outcome=JobAttempt.Outcome.BLOCKED, reason__startswith=NO_FINISH)
+
+
 def own_account(ctx: JobContext, reason: str) -> bool:
     """Put attempt `ctx`'s own account of its lost lease in place of a takeover's guess that its worker died.
 
@@ -83,12 +88,11 @@ def own_account(ctx: JobContext, reason: str) -> bool:
     and moving it past them would count it twice (its time then stays the takeover's).
     """
     guessed = JobAttempt.objects.filter(
+        guessed_by_a_takeover(),
         job_type=ctx.job_type,
         job_id=str(ctx.lease.pk),
         number=ctx.attempt,
         fence=ctx.lease.fence,
-        outcome=JobAttempt.Outcome.BLOCKED,
-        reason__startswith=NO_FINISH,
     )
     now = ctx.clock.now()
     young = When(finished_at__gt=ctx.clock.now(-COUNT_LAG), then=now)
