@@ -80,8 +80,23 @@ def test_one_user_sends__keep_one_plan_of_each_statement(django_user_model, devi
     assert set(plans) == {'SELECT "id", "backen', "WITH locked AS MATER"}, plans
     for start, (generic, custom) in plans.items():
         assert generic >= SENDS - 5 and custom <= 5, (start, generic, custom)
+    # A few rows go as one VALUES list of plain parameters, not as arrays (psycopg adapts an array in Python).
+    inserts = _prepared_texts("WITH locked AS MATER%")
+    assert len(inserts) == 1 and "(VALUES " in inserts[0] and "unnest(" not in inserts[0], inserts
     stored = Notification.objects.filter(device__user__in=people).values_list("device__user", flat=True)
     assert sorted(stored) == sorted(p.pk for p in people for _ in range(devices_each))
+
+
+def _prepared_texts(start):
+    """The whole text of this session's prepared statements that begin like `start` (a LIKE pattern)."""
+    threshold = connection.connection.prepare_threshold
+    connection.connection.prepare_threshold = None  # or this statement would be prepared too
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT statement FROM pg_prepared_statements WHERE statement LIKE %s", [start])
+            return [text for (text,) in cursor.fetchall()]
+    finally:
+        connection.connection.prepare_threshold = threshold
 
 
 def test_sends_to_several_users__still_store_a_row_per_active_device(django_user_model):
