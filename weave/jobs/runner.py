@@ -23,7 +23,7 @@ from weave.jobs.cutoff import CUT_OFF, landed_claim, record_blocked, settle_cut_
 from weave.jobs.declaration import JobType, get
 from weave.jobs.records import JobAttempts, attempt_row
 from weave.jobs.steps import Step, UndoWalk, check_steps, saved_result
-from weave.jobs.takeover import own_account, record_takeover
+from weave.jobs.takeover import record_takeover
 from weave.jobs.undo import RUNNING, hand_on, names, undo_saved, undo_tries
 from weave.leases import Clock, LeaseBusy, LeaseLost, NotClaimable, default_clock, insert_receipts, new_owner
 from weave.models import RUNNABLE_STATES, JobAttempt, JobState, JobStepReceipt
@@ -353,11 +353,7 @@ def end_lost(ctx: JobContext, started: Any, lost: LeaseLost, where: str = "") ->
 def record_job_blocked(ctx: JobContext, started: Any, lost: LeaseLost) -> None:
     """Record the attempt `ctx` as blocked by `lost` (unless the worker that took the job over already did)."""
     where = f"at step {ctx.step}" if ctx.step else "at the finish"
-    if own_account(ctx, ctx.blocked_reason(lost, where)):  # the takeover guessed its worker had died
-        logger.warning(
-            "event=lease_lost job_type=%s id=%s fence=%s reason=%s", ctx.job_type, ctx.lease.pk, ctx.lease.fence, lost
-        )
-        return
+    # A takeover's guess that this worker died is no ending of its own: this account replaces it.
     record_blocked(ctx, JobAttempts(ctx, started), lost, where)
 
 
