@@ -16,4 +16,4 @@ def test_app_index__a_weave_app_page_underlines_its_breadcrumb_links(client, lab
     assert page.status_code == 200
     html = page.content.decode()
     assert 'href="/static/weave/console.css"' in html, "the stylesheet that underlines the breadcrumb links"
-    assert '<div class="breadcrumbs">' in html
+    assert 'class="breadcrumbs"' in html  # a <div> before Django 6.1, an <ol> from it
