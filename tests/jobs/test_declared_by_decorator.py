@@ -3,6 +3,7 @@
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
+from django.db.models import F
 
 from tests.jobs.invoices.jobs import send_invoice
 from tests.jobs.invoices.mailer import mailer
@@ -228,3 +229,33 @@ def test_explain__an_id_that_is_no_number_is_refused_in_plain_words():
     with pytest.raises(CommandError) as refused:
         call_command("weave_explain", "invoice", "abc")
     assert str(refused.value) == "No invoice with id abc: invoice ids are numbers."  # was "a invoice"
+
+
+def test_explain__the_running_attempt_has_its_claim_line_at_the_claims_database_time(clock, capsys):
+    """An attempt that holds the job has no record until it ends, but its claim wrote its database time
+    into the row: the story shows that claim (time, fence, holder), as it does for an attempt that ended."""
+    invoice = Invoice.objects.create(number="2026-007", email="buyer@example.com")
+    Invoice.objects.claim(invoice.pk, owner="w1", ttl=TTL, clock=clock, also=jobs.get("invoice").claim_writes(clock))
+    claimed_at = Invoice.objects.get(pk=invoice.pk).last_attempted_at
+    call_command("weave_explain", "invoice", str(invoice.pk))
+    out = capsys.readouterr().out
+    (line,) = [s for s in out.splitlines() if "claim " in s]
+    assert line.startswith(claimed_at.strftime("%Y-%m-%d %H:%M:%S.%f")[:23])
+    assert "attempt 1: fence 1 claimed by w1" in line
+    assert out.index("attempt 1: fence 1 claimed by w1") < out.index("w1 at fence 1, lease live")
+
+
+def test_explain__a_killed_attempt_is_dated_at_the_running_takeovers_claim(clock, capsys):
+    """A worker killed mid-job and the next claim still running: the killed attempt's line stands at that
+    claim's database time (copied into the row), just before the claim's own line, not undated at the end."""
+    invoice = Invoice.objects.create(number="2026-008", email="buyer@example.com")
+    Invoice.objects.claim(invoice.pk, owner="killed", ttl=TTL, clock=clock, also={"attempts": F("attempts") + 1})
+    clock.advance(TTL + 1)
+    Invoice.objects.claim(invoice.pk, owner="w2", ttl=TTL, clock=clock, also=jobs.get("invoice").claim_writes(clock))
+    claimed_at = Invoice.objects.get(pk=invoice.pk).last_attempted_at.strftime("%Y-%m-%d %H:%M:%S.%f")[:23]
+    call_command("weave_explain", "invoice", str(invoice.pk))
+    lines = capsys.readouterr().out.splitlines()
+    (killed,) = [s for s in lines if "attempt 1" in s]
+    (claim,) = [s for s in lines if "attempt 2: fence 2 claimed by w2" in s]
+    assert killed.startswith(claimed_at) and claim.startswith(claimed_at)
+    assert lines.index(killed) + 1 == lines.index(claim)

@@ -136,16 +136,22 @@ def test_stall__a_stopped_worker_loses_the_task_and_its_late_finish_is_refused(c
         while_running.clear()  # the takeover's own run does no more than return
         clock.advance(7)  # stopped: no tick, the 6 s lease lapses
         rival["outcome"] = run_job("task", pk, owner="worker-b", clock=clock)
+        rival["guess"] = JobAttempt.objects.get(job_id=str(pk), number=1).reason
+        clock.advance(1)
 
     while_running.append(stall_then_wake)
+    woke = clock.current + timedelta(seconds=8)
     assert run_job("task", pk, owner="worker-a", clock=clock) == "blocked"
     assert rival["outcome"] == "done"
+    # The takeover guessed that the first worker stopped: its record says it lapsed and who holds the task.
+    assert rival["guess"].startswith("No finish:") and "worker-b at fence 2" in rival["guess"]
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL and result.worker_ids == ["worker-a", "worker-b"]
     first, second = JobAttempt.objects.filter(job_id=str(pk)).order_by("number")
-    # One record per attempt: the takeover wrote the first one's; the stale worker added nothing.
+    # One record per attempt: the stale worker woke up and put its own account in place of the guess.
     assert (first.number, first.owner, first.outcome) == (1, "worker-a", "blocked")
-    assert "without a finish" in first.reason and "worker-b at fence 2" in first.reason
+    assert first.reason.startswith("Lease lost at step run") and "taken over by worker-b" in first.reason
+    assert "No finish" not in first.reason and first.finished_at == woke
     assert (second.number, second.owner, second.outcome) == (2, "worker-b", "done")
     row = TaskRow.objects.get(pk=pk)
     assert row.owner is None and row.fence == 2  # the stale finish changed nothing
@@ -259,3 +265,34 @@ def test_options__wrong_values_are_refused_with_the_reason(settings):
 
     with pytest.raises(ImproperlyConfigured, match="unknown key"):
         task_backends["default"]
+
+
+# --- a takeover's record of the attempt it replaced ----------------------------------------------------------
+
+
+def test_takeover__a_task_taken_over_long_after_its_lapse_is_dated_at_the_takeover_and_counted(clock):
+    """Nobody took the task over for two minutes after its lease lapsed: its record is dated when the takeover
+    found it (not at the lapse, which the metrics' running totals had already passed) and is counted once."""
+    from weave.metrics import RunningCounts, counted_between
+
+    pk = pk_of(busy.enqueue("killed"))
+
+    def die(label):
+        raise WorkerDied
+
+    while_running.append(die)
+    with pytest.raises(WorkerDied):
+        run_job("task", pk, owner="worker-a", clock=clock)
+    while_running.clear()
+    lapsed = expiry(pk)
+    clock.advance(120)
+    totals = RunningCounts()
+    fetch = counted_between(JobAttempt.objects.filter(job_type="task"), "finished_at", "outcome")
+    totals.advance(fetch, clock.current)  # a scrape while no worker is around
+    took_over = clock.current
+    assert run_job("task", pk, owner="worker-b", clock=clock) == "done"
+    clock.advance(1)
+    assert totals.advance(fetch, clock.current).get(("blocked",)) == 1  # the next scrape counts it
+    lost = JobAttempt.objects.get(job_id=str(pk), number=1)
+    assert lost.outcome == "blocked" and lost.finished_at == took_over
+    assert "lapsed at " + lapsed.strftime("%H:%M:%S.%f")[:-3] in lost.reason

@@ -28,6 +28,7 @@ def explain_job(job_type: str, model: Any, pk: Any, *, clock: Clock = default_cl
     t.add(job.created_at, "created", f"{job_type} {pk}")
     _add_unrecorded(t, job, attempts)  # first: at the takeover's instant it comes before the claim
     _add_records(t, attempts, receipts)
+    _add_open_claim(t, job, attempts)
     add_operator_events(t, model, pk)
     t.add(None, "holder", _holder(job))
     t.summary = _summary(job, attempts) + _undo_said(job, receipts)
@@ -42,6 +43,26 @@ def _add_records(t: Timeline, attempts: list[JobAttempt], receipts: list[JobStep
         t.add(r.finished_at, "receipt", f"step {r.step} saved by fence {r.fence} ({r.owner}), key {r.idempotency_key}")
         if r.undone_at is not None:
             t.add(r.undone_at, "undone", f"step {r.step} (saved by fence {r.fence}) undone by fence {r.undone_fence}")
+
+
+def _add_open_claim(t: Timeline, job: Any, attempts: list[JobAttempt]) -> None:
+    """Give its claim line to the attempt holding the job now, or holding it until its lease lapsed.
+
+    Its record is written only when it ends, but the claim copied its database time into the row
+    (`last_attempted_at`), so the story shows when it began instead of leaving it out.
+    """
+    claimed_at = _open_claim_time(job, attempts)
+    if claimed_at is not None:
+        t.add(claimed_at, "claim", f"attempt {job.attempts}: fence {job.fence} claimed by {job.owner}")
+
+
+def _open_claim_time(job: Any, attempts: list[JobAttempt]) -> Any:
+    """The database time of the claim behind the row's lease, when that attempt has no record yet (else None)."""
+    # getattr: a core-run model that is no `JobModel` keeps no claim time.
+    claimed_at = getattr(job, "last_attempted_at", None)
+    if job.owner is None or claimed_at is None or any(a.fence == job.fence for a in attempts):
+        return None
+    return claimed_at
 
 
 def _add_unrecorded(t: Timeline, job: Any, attempts: list[JobAttempt]) -> None:
@@ -65,10 +86,10 @@ def _add_unrecorded(t: Timeline, job: Any, attempts: list[JobAttempt]) -> None:
                 f"then lapsed; attempt {after.number} took it over at fence {after.fence}",
             )
         elif holding and number < job.attempts:
-            # The taking-over attempt is still running and has no record yet, so no claim time is known:
-            # the line stands with the holder's, naming the attempt that holds the job now.
+            # The taking-over attempt is still running and has no record yet: the line stands at its
+            # claim (the row's claim time), or with the holder's line when the row has none.
             t.add(
-                None,
+                _open_claim_time(job, attempts),
                 "no end",
                 f"attempt {number}: no end recorded: its worker stopped while holding the job, whose lease "
                 f"then lapsed; attempt {job.attempts}, running now, took it over at fence {job.fence}",

@@ -20,6 +20,7 @@ from django.db.models.functions import Coalesce
 
 from weave import jobs
 from weave.jobs import JobContext, JobType, RetryPolicy, get, register
+from weave.jobs.takeover import GUESSED
 from weave.jobs.tasks import drain_due
 from weave.leases import Clock, FakeClock, Heartbeat, insert_receipts
 from weave.leases.heartbeat import heartbeat_interval
@@ -154,8 +155,10 @@ def _record_lost_attempt(ctx: JobContext, row: TaskRow, options: TaskOptions) ->
     if done.exists():
         return overran
     why = overran or _stopped_why(row, options)
+    # Worded as the core's takeover guess (`weave.jobs.takeover`), so that a worker that only stalled puts
+    # its own account in its place when it wakes up.
     reason = (
-        f"Lease lapsed at {clock_time(row.previous_expires_at)} without a finish ({why}). "
+        f"{GUESSED} its lease lapsed at {clock_time(row.previous_expires_at)} ({why}). "
         f"The task is now held by {ctx.lease.owner} at fence {ctx.lease.fence}."
     )
     receipt = {
@@ -170,7 +173,9 @@ def _record_lost_attempt(ctx: JobContext, row: TaskRow, options: TaskOptions) ->
         "traceback": "",
         "result": None,
         "started_at": row.previous_attempted_at or row.previous_expires_at,
-        "finished_at": row.previous_expires_at,
+        # Dated when the takeover found it, as the core's are: the metrics' running totals keep only rows that
+        # end after their last checkpoint, and a lease may have lapsed long before anyone took the task over.
+        "finished_at": ctx.clock.now(),
     }
     insert_receipts(JobAttempt, [receipt])
     return overran
