@@ -42,6 +42,7 @@ from weave.operations import (
     LeaseStateFilter,
     OperatorModelAdmin,
     ReadOnlyAdminMixin,
+    ReadOnlyTabularInline,
     admin_link_to,
     choice_filter,
     clipped,
@@ -98,9 +99,8 @@ class _AttemptColumns(ReadOnlyAdminMixin):
     shown_reason = reason_column()  # a page has room for all of it
 
 
-class DeliveryAttemptInline(_AttemptColumns, admin.TabularInline):
+class DeliveryAttemptInline(_AttemptColumns, ReadOnlyTabularInline):
     model = DeliveryAttempt
-    extra = 0
     fields = readonly_fields = (
         "started_at_display",
         "finished_at_display",

@@ -35,6 +35,7 @@ from weave.operations import (
     LeaseStateFilter,
     OperatorModelAdmin,
     ReadOnlyAdminMixin,
+    ReadOnlyTabularInline,
     admin_link,
     admin_link_to,
     changelist_link,
@@ -267,7 +268,7 @@ class _ReceiptColumns:
         return receipt_output(receipt)
 
 
-class StepReceiptInline(_ReceiptColumns, LinkedReadOnlyMixin, admin.TabularInline):
+class StepReceiptInline(_ReceiptColumns, LinkedReadOnlyMixin, ReadOnlyTabularInline):
     model = StepReceipt
     extra = 0
     fields = readonly_fields = _ReceiptColumns.RECEIPT_FIELDS
@@ -283,7 +284,7 @@ class _AttemptColumns:
     shown_reason = reason_column()
 
 
-class RunAttemptInline(_AttemptColumns, LinkedReadOnlyMixin, admin.TabularInline):
+class RunAttemptInline(_AttemptColumns, LinkedReadOnlyMixin, ReadOnlyTabularInline):
     model = RunAttempt
     extra = 0
     fields = readonly_fields = _AttemptColumns.ATTEMPT_FIELDS

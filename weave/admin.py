@@ -453,6 +453,17 @@ class ReadOnlyAdminMixin:
         return False
 
 
+class ReadOnlyTabularInline(ReadOnlyAdminMixin, admin.TabularInline):
+    """A tabular inline of rows written only by workers, its table in a scrolling region a keyboard can reach.
+
+    On a narrow screen Django scrolls a tabular inline sideways inside its own box; a read-only one holds
+    nothing focusable, so a keyboard user could not scroll it. The region takes focus and has a name.
+    """
+
+    template = "weave/admin/edit_inline/readonly_tabular.html"
+    extra = 0
+
+
 class LeaseGuardedSaveMixin:
     """A change page's Save writes only the fields its form changed, and only while no worker holds the row.
 

@@ -5,8 +5,9 @@ pages from these pieces, and registers its panel, health findings and purges in 
 
 - admin: `OperatorModelAdmin` (the console's look, history by the database clock, `report_outcomes` for
   an action), `LeasedModelAdmin` on it (lease state by the database clock, the timeline on the change
-  page), `ReadOnlyAdminMixin`, `ActionsWhereTheyApply` with `ActionRule`, `permission_check` (an
-  action's own permission), `OperatorLogMixin` and `record_operator_action` (actions written to
+  page), `ReadOnlyAdminMixin` and `ReadOnlyTabularInline` (its table in a region a keyboard can scroll),
+  `ActionsWhereTheyApply` with `ActionRule`, `permission_check` (an action's own permission),
+  `OperatorLogMixin` and `record_operator_action` (actions written to
   `LogEntry`), the list filters `LeaseStateFilter`, `state_filter`, `within_filter` and `choice_filter`,
   the columns `link_column` and `clipped_column`, and `JobAdminMixin` for a `weave.jobs` job type (a
   `LeasedModelAdmin` with the job's columns and actions);
@@ -33,6 +34,7 @@ from weave.admin import (
     OperatorLogMixin,
     OperatorModelAdmin,
     ReadOnlyAdminMixin,
+    ReadOnlyTabularInline,
     choice_filter,
     clipped_column,
     link_column,
@@ -105,6 +107,7 @@ __all__ = [
     "OperatorModelAdmin",
     "PurgeSpec",
     "ReadOnlyAdminMixin",
+    "ReadOnlyTabularInline",
     "RunningCounts",
     "Timeline",
     "add_operator_events",
