@@ -71,6 +71,14 @@ def test_dashboard__a_blocked_attempt_of_a_sites_job_is_in_the_verdict_and_its_p
     assert "stale" in panel, "the troubled attempt's holder is named"
 
 
+def test_dashboard__several_blocked_attempts_are_said_in_the_plural(admin_client, clock):
+    blocked_shipment(clock)
+    blocked_shipment(clock)
+    page = admin_client.get(DASHBOARD).content.decode()
+    verdict = page[page.index('id="weave-verdict"') : page.index("</div>", page.index('id="weave-verdict"'))]
+    assert "2 shipment attempts in the last hour lost their leases and wrote nothing after them (blocked)" in verdict
+
+
 def test_dashboard__failed_and_retried_attempts_feed_the_verdict(admin_client, clock):
     failing = Shipment.objects.create(parcel="")  # the quote step refuses a shipment without a parcel
     assert run_job("shipment", failing.pk, owner="w1", clock=clock) == "failed"

@@ -37,6 +37,10 @@ _MEANING: dict[str, str] = {
     JobAttempt.Outcome.FAILED: "failed for good",
     JobAttempt.Outcome.RETRY: "failed and will retry",
 }
+# The same said of more than one attempt, where the words differ.
+_MEANING_OF_SEVERAL: dict[str, str] = {
+    JobAttempt.Outcome.BLOCKED: "lost their leases and wrote nothing after them (blocked)",
+}
 
 
 def engine_types() -> list[JobType]:
@@ -136,7 +140,7 @@ def _finding(job: JobType, outcome: str, attempts: list[JobAttempt], count: int)
             count,
             job.name,
             "" if count == 1 else "s",
-            _MEANING[outcome],
+            _MEANING[outcome] if count == 1 else _MEANING_OF_SEVERAL.get(outcome, _MEANING[outcome]),
             names,
             f" and {more} more attempt(s)" if more > 0 else "",
             when(latest.finished_at),
