@@ -177,5 +177,5 @@ def holder(job: Any) -> str:
     """
     if job.owner is None:
         return f"nobody holds it (fence {job.fence}); status {job.status}"
-    state = "live" if job.lease_live else "expired"
-    return f"{job.owner} at fence {job.fence}, lease {state} until {clock_time(job.lease_expires_at)}"
+    state = "live until" if job.lease_live else "expired at"
+    return f"{job.owner} at fence {job.fence}, lease {state} {clock_time(job.lease_expires_at)}"

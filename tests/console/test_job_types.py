@@ -325,3 +325,24 @@ def test_explain__no_row_and_no_records_is_still_no_such_job():
 
     with pytest.raises(CommandError, match="No shipment with id 987654"):
         explain_text("shipment", 987654)
+
+
+def test_admin_list_and_story__a_job_whose_lease_lapsed_is_due_not_running(admin_client):
+    """Its worker was killed mid-job: the row still names it, but nothing runs it until the next claim."""
+    shipment = Shipment.objects.create(parcel="books")
+    Shipment.objects.claim(shipment.pk, owner="killed", ttl=-90, also=ATTEMPT)  # lapsed by the database clock
+    page = admin_client.get("/admin/shipping/shipment/").content.decode()
+    assert re.search(r'field-next_attempt">due now \(lease expired\)<', page), "not said to be running"
+    out = StringIO()
+    call_command("weave_explain", "shipment", str(shipment.pk), stdout=out)
+    assert "killed at fence 1, lease expired at " in out.getvalue()
+
+
+def test_story__a_notification_whose_lease_lapsed_says_when_it_expired():
+    from notifications.explain import explain_notification
+    from notifications.models import Notification
+
+    note = Notification.objects.create(device_token="device-lapsed", title="t", body="b")
+    Notification.objects.claim(note.pk, owner="push:killed:1:aa", ttl=-90)
+    (line,) = [e.text for e in explain_notification(note.pk).entries if e.what == "holder"]
+    assert line.startswith("push:killed:1:aa at fence 1, lease expired at "), line

@@ -93,7 +93,8 @@ class JobAdminMixin(LeasedModelAdmin):
             return "—"
         if obj.next_attempt_at is None:
             if obj.owner is not None:
-                return "running"
+                # A lapsed lease is not running: its worker died or stalled, and the next claim takes it over.
+                return "running" if self.lease_state(obj) == "live" else "due now (lease expired)"
             return "undo due now" if obj.state == JobState.UNDOING else "due now"
         return timestamp(obj.next_attempt_at)
 
