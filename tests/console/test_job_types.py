@@ -346,3 +346,23 @@ def test_story__a_notification_whose_lease_lapsed_says_when_it_expired():
     Notification.objects.claim(note.pk, owner="push:killed:1:aa", ttl=-90)
     (line,) = [e.text for e in explain_notification(note.pk).entries if e.what == "holder"]
     assert line.startswith("push:killed:1:aa at fence 1, lease expired at "), line
+
+
+def test_admin_change_page__the_jobs_times_have_seconds_and_zone_by_the_database_clock(admin_client, clock):
+    from weave.display import timestamp
+
+    shipment = blocked_shipment(clock)
+    row = Shipment.objects.get(pk=shipment.pk)
+    for url in (f"/admin/shipping/shipment/{row.pk}/change/", f"/admin/weave/taskrow/{task_row().pk}/change/"):
+        page = admin_client.get(url).content.decode()
+        assert "Created at (database clock)" in page and "Finished at (database clock)" in page, url
+        assert "Lease expires at (database clock)" in page, url
+        assert "field-created_at " not in page and "field-lease_expires_at " not in page, "each time shown once"
+    page = admin_client.get(f"/admin/shipping/shipment/{row.pk}/change/").content.decode()
+    assert timestamp(row.created_at) in page and timestamp(row.lease_expires_at) in page
+
+
+def task_row() -> TaskRow:
+    from tests.jobs.shipping.background import add
+
+    return TaskRow.objects.get(result_id=str(add.enqueue(1, 2).id))

@@ -22,18 +22,30 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 
 from weave.admin import LeasedModelAdmin, LeaseStateFilter, state_filter
-from weave.display import clipped, said_once, shown, state_word, timestamp
+from weave.display import clipped, said_once, shown, state_word, timestamp, timestamp_column
 from weave.jobs.declaration import JobType, get, job_types, on_register
 from weave.jobs.services import ActionReport, job_cancel, job_retry, job_start
 from weave.models import RUNNABLE_STATES, JobState, TaskRow
 
 # The job's own columns, and the lease and job fields the mixin shows itself (never as plain fields).
 JOB_COLUMNS = ("job_state", "attempts", "lease", "next_attempt", "last_error_line")
-JOB_FIELDS = ("job_state", "attempts", "next_attempt", "shown_last_error", "created_at", "finished_at", "epoch")
-LEASE_FIELDS = ("lease", "owner", "fence", "lease_expires_at")
+# Times as every Weave screen shows them (seconds, zone, database clock), not Django's default format.
+JOB_FIELDS = (
+    "job_state",
+    "attempts",
+    "next_attempt",
+    "shown_last_error",
+    "created_at_display",
+    "finished_at_display",
+    "epoch",
+)
+LEASE_FIELDS = ("lease", "owner", "fence", "lease_expires_at_display")
 _SHOWN_BY_MIXIN = {
     *JOB_FIELDS,
     *LEASE_FIELDS,
+    "created_at",
+    "finished_at",
+    "lease_expires_at",
     "state",
     "next_attempt_at",
     "last_error",
@@ -49,6 +61,8 @@ class JobAdminMixin(LeasedModelAdmin):
 
     job_type: str = ""
     actions = ["start_jobs", "retry_jobs", "cancel_jobs", "cancel_and_undo_jobs"]
+    created_at_display = timestamp_column("created_at", "created at (database clock)")
+    finished_at_display = timestamp_column("finished_at", "finished at (database clock)")
 
     # --- the declaration -------------------------------------------------------------------------------
 
