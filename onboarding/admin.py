@@ -8,6 +8,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.models import ADDITION
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -405,7 +406,9 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
     ) -> HttpResponse:
         # A run takes seconds: while it is active the page reloads itself, so its steps appear as they land.
         # (No Save button: nothing on a run is edited by hand, see has_change_permission.)
-        active = OnboardingRun.objects.filter(pk=object_id, status__in=OnboardingRun.ACTIVE).exists()
+        # get_object: an id that is no run's (a mistyped URL, a relative link) is None, and the admin says so.
+        run = self.get_object(request, unquote(object_id))
+        active = run is not None and run.status in OnboardingRun.ACTIVE
         extra = {"weave_refresh": ACTIVE_REFRESH if active else 0}
         return super().change_view(request, object_id, form_url, {**(extra_context or {}), **extra})
 

@@ -49,7 +49,10 @@ def pages_with_attempts() -> dict[str, str]:
     }
 
 
-def test_read_only_inlines_on_a_phone__the_keyboard_can_scroll_them_and_axe_finds_nothing(live_server, chromium):
+def test_read_only_inlines_on_a_phone__the_keyboard_can_scroll_them_and_axe_finds_nothing(
+    live_server, chromium, monkeypatch
+):
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # as the console's walk: Playwright's loop runs here
     User.objects.create_superuser("inlines", "ops@example.com", "inlines-pw")
     pages = pages_with_attempts()
     with sync_browser() as p:

@@ -155,3 +155,14 @@ def test_run_admin__lease_fields_are_read_only_and_judged_live_by_the_database(o
     # The whole page is read-only (no change permission on a run): shown, never an editable field.
     assert not {"owner", "fence", "lease_expires_at", "status", "phase"} & set(admin_form.form.fields)
     assert {"owner", "fence", "lease_expires_at_display", "status_word", "step"} <= set(admin_form.readonly_fields)
+
+
+def test_run_admin__an_id_that_is_no_runs_is_said_not_to_exist_not_a_server_error(operator):
+    """A mistyped URL, or a relative link resolved under a run's page (".../5/change/widgets.css")."""
+    run = OnboardingRunFactory()
+    for object_id in (f"{run.pk}x", f"{run.pk}/change/widgets.css", "999999"):
+        response = operator.get(f"{RUNS}{object_id}/change/", follow=True)
+        assert response.status_code == 200, object_id
+        assert any("doesn’t exist" in str(m) for m in get_messages(response.wsgi_request)), object_id
+    active = operator.get(reverse("admin:weave_onboarding_onboardingrun_change", args=[run.pk]))
+    assert active.context["weave_refresh"] > 0, "a pending run's page still reloads itself"
