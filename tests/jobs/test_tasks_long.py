@@ -35,6 +35,18 @@ def expiry(pk):
     return TaskRow.objects.get(pk=pk).lease_expires_at
 
 
+def dies_mid_task(pk, owner, clock):
+    """`owner`'s attempt at task `pk` dies while the task runs: no finish, no record of its own."""
+
+    def die(label):
+        raise WorkerDied
+
+    while_running.append(die)
+    with pytest.raises(WorkerDied):
+        run_job("task", pk, owner=owner, clock=clock)
+    while_running.clear()
+
+
 def test_heartbeat__renews_before_the_start_every_ttl_third_and_right_before_the_finish(clock):
     """`busy` has lease_ttl=6 (renewals every 2 s) and timeout=20; it works 9 s on the fake clock."""
     result = busy.enqueue("parcel")
@@ -207,14 +219,7 @@ def test_takeover__a_worker_that_died_early_is_not_blamed_on_the_q_cluster_timeo
     settings.Q_CLUSTER = {**settings.Q_CLUSTER, "timeout": 120}
     result = busy.using(timeout=300).enqueue("short")
     pk = pk_of(result)
-
-    def die(label):
-        raise WorkerDied
-
-    while_running.append(die)
-    with pytest.raises(WorkerDied):
-        run_job("task", pk, owner="worker-a", clock=clock)
-    while_running.clear()
+    dies_mid_task(pk, "worker-a", clock)
     clock.advance(7)
     assert run_job("task", pk, owner="worker-b", clock=clock) == "done"
     lost = JobAttempt.objects.get(job_id=str(pk), number=1)
@@ -282,14 +287,7 @@ def test_takeover__long_after_the_lapse_is_dated_when_recorded_so_the_metrics_co
     metrics._job_attempts.reset()
     clock = FakeClock(start=db_now() - timedelta(minutes=10))
     pk = pk_of(busy.enqueue("lost"))
-
-    def die(label):
-        raise WorkerDied
-
-    while_running.append(die)
-    with pytest.raises(WorkerDied):
-        run_job("task", pk, owner="worker-a", clock=clock)
-    while_running.clear()
+    dies_mid_task(pk, "worker-a", clock)
     lapsed = expiry(pk)
     before = blocked_task_attempts()  # the kept totals now reach a minute ago, past the lapse
     clock.advance((db_now() - clock.current).total_seconds())
