@@ -31,7 +31,11 @@ def host_clock_off(request, monkeypatch):
 
 @pytest.fixture
 def capped(settings):
-    settings.WEAVE = {"PUSH_URL": "https://push.example/send", "PUSH_BACKENDS": BACKENDS, "PUSH_MAX_DEVICES_PER_USER": 5}
+    settings.WEAVE = {
+        "PUSH_URL": "https://push.example/send",
+        "PUSH_BACKENDS": BACKENDS,
+        "PUSH_MAX_DEVICES_PER_USER": 5,
+    }
 
 
 def test_a_registered_device_is_dated_by_the_database_clock(capped, host_clock_off, django_user_model):
