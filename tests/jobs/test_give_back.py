@@ -10,10 +10,13 @@ import threading
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from tests.jobs.invoices import mailer as mailer_module
 from tests.jobs.invoices.models import Invoice
 from tests.jobs.shipping.contract import look_around, while_running
+from weave.dashboard import verdict
 from weave.jobs import get
 from weave.jobs.batch import BUDGET_ENDED, HANDED_ON, run_batches
 from weave.jobs.console import findings, outcome_counts
@@ -196,6 +199,7 @@ def test_give_back__a_hand_on_records_each_row_it_handed_on(monkeypatch):
     # A give-back is no trouble: no finding for the invoices, no blocked, failed or retried attempt counted.
     now = db_now()
     assert [f for f in findings(now) if "invoice" in f.text] == []
+    assert verdict(now) == ("healthy", [])
     counts = outcome_counts(get("invoice"), before - timedelta(seconds=1))
     assert (counts["done"], counts["blocked"], counts["failed"], counts["retry"], counts["released"]) == (3, 0, 0, 0, 2)
     families = {family.name: family for family in collect_job_metrics()}
@@ -205,3 +209,23 @@ def test_give_back__a_hand_on_records_each_row_it_handed_on(monkeypatch):
     assert "released" not in attempts and attempts["done"] == 3
     given = [s.value for s in families["weave_job_given_back"].samples if s.labels["job"] == "invoice"]
     assert given == [2]
+
+
+def _give_back_statements(clock, monkeypatch, n):
+    """The statements of a drain whose first row spends its budget, so the other `n - 1` rows are given back."""
+    Invoice.objects.all().delete()
+    JobAttempt.objects.all().delete()
+    Invoice.objects.bulk_create([Invoice(number=f"S{n}-{i}", email=f"s{i}@example.com") for i in range(n)])
+    first_send_runs(monkeypatch, lambda: clock.advance(11))
+    due = Invoice.objects.due(clock).order_by("pk")
+    with CaptureQueriesContext(connection) as queries:
+        report = run_batches("invoice", due, budget=10, owner=f"drain-{n}", clock=clock)
+    assert report.outcomes == {"done": 1}
+    assert JobAttempt.objects.filter(outcome="released").count() == n - 1
+    skipped = ("SAVEPOINT", "RELEASE", "BEGIN", "COMMIT")
+    return [q["sql"] for q in queries if not q["sql"].lstrip().upper().startswith(skipped)]
+
+
+def test_give_back__a_batch_is_given_back_and_recorded_with_the_same_statements_whatever_its_size(clock, monkeypatch):
+    # One guarded release of every row given back and one INSERT of their records, not a statement per row.
+    assert len(_give_back_statements(clock, monkeypatch, 3)) == len(_give_back_statements(clock, monkeypatch, 9))
