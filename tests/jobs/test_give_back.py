@@ -12,6 +12,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 
 from tests.jobs.invoices import mailer as mailer_module
 from tests.jobs.invoices.models import Invoice
@@ -229,3 +230,14 @@ def _give_back_statements(clock, monkeypatch, n):
 def test_give_back__a_batch_is_given_back_and_recorded_with_the_same_statements_whatever_its_size(clock, monkeypatch):
     # One guarded release of every row given back and one INSERT of their records, not a statement per row.
     assert len(_give_back_statements(clock, monkeypatch, 3)) == len(_give_back_statements(clock, monkeypatch, 9))
+
+
+def test_give_back__the_admin_change_page_tells_it(admin_client, clock, monkeypatch):
+    rows = [Invoice.objects.create(number=f"A{i}", email=f"a{i}@example.com") for i in range(2)]
+    first_send_runs(monkeypatch, lambda: clock.advance(11))
+    run_batches("invoice", Invoice.objects.due(clock).order_by("pk"), budget=10, owner="drain-a", clock=clock)
+    page = admin_client.get(reverse("admin:invoices_invoice_change", args=[rows[1].pk])).content.decode()
+    story = page[page.index("What happened") : page.index('name="number"')]
+    assert "fence 1 claimed by drain-a (not started)" in story
+    assert "fence 1: Given back unstarted at the end of the drain&#x27;s budget" in story
+    assert "1 claim(s) given back unstarted, not counted as attempts (fence 1)" in story
