@@ -241,3 +241,22 @@ def test_give_back__the_admin_change_page_tells_it(admin_client, clock, monkeypa
     assert "fence 1 claimed by drain-a (not started)" in story
     assert "fence 1: Given back unstarted at the end of the drain&#x27;s budget" in story
     assert "1 claim(s) given back unstarted, not counted as attempts (fence 1)" in story
+
+
+def test_give_back__an_undo_given_back_between_its_tries_keeps_its_count_of_failed_tries(clock):
+    """An undo's retry policy counts its failed tries from the records; a give-back between two is no try."""
+    from tests.jobs.shipping.models import Shipment
+    from weave.jobs.context import JobContext
+    from weave.jobs.undo import undo_tries
+    from weave.leases import Lease
+
+    shipment = Shipment.objects.create(parcel="books", state="undoing", attempts=2, fence=2)
+    common = {"job_type": "shipment", "job_id": str(shipment.pk), "started_at": clock.current}
+    failed = {"undo": {"failed": True, "step": "book"}}
+    JobAttempt.objects.create(
+        **common, number=1, owner="w1", fence=1, outcome="retry", result=failed, finished_at=clock.current
+    )
+    JobAttempt.objects.create(**common, number=2, owner="drain", fence=2, outcome="released", finished_at=clock.current)
+    lease = Lease(pk=shipment.pk, owner="w3", fence=3)
+    ctx = JobContext("shipment", shipment, lease, 2, 0, TTL, clock)
+    assert undo_tries(ctx) == 2  # the failed try, then this one
