@@ -22,6 +22,10 @@ A row that runs long does not hold back the finished rows before it: the heartbe
 them once the row has run for `flush_seconds`. Nor the rows after it: once it has run for
 `HAND_ON_AFTER`, the heartbeat's thread gives back the batch's rows not yet started (their claim
 undone, as at the end of the budget) and asks for another drain, so an idle worker runs them.
+
+A give-back is one guarded release of the rows (each under its own lease) and one INSERT of a
+`released` record of each (no attempt: the claim took a fence, and the job's story says whose and
+why), in one transaction; a row taken over meanwhile is left to its holder and recorded `blocked`.
 """
 
 import logging
