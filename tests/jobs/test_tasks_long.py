@@ -35,6 +35,18 @@ def expiry(pk):
     return TaskRow.objects.get(pk=pk).lease_expires_at
 
 
+def dies_mid_task(pk, owner, clock):
+    """`owner`'s attempt at task `pk` dies while the task runs: no finish, no record of its own."""
+
+    def die(label):
+        raise WorkerDied
+
+    while_running.append(die)
+    with pytest.raises(WorkerDied):
+        run_job("task", pk, owner=owner, clock=clock)
+    while_running.clear()
+
+
 def test_heartbeat__renews_before_the_start_every_ttl_third_and_right_before_the_finish(clock):
     """`busy` has lease_ttl=6 (renewals every 2 s) and timeout=20; it works 9 s on the fake clock."""
     result = busy.enqueue("parcel")
@@ -207,14 +219,7 @@ def test_takeover__a_worker_that_died_early_is_not_blamed_on_the_q_cluster_timeo
     settings.Q_CLUSTER = {**settings.Q_CLUSTER, "timeout": 120}
     result = busy.using(timeout=300).enqueue("short")
     pk = pk_of(result)
-
-    def die(label):
-        raise WorkerDied
-
-    while_running.append(die)
-    with pytest.raises(WorkerDied):
-        run_job("task", pk, owner="worker-a", clock=clock)
-    while_running.clear()
+    dies_mid_task(pk, "worker-a", clock)
     clock.advance(7)
     assert run_job("task", pk, owner="worker-b", clock=clock) == "done"
     lost = JobAttempt.objects.get(job_id=str(pk), number=1)
@@ -259,3 +264,35 @@ def test_options__wrong_values_are_refused_with_the_reason(settings):
 
     with pytest.raises(ImproperlyConfigured, match="unknown key"):
         task_backends["default"]
+
+
+def blocked_task_attempts() -> float:
+    """The metrics' count of blocked "task" attempts, as a scrape now reports it."""
+    from weave import metrics
+
+    for family in metrics.collect_job_metrics():
+        if family.name == "weave_job_attempts":
+            return sum(s.value for s in family.samples if s.labels == {"job": "task", "outcome": "blocked"})
+    raise AssertionError("no weave_job_attempts series")
+
+
+def test_takeover__long_after_the_lapse_is_dated_when_recorded_so_the_metrics_count_it():
+    """A task's worker died and nobody took the task over for minutes. Its record is dated when the takeover
+    writes it, as a job's is (the reason keeps the lapse): dated back to the lapse, it fell before what the
+    metrics' running totals had already kept, and the counter never showed it."""
+    from weave import metrics
+    from weave.leases import FakeClock
+    from weave.telemetry import db_now
+
+    metrics._job_attempts.reset()
+    clock = FakeClock(start=db_now() - timedelta(minutes=10))
+    pk = pk_of(busy.enqueue("lost"))
+    dies_mid_task(pk, "worker-a", clock)
+    lapsed = expiry(pk)
+    before = blocked_task_attempts()  # the kept totals now reach a minute ago, past the lapse
+    clock.advance((db_now() - clock.current).total_seconds())
+    assert run_job("task", pk, owner="worker-b", clock=clock) == "done"
+    lost = JobAttempt.objects.get(job_id=str(pk), number=1)
+    assert (lost.owner, lost.outcome, lost.finished_at) == ("worker-a", "blocked", clock.current)
+    assert f"Lease lapsed at {lapsed.strftime('%H:%M:%S')}" in lost.reason
+    assert blocked_task_attempts() == before + 1

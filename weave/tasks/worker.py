@@ -170,7 +170,9 @@ def _record_lost_attempt(ctx: JobContext, row: TaskRow, options: TaskOptions) ->
         "traceback": "",
         "result": None,
         "started_at": row.previous_attempted_at or row.previous_expires_at,
-        "finished_at": row.previous_expires_at,
+        # Dated when written, as a job's takeover record is (the reason keeps the lapse): dated back to
+        # the lapse, a late takeover's record fell before what the metrics' totals had kept already.
+        "finished_at": ctx.clock.now(),
     }
     insert_receipts(JobAttempt, [receipt])
     return overran
