@@ -253,7 +253,7 @@ def _finished_many(ended: list[tuple[JobContext, str, dict[str, Any] | None]]) -
             attempts[str(ctx.job.pk)] = [JobAttempt(**record)]
     earlier = [str(ctx.job.pk) for ctx, _, _ in listening if str(ctx.job.pk) not in attempts]
     if earlier:
-        for attempt in JobAttempt.objects.filter(job_type=JOB_TYPE, job_id__in=earlier).order_by("number", "pk"):
+        for attempt in JobAttempt.objects.ran().filter(job_type=JOB_TYPE, job_id__in=earlier).order_by("number", "pk"):
             attempts.setdefault(attempt.job_id, []).append(attempt)
     for ctx, outcome, _ in listening:
         row: TaskRow = ctx.job
