@@ -80,7 +80,8 @@ class Device(models.Model):
     # Long enough for a Web Push subscription (endpoint URL plus keys, as JSON).
     token = models.CharField(max_length=2048)
     active = models.BooleanField(default=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    # The database's clock, as `last_used_at`: the device cap ranks devices by one of the two.
+    created_at = models.DateTimeField(db_default=DatabaseNow(), editable=False)
     last_used_at = models.DateTimeField(null=True, blank=True)
     deactivated_at = models.DateTimeField(null=True, blank=True)
     deactivation_reason = models.TextField(blank=True)

@@ -278,14 +278,21 @@ def collect_job_metrics() -> Iterable[Metric]:
     refusals = CounterMetricFamily(
         "weave_lease_refusals", "Writes refused because the lease was lost, by job type.", labels=["job"]
     )
+    # Not attempts: claims a batch drain gave back before they started (their `released` records).
+    given_back = CounterMetricFamily(
+        "weave_job_given_back", "Claimed jobs given back unstarted, by job type (all workers).", labels=["job"]
+    )
+    outcomes = [o for o in JobAttempt.Outcome.values if o != JobAttempt.Outcome.RELEASED]
     between = counted_between(JobAttempt.objects.all(), "finished_at", "job_type", "outcome")
     totals = _job_attempts.advance(between, scrape_now()) if types else {}
     for job in types:
         for state, n in state_counts(job).items():
             jobs.add_metric([job.name, state], n)
-        for outcome in JobAttempt.Outcome.values:
+        for outcome in outcomes:
             attempts.add_metric([job.name, outcome], totals.get((job.name, outcome), 0))
+        given_back.add_metric([job.name], totals.get((job.name, JobAttempt.Outcome.RELEASED.value), 0))
         refusals.add_metric([job.name], totals.get((job.name, JobAttempt.Outcome.BLOCKED.value), 0))
     yield jobs
     yield attempts
     yield refusals
+    yield given_back

@@ -181,8 +181,20 @@ class JobModel(LeasedModel):
         indexes = [models.Index(fields=["state", "next_attempt_at"]), models.Index(fields=["finished_at"])]
 
 
+class JobAttemptQuerySet(models.QuerySet["JobAttempt"]):
+    def ran(self) -> "JobAttemptQuerySet":
+        """The records of attempts that started: without the claims a drain gave back unstarted (`released`)."""
+        return self.exclude(outcome=JobAttempt.Outcome.RELEASED)
+
+
 class JobAttempt(models.Model):
-    """One attempt at one job (of any job type): who ran it, under which fence, and how it ended."""
+    """One attempt at one job (of any job type): who ran it, under which fence, and how it ended.
+
+    Also the record of a claim a batch drain gave back before it started the job (`released`): its
+    claim took a fence, so the job's story says who held that fence and why it was given back, but it
+    is no attempt (the give-back takes back the attempt the claim counted, and the next claim reuses
+    its number), so counts of attempts and of troubles leave it out (`JobAttempt.objects.ran()`).
+    """
 
     class Outcome(models.TextChoices):
         DONE = "done"
@@ -191,6 +203,8 @@ class JobAttempt(models.Model):
         BLOCKED = "blocked", "blocked (lease lost)"
         # Stopped without saving: the job was cancelled and its undo asked while the attempt ran.
         CANCELLED = "cancelled", "stopped (job cancelled)"
+        # Not an attempt: a claim given back unstarted (the end of a drain's budget, or a hand-on).
+        RELEASED = "released", "given back unstarted"
 
     job_type = models.CharField(max_length=100)
     job_id = models.CharField(max_length=64)
@@ -204,6 +218,8 @@ class JobAttempt(models.Model):
     result = models.JSONField(null=True, blank=True)
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField()
+
+    objects = JobAttemptQuerySet.as_manager()
 
     class Meta:
         indexes = [

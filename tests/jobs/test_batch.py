@@ -149,7 +149,7 @@ def test_batch__rows_not_started_when_the_budget_ends_are_given_back_as_they_wer
     assert report.outcomes == {"done": 1} and report.more
     for pk in pks[1:]:
         row = TaskRow.objects.get(pk=pk)
-        # Free again, its claim undone: no attempt counted, no start time, no record.
+        # Free again, its claim undone: no attempt counted, no start time; its fence's record says it was given back.
         assert (row.owner, row.state, row.attempts, row.started_at, row.last_attempted_at) == (
             None,
             "pending",
@@ -157,7 +157,8 @@ def test_batch__rows_not_started_when_the_budget_ends_are_given_back_as_they_wer
             None,
             None,
         )
-        assert not JobAttempt.objects.filter(job_type="task", job_id=str(pk)).exists()
+        records = JobAttempt.objects.filter(job_type="task", job_id=str(pk))
+        assert [(a.outcome, a.owner, a.fence) for a in records] == [("released", "me", 1)]
     while_running.clear()
     due = TaskRow.objects.due(clock).order_by("pk")
     assert run_batches("task", due, budget=10, owner="next", clock=clock).outcomes == {"done": 2}
@@ -243,9 +244,11 @@ def test_batch__a_long_row_hands_the_rows_not_started_to_another_drain(monkeypat
     assert drain_jobs("invoice") == {"done": 1}
     assert handed_on.is_set()
     for row in Invoice.objects.filter(pk__in=[r.pk for r in rest]):
-        # Free again, its claim undone: no attempt counted, no record; the fence moved on (a stale write fails).
+        # Free again, its claim undone: no attempt counted; the fence moved on (a stale write fails), and its
+        # record says who held it and that it was handed on.
         assert (row.owner, row.state, row.attempts, row.fence) == (None, "pending", 0, 1)
-        assert not JobAttempt.objects.filter(job_type="invoice", job_id=str(row.pk)).exists()
+        records = JobAttempt.objects.filter(job_type="invoice", job_id=str(row.pk))
+        assert [(a.outcome, a.fence) for a in records] == [("released", 1)]
     assert OrmQ.objects.count() > asked_before, "another drain was asked for"
     assert drain_jobs("invoice") == {"done": 2}
     assert [Invoice.objects.get(pk=r.pk).attempts for r in rest] == [1, 1]

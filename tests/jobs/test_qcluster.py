@@ -82,3 +82,56 @@ def test_new_jobs_run_within_about_a_second_of_their_commit_on_a_real_qcluster(t
         twenty = time.monotonic() - began
     print(f"new job done {single:.2f} s after its commit; twenty in one transaction {twenty:.2f} s")
     assert single < 2.0 and twenty < 2.5, (single, twenty)
+
+
+def test_a_job_attempt_whose_worker_was_killed_is_recorded_by_the_takeover_on_a_real_qcluster(tmp_path, capsys):
+    """SIGKILL the worker process mid-step: it writes nothing; the worker that takes the job over once its
+    lease lapses records the dead attempt (blocked, its owner, fence and claim time), then finishes the job."""
+    import os
+    import signal
+    from datetime import timedelta
+
+    from django.core.management import call_command
+    from django.db import connection
+
+    from tests.jobs.shipping.carrier import HANG
+    from weave.jobs.console import findings
+    from weave.leases.clock import read_database_now
+    from weave.models import JobAttempt
+
+    marker = tmp_path / "booking-pid"
+    with ProcessGroups(log_dir=tmp_path / "logs") as groups:
+        env = {
+            "DATABASE_URL": database_url(),
+            "WEAVE_Q_WORKERS": "2",
+            "WEAVE_LEASE_TTL": "3",
+            "WEAVE_PUSH_LEASE_TTL": "30",
+        }
+        cluster = groups.manage("qcluster", "qcluster", env=env)
+        wait_until(lambda: "running." in cluster.log_tail(200), timeout=60, message="qcluster to start")
+        shipment = Shipment.objects.create(parcel=f"{HANG}{marker}")
+        wait_until(lambda: marker.exists() and marker.read_text().endswith("\n"), timeout=60, message="the booking")
+        pid = int(marker.read_text())
+        assert pid in cluster.descendants(), "the booking must run in a worker process of this cluster"
+        held = Shipment.objects.get(pk=shipment.pk)
+        assert held.fence == 1 and f":{pid}:" in held.owner
+        os.kill(pid, signal.SIGKILL)
+        killed_at = read_database_now(connection)
+
+        def done() -> bool:
+            assert cluster.alive(), cluster.log_tail()
+            return Shipment.objects.get(pk=shipment.pk).state == "done"
+
+        wait_until(done, timeout=60, message="another worker to take the job over and finish it")
+    lost, finished = JobAttempt.objects.filter(job_type="shipment", job_id=str(shipment.pk)).order_by("number")
+    assert (lost.number, lost.owner, lost.fence, lost.outcome) == (1, held.owner, 1, "blocked")
+    assert (finished.number, finished.fence, finished.outcome) == (2, 2, "done") and finished.owner != held.owner
+    # Database times: the dead attempt started at its claim, before the kill; the takeover came after the kill.
+    assert lost.started_at < killed_at < finished.started_at <= lost.finished_at + timedelta(seconds=1)
+    assert "ended no later than its lease's expiry" in lost.reason and "took the job over at fence 2" in lost.reason
+    assert Booking.objects.get(shipment=shipment).written_by == finished.owner  # the dead worker wrote nothing
+    (found,) = [f for f in findings(read_database_now(connection)) if "shipment" in f.text]
+    assert found.level == "degraded" and "1 shipment attempt in the last hour" in found.text
+    call_command("weave_explain", "shipment", str(shipment.pk))
+    story = capsys.readouterr().out
+    assert held.owner in story and "blocked" in story

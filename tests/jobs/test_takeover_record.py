@@ -33,7 +33,7 @@ def die_after(clock, seconds):
 
 
 def attempts_of(shipment):
-    return list(JobAttempt.objects.filter(job_type="shipment", job_id=str(shipment.pk)).order_by("number"))
+    return list(JobAttempt.objects.filter(job_type="shipment", job_id=str(shipment.pk)).order_by("number", "pk"))
 
 
 def killed_mid_booking(clock, shipment):
@@ -137,11 +137,13 @@ def test_takeover__a_taken_over_row_given_back_unstarted_keeps_the_dead_attempts
     assert Shipment.objects.get(pk=first.pk).state == "done"
     row = Shipment.objects.get(pk=shipment.pk)
     assert (row.owner, row.state, row.attempts) == (None, "pending", 1)  # given back: its claim undone
-    (lost,) = attempts_of(shipment)
+    lost, given_back = attempts_of(shipment)  # the dead attempt's record, and the give-back's (no attempt)
     assert (lost.number, lost.owner, lost.fence, lost.outcome) == (1, "killed", 1, "blocked")
+    assert (given_back.number, given_back.owner, given_back.fence, given_back.outcome) == (2, "drain", 2, "released")
     during_booking.clear()
     assert run_job("shipment", shipment.pk, owner="w3", clock=clock) == "done"
     assert [(a.number, a.owner, a.outcome) for a in attempts_of(shipment)] == [
         (1, "killed", "blocked"),
+        (2, "drain", "released"),
         (2, "w3", "done"),
     ]

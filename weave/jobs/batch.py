@@ -22,26 +22,29 @@ A row that runs long does not hold back the finished rows before it: the heartbe
 them once the row has run for `flush_seconds`. Nor the rows after it: once it has run for
 `HAND_ON_AFTER`, the heartbeat's thread gives back the batch's rows not yet started (their claim
 undone, as at the end of the budget) and asks for another drain, so an idle worker runs them.
+
+A give-back is one guarded release of the rows (each under its own lease) and one INSERT of a
+`released` record of each (no attempt: the claim took a fence, and the job's story says whose and
+why), in one transaction; a row taken over meanwhile is left to its holder and recorded `blocked`.
 """
 
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import DatabaseError, router, transaction
-from django.db.models import F
 
 from weave import wake
 from weave.jobs.context import JobContext
 from weave.jobs.declaration import JobType, get
-from weave.jobs.records import JobAttempts
+from weave.jobs.records import JobAttempts, released_row
 from weave.jobs.runner import Ending, end_lost, log_ending, settle_job_cut_off, work
 from weave.jobs.takeover import own_account, record_takeover
 from weave.jobs.undo import hand_on
-from weave.leases import Clock, Lease, LeaseLost, default_clock, insert_receipts, new_owner
+from weave.leases import Clock, Lease, default_clock, insert_receipts, new_owner
 from weave.leases.batch_heartbeat import BatchHeartbeat
 from weave.leases.receipts import insert_receipts_returning
 from weave.models import JobAttempt
@@ -52,6 +55,12 @@ logger = logging.getLogger("weave.jobs")
 BATCH_SIZE = 100  # rows one claim takes at most
 FLUSH_SECONDS = 0.2  # finished rows wait at most this long to be written (longer only behind a failing write)
 HAND_ON_AFTER = 1.0  # a row running this long hands the batch's rows not yet started to another drain
+
+# Why a claimed row was given back unstarted: the reason of its `released` record.
+BUDGET_ENDED = "Given back unstarted at the end of the drain's budget; not counted as an attempt."
+HANDED_ON = (
+    "Handed on to another drain: a row in the same batch ran long. Given back unstarted; not counted as an attempt."
+)
 
 
 @dataclass
@@ -137,6 +146,11 @@ class Completer:
         with self._lock:
             items, self._pending = self._pending, []
         return items
+
+    def count_refused(self, n: int) -> None:
+        """Count `n` attempts whose rows were taken over before they started (told as blocked by `tell()`)."""
+        with self._lock:
+            self._refused += n
 
     def landed_anyway(self, item: Finished) -> None:
         """`item`'s finish landed though its write raised (the COMMIT's reply was lost): tell it as written."""
@@ -378,7 +392,7 @@ class BatchDrain:
             ended = JobAttempts(ctx, started).ended()
             if item is not None and ended == item.ending.outcome:
                 self.completer.landed_anyway(item)  # counted and told like every finish that landed
-            elif ended is not None:
+            elif ended is not None and ended != JobAttempt.Outcome.RELEASED:  # a give-back is no attempt's ending
                 self.report.count(ended)
         self._open.clear()
         self.completer.tell()  # the attempts whose finish landed before the cut (or with its reply lost)
@@ -453,7 +467,7 @@ class BatchDrain:
                 taken = self._queue if spent else self._queue[:1]
                 self._queue = [] if spent else self._queue[1:]
             if spent:
-                for kept in self._give_back(taken):
+                for kept in self._give_back(taken, BUDGET_ENDED):
                     self._run_one(kept)  # a row the type will not have given back (e.g. a takeover to record)
                 self.report.more = True
                 return
@@ -492,11 +506,11 @@ class BatchDrain:
             return
         self.completer.add(Finished(ctx, started, ending))
 
-    def _give_back(self, contexts: list[JobContext]) -> list[JobContext]:
-        """Release the rows not started, their claim undone (the attempt it counted too); return the rows the
-        type will not have given back (`unclaim_fields` says None), which stay claimed."""
-        rows = self.model._default_manager
-        kept = []
+    def _give_back(self, contexts: list[JobContext], why: str) -> list[JobContext]:
+        """Release the rows not started, their claim undone (the attempt it counted too), each recorded as
+        `released` for `why`; return the rows the type will not have given back (`unclaim_fields` says None),
+        which stay claimed."""
+        kept, given = [], []
         for ctx in contexts:
             undo = {} if self.jt.unclaim_fields is None else self.jt.unclaim_fields(ctx.job)
             if undo is None:
@@ -504,14 +518,45 @@ class BatchDrain:
                 continue
             if not self.jt.records_takeovers:
                 record_takeover(ctx)  # the next claim finds the row free: only this one knows whom it replaced
-            self.heartbeat.forget([ctx.lease.pk])
-            with self._queue_lock:
-                self._open.pop(ctx.lease.pk, None)
-            try:
-                rows.release(ctx.lease, clock=self.clock, attempts=F("attempts") - 1, **undo)
-            except LeaseLost:
-                continue
+            given.append((ctx, undo))
+        if given:
+            self._release_unstarted(given, why)
         return kept
+
+    def _release_unstarted(self, given: list[tuple[JobContext, Mapping[str, Any]]], why: str) -> None:
+        """One guarded release of every row in `given` and one INSERT of their records, in one transaction.
+
+        A row still ours is recorded `released` (its claim's fence and owner, from the claim's time to now,
+        by the database clock); a row the guard refuses was taken over before it started: its attempt did
+        count, and is recorded `blocked`, naming who holds the row now, as a row found lost at its start is.
+        """
+        leases = [ctx.lease for ctx, _ in given]
+        # Not renewed from here on: the release comes now, and a renewal would wait on its row locks.
+        self.heartbeat.forget(lease.pk for lease in leases)
+        rows = self.model._default_manager
+        # The counter as the claim left it, less the attempt it counted: the guard keeps any other writer out.
+        released = [(ctx.lease, {"attempts": ctx.job.attempts - 1, **undo}) for ctx, undo in given]
+        try:
+            with transaction.atomic(using=self.alias):
+                landed = rows.release_each(released, clock=self.clock)
+                records = [released_row(ctx, why) for ctx, _ in given if ctx.lease.pk in landed]
+                lost = [
+                    Finished(ctx, ctx.claimed_at or self.clock.read(), Ending(JobAttempt.Outcome.BLOCKED))
+                    for ctx, _ in given
+                    if ctx.lease.pk not in landed
+                ]
+                where = "as it was given back unstarted"
+                records += blocked_receipts(self.jt, rows, lost, clock=self.clock, where=where)
+                insert_receipts(JobAttempt, records)
+        except BaseException:
+            self.heartbeat.keep(leases)  # nothing was written: still ours, still renewed
+            raise
+        with self._queue_lock:
+            for lease in leases:
+                self._open.pop(lease.pk, None)
+        if lost:
+            self.completer.count_refused(len(lost))
+            logger.warning("event=lease_lost job_type=%s rows=%s where=give_back", self.jt.name, len(lost))
 
     def _while_running(self, seconds: float) -> None:
         # On the heartbeat's thread: a row has run a while; write the rows finished before it.
@@ -539,7 +584,7 @@ class BatchDrain:
         if not waiting:
             return
         try:
-            self._give_back(waiting)
+            self._give_back(waiting, HANDED_ON)
         except BaseException:
             with self._queue_lock:  # the rows not given back yet stay this drain's to run
                 self._queue = [ctx for ctx in waiting if ctx.lease.pk in self._open] + self._queue

@@ -154,10 +154,12 @@ def takeovers_after_a_crash(job: JobType, since: datetime) -> tuple[int, list[Jo
 
     A claim counts an attempt and its record is written when it ends, so a worker killed mid-job leaves
     a gap in the job's attempt numbers; the next attempt's record is the first trace of it. (A task's
-    takeover records the lapsed attempt as blocked, so leaves no gap.) Returns the count and the newest.
+    takeover records the lapsed attempt as blocked, so leaves no gap.) A claim given back unstarted is no
+    attempt: its record neither fills a gap nor counts as a takeover. Returns the count and the newest.
     """
-    before = JobAttempt.objects.filter(job_type=job.name, job_id=OuterRef("job_id"), number=OuterRef("number") - 1)
-    rows = JobAttempt.objects.filter(~Exists(before), job_type=job.name, finished_at__gt=since, number__gt=1)
+    attempts = JobAttempt.objects.ran()
+    before = attempts.filter(job_type=job.name, job_id=OuterRef("job_id"), number=OuterRef("number") - 1)
+    rows = attempts.filter(~Exists(before), job_type=job.name, finished_at__gt=since, number__gt=1)
     newest = list(rows.order_by("-finished_at", "-pk")[:NAMED_IN_FINDING])
     return (rows.count() if len(newest) == NAMED_IN_FINDING else len(newest)), newest
 

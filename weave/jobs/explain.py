@@ -24,19 +24,25 @@ def explain_job(job_type: str, model: Any, pk: Any, *, clock: Clock = default_cl
         if not attempts and not receipts:
             raise model.DoesNotExist(f"No {job_type} with id {pk}, and no attempt record of one.")
         return _explain_gone(job_type, model, pk, attempts, receipts)
-    t = Timeline(f"{job_type} {pk}: {job.state}, {attempt_count(job, attempts)}")
+    ran = [a for a in attempts if a.outcome != JobAttempt.Outcome.RELEASED]
+    t = Timeline(f"{job_type} {pk}: {job.state}, {attempt_count(job, ran)}")
     t.add(job.created_at, "created", f"{job_type} {pk}")
     _add_unrecorded(t, job, attempts)  # first: at the takeover's instant it comes before the claim
     _add_records(t, attempts, receipts)
     _add_open_claim(t, job, attempts)
     add_operator_events(t, model, pk)
     t.add(None, "holder", _holder(job))
-    t.summary = _summary(job, attempts) + _undo_said(job, receipts)
+    t.summary = _summary(job, ran) + _given_back(attempts) + _undo_said(job, receipts)
     return t
 
 
 def _add_records(t: Timeline, attempts: list[JobAttempt], receipts: list[JobStepReceipt]) -> None:
     for a in attempts:
+        if a.outcome == JobAttempt.Outcome.RELEASED:
+            # A claim given back before it started: its fence is accounted for, but it was no attempt.
+            t.add(a.started_at, "claim", f"fence {a.fence} claimed by {a.owner} (not started)")
+            t.add(a.finished_at, a.outcome, f"fence {a.fence}: {a.reason}")
+            continue
         t.add(a.started_at, "claim", f"attempt {a.number}: fence {a.fence} claimed by {a.owner}")
         t.add(a.finished_at, a.outcome, f"attempt {a.number} (fence {a.fence}): {a.reason}".rstrip(": "))
     for r in receipts:
@@ -70,20 +76,26 @@ def _add_unrecorded(t: Timeline, job: Any, attempts: list[JobAttempt]) -> None:
 
     A claim counts an attempt; its record is written only when it ends, so a killed worker leaves a
     gap in the numbers. The line stands where the next recorded claim took the job over (by the
-    database clock); the attempt still holding the job, or one nothing claimed after, is the holder's line.
+    database clock), be it one given back unstarted; the attempt still holding the job, or one nothing
+    claimed after, is the holder's line.
     """
-    recorded = {a.number for a in attempts}
+    recorded = {a.number for a in attempts if a.outcome != JobAttempt.Outcome.RELEASED}
     holding = _holding(job)
     for number in range(1, max(job.attempts, max(recorded, default=0)) + 1):
         after = next((a for a in attempts if a.number > number), None)
         if number in recorded:
             continue
         if after is not None:
+            took = (
+                f"the claim at fence {after.fence} by {after.owner} took it over (and gave it back unstarted)"
+                if after.outcome == JobAttempt.Outcome.RELEASED
+                else f"attempt {after.number} took it over at fence {after.fence}"
+            )
             t.add(
                 after.started_at,
                 "no end",
                 f"attempt {number}: no end recorded: its worker stopped while holding the job, whose lease "
-                f"then lapsed; attempt {after.number} took it over at fence {after.fence}",
+                f"then lapsed; {took}",
             )
         elif holding and number < job.attempts:
             # The taking-over attempt is still running and has no record yet: the line stands at its
@@ -100,7 +112,8 @@ def _explain_gone(
     job_type: str, model: Any, pk: Any, attempts: list[JobAttempt], receipts: list[JobStepReceipt]
 ) -> Timeline:
     """The story of a job whose row is gone, from the attempt records and receipts left of it."""
-    t = Timeline(f"{job_type} {pk}: the job row is gone, {len(attempts)} attempt record(s)")
+    ran = [a for a in attempts if a.outcome != JobAttempt.Outcome.RELEASED]
+    t = Timeline(f"{job_type} {pk}: the job row is gone, {len(ran)} attempt record(s)")
     _add_records(t, attempts, receipts)
     deleted = [e for e in add_operator_events(t, model, pk) if e.action == "deleted"]
     t.add(None, "holder", "nobody: the job row is gone")
@@ -110,10 +123,10 @@ def _explain_gone(
         f"The job row is gone (deleted); its last attempt record is from {stamp(last)} (database time), "
         f"and this story is told from the records left of it.{by}"
     )
-    if not attempts:
-        t.summary = f"{gone} No attempt ended; {len(receipts)} step receipt(s) are left."
+    if not ran:
+        t.summary = f"{gone} No attempt ended; {len(receipts)} step receipt(s) are left.{_given_back(attempts)}"
         return t
-    t.summary = f"{gone} {len(attempts)} attempt(s) recorded; {_newest_ended(attempts)}{_lost(attempts)}"
+    t.summary = f"{gone} {len(ran)} attempt(s) recorded; {_newest_ended(ran)}{_lost(ran)}{_given_back(attempts)}"
     return t
 
 
@@ -159,6 +172,15 @@ def _newest_ended(attempts: list[JobAttempt]) -> str:
     reason = newest.reason.rstrip(".") or ("" if newest.outcome == JobAttempt.Outcome.DONE else "no reason given")
     said = f"the newest attempt that ended, attempt {newest.number}, ended {newest.outcome}"
     return f"{said}{': ' if reason else ''}{reason}."
+
+
+def _given_back(records: list[JobAttempt]) -> str:
+    """How many claims were given back unstarted (not attempts: the fences they took are accounted for)."""
+    released = [a for a in records if a.outcome == JobAttempt.Outcome.RELEASED]
+    if not released:
+        return ""
+    fences = ", ".join(str(a.fence) for a in released)
+    return f" {len(released)} claim(s) given back unstarted, not counted as attempts (fence {fences})."
 
 
 def _lost(attempts: list[JobAttempt]) -> str:

@@ -97,3 +97,12 @@ def attempt_row(ctx: JobContext, started: Any, outcome: str, reason: str, **extr
         "started_at": started,
         "finished_at": ctx.clock.now(),
     }
+
+
+def released_row(ctx: JobContext, reason: str) -> dict[str, Any]:
+    """The `released` record of claim `ctx`, given back before it started (for `reason`), now by the database clock.
+
+    Numbered as the claim counted it: the give-back takes that attempt back, so the next claim reuses the number.
+    """
+    claimed = ctx.claimed_at if ctx.claimed_at is not None else ctx.clock.now()
+    return attempt_row(ctx, claimed, JobAttempt.Outcome.RELEASED, reason)

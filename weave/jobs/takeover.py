@@ -22,10 +22,11 @@ from weave.sanitize import outside_text
 from weave.telemetry import COUNT_LAG
 from weave.timeline import clock_time
 
-# How every takeover's record of another worker's attempt begins (the core's and the tasks'): that worker
-# may only have stalled, and if it wakes up it puts its own account in place of this guess (`own_account`).
-GUESSED = "No finish:"
-NO_FINISH = f"{GUESSED} its worker stopped or crashed while holding the job."
+# How a takeover's record of another worker's attempt begins: that worker may only have stalled, and
+# if it wakes up it puts its own account in place of this guess (`own_account`).
+NO_FINISH = "No finish: its worker stopped or crashed while holding the job."
+# How a task's takeover (`weave.tasks.worker`) begins its record of the same guess, which names the lapse.
+TASK_NO_FINISH = "Lease lapsed at"
 
 
 def record_takeover(ctx: JobContext) -> bool:
@@ -77,7 +78,8 @@ def lost_attempt_row(ctx: JobContext, row: Any) -> dict[str, Any] | None:
 
 def guessed_by_a_takeover() -> Q:
     """The `JobAttempt` records a takeover wrote for an attempt whose worker it took for dead."""
-    return Q(outcome=JobAttempt.Outcome.BLOCKED, reason__startswith=GUESSED)
+    guessed = Q(reason__startswith=NO_FINISH) | Q(reason__startswith=TASK_NO_FINISH)
+    return Q(outcome=JobAttempt.Outcome.BLOCKED) & guessed
 
 
 def own_account(ctx: JobContext, reason: str) -> bool:

@@ -98,7 +98,10 @@ def undo_tries(ctx: JobContext) -> int:
     only the undo's own failures (a spent budget is no failure).
     """
     tries = 1
-    records = JobAttempt.objects.filter(job_type=ctx.job_type, job_id=str(ctx.lease.pk)).order_by("-number", "-pk")
+    # A claim given back unstarted is no try (its record has no result): it does not end the count.
+    records = (
+        JobAttempt.objects.ran().filter(job_type=ctx.job_type, job_id=str(ctx.lease.pk)).order_by("-number", "-pk")
+    )
     for result in records.values_list("result", flat=True)[:100]:
         undo = result.get("undo") if isinstance(result, dict) else None
         if not isinstance(undo, dict):

@@ -101,8 +101,8 @@ def _errors(row: TaskRow, attempts: list[JobAttempt]) -> list[TaskError]:
 
 
 def attempts_of(row: TaskRow) -> list[JobAttempt]:
-    """The recorded attempts of `row`, in order."""
-    return list(JobAttempt.objects.filter(job_type=JOB_TYPE, job_id=str(row.pk)).order_by("number", "pk"))
+    """The recorded attempts of `row`, in order (a claim given back unstarted is none)."""
+    return list(JobAttempt.objects.ran().filter(job_type=JOB_TYPE, job_id=str(row.pk)).order_by("number", "pk"))
 
 
 def worker_ids(row: TaskRow, attempts: list[JobAttempt]) -> list[str]:

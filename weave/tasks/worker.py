@@ -20,7 +20,7 @@ from django.db.models.functions import Coalesce
 
 from weave import jobs
 from weave.jobs import JobContext, JobType, RetryPolicy, get, register
-from weave.jobs.takeover import GUESSED
+from weave.jobs.takeover import TASK_NO_FINISH
 from weave.jobs.tasks import drain_due
 from weave.leases import Clock, FakeClock, Heartbeat, insert_receipts
 from weave.leases.heartbeat import heartbeat_interval
@@ -155,10 +155,10 @@ def _record_lost_attempt(ctx: JobContext, row: TaskRow, options: TaskOptions) ->
     if done.exists():
         return overran
     why = overran or _stopped_why(row, options)
-    # Worded as the core's takeover guess (`weave.jobs.takeover`), so that a worker that only stalled puts
-    # its own account in its place when it wakes up.
+    # Begins as `weave.jobs.takeover` knows a task's guess, so that a worker that only stalled puts its own
+    # account in its place when it wakes up.
     reason = (
-        f"{GUESSED} its lease lapsed at {clock_time(row.previous_expires_at)} ({why}). "
+        f"{TASK_NO_FINISH} {clock_time(row.previous_expires_at)} without a finish ({why}). "
         f"The task is now held by {ctx.lease.owner} at fence {ctx.lease.fence}."
     )
     receipt = {
@@ -173,8 +173,8 @@ def _record_lost_attempt(ctx: JobContext, row: TaskRow, options: TaskOptions) ->
         "traceback": "",
         "result": None,
         "started_at": row.previous_attempted_at or row.previous_expires_at,
-        # Dated when the takeover found it, as the core's are: the metrics' running totals keep only rows that
-        # end after their last checkpoint, and a lease may have lapsed long before anyone took the task over.
+        # Dated when written, as a job's takeover record is (the reason keeps the lapse): dated back to
+        # the lapse, a late takeover's record fell before what the metrics' totals had kept already.
         "finished_at": ctx.clock.now(),
     }
     insert_receipts(JobAttempt, [receipt])
@@ -256,7 +256,7 @@ def _finished_many(ended: list[tuple[JobContext, str, dict[str, Any] | None]]) -
             attempts[str(ctx.job.pk)] = [JobAttempt(**record)]
     earlier = [str(ctx.job.pk) for ctx, _, _ in listening if str(ctx.job.pk) not in attempts]
     if earlier:
-        for attempt in JobAttempt.objects.filter(job_type=JOB_TYPE, job_id__in=earlier).order_by("number", "pk"):
+        for attempt in JobAttempt.objects.ran().filter(job_type=JOB_TYPE, job_id__in=earlier).order_by("number", "pk"):
             attempts.setdefault(attempt.job_id, []).append(attempt)
     for ctx, outcome, _ in listening:
         row: TaskRow = ctx.job

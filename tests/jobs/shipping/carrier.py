@@ -1,7 +1,14 @@
 """A fake carrier and payment service: charges once per idempotency key, like a real provider would."""
 
+import os
 import threading
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
+
+# A parcel "hang:<path>" makes its first booking write this process's id to <path> and then hang, so that a
+# test can kill the worker process mid-step (the path exists by the next attempt, which books at once).
+HANG = "hang:"
 
 
 @dataclass
@@ -15,6 +22,9 @@ class FakeCarrier:
 
     def book_and_charge(self, *, key: str, parcel: str, cents: int) -> str:
         """Book and charge; the same key again returns the first booking and charges nothing more."""
+        if parcel.startswith(HANG) and not (marker := Path(parcel[len(HANG) :])).exists():
+            marker.write_text(f"{os.getpid()}\n")
+            time.sleep(120)
         with self.lock:
             self.calls.append(key)
             self.charges.setdefault(key, cents)
