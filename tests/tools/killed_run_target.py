@@ -24,5 +24,8 @@ def test_start_a_qcluster_and_wait_to_be_killed(tmp_path):
     groups = ProcessGroups(tmp_path / "logs")
     cluster = groups.start("qcluster", [*manage, "qcluster"], env={"WEAVE_Q_WORKERS": "2"})
     wait_until(lambda: len(cluster.descendants()) >= 2, timeout=60, message="the cluster's workers")
-    Path(pid_file).write_text(json.dumps([cluster.pgid, *cluster.descendants()]))
+    # Written whole, then renamed into place: the waiting test reads the file as soon as it exists.
+    partial = Path(f"{pid_file}.partial")
+    partial.write_text(json.dumps([cluster.pgid, *cluster.descendants()]))
+    partial.replace(pid_file)
     time.sleep(600)
