@@ -46,10 +46,12 @@ def fields() -> tuple[Field, ...]:  # type: ignore[type-arg]
     return tuple(f for f in meta.concrete_fields if not f.primary_key and not f.generated)
 
 
-def returned_fields() -> list[Field]:  # type: ignore[type-arg]
-    """What the INSERT returns, so nothing is read back: the key and the database-clock times (`CLOCK_FIELDS`)."""
+@functools.cache
+def returned_fields() -> tuple[Field, ...]:  # type: ignore[type-arg]
+    """What the INSERT returns, so nothing is read back: the key and the database-clock times (`CLOCK_FIELDS`).
+    Fixed once the apps are loaded, as `fields()`."""
     meta = Notification._meta
-    return [meta.pk, *(cast(Field, meta.get_field(name)) for name in CLOCK_FIELDS)]  # type: ignore[type-arg]
+    return (meta.pk, *(cast(Field, meta.get_field(name)) for name in CLOCK_FIELDS))  # type: ignore[type-arg]
 
 
 def compiled_by_orm(value: Any) -> bool:
@@ -97,7 +99,7 @@ def _text(db: str, clock_placeholders: tuple[str, ...]) -> _Text | None:
     ops: Any = connection.ops  # PostgreSQL's operations (return_insert_columns is not on the base class)
     meta = Notification._meta
     columns = fields()
-    returning: list[Any] = returned_fields()
+    returning: tuple[Any, ...] = returned_fields()
     if any(getattr(f, "get_placeholder", None) is not None for f in columns):
         return None
     # The ORM applies these to the values RETURNING gives; there are none on PostgreSQL for these columns.

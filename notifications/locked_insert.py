@@ -27,14 +27,16 @@ returns None, and the caller takes the ORM's path.
 
 import functools
 import re
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
 from django.db import connections
+from django.db.models import Field
 
 from notifications import insert
 from notifications.models import Device, Notification
-from weave.leases import DbNow, postgres_now_plus, statement_cursor
+from weave.leases import DbNow, Preparer, postgres_now_plus, statement_cursor
 from weave.workers import SlotClaimSQL
 
 # The condition the drain claim carries here (`queue.drain_claim_sql(only_if=...)`): every device may
@@ -136,15 +138,31 @@ def _rows_sql(db: str, few: int | None) -> str:
     )
 
 
+# Per connection object (each thread has its own), as `insert.preparers`: made on the first push of each.
+_SENT_FIELDS: "weakref.WeakKeyDictionary[Any, dict[tuple[str, ...], list[tuple[Field[Any, Any], Preparer]]]]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _sent_fields(connection: Any, skip: tuple[str, ...]) -> "list[tuple[Field[Any, Any], Preparer]]":
+    """`insert.fields()` but those named in `skip`, each with its `insert.preparers(connection)` entry.
+
+    Which columns a statement sends and how each is adapted are fixed per connection, and the send of one
+    message sends the same few of them on every call: they are picked out once, not on every send."""
+    made = _SENT_FIELDS.get(connection)
+    if made is None:
+        made = _SENT_FIELDS[connection] = {}
+    if skip not in made:
+        pairs = zip(insert.fields(), insert.preparers(connection), strict=True)
+        made[skip] = [(field, prepare) for field, prepare in pairs if field.name not in skip]
+    return made[skip]
+
+
 def _columns(rows: list[Notification], db: str, skip: tuple[str, ...] = ()) -> list[list[Any]] | None:
     """One list per array of `_rows_sql`, in its order (without the columns named in `skip`); None when a
     value needs the ORM's compiler."""
-    connection = connections[db]
-    columns = insert.fields()
     arrays: list[list[Any]] = []
-    for field, prepare in zip(columns, insert.preparers(connection), strict=True):
-        if field.name in skip:
-            continue
+    for field, prepare in _sent_fields(connections[db], skip):
         if field.name in insert.CLOCK_FIELDS:
             at: list[Any] = []
             secs: list[float | None] = []

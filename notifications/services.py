@@ -10,8 +10,10 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.core.signals import setting_changed
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, models, router, transaction
 from django.db.models import signals
+from django.dispatch import receiver
 
 from notifications import insert, locked_insert, queue
 from notifications.backends import DEFAULT_ALIAS, PushBackend, backend_configs
@@ -329,15 +331,11 @@ class _FanOut:
         fields depend on the backend only through that conversion (`_message_fields`)."""
         made: dict[Any, dict[str, Any] | ValidationError] = {}
         out: dict[str, Any] = {}
-        for alias in backend_configs():
-            out[alias] = self._message_cached(alias, made)
+        for alias, backend_cls in _configured_backends():
+            out[alias] = backend_cls if isinstance(backend_cls, str) else self._message_cached(backend_cls, made)
         return out
 
-    def _message_cached(self, alias: str, made: dict[Any, Any]) -> Any:
-        try:
-            backend_cls = _backend_class(alias)
-        except ValidationError as exc:
-            return f"its backend cannot send: {' '.join(exc.messages)}"
+    def _message_cached(self, backend_cls: type[PushBackend], made: dict[Any, Any]) -> Any:
         key = getattr(backend_cls, "prepare_data", None)
         if key not in made:
             try:
@@ -974,6 +972,30 @@ def _drain_requested_on_commit(db: str) -> bool:
 
 _PRIORITIES = frozenset(Notification.Priority.values)  # the enum's `values` builds a new list on every read
 MAX_TTL = 28 * 24 * 3600  # FCM's longest TTL; APNs and Web Push services keep messages no longer in practice
+
+
+@functools.cache
+def _configured_backends() -> tuple[tuple[str, "type[PushBackend] | str"], ...]:
+    """(alias, backend class or why its devices are skipped) for every configured backend.
+
+    The classes depend on WEAVE alone, so they are found once per configuration rather than on every
+    send (each would read the settings, copy every alias's options and import the class again);
+    `_forget_configured_backends` drops them whenever WEAVE changes (a test's `settings` fixture does).
+
+    Not for a configuration that cannot be read (PUSH_BACKENDS not a mapping): that raises on every send."""
+    found: list[tuple[str, type[PushBackend] | str]] = []
+    for alias in backend_configs():
+        try:
+            found.append((alias, _backend_class(alias)))
+        except ValidationError as exc:
+            found.append((alias, f"its backend cannot send: {' '.join(exc.messages)}"))
+    return tuple(found)
+
+
+@receiver(setting_changed)
+def _forget_configured_backends(*, setting: str, **kwargs: Any) -> None:
+    if setting == "WEAVE":
+        _configured_backends.cache_clear()
 
 
 def _backend_class(alias: str) -> type[PushBackend]:

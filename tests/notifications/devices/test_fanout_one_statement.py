@@ -139,3 +139,16 @@ def test_outside_a_transaction_the_send_keeps_its_read_before_the_statement(capp
     assert kinds(queries)[:2] == ["SELECT", "WITH"], kinds(queries)
     with transaction.atomic():
         assert Notification.objects.get().pk == row.pk
+
+
+def test_a_backend_taken_out_of_the_settings_between_two_sends_is_seen_by_the_second(capped, settings, user):
+    # The configured backends are found once per configuration: a change of WEAVE must drop them.
+    device = device_register(user=user, backend="apns", token=APNS)
+    assert [r.device_id for r in notification_send_to_user(user=user, title="Hi", body="")] == [device.pk]
+    settings.WEAVE = {**settings.WEAVE, "PUSH_BACKENDS": {k: v for k, v in BACKENDS.items() if k != "apns"}}
+
+    rows = notification_send_to_user(user=user, title="Hi again", body="")
+
+    assert list(rows) == [] and [s.device_id for s in rows.skipped] == [device.pk]
+    assert "No push backend 'apns'" in rows.skipped[0].reason
+    assert Notification.objects.filter(title="Hi again").count() == 0
