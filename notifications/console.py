@@ -341,11 +341,12 @@ def _expired_holders(now: datetime) -> list[SafeString]:
         clauses.append(
             format_html(
                 "{} of them held by {} ({}) whose lease expired {} ago: that worker died or froze, and the next "
-                "claim takes them over",
+                "claim takes {} over",
                 len(leases),
                 owner,
                 fence_text,
                 age((now - leases[0][1]).total_seconds()),
+                "it" if len(leases) == 1 else "them",
             )
         )
     if clauses:
@@ -393,8 +394,12 @@ def backlog_cause(now: datetime) -> SafeString:
         else:
             causes.append(mark_safe("no worker has reported (is <code>manage.py qcluster</code> running?)"))
     if not causes:
+        live = len(crew.live)
         return format_html(
-            "{} live worker(s), none of them holding these rows: the workers are not keeping up.", len(crew.live)
+            "{} live worker{}, {} these rows: the workers are not keeping up.",
+            live,
+            "" if live == 1 else "s",
+            "not holding" if live == 1 else "none of them holding",
         )
     return format_html("{}.", format_html_join("; ", "{}", ((c,) for c in causes)))
 

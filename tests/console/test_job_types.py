@@ -2,6 +2,7 @@
 type (tests/jobs/shipping, whose admin.py only mixes in `JobAdminMixin`) and the `django.tasks` "task" type."""
 
 import re
+from datetime import timedelta
 from io import StringIO
 
 import pytest
@@ -366,3 +367,57 @@ def task_row() -> TaskRow:
     from tests.jobs.shipping.background import add
 
     return TaskRow.objects.get(result_id=str(add.enqueue(1, 2).id))
+
+
+def _record(shipment: Shipment, number: int, outcome: str, at) -> None:
+    """An ended attempt's record, as the runner writes it (by the database clock)."""
+    JobAttempt.objects.create(
+        job_type="shipment",
+        job_id=str(shipment.pk),
+        number=number,
+        owner=f"w{number}",
+        fence=number,
+        outcome=outcome,
+        reason="carrier busy",
+        started_at=at,
+        finished_at=at,
+    )
+
+
+def test_dashboard__the_verdict_counts_the_jobs_it_does_not_name_in_jobs(admin_client):
+    """The verdict names jobs, so what it leaves unnamed is counted in jobs too, in a proper plural."""
+    now = db_now()
+    busy, quiet, other = (Shipment.objects.create(parcel=p) for p in ("books", "maps", "pens"))
+    for n in range(1, 6):  # the five newest retried attempts are all of one job ...
+        _record(busy, n, JobAttempt.Outcome.RETRY, now - timedelta(seconds=n))
+    _record(quiet, 1, JobAttempt.Outcome.RETRY, now - timedelta(minutes=5))  # ... two other jobs, 3 older ones
+    _record(quiet, 2, JobAttempt.Outcome.RETRY, now - timedelta(minutes=4))
+    _record(other, 1, JobAttempt.Outcome.RETRY, now - timedelta(minutes=6))
+    page = admin_client.get(DASHBOARD).content.decode()
+    verdict = page[page.index('id="weave-verdict"') : page.index("</div>", page.index('id="weave-verdict"'))]
+    said = re.sub(r"<[^>]+>", "", verdict)
+    assert "8 shipment attempts in the last hour failed and will retry" in said
+    assert f"(shipment #{busy.pk} and 2 more jobs)" in said
+    assert "(s)" not in said
+
+
+def test_dashboard__a_job_whose_workers_died_twice_is_one_job_in_the_verdict(admin_client):
+    """Two attempts of one job that never ended make one job that had one, not two; one more is said singular."""
+    now = db_now()
+    twice = Shipment.objects.create(parcel="books")
+    _record(twice, 2, JobAttempt.Outcome.RETRY, now - timedelta(seconds=30))  # attempt 1 never ended
+    _record(twice, 4, JobAttempt.Outcome.DONE, now - timedelta(seconds=20))  # nor attempt 3
+    page = admin_client.get(DASHBOARD).content.decode()
+    verdict = re.sub(r"<[^>]+>", "", page[page.index('id="weave-verdict"') :].split("</div>")[0])
+    assert "1 shipment job in the last hour had an attempt that never ended" in verdict
+    assert "2 shipment jobs" not in verdict
+
+
+def test_dashboard__past_the_named_jobs_one_more_job_is_said_in_the_singular(admin_client):
+    now = db_now()
+    jobs = [Shipment.objects.create(parcel=f"p{i}") for i in range(6)]
+    for i, shipment in enumerate(jobs):  # six jobs, one failed attempt each: five named, one counted
+        _record(shipment, 1, JobAttempt.Outcome.FAILED, now - timedelta(seconds=i + 1))
+    page = admin_client.get(DASHBOARD).content.decode()
+    verdict = re.sub(r"<[^>]+>", "", page[page.index('id="weave-verdict"') :].split("</div>")[0])
+    assert f"shipment #{jobs[4].pk} and 1 more job)" in verdict

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from weave.leases import Clock, default_clock
-from weave.models import RUNNABLE_STATES, JobAttempt, JobState, JobStepReceipt
+from weave.models import RUNNABLE_STATES, JobAttempt, JobState, JobStepReceipt, attempts_that_ran
 from weave.timeline import Timeline, add_operator_events, clock_time, stamp
 
 
@@ -24,7 +24,7 @@ def explain_job(job_type: str, model: Any, pk: Any, *, clock: Clock = default_cl
         if not attempts and not receipts:
             raise model.DoesNotExist(f"No {job_type} with id {pk}, and no attempt record of one.")
         return _explain_gone(job_type, model, pk, attempts, receipts)
-    ran = [a for a in attempts if a.outcome != JobAttempt.Outcome.RELEASED]
+    ran = attempts_that_ran(attempts)
     t = Timeline(f"{job_type} {pk}: {job.state}, {attempt_count(job, ran)}")
     t.add(job.created_at, "created", f"{job_type} {pk}")
     _add_unrecorded(t, job, attempts)  # first: at the takeover's instant it comes before the claim
@@ -79,7 +79,7 @@ def _add_unrecorded(t: Timeline, job: Any, attempts: list[JobAttempt]) -> None:
     database clock), be it one given back unstarted; the attempt still holding the job, or one nothing
     claimed after, is the holder's line.
     """
-    recorded = {a.number for a in attempts if a.outcome != JobAttempt.Outcome.RELEASED}
+    recorded = {a.number for a in attempts_that_ran(attempts)}
     holding = _holding(job)
     for number in range(1, max(job.attempts, max(recorded, default=0)) + 1):
         after = next((a for a in attempts if a.number > number), None)
@@ -112,7 +112,7 @@ def _explain_gone(
     job_type: str, model: Any, pk: Any, attempts: list[JobAttempt], receipts: list[JobStepReceipt]
 ) -> Timeline:
     """The story of a job whose row is gone, from the attempt records and receipts left of it."""
-    ran = [a for a in attempts if a.outcome != JobAttempt.Outcome.RELEASED]
+    ran = attempts_that_ran(attempts)
     t = Timeline(f"{job_type} {pk}: the job row is gone, {len(ran)} attempt record(s)")
     _add_records(t, attempts, receipts)
     deleted = [e for e in add_operator_events(t, model, pk) if e.action == "deleted"]

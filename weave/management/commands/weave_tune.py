@@ -26,7 +26,9 @@ def _configured_from(crew: Workers, settings: list[str]) -> str:
         mine = float(getattr(weave_settings, setting))
         differs = "" if theirs == f"{mine:g} s" else f" (this process reads {mine:g} s)"
         parts.append(f"{setting} {theirs}{differs}")
-    return f"Configured TTLs as {len(crew.live)} live worker(s) run them: " + "; ".join(parts) + "."
+    live = len(crew.live)
+    who = "1 live worker runs" if live == 1 else f"{live} live workers run"
+    return f"Configured TTLs as {who} them: " + "; ".join(parts) + "."
 
 
 class Command(BaseCommand):
