@@ -176,3 +176,29 @@ def test_explain_notification__an_unanswered_send_says_how_long_it_waited_not_0_
     assert "no HTTP answer in 10.2 s (attempt 1). Backend 'default' overran its 10 s deadline" in text
     assert "got no answer in 10.2 s, so the provider may have it" in text
     assert " 0 ms" not in text and "0.0 s" not in text
+
+
+def as_manage_py_runs(name: str, *argv: str) -> str:
+    """What `manage.py <name> <argv>` prints: its arguments parsed and its checks run as `run_from_argv` does
+    (without the connections closed after it: the test's transaction is still open)."""
+    from io import StringIO
+
+    from django.core.management import get_commands, load_command_class
+
+    command = load_command_class(get_commands()[name], name)
+    options = vars(command.create_parser("manage.py", name).parse_args(list(argv)))
+    args = options.pop("args", ())
+    out, err = StringIO(), StringIO()
+    command.execute(*args, **{**options, "stdout": out, "stderr": err})
+    return out.getvalue() + err.getvalue()
+
+
+@pytest.mark.parametrize("command", ["weave_explain", "weave_tune"])
+def test_read_only_diagnostics__print_no_unrelated_system_check_warnings(settings, command):
+    """A story or a TTL advice asked for on a site with a check warning (here a webhook without a token)
+    is printed alone: the warning is `manage.py check`'s to say, not every diagnostic's."""
+    settings.WEAVE = {**settings.WEAVE, "PUSH_URL": "https://push.example.com/v1/send", "PUSH_TOKEN": ""}
+    argv = ["notification", str(NotificationFactory().pk)] if command == "weave_explain" else []
+    said = as_manage_py_runs(command, *argv)
+    assert "notifications.W006" not in said and "System check identified" not in said, said
+    assert said.strip(), "the command still printed its own output"

@@ -33,6 +33,9 @@ def _configured_from(crew: Workers, settings: list[str]) -> str:
 
 class Command(BaseCommand):
     help = "Print the lease TTL that recent latencies need, beside the configured TTL, with the data behind it."
+    # Read-only and asked for while diagnosing: it prints its own answer, not the site's check warnings
+    # (`manage.py check` says those).
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--hours", type=float, default=24.0, help="How far back to read samples (default 24).")
