@@ -294,6 +294,32 @@ def test_explain__the_summary_names_the_newest_attempt_even_when_an_older_one_en
     assert "last one that ended" not in text, "attempt 2 is not the one that ended last"
 
 
+def test_explain__the_retry_a_job_waits_on_says_when_its_next_try_is_due(clock, admin_client):
+    """The retried attempt's line says when the next try is due: the row's due time, by the database clock,
+    the same time the summary gives; once the next try has run, nothing waits on that retry any more."""
+    from weave.timeline import clock_time
+
+    shipment = Shipment.objects.create(parcel="books")
+
+    def refuse(ctx, hb):
+        during_booking.remove(refuse)
+        raise ConnectionError("the carrier is down")
+
+    during_booking.append(refuse)
+    assert run_job("shipment", shipment.pk, owner="w1", clock=clock) == "retry"
+    due = clock_time(Shipment.objects.get(pk=shipment.pk).next_attempt_at)
+    text = explain_text("shipment", shipment.pk)
+    (line,) = [line for line in text.splitlines() if "retry" in line and "attempt 1 (fence 1)" in line]
+    assert line.endswith(f"ConnectionError: the carrier is down (at step book). Next try due {due} (database time).")
+    assert f"Next attempt due at {due}." in text, "the summary gives the same due time"
+    page = admin_client.get(f"/admin/shipping/shipment/{shipment.pk}/change/").content.decode()
+    assert f"Next try due {due} (database time)." in page, "the admin's story says it too"
+
+    clock.advance(60)
+    assert run_job("shipment", shipment.pk, owner="w2", clock=clock) == "done"
+    assert "Next try due" not in explain_text("shipment", shipment.pk)
+
+
 def test_explain__a_deleted_job_is_told_from_its_records_and_said_to_be_gone(clock):
     shipment = Shipment.objects.create(parcel="books")
     assert run_job("shipment", shipment.pk, owner="w1", clock=clock) == "done"
