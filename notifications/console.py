@@ -358,6 +358,12 @@ def _expired_holders(now: datetime) -> list[SafeString]:
     return clauses
 
 
+def _not_keeping_up(live: int) -> SafeString:
+    """The backlog's cause when live workers hold none of its rows and nothing else stops them."""
+    said = "1 live worker, not holding" if live == 1 else f"{live} live workers, none of them holding"
+    return format_html("{} these rows: the workers are not keeping up.", said)
+
+
 def backlog_cause(now: datetime) -> SafeString:
     """Why due notifications wait, every cause the database can show: expired or stuck leases holding them,
     the breaker, no live worker; else the workers are not keeping up."""
@@ -394,13 +400,7 @@ def backlog_cause(now: datetime) -> SafeString:
         else:
             causes.append(mark_safe("no worker has reported (is <code>manage.py qcluster</code> running?)"))
     if not causes:
-        live = len(crew.live)
-        return format_html(
-            "{} live worker{}, {} these rows: the workers are not keeping up.",
-            live,
-            "" if live == 1 else "s",
-            "not holding" if live == 1 else "none of them holding",
-        )
+        return _not_keeping_up(len(crew.live))
     return format_html("{}.", format_html_join("; ", "{}", ((c,) for c in causes)))
 
 
