@@ -341,11 +341,12 @@ def _expired_holders(now: datetime) -> list[SafeString]:
         clauses.append(
             format_html(
                 "{} of them held by {} ({}) whose lease expired {} ago: that worker died or froze, and the next "
-                "claim takes them over",
+                "claim takes {} over",
                 len(leases),
                 owner,
                 fence_text,
                 age((now - leases[0][1]).total_seconds()),
+                "it" if len(leases) == 1 else "them",
             )
         )
     if clauses:
@@ -355,6 +356,12 @@ def _expired_holders(now: datetime) -> list[SafeString]:
             changelist_url(Notification, due="now", lease="expired") or "#",
         )
     return clauses
+
+
+def _not_keeping_up(live: int) -> SafeString:
+    """The backlog's cause when live workers hold none of its rows and nothing else stops them."""
+    said = "1 live worker, not holding" if live == 1 else f"{live} live workers, none of them holding"
+    return format_html("{} these rows: the workers are not keeping up.", said)
 
 
 def backlog_cause(now: datetime) -> SafeString:
@@ -393,9 +400,7 @@ def backlog_cause(now: datetime) -> SafeString:
         else:
             causes.append(mark_safe("no worker has reported (is <code>manage.py qcluster</code> running?)"))
     if not causes:
-        return format_html(
-            "{} live worker(s), none of them holding these rows: the workers are not keeping up.", len(crew.live)
-        )
+        return _not_keeping_up(len(crew.live))
     return format_html("{}.", format_html_join("; ", "{}", ((c,) for c in causes)))
 
 

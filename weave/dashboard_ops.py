@@ -212,11 +212,13 @@ def wake_findings(now: datetime) -> list[Finding]:
         Finding(
             DEGRADED,
             format_html(
-                "Wake-ups by polling: {} of {} worker watchers poll the next due time every {} s instead of "
+                "Wake-ups by polling: {} of {} worker watcher{} {} the next due time every {} s instead of "
                 "listening ({}). Retries and takeovers go out up to that late; set WEAVE['WAKE_LISTEN_DB'] to a "
                 "direct (not pooled) connection.",
                 report["polling"],
                 report["polling"] + report["listening"],
+                "" if report["polling"] + report["listening"] == 1 else "s",
+                "polls" if report["polling"] + report["listening"] == 1 else "poll",
                 f"{POLL_MAX:g}",
                 "; ".join(reasons),
             ),

@@ -187,6 +187,11 @@ class JobAttemptQuerySet(models.QuerySet["JobAttempt"]):
         return self.exclude(outcome=JobAttempt.Outcome.RELEASED)
 
 
+def attempts_that_ran(records: Iterable["JobAttempt"]) -> list["JobAttempt"]:
+    """`records` without the claims given back unstarted: `JobAttempt.objects.ran()` for records already read."""
+    return [a for a in records if a.outcome != JobAttempt.Outcome.RELEASED]
+
+
 class JobAttempt(models.Model):
     """One attempt at one job (of any job type): who ran it, under which fence, and how it ended.
 

@@ -19,7 +19,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, connections, transaction
@@ -184,16 +184,16 @@ class Completer:
                 # The due time comes from the database clock, never from this host's.
                 fields["next_attempt_at"] = self.clock.now(timedelta(seconds=t.delay))
             updates.append((plan.row.lease, fields))
-        landed = Notification.objects.release_each(updates, clock=self.clock)
+        # The due times as the finish stored them: a retry's receipt carries its row's, not a second reading.
+        landed = Notification.objects.release_each_returning(updates, ("next_attempt_at",), clock=self.clock)
         receipts: list[Receipt] = []
         written = []
         for plan in plans:
             row, result, t = plan.row, plan.result, plan.transition
             if row.pk in landed:
+                due = landed[row.pk]["next_attempt_at"] if t.delay is not None else None
                 receipts.append(
-                    _receipt(
-                        row, result, outcome=result.outcome, reason=result.reason, number=t.number, retry_in=t.delay
-                    )
+                    _receipt(row, result, outcome=result.outcome, reason=result.reason, number=t.number, retry_at=due)
                 )
                 written.append((plan, True))
                 continue
@@ -303,7 +303,7 @@ def _receipt(
     outcome: str,
     reason: str,
     number: int | None = None,
-    retry_in: float | None = None,
+    retry_at: datetime | None = None,
 ) -> Receipt:
     # Both times on the database clock: the send's estimated from the claim, the end is the
     # database's now when the receipt is written (right after the guarded finish).
@@ -317,7 +317,7 @@ def _receipt(
         outcome=outcome,
         reason=reason,
         number=number,
-        retry_in=retry_in,
+        retry_at=retry_at,
         backend=row.message.backend,
     )
 

@@ -6,7 +6,7 @@ plain rows, with the clock's "now" as an expression the database evaluates.
 """
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from notifications.models import DeliveryAttempt
@@ -16,7 +16,7 @@ from weave.leases import Clock
 
 @dataclass(frozen=True)
 class Receipt:
-    """One attempt's receipt; `finished_at` is the database's now, `retry_at` now + `retry_in` seconds."""
+    """One attempt's receipt; `finished_at` is the database's now, `retry_at` the due time its finish gave the row."""
 
     notification_id: Any
     owner: str
@@ -27,7 +27,7 @@ class Receipt:
     outcome: str
     reason: str
     number: int | None = None
-    retry_in: float | None = None
+    retry_at: datetime | None = None
     backend: str = ""
 
 
@@ -37,7 +37,8 @@ def insert_receipts(receipts: list[Receipt], *, clock: Clock) -> None:
 
 
 def _row(r: Receipt, clock: Clock) -> dict[str, Any]:
-    # Both times by the database clock (an expression compiled into the statement), never this host's.
+    # Both times by the database clock, never this host's: the end an expression compiled into the
+    # statement, the due time the one the row's finish stored (read back from it).
     return {
         "notification": r.notification_id,
         "owner": r.owner,
@@ -49,6 +50,6 @@ def _row(r: Receipt, clock: Clock) -> dict[str, Any]:
         "outcome": r.outcome,
         "reason": r.reason,
         "number": r.number,
-        "retry_at": None if r.retry_in is None else clock.now(timedelta(seconds=r.retry_in)),
+        "retry_at": r.retry_at,
         "backend": r.backend,
     }

@@ -129,6 +129,14 @@ def test_a_backlog_the_schedule_keeps_up_with__is_not_a_finding(admin_client):
     assert "Retention purge behind" not in verdict(admin_client.get(URL).content.decode())
 
 
+def test_one_watcher_polling__is_said_in_the_singular(admin_client):
+    WatcherProbe.objects.create(
+        process="host-b:2", mode="poll", reason="a probe NOTIFY did not arrive", probed_at=db_now()
+    )
+    said = verdict(admin_client.get(URL).content.decode())
+    assert "Wake-ups by polling: 1 of 1 worker watcher polls the next due time" in said
+
+
 def test_watchers_polling_instead_of_listening__are_a_finding_with_the_reason(admin_client):
     WatcherProbe.objects.create(process="host-a:1", mode="listen", reason="notifications arrive", probed_at=db_now())
     WatcherProbe.objects.create(

@@ -2,6 +2,7 @@
 type (tests/jobs/shipping, whose admin.py only mixes in `JobAdminMixin`) and the `django.tasks` "task" type."""
 
 import re
+from datetime import timedelta
 from io import StringIO
 
 import pytest
@@ -293,6 +294,32 @@ def test_explain__the_summary_names_the_newest_attempt_even_when_an_older_one_en
     assert "last one that ended" not in text, "attempt 2 is not the one that ended last"
 
 
+def test_explain__the_retry_a_job_waits_on_says_when_its_next_try_is_due(clock, admin_client):
+    """The retried attempt's line says when the next try is due: the row's due time, by the database clock,
+    the same time the summary gives; once the next try has run, nothing waits on that retry any more."""
+    from weave.timeline import clock_time
+
+    shipment = Shipment.objects.create(parcel="books")
+
+    def refuse(ctx, hb):
+        during_booking.remove(refuse)
+        raise ConnectionError("the carrier is down")
+
+    during_booking.append(refuse)
+    assert run_job("shipment", shipment.pk, owner="w1", clock=clock) == "retry"
+    due = clock_time(Shipment.objects.get(pk=shipment.pk).next_attempt_at)
+    text = explain_text("shipment", shipment.pk)
+    (line,) = [line for line in text.splitlines() if "retry" in line and "attempt 1 (fence 1)" in line]
+    assert line.endswith(f"ConnectionError: the carrier is down (at step book). Next try due {due} (database time).")
+    assert f"Next attempt due at {due}." in text, "the summary gives the same due time"
+    page = admin_client.get(f"/admin/shipping/shipment/{shipment.pk}/change/").content.decode()
+    assert f"Next try due {due} (database time)." in page, "the admin's story says it too"
+
+    clock.advance(60)
+    assert run_job("shipment", shipment.pk, owner="w2", clock=clock) == "done"
+    assert "Next try due" not in explain_text("shipment", shipment.pk)
+
+
 def test_explain__a_deleted_job_is_told_from_its_records_and_said_to_be_gone(clock):
     shipment = Shipment.objects.create(parcel="books")
     assert run_job("shipment", shipment.pk, owner="w1", clock=clock) == "done"
@@ -366,3 +393,57 @@ def task_row() -> TaskRow:
     from tests.jobs.shipping.background import add
 
     return TaskRow.objects.get(result_id=str(add.enqueue(1, 2).id))
+
+
+def _record(shipment: Shipment, number: int, outcome: str, at) -> None:
+    """An ended attempt's record, as the runner writes it (by the database clock)."""
+    JobAttempt.objects.create(
+        job_type="shipment",
+        job_id=str(shipment.pk),
+        number=number,
+        owner=f"w{number}",
+        fence=number,
+        outcome=outcome,
+        reason="carrier busy",
+        started_at=at,
+        finished_at=at,
+    )
+
+
+def test_dashboard__the_verdict_counts_the_jobs_it_does_not_name_in_jobs(admin_client):
+    """The verdict names jobs, so what it leaves unnamed is counted in jobs too, in a proper plural."""
+    now = db_now()
+    busy, quiet, other = (Shipment.objects.create(parcel=p) for p in ("books", "maps", "pens"))
+    for n in range(1, 6):  # the five newest retried attempts are all of one job ...
+        _record(busy, n, JobAttempt.Outcome.RETRY, now - timedelta(seconds=n))
+    _record(quiet, 1, JobAttempt.Outcome.RETRY, now - timedelta(minutes=5))  # ... two other jobs, 3 older ones
+    _record(quiet, 2, JobAttempt.Outcome.RETRY, now - timedelta(minutes=4))
+    _record(other, 1, JobAttempt.Outcome.RETRY, now - timedelta(minutes=6))
+    page = admin_client.get(DASHBOARD).content.decode()
+    verdict = page[page.index('id="weave-verdict"') : page.index("</div>", page.index('id="weave-verdict"'))]
+    said = re.sub(r"<[^>]+>", "", verdict)
+    assert "8 shipment attempts in the last hour failed and will retry" in said
+    assert f"(shipment #{busy.pk} and 2 more jobs)" in said
+    assert "(s)" not in said
+
+
+def test_dashboard__a_job_whose_workers_died_twice_is_one_job_in_the_verdict(admin_client):
+    """Two attempts of one job that never ended make one job that had one, not two; one more is said singular."""
+    now = db_now()
+    twice = Shipment.objects.create(parcel="books")
+    _record(twice, 2, JobAttempt.Outcome.RETRY, now - timedelta(seconds=30))  # attempt 1 never ended
+    _record(twice, 4, JobAttempt.Outcome.DONE, now - timedelta(seconds=20))  # nor attempt 3
+    page = admin_client.get(DASHBOARD).content.decode()
+    verdict = re.sub(r"<[^>]+>", "", page[page.index('id="weave-verdict"') :].split("</div>")[0])
+    assert "1 shipment job in the last hour had an attempt that never ended" in verdict
+    assert "2 shipment jobs" not in verdict
+
+
+def test_dashboard__past_the_named_jobs_one_more_job_is_said_in_the_singular(admin_client):
+    now = db_now()
+    jobs = [Shipment.objects.create(parcel=f"p{i}") for i in range(6)]
+    for i, shipment in enumerate(jobs):  # six jobs, one failed attempt each: five named, one counted
+        _record(shipment, 1, JobAttempt.Outcome.FAILED, now - timedelta(seconds=i + 1))
+    page = admin_client.get(DASHBOARD).content.decode()
+    verdict = re.sub(r"<[^>]+>", "", page[page.index('id="weave-verdict"') :].split("</div>")[0])
+    assert f"shipment #{jobs[4].pk} and 1 more job)" in verdict

@@ -64,6 +64,24 @@ def test_verdict__ties_a_waiting_backlog_to_the_expired_lease_that_holds_it(admi
     assert "due=now&amp;lease=expired" in text
 
 
+def test_verdict__a_backlog_no_lease_holds_names_the_live_workers_in_a_proper_singular_or_plural(admin_client):
+    NotificationFactory(next_attempt_at=db_now() - timedelta(minutes=5))
+    report_once("host-a:1")
+    text = verdict(admin_client.get(DASHBOARD).content.decode())
+    assert "1 live worker, not holding these rows: the workers are not keeping up." in text
+    report_once("host-b:2")
+    text = verdict(admin_client.get(DASHBOARD).content.decode())
+    assert "2 live workers, none of them holding these rows: the workers are not keeping up." in text
+
+
+def test_verdict__one_row_an_expired_lease_holds_is_taken_over_as_it(admin_client):
+    due = NotificationFactory(next_attempt_at=db_now() - timedelta(minutes=5))
+    Notification.objects.claim(due.pk, owner="push:stalled:9", ttl=-60)
+    Notification.objects.filter(pk=due.pk).update(next_attempt_at=db_now() - timedelta(minutes=5))
+    text = verdict(admin_client.get(DASHBOARD).content.decode())
+    assert "that worker died or froze, and the next claim takes it over" in text
+
+
 def test_verdict__degraded_by_a_failed_run_with_a_link_to_it(admin_client):
     OnboardingRunFactory(status=OnboardingRun.Status.FAILED)
     text = verdict(admin_client.get(DASHBOARD).content.decode())

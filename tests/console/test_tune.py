@@ -65,3 +65,13 @@ def test_onboarding__per_step_durations_from_receipts(settings):
     assert "step verify_tax_id" in text and "step screen_sanctions" in text
     # 4 s steps: 1.5 * (4 + 1) = 7.5 -> 8 s; 1 s steps: 1.5 * (1 + 1) = 3 s.
     assert "ONBOARDING_LEASE_TTL: raise from 3 s to at least 8 s." in text
+
+
+def test_the_live_workers_whose_ttls_are_shown_are_counted_in_a_proper_singular_or_plural():
+    from weave.reports import report_once
+
+    add_attempts(50, latency_ms=200)
+    report_once("host-a:1")
+    assert "Configured TTLs as 1 live worker runs them: " in tune()
+    report_once("host-b:2")
+    assert "Configured TTLs as 2 live workers run them: " in tune()

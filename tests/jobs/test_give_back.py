@@ -260,3 +260,12 @@ def test_give_back__an_undo_given_back_between_its_tries_keeps_its_count_of_fail
     lease = Lease(pk=shipment.pk, owner="w3", fence=3)
     ctx = JobContext("shipment", shipment, lease, 2, 0, TTL, clock)
     assert undo_tries(ctx) == 2  # the failed try, then this one
+
+
+def test_attempts_that_ran__leaves_out_the_claims_given_back_unstarted_as_ran_does_for_a_queryset():
+    from weave.models import attempts_that_ran
+
+    outcomes = ["retry", "released", "done", "released", "blocked"]
+    records = [JobAttempt(number=n, outcome=o) for n, o in enumerate(outcomes, 1)]
+    assert [a.number for a in attempts_that_ran(records)] == [1, 3, 5]
+    assert attempts_that_ran(iter(records)) == attempts_that_ran(records), "any iterable, read once"

@@ -301,3 +301,17 @@ def test_release_each__a_lapsed_lease_is_refused_by_the_clock_in_the_same_statem
     assert Job.objects.get(pk=job.pk).result == ""
     clock.advance(-1)
     assert Job.objects.release_each([(lease, {"result": "in time"})], clock=clock) == {job.pk}
+
+
+def test_release_each_returning__the_landed_rows_fields_as_stored_in_the_same_one_statement(clock):
+    jobs = JobFactory.create_batch(2)
+    batch = Job.objects.claim_batch(owner="me", ttl=TTL, limit=10, clock=clock)
+    stale = Lease(pk=jobs[0].pk, owner="me", fence=batch.fences[jobs[0].pk] - 1)  # an older fence: refused
+    mine = Lease(pk=jobs[1].pk, owner="me", fence=batch.fences[jobs[1].pk])
+    with CaptureQueriesContext(connection) as queries:
+        landed = Job.objects.release_each_returning(
+            [(stale, {"result": "stale"}), (mine, {"result": "done"})], ("result", "fence"), clock=clock
+        )
+    assert len(queries) == 1
+    assert landed == {jobs[1].pk: {"result": "done", "fence": batch.fences[jobs[1].pk]}}
+    assert Job.objects.release_each_returning([], ("result",), clock=clock) == {}

@@ -1,14 +1,18 @@
 """`weave_explain` tells a job's story: the key facts, in time order, and a summary that matches."""
 
+from datetime import timedelta
+
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db.models import DateTimeField, Value
 
 from notifications.delivery import Hooks, deliver_batch
 from notifications.token_display import mask_token
 from onboarding.runner import claim_attempt
 from onboarding.testing.numbers import german_vat_number
 from tests.factories import NotificationFactory, OnboardingRunFactory, SupplierFactory
+from weave.leases import FakeClock
 
 pytestmark = pytest.mark.django_db
 UNREGISTERED = german_vat_number(9090)
@@ -176,3 +180,74 @@ def test_explain_notification__an_unanswered_send_says_how_long_it_waited_not_0_
     assert "no HTTP answer in 10.2 s (attempt 1). Backend 'default' overran its 10 s deadline" in text
     assert "got no answer in 10.2 s, so the provider may have it" in text
     assert " 0 ms" not in text and "0.0 s" not in text
+
+
+def as_manage_py_runs(name: str, *argv: str) -> str:
+    """What `manage.py <name> <argv>` prints: its arguments parsed and its checks run as `run_from_argv` does
+    (without the connections closed after it: the test's transaction is still open)."""
+    from io import StringIO
+
+    from django.core.management import get_commands, load_command_class
+
+    command = load_command_class(get_commands()[name], name)
+    options = vars(command.create_parser("manage.py", name).parse_args(list(argv)))
+    args = options.pop("args", ())
+    out, err = StringIO(), StringIO()
+    command.execute(*args, **{**options, "stdout": out, "stderr": err})
+    return out.getvalue() + err.getvalue()
+
+
+@pytest.mark.parametrize("command", ["weave_explain", "weave_tune"])
+def test_read_only_diagnostics__print_no_unrelated_system_check_warnings(settings, command):
+    """A story or a TTL advice asked for on a site with a check warning (here a webhook without a token)
+    is printed alone: the warning is `manage.py check`'s to say, not every diagnostic's."""
+    settings.WEAVE = {**settings.WEAVE, "PUSH_URL": "https://push.example.com/v1/send", "PUSH_TOKEN": ""}
+    argv = ["notification", str(NotificationFactory().pk)] if command == "weave_explain" else []
+    said = as_manage_py_runs(command, *argv)
+    assert "notifications.W006" not in said and "System check identified" not in said, said
+    assert said.strip(), "the command still printed its own output"
+
+
+class TickingClock(FakeClock):
+    """A fake clock whose every reading is 1 ms later than the one before, as the database's clock moves
+    between two statements: a due time read twice is then two times, as on a real database."""
+
+    def now(self, offset: timedelta = timedelta()) -> Value:
+        value = Value(self._now + offset, output_field=DateTimeField())
+        self._now += timedelta(milliseconds=1)
+        return value
+
+
+def _one_retry_story(fake, clock=None):
+    import re
+
+    from notifications.models import DeliveryAttempt, Notification
+    from weave.telemetry import db_now
+    from weave.timeline import clock_time
+
+    fake.configure(force_status=503)
+    n = NotificationFactory(next_attempt_at=db_now() if clock is None else clock.current)
+    if clock is None:
+        deliver_batch(owner="worker-a")  # the database's own clock
+    else:
+        deliver_batch(owner="worker-a", clock=clock)
+    n = Notification.objects.get(pk=n.pk)
+    (attempt,) = DeliveryAttempt.objects.filter(notification=n)
+    assert attempt.outcome == DeliveryAttempt.Outcome.TEMPORARY and n.status == Notification.Status.PENDING
+    text = explain("notification", n.pk)
+    said = set(re.findall(r"due (?:at )?(\d\d:\d\d:\d\d\.\d{3})", text, re.I))
+    return attempt, n, said, clock_time(n.next_attempt_at)
+
+
+def test_explain_notification__one_retry_has_one_due_time_the_rows(push_settings, fake):
+    """The receipt of a retried send keeps exactly the due time its finish gave the row (one reading of the
+    database clock), so the story tells one due time for one retry, not two a few ms apart."""
+    attempt, n, said, due = _one_retry_story(fake)
+    assert attempt.retry_at == n.next_attempt_at
+    assert said == {due}
+
+
+def test_explain_notification__one_retry_has_one_due_time_however_the_clock_moves(push_settings, fake):
+    attempt, n, said, due = _one_retry_story(fake, TickingClock())
+    assert attempt.retry_at == n.next_attempt_at
+    assert said == {due}

@@ -13,6 +13,7 @@ A job type that declares its own `panel` (push notifications, onboarding) keeps 
 """
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import Count, Exists, OuterRef
 from django.utils.html import format_html, format_html_join
@@ -129,54 +130,64 @@ def panels() -> list[Panel]:
     return [panel_for(job) for job in engine_types() if job.panel is None]
 
 
-def _finding(job: JobType, outcome: str, attempts: list[JobAttempt], count: int) -> Finding:
-    names = format_html_join(", ", "{}", ((job_link(job, pk),) for pk in dict.fromkeys(a.job_id for a in attempts)))
-    more = count - len(attempts)
+def _jobs_named(job: JobType, newest: list[JobAttempt], rows: Any) -> tuple[int, SafeString]:
+    """How many jobs the attempts `rows` are of, and those of `newest` (its newest) linked, the rest counted.
+
+    "shipment #3, shipment #4 and 2 more jobs": the names are of jobs, so the rest is counted in jobs too.
+    """
+    named = list(dict.fromkeys(a.job_id for a in newest))
+    links = format_html_join(", ", "{}", ((job_link(job, pk),) for pk in named))
+    # Fewer attempts than the limit came back: every one is listed, so no other job is left to count.
+    jobs = rows.order_by().values("job_id").distinct().count() if len(newest) >= NAMED_IN_FINDING else len(named)
+    more = jobs - len(named)
+    return jobs, format_html("{}{}", links, f" and {more} more job{'' if more == 1 else 's'}" if more > 0 else "")
+
+
+def _finding(job: JobType, outcome: str, attempts: list[JobAttempt], count: int, named: SafeString) -> Finding:
     latest = attempts[0]
     return Finding(
         DEGRADED,
         format_html(
-            "{} {} attempt{} in the last hour {} ({}{}); the latest at {}: {}",
+            "{} {} attempt{} in the last hour {} ({}); the latest at {}: {}",
             count,
             job.name,
             "" if count == 1 else "s",
             _MEANING[outcome] if count == 1 else _MEANING_OF_SEVERAL.get(outcome, _MEANING[outcome]),
-            names,
-            f" and {more} more attempt(s)" if more > 0 else "",
+            named,
             when(latest.finished_at),
             clipped(said_once(latest.reason) or "no reason given"),
         ),
     )
 
 
-def takeovers_after_a_crash(job: JobType, since: datetime) -> tuple[int, list[JobAttempt]]:
+def takeovers_after_a_crash(job: JobType, since: datetime) -> tuple[int, list[JobAttempt], SafeString]:
     """Attempts of `job` that ended after `since` and had taken their job over from an attempt with no record.
 
     A claim counts an attempt and its record is written when it ends, so a worker killed mid-job leaves
     a gap in the job's attempt numbers; the next attempt's record is the first trace of it. (A task's
     takeover records the lapsed attempt as blocked, so leaves no gap.) A claim given back unstarted is no
-    attempt: its record neither fills a gap nor counts as a takeover. Returns the count and the newest.
+    attempt: its record neither fills a gap nor counts as a takeover. Returns how many jobs had one, the
+    newest takeovers, and their jobs named (see `_jobs_named`).
     """
     attempts = JobAttempt.objects.ran()
     before = attempts.filter(job_type=job.name, job_id=OuterRef("job_id"), number=OuterRef("number") - 1)
     rows = attempts.filter(~Exists(before), job_type=job.name, finished_at__gt=since, number__gt=1)
     newest = list(rows.order_by("-finished_at", "-pk")[:NAMED_IN_FINDING])
-    return (rows.count() if len(newest) == NAMED_IN_FINDING else len(newest)), newest
+    jobs, named = _jobs_named(job, newest, rows)
+    return jobs, newest, named
 
 
-def _crash_finding(job: JobType, count: int, takeovers: list[JobAttempt]) -> Finding:
-    names = format_html_join(", ", "{}", ((job_link(job, pk),) for pk in dict.fromkeys(a.job_id for a in takeovers)))
+def _crash_finding(job: JobType, count: int, takeovers: list[JobAttempt], named: SafeString) -> Finding:
     latest = takeovers[0]
     return Finding(
         DEGRADED,
         format_html(
             "{} {} job{} in the last hour had an attempt that never ended: its worker stopped while holding "
-            "the job, and a later attempt took it over ({}{}); the latest takeover at {} by {} at fence {}",
+            "the job, and a later attempt took it over ({}); the latest takeover at {} by {} at fence {}",
             count,
             job.name,
             "" if count == 1 else "s",
-            names,
-            f" and {count - len(takeovers)} more" if count > len(takeovers) else "",
+            named,
             when(latest.started_at),
             clipped(latest.owner, one_line=True),
             latest.fence,
@@ -189,14 +200,14 @@ def findings(now: datetime) -> list[Finding]:
     attempts whose worker stopped without ending them."""
     found = []
     for job in engine_types():
-        crashed, takeovers = takeovers_after_a_crash(job, now - RECENT)
+        crashed, takeovers, named = takeovers_after_a_crash(job, now - RECENT)
         if crashed:
-            found.append(_crash_finding(job, crashed, takeovers))
+            found.append(_crash_finding(job, crashed, takeovers, named))
         counts = outcome_counts(job, now - RECENT)
         for outcome in TROUBLE:
             if not counts[outcome]:
                 continue
             rows = JobAttempt.objects.filter(job_type=job.name, finished_at__gt=now - RECENT, outcome=outcome)
             newest = list(rows.order_by("-finished_at", "-pk")[:NAMED_IN_FINDING])
-            found.append(_finding(job, outcome, newest, counts[outcome]))
+            found.append(_finding(job, outcome, newest, counts[outcome], _jobs_named(job, newest, rows)[1]))
     return found

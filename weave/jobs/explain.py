@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from weave.leases import Clock, default_clock
-from weave.models import RUNNABLE_STATES, JobAttempt, JobState, JobStepReceipt
+from weave.models import RUNNABLE_STATES, JobAttempt, JobState, JobStepReceipt, attempts_that_ran
 from weave.timeline import Timeline, add_operator_events, clock_time, stamp
 
 
@@ -24,11 +24,11 @@ def explain_job(job_type: str, model: Any, pk: Any, *, clock: Clock = default_cl
         if not attempts and not receipts:
             raise model.DoesNotExist(f"No {job_type} with id {pk}, and no attempt record of one.")
         return _explain_gone(job_type, model, pk, attempts, receipts)
-    ran = [a for a in attempts if a.outcome != JobAttempt.Outcome.RELEASED]
+    ran = attempts_that_ran(attempts)
     t = Timeline(f"{job_type} {pk}: {job.state}, {attempt_count(job, ran)}")
     t.add(job.created_at, "created", f"{job_type} {pk}")
     _add_unrecorded(t, job, attempts)  # first: at the takeover's instant it comes before the claim
-    _add_records(t, attempts, receipts)
+    _add_records(t, attempts, receipts, waiting=_waiting_retry(job, ran))
     _add_open_claim(t, job, attempts)
     add_operator_events(t, model, pk)
     t.add(None, "holder", _holder(job))
@@ -36,7 +36,14 @@ def explain_job(job_type: str, model: Any, pk: Any, *, clock: Clock = default_cl
     return t
 
 
-def _add_records(t: Timeline, attempts: list[JobAttempt], receipts: list[JobStepReceipt]) -> None:
+def _add_records(
+    t: Timeline,
+    attempts: list[JobAttempt],
+    receipts: list[JobStepReceipt],
+    waiting: tuple[JobAttempt, str] | None = None,
+) -> None:
+    """A claim line and an ending line per attempt record, a line per receipt and its undo; `waiting`: the
+    retry the job waits on and when its next try is due (`_waiting_retry`), said on that retry's line."""
     for a in attempts:
         if a.outcome == JobAttempt.Outcome.RELEASED:
             # A claim given back before it started: its fence is accounted for, but it was no attempt.
@@ -44,7 +51,10 @@ def _add_records(t: Timeline, attempts: list[JobAttempt], receipts: list[JobStep
             t.add(a.finished_at, a.outcome, f"fence {a.fence}: {a.reason}")
             continue
         t.add(a.started_at, "claim", f"attempt {a.number}: fence {a.fence} claimed by {a.owner}")
-        t.add(a.finished_at, a.outcome, f"attempt {a.number} (fence {a.fence}): {a.reason}".rstrip(": "))
+        said = f"attempt {a.number} (fence {a.fence}): {a.reason}".rstrip(": ")
+        if waiting is not None and waiting[0] is a:
+            said = f"{said.rstrip('.')}. {waiting[1]}"
+        t.add(a.finished_at, a.outcome, said)
     for r in receipts:
         t.add(r.finished_at, "receipt", f"step {r.step} saved by fence {r.fence} ({r.owner}), key {r.idempotency_key}")
         if r.undone_at is not None:
@@ -60,6 +70,21 @@ def _add_open_claim(t: Timeline, job: Any, attempts: list[JobAttempt]) -> None:
     claimed_at = _open_claim_time(job, attempts)
     if claimed_at is not None:
         t.add(claimed_at, "claim", f"attempt {job.attempts}: fence {job.fence} claimed by {job.owner}")
+
+
+def _waiting_retry(job: Any, ran: list[JobAttempt]) -> tuple[JobAttempt, str] | None:
+    """The retry the job waits on now, and when its next try is due (the row's due time, database clock).
+
+    The row keeps the due time of its newest retry only until the next claim: so it is said of the newest
+    attempt when that ended `retry`, nothing claimed the job since, and the job is still to run.
+    """
+    newest = ran[-1] if ran else None
+    if newest is None or newest.outcome != JobAttempt.Outcome.RETRY:
+        return None
+    if job.state not in RUNNABLE_STATES or job.owner is not None or job.attempts != newest.number:
+        return None
+    due = job.next_attempt_at
+    return newest, ("Next try due at once." if due is None else f"Next try due {clock_time(due)} (database time).")
 
 
 def _open_claim_time(job: Any, attempts: list[JobAttempt]) -> Any:
@@ -79,7 +104,7 @@ def _add_unrecorded(t: Timeline, job: Any, attempts: list[JobAttempt]) -> None:
     database clock), be it one given back unstarted; the attempt still holding the job, or one nothing
     claimed after, is the holder's line.
     """
-    recorded = {a.number for a in attempts if a.outcome != JobAttempt.Outcome.RELEASED}
+    recorded = {a.number for a in attempts_that_ran(attempts)}
     holding = _holding(job)
     for number in range(1, max(job.attempts, max(recorded, default=0)) + 1):
         after = next((a for a in attempts if a.number > number), None)
@@ -112,7 +137,7 @@ def _explain_gone(
     job_type: str, model: Any, pk: Any, attempts: list[JobAttempt], receipts: list[JobStepReceipt]
 ) -> Timeline:
     """The story of a job whose row is gone, from the attempt records and receipts left of it."""
-    ran = [a for a in attempts if a.outcome != JobAttempt.Outcome.RELEASED]
+    ran = attempts_that_ran(attempts)
     t = Timeline(f"{job_type} {pk}: the job row is gone, {len(ran)} attempt record(s)")
     _add_records(t, attempts, receipts)
     deleted = [e for e in add_operator_events(t, model, pk) if e.action == "deleted"]

@@ -7,8 +7,8 @@ statement is for the database.
 A group finish is described once, by a `FinishPlan` (the rows, which fields each writes, the guard),
 and rendered by one of two renderers:
 
-    arrays (PostgreSQL):  UPDATE t AS n SET ... FROM unnest(%s::type[], ...) AS v(...) WHERE <guard> RETURNING id
-    values (both):        UPDATE t AS n SET ... FROM (VALUES (...), ...) AS v(...) WHERE <guard> RETURNING id
+    arrays (PostgreSQL):  UPDATE t AS n SET ... FROM unnest(%s::type[], ...) AS v(...) WHERE <guard> RETURNING id[, ...]
+    values (both):        UPDATE t AS n SET ... FROM (VALUES (...), ...) AS v(...) WHERE <guard> RETURNING id[, ...]
                           (SQLite: WITH v(...) AS (VALUES ...) UPDATE t AS n SET ... FROM v ...)
 
 The arrays form's SQL text depends only on which fields are written, never on how many rows: psycopg
@@ -231,6 +231,7 @@ class FinishPlan:
     keys: tuple[Column, Column, Column]  # pk, owner, fence: what the guard matches
     fields: tuple[Column, ...]  # the written fields, sorted by name
     expect: tuple[tuple[str, Any], ...] = ()  # (field name, constant) every row must also match
+    returning: tuple[str, ...] = ()  # fields each landed row returns as stored, after its pk
 
     @classmethod
     def build(
@@ -239,6 +240,7 @@ class FinishPlan:
         rows: Sequence[tuple[Lease, Mapping[str, Any]]],
         *,
         expect: Mapping[str, Any] | None = None,
+        returning: Sequence[str] = (),
     ) -> "FinishPlan":
         leases = [lease for lease, _ in rows]
         keys = (
@@ -251,7 +253,13 @@ class FinishPlan:
             Column(f"_w_{_col(_field(model, name))}", _field(model, name), [v.get(name, _ABSENT) for _, v in rows])
             for name in names
         )
-        return cls(model=model, keys=keys, fields=fields, expect=tuple(sorted((expect or {}).items())))
+        return cls(
+            model=model,
+            keys=keys,
+            fields=fields,
+            expect=tuple(sorted((expect or {}).items())),
+            returning=tuple(returning),
+        )
 
     def guard(self, qn: Callable[[str], str], now: Sql) -> Sql:
         """The WHERE clause: each row only under its own lease, live by the clock's `now`."""
@@ -286,7 +294,8 @@ class FinishPlan:
     def _statement(self, connection: BaseDatabaseWrapper, source: str, set_sql: str, guard: str) -> str:
         qn = connection.ops.quote_name
         table = qn(self.model._meta.db_table)
-        returning = f"RETURNING {qn(_col(self.keys[0].field))}"
+        returned = [self.keys[0].field, *(_field(self.model, name) for name in self.returning)]
+        returning = "RETURNING " + ", ".join(qn(_col(field)) for field in returned)
         if source.startswith("WITH "):
             return f"{source} UPDATE {table} AS n SET {set_sql} FROM v WHERE {guard} {returning}"
         return f"UPDATE {table} AS n SET {set_sql} FROM {source} WHERE {guard} {returning}"
@@ -333,10 +342,11 @@ def finish_sql(
     clock: Clock,
     *,
     expect: Mapping[str, Any] | None = None,
+    returning: Sequence[str] = (),
 ) -> Statement:
     """Return one statement releasing every row of `rows` still held by its lease (and matching `expect`),
-    writing its fields."""
-    plan = FinishPlan.build(model, rows, expect=expect)
+    writing its fields; it returns each landed row's pk, then its `returning` fields as stored."""
+    plan = FinishPlan.build(model, rows, expect=expect, returning=returning)
     if connection.vendor == "postgresql":
         arrays = render_arrays(plan, connection, using, clock)
         if arrays is not None:

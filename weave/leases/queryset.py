@@ -6,7 +6,7 @@ on refusal, who holds the row now so the error can say so.
 """
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from functools import reduce
 from operator import or_
@@ -255,17 +255,8 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
         conditions every row must meet (field = constant, e.g. a state). Return the pks that landed;
         the others were not touched (`refusal(lease)` says why, unless only `expect` refused them).
         """
-        rows = list(rows)
-        if not rows:
-            return set()
-        connection = connections[self._write_db]
-        statement = finish_sql(self.model, connection, self._write_db, rows, clock, expect=expect)
+        landed, connection = self._finish_each(rows, clock, expect, ())
         pk_field = self.model._meta.pk
-        # Server-bound where the arrays form allows: no quoting of a group's arrays on the client
-        # (weave.leases.binding).
-        with statement_cursor(connection, server_bound=statement.server_bound) as cursor:
-            cursor.execute(statement.sql, statement.params)
-            landed = cursor.fetchall()
         converters = connection.ops.get_db_converters(pk_field.get_col(self.model._meta.db_table))
         result = set()
         for (pk,) in landed:
@@ -273,6 +264,54 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
                 pk = convert(pk, pk_field, connection)
             result.add(pk)
         return result
+
+    def release_each_returning(
+        self,
+        rows: Iterable[tuple[Lease, Mapping[str, Any]]],
+        returning: Sequence[str],
+        *,
+        clock: Clock = default_clock,
+        expect: Mapping[str, Any] | None = None,
+    ) -> dict[Any, dict[str, Any]]:
+        """`release_each`, returning for each pk that landed its `returning` fields as the statement stored them.
+
+        The same one statement. A time written as a clock expression (a due time: now + a delay) is read
+        back from it, so a record written next can carry that very time instead of reading the clock again.
+        """
+        landed, connection = self._finish_each(rows, clock, expect, returning)
+        meta = self.model._meta
+        converters = []
+        for field in [meta.pk, *(meta.get_field(name) for name in returning)]:
+            col = field.get_col(meta.db_table)  # type: ignore[union-attr]
+            converters.append((col, connection.ops.get_db_converters(col) + col.get_db_converters(connection)))
+        result: dict[Any, dict[str, Any]] = {}
+        for values in landed:
+            stored = []
+            for value, (col, convert_all) in zip(values, converters, strict=True):
+                for convert in convert_all:
+                    value = convert(value, col, connection)
+                stored.append(value)
+            result[stored[0]] = dict(zip(returning, stored[1:], strict=True))
+        return result
+
+    def _finish_each(
+        self,
+        rows: Iterable[tuple[Lease, Mapping[str, Any]]],
+        clock: Clock,
+        expect: Mapping[str, Any] | None,
+        returning: Sequence[str],
+    ) -> tuple[list[Any], Any]:
+        """Run the one guarded finish of `rows`; return the raw rows it returned and the connection it ran on."""
+        rows = list(rows)
+        connection = connections[self._write_db]
+        if not rows:
+            return [], connection
+        statement = finish_sql(self.model, connection, self._write_db, rows, clock, expect=expect, returning=returning)
+        # Server-bound where the arrays form allows: no quoting of a group's arrays on the client
+        # (weave.leases.binding).
+        with statement_cursor(connection, server_bound=statement.server_bound) as cursor:
+            cursor.execute(statement.sql, statement.params)
+            return cursor.fetchall(), connection
 
     def refusal(self, lease: Lease, *, clock: Clock = default_clock) -> LeaseLost:
         """Return the `LeaseLost` a write under `lease` gets now: who holds the row instead, and since when."""

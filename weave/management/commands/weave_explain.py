@@ -14,6 +14,9 @@ from weave.explain import explainers
 
 class Command(BaseCommand):
     help = "Print one job's timeline (claims, attempts, receipts, current holder) and a plain summary."
+    # Read-only and asked for while diagnosing: it prints its own answer, not the site's check warnings
+    # (`manage.py check` says those).
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("kind", choices=sorted(explainers()) or None)

@@ -26,11 +26,16 @@ def _configured_from(crew: Workers, settings: list[str]) -> str:
         mine = float(getattr(weave_settings, setting))
         differs = "" if theirs == f"{mine:g} s" else f" (this process reads {mine:g} s)"
         parts.append(f"{setting} {theirs}{differs}")
-    return f"Configured TTLs as {len(crew.live)} live worker(s) run them: " + "; ".join(parts) + "."
+    live = len(crew.live)
+    who = "1 live worker runs" if live == 1 else f"{live} live workers run"
+    return f"Configured TTLs as {who} them: " + "; ".join(parts) + "."
 
 
 class Command(BaseCommand):
     help = "Print the lease TTL that recent latencies need, beside the configured TTL, with the data behind it."
+    # Read-only and asked for while diagnosing: it prints its own answer, not the site's check warnings
+    # (`manage.py check` says those).
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--hours", type=float, default=24.0, help="How far back to read samples (default 24).")
