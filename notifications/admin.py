@@ -438,9 +438,9 @@ class NotificationAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
     def _report(self, request: HttpRequest, result: BulkResult, history: str, done: str, *, applies_to: str) -> None:
         """Each changed row goes to the admin history (its timeline shows it as an operator event), and the
         outcomes are said with the notifications linked."""
-        busy = "{count} notification(s) left alone because a worker holds them right now: {ids}. Try again when the "
+        busy = "{count} notification{s} left alone, held by a worker right now: {ids}. Try again when the "
         busy += "lease is released."
-        changed = "{count} notification(s) " + done + ": {ids}."
+        changed = "{count} notification{s} " + done + ": {ids}."
         skipped = "This action applies to " + applies_to + " notifications only; {count} left alone: {ids}."
         ids = partial(linked_ids, Notification)
         self.report_outcomes(request, result, history=history, said=(changed, busy, skipped), ids=ids)
@@ -587,9 +587,9 @@ class DeviceAdmin(ActionsWhereTheyApply, OperatorModelAdmin):
             self.log_change(request, device, f"Sent test notification {notification.pk}.")
             self.log_addition(request, notification, f"Sent as a test to device {device.pk}.")
         self.say_rows(
-            request, "{count} test notification(s) queued: {ids}.", sent, ids=partial(linked_ids, Notification)
+            request, "{count} test notification{s} queued: {ids}.", sent, ids=partial(linked_ids, Notification)
         )
-        self.say_rows(request, "Not sent to {count} device(s). {ids}.", refused, ids=_first_ten, level=messages.WARNING)
+        self.say_rows(request, "Not sent to {count} device{s}. {ids}.", refused, ids=_first_ten, level=messages.WARNING)
 
     @admin.action(description="Deactivate (fails their queued notifications)", permissions=["change"])
     def deactivate(self, request: HttpRequest, queryset: QuerySet) -> None:
@@ -599,7 +599,7 @@ class DeviceAdmin(ActionsWhereTheyApply, OperatorModelAdmin):
             device_deactivate(device=device, reason=f"Deactivated in the admin by {who}.")
             self.log_change(request, device, "Deactivated.")
             done.append(device.pk)
-        self.say_rows(request, "{count} device(s) deactivated: {ids}.", done, ids=partial(linked_ids, Device))
+        self.say_rows(request, "{count} device{s} deactivated: {ids}.", done, ids=partial(linked_ids, Device))
         if not done:
             self.message_user(request, "No active device among the selected ones.")
 

@@ -281,7 +281,8 @@ class TopicSubscription(JobModel):
         verbose_name = "FCM topic subscription"
 
     def __str__(self) -> str:
-        return f"{self.action} {len(self.tokens)} token(s) to {self.topic!r} via {self.backend}"
+        tokens = "1 token" if len(self.tokens) == 1 else f"{len(self.tokens)} tokens"
+        return f"{self.action} {tokens} to {self.topic!r} via {self.backend}"
 
 
 class TopicIntent(models.Model):

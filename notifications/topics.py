@@ -43,7 +43,7 @@ from weave.conf import weave_settings
 from weave.jobs import JobContext, RetryPolicy
 from weave.leases import Clock, default_clock
 from weave.models import JobStepReceipt
-from weave.operations import Timeline, explain_job
+from weave.operations import Timeline, explain_job, how_many
 
 # Tokens one call of a service may name (a hundred IID batches): a site with more calls again.
 MAX_TOKENS_PER_CALL = 100_000
@@ -298,7 +298,7 @@ def apply_latest_wishes(
         if not pending:
             return codes
     raise IIDTemporary(
-        f"The wishes for {len(pending)} registration(s) changed during each of {MAX_ROUNDS} calls; "
+        f"The wishes for {how_many(len(pending), 'registration{}')} changed during each of {MAX_ROUNDS} calls; "
         "the latest are sent on the next attempt."
     )
 
@@ -380,6 +380,6 @@ def explain_topic_subscription(pk: int, *, clock: Clock = default_clock) -> Time
     gone = [str(pk) for pk, _ in receipt.result.get("deactivate") or []]
     deactivated = f"; devices deactivated: {', '.join(gone)}" if gone else ""
     api = "IID" if topic_api(job.backend) == "iid" else "FCM"
-    t.add(receipt.finished_at, "results", f"{api} answered for {len(codes)} token(s): {said}{deactivated}")
+    t.add(receipt.finished_at, "results", f"{api} answered for {how_many(len(codes), 'token{}')}: {said}{deactivated}")
     t.summary = f"{t.summary} {api}: {said}{deactivated}."
     return t

@@ -43,6 +43,7 @@ from weave.operations import (
     choice_filter,
     clipped,
     clipped_column,
+    how_many,
     joined_reason,
     key_values,
     link_column,
@@ -486,10 +487,10 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         if run.status == OnboardingRun.Status.CANCELLED:
             left = [r.step for r in receipts if r.undone_at is None]
             note = format_html(
-                "<p><strong>This run was cancelled after {} step(s) committed.</strong> Cancelling does not take "
+                "<p><strong>This run was cancelled after {} committed.</strong> Cancelling does not take "
                 'back what committed steps wrote; still in place: {}. "Cancel and undo" runs the undo of the '
                 "steps that declare one; the others (a sent welcome, a service's own records) stay.</p>",
-                len(receipts),
+                how_many(len(receipts), "step{}"),
                 ", ".join(left) or "nothing",
             )
         return format_html("{}{}<p>Rows written by this run:</p><ul>{}</ul>", note, table, domain)
@@ -503,7 +504,7 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         def act(run: OnboardingRun) -> str | None:
             return f"Resumed at fence {run.fence}: a worker was enqueued now." if onboarding_resume(run=run) else None
 
-        self._each_run(request, queryset, "resume", act, "Enqueued {count} run(s): {ids}.")
+        self._each_run(request, queryset, "resume", act, "Enqueued {count} run{s}: {ids}.")
 
     @admin.action(description="Cancel pending or running runs", permissions=["change"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[OnboardingRun]) -> None:
@@ -512,7 +513,7 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
             done = onboarding_cancel(run=run, cancelled_by=request.user)
             return f"Cancelled (it was {was} at fence {run.fence})." if done else None
 
-        done = "Cancelled {count} run(s): {ids}. A worker holding one stops at its next save."
+        done = "Cancelled {count} run{s}: {ids}. A worker holding one stops at its next save."
         self._each_run(request, queryset, "cancel", act, done)
 
     def _each_run(
@@ -545,7 +546,7 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         if request.POST.get("post") != "yes" or not why:
             return self._confirm_retry(request, queryset.filter(pk__in=applies), runs, failed, why)
         done, refused = _retry_runs(request, failed, why)
-        reopened = "Re-opened {count} failed run(s): {ids}. Each resumes after its last receipt."
+        reopened = "Re-opened {count} failed run{s}: {ids}. Each resumes after its last receipt."
         self.say_rows(request, reopened, done, ids=run_links)
         skipped = [f"#{r.pk} ({rule.why_not(r)})" for r in runs if r not in failed]
         self.say_rows(request, "Not retried: {ids}", refused, joiner=" ", level=messages.WARNING)
@@ -611,7 +612,7 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
             if r.pk in applies and onboarding_cancel(run=r, cancelled_by=request.user, undo=True):
                 done.append(r.pk)
                 self.log_change(request, r, f"Cancelled (it was {r.status}); undo of the committed steps requested.")
-        self.say_rows(request, "Cancelled run(s) {ids}; their undo is queued for a worker.", done, ids=run_links)
+        self.say_rows(request, "Cancelled run{s} {ids}; the undo of each is queued for a worker.", done, ids=run_links)
         if len(done) < len(runs):
             self.message_user(
                 request,

@@ -24,6 +24,7 @@ from weave.display import admin_link, change_link, clipped, shown, timestamp_col
 from weave.explain import explainers
 from weave.leases import LEASE_FIELDS, LeaseBusy, LeaseQuerySet, default_clock
 from weave.telemetry import db_now
+from weave.wording import plural
 
 CONSOLE_CSS = "weave/console.css"
 CONSOLE_JS = "weave/console.js"
@@ -538,8 +539,8 @@ class OperatorModelAdmin(OperatorLogMixin, admin.ModelAdmin):
 
         `report` has the primary keys an action `changed`, left alone as `busy` (a worker holds them under a
         live lease) and `skipped` (not in a state it applies to). `said` is the sentence for each, in that
-        order: a `format_html` template given `{count}` and `{ids}`, said only when it has rows (the
-        changed at `changed_level`, the others as warnings).
+        order: a `format_html` template given `{count}`, `{s}` and `{ids}` (see `say_rows`), said only when it
+        has rows (the changed at `changed_level`, the others as warnings).
         """
         for row in self.model._default_manager.filter(pk__in=report.changed).order_by("pk"):
             record_operator_action(user_id=int(request.user.pk or 0), obj=row, message=history)
@@ -559,13 +560,15 @@ class OperatorModelAdmin(OperatorLogMixin, admin.ModelAdmin):
     ) -> None:
         """Say one outcome of an action when it has `rows`, and nothing when it has none.
 
-        `text` is a `format_html` template given `{count}` and `{ids}`: what `ids(rows)` makes of the rows
-        (primary keys as links: `partial(linked_ids, Model)`), else the rows themselves (keys, or each row's
-        own clause: "#7 (completed)") joined by `joiner`, each escaped unless it is already safe HTML.
+        `text` is a `format_html` template given `{count}`, `{s}` (the plural's "s": "{count} job{s}") and
+        `{ids}`: what `ids(rows)` makes of the rows (primary keys as links: `partial(linked_ids, Model)`), else
+        the rows themselves (keys, or each row's own clause: "#7 (completed)") joined by `joiner`, each escaped
+        unless it is already safe HTML.
         """
         if rows:
             listed = ids(rows) if ids else format_html_join(joiner, "{}", ((row,) for row in rows))
-            self.message_user(request, format_html(text, count=len(rows), ids=listed), level)
+            said = format_html(text, count=len(rows), s=plural(len(rows), "{}"), ids=listed)
+            self.message_user(request, said, level)
 
 
 class LeasedModelAdmin(LeaseGuardedSaveMixin, LeaseGuardedDeleteMixin, OperatorModelAdmin):

@@ -8,6 +8,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from weave.conf import KEYS, RETIRED, weave_settings
 from weave.jobs import ttl_settings
+from weave.wording import plural
 
 
 @register(Tags.compatibility)
@@ -137,18 +138,20 @@ def check_weave_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
     errors: list[CheckMessage] = []
     unknown = weave_settings.unknown_keys()
     if unknown:
+        keys = plural(len(unknown), "setting{}")
         errors.append(
             Error(
-                f"Unknown WEAVE setting(s): {', '.join(unknown)}.",
+                f"Unknown WEAVE {keys}: {', '.join(unknown)}.",
                 hint="The core's settings are in weave/conf.py; each app declares its own next to its job type.",
                 id="weave.E005",
             )
         )
     retired = weave_settings.retired_keys()
     if retired:
+        keys = plural(len(retired), "setting{}")
         errors.append(
             Warning(
-                f"WEAVE setting(s) no longer read, ignored: {', '.join(retired)}.",
+                f"WEAVE {keys} no longer read, ignored: {', '.join(retired)}.",
                 hint="Remove them from WEAVE: " + "; ".join(f"{name}: {RETIRED[name]}" for name in retired) + ".",
                 id="weave.W047",
             )

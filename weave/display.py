@@ -20,6 +20,7 @@ from django.utils.safestring import SafeString
 
 from weave.conf import secret_values
 from weave.sanitize import decode, redact
+from weave.wording import how_many
 
 
 def timestamp(value: datetime | None) -> str:
@@ -75,7 +76,7 @@ def linked(text: object, url: str | None) -> SafeString:
 
 def counted(n: int, noun: str, url: str | None) -> SafeString:
     """ "3 failed runs" ("1 failed run"), linked to `url`; `noun` holds "{}" where a plural's "s" goes."""
-    return linked(f"{n} {noun.format('' if n == 1 else 's')}", url)
+    return linked(how_many(n, noun), url)
 
 
 def admin_link(obj: models.Model | None, text: object = None) -> str:

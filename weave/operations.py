@@ -14,7 +14,8 @@ pages from these pieces, and registers its panel, health findings and purges in 
 - display: times with seconds and zone (`timestamp`, `timestamp_column`), links between rows (`linked`,
   `counted`, `admin_link`, `admin_link_to`, `change_link`, `change_url`, `linked_ids`, `changelist_link`,
   `changelist_url`), states and reasons (`state_word`, `state_column`, `reason_column`, `joined_reason`,
-  `said_once`), JSON as a table (`key_values`), and text redacted on the way out (`shown`, `clipped`);
+  `said_once`), counts in words (`how_many`, `plural`), JSON as a table (`key_values`), and text redacted
+  on the way out (`shown`, `clipped`);
 - console: charts drawn on the server (`bar_chart`, `line_chart`, `table`, `stats`, `age`, `when`),
   health findings for the dashboard's verdict (`register_health`, `Finding`, `FAILING`, `DEGRADED`),
   bounded counts and samples (`planner_counts`, `counts_by`, `count_tiles`, `minute_buckets`,
@@ -91,6 +92,7 @@ from weave.timeline import (
     holder,
     lateness,
 )
+from weave.wording import how_many, plural
 
 __all__ = [
     "DEGRADED",
@@ -125,6 +127,7 @@ __all__ = [
     "clock_time",
     "count_tiles",
     "counted",
+    "how_many",
     "counted_between",
     "counts_by",
     "db_now",
@@ -137,6 +140,7 @@ __all__ = [
     "line_chart",
     "linked",
     "linked_ids",
+    "plural",
     "link_column",
     "minute_buckets",
     "percentiles_by",

@@ -21,6 +21,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from weave.wording import how_many
+
 PERCENTILE = 99.0
 MIN_SAMPLES = 20  # fewer than this and the percentile says nothing: no recommendation
 MARGIN_FLOOR = 1.0  # seconds
@@ -65,7 +67,7 @@ class TtlAdvice:
 
     def explain(self) -> str:
         if self.needed is None:
-            return f"only {self.samples} sample(s); at least {MIN_SAMPLES} are needed for a recommendation"
+            return f"only {how_many(self.samples, 'sample{}')}; at least {MIN_SAMPLES} are needed for a recommendation"
         slack = "ttl/3" if self.heartbeat_slack is None else f"{self.heartbeat_slack:.2f}"
         return (
             f"p{PERCENTILE:g} {self.slowest_plausible:.2f} s + heartbeat {slack} + margin {self.margin:.2f} s "

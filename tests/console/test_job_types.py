@@ -199,7 +199,7 @@ def test_admin_change_page__the_story_comes_before_the_fields_which_are_read_onl
     shipment = blocked_shipment(clock)
     page = admin_client.get(f"/admin/shipping/shipment/{shipment.pk}/change/").content.decode()
     story = page.index('id="weave-story"')
-    summary = page.index("2 attempt(s): 1 ended, 1 running; the newest attempt that ended, attempt 1, ended blocked")
+    summary = page.index("2 attempts: 1 ended, 1 running; the newest attempt that ended, attempt 1, ended blocked")
     timeline = page.index('class="weave-timeline"')
     assert story < summary < timeline < page.index("field-parcel") < page.index("field-fence")
     assert 'name="fence"' not in page and 'name="owner"' not in page, "lease fields are never a form input"
@@ -244,8 +244,8 @@ def test_explain__a_sites_job_type_from_the_command(clock):
     call_command("weave_explain", "shipment", str(shipment.pk), stdout=out)
     text = out.getvalue()
     # The rival's attempt is running (counted by its claim, no history row yet): title and summary agree.
-    assert text.startswith(f"shipment {shipment.pk}: pending, 2 attempt(s): 1 ended, 1 running")
-    assert "2 attempt(s): 1 ended, 1 running; the newest attempt that ended, attempt 1, ended blocked" in text
+    assert text.startswith(f"shipment {shipment.pk}: pending, 2 attempts: 1 ended, 1 running")
+    assert "2 attempts: 1 ended, 1 running; the newest attempt that ended, attempt 1, ended blocked" in text
     assert "rival holds it under fence 2 now." in text
 
 
@@ -290,7 +290,7 @@ def test_explain__the_summary_names_the_newest_attempt_even_when_an_older_one_en
     assert ended[1] > ended[2], "attempt 1 ended last"
 
     text = explain_text("shipment", shipment.pk)
-    assert "2 attempt(s); the newest attempt that ended, attempt 2, ended done." in text
+    assert "2 attempts; the newest attempt that ended, attempt 2, ended done." in text
     assert "last one that ended" not in text, "attempt 2 is not the one that ended last"
 
 
@@ -327,7 +327,7 @@ def test_explain__a_deleted_job_is_told_from_its_records_and_said_to_be_gone(clo
     Shipment.objects.filter(pk=shipment.pk).delete()
 
     text = explain_text("shipment", shipment.pk)
-    assert text.startswith(f"shipment {shipment.pk}: the job row is gone, 1 attempt record(s)")
+    assert text.startswith(f"shipment {shipment.pk}: the job row is gone, 1 attempt record")
     assert "attempt 1 (fence 1)" in text and "step quote saved by fence 1 (w1)" in text
     assert "the newest attempt that ended, attempt 1, ended done" in text
     assert f"The job row is gone (deleted); its last attempt record is from {stamp(last)} (database time)" in text
@@ -343,7 +343,7 @@ def test_explain__a_deleted_task_is_told_from_its_records_by_its_number(clock):
     TaskRow.objects.filter(pk=row.pk).delete()
 
     text = explain_text("task", row.pk)
-    assert text.startswith(f"task {row.pk}: the job row is gone, 1 attempt record(s)")
+    assert text.startswith(f"task {row.pk}: the job row is gone, 1 attempt record")
     assert "The job row is gone (deleted)" in text
 
 

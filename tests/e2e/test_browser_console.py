@@ -424,7 +424,7 @@ def test_operator_screens_at_1440_1280_and_390_px(live_server, chromium, monkeyp
             assert_story_first(page, url)
             assert not axe_violations(page), (url, axe_violations(page))
         page.goto(f"{live_server.url}{story_pages[2]}")
-        assert "2 attempt(s): 1 ended, 1 running" in page.locator("#weave-story-summary").inner_text()
+        assert "2 attempts: 1 ended, 1 running" in page.locator("#weave-story-summary").inner_text()
         page.screenshot(path=str(SHOTS / "19-job-story-1440.png"), full_page=True)
 
         # Deleting a job a worker holds is refused on its own page, naming the holder and the lease's end.
@@ -481,7 +481,7 @@ def test_operator_screens_at_1440_1280_and_390_px(live_server, chromium, monkeyp
         page.screenshot(path=str(SHOTS / "16-failed-notification-actions-1440.png"), full_page=True)
         with page.expect_navigation():
             page.locator("#weave-row-actions li[data-action=retry_now] button").click()
-        assert "1 notification(s) due now" in page.locator("ul.messagelist").inner_text()
+        assert "1 notification due now" in page.locator("ul.messagelist").inner_text()
         assert Notification.objects.get(pk=failed[0].pk).status == "pending"
         failed = failed[1:]  # the rest stay failed for the tile below
 

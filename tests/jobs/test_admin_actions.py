@@ -26,7 +26,7 @@ def test_cancel__busy_jobs_are_left_alone_and_named(admin_client):
     assert Shipment.objects.get(pk=free.pk).state == "cancelled"
     assert Shipment.objects.get(pk=held.pk).state == "pending"
     said = messages_of(response)
-    assert "Cancelled: 1 job(s)." in said
+    assert "Cancelled: 1 job." in said
     assert f"Busy (a worker holds a live lease), left alone: {held.pk}." in said
 
 
@@ -46,4 +46,4 @@ def test_start__a_waiting_job_is_due_at_once(admin_client):
     waiting = Shipment.objects.create(parcel="a", next_attempt_at=timezone.now().replace(year=2099))
     response = act(admin_client, "start_jobs", waiting.pk)
     assert Shipment.objects.get(pk=waiting.pk).next_attempt_at is None
-    assert "Started: 1 job(s)." in messages_of(response)
+    assert "Started: 1 job." in messages_of(response)

@@ -187,7 +187,7 @@ def test_explain__an_attempt_whose_worker_died_has_its_line_in_the_story(clock, 
     assert run_job("invoice", invoice.pk, owner="w2", clock=clock) == "done"
     call_command("weave_explain", "invoice", str(invoice.pk))
     out = capsys.readouterr().out
-    assert "2 attempt(s): 1 ended, 1 never ended (its worker stopped)" in out
+    assert "2 attempts: 1 ended, 1 never ended (its worker stopped)" in out
     (line,) = [s for s in out.splitlines() if "attempt 1" in s]
     assert "no end recorded" in line and "attempt 2" in line and "fence 2" in line
     claim_2 = JobAttempt.objects.get(job_type="invoice", job_id=str(invoice.pk), number=2).started_at
@@ -206,7 +206,7 @@ def test_explain__while_the_takeover_runs_the_killed_attempt_is_not_said_to_be_r
     Invoice.objects.claim(invoice.pk, owner="w2", ttl=TTL, clock=clock, also={"attempts": F("attempts") + 1})
     call_command("weave_explain", "invoice", str(invoice.pk))
     out = capsys.readouterr().out
-    assert "2 attempt(s): 0 ended, 1 running, 1 never ended (its worker stopped)" in out
+    assert "2 attempts: 0 ended, 1 running, 1 never ended (its worker stopped)" in out
     assert "2 running" not in out
     (line,) = [s for s in out.splitlines() if "attempt 1" in s]
     assert "no end recorded" in line and "attempt 2, running now" in line and "fence 2" in line

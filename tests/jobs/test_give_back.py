@@ -86,11 +86,11 @@ def test_give_back__rows_not_started_at_the_end_of_the_budget_are_recorded_relea
 
     story = explain_job("invoice", Invoice, row.pk, clock=clock)
     text = story.as_text()
-    assert story.title.endswith("done, 1 attempt(s)"), story.title  # the give-back is not counted
+    assert story.title.endswith("done, 1 attempt"), story.title  # the give-back is not counted
     assert fences_in(story) == {1, 2}, text  # every fence the row took is accounted for
     assert "fence 1 claimed by me (not started)" in text and f"fence 1: {BUDGET_ENDED}" in text
     assert "no end" not in text
-    assert "1 claim(s) given back unstarted, not counted as attempts (fence 1)" in story.summary
+    assert "1 claim given back unstarted, not counted as attempts (fence 1)" in story.summary
     assert "attempt 1, ended done" in story.summary
 
     # Not a trouble: the verdict's findings name no invoice (the fake clock's "now" is its literal).
@@ -195,7 +195,7 @@ def test_give_back__a_hand_on_records_each_row_it_handed_on(monkeypatch):
         story = explain_job("invoice", Invoice, row.pk)
         text = story.as_text()
         assert fences_in(story) == {1, 2}, text
-        assert f"fence 1: {HANDED_ON}" in text and story.title.endswith("done, 1 attempt(s)")
+        assert f"fence 1: {HANDED_ON}" in text and story.title.endswith("done, 1 attempt")
 
     # A give-back is no trouble: no finding for the invoices, no blocked, failed or retried attempt counted.
     now = db_now()
@@ -240,7 +240,7 @@ def test_give_back__the_admin_change_page_tells_it(admin_client, clock, monkeypa
     story = page[page.index("What happened") : page.index('name="number"')]
     assert "fence 1 claimed by drain-a (not started)" in story
     assert "fence 1: Given back unstarted at the end of the drain&#x27;s budget" in story
-    assert "1 claim(s) given back unstarted, not counted as attempts (fence 1)" in story
+    assert "1 claim given back unstarted, not counted as attempts (fence 1)" in story
 
 
 def test_give_back__an_undo_given_back_between_its_tries_keeps_its_count_of_failed_tries(clock):

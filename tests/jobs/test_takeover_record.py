@@ -79,8 +79,8 @@ def test_takeover__the_record_feeds_the_panel_counts_the_findings_and_the_story(
     call_command("weave_explain", "shipment", str(shipment.pk))
     out = capsys.readouterr().out
     assert "no end recorded" not in out  # the real record, not the line for an attempt without one
-    assert "2 attempt(s);" in out and "never ended" not in out
-    assert "attempt 1: fence 1 claimed by killed" in out and "1 attempt(s) lost their lease" in out
+    assert "2 attempts;" in out and "never ended" not in out
+    assert "attempt 1: fence 1 claimed by killed" in out and "1 attempt lost its lease" in out
 
 
 def test_takeover__a_batch_drain_records_it_too(clock):

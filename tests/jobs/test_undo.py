@@ -293,7 +293,7 @@ def test_admin__cancel_and_undo_asks_for_the_undo_and_writes_the_jobs_history(ad
     shipment = saved_two_steps(clock)
     response = act(admin_client, "cancel_and_undo_jobs", shipment.pk)
     said = [str(m) for m in response.context["messages"]]
-    assert "Cancelled, undo of the saved steps asked: 1 job(s)." in said
+    assert "Cancelled, undo of the saved steps asked: 1 job." in said
     assert Shipment.objects.get(pk=shipment.pk).state == "undoing"
     entry = LogEntry.objects.get(object_id=str(shipment.pk))
     assert entry.get_change_message() == "Cancelled, undo of the saved steps asked in the admin."

@@ -57,7 +57,7 @@ def test_retry_now__allowed_with_permission(client, failed_row):
     failed_row.refresh_from_db()
     assert (failed_row.status, failed_row.attempts) == ("pending", 0)
     assert "Retry requested by staff" in failed_row.last_error
-    assert "1 notification(s) due now" in page.content.decode()
+    assert "1 notification due now" in page.content.decode()
 
 
 def test_actions__refused_without_the_permission(client, failed_row):
@@ -81,7 +81,10 @@ def test_cancel__leaves_rows_a_worker_holds_and_reports_them(client):
     page = act(client, "cancel", [free, held, done]).content.decode()
     statuses = dict(Notification.objects.values_list("pk", "status"))
     assert statuses == {free.pk: "cancelled", held.pk: "pending", done.pk: "delivered"}
-    assert f'a worker holds them right now: <a href="{CHANGELIST}{held.pk}/change/">{held.pk}</a>' in page
+    assert (
+        f'1 notification left alone, held by a worker right now: <a href="{CHANGELIST}{held.pk}/change/">{held.pk}</a>'
+        in page
+    )
     assert (
         "This action applies to pending notifications only; 1 left alone: "
         f'<a href="{CHANGELIST}{done.pk}/change/">{done.pk}</a>' in page

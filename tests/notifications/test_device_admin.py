@@ -75,9 +75,9 @@ def test_send_test__queues_one_notification_per_active_device_and_logs_it(
     )
     assert row.expires_at is not None
     text = response.content.decode()
-    assert "1 test notification(s) queued" in text
+    assert "1 test notification queued" in text
     # One clause per device, its id a link, no brackets nested in brackets.
-    assert f'Not sent to 1 device(s). device <a href="/admin/weave_notifications/device/{dead.pk}/change/">' in text
+    assert f'Not sent to 1 device. device <a href="/admin/weave_notifications/device/{dead.pk}/change/">' in text
     assert "Unregistered" in text and ".)." not in text
     assert LogEntry.objects.filter(object_id=str(live.pk), change_message__contains="test notification").exists()
 

@@ -137,7 +137,7 @@ def test_retry_action__asks_why_then_reopens_failed_runs_only(client, bank_refus
     done = client.post(RUNS, {**selection, "post": "yes", "why": "Bank reopened the account."}, follow=True)
     messages = [str(m) for m in get_messages(done.wsgi_request)]
     link = f'<a href="{RUNS}{bank_refused.pk}/change/">{bank_refused.pk}</a>'  # ids in messages are links
-    assert any(m.startswith(f"Re-opened 1 failed run(s): {link}") for m in messages)
+    assert any(m.startswith(f"Re-opened 1 failed run: {link}") for m in messages)
     assert any(f"1 not retried: #{completed.pk} (completed: only a failed run can be retried)" in m for m in messages)
     row = OnboardingRun.objects.get(pk=bank_refused.pk)
     assert (row.status, row.fence) == ("pending", 2) and "by fixer: Bank reopened the account." in row.reason

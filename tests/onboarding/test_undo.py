@@ -156,7 +156,7 @@ def test_run_page__lists_a_cancelled_runs_committed_rows_with_a_note(client, hal
     onboarding_cancel(run=halfway)
     client.force_login(user("viewer", "view_onboardingrun"))
     page = client.get(reverse("admin:weave_onboarding_onboardingrun_change", args=[halfway.pk])).content.decode()
-    assert "This run was cancelled after 5 step(s) committed." in page
+    assert "This run was cancelled after 5 steps committed." in page
     vendor = VendorRecord.objects.get()
     assert f"Vendor {vendor.vendor_number}" in page and "Net 30 in EUR" in page
     assert "committed; has an undo" in page and "committed; no undo (stays)" in page

@@ -163,7 +163,7 @@ class JobAdminMixin(LeasedModelAdmin):
 
     def _act(self, request: HttpRequest, verb: str, report: ActionReport) -> None:
         said = (
-            f"{verb}: {{count}} job(s).",
+            f"{verb}: {{count}} job{{s}}.",
             "Busy (a worker holds a live lease), left alone: {ids}.",
             "Not in a state this action applies to: {ids}.",
         )

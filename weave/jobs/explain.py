@@ -10,6 +10,7 @@ from typing import Any
 from weave.leases import Clock, default_clock
 from weave.models import RUNNABLE_STATES, JobAttempt, JobState, JobStepReceipt, attempts_that_ran
 from weave.timeline import Timeline, add_operator_events, clock_time, stamp
+from weave.wording import how_many
 
 
 def explain_job(job_type: str, model: Any, pk: Any, *, clock: Clock = default_clock) -> Timeline:
@@ -138,7 +139,7 @@ def _explain_gone(
 ) -> Timeline:
     """The story of a job whose row is gone, from the attempt records and receipts left of it."""
     ran = attempts_that_ran(attempts)
-    t = Timeline(f"{job_type} {pk}: the job row is gone, {len(ran)} attempt record(s)")
+    t = Timeline(f"{job_type} {pk}: the job row is gone, {how_many(len(ran), 'attempt record{}')}")
     _add_records(t, attempts, receipts)
     deleted = [e for e in add_operator_events(t, model, pk) if e.action == "deleted"]
     t.add(None, "holder", "nobody: the job row is gone")
@@ -149,14 +150,16 @@ def _explain_gone(
         f"and this story is told from the records left of it.{by}"
     )
     if not ran:
-        t.summary = f"{gone} No attempt ended; {len(receipts)} step receipt(s) are left.{_given_back(attempts)}"
+        left = f"{how_many(len(receipts), 'step receipt{}')} {'is' if len(receipts) == 1 else 'are'} left"
+        t.summary = f"{gone} No attempt ended; {left}.{_given_back(attempts)}"
         return t
-    t.summary = f"{gone} {len(ran)} attempt(s) recorded; {_newest_ended(ran)}{_lost(ran)}{_given_back(attempts)}"
+    recorded = f"{how_many(len(ran), 'attempt{}')} recorded"
+    t.summary = f"{gone} {recorded}; {_newest_ended(ran)}{_lost(ran)}{_given_back(attempts)}"
     return t
 
 
 def attempt_count(job: Any, ended: list[JobAttempt]) -> str:
-    """The attempts so far, said the same way in the title and the summary: "2 attempt(s): 1 ended, 1 running".
+    """The attempts so far, said the same way in the title and the summary: "2 attempts: 1 ended, 1 running".
 
     A claim counts an attempt as it starts; its history row is written when it ends. The difference is an
     attempt still running (under a live lease) or one whose worker stopped without ending it.
@@ -164,7 +167,7 @@ def attempt_count(job: Any, ended: list[JobAttempt]) -> str:
     started = max(job.attempts, len(ended))
     open_ = started - len(ended)
     if not open_:
-        return f"{started} attempt(s)"
+        return how_many(started, "attempt{}")
     # One lease, one holder: at most one open attempt is running; any other one's worker stopped
     # (a killed worker's attempt stays open once the next claim took the job over).
     running = 1 if _holding(job) else 0
@@ -172,7 +175,7 @@ def attempt_count(job: Any, ended: list[JobAttempt]) -> str:
     said = [f"{len(ended)} ended"]
     said += [f"{running} running"] if running else []
     said += [f"{stopped} never ended (its worker stopped)"] if stopped else []
-    return f"{started} attempt(s): {', '.join(said)}"
+    return f"{how_many(started, 'attempt{}')}: {', '.join(said)}"
 
 
 def _holding(job: Any) -> bool:
@@ -205,12 +208,14 @@ def _given_back(records: list[JobAttempt]) -> str:
     if not released:
         return ""
     fences = ", ".join(str(a.fence) for a in released)
-    return f" {len(released)} claim(s) given back unstarted, not counted as attempts (fence {fences})."
+    fence = "fences" if len(released) > 1 else "fence"
+    return f" {how_many(len(released), 'claim{}')} given back unstarted, not counted as attempts ({fence} {fences})."
 
 
 def _lost(attempts: list[JobAttempt]) -> str:
     blocked = sum(1 for a in attempts if a.outcome == JobAttempt.Outcome.BLOCKED)
-    return f" {blocked} attempt(s) lost their lease and wrote nothing after it." if blocked else ""
+    lost = "lost its lease and wrote" if blocked == 1 else "lost their lease and wrote"
+    return f" {how_many(blocked, 'attempt{}')} {lost} nothing after it." if blocked else ""
 
 
 def _undo_said(job: Any, receipts: list[JobStepReceipt]) -> str:

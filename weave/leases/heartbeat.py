@@ -29,6 +29,7 @@ from weave.leases.clock import Clock, default_clock
 from weave.leases.errors import LeaseLapsed, LeaseLost
 from weave.leases.lease import Lease
 from weave.sanitize import outside_text
+from weave.wording import how_many
 
 logger = logging.getLogger("weave.leases")
 
@@ -120,9 +121,10 @@ class Heartbeat:
         """Raise the first failed renewal, if any, or `LeaseLapsed` once no renewal landed before the expiry."""
         with self._lock:
             if self._failure is None and self.errors and self.clock.monotonic() >= self._live_until:
+                errors = how_many(len(self.errors), "database error{}")
                 self._failure = LeaseLapsed(
-                    f"No renewal landed before the lease expired ({len(self.errors)} database error(s) while "
-                    f"renewing; last: {self.errors[-1]}). Stopped before saving."
+                    f"No renewal landed before the lease expired ({errors} while renewing; last: {self.errors[-1]})."
+                    " Stopped before saving."
                 )
                 self._log("renewal_failed", str(self._failure))
         if self._failure is not None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from weave.tasks.compat import Task
 from weave.tasks.options import NAMES
+from weave.wording import plural
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,7 +41,10 @@ class WeaveTask(Task):  # type: ignore[type-arg]  # generic in the backport, pla
         """A copy with other defaults: Django's (priority, queue_name, run_after, backend) and Weave's options."""
         unknown = sorted(set(options) - set(NAMES))
         if unknown:
-            raise TypeError(f"using() got unknown option(s) {', '.join(unknown)}; Weave's are {', '.join(NAMES)}.")
+            raise TypeError(
+                f"using() got unknown {plural(len(unknown), 'option{}')} {', '.join(unknown)};"
+                f" Weave's are {', '.join(NAMES)}."
+            )
         changed = Task.using(self, priority=priority, queue_name=queue_name, run_after=run_after, backend=backend)
         given = {name: value for name, value in options.items() if value is not None}
         return replace(changed, **given) if given else changed

@@ -15,6 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from weave.jobs import Fail, RetryPolicy
+from weave.wording import plural
 
 # The option names, as a task gives them, with their backend OPTIONS key and default.
 DEFAULTS: dict[str, Any] = {
@@ -53,7 +54,9 @@ def validate(options: Mapping[str, Any], *, where: str) -> dict[str, Any]:
     """Return `options` (task option names) checked and as stored (JSON); raise `ImproperlyConfigured` if wrong."""
     unknown = sorted(set(options) - set(NAMES))
     if unknown:
-        raise ImproperlyConfigured(f"{where}: unknown task option(s) {', '.join(unknown)}; known: {', '.join(NAMES)}.")
+        raise ImproperlyConfigured(
+            f"{where}: unknown task {plural(len(unknown), 'option{}')} {', '.join(unknown)}; known: {', '.join(NAMES)}."
+        )
     checked: dict[str, Any] = {}
     for name, value in options.items():
         if value is None:
@@ -109,7 +112,8 @@ def backend_options(params: Mapping[str, Any], *, alias: str) -> dict[str, Any]:
     unknown = sorted(set(raw) - set(keys))
     if unknown:
         raise ImproperlyConfigured(
-            f"TASKS[{alias!r}]['OPTIONS']: unknown key(s) {', '.join(unknown)}; known: {', '.join(keys)}."
+            f"TASKS[{alias!r}]['OPTIONS']: unknown {plural(len(unknown), 'key{}')} {', '.join(unknown)};"
+            f" known: {', '.join(keys)}."
         )
     return validate({keys[key]: value for key, value in raw.items()}, where=f"TASKS[{alias!r}]['OPTIONS']")
 

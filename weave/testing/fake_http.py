@@ -11,6 +11,8 @@ from dataclasses import fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Generic, Self, TypeVar
 
+from weave.wording import plural
+
 __all__ = [
     "FakeHTTPServer",
     "FakeHandler",
@@ -99,6 +101,6 @@ def update_settings(config: Any, changes: dict[str, Any]) -> None:
     known = {f.name for f in fields(config)}
     unknown = set(changes) - known
     if unknown:
-        raise ValueError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+        raise ValueError(f"unknown {plural(len(unknown), 'setting{}')}: {', '.join(sorted(unknown))}")
     for name, value in changes.items():
         setattr(config, name, value)

@@ -319,7 +319,7 @@ def test_explain_and_admin__show_the_story_of_a_topic_job(fcm_site, devices, clo
 
     call_command("weave_explain", "fcm_topic", str(job.pk))
     printed = capsys.readouterr().out
-    assert "subscribe 3 token(s) to 'news'" in printed and "2 applied, 1 NOT_FOUND" in printed
+    assert "subscribe 3 tokens to 'news'" in printed and "2 applied, 1 NOT_FOUND" in printed
     listing = admin_client.get(reverse("admin:weave_notifications_topicsubscription_changelist"))
     assert listing.status_code == 200 and "news" in listing.content.decode()
     page = admin_client.get(reverse("admin:weave_notifications_topicsubscription_change", args=[job.pk]))
