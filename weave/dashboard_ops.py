@@ -154,15 +154,13 @@ def retention_findings(now: datetime) -> list[Finding]:
     kinds = ", ".join(f"{kind} {f['due']:,}{'+' if f['capped'] else ''}" for kind, f in due.items())
     since = "no purge has finished yet" if late == float("inf") else f"the last purge finished {age(late)} ago"
     return [
-        Finding(
+        Finding.said(
             DEGRADED,
-            format_html(
-                "Retention purge behind: rows past their retention wait ({}), and {} although it runs every {} min: "
-                "is the weave.retention schedule running, and does its task succeed?",
-                kinds,
-                since,
-                weave_settings.RETENTION_EVERY,
-            ),
+            "Retention purge behind: rows past their retention wait ({}), and {} although it runs every {} min: "
+            "is the weave.retention schedule running, and does its task succeed?",
+            kinds,
+            since,
+            weave_settings.RETENTION_EVERY,
         )
     ]
 
@@ -209,17 +207,15 @@ def wake_findings(now: datetime) -> list[Finding]:
         return []
     reasons = sorted({str(w["reason"]) for w in report["polling_watchers"]})
     return [
-        Finding(
+        Finding.said(
             DEGRADED,
-            format_html(
-                "Wake-ups by polling: {} of {} worker watchers poll the next due time every {} s instead of "
-                "listening ({}). Retries and takeovers go out up to that late; set WEAVE['WAKE_LISTEN_DB'] to a "
-                "direct (not pooled) connection.",
-                report["polling"],
-                report["polling"] + report["listening"],
-                f"{POLL_MAX:g}",
-                "; ".join(reasons),
-            ),
+            "Wake-ups by polling: {} of {} worker watchers poll the next due time every {} s instead of "
+            "listening ({}). Retries and takeovers go out up to that late; set WEAVE['WAKE_LISTEN_DB'] to a "
+            "direct (not pooled) connection.",
+            report["polling"],
+            report["polling"] + report["listening"],
+            f"{POLL_MAX:g}",
+            "; ".join(reasons),
         )
     ]
 
