@@ -22,10 +22,7 @@ attempt's outcome) in the same transaction, and the metrics add those to the row
 """
 
 import logging
-import os
-import socket
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -35,7 +32,7 @@ from django.db import models, transaction
 from django.db.models import F, Q
 
 from weave.conf import weave_settings
-from weave.leases import DbNow
+from weave.leases import DbNow, new_owner
 from weave.telemetry import db_now
 
 logger = logging.getLogger("weave.retention")
@@ -123,10 +120,6 @@ class LeaseLost(Exception):
     """The purge's lease expired or was taken over: it stops, and its last batch did not commit."""
 
 
-def _owner() -> str:
-    return f"purge:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
 def _claim(owner: str, ttl: float) -> int | None:
     """Take the purge lease; return the new fence, or None while another purge holds it."""
     from weave.models import PurgeState
@@ -203,7 +196,7 @@ def purge(*, batch: int | None = None, budget: float | None = None, owner: str |
     size = int(batch or weave_settings.RETENTION_BATCH)
     seconds = float(budget if budget is not None else weave_settings.RETENTION_BUDGET)
     ttl = float(weave_settings.RETENTION_LEASE_TTL)
-    report = PurgeReport(owner=owner or _owner())
+    report = PurgeReport(owner=owner or new_owner("purge:"))
     report.fence = _claim(report.owner, ttl)
     if report.fence is None:
         report.stopped = "another purge holds the lease"
