@@ -24,7 +24,7 @@ attempt's outcome) in the same transaction, and the metrics add those to the row
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -182,13 +182,7 @@ class PurgeReport:
     stopped: str = ""  # why it stopped before everything due was deleted ("" when it finished)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "owner": self.owner,
-            "fence": self.fence,
-            "deleted": dict(self.deleted),
-            "batches": self.batches,
-            "stopped": self.stopped,
-        }
+        return asdict(self)
 
 
 def purge(*, batch: int | None = None, budget: float | None = None, owner: str | None = None) -> PurgeReport:
