@@ -261,13 +261,15 @@ def _delete_batch(spec: PurgeSpec, before: datetime, pks: list[Any], report: Pur
         rows = spec.model._default_manager.filter(pk__in=kept)
         dependants = spec.before(rows) if spec.before else {}
         counted = spec.labels(rows) if spec.labels else {"": len(kept)}
+        deleted = sum(counted.values())
         for kind, counts in dependants.items():
             _count_purged(kind, counts)
-            if sum(counts.values()):
-                report.deleted[kind] = report.deleted.get(kind, 0) + sum(counts.values())
+            if n := sum(counts.values()):
+                report.deleted[kind] = report.deleted.get(kind, 0) + n
+                deleted += n
         _count_purged(spec.kind, counted)
         rows.delete()  # locked and re-checked; the dependants are gone, so the cascade finds nothing to collect
-        _count_deleted(report.owner, report.fence, sum(counted.values()) + _total(dependants))
+        _count_deleted(report.owner, report.fence, deleted)
     report.deleted[spec.kind] = report.deleted.get(spec.kind, 0) + sum(counted.values())
 
 
@@ -288,10 +290,6 @@ def _pk_name(model: type[models.Model], relation: str) -> str:
     related = model._meta.get_field(relation).related_model
     assert related is not None and not isinstance(related, str)
     return related._meta.pk.name
-
-
-def _total(dependants: Mapping[str, Mapping[str, int]]) -> int:
-    return sum(sum(counts.values()) for counts in dependants.values())
 
 
 def purge_task() -> dict[str, Any]:
