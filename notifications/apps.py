@@ -89,16 +89,17 @@ class NotificationsConfig(AppConfig):
         from notifications import (
             checks,  # noqa: F401  (registers the system checks)
             console,
+            retention,
+            topics,
         )
+        from notifications.explain import explain_notification
+        from notifications.models import Notification, TopicSubscription
+        from notifications.queue import JOB_KEY, enqueue_drain
+        from weave.jobs import JobType, Step, register
+        from weave.schedules import ScheduleSpec
 
         # Each worker process imports the drain's modules as it starts, not while a first drain's rows wait.
         post_spawn.connect(_warm_up_drains, dispatch_uid="notifications.tasks.warm_up")
-        from notifications.explain import explain_notification
-        from notifications.models import Notification
-        from notifications.queue import JOB_KEY, enqueue_drain
-        from weave.jobs import JobType, register
-        from weave.schedules import ScheduleSpec
-
         register(
             JobType(
                 name="notification",
@@ -121,10 +122,6 @@ class NotificationsConfig(AppConfig):
                 metrics=console.collect_metrics,
             )
         )
-        from notifications import topics
-        from notifications.models import TopicSubscription
-        from weave.jobs import Step
-
         # FCM topic subscriptions: fenced jobs of the core's runner, one per Instance ID batch.
         register(
             JobType(
@@ -137,8 +134,6 @@ class NotificationsConfig(AppConfig):
                 explainer=topics.explain_topic_subscription,
             )
         )
-        from notifications import retention
-
         # What the retention purge may delete of this app's history (weave.retention).
         retention.register()
 

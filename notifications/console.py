@@ -221,41 +221,33 @@ def health(now: datetime) -> list[Finding]:
     waited = seconds_since(now, oldest) if oldest else 0.0
     if backlog and waited > BACKLOG_DEGRADED:
         findings.append(
-            Finding(
+            Finding.said(
                 FAILING if waited > BACKLOG_FAILING else DEGRADED,
-                format_html(
-                    "{}, the oldest waiting {}: {}",
-                    counted(backlog, "notification{} due", changelist_url(Notification, due="now")),
-                    age(waited),
-                    backlog_cause(now),
-                ),
+                "{}, the oldest waiting {}: {}",
+                counted(backlog, "notification{} due", changelist_url(Notification, due="now")),
+                age(waited),
+                backlog_cause(now),
             )
         )
     recent = BreakerOpening.objects.filter(opened_at__gt=now - RECENT_BREAKER).order_by("-opened_at", "-pk")
     last = recent.first()
     if last is not None:
         findings.append(
-            Finding(
+            Finding.said(
                 DEGRADED,
-                format_html(
-                    "{} in the last 15 minutes; the latest at {} by {}: {}",
-                    counted(recent.count(), "breaker opening{}", changelist_url(BreakerOpening, opened="15m")),
-                    when(last.opened_at),
-                    last.owner,
-                    said_once(last.reason),
-                ),
+                "{} in the last 15 minutes; the latest at {} by {}: {}",
+                counted(recent.count(), "breaker opening{}", changelist_url(BreakerOpening, opened="15m")),
+                when(last.opened_at),
+                last.owner,
+                said_once(last.reason),
             )
         )
     failed = DeliveryAttempt.objects.filter(finished_at__gt=now - HOUR, outcome__in=FAILED).count()
     failures = changelist_url(DeliveryAttempt, outcome__exact=DeliveryAttempt.Outcome.PERMANENT, finished="1h")
     if failed:
         findings.append(
-            Finding(
-                DEGRADED,
-                format_html(
-                    "{} in the last hour (see their reasons).",
-                    counted(failed, "permanent failure{}", failures),
-                ),
+            Finding.said(
+                DEGRADED, "{} in the last hour (see their reasons).", counted(failed, "permanent failure{}", failures)
             )
         )
     return findings
@@ -300,27 +292,25 @@ def stuck_findings(now: datetime) -> list[Finding]:
         fences = sorted({r.fence for r in held})
         one = len(held) == 1
         findings.append(
-            Finding(
+            Finding.said(
                 DEGRADED,
-                format_html(
-                    "Stuck lease{}: {} held by {} at {} {} {} left of {} {} s lease: the renewal its worker owed when "
-                    "a third was left did not come (frozen or stuck). {} out at {}, then the next claim takes {} "
-                    "over under {}.",
-                    "" if one else "s",
-                    format_html_join(
-                        ", ", "{}", ((change_link(Notification, r.pk, f"notification #{r.pk}"),) for r in held)
-                    ),
-                    owner,
-                    f"fence {fences[0]}" if len(fences) == 1 else f"fences {fences[0]}–{fences[-1]}",
-                    "has" if one else "have",
-                    age((first.lease_expires_at - now).total_seconds()),
-                    "its" if one else "their",
-                    f"{ttl:g}",
-                    "It runs" if one else "The first runs",
-                    when(first.lease_expires_at),
-                    "it" if one else "them",
-                    f"fence {first.fence + 1}" if one else "the next fence each",
+                "Stuck lease{}: {} held by {} at {} {} {} left of {} {} s lease: the renewal its worker owed when "
+                "a third was left did not come (frozen or stuck). {} out at {}, then the next claim takes {} "
+                "over under {}.",
+                "" if one else "s",
+                format_html_join(
+                    ", ", "{}", ((change_link(Notification, r.pk, f"notification #{r.pk}"),) for r in held)
                 ),
+                owner,
+                f"fence {fences[0]}" if len(fences) == 1 else f"fences {fences[0]}–{fences[-1]}",
+                "has" if one else "have",
+                age((first.lease_expires_at - now).total_seconds()),
+                "its" if one else "their",
+                f"{ttl:g}",
+                "It runs" if one else "The first runs",
+                when(first.lease_expires_at),
+                "it" if one else "them",
+                f"fence {first.fence + 1}" if one else "the next fence each",
             )
         )
     return findings

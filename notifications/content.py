@@ -41,10 +41,18 @@ def _text(value: Any) -> str:
     return value
 
 
-def _url(value: Any) -> str:
-    if not isinstance(value, str) or not _URL.fullmatch(value):
-        raise ValueError("an https:// URL")
-    return value
+def _matching(pattern: re.Pattern[str], expected: str) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or not pattern.fullmatch(value):
+            raise ValueError(expected)
+        return value
+
+    return check
+
+
+_url = _matching(_URL, "an https:// URL")
+_label = _matching(_ANALYTICS_LABEL, "1 to 50 of the characters a-z A-Z 0-9 - _ . ~ %")
+_color = _matching(_COLOR, "a colour as #rrggbb")
 
 
 def _count(value: Any) -> int:
@@ -56,12 +64,6 @@ def _count(value: Any) -> int:
 def _flag(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError("true or false")
-    return value
-
-
-def _label(value: Any) -> str:
-    if not isinstance(value, str) or not _ANALYTICS_LABEL.fullmatch(value):
-        raise ValueError("1 to 50 of the characters a-z A-Z 0-9 - _ . ~ %")
     return value
 
 
@@ -84,12 +86,6 @@ def _score(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
         raise ValueError("a number from 0 to 1")
     return float(value)
-
-
-def _color(value: Any) -> str:
-    if not isinstance(value, str) or not _COLOR.fullmatch(value):
-        raise ValueError("a colour as #rrggbb")
-    return value
 
 
 def _actions(value: Any) -> list[dict[str, str]]:

@@ -42,6 +42,7 @@ class OnboardingConfig(AppConfig):
         from onboarding import (
             checks,  # noqa: F401  (registers the system checks)
             console,
+            retention,
         )
         from onboarding.explain import explain_run
         from onboarding.models import OnboardingRun
@@ -70,7 +71,5 @@ class OnboardingConfig(AppConfig):
                 metrics=console.collect_metrics,
             )
         )
-        from onboarding import retention
-
         # What the retention purge may delete of this app's history (weave.retention).
         retention.register()

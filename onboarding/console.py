@@ -170,43 +170,37 @@ def health(now: datetime) -> list[Finding]:
     failed = OnboardingRun.objects.filter(status=FAILED).count()
     if failed:
         findings.append(
-            Finding(
+            Finding.said(
                 DEGRADED,
-                format_html(
-                    "{} {} for someone to fix the cause and retry.",
-                    counted(
-                        failed, "failed run{}", changelist_url(OnboardingRun, status__exact=OnboardingRun.Status.FAILED)
-                    ),
-                    "waits" if failed == 1 else "wait",
+                "{} {} for someone to fix the cause and retry.",
+                counted(
+                    failed, "failed run{}", changelist_url(OnboardingRun, status__exact=OnboardingRun.Status.FAILED)
                 ),
+                "waits" if failed == 1 else "wait",
             )
         )
     limit = float(weave_settings.ONBOARDING_BUDGET) + float(weave_settings.ONBOARDING_LEASE_TTL) + STUCK_SLACK
     stuck = RunAttempt.objects.filter(outcome=RunAttempt.Outcome.RUNNING, started_at__lt=now - timedelta(seconds=limit))
     for a in stuck.order_by("started_at")[:10]:
         findings.append(
-            Finding(
+            Finding.said(
                 FAILING,
-                format_html(
-                    "Stuck attempt: {} at fence {} held by {} has run for {} (its budget is {} s).",
-                    _run_link(a.run_id),
-                    a.fence,
-                    a.owner,
-                    age((now - a.started_at).total_seconds()),
-                    f"{weave_settings.ONBOARDING_BUDGET:g}",
-                ),
+                "Stuck attempt: {} at fence {} held by {} has run for {} (its budget is {} s).",
+                _run_link(a.run_id),
+                a.fence,
+                a.owner,
+                age((now - a.started_at).total_seconds()),
+                f"{weave_settings.ONBOARDING_BUDGET:g}",
             )
         )
     recent = RunAttempt.objects.filter(ended_at__gt=now - timedelta(hours=1), outcome__in=TROUBLE)
     counts = dict(recent.order_by().values_list("outcome").annotate(n=Count("pk")))
     for outcome, n in sorted(counts.items()):
         findings.append(
-            Finding(
+            Finding.said(
                 DEGRADED,
-                format_html(
-                    "{} in the last hour (a worker lost its lease or stopped).",
-                    counted(n, f"{outcome} attempt{{}}", changelist_url(RunAttempt, outcome=outcome, ended="1h")),
-                ),
+                "{} in the last hour (a worker lost its lease or stopped).",
+                counted(n, f"{outcome} attempt{{}}", changelist_url(RunAttempt, outcome=outcome, ended="1h")),
             )
         )
     waiting = OnboardingRun.objects.filter(
@@ -219,14 +213,12 @@ def health(now: datetime) -> list[Finding]:
         crew = workers(now)
         cause = "no worker is live" if crew.any_reported and not crew.live else "no worker has claimed them"
         findings.append(
-            Finding(
+            Finding.said(
                 DEGRADED,
-                format_html(
-                    "{} due for over {} s: {}.",
-                    counted(n, "pending run{}", changelist_url(OnboardingRun, status__exact=PENDING, lease="free")),
-                    f"{WAITING_DEGRADED:g}",
-                    cause,
-                ),
+                "{} due for over {} s: {}.",
+                counted(n, "pending run{}", changelist_url(OnboardingRun, status__exact=PENDING, lease="free")),
+                f"{WAITING_DEGRADED:g}",
+                cause,
             )
         )
     return findings

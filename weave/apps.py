@@ -11,25 +11,19 @@ class WeaveConfig(AppConfig):
 
     def ready(self) -> None:
         from weave import checks, extras  # noqa: F401  (registers the system checks)
-
-        _connect_worker_signals()
+        from weave.conf import weave_settings
         from weave.dashboard import register_admin, register_core_panels
-        from weave.metrics import collect_lease_metrics
+        from weave.metrics import collect_lease_metrics, collect_retention_metrics, collect_wake_metrics
+        from weave.retention import register_core_purges
+        from weave.schedules import ScheduleSpec, register_schedule
         from weave.telemetry import register_metrics
 
+        _connect_worker_signals()
         register_core_panels()
         register_metrics("weave.leases", collect_lease_metrics)
-        from weave.conf import weave_settings
-        from weave.metrics import collect_retention_metrics
-        from weave.schedules import ScheduleSpec, register_schedule
-
         # Retention: the fenced purge of old history, and its progress and backlog in the metrics.
         register_metrics("weave.retention", collect_retention_metrics)
-        from weave.metrics import collect_wake_metrics
-
         register_metrics("weave.wake", collect_wake_metrics)
-        from weave.retention import register_core_purges
-
         register_core_purges()
         register_schedule(
             ScheduleSpec(

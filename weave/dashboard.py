@@ -107,17 +107,15 @@ def lease_findings(now: datetime) -> list[Finding]:
             else ("the next claims take them over, each under its next fence")
         )
         findings.append(
-            Finding(
+            Finding.said(
                 FAILING if ago > FAILING_AFTER else DEGRADED,
-                format_html(
-                    "Expired lease{}: {} held by {} at {}, expired {} ago; its worker died or stalled, and {}.",
-                    "" if len(rows) == 1 else "s",
-                    names,
-                    owner,
-                    fence_text,
-                    age(ago),
-                    nxt,
-                ),
+                "Expired lease{}: {} held by {} at {}, expired {} ago; its worker died or stalled, and {}.",
+                "" if len(rows) == 1 else "s",
+                names,
+                owner,
+                fence_text,
+                age(ago),
+                nxt,
             )
         )
     return findings
@@ -128,12 +126,10 @@ def worker_findings(now: datetime) -> list[Finding]:
     if crew.any_reported and not crew.live:
         last = max(w.seen_at for w in crew.stale)
         return [
-            Finding(
+            Finding.said(
                 FAILING,
-                format_html(
-                    "No live worker: the last worker report came {} ago (database clock).",
-                    age((now - last).total_seconds()),
-                ),
+                "No live worker: the last worker report came {} ago (database clock).",
+                age((now - last).total_seconds()),
             )
         ]
     return []
@@ -307,16 +303,14 @@ def ttl_findings(now: datetime) -> list[Finding]:
         r, _ = ttl_as_run(report, crew)
         if r.advice.too_short:
             found.append(
-                Finding(
+                Finding.said(
                     DEGRADED,
-                    format_html(
-                        "{} = {} s is below the {} s that {} {} needs: a slow request can lose its lease.",
-                        r.setting,
-                        f"{r.advice.configured:g}",
-                        f"{r.advice.needed:.0f}",
-                        r.group_kind,
-                        r.group,
-                    ),
+                    "{} = {} s is below the {} s that {} {} needs: a slow request can lose its lease.",
+                    r.setting,
+                    f"{r.advice.configured:g}",
+                    f"{r.advice.needed:.0f}",
+                    r.group_kind,
+                    r.group,
                 )
             )
     return found

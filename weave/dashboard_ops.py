@@ -22,6 +22,7 @@ from django.utils.safestring import SafeString
 from weave.charts import age, table, when
 from weave.conf import weave_settings
 from weave.telemetry import DEGRADED, Finding, listen_report
+from weave.wording import how_many
 
 OUTAGE_RECENT = timedelta(minutes=15)  # an outage that ended this long ago is history, not a verdict
 
@@ -154,15 +155,13 @@ def retention_findings(now: datetime) -> list[Finding]:
     kinds = ", ".join(f"{kind} {f['due']:,}{'+' if f['capped'] else ''}" for kind, f in due.items())
     since = "no purge has finished yet" if late == float("inf") else f"the last purge finished {age(late)} ago"
     return [
-        Finding(
+        Finding.said(
             DEGRADED,
-            format_html(
-                "Retention purge behind: rows past their retention wait ({}), and {} although it runs every {} min: "
-                "is the weave.retention schedule running, and does its task succeed?",
-                kinds,
-                since,
-                weave_settings.RETENTION_EVERY,
-            ),
+            "Retention purge behind: rows past their retention wait ({}), and {} although it runs every {} min: "
+            "is the weave.retention schedule running, and does its task succeed?",
+            kinds,
+            since,
+            weave_settings.RETENTION_EVERY,
         )
     ]
 
@@ -209,19 +208,15 @@ def wake_findings(now: datetime) -> list[Finding]:
         return []
     reasons = sorted({str(w["reason"]) for w in report["polling_watchers"]})
     return [
-        Finding(
+        Finding.said(
             DEGRADED,
-            format_html(
-                "Wake-ups by polling: {} of {} worker watcher{} {} the next due time every {} s instead of "
-                "listening ({}). Retries and takeovers go out up to that late; set WEAVE['WAKE_LISTEN_DB'] to a "
-                "direct (not pooled) connection.",
-                report["polling"],
-                report["polling"] + report["listening"],
-                "" if report["polling"] + report["listening"] == 1 else "s",
-                "polls" if report["polling"] + report["listening"] == 1 else "poll",
-                f"{POLL_MAX:g}",
-                "; ".join(reasons),
-            ),
+            "Wake-ups by polling: {} of {} {} the next due time every {} s instead of listening ({}). Retries "
+            "and takeovers go out up to that late; set WEAVE['WAKE_LISTEN_DB'] to a direct (not pooled) connection.",
+            report["polling"],
+            how_many(report["polling"] + report["listening"], "worker watcher{}"),
+            "polls" if report["polling"] + report["listening"] == 1 else "poll",
+            f"{POLL_MAX:g}",
+            "; ".join(reasons),
         )
     ]
 

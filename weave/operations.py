@@ -17,10 +17,10 @@ pages from these pieces, and registers its panel, health findings and purges in 
   `said_once`), counts in words (`how_many`, `plural`), JSON as a table (`key_values`), and text redacted
   on the way out (`shown`, `clipped`);
 - console: charts drawn on the server (`bar_chart`, `line_chart`, `table`, `stats`, `age`, `when`),
-  health findings for the dashboard's verdict (`register_health`, `Finding`, `FAILING`, `DEGRADED`),
-  bounded counts and samples (`planner_counts`, `counts_by`, `count_tiles`, `minute_buckets`,
-  `percentiles_by`, `db_now`, `RunningCounts` with `counted_between`, `seconds_since`) and the worker
-  processes' reports (`workers`);
+  health findings for the dashboard's verdict (`register_health`, `Finding` with `Finding.said`,
+  `FAILING`, `DEGRADED`), bounded counts and samples (`planner_counts`, `counts_by`, `count_tiles`,
+  `minute_buckets`, `percentiles_by`, `db_now`, `RunningCounts` with `counted_between`, `seconds_since`)
+  and the worker processes' reports (`workers`);
 - timelines: one job's story (`Timeline`, `OperatorEvent`, `add_operator_events`, `clock_time`,
   `fences_accounted`, `holder`, `lateness`) and `explain_job` for a `weave.jobs` job type;
 - retention: `PurgeSpec` and `register_purge`, and `purged_totals` for a panel.

@@ -22,12 +22,9 @@ attempt's outcome) in the same transaction, and the metrics add those to the row
 """
 
 import logging
-import os
-import socket
 import time
-import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -35,7 +32,7 @@ from django.db import models, transaction
 from django.db.models import F, Q
 
 from weave.conf import weave_settings
-from weave.leases import DbNow
+from weave.leases import DbNow, new_owner
 from weave.telemetry import db_now
 
 logger = logging.getLogger("weave.retention")
@@ -123,10 +120,6 @@ class LeaseLost(Exception):
     """The purge's lease expired or was taken over: it stops, and its last batch did not commit."""
 
 
-def _owner() -> str:
-    return f"purge:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
 def _claim(owner: str, ttl: float) -> int | None:
     """Take the purge lease; return the new fence, or None while another purge holds it."""
     from weave.models import PurgeState
@@ -189,13 +182,7 @@ class PurgeReport:
     stopped: str = ""  # why it stopped before everything due was deleted ("" when it finished)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "owner": self.owner,
-            "fence": self.fence,
-            "deleted": dict(self.deleted),
-            "batches": self.batches,
-            "stopped": self.stopped,
-        }
+        return asdict(self)
 
 
 def purge(*, batch: int | None = None, budget: float | None = None, owner: str | None = None) -> PurgeReport:
@@ -203,7 +190,7 @@ def purge(*, batch: int | None = None, budget: float | None = None, owner: str |
     size = int(batch or weave_settings.RETENTION_BATCH)
     seconds = float(budget if budget is not None else weave_settings.RETENTION_BUDGET)
     ttl = float(weave_settings.RETENTION_LEASE_TTL)
-    report = PurgeReport(owner=owner or _owner())
+    report = PurgeReport(owner=owner or new_owner("purge:"))
     report.fence = _claim(report.owner, ttl)
     if report.fence is None:
         report.stopped = "another purge holds the lease"
@@ -274,13 +261,15 @@ def _delete_batch(spec: PurgeSpec, before: datetime, pks: list[Any], report: Pur
         rows = spec.model._default_manager.filter(pk__in=kept)
         dependants = spec.before(rows) if spec.before else {}
         counted = spec.labels(rows) if spec.labels else {"": len(kept)}
+        deleted = sum(counted.values())
         for kind, counts in dependants.items():
             _count_purged(kind, counts)
-            if sum(counts.values()):
-                report.deleted[kind] = report.deleted.get(kind, 0) + sum(counts.values())
+            if n := sum(counts.values()):
+                report.deleted[kind] = report.deleted.get(kind, 0) + n
+                deleted += n
         _count_purged(spec.kind, counted)
         rows.delete()  # locked and re-checked; the dependants are gone, so the cascade finds nothing to collect
-        _count_deleted(report.owner, report.fence, sum(counted.values()) + _total(dependants))
+        _count_deleted(report.owner, report.fence, deleted)
     report.deleted[spec.kind] = report.deleted.get(spec.kind, 0) + sum(counted.values())
 
 
@@ -301,10 +290,6 @@ def _pk_name(model: type[models.Model], relation: str) -> str:
     related = model._meta.get_field(relation).related_model
     assert related is not None and not isinstance(related, str)
     return related._meta.pk.name
-
-
-def _total(dependants: Mapping[str, Mapping[str, int]]) -> int:
-    return sum(sum(counts.values()) for counts in dependants.values())
 
 
 def purge_task() -> dict[str, Any]:

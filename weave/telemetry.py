@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, models
+from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from weave.conf import weave_settings
@@ -162,6 +163,11 @@ class Finding:
 
     level: str
     text: SafeString
+
+    @classmethod
+    def said(cls, level: str, template: str, *args: Any) -> "Finding":
+        """A finding whose text is `format_html(template, *args)`: the values escaped, their links kept."""
+        return cls(level, format_html(template, *args))
 
 
 HealthCheck = Callable[[datetime], list[Finding]]

@@ -23,7 +23,6 @@ No database here: the job (`notifications.topics`) reads and fences the wishes.
 """
 
 import json
-import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 from urllib.parse import quote, urlencode
@@ -39,15 +38,17 @@ from notifications.backends.iid import (
     IIDRefused,
     IIDTemporary,
     InstanceIdClient,
+    exchange,
     fcm_topic_access,
-    read_capped,
     topic_name,
     with_access_token,
 )
-from weave.edge import HttpClass, http_class, outside_text, parse_retry_after, safe_url
+from weave.edge import HttpClass, http_class, outside_text, parse_retry_after
 
 FCM_URL = "https://fcm.googleapis.com"
 PAGE_SIZE = 1000
+# What becomes of a call that got no answer: it may have been applied, and sending the wish again is safe.
+_UNANSWERED = "the call may have been applied, and the latest wish is sent again (each call is idempotent)."
 MAX_PAGES = 50  # 50,000 topics: far past what one app instance subscribes to
 
 
@@ -170,7 +171,10 @@ class V1TopicClient:
         self, client: httpx.Client, method: str, url: str, *, content: bytes | None = None
     ) -> tuple[int, httpx.Headers, bytes, str]:
         return with_access_token(
-            self.credentials, lambda token: _exchange(client, method, url, token, content, self.timeout)
+            self.credentials,
+            lambda token: exchange(
+                client, method, url, token, content, self.timeout, what="an FCM", unanswered=_UNANSWERED
+            ),
         )
 
 
@@ -237,25 +241,3 @@ def _whole_or_code(status: int, headers: Mapping[str, str], body: bytes, token: 
         who = "refused our access token" if status == 401 else "refused the service account for this project"
         raise IIDRefused(f"FCM {who} (HTTP {status}) to {what}: {said}")
     raise IIDRefused(f"FCM refused to {what} (HTTP {status}, {code or rpc or 'no error code'}): {said}")
-
-
-def _exchange(
-    client: httpx.Client, method: str, url: str, token: str, content: bytes | None, timeout: float
-) -> tuple[int, httpx.Headers, bytes]:
-    headers = {"Authorization": f"Bearer {token}", "Accept-Encoding": "identity"}
-    if content is not None:
-        headers["Content-Type"] = "application/json"
-    where = safe_url(url.split("?", 1)[0])
-    deadline = time.monotonic() + timeout  # httpx bounds each read, not the exchange
-    try:
-        with client.stream(method, url, content=content, headers=headers) as response:
-            body = read_capped(response, where=where, what="an FCM", deadline=deadline, timeout=timeout)
-            return response.status_code, response.headers, body
-    except httpx.ConnectError as exc:
-        raise IIDTemporary(f"{where} is unreachable ({type(exc).__name__}); nothing was sent.") from None
-    except httpx.HTTPError as exc:
-        said = outside_text(str(exc), secrets=[token], limit=200)
-        raise IIDTemporary(
-            f"{where} gave no answer ({type(exc).__name__}: {said}); the call may have been applied, and the "
-            "latest wish is sent again (each call is idempotent)."
-        ) from None

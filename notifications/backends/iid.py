@@ -161,33 +161,46 @@ class InstanceIdClient:
         return read_answer(status, headers, body, tokens=len(tokens), secrets=[token])
 
     def _post(self, url: str, content: bytes, token: str) -> tuple[int, httpx.Headers, bytes]:
-        headers = {
-            "Authorization": f"Bearer {token}",
-            "access_token_auth": "true",
-            "Content-Type": "application/json",
-            "Accept-Encoding": "identity",
-        }
-        where = safe_url(url)
-        # httpx bounds each read, not the exchange: a peer that trickles its answer is cut off here.
-        deadline = time.monotonic() + self.timeout
-        try:
-            with (
-                httpx.Client(
-                    verify=self.verify, timeout=self.timeout, follow_redirects=False, transport=self.transport
-                ) as client,
-                client.stream("POST", url, content=content, headers=headers) as response,
-            ):
-                body = read_capped(response, where=where, what="an IID", deadline=deadline, timeout=self.timeout)
-                return response.status_code, response.headers, body
-        except httpx.ConnectError as exc:
-            raise IIDTemporary(f"{where} is unreachable ({type(exc).__name__}); nothing was sent.") from None
-        except httpx.HTTPError as exc:
+        with httpx.Client(
+            verify=self.verify, timeout=self.timeout, follow_redirects=False, transport=self.transport
+        ) as client:
             # The batch may have been applied; applying it again changes nothing, so it is retried.
-            said = outside_text(str(exc), secrets=[token], limit=200)
-            raise IIDTemporary(
-                f"{where} gave no answer ({type(exc).__name__}: {said}); the batch may have been applied, "
-                "and is sent again (it is idempotent)."
-            ) from None
+            return exchange(
+                client, "POST", url, token, content, self.timeout, what="an IID",
+                unanswered="the batch may have been applied, and is sent again (it is idempotent).",
+                headers={"access_token_auth": "true"},
+            )  # fmt: skip
+
+
+def exchange(
+    client: httpx.Client,
+    method: str,
+    url: str,
+    token: str,
+    content: bytes | None,
+    timeout: float,
+    *,
+    what: str,
+    unanswered: str,
+    headers: Mapping[str, str] | None = None,
+) -> tuple[int, httpx.Headers, bytes]:
+    """One authorised request to Google and its capped answer; `IIDTemporary` when none came (`unanswered`
+    says what becomes of a request that may have been applied)."""
+    sent = {"Authorization": f"Bearer {token}", **(headers or {}), "Accept-Encoding": "identity"}
+    if content is not None:
+        sent["Content-Type"] = "application/json"
+    where = safe_url(url.split("?", 1)[0])
+    # httpx bounds each read, not the exchange: a peer that trickles its answer is cut off here.
+    deadline = time.monotonic() + timeout
+    try:
+        with client.stream(method, url, content=content, headers=sent) as response:
+            body = read_capped(response, where=where, what=what, deadline=deadline, timeout=timeout)
+            return response.status_code, response.headers, body
+    except httpx.ConnectError as exc:
+        raise IIDTemporary(f"{where} is unreachable ({type(exc).__name__}); nothing was sent.") from None
+    except httpx.HTTPError as exc:
+        said = outside_text(str(exc), secrets=[token], limit=200)
+        raise IIDTemporary(f"{where} gave no answer ({type(exc).__name__}: {said}); {unanswered}") from None
 
 
 def with_access_token(

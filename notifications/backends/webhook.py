@@ -71,8 +71,9 @@ def classify_webhook(response: CappedResponse, *, secrets: list[str], where: str
     """Turn a webhook answer into an outcome."""
     status = response.status
     kind = http_class(status)
+    base: dict[str, Any] = {"http_status": status, "latency_ms": response.latency_ms}
     if kind == HttpClass.SUCCESS:
-        return _delivered(response, secrets)
+        return _delivered(response, secrets, base)
     if kind == HttpClass.REDIRECT:
         return classify.redirect(response, where=where, secrets=secrets)
     if kind in (HttpClass.THROTTLED, HttpClass.SERVER, HttpClass.TIMEOUT):
@@ -88,66 +89,40 @@ def classify_webhook(response: CappedResponse, *, secrets: list[str], where: str
         # so the breaker stops before every row burns an attempt on a bad token.
         return SendResult(
             outcome=Outcome.TEMPORARY,
-            http_status=status,
-            latency_ms=response.latency_ms,
             reason=f"The provider refused our credentials (HTTP {status}); check WEAVE PUSH_TOKEN{tail}.",
-            systemic=True,
-            fatal=True,
-        )
+            systemic=True, fatal=True, **base,
+        )  # fmt: skip
     if kind == HttpClass.INVALID:
-        return SendResult(
-            outcome=Outcome.TEMPORARY,
-            http_status=status,
-            latency_ms=response.latency_ms,
-            reason=f"The provider answered with an invalid HTTP status {status}{tail}.",
-            systemic=True,
-        )
+        reason = f"The provider answered with an invalid HTTP status {status}{tail}."
+        return SendResult(outcome=Outcome.TEMPORARY, reason=reason, systemic=True, **base)
     if status in (404, 410):
         return SendResult(
             outcome=Outcome.PERMANENT,
-            http_status=status,
-            latency_ms=response.latency_ms,
             reason=f"The device token is invalid or no longer registered (HTTP {status}){tail}.",
             # 410 Gone is unambiguous; a 404 may also be a wrong gateway path, so it fails the message
             # without deactivating the device.
-            token_invalid=status == 410,
-        )
-    return SendResult(
-        outcome=Outcome.PERMANENT,
-        http_status=status,
-        latency_ms=response.latency_ms,
-        reason=f"The provider rejected the notification (HTTP {status}){tail}.",
-    )
+            token_invalid=status == 410, **base,
+        )  # fmt: skip
+    reason = f"The provider rejected the notification (HTTP {status}){tail}."
+    return SendResult(outcome=Outcome.PERMANENT, reason=reason, **base)
 
 
-def _delivered(response: CappedResponse, secrets: list[str]) -> SendResult:
-    status = response.status
+def _delivered(response: CappedResponse, secrets: list[str], base: dict[str, Any]) -> SendResult:
     try:
         body = response.json()
     except (ValueError, UnicodeDecodeError) as exc:
         return SendResult(
             outcome=Outcome.DELIVERED,
-            http_status=status,
-            latency_ms=response.latency_ms,
             reason=(
-                f"Delivered (HTTP {status}), but the response body was not valid JSON "
+                f"Delivered (HTTP {response.status}), but the response body was not valid JSON "
                 f"({type(exc).__name__}): {response.snippet(secrets=secrets)!r}"
             ),
+            **base,
         )
     if not isinstance(body, dict):
-        return SendResult(
-            outcome=Outcome.DELIVERED,
-            http_status=status,
-            latency_ms=response.latency_ms,
-            reason=f"Delivered (HTTP {status}), but the body was not a JSON object.",
-        )
-    message_id = body.get("id", "")
-    return SendResult(
-        outcome=Outcome.DELIVERED,
-        http_status=status,
-        latency_ms=response.latency_ms,
-        provider_message_id=_safe_id(message_id, secrets),
-    )
+        reason = f"Delivered (HTTP {response.status}), but the body was not a JSON object."
+        return SendResult(outcome=Outcome.DELIVERED, reason=reason, **base)
+    return SendResult(outcome=Outcome.DELIVERED, provider_message_id=_safe_id(body.get("id", ""), secrets), **base)
 
 
 def _safe_id(value: Any, secrets: list[str]) -> str:

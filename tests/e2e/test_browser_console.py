@@ -16,10 +16,10 @@ import pytest
 from django.contrib.auth.models import User
 
 from notifications.testing.fake_provider import FakePushProvider
-from onboarding.models import OnboardingRun, Supplier
+from onboarding.models import OnboardingRun
 from onboarding.testing.fake_services import FakeSupplierServices
-from onboarding.testing.numbers import german_iban, german_vat_number
 from tests.e2e.browser import sync_browser
+from tests.factories import SupplierFactory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -45,15 +45,7 @@ def test_operator_walkthrough(live_server, groups, worker_env, chromium, monkeyp
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     SHOTS.mkdir(parents=True, exist_ok=True)
     User.objects.create_superuser("operator", "ops@example.com", "walk-through-pw")
-    for n in range(SUPPLIERS):
-        Supplier.objects.create(
-            legal_name=f"Browser Test Supplier {n}",
-            country="DE",
-            tax_id=german_vat_number(n),  # well-formed: validation refuses a bad checksum before any run
-            contact_email=f"ap{n}@supplier.example",
-            device_token=f"browser-device-{n}",
-            iban=german_iban(n),
-        )
+    SupplierFactory.create_batch(SUPPLIERS)
     with FakeSupplierServices() as services, FakePushProvider() as push:
         env = {**worker_env, "WEAVE_SUPPLIER_API_URL": services.url, "WEAVE_PUSH_URL": push.push_url}
         cluster = groups.manage("qcluster", "qcluster", env=env)
@@ -228,15 +220,7 @@ def make_trouble():
         failed.append(row)
     held = Notification.objects.create(device_token="screen-held-device", title="Held", body="b")
     Notification.objects.claim(held.pk, owner="push:frozen-host:99:deadbeef", ttl=-90)
-    supplier = Supplier.objects.create(
-        legal_name="Screens Supplier GmbH",
-        country="DE",
-        tax_id=german_vat_number(77),
-        contact_email="ap@screens.example",
-        device_token="screens-supplier-device",
-        iban=german_iban(77),
-    )
-    run = OnboardingRun.objects.create(supplier=supplier, plan=[], reason="")
+    run = OnboardingRun.objects.create(supplier=SupplierFactory(), plan=[], reason="")
     OnboardingRun.objects.claim(run.pk, owner="onboarding:screens:1", ttl=30)
     OnboardingRun.objects.filter(pk=run.pk).update(
         status="failed",

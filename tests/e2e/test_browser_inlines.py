@@ -6,10 +6,10 @@ from datetime import timedelta
 import pytest
 from django.contrib.auth.models import User
 
-from onboarding.models import OnboardingRun, RunAttempt, Supplier
-from onboarding.testing.numbers import german_iban, german_vat_number
+from onboarding.models import OnboardingRun, RunAttempt
 from tests.e2e.browser import sync_browser
 from tests.e2e.test_browser_console import axe_violations
+from tests.factories import SupplierFactory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -31,15 +31,7 @@ def pages_with_attempts() -> dict[str, str]:
         outcome="temporary",
         reason="Could not reach the provider; nothing was sent.",
     )
-    supplier = Supplier.objects.create(
-        legal_name="Inline Supplier GmbH",
-        country="DE",
-        tax_id=german_vat_number(78),
-        contact_email="ap@inline.example",
-        device_token="inline-supplier-device",
-        iban=german_iban(78),
-    )
-    run = OnboardingRun.objects.create(supplier=supplier, plan=[], reason="")
+    run = OnboardingRun.objects.create(supplier=SupplierFactory(), plan=[], reason="")
     RunAttempt.objects.create(
         run=run, fence=1, owner="onboarding:inline-host:1", outcome="crashed", started_at=now, reason="worker died"
     )

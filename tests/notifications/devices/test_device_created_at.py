@@ -16,8 +16,6 @@ from notifications.services import device_register, notification_send_to_user
 from weave.leases import DbNow
 from weave.leases.clock import read_database_now
 
-from .conftest import BACKENDS
-
 pytestmark = pytest.mark.django_db
 SKEW = timedelta(minutes=5)
 APNS = ["ab" * 32, "cd" * 32, "ef" * 32]
@@ -29,16 +27,7 @@ def host_clock_off(request, monkeypatch):
     monkeypatch.setattr(timezone, "now", lambda: real_now() + request.param)
 
 
-@pytest.fixture
-def capped(settings):
-    settings.WEAVE = {
-        "PUSH_URL": "https://push.example/send",
-        "PUSH_BACKENDS": BACKENDS,
-        "PUSH_MAX_DEVICES_PER_USER": 5,
-    }
-
-
-def test_a_registered_device_is_dated_by_the_database_clock(capped, host_clock_off, django_user_model):
+def test_a_registered_device_is_dated_by_the_database_clock(backends, host_clock_off, django_user_model):
     user = django_user_model.objects.create_user("dana")
     before = read_database_now(connection)
     device = device_register(user=user, backend="apns", token=APNS[0])
@@ -49,7 +38,7 @@ def test_a_registered_device_is_dated_by_the_database_clock(capped, host_clock_o
 
 
 def test_the_cap_keeps_the_device_registered_last_whatever_the_host_clock(
-    capped, settings, host_clock_off, django_user_model
+    backends, settings, host_clock_off, django_user_model
 ):
     user = django_user_model.objects.create_user("erin")
     used = [device_register(user=user, backend="apns", token=token) for token in APNS[:2]]
