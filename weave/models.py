@@ -223,6 +223,9 @@ class JobAttempt(models.Model):
     result = models.JSONField(null=True, blank=True)
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField()
+    # A `retry`'s next try: the due time its finish gave the job's row (database time), read back from
+    # that finish. Null for every other outcome, and for retries recorded before it was kept.
+    retry_at = models.DateTimeField(null=True, blank=True)
 
     objects = JobAttemptQuerySet.as_manager()
 

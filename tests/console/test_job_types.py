@@ -296,7 +296,8 @@ def test_explain__the_summary_names_the_newest_attempt_even_when_an_older_one_en
 
 def test_explain__the_retry_a_job_waits_on_says_when_its_next_try_is_due(clock, admin_client):
     """The retried attempt's line says when the next try is due: the row's due time, by the database clock,
-    the same time the summary gives; once the next try has run, nothing waits on that retry any more."""
+    the same time the summary gives; once the next try has run, nothing waits on that retry any more, and its
+    line still says when that try was due."""
     from weave.timeline import clock_time
 
     shipment = Shipment.objects.create(parcel="books")
@@ -317,7 +318,11 @@ def test_explain__the_retry_a_job_waits_on_says_when_its_next_try_is_due(clock, 
 
     clock.advance(60)
     assert run_job("shipment", shipment.pk, owner="w2", clock=clock) == "done"
-    assert "Next try due" not in explain_text("shipment", shipment.pk)
+    # Nothing waits on it any more, and the summary gives no due time; the retry's line still says when its
+    # next try was due, from its record.
+    text = explain_text("shipment", shipment.pk)
+    assert text.count("Next try due") == 1 and line in text
+    assert "Next attempt due" not in text
 
 
 def test_explain__a_deleted_job_is_told_from_its_records_and_said_to_be_gone(clock):

@@ -11,9 +11,10 @@ One drain of a job type loops:
    so guarded writes, heartbeats and idempotency keys work as in a single attempt. A
    `BatchHeartbeat` renews every row not yet written every ttl/3; a row it finds lost is not started;
 3. **finish**: the finished rows are written together, at least every `flush_rows` rows or
-   `flush_seconds`: one `release_each` statement (each row under its own guard) and one INSERT of
-   their attempt records, in one transaction. A row the guard refuses was taken over: it is
-   recorded as `blocked`, naming who holds it now, and nothing of it is written.
+   `flush_seconds`: one `release_each_returning` statement (each row under its own guard, returning
+   the due time it stored, which a retry's record carries) and one INSERT of their attempt records,
+   in one transaction. A row the guard refuses was taken over: it is recorded as `blocked`, naming
+   who holds it now, and nothing of it is written.
 
 Cut off from the database, a drain writes no finish it was holding: each attempt it still had open
 is ended from what it reads back on a fresh connection, and its row is given back if still ours.
@@ -179,13 +180,19 @@ class Completer:
 
     def _write(self, items: list[Finished]) -> set[Any]:
         with transaction.atomic(using=router.db_for_write(self.jt.model)):
-            landed: set[Any] = set()
-            # Each finish expects its attempt's state (pending, or undoing): one statement per state.
+            landed: dict[Any, dict[str, Any]] = {}
+            # Each finish expects its attempt's state (pending, or undoing): one statement per state. It returns
+            # the due times as it stored them: a retry's record carries its row's, not a second reading.
             for guard, group in _by_guard(items).items():
                 rows = [(item.ctx.lease, item.ending.fields) for item in group]
-                landed |= self.rows.release_each(rows, clock=self.clock, expect=dict(guard))
+                landed |= self.rows.release_each_returning(
+                    rows, ["next_attempt_at"], clock=self.clock, expect=dict(guard)
+                )
             done = [item for item in items if item.ctx.lease.pk in landed]
-            receipts = [item.ending.receipt(item.ctx, item.started) for item in done]
+            receipts = [
+                item.ending.receipt(item.ctx, item.started, due=landed[item.ctx.lease.pk]["next_attempt_at"])
+                for item in done
+            ]
             refused = [item for item in items if item.ctx.lease.pk not in landed]
             # Refused because our own finish is there: an earlier write of it landed with its COMMIT's reply lost.
             earlier, refused = _landed_earlier(self.jt, refused)
@@ -203,7 +210,7 @@ class Completer:
             with self._lock:
                 self._refused += len(refused)
             logger.warning("event=lease_lost job_type=%s rows=%s where=finish", self.jt.name, len(refused))
-        return landed | earlier
+        return set(landed) | earlier
 
 
 def _landed_earlier(jt: JobType, items: list[Finished]) -> tuple[set[Any], list[Finished]]:

@@ -5,7 +5,7 @@ of that attempt goes through (guarded updates, renewals, the release). The core'
 onboarding app's runner both start their attempts here.
 """
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -103,6 +103,14 @@ class JobContext:
     def release(self, *, expect: Mapping[str, Any] | None = None, **fields: Any) -> None:
         """Give the job back in one guarded statement that also writes `fields` (inside the caller's transaction)."""
         self.rows.release(self.lease, clock=self.clock, expect=self._expect(expect), **fields)
+
+    def release_returning(
+        self, returning: Sequence[str], *, expect: Mapping[str, Any] | None = None, **fields: Any
+    ) -> dict[str, Any]:
+        """`release`, returning the row's `returning` fields as that one statement stored them."""
+        return self.rows.release_returning(
+            self.lease, returning, clock=self.clock, expect=self._expect(expect), **fields
+        )
 
     def _expect(self, expect: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
         if not self.guard:

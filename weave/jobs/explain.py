@@ -43,8 +43,9 @@ def _add_records(
     receipts: list[JobStepReceipt],
     waiting: tuple[JobAttempt, str] | None = None,
 ) -> None:
-    """A claim line and an ending line per attempt record, a line per receipt and its undo; `waiting`: the
-    retry the job waits on and when its next try is due (`_waiting_retry`), said on that retry's line."""
+    """A claim line and an ending line per attempt record, a line per receipt and its undo. A retry's line says
+    when its next try was due (its record's `retry_at`); for a record without one (kept before it was), `waiting`:
+    the retry the job waits on and when its next try is due (`_waiting_retry`), said on that retry's line."""
     for a in attempts:
         if a.outcome == JobAttempt.Outcome.RELEASED:
             # A claim given back before it started: its fence is accounted for, but it was no attempt.
@@ -53,7 +54,9 @@ def _add_records(
             continue
         t.add(a.started_at, "claim", f"attempt {a.number}: fence {a.fence} claimed by {a.owner}")
         said = f"attempt {a.number} (fence {a.fence}): {a.reason}".rstrip(": ")
-        if waiting is not None and waiting[0] is a:
+        if a.retry_at is not None:
+            said = f"{said.rstrip('.')}. Next try due {clock_time(a.retry_at)} (database time)."
+        elif waiting is not None and waiting[0] is a:
             said = f"{said.rstrip('.')}. {waiting[1]}"
         t.add(a.finished_at, a.outcome, said)
     for r in receipts:

@@ -134,8 +134,9 @@ def _finish(jt: JobType, ctx: JobContext, started: Any, ending: "Ending") -> str
     """Write the attempt's finish: one guarded release of the job with its attempt record."""
     try:
         with transaction.atomic(using=router.db_for_write(ctx.model)):
-            ctx.release(**ending.fields)
-            insert_receipts(JobAttempt, [ending.receipt(ctx, started)])
+            # The due time as the finish stored it: a retry's record carries the row's, not a second reading.
+            stored = ctx.release_returning(["next_attempt_at"], **ending.fields)
+            insert_receipts(JobAttempt, [ending.receipt(ctx, started, due=stored["next_attempt_at"])])
     except LeaseLost as lost:
         return end_lost(ctx, started, lost, "at the finish")
     log_ending(ctx, ending)
@@ -180,8 +181,10 @@ class Ending:
     # An undo attempt's ending: the job's `finished` hooks are not told of it (its steps did not run).
     undo: bool = False
 
-    def receipt(self, ctx: JobContext, started: Any) -> dict[str, Any]:
-        return attempt_row(ctx, started, self.outcome, self.reason, **self.extra)
+    def receipt(self, ctx: JobContext, started: Any, *, due: Any = None) -> dict[str, Any]:
+        """The attempt's record; `due`: the next try's time as the finish stored it on the row (a `retry`'s only)."""
+        retry_at = due if self.outcome == JobAttempt.Outcome.RETRY else None
+        return attempt_row(ctx, started, self.outcome, self.reason, retry_at=retry_at, **self.extra)
 
 
 def work(jt: JobType, ctx: JobContext) -> Ending:

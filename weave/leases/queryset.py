@@ -241,6 +241,26 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
         """Give the row up (owner and expiry cleared, fence kept), writing `fields` in the same statement."""
         self.guarded_update(lease, clock=clock, expect=expect, owner=None, lease_expires_at=None, **fields)
 
+    def release_returning(
+        self,
+        lease: Lease,
+        returning: Sequence[str],
+        *,
+        clock: Clock = default_clock,
+        expect: Mapping[str, Any] | None = None,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        """`release`, returning the row's `returning` fields as its one statement stored them.
+
+        A time written as a clock expression (a due time: now + a delay) is read back from the finish
+        itself, so a record written next can carry that very time. Raises `LeaseLost` as `release` does.
+        """
+        held = self.held_by(lease, clock).filter(**(expect or {}))
+        stored = held._update_returning(list(returning), owner=None, lease_expires_at=None, **fields)
+        if len(stored) != 1:
+            raise self._lost(lease, clock, expect, action="write")
+        return stored[0]
+
     def release_each(
         self,
         rows: Iterable[tuple[Lease, Mapping[str, Any]]],
