@@ -110,3 +110,17 @@ def test_retry_at__a_stale_finish_that_would_retry_records_none(monkeypatch, clo
     (stale,) = JobAttempt.objects.filter(job_type="invoice", job_id=str(invoice.pk))
     assert (stale.owner, stale.outcome, stale.retry_at) == ("stale", "blocked", None)
     assert Invoice.objects.get(pk=invoice.pk).next_attempt_at is None, "the refused finish wrote nothing"
+
+
+def test_retry_at__a_retried_task_records_the_due_time_its_drain_gave_the_row():
+    """`django.tasks` run through the core's batch finish: a retried task's record has its row's due time too."""
+    from tests.jobs.shipping.background import explode
+    from weave.models import TaskRow
+    from weave.tasks.worker import drain
+
+    result = explode.using(retry_on=[ValueError], backoff=60).enqueue()
+    assert drain() == {"retry": 1}
+    row = TaskRow.objects.get(result_id=result.id)
+    (retried,) = JobAttempt.objects.filter(job_type="task", job_id=str(row.pk))
+    assert row.next_attempt_at is not None
+    assert (retried.outcome, retried.retry_at) == ("retry", row.next_attempt_at)
