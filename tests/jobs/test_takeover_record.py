@@ -10,6 +10,7 @@ from tests.jobs.shipping.models import Booking, Shipment
 from weave.jobs import get
 from weave.jobs.batch import run_batches
 from weave.jobs.console import findings, outcome_counts
+from weave.jobs.explain import explain_job
 from weave.jobs.runner import run_job
 from weave.models import JobAttempt
 
@@ -64,6 +65,17 @@ def test_takeover__records_the_killed_workers_attempt_as_blocked_with_its_owner_
     assert "ended no later than its lease's expiry at " + expiry.strftime("%H:%M:%S.%f")[:-3] in lost.reason
     assert "rival took the job over at fence 2" in lost.reason
     assert Booking.objects.get().written_by == "rival"
+
+
+def test_takeover__the_reasons_and_the_holder_line_give_their_times_with_the_zone(clock):
+    """A time inside a reason is read without the timeline's column beside it: it names its zone too."""
+    shipment = Shipment.objects.create(parcel="books")
+    _claimed, expiry = killed_mid_booking(clock, shipment)
+    expired = f"killed at fence 1, lease expired at {expiry.strftime('%H:%M:%S.%f')[:-3]} UTC"
+    assert expired in explain_job("shipment", Shipment, shipment.pk, clock=clock).as_text()  # by the test's clock
+    assert run_job("shipment", shipment.pk, owner="rival", clock=clock) == "done"
+    lost, _done = attempts_of(shipment)
+    assert f"lease's expiry at {expiry.strftime('%H:%M:%S.%f')[:-3]} UTC (database time)" in lost.reason
 
 
 def test_takeover__the_record_feeds_the_panel_counts_the_findings_and_the_story(clock, capsys):
