@@ -381,6 +381,14 @@ def test_cancel_and_undo__a_job_type_without_any_undo_is_refused_and_has_no_such
     assert "Cancel and undo" in admin_client.get(reverse("admin:shipping_shipment_changelist")).content.decode()
 
 
+def test_admin_list__the_undoing_state_is_offered_only_where_a_step_has_an_undo(admin_client):
+    """An invoice or a task never reaches `undoing`, so its state filter does not offer it; a shipment can."""
+    assert "state__exact=undoing" in admin_client.get(reverse("admin:shipping_shipment_changelist")).content.decode()
+    for url in (reverse("admin:invoices_invoice_changelist"), "/admin/weave/taskrow/"):
+        page = admin_client.get(url).content.decode()
+        assert "state__exact=pending" in page and "state__exact=undoing" not in page, url
+
+
 @pytest.mark.django_db(transaction=True)
 def test_cancel_and_undo__an_undo_cut_off_from_the_database_gives_the_job_back_still_undoing(clock):
     from django.db import OperationalError
