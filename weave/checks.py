@@ -7,7 +7,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from weave.conf import KEYS, RETIRED, weave_settings
-from weave.jobs import ttl_settings
+from weave.jobs import job_types, ttl_settings
 from weave.wording import plural
 
 
@@ -237,8 +237,7 @@ def check_worker_db_limits(app_configs: Any = None, **kwargs: Any) -> list[Warni
                 id="weave.W020",
             )
         ]
-    ttls = [getattr(weave_settings, k) for k in ttl_settings()]
-    shortest = min((t for t in ttls if isinstance(t, (int, float)) and t > 0), default=None)
+    shortest = _shortest_ttl()
     warnings: list[Warning] = []
     for key in _WORKER_DB_KEYS:
         value = getattr(weave_settings, key)
@@ -252,10 +251,18 @@ def check_worker_db_limits(app_configs: Any = None, **kwargs: Any) -> list[Warni
             )
     if warnings or shortest is None:
         return warnings
-    return _limits_past_the_ttl(shortest)
+    return _limits_past_the_ttl(*shortest)
 
 
-def _limits_past_the_ttl(shortest: float) -> list[Warning]:
+def _shortest_ttl() -> tuple[float, str] | None:
+    """The shortest lease TTL in use, in seconds, and where it is set: a TTL key, or a job type's own `ttl`."""
+    ttls = [(getattr(weave_settings, key), f"WEAVE['{key}']") for key in ttl_settings()]
+    ttls += [(job.ttl, f"the {job.name!r} job type's ttl") for job in job_types() if job.ttl_setting is None]
+    valid = [(float(t), where) for t, where in ttls if isinstance(t, int | float) and not isinstance(t, bool) and t > 0]
+    return min(valid, default=None)
+
+
+def _limits_past_the_ttl(shortest: float, where: str) -> list[Warning]:
     """weave.W021 for each WORKER_DB_* bound (or sum of bounds) that is not below the shortest lease TTL."""
     warnings: list[Warning] = []
     dead_link = (
@@ -277,9 +284,9 @@ def _limits_past_the_ttl(shortest: float) -> list[Warning]:
         if seconds >= shortest:
             warnings.append(
                 Warning(
-                    f"WEAVE['{name}'] ({seconds:g} s) is not below the shortest lease TTL ({shortest:g} s): a worker "
-                    "cut off from PostgreSQL could keep a job's row locked after its lease ran out, and hold the job "
-                    "up to that long past the TTL.",
+                    f"WEAVE['{name}'] ({seconds:g} s) is not below the shortest lease TTL, {where} ({shortest:g} s): "
+                    "a worker cut off from PostgreSQL could keep a job's row locked after its lease ran out, and hold "
+                    "the job up to that long past the TTL.",
                     hint="Keep every WORKER_DB_* limit well below the lease TTLs (e.g. a third to a half of the TTL).",
                     id="weave.W021",
                 )

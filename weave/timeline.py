@@ -157,7 +157,8 @@ def stamp(at: datetime | None) -> str:
 
 
 def clock_time(at: datetime | None) -> str:
-    return "?" if at is None else at.strftime("%H:%M:%S.%f")[:-3]
+    """Database time of day to the millisecond, with its zone: how a reason names a time (`stamp` adds the date)."""
+    return "?" if at is None else f"{at.strftime('%H:%M:%S.%f')[:-3]} {at.tzname() or 'UTC'}"
 
 
 def lateness(sent: datetime | None, due: datetime | None) -> str:

@@ -72,6 +72,16 @@ def test_dashboard__a_blocked_attempt_of_a_sites_job_is_in_the_verdict_and_its_p
     assert "stale" in panel, "the troubled attempt's holder is named"
 
 
+def test_dashboard__the_troubled_attempts_column_names_their_own_worker_not_a_holder(admin_client, clock):
+    """The job is held by its new owner now; the table's column is the worker that ran the blocked attempt."""
+    blocked_shipment(clock)
+    page = admin_client.get(DASHBOARD).content.decode()
+    panel = page[page.index('id="weave-job-shipment"') :]
+    header = panel[panel.index("<thead>") : panel.index("</thead>")]
+    assert ">worker<" in header and "held by" not in header
+    assert "stale" in panel[panel.index("</thead>") :]
+
+
 def test_dashboard__several_blocked_attempts_are_said_in_the_plural(admin_client, clock):
     blocked_shipment(clock)
     blocked_shipment(clock)

@@ -195,6 +195,21 @@ def test_explain__an_attempt_whose_worker_died_has_its_line_in_the_story(clock, 
     assert out.index("attempt 1") < out.index("attempt 2: fence 2 claimed by w2")
 
 
+def test_explain__an_expired_lease_not_yet_taken_over_is_not_said_to_have_stopped(clock):
+    """Its worker may only be stalled (it would still end the attempt itself, as blocked): until the next claim
+    takes the job over, the story says the lease expired, not that the worker stopped."""
+    from django.db.models import F
+
+    invoice = Invoice.objects.create(number="2026-007", email="buyer@example.com")
+    Invoice.objects.claim(invoice.pk, owner="stalled", ttl=TTL, clock=clock, also={"attempts": F("attempts") + 1})
+    clock.advance(TTL + 1)
+    from weave.jobs.explain import explain_job
+
+    out = explain_job("invoice", Invoice, invoice.pk, clock=clock).as_text()  # expired by the test's clock
+    assert "1 attempt: 0 ended, 1 not ended, its lease expired (its worker died or stalled)" in out
+    assert "never ended" not in out and "stalled at fence 1, lease expired" in out
+
+
 def test_explain__while_the_takeover_runs_the_killed_attempt_is_not_said_to_be_running(clock, capsys):
     """A worker killed mid-job, and the next worker's claim still running (no record of either yet): one
     lease has one holder, so the story says 1 running and 1 never ended, and names the killed attempt."""

@@ -142,3 +142,24 @@ def test_run__the_stale_write_is_refused_while_the_new_owner_still_holds_the_job
     assert not JobStepReceipt.objects.filter(job_id=str(shipment.pk), step="book").exists()
     reason = JobAttempt.objects.get(job_id=str(shipment.pk)).reason
     assert "now held by rival at fence 2" in reason
+
+
+def test_run__a_job_that_used_up_its_attempts_says_so_in_its_reason_and_story(clock):
+    """Failed after its last attempt: the reason says no retry is left, so the operator need not guess whether
+    the error itself was final; a `Fail` needs no such words (its own are the reason)."""
+    shipment = Shipment.objects.create(parcel="books")
+
+    def carrier_down(ctx, hb):
+        raise ConnectionError("carrier unreachable")
+
+    during_booking.append(carrier_down)
+    for owner in ("w1", "w2"):
+        assert run_job("shipment", shipment.pk, owner=owner, clock=clock) == "retry"
+        clock.advance(60)
+    assert run_job("shipment", shipment.pk, owner="w3", clock=clock) == "failed"
+    shipment.refresh_from_db()
+    said = "Not retried: that was attempt 3 and the retry policy allows 3."
+    assert shipment.last_error == f"ConnectionError: carrier unreachable (at step book). {said}"
+    retried = JobAttempt.objects.filter(job_id=str(shipment.pk), outcome="retry").values_list("reason", flat=True)
+    assert all("Not retried" not in reason for reason in retried) and len(retried) == 2
+    assert said in explainers()["shipment"](shipment.pk).as_text()

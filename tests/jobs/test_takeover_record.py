@@ -10,7 +10,9 @@ from tests.jobs.shipping.models import Booking, Shipment
 from weave.jobs import get
 from weave.jobs.batch import run_batches
 from weave.jobs.console import findings, outcome_counts
+from weave.jobs.explain import explain_job
 from weave.jobs.runner import run_job
+from weave.jobs.takeover import guessed_by_a_takeover
 from weave.models import JobAttempt
 
 pytestmark = pytest.mark.django_db
@@ -66,6 +68,29 @@ def test_takeover__records_the_killed_workers_attempt_as_blocked_with_its_owner_
     assert Booking.objects.get().written_by == "rival"
 
 
+def test_takeover__the_reasons_and_the_holder_line_give_their_times_with_the_zone(clock):
+    """A time inside a reason is read without the timeline's column beside it: it names its zone too."""
+    shipment = Shipment.objects.create(parcel="books")
+    _claimed, expiry = killed_mid_booking(clock, shipment)
+    expired = f"killed at fence 1, lease expired at {expiry.strftime('%H:%M:%S.%f')[:-3]} UTC"
+    assert expired in explain_job("shipment", Shipment, shipment.pk, clock=clock).as_text()  # by the test's clock
+    assert run_job("shipment", shipment.pk, owner="rival", clock=clock) == "done"
+    lost, _done = attempts_of(shipment)
+    assert f"lease's expiry at {expiry.strftime('%H:%M:%S.%f')[:-3]} UTC (database time)" in lost.reason
+
+
+def test_takeover__the_guess_does_not_rule_out_a_stalled_worker_and_an_older_guess_is_still_known(clock):
+    """The takeover cannot tell a dead worker from a stalled one (which would still write its own account)."""
+    shipment = Shipment.objects.create(parcel="books")
+    killed_mid_booking(clock, shipment)
+    assert run_job("shipment", shipment.pk, owner="rival", clock=clock) == "done"
+    lost, _done = attempts_of(shipment)
+    assert lost.reason.startswith("No finish: its worker stopped, crashed or stalled while holding the job.")
+    older = "No finish: its worker stopped or crashed while holding the job. It ended no later than ..."
+    JobAttempt.objects.filter(pk=lost.pk).update(reason=older)  # as an earlier version wrote it
+    assert JobAttempt.objects.filter(guessed_by_a_takeover(), pk=lost.pk).exists()
+
+
 def test_takeover__the_record_feeds_the_panel_counts_the_findings_and_the_story(clock, capsys):
     shipment = Shipment.objects.create(parcel="books")
     killed_mid_booking(clock, shipment)
@@ -112,7 +137,7 @@ def test_takeover__a_stalled_worker_that_wakes_up_puts_its_own_account_in_place_
         clock.advance(ttl + 1)
         assert run_job("shipment", shipment.pk, owner="rival", clock=clock) == "done"
         guess = JobAttempt.objects.get(job_id=str(shipment.pk), number=1)
-        assert guess.owner == "stale" and guess.reason.startswith("No finish: its worker stopped or crashed")
+        assert guess.owner == "stale" and guess.reason.startswith("No finish: its worker stopped, crashed or stalled")
         clock.advance(1)
 
     during_booking.append(stall_while_a_rival_takes_over)

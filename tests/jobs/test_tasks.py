@@ -49,6 +49,18 @@ def test_a_failing_task_stores_its_error_for_the_attempt():
     assert error.exception_class is ValueError and "no such parcel" in error.traceback
 
 
+def test_a_failing_task_says_why_it_was_not_retried():
+    """A task that raises fails at once unless its error is in `retry_on`: its reason says so, so an operator who
+    sees one attempt of three allowed knows why there was no second."""
+    explode.enqueue()
+    drain()
+    attempt = JobAttempt.objects.get(job_type="task")
+    assert attempt.outcome == "failed" and attempt.reason == (
+        "ValueError: no such parcel (at step run). "
+        "Not retried: ValueError is not in the task's retry_on (empty); a task that raises has failed."
+    )
+
+
 def test_a_task_cancelled_by_an_operator_says_so_in_its_errors(clock):
     """A cancelled task reads back FAILED (the framework has no cancelled status): its errors say why,
     with the database time of the cancel, after the errors of the attempts it had before."""

@@ -229,7 +229,7 @@ def test_takeover__a_worker_that_died_early_is_not_blamed_on_the_q_cluster_timeo
     clock.advance(7)
     assert run_job("task", pk, owner="worker-b", clock=clock) == "done"
     lost = JobAttempt.objects.get(job_id=str(pk), number=1)
-    assert "(the worker stopped or crashed)" in lost.reason and "Q_CLUSTER" not in lost.reason
+    assert "(the worker stopped, crashed or stalled)" in lost.reason and "Q_CLUSTER" not in lost.reason
 
 
 # --- options --------------------------------------------------------------------------------------------

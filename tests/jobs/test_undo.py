@@ -247,6 +247,24 @@ def test_cancel_and_undo__an_undo_that_fails_for_good_fails_the_job_and_can_be_a
     assert receipts(shipment) == [("hold", 3, True), ("book", 3, True)]
 
 
+def test_cancel_and_undo__an_undo_that_used_up_its_tries_says_so_in_its_reason(clock):
+    shipment = saved_two_steps(clock)
+    job_cancel(job_type="shipment", pks=[shipment.pk], undo=True, clock=clock)
+
+    def carrier_down(ctx):
+        raise ConnectionError("carrier unreachable")
+
+    hooks["undo_book"].append(carrier_down)
+    outcomes = []
+    for owner in ("w2", "w3", "w4"):
+        outcomes.append(run_job("shipment", shipment.pk, owner=owner, clock=clock))
+        clock.advance(11)
+    assert outcomes == ["retry", "retry", "failed"]
+    row = Shipment.objects.get(pk=shipment.pk)
+    assert row.state == "failed" and row.last_error.startswith("Undo of step book failed: ConnectionError")
+    assert row.last_error.endswith(" Not retried: that was undo try 3 and the retry policy allows 3.")
+
+
 def test_cancel_and_undo__a_lease_lost_mid_undo_ends_blocked_naming_the_holder_and_writes_nothing_more(clock):
     shipment = saved_two_steps(clock)
     job_cancel(job_type="shipment", pks=[shipment.pk], undo=True, clock=clock)
@@ -361,6 +379,14 @@ def test_cancel_and_undo__a_job_type_without_any_undo_is_refused_and_has_no_such
     assert "Cancel and undo" not in page and "Cancel (pending" in page
     Shipment.objects.create(parcel="books")  # the list shows its actions once it has a row
     assert "Cancel and undo" in admin_client.get(reverse("admin:shipping_shipment_changelist")).content.decode()
+
+
+def test_admin_list__the_undoing_state_is_offered_only_where_a_step_has_an_undo(admin_client):
+    """An invoice or a task never reaches `undoing`, so its state filter does not offer it; a shipment can."""
+    assert "state__exact=undoing" in admin_client.get(reverse("admin:shipping_shipment_changelist")).content.decode()
+    for url in (reverse("admin:invoices_invoice_changelist"), "/admin/weave/taskrow/"):
+        page = admin_client.get(url).content.decode()
+        assert "state__exact=pending" in page and "state__exact=undoing" not in page, url
 
 
 @pytest.mark.django_db(transaction=True)

@@ -235,7 +235,7 @@ def _one_retry_story(fake, clock=None):
     (attempt,) = DeliveryAttempt.objects.filter(notification=n)
     assert attempt.outcome == DeliveryAttempt.Outcome.TEMPORARY and n.status == Notification.Status.PENDING
     text = explain("notification", n.pk)
-    said = set(re.findall(r"due (?:at )?(\d\d:\d\d:\d\d\.\d{3})", text, re.I))
+    said = set(re.findall(r"due (?:at )?(\d\d:\d\d:\d\d\.\d{3}(?: UTC)?)", text, re.I))
     return attempt, n, said, clock_time(n.next_attempt_at)
 
 

@@ -183,8 +183,8 @@ def test_notification_timeline__gives_the_retry_due_time_and_how_late_the_retry_
         outcome="delivered",
     )
     text = explain_notification(n.pk).as_text()
-    assert "Next try due 12:00:01.700 (database time)." in text
-    assert "0.250 s after its due time 12:00:01.700" in text
+    assert "Next try due 12:00:01.700 UTC (database time)." in text
+    assert "0.250 s after its due time 12:00:01.700 UTC" in text
 
 
 def test_onboarding__a_task_queued_before_the_release_does_not_claim_the_run_before_its_due_time(fake_services, clock):

@@ -71,6 +71,24 @@ def test_check__warns_when_a_limit_is_not_below_the_shortest_ttl(settings, monke
     assert "8 s" in warnings[0].msg
 
 
+def test_check__names_where_the_shortest_ttl_is_set(settings, monkeypatch):
+    warnings = _check(settings, monkeypatch, PUSH_LEASE_TTL=8.0)
+    assert warnings and all("the shortest lease TTL, WEAVE['PUSH_LEASE_TTL'] (8 s)" in w.msg for w in warnings)
+
+
+def test_check__a_job_types_own_ttl_counts_as_a_lease_ttl(settings, monkeypatch):
+    """A job type declared with `ttl=` seconds, not a TTL key, is held to the same limits."""
+    from dataclasses import replace
+
+    from weave import jobs
+
+    quick = replace(jobs.get("invoice"), name="quick", ttl=5.0, ttl_setting=None)
+    monkeypatch.setattr(checks, "job_types", lambda: [*jobs.job_types(), quick])
+    warnings = _check(settings, monkeypatch)
+    assert warnings and all("the shortest lease TTL, the 'quick' job type's ttl (5 s)" in w.msg for w in warnings)
+    assert {w.id for w in warnings} == {"weave.W021"}
+
+
 def test_check__silent_without_postgresql(settings, monkeypatch):
     # The same settings warn with PostgreSQL configured (above); with only SQLite there is nothing to limit.
     settings.WEAVE = {"WORKER_DB_LIMITS": False}

@@ -94,8 +94,16 @@ class JobAdminMixin(LeasedModelAdmin):
 
     def get_list_filter(self, request: HttpRequest) -> Any:
         own = tuple(super().get_list_filter(request))
-        standard = (state_filter("state", JobState.values), LeaseStateFilter)
+        # A type none of whose steps has an undo never reaches `undoing`: no filter offers it.
+        states = [s for s in JobState.values if s != JobState.UNDOING or self._undoable()]
+        standard = (state_filter("state", states), LeaseStateFilter)
         return (*standard, *(f for f in own if f != "state"))
+
+    def _undoable(self) -> bool:
+        try:
+            return self.job().undoable
+        except LookupError:  # the model's job type is not registered here
+            return False
 
     @admin.display(description="state", ordering="state")
     def job_state(self, obj: Any) -> str:
@@ -145,11 +153,7 @@ class JobAdminMixin(LeasedModelAdmin):
 
     def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
         actions = super().get_actions(request, action_location)
-        try:
-            undoable = self.job().undoable
-        except LookupError:  # the model's job type is not registered here
-            undoable = False
-        if not undoable:
+        if not self._undoable():
             actions.pop("cancel_and_undo_jobs", None)  # none of its steps has an undo to run
         return actions
 

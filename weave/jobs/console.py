@@ -90,7 +90,7 @@ def render_panel(job: JobType, now: datetime) -> SafeString:
     tiles += [(f"{kind} leases", leases[kind], changelist_url(model, lease=kind)) for kind in ("live", "expired")]
     tiles += [(f"{_TILE[o]} attempts (1 h)", outcomes[o], None) for o in (*TROUBLE, JobAttempt.Outcome.DONE)]
     trouble = table(
-        ["ended at", "job", "outcome", "fence", "held by", "reason"],
+        ["ended at", "job", "outcome", "fence", "worker", "reason"],
         [
             (
                 when(a.finished_at),

@@ -174,9 +174,13 @@ def attempt_count(job: Any, ended: list[JobAttempt]) -> str:
     # One lease, one holder: at most one open attempt is running; any other one's worker stopped
     # (a killed worker's attempt stays open once the next claim took the job over).
     running = 1 if _holding(job) else 0
-    stopped = open_ - running
+    # The holder's lease ran out and nobody took the job over yet: its worker died, or only stalled and may
+    # still end the attempt itself (its late writes refused), so it is not said to have stopped.
+    lapsed = 1 if open_ > running and job.owner is not None and not job.lease_live else 0
+    stopped = open_ - running - lapsed
     said = [f"{len(ended)} ended"]
     said += [f"{running} running"] if running else []
+    said += [f"{lapsed} not ended, its lease expired (its worker died or stalled)"] if lapsed else []
     said += [f"{stopped} never ended (its worker stopped)"] if stopped else []
     return f"{how_many(started, 'attempt{}')}: {', '.join(said)}"
 

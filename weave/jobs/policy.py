@@ -24,6 +24,19 @@ class RetryPolicy:
             return None
         return self.delay(attempt)
 
+    def why_final(self, attempt: int, error: BaseException, *, what: str = "attempt") -> str:
+        """Why `retry_in` gave up on `error` after `attempt`, as the end of the failure's reason.
+
+        Empty for `Fail`, whose own words are the reason. `what` names what is counted (an undo counts its
+        own tries). An operator reading "failed" should not have to guess whether the error was final or
+        the attempts ran out.
+        """
+        if isinstance(error, Fail):
+            return ""
+        if attempt >= self.max_attempts:
+            return f"Not retried: that was {what} {attempt} and the retry policy allows {self.max_attempts}."
+        return "Not retried: the retry policy gives up on this error."
+
     def delay(self, attempt: int, *, rng: random.Random | None = None) -> float:
         """The jittered, capped backoff after attempt number `attempt` (1-based); `rng` for a seeded test."""
         return backoff_seconds(attempt, base=self.backoff, cap=self.backoff_max, rng=rng)

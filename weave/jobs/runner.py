@@ -248,8 +248,10 @@ def _undo_failure(jt: JobType, ctx: JobContext, walk: UndoWalk, record: dict[str
     said, details = _error_record(error)
     reason = f"Undo of step {walk.failed_step} failed: {said}. Undone before it: {names(walk.undone)}.{left}"
     details["result"] = {"undo": record}
-    retry_in = jt.policy(ctx.job).retry_in(undo_tries(ctx), error)
+    policy = jt.policy(ctx.job)
+    retry_in = policy.retry_in(undo_tries(ctx), error)
     if retry_in is None:
+        reason = _final(reason, policy.why_final(undo_tries(ctx), error, what="undo try"))
         fields = _finish_fields(ctx, reason, state=JobState.FAILED)
         return Ending(JobAttempt.Outcome.FAILED, fields, reason, details, undo=True)
     fields = _finish_fields(ctx, reason, state=JobState.UNDOING, retry_in=retry_in)
@@ -374,12 +376,18 @@ def _error_record(error: BaseException) -> tuple[str, dict[str, Any]]:
     return said, details
 
 
+def _final(reason: str, why: str) -> str:
+    return f"{reason}. {why}" if why and not reason.endswith(".") else " ".join(filter(None, (reason, why)))
+
+
 def _failure(jt: JobType, ctx: JobContext, error: Exception) -> Ending:
     ctx.error = error
     said, details = _error_record(error)
     reason = said + (f" (at step {ctx.step})" if ctx.step else "")
-    retry_in = 0.0 if isinstance(error, BudgetSpent) else jt.policy(ctx.job).retry_in(ctx.attempt, error)
+    policy = jt.policy(ctx.job)
+    retry_in = 0.0 if isinstance(error, BudgetSpent) else policy.retry_in(ctx.attempt, error)
     if retry_in is None:
+        reason = _final(reason, policy.why_final(ctx.attempt, error))
         fields = _finish_fields(ctx, reason, state=JobState.FAILED)
         return Ending(JobAttempt.Outcome.FAILED, fields, reason, details)
     fields = _finish_fields(ctx, reason, state=JobState.PENDING, retry_in=retry_in)

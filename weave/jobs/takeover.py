@@ -24,7 +24,9 @@ from weave.timeline import clock_time
 
 # How a takeover's record of another worker's attempt begins: that worker may only have stalled, and
 # if it wakes up it puts its own account in place of this guess (`own_account`).
-NO_FINISH = "No finish: its worker stopped or crashed while holding the job."
+NO_FINISH = "No finish: its worker stopped, crashed or stalled while holding the job."
+# The same guess as older versions worded it, still recognised in the records they wrote.
+NO_FINISH_BEFORE = "No finish: its worker stopped or crashed while holding the job."
 # How a task's takeover (`weave.tasks.worker`) begins its record of the same guess, which names the lapse.
 TASK_NO_FINISH = "Lease lapsed at"
 
@@ -78,7 +80,8 @@ def lost_attempt_row(ctx: JobContext, row: Any) -> dict[str, Any] | None:
 
 def guessed_by_a_takeover() -> Q:
     """The `JobAttempt` records a takeover wrote for an attempt whose worker it took for dead."""
-    guessed = Q(reason__startswith=NO_FINISH) | Q(reason__startswith=TASK_NO_FINISH)
+    guessed = Q(reason__startswith=NO_FINISH) | Q(reason__startswith=NO_FINISH_BEFORE)
+    guessed |= Q(reason__startswith=TASK_NO_FINISH)
     return Q(outcome=JobAttempt.Outcome.BLOCKED) & guessed
 
 

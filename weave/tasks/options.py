@@ -145,6 +145,15 @@ class TaskRetryPolicy(RetryPolicy):
             return None
         return super().retry_in(attempt, error)
 
+    def why_final(self, attempt: int, error: BaseException, *, what: str = "attempt") -> str:
+        # A timeout's or a cancel's own words say why the task ended; only a listed error is ever retried.
+        if isinstance(error, (TaskTimedOut, TaskCancelled)):
+            return ""
+        if _matches(error, self.retry_on):
+            return super().why_final(attempt, error, what=what)
+        listed = f"retry_on ({', '.join(self.retry_on)})" if self.retry_on else "retry_on (empty)"
+        return f"Not retried: {type(error).__name__} is not in the task's {listed}; a task that raises has failed."
+
 
 def _matches(error: BaseException, paths: Iterable[str]) -> bool:
     for path in paths:

@@ -215,10 +215,10 @@ def _stopped_why(row: TaskRow, options: TaskOptions) -> str:
     q_timeout = q_cluster_timeout()
     began, lapsed = row.previous_attempted_at, row.previous_expires_at
     if q_timeout is None or began is None or lapsed is None or options.timeout + DRAIN_BUDGET <= q_timeout:
-        return "the worker stopped or crashed"
+        return "the worker stopped, crashed or stalled"
     # Claimed within a drain's budget, an attempt whose lease held this long may have met the drain's end.
     if (lapsed - began).total_seconds() < q_timeout - DRAIN_BUDGET:
-        return "the worker stopped or crashed"
+        return "the worker stopped, crashed or stalled"
     return (
         f"the worker stopped, likely at Q_CLUSTER['timeout'] ({q_timeout:g} s), where django-q2 stops the drain "
         f"running it: the task's timeout of {options.timeout:g} s does not fit in it after a drain's "
