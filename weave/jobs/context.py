@@ -108,9 +108,10 @@ class JobContext:
         self, returning: Sequence[str], *, expect: Mapping[str, Any] | None = None, **fields: Any
     ) -> dict[str, Any]:
         """`release`, returning the row's `returning` fields as that one statement stored them."""
-        return self.rows.release_returning(
+        stored: dict[str, Any] = self.rows.release_returning(
             self.lease, returning, clock=self.clock, expect=self._expect(expect), **fields
         )
+        return stored
 
     def _expect(self, expect: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
         if not self.guard:
