@@ -54,10 +54,15 @@ def test_verdict__names_each_expired_lease_with_job_owner_fence_age_and_link(adm
     assert "under fence 2" in text
 
 
-def test_verdict__ties_a_waiting_backlog_to_the_expired_lease_that_holds_it(admin_client):
+def due_behind_an_expired_lease() -> None:
+    """A notification due 5 minutes ago, held by push:stalled:9 at fence 1 under a lease that has expired."""
     due = NotificationFactory(next_attempt_at=db_now() - timedelta(minutes=5))
     Notification.objects.claim(due.pk, owner="push:stalled:9", ttl=-60)
     Notification.objects.filter(pk=due.pk).update(next_attempt_at=db_now() - timedelta(minutes=5))
+
+
+def test_verdict__ties_a_waiting_backlog_to_the_expired_lease_that_holds_it(admin_client):
+    due_behind_an_expired_lease()
     text = verdict(admin_client.get(DASHBOARD).content.decode())
     assert "1 notification due</a>, the oldest waiting 5 min" in text
     assert "held by push:stalled:9 (fence 1) whose lease expired" in text
@@ -75,9 +80,7 @@ def test_verdict__a_backlog_no_lease_holds_names_the_live_workers_in_a_proper_si
 
 
 def test_verdict__one_row_an_expired_lease_holds_is_taken_over_as_it(admin_client):
-    due = NotificationFactory(next_attempt_at=db_now() - timedelta(minutes=5))
-    Notification.objects.claim(due.pk, owner="push:stalled:9", ttl=-60)
-    Notification.objects.filter(pk=due.pk).update(next_attempt_at=db_now() - timedelta(minutes=5))
+    due_behind_an_expired_lease()
     text = verdict(admin_client.get(DASHBOARD).content.decode())
     assert "that worker died or froze, and the next claim takes it over" in text
 

@@ -203,12 +203,13 @@ def test_cancel_and_undo__a_late_save_of_a_stalled_worker_after_the_cancel_is_re
     assert stale.outcome == "blocked" and "fence 2" in stale.reason
 
 
+def carrier_down(ctx):
+    raise ConnectionError("carrier unreachable")
+
+
 def test_cancel_and_undo__an_undo_that_fails_for_now_is_retried_by_the_jobs_retry_policy(clock):
     shipment = saved_two_steps(clock)
     job_cancel(job_type="shipment", pks=[shipment.pk], undo=True, clock=clock)
-
-    def carrier_down(ctx):
-        raise ConnectionError("carrier unreachable")
 
     hooks["undo_book"].append(carrier_down)
     assert run_job("shipment", shipment.pk, owner="w2", clock=clock) == "retry"
@@ -250,9 +251,6 @@ def test_cancel_and_undo__an_undo_that_fails_for_good_fails_the_job_and_can_be_a
 def test_cancel_and_undo__an_undo_that_used_up_its_tries_says_so_in_its_reason(clock):
     shipment = saved_two_steps(clock)
     job_cancel(job_type="shipment", pks=[shipment.pk], undo=True, clock=clock)
-
-    def carrier_down(ctx):
-        raise ConnectionError("carrier unreachable")
 
     hooks["undo_book"].append(carrier_down)
     outcomes = []
