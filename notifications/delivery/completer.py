@@ -191,10 +191,13 @@ class Completer:
         for plan in plans:
             row, result, t = plan.row, plan.result, plan.transition
             if row.pk in landed:
-                due = landed[row.pk]["next_attempt_at"] if t.delay is not None else None
-                receipts.append(
-                    _receipt(row, result, outcome=result.outcome, reason=result.reason, number=t.number, retry_at=due)
-                )
+                said: dict[str, Any] = {"outcome": result.outcome, "reason": result.reason, "number": t.number}
+                if t.delay is not None:
+                    # The finish read the clock once for the due time: the receipt ends at that reading, so its
+                    # due time is exactly the delay after its end.
+                    due = landed[row.pk]["next_attempt_at"]
+                    said.update(retry_at=due, finished_at=due - timedelta(seconds=t.delay))
+                receipts.append(_receipt(row, result, **said))
                 written.append((plan, True))
                 continue
             # Someone else owns the row now: record only that our answer came too late.
@@ -304,9 +307,10 @@ def _receipt(
     reason: str,
     number: int | None = None,
     retry_at: datetime | None = None,
+    finished_at: datetime | None = None,
 ) -> Receipt:
-    # Both times on the database clock: the send's estimated from the claim, the end is the
-    # database's now when the receipt is written (right after the guarded finish).
+    # Both times on the database clock: the send's estimated from the claim, the end is the finish's
+    # reading for a retry, else the database's now when the receipt is written (right after the finish).
     return Receipt(
         notification_id=row.pk,
         owner=row.owner,
@@ -318,6 +322,7 @@ def _receipt(
         reason=reason,
         number=number,
         retry_at=retry_at,
+        finished_at=finished_at,
         backend=row.message.backend,
     )
 

@@ -16,7 +16,8 @@ from weave.leases import Clock
 
 @dataclass(frozen=True)
 class Receipt:
-    """One attempt's receipt; `finished_at` is the database's now, `retry_at` the due time its finish gave the row."""
+    """One attempt's receipt; `retry_at` is the due time its finish gave the row, and `finished_at` the finish's
+    reading of the clock for it (else None: the database's now when the receipt is written)."""
 
     notification_id: Any
     owner: str
@@ -28,6 +29,7 @@ class Receipt:
     reason: str
     number: int | None = None
     retry_at: datetime | None = None
+    finished_at: datetime | None = None
     backend: str = ""
 
 
@@ -37,14 +39,14 @@ def insert_receipts(receipts: list[Receipt], *, clock: Clock) -> None:
 
 
 def _row(r: Receipt, clock: Clock) -> dict[str, Any]:
-    # Both times by the database clock, never this host's: the end an expression compiled into the
-    # statement, the due time the one the row's finish stored (read back from it).
+    # Both times by the database clock, never this host's: the due time the one the row's finish stored
+    # (read back from it), the end that finish's own reading or an expression compiled into the statement.
     return {
         "notification": r.notification_id,
         "owner": r.owner,
         "fence": r.fence,
         "started_at": r.started_at,
-        "finished_at": clock.now(),
+        "finished_at": clock.now() if r.finished_at is None else r.finished_at,
         "http_status": r.http_status,
         "latency_ms": r.latency_ms,
         "outcome": r.outcome,
