@@ -124,3 +124,42 @@ def test_retry_at__a_retried_task_records_the_due_time_its_drain_gave_the_row():
     (retried,) = JobAttempt.objects.filter(job_type="task", job_id=str(row.pk))
     assert row.next_attempt_at is not None
     assert (retried.outcome, retried.retry_at) == ("retry", row.next_attempt_at)
+
+
+@pytest.fixture
+def fixed_delays(monkeypatch):
+    """Backoffs without jitter, and with a fraction of a second: attempt n waits 7.25 * n s."""
+    from weave.jobs.policy import RetryPolicy
+
+    monkeypatch.setattr(RetryPolicy, "delay", lambda self, attempt, rng=None: 7.25 * attempt)
+
+
+@pytest.mark.parametrize("run", [_run_one, _run_batch], ids=["runner", "batch"])
+def test_retry_at__a_retry_ends_at_the_reading_its_due_time_was_counted_from(fixed_delays, mail_down_twice, run):
+    """Not the record's INSERT, a moment later: its due time is then exactly its delay after its end."""
+    from datetime import timedelta
+
+    invoice = Invoice.objects.create(number="D1", email="d@example.com")
+    for _ in range(2):
+        assert run(invoice.pk) == "retry"
+        Invoice.objects.filter(pk=invoice.pk).update(next_attempt_at=None)
+    records = JobAttempt.objects.filter(job_type="invoice", job_id=str(invoice.pk)).order_by("number")
+    assert [(a.number, a.retry_at - a.finished_at) for a in records] == [
+        (1, timedelta(seconds=7.25)),
+        (2, timedelta(seconds=14.5)),
+    ]
+    assert all(a.started_at <= a.finished_at for a in records)
+
+
+def test_retry_at__a_retried_task_ends_at_the_reading_its_due_time_was_counted_from(fixed_delays):
+    from datetime import timedelta
+
+    from tests.jobs.shipping.background import explode
+    from weave.models import TaskRow
+    from weave.tasks.worker import drain
+
+    result = explode.using(retry_on=[ValueError], backoff=60).enqueue()
+    assert drain() == {"retry": 1}
+    row = TaskRow.objects.get(result_id=result.id)
+    (retried,) = JobAttempt.objects.filter(job_type="task", job_id=str(row.pk))
+    assert retried.retry_at - retried.finished_at == timedelta(seconds=7.25)

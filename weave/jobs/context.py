@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from django.db import models, router, transaction
 
@@ -108,10 +108,10 @@ class JobContext:
         self, returning: Sequence[str], *, expect: Mapping[str, Any] | None = None, **fields: Any
     ) -> dict[str, Any]:
         """`release`, returning the row's `returning` fields as that one statement stored them."""
-        stored: dict[str, Any] = self.rows.release_returning(
+        stored = self.rows.release_returning(
             self.lease, returning, clock=self.clock, expect=self._expect(expect), **fields
         )
-        return stored
+        return cast("dict[str, Any]", stored)  # `rows` is Any: a site model's manager
 
     def _expect(self, expect: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
         if not self.guard:

@@ -96,7 +96,7 @@ def attempt_row(ctx: JobContext, started: Any, outcome: str, reason: str, **extr
         "result": extra.get("result"),
         "started_at": started,
         "finished_at": ctx.clock.now(),
-        "retry_at": extra.get("retry_at"),  # a retry's due time, as its finish stored it on the job's row
+        "retry_at": None,  # a retry's due time, as its finish stored it on the job's row (`Ending.receipt`)
     }
 
 

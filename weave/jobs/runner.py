@@ -183,8 +183,12 @@ class Ending:
 
     def receipt(self, ctx: JobContext, started: Any, *, due: Any = None) -> dict[str, Any]:
         """The attempt's record; `due`: the next try's time as the finish stored it on the row (a `retry`'s only)."""
-        retry_at = due if self.outcome == JobAttempt.Outcome.RETRY else None
-        return attempt_row(ctx, started, self.outcome, self.reason, retry_at=retry_at, **self.extra)
+        row = attempt_row(ctx, started, self.outcome, self.reason, **self.extra)
+        if self.outcome == JobAttempt.Outcome.RETRY and due is not None:
+            # Ended when the finish read the clock to count the due time from: due exactly `retry_in` later.
+            row["retry_at"] = due
+            row["finished_at"] = due - timedelta(seconds=self.extra["retry_in"])
+        return row
 
 
 def work(jt: JobType, ctx: JobContext) -> Ending:
@@ -231,7 +235,9 @@ def _undo_work(jt: JobType, ctx: JobContext) -> Ending:
     if walk.stopped == "budget":
         reason = f"Budget spent while undoing; undone so far: {names(walk.undone)}.{left} The undo resumes."
         fields = _finish_fields(ctx, reason, state=JobState.UNDOING, retry_in=0.0)
-        return Ending(JobAttempt.Outcome.RETRY, fields, reason, {"result": {"undo": record}}, undo=True)
+        return Ending(
+            JobAttempt.Outcome.RETRY, fields, reason, {"result": {"undo": record}, "retry_in": 0.0}, undo=True
+        )
     if walk.stopped == "failed":
         return _undo_failure(jt, ctx, walk, record, left)
     ctx.step = ""

@@ -20,7 +20,7 @@ from weave.leases.bulk import finish_sql
 from weave.leases.clock import Clock, default_clock
 from weave.leases.errors import LeaseBusy, LeaseLost, NotClaimable
 from weave.leases.lease import BatchLease, Lease
-from weave.leases.returning import ClaimStatement, ReturningUpdate
+from weave.leases.returning import ClaimStatement, ReturnedColumns, ReturningUpdate
 
 # SQLSTATE lock_not_available: FOR UPDATE NOWAIT found the row locked by another transaction.
 LOCK_NOT_AVAILABLE = "55P03"
@@ -275,15 +275,7 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
         conditions every row must meet (field = constant, e.g. a state). Return the pks that landed;
         the others were not touched (`refusal(lease)` says why, unless only `expect` refused them).
         """
-        landed, connection = self._finish_each(rows, clock, expect, ())
-        pk_field = self.model._meta.pk
-        converters = connection.ops.get_db_converters(pk_field.get_col(self.model._meta.db_table))
-        result = set()
-        for (pk,) in landed:
-            for convert in converters:
-                pk = convert(pk, pk_field, connection)
-            result.add(pk)
-        return result
+        return set(self.release_each_returning(rows, (), clock=clock, expect=expect))
 
     def release_each_returning(
         self,
@@ -299,20 +291,8 @@ class LeaseQuerySet(models.QuerySet[_M, _M]):
         back from it, so a record written next can carry that very time instead of reading the clock again.
         """
         landed, connection = self._finish_each(rows, clock, expect, returning)
-        meta = self.model._meta
-        converters = []
-        for field in [meta.pk, *(meta.get_field(name) for name in returning)]:
-            col = field.get_col(meta.db_table)  # type: ignore[union-attr]
-            converters.append((col, connection.ops.get_db_converters(col) + col.get_db_converters(connection)))
-        result: dict[Any, dict[str, Any]] = {}
-        for values in landed:
-            stored = []
-            for value, (col, convert_all) in zip(values, converters, strict=True):
-                for convert in convert_all:
-                    value = convert(value, col, connection)
-                stored.append(value)
-            result[stored[0]] = dict(zip(returning, stored[1:], strict=True))
-        return result
+        columns = ReturnedColumns(self.model, ["pk", *returning], connection)
+        return {row.pop("pk"): row for row in columns.read(landed, connection)}
 
     def _finish_each(
         self,

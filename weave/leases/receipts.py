@@ -8,12 +8,13 @@ literal) fills it in when the statement runs.
 """
 
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 from django.db import connections, models, router
 
 from weave.leases.binding import statement_cursor
 from weave.leases.bulk import insert_sql
+from weave.leases.returning import ReturnedColumns
 
 
 def insert_receipts(model: type[models.Model], rows: Sequence[Mapping[str, Any]], *, using: str | None = None) -> int:
@@ -50,24 +51,10 @@ def insert_receipts_returning(
         raise ValueError("insert_receipts: every row must name the same fields, in the same order.")
     alias = using or router.db_for_write(model)
     connection = connections[alias]
-    meta = model._meta
-    fields = [cast("models.Field[Any, Any]", meta.get_field(name)) for name in returning]
-    qn = connection.ops.quote_name
-    clause = " RETURNING " + ", ".join(qn(cast(str, field.column)) for field in fields)
-    converters = []
-    for field in fields:
-        col = field.get_col(meta.db_table)
-        converters.append((col, connection.ops.get_db_converters(col) + col.get_db_converters(connection)))
+    columns = ReturnedColumns(model, returning, connection)
     stored: list[dict[str, Any]] = []
     for statement in insert_sql(model, connection, alias, rows, names):
         with statement_cursor(connection, server_bound=statement.server_bound) as cursor:
-            cursor.execute(statement.sql + clause, statement.params)
-            raw = cursor.fetchall()
-        for values in raw:
-            row = {}
-            for name, value, (col, convert_all) in zip(returning, values, converters, strict=True):
-                for convert in convert_all:
-                    value = convert(value, col, connection)
-                row[name] = value
-            stored.append(row)
+            cursor.execute(statement.sql + columns.clause, statement.params)
+            stored += columns.read(cursor.fetchall(), connection)
     return stored

@@ -22,6 +22,34 @@ from weave.leases.lease import BatchLease
 Converter = Callable[..., Any]
 
 
+class ReturnedColumns:
+    """The fields a `RETURNING` clause names, and how to read its rows back as a query would (the backend's
+    and the fields' converters), worked out once for a statement that runs many times."""
+
+    def __init__(self, model: type[models.Model], names: Sequence[str], connection: Any) -> None:
+        meta = model._meta
+        self.names = list(names)
+        fields = [cast("models.Field[Any, Any]", meta.pk if name == "pk" else meta.get_field(name)) for name in names]
+        qn = connection.ops.quote_name
+        self.clause = " RETURNING " + ", ".join(qn(cast(str, field.column)) for field in fields)
+        self._converters: list[tuple[Any, list[Converter]]] = []
+        for field in fields:
+            col = field.get_col(meta.db_table)
+            self._converters.append((col, connection.ops.get_db_converters(col) + col.get_db_converters(connection)))
+
+    def read(self, raw: Sequence[Sequence[Any]], connection: Any) -> list[dict[str, Any]]:
+        """The returned rows, each a dict of `names` to values as stored (`connection`: this thread's)."""
+        rows = []
+        for values in raw:
+            row = {}
+            for name, value, (col, convert_all) in zip(self.names, values, self._converters, strict=True):
+                for convert in convert_all:
+                    value = convert(value, col, connection)
+                row[name] = value
+            rows.append(row)
+        return rows
+
+
 class ReturningUpdate:
     """One queryset's UPDATE of `values`, returning the columns of `names` converted as a query's would be."""
 
@@ -29,7 +57,6 @@ class ReturningUpdate:
         self, queryset: "models.QuerySet[Any, Any]", names: Sequence[str], values: Mapping[str, Any], *, using: str
     ) -> None:
         self.alias = using
-        self.names = list(names)
         connection = connections[self.alias]
         query = cast(UpdateQuery, queryset.query.chain(UpdateQuery))
         query.add_update_values(dict(values))
@@ -41,17 +68,9 @@ class ReturningUpdate:
                 sql, params = self._compile(compiler)
         else:
             sql, params = self._compile(compiler)
-        model = queryset.model
-        meta = model._meta
-        qn = connection.ops.quote_name
-        fields = [cast("models.Field[Any, Any]", meta.pk if name == "pk" else meta.get_field(name)) for name in names]
-        returning = ", ".join(qn(cast(str, field.column)) for field in fields)
-        self.sql = f"{sql} RETURNING {returning}"
+        self.columns = ReturnedColumns(queryset.model, names, connection)
+        self.sql = sql + self.columns.clause
         self.params = tuple(params)
-        self._converters: list[tuple[Any, list[Converter]]] = []
-        for field in fields:
-            col = field.get_col(meta.db_table)
-            self._converters.append((col, connection.ops.get_db_converters(col) + col.get_db_converters(connection)))
 
     @staticmethod
     def _compile(compiler: Any) -> tuple[str, Sequence[Any]]:
@@ -66,15 +85,7 @@ class ReturningUpdate:
             load_utc_times_in_c(connection, getattr(cursor, "cursor", None))  # a claim returns times: C reads them
             cursor.execute(self.sql, self.params)
             raw = cursor.fetchall()
-        rows = []
-        for values_row in raw:
-            row = {}
-            for name, value, (col, convert_all) in zip(self.names, values_row, self._converters, strict=True):
-                for convert in convert_all:
-                    value = convert(value, col, connection)
-                row[name] = value
-            rows.append(row)
-        return rows
+        return self.columns.read(raw, connection)
 
 
 class ClaimStatement:
