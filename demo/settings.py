@@ -166,8 +166,8 @@ Q_CLUSTER = {
     # worker is still running it. Keep it well above `timeout` so that only happens after a crash.
     "retry": 300,
     "max_attempts": 3,
-    # One task per fetch and no more queued than there are workers: a task never waits in a
-    # worker's local queue while its `retry` clock runs.
+    # One task per fetch and at most `workers` queued here: a task fetched while every worker is busy
+    # waits for a free one (its wake-up is asked for again elsewhere after 3 s), well inside `retry`.
     "bulk": 1,
     "queue_limit": Q_WORKERS,
     "poll": 0.2,

@@ -74,9 +74,14 @@ def test_a_worker_5_s_behind__takes_a_new_notification_at_once_with_the_database
 
 N = 300
 BEHIND = 300.0  # five minutes
-# Slow enough that the work outlasts the start of the helper drains: at 20 ms one drain sent all 300
-# before a task reached the other cluster, whatever the clocks (one cluster did every row in some runs).
-PROVIDER_MS = 100
+# The provider's latency per send, slow enough that the work outlasts the start of the helper drains
+# (at 20 ms one drain sent all 300 before a task reached the other cluster, whatever the clocks).
+# A burst needs more: a cluster whose workers are all busy still fetches up to queue_limit + 1 tasks
+# (django-q2's pusher fills its local queue), and each one holds the wake-up slot until it lapses
+# (weave.wake.REQUEST_LAPSE, 3 s) before the next helper is asked for. The first helper can so reach
+# the other cluster about 9 s into the burst: at 100 ms four sends at a time had finished all 300 in
+# 7.5 s, and the other cluster did none in some runs. At 400 ms the burst lasts at least 15 s.
+PROVIDER_MS = {"in one transaction": 400, "one by one": 100}
 
 
 # A burst committed at once: the first drain finds a backlog and asks for helpers, so both clusters are
@@ -91,7 +96,7 @@ def test_two_clusters_one_5_minutes_behind__each_does_at_least_a_fifth_of_300(gr
     from tools.chaos.faults import owner_pid
 
     no_sweeps()
-    with FakePushProvider(latency_ms=PROVIDER_MS) as fake:
+    with FakePushProvider(latency_ms=PROVIDER_MS[created]) as fake:
         # Two sends at a time per drain: no single drain can take the whole burst before the helpers it
         # asks for have started on the other cluster.
         env = {"WEAVE_PUSH_URL": fake.push_url, "WEAVE_PUSH_BATCH_SIZE": "10", "WEAVE_PUSH_CONCURRENCY": "2"}
