@@ -254,10 +254,25 @@ def check_worker_db_limits(app_configs: Any = None, **kwargs: Any) -> list[Warni
     return _limits_past_the_ttl(*shortest)
 
 
+def _task_backend_ttls() -> list[tuple[Any, str]]:
+    """The lease TTLs Weave's `django.tasks` backends give their tasks (`OPTIONS`: `LEASE_TTL`). A task's own
+    `lease_ttl=` lives in code that may not be imported when checks run (docs/operations/partitions.md)."""
+    tasks = getattr(settings, "TASKS", None)
+    found = []
+    for alias, backend in tasks.items() if isinstance(tasks, dict) else ():
+        if not isinstance(backend, dict) or backend.get("BACKEND") != "weave.tasks.WeaveBackend":
+            continue
+        options = backend.get("OPTIONS")
+        if isinstance(options, dict) and "LEASE_TTL" in options:
+            found.append((options["LEASE_TTL"], f"TASKS[{alias!r}]['OPTIONS']['LEASE_TTL']"))
+    return found
+
+
 def _shortest_ttl() -> tuple[float, str] | None:
     """The shortest lease TTL in use, in seconds, and where it is set: a TTL key, or a job type's own `ttl`."""
     ttls = [(getattr(weave_settings, key), f"WEAVE['{key}']") for key in ttl_settings()]
     ttls += [(job.ttl, f"the {job.name!r} job type's ttl") for job in job_types() if job.ttl_setting is None]
+    ttls += _task_backend_ttls()
     valid = [(float(t), where) for t, where in ttls if isinstance(t, int | float) and not isinstance(t, bool) and t > 0]
     return min(valid, default=None)
 

@@ -89,6 +89,20 @@ def test_check__a_job_types_own_ttl_counts_as_a_lease_ttl(settings, monkeypatch)
     assert {w.id for w in warnings} == {"weave.W021"}
 
 
+def test_check__a_task_backends_lease_ttl_counts_as_a_lease_ttl(settings, monkeypatch):
+    """`django.tasks` through Weave with a shorter `LEASE_TTL` in the backend's OPTIONS: held to the same limits."""
+    settings.TASKS = {
+        "default": {"BACKEND": "weave.tasks.WeaveBackend", "OPTIONS": {"LEASE_TTL": 6}},
+        "other": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend", "OPTIONS": {"LEASE_TTL": 1}},
+    }
+    warnings = _check(settings, monkeypatch)
+    where = "the shortest lease TTL, TASKS['default']['OPTIONS']['LEASE_TTL'] (6 s)"
+    assert warnings and all(where in w.msg for w in warnings), [w.msg for w in warnings]
+    assert {w.id for w in warnings} == {"weave.W021"}
+    settings.TASKS = {"default": {"BACKEND": "weave.tasks.WeaveBackend", "OPTIONS": {"LEASE_TTL": None}}}
+    assert _check(settings, monkeypatch) == [], "None: the WEAVE LEASE_TTL, already counted"
+
+
 def test_check__silent_without_postgresql(settings, monkeypatch):
     # The same settings warn with PostgreSQL configured (above); with only SQLite there is nothing to limit.
     settings.WEAVE = {"WORKER_DB_LIMITS": False}
