@@ -5,6 +5,8 @@ a step's work or a handler. The real partitions (a silent link, the server abort
 another worker taking over) are in tests/partitions/test_job_partitions.py.
 """
 
+from datetime import timedelta
+
 import pytest
 from django.db import OperationalError, connection
 
@@ -44,6 +46,8 @@ def test_a_step_cut_off_under_a_lease_still_ours_gives_the_job_back_and_says_whe
         f"Cut off from the database at step book ({LINK_DOWN}); nothing of step book's save landed. Gave the job back."
     )
     assert attempt.error_class == "" and attempt.started_at <= attempt.finished_at
+    # Due again at once: the record says so, to the ms, as every retry's does.
+    assert abs(attempt.retry_at - attempt.finished_at) < timedelta(milliseconds=1)
     shipment.refresh_from_db()
     # Given back in one guarded statement: pending, due now, no lease; quote's save stays, book never saved.
     assert (shipment.state, shipment.owner, shipment.next_attempt_at) == ("pending", None, None)
@@ -81,6 +85,8 @@ def test_a_cut_off_batch_drain_writes_no_waiting_finish_and_ends_each_open_attem
         " Gave the job back."
     )
     assert not JobAttempt.objects.filter(outcome="done").exists()
+    for record in JobAttempt.objects.filter(job_type="invoice"):
+        assert abs(record.retry_at - record.finished_at) < timedelta(milliseconds=1), record.reason
     for invoice in invoices:
         invoice.refresh_from_db()
         assert (invoice.state, invoice.owner, invoice.finished_at) == ("pending", None, None)

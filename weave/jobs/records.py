@@ -53,7 +53,10 @@ class JobAttempts:
         # A takeover's guess stands only for an attempt that was taken over, which ends `blocked`: then its
         # own account replaces the guess rather than adding a second record.
         if outcome != JobAttempt.Outcome.BLOCKED or not own_account(self.ctx, reason):
-            insert_receipts(JobAttempt, [attempt_row(self.ctx, self.started, outcome, reason)])
+            row = attempt_row(self.ctx, self.started, outcome, reason)
+            if outcome == JobAttempt.Outcome.RETRY:  # given back due at once (a cut-off): due as it ended
+                row["retry_at"] = row["finished_at"]
+            insert_receipts(JobAttempt, [row])
 
     def ended(self) -> str | None:
         """The outcome this attempt recorded itself (a takeover's guess that its worker died is not one)."""
