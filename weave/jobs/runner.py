@@ -187,7 +187,8 @@ class Ending:
         if self.outcome == JobAttempt.Outcome.RETRY and due is not None:
             # Ended when the finish read the clock to count the due time from: due exactly `retry_in` later.
             row["retry_at"] = due
-            row["finished_at"] = due - timedelta(seconds=self.extra["retry_in"])
+            if (retry_in := self.extra.get("retry_in")) is not None:
+                row["finished_at"] = due - timedelta(seconds=retry_in)
         return row
 
 
