@@ -254,18 +254,26 @@ def check_worker_db_limits(app_configs: Any = None, **kwargs: Any) -> list[Warni
     return _limits_past_the_ttl(*shortest)
 
 
+def _weave_task_backends() -> dict[str, Mapping[str, Any]]:
+    """The `OPTIONS` of each `TASKS` backend that is Weave's, by alias (empty when it gives none)."""
+    backends = getattr(settings, "TASKS", None)
+    if not isinstance(backends, Mapping):
+        return {}
+    return {
+        alias: options if isinstance(options := conf.get("OPTIONS"), Mapping) else {}
+        for alias, conf in backends.items()
+        if isinstance(conf, Mapping) and conf.get("BACKEND") == "weave.tasks.WeaveBackend"
+    }
+
+
 def _task_backend_ttls() -> list[tuple[Any, str]]:
     """The lease TTLs Weave's `django.tasks` backends give their tasks (`OPTIONS`: `LEASE_TTL`). A task's own
     `lease_ttl=` lives in code that may not be imported when checks run (docs/operations/partitions.md)."""
-    tasks = getattr(settings, "TASKS", None)
-    found = []
-    for alias, backend in tasks.items() if isinstance(tasks, dict) else ():
-        if not isinstance(backend, dict) or backend.get("BACKEND") != "weave.tasks.WeaveBackend":
-            continue
-        options = backend.get("OPTIONS")
-        if isinstance(options, dict) and "LEASE_TTL" in options:
-            found.append((options["LEASE_TTL"], f"TASKS[{alias!r}]['OPTIONS']['LEASE_TTL']"))
-    return found
+    return [
+        (options["LEASE_TTL"], f"TASKS[{alias!r}]['OPTIONS']['LEASE_TTL']")
+        for alias, options in _weave_task_backends().items()
+        if "LEASE_TTL" in options
+    ]
 
 
 def _shortest_ttl() -> tuple[float, str] | None:
@@ -443,24 +451,16 @@ def check_retention(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 @register(Tags.compatibility)
 def check_task_timeouts(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     """Warn when a `WeaveBackend`'s TIMEOUT cannot fit in Q_CLUSTER['timeout'] after a drain's budget."""
-    backends = getattr(settings, "TASKS", None)
-    if not isinstance(backends, Mapping):
-        return []
-    weave_aliases = {
-        alias: conf
-        for alias, conf in backends.items()
-        if isinstance(conf, Mapping) and conf.get("BACKEND") == "weave.tasks.WeaveBackend"
-    }
-    if not weave_aliases:
+    weave_backends = _weave_task_backends()
+    if not weave_backends:
         return []
     from weave.tasks.options import DEFAULTS
     from weave.tasks.worker import DRAIN_BUDGET, q_cluster_timeout
 
     q_timeout = q_cluster_timeout()
     warnings: list[Warning] = []
-    for alias, conf in weave_aliases.items():
-        options = conf.get("OPTIONS")
-        timeout = (options if isinstance(options, Mapping) else {}).get("TIMEOUT", DEFAULTS["timeout"])
+    for alias, options in weave_backends.items():
+        timeout = options.get("TIMEOUT", DEFAULTS["timeout"])
         if q_timeout is None or isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
             continue  # a wrong TIMEOUT is refused when the backend is built
         if timeout + DRAIN_BUDGET > q_timeout:

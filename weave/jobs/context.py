@@ -108,10 +108,11 @@ class JobContext:
         self, returning: Sequence[str], *, expect: Mapping[str, Any] | None = None, **fields: Any
     ) -> dict[str, Any]:
         """`release`, returning the row's `returning` fields as that one statement stored them."""
-        stored = self.rows.release_returning(
-            self.lease, returning, clock=self.clock, expect=self._expect(expect), **fields
+        # `rows` is Any (a site model's manager): the cast says what the lease core returns.
+        return cast(
+            "dict[str, Any]",
+            self.rows.release_returning(self.lease, returning, clock=self.clock, expect=self._expect(expect), **fields),
         )
-        return cast("dict[str, Any]", stored)  # `rows` is Any: a site model's manager
 
     def _expect(self, expect: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
         if not self.guard:
