@@ -46,7 +46,8 @@ class OnboardingConfig(AppConfig):
         )
         from onboarding.explain import explain_run
         from onboarding.models import OnboardingRun
-        from onboarding.services import onboarding_wake
+        from onboarding.runner import run_onboarding
+        from onboarding.services import onboarding_wake, runs_needing_a_worker
         from weave.jobs import JobType, register
         from weave.schedules import ScheduleSpec
 
@@ -61,6 +62,9 @@ class OnboardingConfig(AppConfig):
                 # Released runs' due times and lapsed leases: the watcher asks for attempts when they come due.
                 next_due=OnboardingRun.objects.next_due_at,
                 wake=onboarding_wake,
+                # The engine drains the runs, one attempt per task: onboarding's runner and records do the rest.
+                attempt=run_onboarding,
+                due_rows=runs_needing_a_worker,
                 explainer=explain_run,
                 explain_as="run",
                 panel_title="Supplier onboarding",

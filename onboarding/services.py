@@ -194,19 +194,28 @@ def onboarding_cancel(
     return changed == 1
 
 
+def runs_needing_a_worker() -> Any:
+    """The runs an attempt should start on now, oldest first (what the engine's onboarding drain takes)."""
+    return OnboardingRun.objects.needing_a_worker().order_by("pk")
+
+
 def onboarding_wake() -> None:
-    """Ask for an attempt at every run that needs a worker now (the due-time watcher's wake-up)."""
-    onboarding_sweep()
+    """Ask for attempts when a run needs a worker now (the due-time watcher's wake-up): one request, since
+    the engine's drain spreads the runs over the workers."""
+    first = runs_needing_a_worker().values_list("pk", flat=True).first()
+    if first is not None:
+        _enqueue(first)
 
 
 def onboarding_sweep(*, clock: Clock = default_clock, limit: int = 500) -> list[int]:
-    """Enqueue every claimable run nobody holds under a live lease (pending, released, crashed, or
-    waiting for its undo); return their ids.
+    """Find every claimable run nobody holds under a live lease (pending, released, crashed, or waiting
+    for its undo), log each, and ask for attempts once the transaction commits; return their ids.
 
-    Enqueueing a run twice is harmless: the second task finds it busy or finished and ends quietly.
+    Asking twice is harmless: the engine keeps one waiting drain, and a run another worker holds is skipped.
     """
     run_ids = list(OnboardingRun.objects.needing_a_worker(clock).order_by("pk").values_list("pk", flat=True)[:limit])
     for run_id in run_ids:
         log_event(logger, "requeue", job="onboarding", id=run_id, reason="sweep: pending, released or lease expired")
-        transaction.on_commit(partial(_enqueue, run_id))
+    if run_ids:
+        transaction.on_commit(partial(_enqueue, run_ids[0]))
     return run_ids

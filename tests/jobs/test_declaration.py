@@ -77,3 +77,20 @@ def test_a_declaration_that_cannot_work_is_refused():
         register(JobType(name="broken", model=Shipment, ttl_setting="NO_SUCH_TTL", handler=print))
     with pytest.raises(LookupError):
         get("broken")
+
+
+def test_an_own_attempt_needs_its_due_rows_and_excludes_a_handler():
+    from django.core.exceptions import ImproperlyConfigured
+
+    from tests.jobs.shipping.models import Shipment
+    from weave.jobs import JobType, register
+
+    with pytest.raises(ImproperlyConfigured, match="attempt and due_rows go together"):
+        register(JobType(name="broken", model=Shipment, attempt=str))
+    with pytest.raises(ImproperlyConfigured, match="not both"):
+        register(JobType(name="broken", model=Shipment, attempt=str, due_rows=Shipment.objects.all, handler=print))
+    with pytest.raises(LookupError):
+        get("broken")
+    # The built-in onboarding declares its own attempt: the engine drains it, its runner does the rest.
+    onboarding = get("onboarding")
+    assert onboarding.drained and not onboarding.runnable and onboarding.attempt is not None

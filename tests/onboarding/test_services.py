@@ -79,7 +79,8 @@ def test_sweep__enqueues_pending_and_expired_runs_but_not_live_or_finished_ones(
 
     with django_capture_on_commit_callbacks(execute=True):
         found = onboarding_sweep(clock=clock)
-    assert found == sent == [pending.pk, crashed.pk]
+    assert found == [pending.pk, crashed.pk]
+    assert sent == [pending.pk]  # one request: the engine's drain takes the oldest and asks for helpers
 
 
 def test_sweep_task__counts_what_it_enqueued(django_capture_on_commit_callbacks, monkeypatch):
@@ -88,7 +89,7 @@ def test_sweep_task__counts_what_it_enqueued(django_capture_on_commit_callbacks,
     runs = OnboardingRunFactory.create_batch(3)
     with django_capture_on_commit_callbacks(execute=True):
         assert tasks.sweep() == 3
-    assert sent == [r.pk for r in runs]
+    assert sent == [runs[0].pk]
 
 
 def test_task__busy_run_ends_quietly(clock):

@@ -25,7 +25,6 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
 from django.test.utils import override_settings
-from django.utils import timezone
 
 from tools.chaos import edge as E
 from tools.chaos import faults as F
@@ -400,26 +399,20 @@ class ChaosRunner:
         return total - active, total
 
     def _sweep(self) -> None:
-        """Enqueue work for rows that need a worker: a fast stand-in for the once-a-minute schedules."""
-        from django_q.models import OrmQ
-
+        """Ask for work for rows that need a worker: a fast stand-in for the once-a-minute schedules."""
         from notifications.models import Notification
         from notifications.queue import enqueue_drain
         from onboarding.models import OnboardingRun
         from onboarding.queue import enqueue_run
 
-        # Keep at most one drain per cluster running, so drains do not starve onboarding tasks.
+        # Keep at most one drain per cluster running, so drains do not starve onboarding's.
         drains = Notification.objects.live().filter(owner__startswith="push:").values("owner").distinct().count()
         if drains < self.config.clusters and Notification.objects.claimable().exists():
             enqueue_drain()
-        queued = set()
-        for package in OrmQ.objects.filter(lock__lte=timezone.now()):
-            task = package.task  # a cached_property on OrmQ
-            if task.get("func") == "onboarding.tasks.run_onboarding" and task.get("args"):
-                queued.add(task["args"][0])
-        for run_id in OnboardingRun.objects.needing_a_worker().values_list("pk", flat=True):
-            if run_id not in queued:
-                enqueue_run(run_id)
+        # One request is enough: the engine keeps one onboarding drain waiting, and each asks for helpers.
+        first = OnboardingRun.objects.needing_a_worker().values_list("pk", flat=True).first()
+        if first is not None:
+            enqueue_run(first)
 
     # --- faults ------------------------------------------------------------------------------------------
 

@@ -51,6 +51,12 @@ class JobType:
     sweep, due-time watch, runner and explainer unless it names its own. A handler is one step with
     no receipt of its own (the attempt's finish is its receipt); `result_field` names the model
     field its return value is saved to, in the same guarded statement as the finish.
+
+    A job type with a runner and records of its own (onboarding) gives `attempt` instead: `attempt(pk)`
+    claims row `pk`, runs one attempt and returns its outcome ("busy" or "not_claimable" when another
+    worker holds the row or it needs none), and `due_rows()` is the rows that need a worker now, oldest
+    first. The core then asks for its tasks, as for a type it runs: one drain per request, which runs
+    one attempt and asks for a helper while more rows are due.
     """
 
     name: str
@@ -90,6 +96,8 @@ class JobType:
     # The handler records the attempt a takeover found without a finish itself (tasks do, to say
     # whether it ran past its timeout); otherwise the core records it before the handler runs.
     records_takeovers: bool = False
+    attempt: Callable[[Any], str] | None = None
+    due_rows: Callable[[], Any] | None = None
 
     def policy(self, job: Any) -> RetryPolicy:
         """The retry policy of `job`: its own (`retry_for`) when the type gives one, else the type's."""
@@ -123,6 +131,18 @@ class JobType:
     def runnable(self) -> bool:
         """Whether the core runs this job type (it has a handler or steps)."""
         return self.handler is not None or bool(self.steps)
+
+    @property
+    def drained(self) -> bool:
+        """Whether the core asks for this type's tasks: it runs the type, or the type gives its own `attempt`."""
+        return self.runnable or self.attempt is not None
+
+    def has_due_rows(self) -> bool:
+        """Whether a row of this drained type needs a worker now."""
+        if self.due_rows is not None:
+            return bool(self.due_rows().exists())
+        manager: Any = self.model._default_manager
+        return bool(manager.due().exists() or manager.undo_due().exists())
 
     @property
     def undoable(self) -> bool:
@@ -159,6 +179,11 @@ class JobType:
             ),
             (self.panel is not None and not self.panel_title, "panel needs panel_title"),
             (self.handler is not None and bool(self.steps), "give a handler or steps, not both"),
+            (
+                (self.attempt is None) != (self.due_rows is None),
+                "attempt and due_rows go together (a drain needs both)",
+            ),
+            (self.attempt is not None and self.runnable, "give an attempt or a handler or steps, not both"),
             (bool(self.result_field) and self.handler is None, "result_field goes with a handler"),
             (self.ttl is not None and self.ttl <= 0, "ttl must be above 0 seconds"),
             (len(set(names)) != len(names), "step names must be unique (receipts are kept per step)"),
@@ -187,7 +212,7 @@ def register(job: JobType) -> JobType:
     problems = job.problems()
     if problems:
         raise ImproperlyConfigured(f"Job type {job.name!r}: {'; '.join(problems)}.")
-    if job.runnable:
+    if job.drained:
         job = _with_core_runner(job)
     _registry[job.name] = job
     key = job.registry_key
@@ -227,7 +252,7 @@ def on_register(hook: Callable[[JobType], None]) -> None:
 
 
 def _with_core_runner(job: JobType) -> JobType:
-    """Fill in what the core provides for a job type it runs: the sweep, the watch and the explainer."""
+    """Fill in what the core provides for a job type it drains: the sweep, the watch and the explainer."""
     from weave.jobs import queue
     from weave.jobs.explain import explainer_for
 
@@ -238,7 +263,7 @@ def _with_core_runner(job: JobType) -> JobType:
         defaults["schedule"] = ScheduleSpec(name="weave.jobs.sweep", func="weave.jobs.tasks.sweep", minutes=1)
     if job.next_due is None:
         defaults["next_due"] = lambda: model.objects.next_due_at()
-        defaults["wake"] = lambda: queue.enqueue_due(job.name, model)
+        defaults["wake"] = lambda: queue.enqueue_due(job)
         post_save.connect(_tell_watchers_of_new_job, sender=model, dispatch_uid=f"weave.jobs.new:{job.name}")
     if job.explainer is None:
         defaults["explainer"] = explainer_for(job.name, model)

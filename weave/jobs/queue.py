@@ -19,7 +19,7 @@ def enqueue_job(job_type: str, pk: Any) -> bool:
     return enqueue_drain(job_type)
 
 
-def enqueue_due(job_type: str, model: Any) -> int:
-    """Ask for a drain of `job_type` when a job of it is due; return how many were asked for (0 or 1)."""
-    due = model.objects.due().exists() or model.objects.undo_due().exists()
-    return int(due and enqueue_drain(job_type))
+def enqueue_due(declared: Any) -> int:
+    """Ask for a drain of job type `declared` (a `JobType`) when a row of it is due; return how many were
+    asked for (0 or 1)."""
+    return int(declared.has_due_rows() and enqueue_drain(declared.name))

@@ -1,12 +1,13 @@
 """django-q2 entry points for core-run job types: a drain per job type, and the sweep."""
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from weave.jobs import queue
 from weave.jobs.batch import Report, run_batches
-from weave.jobs.declaration import get, job_types
+from weave.jobs.declaration import JobType, get, job_types
 from weave.jobs.runner import run_job
 from weave.wake import request_name, request_started, tell_watchers
 
@@ -16,8 +17,13 @@ DRAIN_BUDGET = 30.0
 
 
 def drain(job_type: str, *, budget: float = DRAIN_BUDGET) -> dict[str, int]:
-    """Run due jobs of `job_type` in batches until none is due or the budget is spent; return their outcomes."""
-    model: Any = get(job_type).model
+    """Run due jobs of `job_type` in batches until none is due or the budget is spent; return their outcomes.
+
+    A type with its own `attempt` runs one attempt per drain instead (`drain_one`)."""
+    declared = get(job_type)
+    if declared.attempt is not None:
+        return drain_one(declared)
+    model: Any = declared.model
     due = model._default_manager.due().order_by("next_attempt_at", "pk")
     undo = model._default_manager.undo_due().order_by("next_attempt_at", "pk")
 
@@ -58,6 +64,39 @@ def drain_due(
     return report.outcomes
 
 
+# Rows one drain tries before it gives up finding one it can claim: each refusal means another worker
+# holds that row (or it needed no worker after all), and that worker's drain goes on from there.
+CANDIDATES = 10
+
+
+def drain_one(declared: JobType) -> dict[str, int]:
+    """One attempt at the oldest row of `declared` that needs a worker and that this drain can claim.
+
+    An attempt may work as long as its type's own budget, as a task per row did, so one drain runs one
+    attempt: while another row is due, it first asks for a helper, so due rows spread over the workers.
+    Return the outcomes, the rows found held by others ("busy", "not_claimable") included."""
+    request_started(queue.drain_request_name(declared.name))
+    assert declared.attempt is not None and declared.due_rows is not None
+    outcomes: Counter[str] = Counter()
+    outcome = ""
+    try:
+        candidates = list(declared.due_rows().values_list("pk", flat=True)[:CANDIDATES])
+        if len(candidates) > 1:
+            queue.enqueue_drain(declared.name)
+        for pk in candidates:
+            outcome = declared.attempt(pk)
+            outcomes[outcome] += 1
+            if outcome not in ("busy", "not_claimable"):
+                break  # this drain's one attempt ran (or its claim was cut off): the helpers take the rest
+    finally:
+        tell_watchers()
+    # More due (a run given back due at once, a helper's ask lost): ask again. After a cut-off claim the
+    # database is away; the watchers ask once it answers.
+    if outcome != "cut_off" and declared.has_due_rows():
+        queue.enqueue_drain(declared.name)
+    return dict(outcomes)
+
+
 def run(job_type: str, pk: Any) -> str:
     """Run one attempt at job `pk` of `job_type` (the per-job task of earlier versions, still queued somewhere)."""
     request_started(request_name(f"weave.jobs:{job_type}:{pk}"), forget=True)
@@ -69,5 +108,5 @@ def run(job_type: str, pk: Any) -> str:
 
 def sweep() -> int:
     """Ask for a drain of every core-run job type with due jobs (scheduled every minute); return how many."""
-    swept = [jt for jt in job_types() if jt.runnable and jt.schedule and jt.schedule.func == "weave.jobs.tasks.sweep"]
-    return sum(queue.enqueue_due(jt.name, jt.model) for jt in swept)
+    swept = [jt for jt in job_types() if jt.drained and jt.schedule and jt.schedule.func == "weave.jobs.tasks.sweep"]
+    return sum(queue.enqueue_due(jt) for jt in swept)
