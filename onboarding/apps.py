@@ -47,7 +47,7 @@ class OnboardingConfig(AppConfig):
         from onboarding.explain import explain_run
         from onboarding.models import OnboardingRun
         from onboarding.runner import run_onboarding
-        from onboarding.services import onboarding_wake, runs_needing_a_worker
+        from onboarding.services import runs_needing_a_worker
         from weave.jobs import JobType, register
         from weave.schedules import ScheduleSpec
 
@@ -59,10 +59,8 @@ class OnboardingConfig(AppConfig):
                 ttl_setting="ONBOARDING_LEASE_TTL",
                 # The sweep: re-enqueues pending runs and runs whose worker died (expired lease).
                 schedule=ScheduleSpec(name="onboarding.sweep", func="onboarding.tasks.sweep", minutes=1),
-                # Released runs' due times and lapsed leases: the watcher asks for attempts when they come due.
-                next_due=OnboardingRun.objects.next_due_at,
-                wake=onboarding_wake,
-                # The engine drains the runs, one attempt per task: onboarding's runner and records do the rest.
+                # The engine drains the runs, one attempt per task, and its watcher asks for a drain when a
+                # released run comes due or a lease lapses (`OnboardingRun.objects.next_due_at`).
                 attempt=run_onboarding,
                 due_rows=runs_needing_a_worker,
                 explainer=explain_run,
