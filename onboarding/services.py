@@ -200,8 +200,8 @@ def runs_needing_a_worker() -> Any:
 
 
 def onboarding_wake() -> None:
-    """Ask for attempts when a run needs a worker now (the due-time watcher's wake-up): one request, since
-    the engine's drain spreads the runs over the workers."""
+    """Ask for attempts when a run needs a worker now, as the engine's due-time watch does for onboarding:
+    one request, since the engine's drain spreads the runs over the workers."""
     first = runs_needing_a_worker().values_list("pk", flat=True).first()
     if first is not None:
         _enqueue(first)

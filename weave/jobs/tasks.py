@@ -90,7 +90,7 @@ def drain_one(declared: JobType) -> dict[str, int]:
                 break  # this drain's one attempt ran (or its claim was cut off): the helpers take the rest
     finally:
         tell_watchers()
-    # More due (a run given back due at once, a helper's ask lost): ask again. After a cut-off claim the
+    # More due (a row given back due at once, a helper's ask lost): ask again. After a cut-off claim the
     # database is away; the watchers ask once it answers.
     if outcome != "cut_off" and declared.has_due_rows():
         queue.enqueue_drain(declared.name)
