@@ -31,7 +31,7 @@ def one_round(runs: int, timeout: float) -> dict[str, float]:
     harness.configure()
     import httpx
 
-    from bench.product import _services_command, _up, reset
+    from bench.product import CpuMeter, _services_command, _up, reset
     from onboarding.models import OnboardingRun, RunAttempt, Supplier
     from onboarding.services import onboarding_start
     from onboarding.testing.numbers import german_iban, german_vat_number
@@ -44,7 +44,9 @@ def one_round(runs: int, timeout: float) -> dict[str, float]:
         wait_until(lambda: _up(url, services), timeout=30, message="the fake supplier services")
         reset()
         httpx.post(f"{url}/_config", json={"fail_first": runs, "retry_after": 1}, timeout=30)
-        run.start_cluster(workers=2, supplier_api_url=url, onboarding_step_retries=0)
+        cluster = run.start_cluster(workers=2, supplier_api_url=url, onboarding_step_retries=0)
+        assert run.provider is not None
+        meter = CpuMeter.of_cluster([cluster], run.provider.child)
         suppliers = [
             Supplier.objects.create(
                 legal_name=f"Backlog {i} GmbH",
@@ -55,6 +57,7 @@ def one_round(runs: int, timeout: float) -> dict[str, float]:
             )
             for i in range(runs)
         ]
+        meter.start()
         began = time.monotonic()
         ids = [onboarding_start(supplier=supplier).pk for supplier in suppliers]
         active = OnboardingRun.objects.filter(pk__in=ids).exclude(status="completed")
@@ -62,6 +65,7 @@ def one_round(runs: int, timeout: float) -> dict[str, float]:
         while active.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         wall = time.monotonic() - began
+        meter.stop()
         left = active.count()
         run.stop_clusters()
     first_claim, late = [], []
@@ -80,6 +84,10 @@ def one_round(runs: int, timeout: float) -> dict[str, float]:
         "first_claim_max": max(first_claim),
         "late_p50": statistics.median(late) if late else float("nan"),
         "late_max": max(late) if late else float("nan"),
+        # Per run: the cluster's processes, and the bench database's backends (the site's own, starting
+        # the runs, left out).
+        "worker_cpu_ms": 1000 * meter.used["workers"] / runs,
+        "postgres_cpu_ms": 1000 * meter.used["postgres"] / runs,
     }
 
 
@@ -109,20 +117,35 @@ def main() -> None:
 
 
 def report(results: dict[Path, list[dict[str, float]]], args: argparse.Namespace) -> None:
-    keys = ("wall_s", "not_completed", "first_claim_p50", "first_claim_max", "late_p50", "late_max")
+    keys = (
+        "wall_s",
+        "not_completed",
+        "first_claim_p50",
+        "first_claim_max",
+        "late_p50",
+        "late_max",
+        "worker_cpu_ms",
+        "postgres_cpu_ms",
+    )
     lines = [
         f"# Onboarding backlog, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         "",
         f"`bench/onboarding_backlog.py --runs {args.runs} --rounds {args.rounds}`: one `qcluster` with 2 workers,"
         f" {args.runs} runs started at once, each released once on a 503 with Retry-After 1. Medians over the rounds;"
-        " times in seconds.",
+        " times in seconds, CPU in ms per run.",
         "",
         "| tree | " + " | ".join(keys) + " |",
         "| --- | " + " | ".join("---" for _ in keys) + " |",
     ]
-    for tree, rounds in results.items():
-        cells = [f"{statistics.median(r[key] for r in rounds):.2f}" for key in keys]
-        lines.append(f"| `{tree.name}` | " + " | ".join(cells) + " |")
+    medians = {
+        tree: {key: statistics.median(r[key] for r in rounds) for key in keys} for tree, rounds in results.items()
+    }
+    for tree, row in medians.items():
+        lines.append(f"| `{tree.name}` | " + " | ".join(f"{row[key]:.2f}" for key in keys) + " |")
+    if len(medians) == 2:
+        (first, a), (second, b) = medians.items()
+        ratios = [f"{b[key] / a[key]:.2f}" if a[key] else "-" for key in keys]
+        lines.append(f"| `{second.name}` / `{first.name}` | " + " | ".join(ratios) + " |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out is not None:

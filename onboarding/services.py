@@ -8,6 +8,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, models, transaction
+from django.db.models.functions import Coalesce
 
 from onboarding import queue
 from onboarding.errors import AlreadyOnboarded, RunAlreadyActive, RunNotRetryable
@@ -195,8 +196,10 @@ def onboarding_cancel(
 
 
 def runs_needing_a_worker() -> Any:
-    """The runs an attempt should start on now, oldest first (what the engine's onboarding drain takes)."""
-    return OnboardingRun.objects.needing_a_worker().order_by("pk")
+    """The runs an attempt should start on now, longest due first (what the engine's onboarding drain takes):
+    a run waiting since it was started goes before an older run whose retry came due after it."""
+    due_since = Coalesce("next_attempt_at", "created_at")
+    return OnboardingRun.objects.needing_a_worker().order_by(due_since, "pk")
 
 
 def onboarding_wake() -> None:

@@ -91,3 +91,20 @@ def test_a_drain_frees_its_request_when_it_starts(fake_services):
     assert enqueue_job(name, None) is False  # one drain waits: a second ask is coalesced
     drain(name)
     assert WakeRequest.objects.filter(name__contains="weave.jobs.drain:onboarding", queued_until__isnull=True).exists()
+
+
+def test_the_run_due_longest_goes_first_whatever_its_age():
+    from django.utils import timezone
+
+    from onboarding.services import runs_needing_a_worker
+
+    retried_late, older, newer = OnboardingRunFactory.create_batch(3)  # by pk, retried_late is oldest
+    now = timezone.now()
+    OnboardingRun.objects.filter(pk=older.pk).update(created_at=now - timedelta(seconds=30))
+    OnboardingRun.objects.filter(pk=newer.pk).update(created_at=now - timedelta(seconds=10))
+    # Started before `newer`, but released: due again only 5 s ago, after `newer` was started.
+    OnboardingRun.objects.filter(pk=retried_late.pk).update(
+        created_at=now - timedelta(seconds=60), next_attempt_at=now - timedelta(seconds=5)
+    )
+
+    assert list(runs_needing_a_worker().values_list("pk", flat=True)) == [older.pk, newer.pk, retried_late.pk]
