@@ -31,8 +31,8 @@ def one_round(runs: int, timeout: float) -> dict[str, float]:
     harness.configure()
     import httpx
 
-    from bench.product import CpuMeter, _services_command, _up, reset
-    from onboarding.models import OnboardingRun, RunAttempt, Supplier
+    from bench.product import CpuMeter, _services_command, _up, onboarding_waits, reset
+    from onboarding.models import OnboardingRun, Supplier
     from onboarding.services import onboarding_start
     from onboarding.testing.numbers import german_iban, german_vat_number
     from tools.processes import wait_until
@@ -68,15 +68,7 @@ def one_round(runs: int, timeout: float) -> dict[str, float]:
         meter.stop()
         left = active.count()
         run.stop_clusters()
-    first_claim, late = [], []
-    for pk in ids:
-        attempts = list(RunAttempt.objects.filter(run_id=pk).order_by("fence"))
-        created = OnboardingRun.objects.get(pk=pk).created_at
-        if attempts:
-            first_claim.append((attempts[0].started_at - created).total_seconds())
-        for first, second in zip(attempts, attempts[1:], strict=False):
-            if first.retry_due_at is not None:
-                late.append((second.started_at - first.retry_due_at).total_seconds())
+    late, first_claim = onboarding_waits(ids)
     return {
         "wall_s": wall,
         "not_completed": left,

@@ -375,7 +375,7 @@ def latency_onboarding(run: harness.Bench, services_url: str, *, samples: int, w
     """`samples` runs whose first request gets 503 with Retry-After 1: how late each next attempt came."""
     import httpx
 
-    from onboarding.models import OnboardingRun, RunAttempt, Supplier
+    from onboarding.models import OnboardingRun, Supplier
     from onboarding.services import onboarding_start
     from onboarding.testing.numbers import german_iban, german_vat_number
 
@@ -401,6 +401,16 @@ def latency_onboarding(run: harness.Bench, services_url: str, *, samples: int, w
     while time.monotonic() < deadline and OnboardingRun.objects.filter(pk__in=runs, status="pending").exists():
         time.sleep(0.2)
     run.stop_clusters()
+    late, first_claim = onboarding_waits(runs)
+    waiting = OnboardingRun.objects.filter(pk__in=runs, status="pending").count()
+    return late, waiting, first_claim
+
+
+def onboarding_waits(runs: list[int]) -> tuple[list[float], list[float]]:
+    """Of the runs `runs`: how late each next attempt started against its due time, and how long each run
+    waited for its first claim (seconds, database clock)."""
+    from onboarding.models import OnboardingRun, RunAttempt
+
     late, first_claim = [], []
     for pk in runs:
         attempts = list(RunAttempt.objects.filter(run_id=pk).order_by("fence"))
@@ -410,8 +420,7 @@ def latency_onboarding(run: harness.Bench, services_url: str, *, samples: int, w
         for first, second in zip(attempts, attempts[1:], strict=False):
             if first.retry_due_at is not None:
                 late.append((second.started_at - first.retry_due_at).total_seconds())
-    waiting = OnboardingRun.objects.filter(pk__in=runs, status="pending").count()
-    return late, waiting, first_claim
+    return late, first_claim
 
 
 def _wait_delivered(ids: list[int], *, timeout: float, allow_missing: bool = False) -> int:
