@@ -54,8 +54,8 @@ class JobType:
 
     A job type with a runner and records of its own (onboarding) gives `attempt` instead: `attempt(pk)`
     claims row `pk`, runs one attempt and returns its outcome ("busy" or "not_claimable" when another
-    worker holds the row or it needs none), and `due_rows()` is the rows that need a worker now, oldest
-    first. The core then asks for its tasks, as for a type it runs: one drain per request, which runs
+    worker holds the row or it needs none), and `due_rows()` is the rows that need a worker now, longest
+    due first. The core then asks for its tasks, as for a type it runs: one drain per request, which runs
     one attempt and asks for a helper while more rows are due.
     """
 

@@ -1,4 +1,4 @@
-"""django-q2 entry points for core-run job types: a drain per job type, and the sweep."""
+"""django-q2 entry points for the job types the core drains: a drain per job type, and the sweep."""
 
 import time
 from collections import Counter
@@ -70,7 +70,7 @@ CANDIDATES = 10
 
 
 def drain_one(declared: JobType) -> dict[str, int]:
-    """One attempt at the oldest row of `declared` that needs a worker and that this drain can claim.
+    """One attempt at the first row `declared.due_rows()` offers that this drain can claim.
 
     An attempt may work as long as its type's own budget, as a task per row did, so one drain runs one
     attempt: while another row is due, it first asks for a helper, so due rows spread over the workers.
