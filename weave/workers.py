@@ -1,8 +1,8 @@
 """The public API an app's own django-q2 tasks use: coalesced task requests and the watchers' hooks.
 
 A job type registered with `weave.jobs` needs none of this: the core asks for its tasks. An app that
-runs its own task (the push drain, which lingers for new rows) asks for
-it here, once per request name whatever the broker:
+runs its own task (the push drain, which lingers for new rows) asks for it here, once per request name
+whatever the broker:
 
     request_task(request_name("myapp.drain"), "myapp.tasks.drain", group="myapp")
 
