@@ -52,7 +52,7 @@ def test_start_action__creates_runs_and_enqueues_them(starter, django_capture_on
     runs = OnboardingRun.objects.filter(supplier__in=suppliers)
     assert runs.count() == 2 and {r.status for r in runs} == {"pending"}
     assert {r.created_by.username for r in runs} == {"staff-view_supplier-start_onboarding"}
-    # One drain of onboarding runs, asked on commit: it runs the oldest and asks for a helper for the other.
+    # One drain of onboarding runs, asked on commit: it runs one and asks for a helper for the other.
     queued = [(q.task["func"], q.task["args"]) for q in OrmQ.objects.all()]
     assert queued == [("weave.jobs.tasks.drain", ("onboarding",))]
     assert any(m.startswith("Started onboarding for 2") for m in messages)

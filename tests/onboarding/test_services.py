@@ -80,7 +80,7 @@ def test_sweep__enqueues_pending_and_expired_runs_but_not_live_or_finished_ones(
     with django_capture_on_commit_callbacks(execute=True):
         found = onboarding_sweep(clock=clock)
     assert found == [pending.pk, crashed.pk]
-    assert sent == [pending.pk]  # one request: the engine's drain takes the oldest and asks for helpers
+    assert sent == [pending.pk]  # one request: the engine's drain takes the run due longest and asks for helpers
 
 
 def test_sweep_task__counts_what_it_enqueued(django_capture_on_commit_callbacks, monkeypatch):
