@@ -32,7 +32,7 @@ def watching_queue(seen: list) -> object:
     return replace(declared, attempt=attempt)
 
 
-def test_a_drain_asks_for_a_helper_before_it_runs_the_oldest_run(fake_services):
+def test_a_drain_asks_for_a_helper_before_it_runs_the_first_due_run(fake_services):
     runs = OnboardingRunFactory.create_batch(3)
     seen: list = []
 

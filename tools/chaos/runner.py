@@ -402,17 +402,13 @@ class ChaosRunner:
         """Ask for work for rows that need a worker: a fast stand-in for the once-a-minute schedules."""
         from notifications.models import Notification
         from notifications.queue import enqueue_drain
-        from onboarding.models import OnboardingRun
-        from onboarding.queue import enqueue_run
+        from onboarding.services import onboarding_wake
 
         # Keep at most one drain per cluster running, so drains do not starve onboarding's.
         drains = Notification.objects.live().filter(owner__startswith="push:").values("owner").distinct().count()
         if drains < self.config.clusters and Notification.objects.claimable().exists():
             enqueue_drain()
-        # One request is enough: the engine keeps one onboarding drain waiting, and each asks for helpers.
-        first = OnboardingRun.objects.needing_a_worker().values_list("pk", flat=True).first()
-        if first is not None:
-            enqueue_run(first)
+        onboarding_wake()  # one request: the engine keeps one onboarding drain waiting, and each asks for helpers
 
     # --- faults ------------------------------------------------------------------------------------------
 
