@@ -94,7 +94,7 @@ class NotificationsConfig(AppConfig):
         )
         from notifications.explain import explain_notification
         from notifications.models import Notification, TopicSubscription
-        from notifications.queue import JOB_KEY, enqueue_drain
+        from notifications.queue import DRAIN, JOB, JOB_KEY, enqueue_drain
         from weave.jobs import JobType, Step, register
         from weave.schedules import ScheduleSpec
 
@@ -102,7 +102,7 @@ class NotificationsConfig(AppConfig):
         post_spawn.connect(_warm_up_drains, dispatch_uid="notifications.tasks.warm_up")
         register(
             JobType(
-                name="notification",
+                name=JOB,
                 key=JOB_KEY,
                 model=Notification,
                 settings=PushSettings,
@@ -120,6 +120,11 @@ class NotificationsConfig(AppConfig):
                 latency_group="backend",
                 timeout_setting="PUSH_TIMEOUT",
                 metrics=console.collect_metrics,
+                # The engine drains it; the pipeline (claim buffer, concurrent sender, completer) is its own.
+                pipeline=_deliver_due,
+                due_rows=Notification.objects.claimable,
+                batch_setting="PUSH_BATCH_SIZE",
+                request=DRAIN,
             )
         )
         # FCM topic subscriptions: fenced jobs of the core's runner, one per Instance ID batch.
@@ -136,6 +141,12 @@ class NotificationsConfig(AppConfig):
         )
         # What the retention purge may delete of this app's history (weave.retention).
         retention.register()
+
+
+def _deliver_due(task: Any) -> Any:
+    from notifications.tasks import deliver_due  # imported by the worker that drains, not by every process
+
+    return deliver_due(task)
 
 
 def _warm_up_drains(**signal: Any) -> None:

@@ -1,10 +1,11 @@
-"""Ask for a drain: a leaf that the worker, the services and the watcher import instead of the tasks."""
+"""Ask for a push drain: the engine's drain of the notification job type, under the request and task name
+push has always used. A leaf that the worker, the services and the watcher import instead of the tasks."""
 
-from weave import workers
+from weave import jobs, workers
 
-DRAIN = "notifications.drain"
-JOB_KEY = "notifications"  # the job type's key (`notifications.apps`), which also names its watch
-_TASK = {"group": "notifications", "task_name": DRAIN}
+JOB = "notification"  # the job type (`notifications.apps`)
+JOB_KEY = "notifications"  # its registry key, which also names its watch and its tasks' group
+DRAIN = "notifications.drain"  # its drain's request and task name
 
 
 def drain_request_name() -> str:
@@ -13,14 +14,14 @@ def drain_request_name() -> str:
 
 def enqueue_drain() -> bool:
     """Ask for a drain unless one is already waiting to start; return whether one was enqueued."""
-    return workers.request_task(drain_request_name(), "notifications.tasks.drain", **_TASK)
+    return jobs.enqueue_drain(JOB)
 
 
 def drain_claim_sql(*, only_if: str = "TRUE") -> workers.SlotClaimSQL:
     """The drain request's slot claim, for an INSERT that carries it (PostgreSQL, autocommit)."""
-    return workers.slot_claim_sql(drain_request_name(), only_if=only_if)
+    return jobs.drain_claim_sql(JOB, only_if=only_if)
 
 
 def drain_claimed(taken: bool) -> bool:
     """Finish a drain request whose claim (`drain_claim_sql`) committed; return whether a drain was enqueued."""
-    return workers.finish_claimed_request(drain_request_name(), "notifications.tasks.drain", taken=taken, **_TASK)
+    return jobs.drain_claimed(JOB, taken)

@@ -1,33 +1,26 @@
 """django-q2 entry points for the notifications app: the work lives in `delivery`."""
 
+from collections.abc import Mapping
 from typing import Any
 
 from notifications import queue
 from notifications.backends.registry import prepare_backends
 from notifications.delivery import drain as run_drain
 from notifications.delivery.worker import Lingering
-from notifications.models import Notification
-from weave import workers
-from weave.conf import weave_settings
+from weave import jobs, workers
 
 
-def drain() -> dict[str, Any]:
-    """Deliver due notifications, then linger WAKE_LINGER seconds for new rows on the same loop and
-    provider connections: steady traffic needs one task per PUSH_BUDGET, not one per notification."""
-    task = workers.LingeringTask(queue.drain_request_name(), queue.JOB_KEY, float(weave_settings.WAKE_LINGER))
-    backlog = Notification.objects.claimable()[weave_settings.PUSH_BATCH_SIZE :].exists()
-    task.begin(backlog=backlog)  # a backlog frees the slot, so the next request asks for a helper
-    if backlog:
-        queue.enqueue_drain()
-    try:
-        lingering = Lingering(seconds=task.seconds, poll=task.poll, task=task)
-        return run_drain(enqueue_more=False, linger=lingering).as_dict()
-    finally:
-        # Free the slot, then look once more: a row committed after this look finds the slot free.
-        workers.free_slot(task.name)
-        if Notification.objects.claimable().exists():
-            queue.enqueue_drain()
-        workers.tell_watchers()  # due times changed (retries, released rows)
+def drain() -> Mapping[str, Any]:
+    """Run a push drain here and now: the engine's drain of the notification job type, which lingers
+    WAKE_LINGER seconds for new rows (`deliver_due`). Tasks queued before the engine drained push name it."""
+    return jobs.drain(queue.JOB)
+
+
+def deliver_due(task: Any) -> dict[str, Any]:
+    """The push pipeline, for one drain: deliver due notifications, then linger for new rows on the same
+    loop and provider connections, as `task` (the drain's `weave.workers.LingeringTask`) allows."""
+    lingering = Lingering(seconds=task.seconds, poll=task.poll, task=task)
+    return run_drain(enqueue_more=False, linger=lingering).as_dict()
 
 
 def warm_up(**_signal: Any) -> None:
@@ -37,6 +30,6 @@ def warm_up(**_signal: Any) -> None:
     workers.settle_heap(collect=False)  # the one collection is the process start's (`weave.heap`)
 
 
-def sweep() -> dict[str, Any]:
+def sweep() -> Mapping[str, Any]:
     """Pick up expired leases and due retries (scheduled every minute): a safety net for the watchers."""
     return drain()

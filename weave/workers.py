@@ -1,15 +1,15 @@
 """The public API an app's own django-q2 tasks use: coalesced task requests and the watchers' hooks.
 
-A job type registered with `weave.jobs` needs none of this: the core asks for its tasks. An app that
-runs its own task (the push drain, which lingers for new rows) asks for it here, once per request name
-whatever the broker:
+A job type registered with `weave.jobs` needs none of this: the core asks for its tasks, and gives a
+type's own `pipeline` the `LingeringTask` it reports to (push delivery). An app that runs a task of
+its own asks for it here, once per request name whatever the broker:
 
     request_task(request_name("myapp.drain"), "myapp.tasks.drain", group="myapp")
 
 and the task says when it starts (`request_started`) and when due times changed (`tell_watchers`).
-A task that lingers for new work uses a `LingeringTask`: it keeps the request slot taken while the
-task can take more, hears new requests as they arrive, and pauses this process's watch of its kind
-through a backlog (its parts stay public too). `settle_heap` and `is_cut_off` belong to the worker process.
+A `LingeringTask` keeps the request slot taken while its task can take more, hears new requests as
+they arrive, and pauses this process's watch of its kind through a backlog (its parts stay public
+too). `settle_heap` and `is_cut_off` belong to the worker process.
 """
 
 from weave.heap import settle as settle_heap

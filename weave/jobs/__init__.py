@@ -6,15 +6,16 @@ A built-in app registers its job type for the core's registries; a site's own jo
 `weave.models.JobModel` with a `handler` or `steps`) is also run by the core: claimed by the database
 clock, its writes guarded, its steps kept as receipts, its story told by `weave_explain`.
 
-An app that asks for its own django-q2 tasks (rather than a job per row) does so through
-`weave.workers`; `weave.jobs.queue` is the core's own side of it.
+A drained type's tasks are asked for with `enqueue_drain` (or `enqueue_job`), or, where the rows'
+INSERT should carry the request in the same statement, `drain_claim_sql` and then `drain_claimed`;
+`drain` runs one drain here and now, as its task does.
 """
 
 from weave.jobs.context import JobContext, claim
 from weave.jobs.cutoff import first_line, landed_claim, record_blocked, settle_cut_off
 from weave.jobs.declaration import JobType, get, job, job_types, register, ttl_settings
 from weave.jobs.policy import Fail, RetryPolicy
-from weave.jobs.queue import enqueue_job
+from weave.jobs.queue import drain_claim_sql, drain_claimed, enqueue_drain, enqueue_job
 from weave.jobs.records import AttemptRecords
 from weave.jobs.steps import (
     PhaseError,
@@ -27,6 +28,7 @@ from weave.jobs.steps import (
     undo_steps,
     working,
 )
+from weave.jobs.tasks import drain
 from weave.retry import backoff_seconds
 
 __all__ = [
@@ -41,6 +43,10 @@ __all__ = [
     "backoff_seconds",
     "check_steps",
     "claim",
+    "drain",
+    "drain_claim_sql",
+    "drain_claimed",
+    "enqueue_drain",
     "enqueue_job",
     "first_line",
     "get",

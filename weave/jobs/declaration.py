@@ -57,6 +57,13 @@ class JobType:
     worker holds the row or it needs none), and `due_rows()` is the rows that need a worker now, longest
     due first. The core then asks for its tasks, as for a type it runs: one drain per request, which runs
     one attempt and asks for a helper while more rows are due.
+
+    A job type with a pipeline of its own (push delivery, which claims batches and sends them
+    concurrently) gives `pipeline` and `due_rows` instead, with `batch_setting` (the key of its rows per
+    claim): `pipeline(task)` delivers due rows until none is left or its budget is spent, and lingers
+    for new ones through `task` (a `weave.workers.LingeringTask`). The core asks for its drains, asks
+    for a helper while more than a batch is due, and asks again at the end while rows are due.
+    `request` names a drained type's request and task (default `weave.jobs.drain:<name>`).
     """
 
     name: str
@@ -98,6 +105,9 @@ class JobType:
     records_takeovers: bool = False
     attempt: Callable[[Any], str] | None = None
     due_rows: Callable[[], Any] | None = None
+    pipeline: Callable[[Any], Mapping[str, Any]] | None = None
+    batch_setting: str | None = None
+    request: str = ""
 
     def policy(self, job: Any) -> RetryPolicy:
         """The retry policy of `job`: its own (`retry_for`) when the type gives one, else the type's."""
@@ -134,8 +144,9 @@ class JobType:
 
     @property
     def drained(self) -> bool:
-        """Whether the core asks for this type's tasks: it runs the type, or the type gives its own `attempt`."""
-        return self.runnable or self.attempt is not None
+        """Whether the core asks for this type's tasks: it runs the type, or the type gives its own `attempt`
+        or `pipeline`."""
+        return self.runnable or self.attempt is not None or self.pipeline is not None
 
     def has_due_rows(self) -> bool:
         """Whether a row of this drained type needs a worker now."""
@@ -167,7 +178,7 @@ class JobType:
         """Say what in this declaration cannot work (a setting nobody declared, a watch half given)."""
         found = [
             f"{what} {name!r} is not a declared WEAVE key"
-            for what in ("ttl_setting", "timeout_setting")
+            for what in ("ttl_setting", "timeout_setting", "batch_setting")
             if (name := getattr(self, what)) is not None and name not in KEYS
         ]
         names = [step.name for step in self.steps]
@@ -179,16 +190,35 @@ class JobType:
             ),
             (self.panel is not None and not self.panel_title, "panel needs panel_title"),
             (self.handler is not None and bool(self.steps), "give a handler or steps, not both"),
-            (
-                (self.attempt is None) != (self.due_rows is None),
-                "attempt and due_rows go together (a drain needs both)",
-            ),
             (self.attempt is not None and self.runnable, "give an attempt or a handler or steps, not both"),
             (bool(self.result_field) and self.handler is None, "result_field goes with a handler"),
             (self.ttl is not None and self.ttl <= 0, "ttl must be above 0 seconds"),
             (len(set(names)) != len(names), "step names must be unique (receipts are kept per step)"),
         )
-        return found + self._model_problems() + [message for broken, message in broken_rules if broken]
+        rules = broken_rules + self._own_drain_rules()
+        return found + self._model_problems() + [message for broken, message in rules if broken]
+
+    def _own_drain_rules(self) -> tuple[tuple[bool, str], ...]:
+        """What an own `attempt` or `pipeline` needs: the due rows its drain lists, and a batch size."""
+        own = [what for what in ("attempt", "pipeline") if getattr(self, what) is not None]
+        return (
+            (
+                self.attempt is not None and self.due_rows is None,
+                "attempt and due_rows go together (a drain needs both)",
+            ),
+            (
+                self.due_rows is not None and not own,
+                "due_rows goes with an attempt or a pipeline (its drain lists them)",
+            ),
+            (
+                self.pipeline is not None and (self.due_rows is None or self.batch_setting is None),
+                "pipeline needs due_rows and batch_setting (its drain asks for a helper past one batch)",
+            ),
+            (
+                len(own) > 1 or (self.pipeline is not None and self.runnable),
+                "give one of an attempt, a pipeline, a handler or steps",
+            ),
+        )
 
     def _model_problems(self) -> list[str]:
         """What the core-run model lacks: the job fields, or the field that keeps the result."""
@@ -257,6 +287,7 @@ def _with_core_runner(job: JobType) -> JobType:
     from weave.jobs.explain import explainer_for
 
     model: Any = job.model
+    queue.name_requests(job.name, request=job.request, group=job.registry_key)
     defaults: dict[str, Any] = {}
     if job.schedule is None:
         # One sweep for every job type the core runs; registering it again changes nothing.

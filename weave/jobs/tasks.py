@@ -2,27 +2,31 @@
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from weave.conf import setting, weave_settings
 from weave.jobs import queue
 from weave.jobs.batch import Report, run_batches
 from weave.jobs.declaration import JobType, get, job_types
 from weave.jobs.runner import run_job
-from weave.wake import request_name, request_started, tell_watchers
+from weave.wake import LingeringTask, free_slot, request_name, request_started, tell_watchers
 
 # Seconds one drain starts new jobs for; the next drain carries on. Well inside the Q_CLUSTER timeout,
 # which must also cover the longest attempt started just before the end (its type's `budget`).
 DRAIN_BUDGET = 30.0
 
 
-def drain(job_type: str, *, budget: float = DRAIN_BUDGET) -> dict[str, int]:
+def drain(job_type: str, *, budget: float = DRAIN_BUDGET) -> Mapping[str, Any]:
     """Run due jobs of `job_type` in batches until none is due or the budget is spent; return their outcomes.
 
-    A type with its own `attempt` runs one attempt per drain instead (`drain_one`)."""
+    A type with its own `attempt` runs one attempt per drain instead (`drain_one`), and a type with its
+    own pipeline runs that (`drain_pipeline`)."""
     declared = get(job_type)
     if declared.attempt is not None:
         return drain_one(declared)
+    if declared.pipeline is not None:
+        return drain_pipeline(declared)
     model: Any = declared.model
     due = model._default_manager.due().order_by("next_attempt_at", "pk")
     undo = model._default_manager.undo_due().order_by("next_attempt_at", "pk")
@@ -95,6 +99,26 @@ def drain_one(declared: JobType) -> dict[str, int]:
     if outcome != "cut_off" and declared.has_due_rows():
         queue.enqueue_drain(declared.name)
     return dict(outcomes)
+
+
+def drain_pipeline(declared: JobType) -> Mapping[str, Any]:
+    """Run the pipeline of `declared` once, lingering WAKE_LINGER seconds for new rows on its open loop and
+    connections: steady traffic needs one task per budget, not one per row. Return what it reports."""
+    assert declared.pipeline is not None and declared.due_rows is not None and declared.batch_setting
+    name = queue.drain_request_name(declared.name)
+    task = LingeringTask(name, declared.registry_key, float(weave_settings.WAKE_LINGER))
+    backlog = declared.due_rows()[int(setting(declared.batch_setting)) :].exists()
+    task.begin(backlog=backlog)  # a backlog frees the slot, so the next request asks for a helper
+    if backlog:
+        queue.enqueue_drain(declared.name)
+    try:
+        return declared.pipeline(task)
+    finally:
+        # Free the slot, then look once more: a row committed after this look finds the slot free.
+        free_slot(name)
+        if declared.has_due_rows():
+            queue.enqueue_drain(declared.name)
+        tell_watchers()  # due times changed (retries, released rows)
 
 
 def run(job_type: str, pk: Any) -> str:
