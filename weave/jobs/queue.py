@@ -10,13 +10,12 @@ _named: dict[str, tuple[str, str]] = {}  # job type -> (the name of its requests
 
 def name_requests(job_type: str, *, request: str, group: str) -> None:
     """Name the drain requests and tasks of `job_type` (`register`: a `JobType`'s `request` and key)."""
-    _named[job_type] = (request or f"weave.jobs.drain:{job_type}", group)
+    _named[job_type] = (request or _names(job_type)[0], group)
 
 
 def _names(job_type: str) -> tuple[str, str]:
-    if job_type not in _named:
-        name_requests(job_type, request="", group=job_type)
-    return _named[job_type]
+    """The names `job_type` was registered with, else the defaults: `weave.jobs.drain:<type>`, its own group."""
+    return _named.get(job_type, (f"weave.jobs.drain:{job_type}", job_type))
 
 
 def drain_request_name(job_type: str) -> str:
