@@ -15,7 +15,7 @@ from django_q.brokers.orm import ORM
 from django_q.conf import Conf
 
 from weave.leases import DbNow
-from weave.wake import TaskRequestWait, close_quietly
+from weave.wake import TASK_CHANNEL, Listener, close_quietly
 from weave.worker_db import is_cut_off
 
 logger = logging.getLogger("weave.broker")
@@ -104,13 +104,13 @@ class DatabaseClockLocks(ORM):  # type: ignore[misc]
         package = self.get_connection().create(key=self.list_key or Conf.CLUSTER_NAME, payload=task, lock=DbNow())
         return package.pk
 
-    _request_wait: TaskRequestWait | None = None
+    _request_wait: Listener | None = None
 
     def dequeue(self) -> list[tuple[Any, Any]] | None:
         tasks = list(self.get_connection().filter(key=self.list_key, lock__lt=DbNow())[0 : Conf.BULK])
         if not tasks:  # sleep as the stock broker does, but wake for a task request at once
             if self._request_wait is None:
-                self._request_wait = TaskRequestWait()
+                self._request_wait = Listener(TASK_CHANNEL)
             self._request_wait.wait(Conf.POLL)
             return None
         taken = []

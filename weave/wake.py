@@ -169,12 +169,6 @@ def _arrived() -> None:
             logger.exception("event=arrival_callback_failed")
 
 
-def keep_slot_taken(name: str, seconds: float) -> None:
-    """Keep the slot of `name` taken `seconds` more: the running task takes new work (if it dies, the slot lapses)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_upsert_text(connection.vendor, False, "TRUE"), _upsert_params(name, seconds))
-
-
 def free_slot(name: str) -> None:
     """Free the slot of `name`: no task of it waits, or its running task takes no more work."""
     from weave.models import WakeRequest
@@ -202,34 +196,58 @@ def tell_watchers(*, task: bool = False) -> None:
 
 
 class LingeringTask:
-    """The wake-up side of a task that lingers for new work (the push drain): while it can take more it
-    keeps its slot taken, so new requests reach it as arrivals instead of new tasks."""
+    """The wake-up side of a task that lingers for new work (a job type's `pipeline`): while it can take more
+    it keeps its slot taken, so new requests reach it as arrivals instead of new tasks."""
 
     def __init__(self, name: str, watch: str, seconds: float) -> None:
         self.name, self.watch, self.seconds = name, watch, seconds
         self.poll = max(0.02, GRACE / 2)  # how often the loop looks for rows: a safety net for arrivals
         self._renewed = time.monotonic()
+        self._won = 0  # the slot's winning requests when this task began: any later one has a task to come
 
     def begin(self, *, backlog: bool) -> None:
         """The task starts: keep the slot taken (or, with a backlog, free it for a helper)."""
+        from weave.models import WakeRequest
+
+        # Read first: this task's own hold never counts as a request, and a row made by the hold counts 0.
+        self._won = WakeRequest.objects.filter(name=self.name).values_list("requests", flat=True).first() or 0
         if backlog or not self.seconds:
             free_slot(self.name)
         else:
-            keep_slot_taken(self.name, self.seconds + GRACE)
+            self._keep_slot_taken()
         tell_watchers()  # rows are about to be leased: the watchers learn when those leases would lapse
+
+    def end(self) -> None:
+        """The task takes no more work: free its slot, unless a request won the slot since `begin` (a helper,
+        or a request after a lapse), whose task has yet to start and frees it then."""
+        from weave.models import WakeRequest
+
+        mine = WakeRequest.objects.filter(name=self.name, requests=self._won, queued_until__isnull=False)
+        mine.update(queued_until=None)
 
     def hears(self) -> bool:
         """Whether every new request reaches this process as an arrival (its watcher listens)."""
         return bool(weave_settings.WAKE_WATCHER) and _state.mode == "listen"
 
+    def on_arrival(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call `callback` (on the watcher's thread; it must not block) each time this process's watcher hears
+        of new work; return the function that stops it. A callback, not a flag: no arrival is lost."""
+        return on_arrival(callback)
+
     def turn(self, has_space: bool) -> None:
         """Renew the slot every half linger while the loop can take new rows; a full loop lets it lapse."""
         if has_space and self.seconds and time.monotonic() - self._renewed >= self.seconds / 2:
-            keep_slot_taken(self.name, self.seconds + GRACE)
+            self._keep_slot_taken()
             self._renewed = time.monotonic()
 
     def backlog(self) -> None:
         pause_watch(self.watch, POLL_MAX)
+
+    def _keep_slot_taken(self) -> None:
+        # Unconditional, and never counted as a request: if the task dies, the slot lapses.
+        with connection.cursor() as cursor:
+            params = _upsert_params(self.name, self.seconds + GRACE)
+            cursor.execute(_upsert_text(connection.vendor, False, "TRUE"), params)
 
 
 # --- what is watched -----------------------------------------------------------------------------------
@@ -375,28 +393,20 @@ class Listener:
         self.close()
         self.polling = False
 
-
-class TaskRequestWait(Listener):
-    """A broker's idle wait: sleep up to a given time, cut short by a task request (NOTIFY TASK_CHANNEL).
-
-    The LISTEN stays open between waits, and the first wait after (re)opening returns at once (a request
-    before it was not heard). Where the probe is not heard (a pooler), or on SQLite, it only sleeps."""
-
-    def __init__(self) -> None:
-        super().__init__(TASK_CHANNEL)
-
     def wait(self, seconds: float) -> bool:
-        """Sleep up to `seconds`; True if a request (or the (re)opening of the LISTEN) cut it short."""
+        """Sleep up to `seconds`, cut short by any notification; True if one (or the (re)opening of the
+        LISTEN, since one sent before it was not heard) cut it short. Where the probe is not heard (a pooler),
+        on SQLite, or after a failure, it only sleeps. A broker's idle wait on TASK_CHANNEL."""
         deadline = time.monotonic() + seconds
         try:
             if self.connect():
                 if self.polling:
-                    logger.warning("event=task_requests_unheard: the broker polls its queue (a transaction pooler?)")
+                    logger.warning("event=notifications_unheard channel=%s: polling instead (a pooler?)", self.channel)
                 return True
             if self.raw is not None:
                 return bool(self.read(seconds))
-        except Exception:  # the broker's own queries report an outage; here, sleep and reopen
-            logger.debug("the task-request wait's LISTEN failed; sleeping instead", exc_info=True)
+        except Exception:  # its owner's own queries report an outage; here, sleep and reopen
+            logger.debug("the LISTEN on %s failed; sleeping instead", self.channel, exc_info=True)
             self.close()
         time.sleep(max(0.0, deadline - time.monotonic()))
         return False

@@ -7,9 +7,9 @@ its own asks for it here, once per request name whatever the broker:
     request_task(request_name("myapp.drain"), "myapp.tasks.drain", group="myapp")
 
 and the task says when it starts (`request_started`) and when due times changed (`tell_watchers`).
-A `LingeringTask` keeps the request slot taken while its task can take more, hears new requests as
-they arrive, and pauses this process's watch of its kind through a backlog (its parts stay public
-too). `settle_heap` and `is_cut_off` belong to the worker process.
+The `LingeringTask` the core gives a pipeline keeps the request slot taken while its task can take
+more, hears new requests as they arrive (`on_arrival`), and pauses this process's watch of its kind
+through a backlog. `settle_heap` and `is_cut_off` belong to the worker process.
 """
 
 from weave.heap import settle as settle_heap
@@ -18,11 +18,7 @@ from weave.wake import (
     ListenState,
     SlotClaimSQL,
     finish_claimed_request,
-    free_slot,
-    keep_slot_taken,
     listen_state,
-    on_arrival,
-    pause_watch,
     request_name,
     request_started,
     request_task,
@@ -36,12 +32,8 @@ __all__ = [
     "ListenState",
     "SlotClaimSQL",
     "finish_claimed_request",
-    "free_slot",
     "is_cut_off",
-    "keep_slot_taken",
     "listen_state",
-    "on_arrival",
-    "pause_watch",
     "request_name",
     "request_started",
     "request_task",

@@ -330,7 +330,7 @@ class _Pump:
         try:
             # Subscribed before the first claim: a row requested after any look of ours is heard, none is lost.
             if self.lingering.task is not None and self.lingering.seconds:
-                stop_listening = workers.on_arrival(worker.arrived)
+                stop_listening = self.lingering.task.on_arrival(worker.arrived)
             while self.step():
                 pass
         finally:

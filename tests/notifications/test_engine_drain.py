@@ -72,9 +72,31 @@ def test_with_more_than_a_batch_due_a_helper_is_queued_before_the_pipeline_start
 
     helper = ("notifications.drain", "weave.jobs.tasks.drain", ("notification",), "notifications")
     assert seen == [([helper], True, 2.0)]  # the helper's request holds the slot, not this drain
-    # Rows are still due at the end: it frees the slot and asks again (a helper that had not started yet
-    # gets company; each claims its own rows).
-    assert queued()[0] == helper and set(queued()) == {helper}
+    # Rows are still due at the end, but the slot is the helper's, which has yet to start: the drain
+    # leaves it taken, and its ask reaches the helper rather than queueing a second task.
+    assert queued() == [helper]
+    assert slot_taken()
+
+
+def test_a_request_that_won_the_slot_during_the_drain_keeps_it_when_the_drain_ends(settings):
+    """The drain's slot lapsed (a full loop stops renewing it) and a new request won it: that request's
+    task has yet to start, so the drain's end leaves the slot taken and asks for no second task."""
+    settings.WEAVE = {**settings.WEAVE, "PUSH_BATCH_SIZE": 5, "WAKE_LINGER": 2.0}
+    seen: list = []
+
+    def pipeline(task):
+        WakeRequest.objects.filter(name=queue.drain_request_name()).update(queued_until=None)  # lapsed
+        due_now(1)
+        assert queue.enqueue_drain() is True  # won: a task is queued
+        seen.append(queued())
+        return {"delivered": 0}
+
+    drain_pipeline(replace(get(queue.JOB), pipeline=pipeline))
+
+    assert len(seen[0]) == 1
+    assert queued() == seen[0]  # the row is due, yet no second task: the queued one will take it
+    assert slot_taken()
+    assert WakeRequest.objects.get(name=queue.drain_request_name()).requests == 1
 
 
 def test_exactly_one_batch_due_asks_for_no_helper(settings):

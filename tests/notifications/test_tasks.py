@@ -62,8 +62,9 @@ def test_drain__a_row_created_during_the_linger_goes_out_on_the_same_pipeline(pu
 
 
 def test_drain__with_a_backlog_pauses_this_process_s_watch_of_its_kind(push_settings, fake, settings, monkeypatch):
-    """A drain whose claims take whole batches says so (`weave.workers.pause_watch`): its own watcher then skips the
-    aggregate over every pending row that found the kind overdue each round; with less than a batch it does not."""
+    """A drain whose claims take whole batches says so (its `LingeringTask`'s `backlog()`): its own watcher then
+    skips the aggregate over every pending row that found the kind overdue each round; with less than a batch it
+    does not."""
     covers: list[tuple[str, float]] = []
     monkeypatch.setattr(wake, "pause_watch", lambda name, seconds: covers.append((name, seconds)))
     settings.WEAVE = {**settings.WEAVE, "PUSH_BATCH_SIZE": 5, "WAKE_LINGER": 0}

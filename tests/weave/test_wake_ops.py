@@ -249,8 +249,8 @@ def test_notification_create__with_an_unreachable_redis_stores_the_row_and_raise
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_task_request_wait__a_request_wakes_the_brokers_idle_wait_and_a_covered_one_does_not():
-    request_wait = wake.TaskRequestWait()
+def test_a_brokers_idle_wait__a_request_wakes_it_and_a_covered_one_does_not():
+    request_wait = wake.Listener(wake.TASK_CHANNEL)
     try:
         assert request_wait.wait(30.0) is True  # just opened: look again first (a request before the LISTEN was missed)
         assert enqueue_drain() is True  # enqueued and announced while nobody waits: kept for the next wait

@@ -10,7 +10,7 @@ from weave.jobs import queue
 from weave.jobs.batch import Report, run_batches
 from weave.jobs.declaration import JobType, get, job_types
 from weave.jobs.runner import run_job
-from weave.wake import LingeringTask, free_slot, request_name, request_started, tell_watchers
+from weave.wake import LingeringTask, request_name, request_started, tell_watchers
 
 # Seconds one drain starts new jobs for; the next drain carries on. Well inside the Q_CLUSTER timeout,
 # which must also cover the longest attempt started just before the end (its type's `budget`).
@@ -114,8 +114,9 @@ def drain_pipeline(declared: JobType) -> Mapping[str, Any]:
     try:
         return declared.pipeline(task)
     finally:
-        # Free the slot, then look once more: a row committed after this look finds the slot free.
-        free_slot(name)
+        # Free the slot (unless a helper's request holds it), then look once more: a row committed after
+        # this look finds the slot free, or reaches the helper.
+        task.end()
         if declared.has_due_rows():
             queue.enqueue_drain(declared.name)
         tell_watchers()  # due times changed (retries, released rows)
