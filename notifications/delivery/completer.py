@@ -116,7 +116,7 @@ class Completer:
                     done.plans.append((plan, True))
                     continue
                 done.plans.extend(self._write_alone(plan, stories, done))
-            self._announce([plan for plan in plans if plan.row.pk in landed], stories)
+            self._send_signals_of_landed([plan for plan in plans if plan.row.pk in landed], stories)
         self._touch.update(p.row.device_id for p, ok in done.plans if ok and p.transition.status == policy.DELIVERED)
         self.flush_touches(force=False)
         return done
@@ -139,7 +139,7 @@ class Completer:
         }
 
     @staticmethod
-    def _announce(plans: list[Plan], stories: dict[Any, str]) -> None:
+    def _send_signals_of_landed(plans: list[Plan], stories: dict[Any, str]) -> None:
         """The signals of finishes that landed with their COMMIT's reply lost (their on-commit ones never ran)."""
         send_notification_signals(
             (plan.row.pk, plan.transition.status, stories.get(plan.row.pk, plan.transition.last_error))
