@@ -169,11 +169,15 @@ def _arrived() -> None:
             logger.exception("event=arrival_callback_failed")
 
 
-def free_slot(name: str) -> None:
-    """Free the slot of `name`: no task of it waits, or its running task takes no more work."""
+def free_slot(name: str, *, won: int | None = None) -> None:
+    """Free the slot of `name`: no task of it waits, or its running task takes no more work. With `won`, only
+    while the slot's win count is still that: a request that won since keeps the slot for its own task."""
     from weave.models import WakeRequest
 
-    WakeRequest.objects.filter(name=name, queued_until__isnull=False).update(queued_until=None)
+    taken = WakeRequest.objects.filter(name=name, queued_until__isnull=False)
+    if won is not None:
+        taken = taken.filter(requests=won)
+    taken.update(queued_until=None)
 
 
 def request_started(name: str, *, forget: bool = False) -> None:
@@ -220,10 +224,7 @@ class LingeringTask:
     def end(self) -> None:
         """The task takes no more work: free its slot, unless a request won the slot since `begin` (a helper,
         or a request after a lapse), whose task has yet to start and frees it then."""
-        from weave.models import WakeRequest
-
-        mine = WakeRequest.objects.filter(name=self.name, requests=self._won, queued_until__isnull=False)
-        mine.update(queued_until=None)
+        free_slot(self.name, won=self._won)
 
     def hears(self) -> bool:
         """Whether every new request reaches this process as an arrival (its watcher listens)."""
