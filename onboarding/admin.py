@@ -463,7 +463,7 @@ class OnboardingRunAdmin(ActionsWhereTheyApply, LeasedModelAdmin):
         if not receipts:
             return "No step committed."
         try:
-            undoable = {s.name for s in load_plan(run.plan or DEFAULT_PLAN) if s.undo is not None}
+            undoable = {s.name for s in load_plan(run.plan or DEFAULT_PLAN) if s.undoable}
         except PlanError:
             undoable = set()
         rows = [

@@ -506,19 +506,22 @@ class Attempt:
 
     def release_for_retry(self, failure: TemporaryFailure, stage: str) -> None:
         """Release the run after a temporary failure, due again after the service's Retry-After or our backoff."""
-        if failure.retry_after is not None:
-            delay, why = failure.retry_after, "as the service asked with Retry-After"
-        else:
-            releases = RunAttempt.objects.filter(run_id=self.run_id, outcome=Outcome.RELEASED).count()
-            delay = backoff_seconds(
-                releases + 1,
-                base=weave_settings.ONBOARDING_RELEASE_BACKOFF,
-                cap=weave_settings.ONBOARDING_RELEASE_BACKOFF_MAX,
-            )
-            why = "backoff with jitter"
+        delay, why = self._retry_delay(failure)
         self.give_back(
             f"{stage}: {failure.reason} Waiting {delay:.1f} s for a later attempt ({why}).", requeue=False, delay=delay
         )
+
+    def _retry_delay(self, failure: TemporaryFailure) -> tuple[float, str]:
+        """How long the run waits after `failure`: the service's Retry-After, or our backoff; and why."""
+        if failure.retry_after is not None:
+            return failure.retry_after, "as the service asked with Retry-After"
+        releases = RunAttempt.objects.filter(run_id=self.run_id, outcome=Outcome.RELEASED).count()
+        delay = backoff_seconds(
+            releases + 1,
+            base=weave_settings.ONBOARDING_RELEASE_BACKOFF,
+            cap=weave_settings.ONBOARDING_RELEASE_BACKOFF_MAX,
+        )
+        return delay, "backoff with jitter"
 
     def fail(self, reason: str, *, step: str = "", fixable: bool = True) -> None:
         """End the run as failed with `reason`, under the guard; record the step and whether a retry may fix it."""
@@ -551,6 +554,9 @@ class Attempt:
             self._end_undo(Undo.REQUESTED, f"Attempt budget spent while undoing; undone so far: {undone}.")
             transaction.on_commit(partial(queue.enqueue_run, self.run_id))
             return
+        if isinstance(walk.error, TemporaryFailure):
+            self._retry_undo(walk.error, f"Undo of {walk.failed_step} failed for now: {walk.error.reason}", undone)
+            return
         if isinstance(walk.error, StepFailure):
             self._end_undo(
                 Undo.FAILED, f"Undo of {walk.failed_step} failed: {walk.error.reason} Undone before it: {undone}."
@@ -562,15 +568,23 @@ class Attempt:
         self._end_undo(Undo.DONE, reason)
 
     def undo_step(self, step: Step, receipt: StepReceipt) -> None:
-        """One step's undo: the guarded save (the run is still cancelled, undo still asked, lease ours), the
-        step's compensating writes and the receipt's undone mark, in one transaction."""
-        undo = step.undo
-        if undo is None:
+        """One step's undo: its outside calls (`undo_work`) under the heartbeat, then the guarded save (the run
+        is still cancelled, undo still asked, lease ours), the step's compensating writes and the receipt's
+        undone mark, in one transaction."""
+        if not step.undoable:
             raise PermanentFailure(f"Step {step.name} declares no undo.")
         ctx = self.context(step)
+        ctx.undoing = True
+        value: Any = dict(receipt.output)
+        if step.undo_run is not None:
+            keep = partial(self.heartbeats.__setitem__, f"undo {step.name}")
+            with working(self.job, background=self.background, lost_wins_over=(StepFailure,), made=keep) as beat:
+                ctx.heartbeat = beat
+                value = step.undo_run(ctx, value)
         ctx.committing = True
         with self.job.guarded(expect=UNDOING, renew=False, reason=f"Undoing: {step.name} at fence {self.lease.fence}."):
-            undo(ctx, dict(receipt.output))
+            if step.undo is not None:
+                step.undo(ctx, value)
             StepReceipt.objects.filter(pk=receipt.pk, undone_at__isnull=True).update(
                 undone_at=self.clock.now(), undone_fence=self.lease.fence
             )
@@ -588,6 +602,20 @@ class Attempt:
         with transaction.atomic():
             self.claim.release(expect=UNDOING, undo_state=state, reason=reason)
             self.claim.end(Outcome.RELEASED, reason)
+
+    def _retry_undo(self, failure: TemporaryFailure, said: str, undone: str) -> None:
+        """Give the run back still waiting for its undo, due again after the service's Retry-After or our
+        backoff: an undo's outside call that failed for now is tried again, not given up."""
+        delay, why = self._retry_delay(failure)
+        with transaction.atomic():
+            due = self.job.database_time(delay)
+            reason = (
+                f"{said} Undone before it: {undone}. Waiting {delay:.1f} s ({why}); next attempt due at "
+                f"{clock_time(due)} (database time)."
+            )
+            self.claim.release(expect=UNDOING, undo_state=Undo.REQUESTED, reason=reason, next_attempt_at=due)
+            self.claim.end(Outcome.RELEASED, reason, retry_due_at=due)
+            transaction.on_commit(tell_watchers)
 
     # --- helpers ------------------------------------------------------------------------------------
 

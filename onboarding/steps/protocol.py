@@ -1,7 +1,7 @@
 """What an onboarding step is given, and how a plan entry becomes the core's `weave.jobs.Step`.
 
 An onboarding step is the core's one step protocol (`weave.jobs.Step`: `run`, `save`, `undo`,
-`check`), run by the onboarding runner with a `StepContext`. A plan entry may also be any object with
+`check`, `undo_run`), run by the onboarding runner with a `StepContext`. A plan entry may also be any object with
 onboarding's own names for the same parts (`BaseStep` is a base class for one); `as_step()` turns it
 into a `weave.jobs.Step`:
 
@@ -14,9 +14,14 @@ into a `weave.jobs.Step`:
   the guarded phase save, after it landed; it does the step's domain writes and returns the receipt's
   output. A refused save rolls all of it back. No outside calls here: the transaction holds the run's
   row lock.
-- `undo(ctx, output) -> None` (optional) — the compensation "Cancel and undo" runs for a committed
-  step of a cancelled run, in its own guarded transaction, newest step first. `output` is the
-  step's receipt output.
+- `undo_work(ctx, output) -> dict` (optional; the step's `undo_run`) — the outside calls of the
+  compensation "Cancel and undo" runs for a committed step of a cancelled run, newest step first.
+  `output` is the step's receipt output. It runs under the heartbeat, as `work` does, and writes
+  nothing; `ctx.idempotency_key` is the step's key with `:undo` added, so a cancellation is never
+  answered with the stored answer of the call it cancels.
+- `undo(ctx, output) -> None` (optional) — the compensation's writes, in its own guarded transaction
+  that also marks the receipt undone. `output` is what `undo_work` returned, else the receipt output.
+  No outside calls here, as in `commit`.
 - `check(ctx) -> None` (optional) — runs for every remaining step before the attempt's first outside
   call or write; raises `PermanentFailure` (or `BusinessRefusal`) when the step's commit part could
   not succeed with this supplier, so a run never fails halfway for a reason known at the start.
@@ -68,6 +73,7 @@ class StepContext:
     outputs: Mapping[str, Output] = field(default_factory=dict)  # earlier steps' receipts, by step name
     heartbeat: Heartbeat | None = None
     committing: bool = False  # True inside the guarded transaction: no outside calls then
+    undoing: bool = False  # compensating a committed step ("Cancel and undo")
 
     @property
     def supplier(self) -> "Supplier":
@@ -80,15 +86,18 @@ class StepContext:
 
     @property
     def idempotency_key(self) -> str:
-        """The key for this step's outside call: the same for every attempt at (run, step)."""
-        return idempotency_key(self.run.pk, self.step_name, self.run.reopened)
+        """The key for this step's outside call: the same for every attempt at (run, step), and its own for
+        the step's undo."""
+        key = idempotency_key(self.run.pk, self.step_name, self.run.reopened)
+        return f"{key}:undo" if self.undoing else key
 
     @property
     def http(self) -> "SupplierServices":
         """The HTTP client (base URL `WEAVE["SUPPLIER_API_URL"]`; absolute URLs go where they say)."""
         if self.committing:
             # The guarded transaction holds the run's row lock: a slow call here would hold it too.
-            raise RuntimeError(f"Step {self.step_name}: outside calls belong in work(), not in commit().")
+            inside, outside = ("undo", "undo_work") if self.undoing else ("commit", "work")
+            raise RuntimeError(f"Step {self.step_name}: outside calls belong in {outside}(), not in {inside}().")
         return self.services()
 
     def now(self) -> Expression:
@@ -118,9 +127,11 @@ def Step(  # noqa: N802  (named as the class it builds, which it once was)
     commit: Callable[[StepContext, Output], Output | None] | None = None,
     undo: Callable[[StepContext, Output], None] | None = None,
     check: Callable[[StepContext], None] | None = None,
+    undo_work: Callable[[StepContext, Output], Output] | None = None,
 ) -> CoreStep:
-    """Build the core's `weave.jobs.Step` from onboarding's names: `work` is its `run`, `commit` its `save`."""
-    return CoreStep(name, run=work or _no_work, save=commit, undo=undo, check=check, title=title)
+    """Build the core's `weave.jobs.Step` from onboarding's names: `work` is its `run`, `commit` its `save`,
+    `undo_work` its `undo_run`."""
+    return CoreStep(name, run=work or _no_work, save=commit, undo=undo, check=check, title=title, undo_run=undo_work)
 
 
 def _no_work(ctx: StepContext) -> Output:
@@ -128,11 +139,12 @@ def _no_work(ctx: StepContext) -> Output:
 
 
 class BaseStep:
-    """A base class for class-style steps: override `work`, `commit` and, if you can, `undo`."""
+    """A base class for class-style steps: override `work`, `commit` and, if you can, `undo` and `undo_work`."""
 
     name: str = ""
     title: str = ""
     undo: Callable[[StepContext, Output], None] | None = None
+    undo_work: Callable[[StepContext, Output], Output] | None = None
 
     def work(self, ctx: StepContext) -> Output:
         return {}
@@ -158,10 +170,12 @@ def as_step(obj: Any, path: str = "") -> CoreStep:
     work = getattr(obj, "work", None) or _no_work
     undo = getattr(obj, "undo", None)
     check = getattr(obj, "check", None)
-    for attr, value in (("work", work), ("undo", undo), ("check", check)):
+    undo_work = getattr(obj, "undo_work", None)
+    for attr, value in (("work", work), ("undo", undo), ("check", check), ("undo_work", undo_work)):
         if value is not None and not callable(value):
             raise TypeError(f"{where}: `{attr}` must be callable or absent.")
-    return CoreStep(name, run=work, save=commit, undo=undo, check=check, title=str(getattr(obj, "title", "") or ""))
+    title = str(getattr(obj, "title", "") or "")
+    return CoreStep(name, run=work, save=commit, undo=undo, check=check, title=title, undo_run=undo_work)
 
 
 def receipt_output(step: CoreStep, ctx: StepContext, output: Output) -> Output:

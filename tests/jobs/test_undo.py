@@ -5,11 +5,13 @@ The shipment type is given a plan of three steps for these tests: `hold` (undo: 
 attempt that claimed the cancelled job; a worker that loses its lease writes nothing more.
 """
 
+import time
 from dataclasses import replace
 
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission, User
+from django.db import connection
 from django.urls import reverse
 
 from tests.jobs.shipping.models import Booking, Shipment
@@ -427,3 +429,128 @@ def test_cancel_and_undo__the_dashboard_console_and_metrics_count_the_undoing_st
     assert 'weave_jobs{job="shipment",state="undoing"} 1.0' in metrics
     listing = admin_client.get(reverse("admin:shipping_shipment_changelist") + "?state=undoing").content.decode()
     assert "undo due now" in listing
+
+
+# --- an undo with an outside call: `undo_run` outside any transaction, then `undo`'s writes -------------
+
+seen: list[tuple] = []  # (what ran, how many atomic blocks were open, what it was given)
+
+
+def cancel_at_carrier(ctx, result):
+    seen.append(("undo_run", len(connection.atomic_blocks), result["carrier_ref"], f"{ctx.idempotency_key}:undo"))
+    for hook in list(hooks["undo_book"]):
+        hook(ctx)
+    return {"refund": f"RF-{result['carrier_ref']}"}
+
+
+def delete_refunded_booking(ctx, value):
+    seen.append(("undo", len(connection.atomic_blocks), value["refund"], ""))
+    Booking.objects.filter(shipment_id=ctx.lease.pk, carrier_ref=ctx.results["book"]["carrier_ref"]).delete()
+
+
+def release_hold_at_carrier(ctx, result):
+    seen.append(("undo_run", len(connection.atomic_blocks), result["hold"], ""))
+
+
+CALLING_PLAN = (
+    Step("hold", hold, undo_run=release_hold_at_carrier),  # an outside call and no writes
+    Step("book", book, save=record_booking, undo=delete_refunded_booking, undo_run=cancel_at_carrier),
+    Step("notify", notify),
+)
+
+
+@pytest.fixture
+def calling_undos():
+    declared = declaration.get("shipment")
+    declaration._registry["shipment"] = replace(declared, steps=CALLING_PLAN)
+    seen.clear()
+    yield
+    declaration._registry["shipment"] = replace(declared, steps=PLAN)
+
+
+def test_undo_run__makes_the_outside_call_outside_any_transaction_and_undo_writes_with_its_answer(calling_undos, clock):
+    shipment = saved_two_steps(clock)
+    job_cancel(job_type="shipment", pks=[shipment.pk], undo=True, clock=clock)
+    depth = len(connection.atomic_blocks)  # the test's own, if any
+
+    assert run_job("shipment", shipment.pk, owner="w2", clock=clock) == "done"
+
+    ref = f"CR-{shipment.pk}"
+    assert seen == [
+        ("undo_run", depth, ref, f"shipment:{shipment.pk}:0:book:undo"),  # no transaction of the runner's open
+        ("undo", depth + 1, f"RF-{ref}", ""),  # inside the guarded one, given what undo_run returned
+        ("undo_run", depth, f"H-{shipment.pk}", ""),
+    ]
+    assert Booking.objects.filter(shipment=shipment).count() == 0
+    # A step with only an outside undo is undone too: its receipt is marked in a guarded transaction.
+    assert receipts(shipment) == [("hold", 2, True), ("book", 2, True)]
+    attempt = JobAttempt.objects.get(job_id=str(shipment.pk), fence=2)
+    assert attempt.outcome == "done" and attempt.reason == "Cancelled and undone: book, hold."
+
+
+def test_undo_run__a_lease_lost_during_the_outside_call_writes_nothing_and_names_the_holder(calling_undos, clock):
+    shipment = saved_two_steps(clock)
+    job_cancel(job_type="shipment", pks=[shipment.pk], undo=True, clock=clock)
+
+    def stall_and_taken_over(ctx):
+        hooks["undo_book"].clear()
+        clock.advance(TTL + 1)
+        Shipment.objects.claim(shipment.pk, owner="rival", ttl=TTL, clock=clock)
+
+    hooks["undo_book"].append(stall_and_taken_over)
+    assert run_job("shipment", shipment.pk, owner="w2", clock=clock) == "blocked"
+
+    # The call was made (the rival's undo repeats it under the same key); its writes never ran.
+    assert [what for what, *_ in seen] == ["undo_run"]
+    assert Booking.objects.filter(shipment=shipment).count() == 1
+    assert receipts(shipment) == [("hold", None, None), ("book", None, None)]
+    row = Shipment.objects.values("state", "owner", "fence").get(pk=shipment.pk)
+    assert row == {"state": "undoing", "owner": "rival", "fence": 3}
+    attempt = JobAttempt.objects.get(job_id=str(shipment.pk), fence=2)
+    assert attempt.outcome == "blocked" and "rival at fence 3" in attempt.reason and "step book" in attempt.reason
+
+
+def test_undo_run__an_outside_call_that_fails_for_now_is_retried_and_writes_nothing(calling_undos, clock):
+    shipment = saved_two_steps(clock)
+    job_cancel(job_type="shipment", pks=[shipment.pk], undo=True, clock=clock)
+
+    hooks["undo_book"].append(carrier_down)
+    assert run_job("shipment", shipment.pk, owner="w2", clock=clock) == "retry"
+    assert [what for what, *_ in seen] == ["undo_run"]
+    assert Booking.objects.filter(shipment=shipment).count() == 1
+    assert receipts(shipment) == [("hold", None, None), ("book", None, None)]
+    row = Shipment.objects.get(pk=shipment.pk)
+    assert row.state == "undoing"
+    assert "Undo of step book failed: ConnectionError: carrier unreachable." in row.last_error
+
+    hooks["undo_book"].clear()
+    clock.advance(11)
+    assert run_job("shipment", shipment.pk, owner="w3", clock=clock) == "done"
+    assert receipts(shipment) == [("hold", 3, True), ("book", 3, True)]
+
+
+def test_undo_run__a_step_with_only_an_outside_undo_makes_its_type_undoable():
+    declared = declaration.get("shipment")
+    only_outside = replace(declared, steps=(Step("hold", hold, undo_run=release_hold_at_carrier),))
+    none = replace(declared, steps=(Step("hold", hold),))
+    assert (only_outside.undoable, none.undoable) == (True, False)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_undo_run__an_outside_call_longer_than_the_idle_in_transaction_limit_completes(calling_undos, clock):
+    # A worker's sessions end when idle inside a transaction past WORKER_DB_IDLE_IN_TRANSACTION_TIMEOUT:
+    # an outside call made inside the undo's transaction would be cut off at every attempt.
+    shipment = saved_two_steps(clock)
+    job_cancel(job_type="shipment", pks=[shipment.pk], undo=True, clock=clock)
+    hooks["undo_book"].append(lambda ctx: time.sleep(0.6))
+    with connection.cursor() as cursor:
+        cursor.execute("SET idle_in_transaction_session_timeout = 200")
+    try:
+        assert run_job("shipment", shipment.pk, owner="w2", clock=clock) == "done"
+        assert receipts(shipment) == [("hold", 2, True), ("book", 2, True)]
+        with connection.cursor() as cursor:  # the same session: never cut
+            cursor.execute("SHOW idle_in_transaction_session_timeout")
+            assert cursor.fetchone()[0] == "200ms"
+    finally:
+        connection.close()  # the next test's session starts without the limit

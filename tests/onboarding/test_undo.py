@@ -14,6 +14,7 @@ from onboarding import queue
 from onboarding.models import BankAccount, OnboardingRun, PaymentTerms, RunAttempt, StepReceipt, VendorRecord
 from onboarding.runner import claim_attempt, run_onboarding
 from onboarding.services import onboarding_cancel, onboarding_start, onboarding_sweep
+from onboarding.steps import BaseStep
 from onboarding.steps.plan import DEFAULT_PLAN
 from tests.factories import SupplierFactory
 from weave.leases import LeaseLost
@@ -188,3 +189,89 @@ def test_cancel_and_undo_action__confirms_then_cancels_and_queues_the_undo(
     row = OnboardingRun.objects.get(pk=halfway.pk)
     assert (row.status, row.undo_state) == ("cancelled", "requested") and "Cancelled by undoer" in row.reason
     assert len(callbacks) == 1  # the undo is enqueued once the cancel commits
+
+
+# --- a step whose undo calls out: `undo_work` under the heartbeat, then `undo`'s writes --------------------
+
+deposits: list[tuple] = []  # what the deposit step's parts saw
+deposit_faults: list[Exception] = []  # raised, in turn, by the next undo_work calls
+
+
+class TakeDeposit(BaseStep):
+    """A site's step that takes a deposit at a payment service, and refunds it when the run is undone."""
+
+    name = "take_deposit"
+
+    def work(self, ctx):
+        return {"deposit": f"D-{ctx.run.pk}"}
+
+    def commit(self, ctx, output):
+        return output
+
+    def undo_work(self, ctx, output):
+        deposits.append(("undo_work", output["deposit"], ctx.idempotency_key, ctx.heartbeat is not None))
+        if deposit_faults:
+            raise deposit_faults.pop(0)
+        return {"refund": f"RF-{output['deposit']}"}
+
+    def undo(self, ctx, value):
+        with pytest.raises(RuntimeError, match=r"belong in undo_work\(\), not in undo\(\)"):
+            ctx.http  # noqa: B018  (the guarded transaction holds the run's row lock)
+        deposits.append(("undo", value["refund"], ctx.idempotency_key, False))
+
+
+@pytest.fixture
+def deposit_taken(settings, fake_services, clock):
+    """A cancelled run, waiting for its undo, whose committed steps end with the deposit."""
+    settings.WEAVE = {**settings.WEAVE, "ONBOARDING_STEPS": [*DEFAULT_PLAN[:3], f"{__name__}.TakeDeposit"]}
+    deposits.clear()
+    deposit_faults.clear()
+    run = onboarding_start(supplier=SupplierFactory(), started_by=None)
+    attempt = claim_attempt(run.pk, ttl=TTL, clock=clock, background=False)
+    for step in attempt.steps[:4]:
+        attempt.run_step(step)
+    attempt.give_back("paused by the test", requeue=False)
+    onboarding_cancel(run=run, cancelled_by=user("undoer", "undo_run", "change_onboardingrun"), undo=True, clock=clock)
+    yield OnboardingRun.objects.get(pk=run.pk)
+    deposits.clear()
+    deposit_faults.clear()
+
+
+def test_undo_work__calls_out_under_its_own_key_then_undo_writes_with_the_answer(deposit_taken, clock):
+    run = deposit_taken
+    assert run_onboarding(run.pk, clock=clock, background=False) == "released"
+
+    key = f"weave-onboarding:{run.pk}:take_deposit:undo"  # never the key of the call it undoes
+    assert deposits == [("undo_work", f"D-{run.pk}", key, True), ("undo", f"RF-D-{run.pk}", key, False)]
+    row = OnboardingRun.objects.get(pk=run.pk)
+    assert (row.status, row.undo_state) == ("cancelled", "done")
+    assert row.reason.startswith("Cancelled and undone: take_deposit, create_vendor_record.")
+    assert StepReceipt.objects.get(run=run, step="take_deposit").undone_fence == 2
+
+
+def test_undo_work__a_temporary_failure_waits_and_tries_again_rather_than_failing_the_undo(deposit_taken, clock):
+    from onboarding.errors import TemporaryFailure
+
+    run = deposit_taken
+    deposit_faults.append(TemporaryFailure("Payment service answered 503.", retry_after=30))
+    assert run_onboarding(run.pk, clock=clock, background=False) == "released"
+
+    row = OnboardingRun.objects.get(pk=run.pk)
+    assert (row.status, row.undo_state, row.owner) == ("cancelled", "requested", None)
+    assert row.next_attempt_at == clock.current + timedelta(seconds=30)
+    assert row.reason.startswith(
+        "Undo of take_deposit failed for now: Payment service answered 503. Undone before it: nothing. "
+        "Waiting 30.0 s (as the service asked with Retry-After); next attempt due at "
+    )
+    receipt = StepReceipt.objects.get(run=run, step="take_deposit")
+    assert receipt.undone_at is None and VendorRecord.objects.filter(supplier=run.supplier).exists()
+    attempt = RunAttempt.objects.get(run=run, fence=2)
+    assert attempt.outcome == "released" and attempt.reason == row.reason
+    assert onboarding_sweep(clock=clock) == []  # not due before its time
+
+    clock.advance(31)
+    assert onboarding_sweep(clock=clock) == [run.pk]
+    assert run_onboarding(run.pk, clock=clock, background=False) == "released"
+    row = OnboardingRun.objects.get(pk=run.pk)
+    assert (row.status, row.undo_state) == ("cancelled", "done")
+    assert [what for what, *_ in deposits] == ["undo_work", "undo_work", "undo"]

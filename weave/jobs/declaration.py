@@ -158,7 +158,7 @@ class JobType:
     @property
     def undoable(self) -> bool:
         """Whether a job of this type can be cancelled and undone (a step of it declares an undo)."""
-        return any(step.undo is not None for step in self.steps)
+        return any(step.undoable for step in self.steps)
 
     def plan(self) -> tuple[Step, ...]:
         """The steps an attempt walks through: the handler is a plan of one step, "run"."""

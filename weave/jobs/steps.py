@@ -2,13 +2,17 @@
 
     from weave.jobs import Step
 
-A step is `Step(name, run, save=None, undo=None, check=None, title="")`:
+A step is `Step(name, run, save=None, undo=None, check=None, title="", undo_run=None)`:
 
 - `run(ctx)` does the slow part (outside calls carry the step's idempotency key) and writes nothing;
 - `save(ctx, result)`, inside the guarded transaction that also writes the step's receipt, makes the
   step's own writes; what it returns (unless None) is the receipt's result;
-- `undo(ctx, result)` compensates a saved step when a job is cancelled and undone: newest step
-  first, each in its own guarded transaction;
+- `undo_run(ctx, result)` and `undo(ctx, value)` compensate a saved step when a job is cancelled and
+  undone, newest step first. `undo_run` is the undo's slow part, as `run` is the step's: it is given
+  the receipt's result, makes the outside calls (a refund, a cancellation) outside any transaction
+  under the heartbeat, and writes nothing. `undo` then makes the compensating writes inside the
+  guarded transaction that marks the receipt undone, given what `undo_run` returned (the receipt's
+  result where there is no `undo_run`). Either may be declared alone;
 - `check(ctx)` runs for every step still to do before the attempt's first `run`, so an attempt never
   fails halfway for a reason it could have known at the start.
 
@@ -31,7 +35,8 @@ def _nothing_to_run(ctx: Any) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Step:
-    """One step of a job: `run` (the work), and optionally `save`, `undo` and `check` (see the module)."""
+    """One step of a job: `run` (the work), and optionally `save`, `undo`, `check` and `undo_run` (see the
+    module)."""
 
     name: str
     run: Callable[[Any], Any] = _nothing_to_run
@@ -39,11 +44,21 @@ class Step:
     undo: Callable[[Any, Any], None] | None = None
     check: Callable[[Any], None] | None = None
     title: str = ""
+    undo_run: Callable[[Any, Any], Any] | None = None  # last: the fields before it keep their positions
 
     @property
     def label(self) -> str:
         """What a person reads: the title, else the name."""
         return self.title or self.name
+
+    @property
+    def undoable(self) -> bool:
+        """Whether "Cancel and undo" compensates this step (it declares `undo`, `undo_run` or both)."""
+        return self.undo is not None or self.undo_run is not None
+
+    def undo_value(self, ctx: Any, result: Any) -> Any:
+        """Run the undo's slow part, if declared, and return what its writes are given (see the module)."""
+        return result if self.undo_run is None else self.undo_run(ctx, result)
 
 
 class PhaseError(LookupError):
@@ -138,7 +153,7 @@ def undo_steps(
     walk = UndoWalk()
     for receipt in saved:
         step = by_name.get(name_of(receipt))
-        if step is None or step.undo is None:
+        if step is None or not step.undoable:
             walk.left.append(name_of(receipt))
             continue
         if budget_left() <= 0:

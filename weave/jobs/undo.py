@@ -2,9 +2,10 @@
 
 A job cancelled with its undo asked for is in state `undoing` (`weave.jobs.services.job_cancel(undo=True)`).
 The next attempt claims it as any due job (fence bumped by the database clock) and, instead of its
-steps, runs each saved step's `undo(ctx, result)` newest first: the receipts of the job's current
-epoch not yet undone. Each undo runs in its own guarded transaction, which expects the job still
-`undoing` and marks that receipt `undone_at` (database time) and `undone_fence`. Receipts are never
+steps, undoes each saved step newest first: the receipts of the job's current epoch not yet undone.
+A step's `undo_run(ctx, result)`, if declared, makes the undo's outside calls first, outside any
+transaction; then its `undo(ctx, value)` runs in its own guarded transaction, which expects the job
+still `undoing` and marks that receipt `undone_at` (database time) and `undone_fence`. Receipts are never
 deleted: the job's story keeps what was saved and what was undone.
 
 An attempt that was running the job's steps when the undo was asked finds its next save refused (the
@@ -69,15 +70,18 @@ def _budget_left(ctx: JobContext) -> float:
 
 
 def _undo_one(ctx: JobContext, step: Step, receipt: JobStepReceipt) -> None:
-    """One step's undo: the guarded update (the job still `undoing`, the lease ours), the step's compensating
-    writes and the receipt's undone mark, in one transaction; the undo's own error rolls all of it back."""
+    """One step's undo: its slow part (`undo_run`) outside any transaction, then the guarded update (the job
+    still `undoing`, the lease ours), the step's compensating writes and the receipt's undone mark, in one
+    transaction; the undo's own error rolls all of it back."""
     undo: Callable[[Any, Any], None] | None = step.undo
-    if undo is None:  # the walk leaves such steps in place; never called for them
-        return
     ctx.step = step.name
     try:
+        # Outside calls run before the transaction opens: one inside it would hold the job's row lock for
+        # the call, and past the worker's idle-in-transaction limit its session is cut at every attempt.
+        value = step.undo_value(ctx, receipt.result)
         with ctx.guarded():
-            undo(ctx, receipt.result)
+            if undo is not None:
+                undo(ctx, value)
             JobStepReceipt.objects.filter(pk=receipt.pk, undone_at__isnull=True).update(
                 undone_at=ctx.clock.now(), undone_fence=ctx.lease.fence
             )
