@@ -265,7 +265,9 @@ def test_cancel_and_undo__an_undo_that_used_up_its_tries_says_so_in_its_reason(c
     assert row.last_error.endswith(" Not retried: that was undo try 3 and the retry policy allows 3.")
 
 
-def test_cancel_and_undo__a_lease_lost_mid_undo_ends_blocked_naming_the_holder_and_writes_nothing_more(clock):
+def undo_taken_over_at_book(clock):
+    """A cancelled shipment whose undo attempt (w2, fence 2) stalls in book's undo and is taken over by a
+    rival (fence 3): the attempt ends blocked. Return the shipment."""
     shipment = saved_two_steps(clock)
     job_cancel(job_type="shipment", pks=[shipment.pk], undo=True, clock=clock)
 
@@ -276,6 +278,11 @@ def test_cancel_and_undo__a_lease_lost_mid_undo_ends_blocked_naming_the_holder_a
 
     hooks["undo_book"].append(stall_and_taken_over)
     assert run_job("shipment", shipment.pk, owner="w2", clock=clock) == "blocked"
+    return shipment
+
+
+def test_cancel_and_undo__a_lease_lost_mid_undo_ends_blocked_naming_the_holder_and_writes_nothing_more(clock):
+    shipment = undo_taken_over_at_book(clock)
 
     # book's undo had landed under fence 2; hold's was refused: not run, not marked.
     assert calls == [f"undo book CR-{shipment.pk}"]
@@ -489,16 +496,7 @@ def test_undo_run__makes_the_outside_call_outside_any_transaction_and_undo_write
 
 
 def test_undo_run__a_lease_lost_during_the_outside_call_writes_nothing_and_names_the_holder(calling_undos, clock):
-    shipment = saved_two_steps(clock)
-    job_cancel(job_type="shipment", pks=[shipment.pk], undo=True, clock=clock)
-
-    def stall_and_taken_over(ctx):
-        hooks["undo_book"].clear()
-        clock.advance(TTL + 1)
-        Shipment.objects.claim(shipment.pk, owner="rival", ttl=TTL, clock=clock)
-
-    hooks["undo_book"].append(stall_and_taken_over)
-    assert run_job("shipment", shipment.pk, owner="w2", clock=clock) == "blocked"
+    shipment = undo_taken_over_at_book(clock)
 
     # The call was made (the rival's undo repeats it under the same key); its writes never ran.
     assert [what for what, *_ in seen] == ["undo_run"]
