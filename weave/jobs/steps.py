@@ -10,9 +10,10 @@ A step is `Step(name, run, save=None, undo=None, check=None, title="", undo_run=
 - `undo_run(ctx, result)` and `undo(ctx, value)` compensate a saved step when a job is cancelled and
   undone, newest step first. `undo_run` is the undo's slow part, as `run` is the step's: it is given
   the receipt's result, makes the outside calls (a refund, a cancellation) outside any transaction
-  (a slow one inside `ctx.heartbeat()`, as in `run`), and writes nothing. `undo` then makes the compensating writes inside the
-  guarded transaction that marks the receipt undone, given what `undo_run` returned (the receipt's
-  result where there is no `undo_run`). Either may be declared alone;
+  (a slow one inside `ctx.heartbeat()`, as in `run`), and writes nothing. `undo` then makes the
+  compensating writes inside the guarded transaction that marks the receipt undone, given what
+  `undo_run` returned (the receipt's result where there is no `undo_run`). Either may be declared
+  alone;
 - `check(ctx)` runs for every step still to do before the attempt's first `run`, so an attempt never
   fails halfway for a reason it could have known at the start.
 
