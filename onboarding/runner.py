@@ -74,6 +74,7 @@ Status = OnboardingRun.Status
 Outcome = RunAttempt.Outcome
 Undo = OnboardingRun.Undo
 UNDOING = {"status": Status.CANCELLED, "undo_state": Undo.REQUESTED}
+RUNNING = {"status": Status.RUNNING}
 AFTER_CLAIM = "right after the claim"  # where a cut or a lost lease met the claim's first guarded write
 
 
@@ -483,12 +484,14 @@ class Attempt:
             )
             self.claim.end(Outcome.COMPLETED, f"Completed the run at fence {self.lease.fence}.")
 
-    def give_back(self, reason: str, *, requeue: bool, delay: float | None = None) -> None:
-        """Release the run as pending for a later attempt (temporary failure or budget spent).
+    def give_back(self, reason: str, *, requeue: bool, delay: float | None = None, undo: bool = False) -> None:
+        """Release the run for a later attempt (temporary failure or budget spent): as pending, or with `undo`
+        still cancelled and waiting for its undo.
 
         With `delay` the run is due again that many seconds from the database's now; the due-time watcher
         asks for the next attempt then. The reasons carry that database time.
         """
+        expect, back = (UNDOING, {"undo_state": Undo.REQUESTED}) if undo else (RUNNING, {"status": Status.PENDING})
         with transaction.atomic():
             due = None
             if delay is not None:
@@ -496,8 +499,8 @@ class Attempt:
                 # the reason that names it.
                 due = self.job.database_time(delay)
                 reason = f"{reason} Next attempt due at {clock_time(due)} (database time)."
-            fields: dict[str, Any] = {} if due is None else {"next_attempt_at": due}
-            self.claim.release(expect={"status": Status.RUNNING}, status=Status.PENDING, reason=reason, **fields)
+            fields: dict[str, Any] = back if due is None else {**back, "next_attempt_at": due}
+            self.claim.release(expect=expect, reason=reason, **fields)
             self.claim.end(Outcome.RELEASED, reason, retry_due_at=due)
             if requeue:
                 transaction.on_commit(partial(queue.enqueue_run, self.run_id))
@@ -527,7 +530,7 @@ class Attempt:
         """End the run as failed with `reason`, under the guard; record the step and whether a retry may fix it."""
         with transaction.atomic():
             self.claim.release(
-                expect={"status": Status.RUNNING},
+                expect=RUNNING,
                 status=Status.FAILED,
                 reason=reason,
                 finished_at=self.clock.now(),
@@ -551,11 +554,13 @@ class Attempt:
         )
         undone = _names(walk.undone)
         if walk.stopped == "budget":
-            self._end_undo(Undo.REQUESTED, f"Attempt budget spent while undoing; undone so far: {undone}.")
-            transaction.on_commit(partial(queue.enqueue_run, self.run_id))
+            self.give_back(f"Attempt budget spent while undoing; undone so far: {undone}.", requeue=True, undo=True)
             return
         if isinstance(walk.error, TemporaryFailure):
-            self._retry_undo(walk.error, f"Undo of {walk.failed_step} failed for now: {walk.error.reason}", undone)
+            # An undo's outside call that failed for now is tried again later, not given up.
+            delay, why = self._retry_delay(walk.error)
+            said = f"Undo of {walk.failed_step} failed for now: {walk.error.reason} Undone before it: {undone}."
+            self.give_back(f"{said} Waiting {delay:.1f} s ({why}).", requeue=False, delay=delay, undo=True)
             return
         if isinstance(walk.error, StepFailure):
             self._end_undo(
@@ -602,20 +607,6 @@ class Attempt:
         with transaction.atomic():
             self.claim.release(expect=UNDOING, undo_state=state, reason=reason)
             self.claim.end(Outcome.RELEASED, reason)
-
-    def _retry_undo(self, failure: TemporaryFailure, said: str, undone: str) -> None:
-        """Give the run back still waiting for its undo, due again after the service's Retry-After or our
-        backoff: an undo's outside call that failed for now is tried again, not given up."""
-        delay, why = self._retry_delay(failure)
-        with transaction.atomic():
-            due = self.job.database_time(delay)
-            reason = (
-                f"{said} Undone before it: {undone}. Waiting {delay:.1f} s ({why}); next attempt due at "
-                f"{clock_time(due)} (database time)."
-            )
-            self.claim.release(expect=UNDOING, undo_state=Undo.REQUESTED, reason=reason, next_attempt_at=due)
-            self.claim.end(Outcome.RELEASED, reason, retry_due_at=due)
-            transaction.on_commit(tell_watchers)
 
     # --- helpers ------------------------------------------------------------------------------------
 

@@ -261,7 +261,7 @@ def test_undo_work__a_temporary_failure_waits_and_tries_again_rather_than_failin
     assert row.next_attempt_at == clock.current + timedelta(seconds=30)
     assert row.reason.startswith(
         "Undo of take_deposit failed for now: Payment service answered 503. Undone before it: nothing. "
-        "Waiting 30.0 s (as the service asked with Retry-After); next attempt due at "
+        "Waiting 30.0 s (as the service asked with Retry-After). Next attempt due at "
     )
     receipt = StepReceipt.objects.get(run=run, step="take_deposit")
     assert receipt.undone_at is None and VendorRecord.objects.filter(supplier=run.supplier).exists()
