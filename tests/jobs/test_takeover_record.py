@@ -12,6 +12,7 @@ from weave.jobs.batch import run_batches
 from weave.jobs.console import findings, outcome_counts
 from weave.jobs.explain import explain_job
 from weave.jobs.runner import run_job
+from weave.jobs.services import job_retry
 from weave.jobs.takeover import guessed_by_a_takeover
 from weave.models import JobAttempt
 
@@ -172,3 +173,71 @@ def test_takeover__a_taken_over_row_given_back_unstarted_keeps_the_dead_attempts
         (2, "drain", "released"),
         (2, "w3", "done"),
     ]
+
+
+def killed_at_every_attempt(clock, shipment, times):
+    """`times` attempts in a row by "killed-1", "killed-2", ... die in the booking step; each lease lapses."""
+    ttl = get("shipment").lease_ttl()
+    for n in range(1, times + 1):
+        during_booking.append(die_after(clock, 1))
+        with pytest.raises(WorkerDied):
+            run_job("shipment", shipment.pk, owner=f"killed-{n}", clock=clock)
+        during_booking.clear()
+        clock.advance(ttl + 1)
+
+
+def test_takeover__a_job_that_kills_its_worker_every_time_fails_once_its_retry_policy_is_spent(clock, fresh_carrier):
+    """A poison job (out of memory, a crash in a native library) is not started again at every lapse forever:
+    each dead attempt counts as a try, and the claim after the last one the policy allows fails the job."""
+    shipment = Shipment.objects.create(parcel="books")
+    assert get("shipment").retry.max_attempts == 3
+    killed_at_every_attempt(clock, shipment, 3)
+    booked = len(fresh_carrier.calls)
+    assert run_job("shipment", shipment.pk, owner="rival", clock=clock) == "failed"
+    assert len(fresh_carrier.calls) == booked  # the step never ran: no fourth call to the carrier
+    row = Shipment.objects.get(pk=shipment.pk)
+    assert (row.state, row.owner, row.attempts, row.next_attempt_at) == ("failed", None, 4, None)
+    assert not Booking.objects.exists()
+    records = attempts_of(shipment)
+    assert [(a.number, a.owner, a.outcome) for a in records] == [
+        (1, "killed-1", "blocked"),
+        (2, "killed-2", "blocked"),
+        (3, "killed-3", "blocked"),
+        (4, "rival", "failed"),
+    ]
+    assert records[-1].reason == (
+        "Not started: attempt 3 ended without a finish (its worker stopped, crashed or stalled). "
+        "Not retried: that was attempt 3 and the retry policy allows 3."
+    )
+    assert row.last_error == records[-1].reason
+
+
+def test_takeover__a_dead_attempt_within_the_policy_is_taken_over_and_run(clock):
+    shipment = Shipment.objects.create(parcel="books")
+    killed_at_every_attempt(clock, shipment, 2)
+    assert run_job("shipment", shipment.pk, owner="rival", clock=clock) == "done"
+    assert Booking.objects.get().written_by == "rival"
+
+
+def test_takeover__a_batch_drain_fails_a_spent_job_unstarted_and_runs_the_others(clock, fresh_carrier):
+    poison = Shipment.objects.create(parcel="poison")
+    killed_at_every_attempt(clock, poison, 3)
+    healthy = Shipment.objects.create(parcel="books")
+    booked = len(fresh_carrier.calls)
+    report = run_batches("shipment", Shipment.objects.due(clock).order_by("pk"), budget=60, owner="drain", clock=clock)
+    assert report.outcomes == {"failed": 1, "done": 1}
+    assert len(fresh_carrier.calls) == booked + 1  # the healthy one's booking only
+    assert Shipment.objects.get(pk=poison.pk).state == "failed"
+    assert [b.shipment_id for b in Booking.objects.all()] == [healthy.pk]
+    (failed,) = [a for a in attempts_of(poison) if a.outcome == "failed"]
+    assert failed.owner == "drain" and failed.reason.startswith("Not started: attempt 3 ended without a finish")
+
+
+def test_takeover__an_operators_retry_gives_the_spent_job_one_more_attempt(clock):
+    """As after a failure: the attempts count on, and a Retry starts the job once more, not a new budget."""
+    shipment = Shipment.objects.create(parcel="books")
+    killed_at_every_attempt(clock, shipment, 3)
+    assert run_job("shipment", shipment.pk, owner="rival", clock=clock) == "failed"
+    job_retry(job_type="shipment", pks=[shipment.pk], clock=clock)
+    assert run_job("shipment", shipment.pk, owner="after-retry", clock=clock) == "done"
+    assert Booking.objects.get().written_by == "after-retry"

@@ -23,7 +23,7 @@ from weave.jobs.cutoff import CUT_OFF, landed_claim, record_blocked, settle_cut_
 from weave.jobs.declaration import JobType, get
 from weave.jobs.records import JobAttempts, attempt_row
 from weave.jobs.steps import Step, UndoWalk, check_steps, saved_result
-from weave.jobs.takeover import record_takeover
+from weave.jobs.takeover import record_takeover, took_over
 from weave.jobs.undo import RUNNING, hand_on, names, undo_saved, undo_tries
 from weave.leases import Clock, LeaseBusy, LeaseLost, NotClaimable, default_clock, insert_receipts, new_owner
 from weave.models import RUNNABLE_STATES, JobAttempt, JobState, JobStepReceipt
@@ -199,6 +199,8 @@ def work(jt: JobType, ctx: JobContext) -> Ending:
         record_takeover(ctx)  # the attempt this claim took over, if its worker died without a finish
     if ctx.job.state == JobState.UNDOING:
         return _undo_work(jt, ctx)
+    if not jt.records_takeovers and (spent := _tries_spent_by_takeover(jt, ctx)) is not None:
+        return spent
     # A cancel-and-undo landing while this attempt runs moves the job on: its next save is refused.
     ctx.guard = dict(RUNNING)
     try:
@@ -219,6 +221,30 @@ def work(jt: JobType, ctx: JobContext) -> Ending:
     saved = {jt.result_field: value} if jt.result_field else {}
     fields = _finish_fields(ctx, "", state=JobState.DONE, fields=saved)
     return Ending(JobAttempt.Outcome.DONE, fields, extra={"result": value})
+
+
+class AttemptUnfinished(Exception):  # noqa: N818  (what befell the attempt, as the retry policy is told)
+    """The attempt a claim took over ended without a finish: its worker stopped, crashed or stalled."""
+
+
+def _tries_spent_by_takeover(jt: JobType, ctx: JobContext) -> Ending | None:
+    """Fail the job, unstarted, when this claim took over an attempt that was the last its retry policy allows.
+
+    An attempt whose worker dies (out of memory, killed at the cluster's timeout, a crash in a native
+    library) counts as a failed try: otherwise a job that kills its worker every time would be started
+    again at every lapse of its lease, forever, taking a worker down each time.
+    """
+    if not took_over(ctx.job):
+        return None
+    lost = ctx.attempt - 1
+    error = AttemptUnfinished(f"attempt {lost} ended without a finish")
+    policy = jt.policy(ctx.job)
+    if policy.retry_in(lost, error) is not None:
+        return None
+    said = f"Not started: attempt {lost} ended without a finish (its worker stopped, crashed or stalled)"
+    reason = _final(said, policy.why_final(lost, error))
+    fields = _finish_fields(ctx, reason, state=JobState.FAILED)
+    return Ending(JobAttempt.Outcome.FAILED, fields, reason)
 
 
 def _undo_work(jt: JobType, ctx: JobContext) -> Ending:

@@ -50,6 +50,15 @@ def record_takeover(ctx: JobContext) -> bool:
     return True
 
 
+def took_over(row: Any) -> bool:
+    """Whether the claim that read `row` took it over from a holder whose lease had lapsed (no finish of its own).
+
+    A finish, a give-back and a release all free the row, so a claim finds an owner only on a lapsed lease.
+    """
+    # getattr: a core-run model that is no `JobModel` keeps no previous holder.
+    return getattr(row, "previous_owner", None) is not None
+
+
 def lost_attempt_row(ctx: JobContext, row: Any) -> dict[str, Any] | None:
     """The `JobAttempt` row of the attempt `row`'s latest claim took over (None: it took no attempt over)."""
     # getattr: a core-run model that is no `JobModel` keeps no previous holder.
