@@ -76,6 +76,10 @@ Undo = OnboardingRun.Undo
 UNDOING = {"status": Status.CANCELLED, "undo_state": Undo.REQUESTED}
 RUNNING = {"status": Status.RUNNING}
 AFTER_CLAIM = "right after the claim"  # where a cut or a lost lease met the claim's first guarded write
+# Attempts in a row that may crash without saving a step (their workers never came back) before the run
+# fails: a step that takes its worker down must not do so at every lapse of the lease, forever. A worker
+# that only stalled records its own ending (blocked) when it wakes, and is not counted.
+CRASHED_IN_A_ROW = 3
 
 
 def storable(reason: str) -> str:
@@ -391,6 +395,8 @@ class Attempt:
                     if self.plan_error:
                         raise PermanentFailure(self.plan_error)
                     remaining = self.remaining_steps()
+                    job.step = remaining[0].name if remaining else "completion"
+                    self.refuse_after_crashes()
                     # Before any outside call or domain write: a step that can tell now that its commit
                     # part would fail says so, so a run never fails halfway for a reason known at the start.
                     check_steps(job, remaining, self.context)
@@ -425,6 +431,21 @@ class Attempt:
             return steps_after(self.steps, self.run.phase, noun="run")
         except PhaseError as exc:
             raise PermanentFailure(str(exc)) from exc
+
+    def refuse_after_crashes(self) -> None:
+        """Raise `PermanentFailure` when the latest attempts before this one, CRASHED_IN_A_ROW of them, each
+        crashed without saving a step: whatever they reached takes its worker down."""
+        earlier = RunAttempt.objects.filter(run_id=self.run_id, fence__lt=self.lease.fence).order_by("-fence")
+        latest = list(earlier.values_list("outcome", "fence")[:CRASHED_IN_A_ROW])
+        if len(latest) < CRASHED_IN_A_ROW or any(outcome != Outcome.CRASHED for outcome, _ in latest):
+            return
+        # An attempt that saved a step before it died got further: the run is moving, not stuck.
+        if StepReceipt.objects.filter(run_id=self.run_id, fence__in=[fence for _, fence in latest]).exists():
+            return
+        raise PermanentFailure(
+            f"Not started: the last {len(latest)} attempts crashed without saving a step (their workers stopped "
+            "or died while holding the run, and never came back). Retry the run once the cause is fixed."
+        )
 
     def previous_phase(self, step: Step) -> str:
         """The phase the guarded save of `step` expects: the step before it in the plan ("" for the first)."""
