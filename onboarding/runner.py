@@ -434,7 +434,10 @@ class Attempt:
 
     def refuse_after_crashes(self) -> None:
         """Raise `PermanentFailure` when the latest attempts before this one, CRASHED_IN_A_ROW of them, each
-        crashed without saving a step: whatever they reached takes its worker down."""
+        crashed without saving a step: whatever they reached takes its worker down.
+
+        Not asked while undoing: a crashed attempt's record does not say whether it ran the steps or their
+        undo, and crashes of the steps must not fail an undo that never ran."""
         earlier = RunAttempt.objects.filter(run_id=self.run_id, fence__lt=self.lease.fence).order_by("-fence")
         latest = list(earlier.values_list("outcome", "fence")[:CRASHED_IN_A_ROW])
         if len(latest) < CRASHED_IN_A_ROW or any(outcome != Outcome.CRASHED for outcome, _ in latest):

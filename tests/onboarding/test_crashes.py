@@ -66,25 +66,23 @@ def test_crashes__three_attempts_dead_at_one_step_fail_the_run_without_starting_
     assert not StepReceipt.objects.filter(run=run, step="register_bank_account").exists()
 
 
-def test_crashes__an_attempt_that_saved_a_step_before_it_died_does_not_count(fake_services, clock):
-    """The first attempt saved four steps before it died: the run was moving, so only two dead attempts
-    in a row saved nothing, and the fourth attempt runs."""
+def test_crashes__fewer_crashes_in_a_row_than_the_limit_are_taken_over_and_run(fake_services, clock):
     run = OnboardingRunFactory()
     killed(run, clock)
     killed(run, clock)
     assert attempt(run, clock).execute() == "completed"
-    assert OnboardingRun.objects.get(pk=run.pk).status == "completed"
+    assert outcomes(run) == [(1, "crashed"), (2, "crashed"), (3, "completed")]
 
 
-def test_crashes__fewer_dead_attempts_in_a_row_than_the_limit_are_taken_over_and_run(fake_services, clock):
+def test_crashes__an_attempt_that_saved_a_step_before_it_crashed_ends_the_count(fake_services, clock):
+    """Three crashes in a row, but the oldest saved four steps first: the run was moving, so the fourth
+    attempt runs."""
     run = OnboardingRunFactory()
-    first = attempt(run, clock)
-    for step in STEPS[:4]:
-        first.run_step(step)
-    clock.advance(TTL + 1)  # killed after step 4
+    killed(run, clock)  # saves steps 1 to 4, then dies at the bank step
     killed(run, clock)
-    killed(run, clock)  # two in a row saved nothing; the first saved four steps
+    killed(run, clock)
     assert attempt(run, clock).execute() == "completed"
+    assert outcomes(run)[-1] == (4, "completed")
 
 
 def test_crashes__a_worker_that_only_stalled_is_not_counted(fake_services, clock):
