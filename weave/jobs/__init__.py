@@ -14,7 +14,7 @@ INSERT should carry the request in the same statement, `drain_claim_sql` and the
 from weave.jobs.context import JobContext, claim
 from weave.jobs.cutoff import first_line, landed_claim, record_blocked, settle_cut_off
 from weave.jobs.declaration import JobType, get, job, job_types, register, ttl_settings
-from weave.jobs.policy import Fail, RetryPolicy
+from weave.jobs.policy import AttemptUnfinished, Fail, RetryPolicy
 from weave.jobs.queue import drain_claim_sql, drain_claimed, enqueue_drain, enqueue_job
 from weave.jobs.records import AttemptRecords
 from weave.jobs.steps import (
@@ -33,6 +33,7 @@ from weave.retry import backoff_seconds
 
 __all__ = [
     "AttemptRecords",
+    "AttemptUnfinished",
     "Fail",
     "JobContext",
     "JobType",

@@ -10,6 +10,11 @@ class Fail(Exception):  # noqa: N818  (the name is what a handler says: raise Fa
     """Raised by a handler: the job failed for good (a business refusal); it is not retried."""
 
 
+class AttemptUnfinished(Exception):  # noqa: N818  (what befell the attempt, as the retry policy is told)
+    """What `RetryPolicy.retry_in` is told of an attempt taken over without a finish: its worker stopped,
+    crashed or stalled past its lease. It counts as a failed try."""
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """`max_attempts` attempts in all; attempt n waits `backoff` * 2**(n-1) seconds (jittered, capped)."""

@@ -21,6 +21,7 @@ from weave.conf import secret_values
 from weave.jobs.context import JobContext, claim, claim_next
 from weave.jobs.cutoff import CUT_OFF, landed_claim, record_blocked, settle_cut_off
 from weave.jobs.declaration import JobType, get
+from weave.jobs.policy import AttemptUnfinished
 from weave.jobs.records import JobAttempts, attempt_row
 from weave.jobs.steps import Step, UndoWalk, check_steps, saved_result
 from weave.jobs.takeover import record_takeover, took_over
@@ -221,10 +222,6 @@ def work(jt: JobType, ctx: JobContext) -> Ending:
     saved = {jt.result_field: value} if jt.result_field else {}
     fields = _finish_fields(ctx, "", state=JobState.DONE, fields=saved)
     return Ending(JobAttempt.Outcome.DONE, fields, extra={"result": value})
-
-
-class AttemptUnfinished(Exception):  # noqa: N818  (what befell the attempt, as the retry policy is told)
-    """The attempt a claim took over ended without a finish: its worker stopped, crashed or stalled."""
 
 
 def _tries_spent_by_takeover(jt: JobType, ctx: JobContext) -> Ending | None:
