@@ -17,17 +17,40 @@ A step is `Step(name, run, save=None, undo=None, check=None, title="", undo_run=
 - `check(ctx)` runs for every step still to do before the attempt's first `run`, so an attempt never
   fails halfway for a reason it could have known at the start.
 
+`run`, `undo_run` and `check` (and a job type's `handler`) may be coroutine functions (`async def`),
+for an async client: the worker runs each to its end on an event loop of its own, as Django runs an
+async task. `save` and `undo` may not: they run inside the guarded transaction, on the worker's own
+database connection, which Django's ORM will not use from an event loop.
+
 The core runner (`weave.jobs.runner`) and the onboarding app both walk their steps with the helpers
 below: which steps are left after a phase, the phase a save expects, the checks, the heartbeat around
 a step's work, the save's result, and the undo walk.
 """
 
+import functools
+import inspect
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from asgiref.sync import async_to_sync
+
 from weave.leases import Heartbeat
+
+
+def run_to_its_end(function: Any) -> Any:
+    """`function` as a worker calls it: a coroutine function is run to its end on an event loop of its own
+    (asgiref's `async_to_sync`, as Django runs an async task); anything else is returned as it is."""
+    if not inspect.iscoroutinefunction(function):
+        return function
+    call = async_to_sync(function)
+
+    @functools.wraps(function)
+    def awaited(*args: Any) -> Any:
+        return call(*args)
+
+    return awaited
 
 
 def _nothing_to_run(ctx: Any) -> dict[str, Any]:
@@ -46,6 +69,17 @@ class Step:
     check: Callable[[Any], None] | None = None
     title: str = ""
     undo_run: Callable[[Any, Any], Any] | None = None  # last: the fields before it keep their positions
+
+    def __post_init__(self) -> None:
+        for part in ("save", "undo"):
+            if inspect.iscoroutinefunction(getattr(self, part)):
+                raise TypeError(
+                    f"Step {self.name!r}: {part} is a coroutine function (async def). It runs inside the guarded "
+                    "transaction, on the worker's database connection, which Django's ORM will not use from an "
+                    f"event loop: declare {part} with def. run, undo_run and check may be async."
+                )
+        for part in ("run", "undo_run", "check"):
+            object.__setattr__(self, part, run_to_its_end(getattr(self, part)))
 
     @property
     def label(self) -> str:
