@@ -119,3 +119,29 @@ def test_async_steps__a_coroutine_save_or_undo_is_refused_where_it_is_declared(p
 
     with pytest.raises(TypeError, match=f"Step 'book': {part} is a coroutine function .* declare {part} with def"):
         Step("book", save=writes) if part == "save" else Step("book", undo=writes)
+
+
+def test_step_parts__one_that_cannot_take_its_arguments_is_refused_where_it_is_declared():
+    def save_without_result(ctx):
+        return None
+
+    with pytest.raises(
+        TypeError, match=r"Step 'book': save is called as save\(ctx, result\), and .*save_without_result"
+    ):
+        Step("book", save=save_without_result)
+    with pytest.raises(TypeError, match=r"run is called as run\(ctx\)"):
+        Step("book", run=lambda: None)
+    Step("book", run=lambda ctx, extra=None: None, save=lambda *args: None)  # defaults and *args take them
+
+
+def test_handler__one_that_cannot_take_the_context_is_refused_at_registration():
+    from django.core.exceptions import ImproperlyConfigured
+
+    from weave.jobs import JobType, register
+
+    def send_invoice():
+        return None
+
+    with pytest.raises(ImproperlyConfigured, match=r"handler .*send_invoice is called with one argument"):
+        register(JobType(name="no_context", model=Shipment, handler=send_invoice))
+    assert "no_context" not in {jt.name for jt in declaration.job_types()}

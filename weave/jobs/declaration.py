@@ -23,7 +23,7 @@ from weave.conf import KEYS, SettingsGroup, setting
 from weave.explain import Explainer, register_explainer
 from weave.jobs.new_work import tell_watchers_of_new_row
 from weave.jobs.policy import RetryPolicy
-from weave.jobs.steps import Step
+from weave.jobs.steps import Step, accepts
 from weave.schedules import ScheduleSpec, register_schedule
 from weave.telemetry import LatencySource, Panel, register_latency_source, register_lease_job, register_metrics
 from weave.telemetry import register_panel as _register_panel
@@ -190,6 +190,11 @@ class JobType:
             ),
             (self.panel is not None and not self.panel_title, "panel needs panel_title"),
             (self.handler is not None and bool(self.steps), "give a handler or steps, not both"),
+            (
+                self.handler is not None and not accepts(self.handler, "ctx"),
+                f"its handler {_qualname(self.handler)} is called with one argument, the job's context, and cannot "
+                "take it",
+            ),
             (self.attempt is not None and self.runnable, "give an attempt or a handler or steps, not both"),
             (bool(self.result_field) and self.handler is None, "result_field goes with a handler"),
             (self.ttl is not None and self.ttl <= 0, "ttl must be above 0 seconds"),

@@ -38,6 +38,21 @@ from asgiref.sync import async_to_sync
 
 from weave.leases import Heartbeat
 
+# What each part of a step is called with, for the refusal of one that cannot take it.
+_ARGUMENTS = {"run": "ctx", "save": "ctx, result", "undo": "ctx, value", "check": "ctx", "undo_run": "ctx, result"}
+
+
+def accepts(function: Any, arguments: str) -> bool:
+    """Whether `function` can be called with `arguments` ("ctx, result") given positionally; True where
+    Python cannot read its signature (some builtins), which leaves it to the call."""
+    try:
+        inspect.signature(function).bind(*arguments.split(", "))
+    except TypeError:
+        return False
+    except ValueError:
+        return True
+    return True
+
 
 def run_to_its_end(function: Any) -> Any:
     """`function` as a worker calls it: a coroutine function is run to its end on an event loop of its own
@@ -71,6 +86,13 @@ class Step:
     undo_run: Callable[[Any, Any], Any] | None = None  # last: the fields before it keep their positions
 
     def __post_init__(self) -> None:
+        for part, arguments in _ARGUMENTS.items():
+            function = getattr(self, part)
+            if function is not None and not accepts(function, arguments):
+                raise TypeError(
+                    f"Step {self.name!r}: {part} is called as {part}({arguments}), and "
+                    f"{getattr(function, '__qualname__', function)!s}{_signature(function)} cannot take that."
+                )
         for part in ("save", "undo"):
             if inspect.iscoroutinefunction(getattr(self, part)):
                 raise TypeError(
@@ -94,6 +116,13 @@ class Step:
     def undo_value(self, ctx: Any, result: Any) -> Any:
         """Run the undo's slow part, if declared, and return what its writes are given (see the module)."""
         return result if self.undo_run is None else self.undo_run(ctx, result)
+
+
+def _signature(function: Any) -> str:
+    try:
+        return str(inspect.signature(function))
+    except ValueError:
+        return ""
 
 
 class PhaseError(LookupError):
