@@ -208,16 +208,20 @@ class Claim:
         return owner
 
 
-def _mark_crashed(run_id: Any, lease: Lease, clock: Clock) -> None:
+def _mark_crashed(run_id: Any, lease: Lease, clock: Clock) -> bool:
+    """Mark the older attempts still "running" crashed; return whether there was one."""
     # An older attempt still "running" had its lease expire without ending: its worker died or stalled.
     # If it was only stalled, it overwrites this with "blocked" when it wakes up and is refused.
     stale = RunAttempt.objects.filter(run_id=run_id, outcome=Outcome.RUNNING, fence__lt=lease.fence)
+    crashed = False
     for pk, owner, fence in stale.values_list("pk", "owner", "fence"):
         reason = (
             f"Lease expired while this attempt was still running; taken over by {lease.owner} at fence {lease.fence}."
         )
         RunAttempt.objects.filter(pk=pk).update(outcome=Outcome.CRASHED, ended_at=clock.now(), reason=reason)
         log_event(logger, "crashed", job=JOB, id=run_id, owner=owner, fence=fence, reason=reason)
+        crashed = True
+    return crashed
 
 
 class AttemptOptions(TypedDict, total=False):
@@ -267,7 +271,7 @@ def claim_attempt(run_id: Any, **options: Unpack[AttemptOptions]) -> "Attempt":
                 expect={"status__in": OnboardingRun.ACTIVE}, renew=False, status=Status.RUNNING, next_attempt_at=None
             )
         with first:
-            _mark_crashed(run_id, lease, clock)
+            after_crash = _mark_crashed(run_id, lease, clock)
             claim.attempt_id = RunAttempt.objects.create(
                 run_id=run_id, fence=lease.fence, owner=lease.owner, started_at=clock.now()
             ).pk
@@ -298,6 +302,7 @@ def claim_attempt(run_id: Any, **options: Unpack[AttemptOptions]) -> "Attempt":
         background=options.get("background", True),
         started=started,
         undoing=undoing,
+        after_crash=after_crash,
         plan_error=plan_error,
         services_given=options.get("services"),
     )
@@ -335,6 +340,7 @@ class Attempt:
     background: bool  # False renews only before the work and before the save (FakeClock tests call tick())
     started: float  # clock.monotonic() at the claim
     undoing: bool = False
+    after_crash: bool = False  # this claim found the attempt before it crashed (a worker that never came back)
     plan_error: str = ""
     services_given: SupplierServices | None = None
     heartbeats: dict[str, Heartbeat] = field(default_factory=dict)
@@ -438,6 +444,8 @@ class Attempt:
 
         Not asked while undoing: a crashed attempt's record does not say whether it ran the steps or their
         undo, and crashes of the steps must not fail an undo that never ran."""
+        if not self.after_crash:
+            return  # the attempt before this one ended: no read needed
         earlier = RunAttempt.objects.filter(run_id=self.run_id, fence__lt=self.lease.fence).order_by("-fence")
         latest = list(earlier.values_list("outcome", "fence")[:CRASHED_IN_A_ROW])
         if len(latest) < CRASHED_IN_A_ROW or any(outcome != Outcome.CRASHED for outcome, _ in latest):
