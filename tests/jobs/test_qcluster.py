@@ -135,3 +135,33 @@ def test_a_job_attempt_whose_worker_was_killed_is_recorded_by_the_takeover_on_a_
     call_command("weave_explain", "shipment", str(shipment.pk))
     story = capsys.readouterr().out
     assert held.owner in story and "blocked" in story
+
+
+def test_a_job_that_kills_its_worker_every_time_fails_after_its_retry_policy_on_a_real_qcluster(tmp_path):
+    """Each booking of the poison parcel SIGKILLs its worker process. The takeovers count the dead attempts:
+    after the third (the shipment type allows 3), the next claim fails the job unstarted, and the cluster,
+    its workers respawned, goes on running other jobs."""
+    from tests.jobs.shipping.carrier import POISON
+    from weave.models import JobAttempt
+
+    pids = tmp_path / "poisoned-pids"
+    with ProcessGroups(log_dir=tmp_path / "logs") as groups:
+        env = {"DATABASE_URL": database_url(), "WEAVE_Q_WORKERS": "2", "WEAVE_LEASE_TTL": "3"}
+        env["WEAVE_PUSH_LEASE_TTL"] = "30"  # above the push timeout, which the system checks ask for
+        cluster = groups.manage("qcluster", "qcluster", env=env)
+        wait_until(lambda: "running." in cluster.log_tail(200), timeout=60, message="qcluster to start")
+        poison = Shipment.objects.create(parcel=f"{POISON}{pids}")
+
+        def failed() -> bool:
+            assert cluster.alive(), cluster.log_tail()
+            return Shipment.objects.get(pk=poison.pk).state == "failed"
+
+        wait_until(failed, timeout=120, message="the poison job to fail once its three attempts died")
+        healthy = Shipment.objects.create(parcel="books")
+        wait_until(lambda: Shipment.objects.get(pk=healthy.pk).state == "done", timeout=60, message="a healthy job")
+    died = pids.read_text().split()
+    assert len(died) == 3 and len(set(died)) == 3  # three worker processes died, one per attempt
+    records = list(JobAttempt.objects.filter(job_type="shipment", job_id=str(poison.pk)).order_by("number", "pk"))
+    assert [(r.number, r.outcome) for r in records] == [(1, "blocked"), (2, "blocked"), (3, "blocked"), (4, "failed")]
+    assert records[-1].reason.startswith("Not started: attempt 3 ended without a finish")
+    assert not Booking.objects.filter(shipment=poison).exists()

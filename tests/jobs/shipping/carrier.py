@@ -1,6 +1,7 @@
 """A fake carrier and payment service: charges once per idempotency key, like a real provider would."""
 
 import os
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -9,6 +10,8 @@ from pathlib import Path
 # A parcel "hang:<path>" makes its first booking write this process's id to <path> and then hang, so that a
 # test can kill the worker process mid-step (the path exists by the next attempt, which books at once).
 HANG = "hang:"
+# A parcel "poison:<path>" kills the worker process booking it, every time, after adding its id to <path>.
+POISON = "poison:"
 
 
 @dataclass
@@ -25,6 +28,10 @@ class FakeCarrier:
         if parcel.startswith(HANG) and not (marker := Path(parcel[len(HANG) :])).exists():
             marker.write_text(f"{os.getpid()}\n")
             time.sleep(120)
+        if parcel.startswith(POISON):
+            with Path(parcel[len(POISON) :]).open("a") as pids:
+                pids.write(f"{os.getpid()}\n")
+            os.kill(os.getpid(), signal.SIGKILL)
         with self.lock:
             self.calls.append(key)
             self.charges.setdefault(key, cents)
