@@ -1,6 +1,6 @@
-"""A job's slow parts may be coroutine functions (an async client): the worker runs each to its end.
-
-`save` and `undo` run inside the guarded transaction on the worker's connection, so they stay `def`.
+"""What a step's parts and a handler may be: coroutine functions for the slow parts (run to their end by
+the worker), plain functions for `save` and `undo` (inside the guarded transaction, on the worker's
+connection), and in every case able to take the arguments they are called with, or refused at start.
 """
 
 import asyncio
@@ -9,9 +9,10 @@ from dataclasses import replace
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.core.exceptions import ImproperlyConfigured
 
 from tests.jobs.shipping.models import Booking, Shipment
-from weave.jobs import Step, declaration
+from weave.jobs import JobType, Step, declaration, register
 from weave.jobs.batch import run_batches
 from weave.jobs.runner import run_job
 from weave.jobs.services import job_cancel
@@ -102,8 +103,8 @@ def test_async_handler__is_awaited_and_its_value_saved_by_the_finish(registered,
     async def send(ctx):
         await asyncio.sleep(0)
         # The ORM from the handler goes through sync_to_async, back on the worker's own thread.
-        parcel = await sync_to_async(lambda: (threading.get_ident() == main, Shipment.objects.get(pk=ctx.lease.pk)))()
-        return {"parcel": parcel[1].parcel, "on_the_workers_thread": parcel[0]}
+        here, shipment = await sync_to_async(lambda: (threading.get_ident(), Shipment.objects.get(pk=ctx.lease.pk)))()
+        return {"parcel": shipment.parcel, "on_the_workers_thread": here == main}
 
     registered(steps=(), handler=send)
     Shipment.objects.create(parcel="books")
@@ -135,10 +136,6 @@ def test_step_parts__one_that_cannot_take_its_arguments_is_refused_where_it_is_d
 
 
 def test_handler__one_that_cannot_take_the_context_is_refused_at_registration():
-    from django.core.exceptions import ImproperlyConfigured
-
-    from weave.jobs import JobType, register
-
     def send_invoice():
         return None
 
