@@ -23,7 +23,7 @@ from weave.conf import KEYS, SettingsGroup, setting
 from weave.explain import Explainer, register_explainer
 from weave.jobs.new_work import tell_watchers_of_new_row
 from weave.jobs.policy import RetryPolicy
-from weave.jobs.steps import Step, accepts
+from weave.jobs.steps import Step, accepts, run_to_its_end
 from weave.schedules import ScheduleSpec, register_schedule
 from weave.telemetry import LatencySource, Panel, register_latency_source, register_lease_job, register_metrics
 from weave.telemetry import register_panel as _register_panel
@@ -173,6 +173,10 @@ class JobType:
         if self.ttl is not None:
             return float(self.ttl)
         return float(setting("LEASE_TTL"))
+
+    def __post_init__(self) -> None:
+        # Wrapped once, where the type is declared, as a step's parts are: the runner calls it as it is.
+        object.__setattr__(self, "handler", run_to_its_end(self.handler))
 
     def problems(self) -> list[str]:
         """Say what in this declaration cannot work (a setting nobody declared, a watch half given)."""

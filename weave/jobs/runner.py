@@ -23,7 +23,7 @@ from weave.jobs.cutoff import CUT_OFF, landed_claim, record_blocked, settle_cut_
 from weave.jobs.declaration import JobType, get
 from weave.jobs.policy import AttemptUnfinished
 from weave.jobs.records import JobAttempts, attempt_row
-from weave.jobs.steps import Step, UndoWalk, check_steps, run_to_its_end, saved_result
+from weave.jobs.steps import Step, UndoWalk, check_steps, saved_result
 from weave.jobs.takeover import record_takeover, took_over
 from weave.jobs.undo import RUNNING, hand_on, names, undo_saved, undo_tries
 from weave.leases import Clock, LeaseBusy, LeaseLost, NotClaimable, default_clock, insert_receipts, new_owner
@@ -207,7 +207,7 @@ def work(jt: JobType, ctx: JobContext) -> Ending:
     try:
         if jt.handler is not None:
             ctx.step = "run"
-            ctx.results["run"] = _json_able(run_to_its_end(jt.handler)(ctx), jt)
+            ctx.results["run"] = _json_able(jt.handler(ctx), jt)
         else:
             _walk(jt, ctx)
     except LeaseLost as lost:

@@ -91,7 +91,8 @@ class Step:
             if function is not None and not accepts(function, arguments):
                 raise TypeError(
                     f"Step {self.name!r}: {part} is called as {part}({arguments}), and "
-                    f"{getattr(function, '__qualname__', function)!s}{_signature(function)} cannot take that."
+                    # Its signature was read: `accepts` says yes to a function without one.
+                    f"{getattr(function, '__qualname__', function)!s}{inspect.signature(function)} cannot take that."
                 )
         for part in ("save", "undo"):
             if inspect.iscoroutinefunction(getattr(self, part)):
@@ -116,13 +117,6 @@ class Step:
     def undo_value(self, ctx: Any, result: Any) -> Any:
         """Run the undo's slow part, if declared, and return what its writes are given (see the module)."""
         return result if self.undo_run is None else self.undo_run(ctx, result)
-
-
-def _signature(function: Any) -> str:
-    try:
-        return str(inspect.signature(function))
-    except ValueError:
-        return ""
 
 
 class PhaseError(LookupError):
